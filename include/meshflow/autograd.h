@@ -1,0 +1,162 @@
+// Reverse-mode autograd: graph nodes, saved tensors, grad mode and the engine.
+// Autograd is a layer of dispatch (see dispatch.h): every differentiable op
+// records a Node whose backward is written with ops, so gradients of
+// gradients (create_graph) work unchanged.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshflow/tensor.h"
+
+namespace mf {
+
+class Node;
+
+// Where a gradient flows: input `input_nr` of node `fn`.
+struct Edge {
+  std::shared_ptr<Node> fn;
+  uint32_t input_nr = 0;
+  bool valid() const { return fn != nullptr; }
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool retains_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;  // null for leaves
+  uint32_t output_nr = 0;
+  std::weak_ptr<Node> grad_accumulator;  // leaves only
+  // Tensor hooks of a leaf (non-leaf hooks live on grad_fn, per output).
+  std::vector<std::pair<int, TensorHook>> hooks;
+};
+
+// What backward needs to know about a forward input or output.
+struct TensorMeta {
+  Shape sizes;
+  DType dtype = DType::Float32;
+  Device device;
+};
+
+// A tensor kept for backward. It remembers the version of its storage when
+// saved, so a later in-place write is reported instead of silently giving a
+// wrong gradient. An op's own output is saved without its grad_fn (that
+// would be a reference cycle) and re-linked to the node on unpack.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  SavedTensor(const Tensor& t, bool is_output_of_node);
+  Tensor unpack(const std::shared_ptr<Node>& node, const char* op_name, int index) const;
+  bool defined() const { return data_.defined(); }
+  void reset() { data_ = Tensor(); }
+
+ private:
+  Tensor data_;
+  uint32_t version_ = 0;
+  bool is_output_ = false;
+  bool requires_grad_ = false;
+  uint32_t output_nr_ = 0;
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  Node();
+  virtual ~Node() = default;
+  // Gradients w.r.t. this node's forward outputs in, gradients w.r.t. its
+  // forward inputs out (one per next edge; undefined = no gradient).
+  virtual TensorList apply(TensorList&& grad_outputs) = 0;
+  virtual std::string name() const = 0;
+  // Drops saved tensors after a backward without retain_graph.
+  virtual void release_variables() {}
+
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  // Forward-output metadata, used to zero-fill missing gradients.
+  std::vector<TensorMeta>& output_metas() { return output_metas_; }
+  size_t num_outputs() const { return output_metas_.size(); }
+
+  // Hooks on the gradient of forward output `output_nr`, run before apply().
+  int add_tensor_hook(uint32_t output_nr, TensorHook hook);
+  void remove_tensor_hook(int handle);
+  // Runs the hooks of output_nr on grad; returns the (possibly replaced) grad.
+  Tensor run_tensor_hooks(uint32_t output_nr, Tensor grad) const;
+  bool has_tensor_hooks() const { return !tensor_hooks_.empty(); }
+
+ protected:
+  std::vector<Edge> next_edges_;
+  std::vector<TensorMeta> output_metas_;
+
+ private:
+  uint64_t sequence_nr_;
+  std::vector<std::tuple<int, uint32_t, TensorHook>> tensor_hooks_;
+};
+
+// Accumulates gradients into a leaf's .grad.
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> variable);
+  TensorList apply(TensorList&& grad_outputs) override;
+  std::string name() const override { return "AccumulateGrad"; }
+  const std::shared_ptr<TensorImpl>& variable() const { return variable_; }
+
+ private:
+  std::shared_ptr<TensorImpl> variable_;
+};
+
+// A fresh handle for a tensor hook.
+int next_hook_handle();
+
+// The edge a gradient for t should flow into (grad_fn or the accumulator).
+Edge gradient_edge(const Tensor& t);
+
+// --- grad mode ----------------------------------------------------------------
+class GradMode {
+ public:
+  static bool is_enabled();
+  static void set_enabled(bool enabled);
+};
+
+// RAII: gradients off (no_grad) or on (enable_grad) in a scope.
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
+  ~NoGradGuard() { GradMode::set_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(true); }
+  ~EnableGradGuard() { GradMode::set_enabled(prev_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+namespace autograd {
+
+// Accumulates d(sum(outputs[i] * grad_outputs[i]))/d(leaf) into each leaf's
+// .grad. An undefined grad_output is allowed for a one-element output.
+void backward(const TensorList& outputs, const TensorList& grad_outputs = {},
+              bool retain_graph = false, bool create_graph = false);
+
+// Returns the gradients of outputs w.r.t. inputs without touching .grad.
+// retain_graph defaults to create_graph, as in PyTorch.
+TensorList grad(const TensorList& outputs, const TensorList& inputs,
+                const TensorList& grad_outputs = {}, std::optional<bool> retain_graph = {},
+                bool create_graph = false, bool allow_unused = false);
+
+}  // namespace autograd
+}  // namespace mf

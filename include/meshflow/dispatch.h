@@ -1,0 +1,23 @@
+// The one door every op goes through:
+//   dispatch::apply(op, inputs, attrs)
+//     -> autograd layer (records a Node when an input requires grad)
+//     -> interpreter (runs the device kernel, or the view function)
+// Later layers (autocast, global and lazy interpreters) slot in here.
+#pragma once
+
+#include "meshflow/op_def.h"
+
+namespace mf::dispatch {
+
+TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
+// apply() for ops with exactly one output.
+Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
+// Runs op with inputs[0] as its output (op.inplace must be set): the result
+// must have inputs[0]'s shape, and its dtype must cast to inputs[0]'s.
+// Bumps the version counter and rebases inputs[0]'s autograd history.
+Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
+
+// Looks the op up once: `static const OpDef& op = dispatch::op("add");`
+const OpDef& op(std::string_view name);
+
+}  // namespace mf::dispatch

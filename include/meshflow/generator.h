@@ -1,0 +1,43 @@
+// Counter-based random numbers (Philox 4x32-10). Element i of a random
+// tensor depends only on (seed, offset, i): never on the thread count, and
+// (later) not on how a global tensor is split over ranks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+
+namespace mf {
+
+// Philox4x32 with 10 rounds: four 32-bit random words per 64-bit counter.
+std::array<uint32_t, 4> philox(uint64_t seed, uint64_t counter);
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 67280421310721ull) : seed_(seed) {}
+  void manual_seed(uint64_t seed);
+  uint64_t seed() const;
+  // Reserves `counters` Philox counters for one random op; returns the first.
+  uint64_t reserve(uint64_t counters);
+  uint64_t offset() const;
+  void set_state(uint64_t seed, uint64_t offset);
+
+ private:
+  mutable std::mutex mutex_;
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+Generator& default_generator();
+// Seeds the default generator (mf::manual_seed(0) as torch.manual_seed(0)).
+void manual_seed(uint64_t seed);
+
+// Uniform float in [0, 1) from a 32-bit word (24 random bits).
+inline float uniform_float(uint32_t bits) { return float(bits >> 8) * (1.0f / 16777216.0f); }
+// Uniform double in [0, 1) from two words (53 random bits).
+inline double uniform_double(uint32_t hi, uint32_t lo) {
+  uint64_t v = (uint64_t(hi) << 21) ^ (uint64_t(lo) >> 11);
+  return double(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+}  // namespace mf

@@ -1,0 +1,21 @@
+// The meshflow C++ API.
+#pragma once
+
+#include "meshflow/allocator.h"
+#include "meshflow/autograd.h"
+#include "meshflow/backend.h"
+#include "meshflow/device.h"
+#include "meshflow/dispatch.h"
+#include "meshflow/dtype.h"
+#include "meshflow/error.h"
+#include "meshflow/generator.h"
+#include "meshflow/op_def.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/linalg.h"
+#include "meshflow/ops/nn.h"
+#include "meshflow/ops/reduce.h"
+#include "meshflow/ops/shape.h"
+#include "meshflow/parallel.h"
+#include "meshflow/scalar.h"
+#include "meshflow/tensor.h"

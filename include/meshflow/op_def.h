@@ -1,0 +1,149 @@
+// OpDef: the one definition of an op family member: schema, shape/dtype
+// inference, backward written with ops, and kernels per device type. Every
+// op file under src/ops/ registers its OpDefs with MF_REGISTER_OP; the
+// dispatcher (dispatch.h) is the one door they all go through.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "meshflow/autograd.h"
+#include "meshflow/tensor.h"
+
+namespace mf {
+
+// One attribute value. Integers of any width become int64_t and floats
+// double, so `Attrs{{"dim", 1}, {"eps", 1e-5}}` needs no casts.
+class AttrValue {
+ public:
+  using Variant = std::variant<bool, int64_t, double, Shape, DType, std::string, Scalar, Device>;
+  AttrValue(bool v) : v_(v) {}                               // NOLINT
+  AttrValue(int v) : v_(int64_t(v)) {}                       // NOLINT
+  AttrValue(long v) : v_(int64_t(v)) {}                      // NOLINT
+  AttrValue(long long v) : v_(int64_t(v)) {}                 // NOLINT
+  AttrValue(unsigned long v) : v_(int64_t(v)) {}             // NOLINT
+  AttrValue(float v) : v_(double(v)) {}                      // NOLINT
+  AttrValue(double v) : v_(v) {}                             // NOLINT
+  AttrValue(Shape v) : v_(std::move(v)) {}                   // NOLINT
+  AttrValue(std::initializer_list<int64_t> v) : v_(Shape(v)) {}  // NOLINT
+  AttrValue(DType v) : v_(v) {}                              // NOLINT
+  AttrValue(std::string v) : v_(std::move(v)) {}             // NOLINT
+  AttrValue(const char* v) : v_(std::string(v)) {}           // NOLINT
+  AttrValue(Scalar v) : v_(v) {}                             // NOLINT
+  AttrValue(Device v) : v_(v) {}                             // NOLINT
+  const Variant& value() const { return v_; }
+  std::string str() const;
+
+ private:
+  Variant v_;
+};
+
+// Named attributes of one op call.
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items) : items_(items) {}
+  Attrs& set(std::string key, AttrValue value);
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+  // Typed getters; a missing key or another type throws mf::Error.
+  int64_t get_int(std::string_view key) const;
+  double get_float(std::string_view key) const;  // accepts an int attr too
+  bool get_bool(std::string_view key) const;
+  const Shape& get_shape(std::string_view key) const;
+  DType get_dtype(std::string_view key) const;
+  const std::string& get_string(std::string_view key) const;
+  Scalar get_scalar(std::string_view key) const;
+  Device get_device(std::string_view key) const;
+  const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
+  std::string str() const;  // "dim=1, keepdim=false"
+
+ private:
+  const AttrValue* find(std::string_view key) const;
+  const AttrValue& at(std::string_view key) const;
+  std::vector<std::pair<std::string, AttrValue>> items_;
+};
+
+// What an op's backward sees. inputs/outputs hold only what the op asked to
+// save (OpDef::save_inputs / save_outputs); the others are undefined.
+struct BackwardContext {
+  const Attrs& attrs;
+  TensorList inputs;
+  TensorList outputs;
+  // Gradients of the forward outputs; floating outputs that received no
+  // gradient are zero-filled, integer outputs stay undefined.
+  TensorList grad_outputs;
+  const std::vector<TensorMeta>& input_metas;
+  std::vector<bool> needs_input_grad;
+};
+
+using InferFn = std::function<std::vector<TensorMeta>(const TensorList& inputs, const Attrs& attrs)>;
+// Writes outputs (allocated by the dispatcher from infer, contiguous unless
+// the op runs in place) from inputs. Inputs may be non-contiguous.
+using KernelFn = std::function<void(const TensorList& inputs, TensorList& outputs, const Attrs& attrs)>;
+// For view ops: outputs that alias inputs[0]'s storage.
+using ViewFn = std::function<TensorList(const TensorList& inputs, const Attrs& attrs)>;
+// Returns one gradient per forward input (undefined: none).
+using BackwardFn = std::function<TensorList(const BackwardContext& ctx)>;
+
+struct OpDef {
+  std::string name;
+  // Input names, for error messages; their count is the op's arity unless
+  // variadic is set.
+  std::vector<std::string> inputs;
+  bool variadic = false;
+  InferFn infer;
+  // Exactly one of view and cpu_kernel (plus other devices' kernels) is set.
+  ViewFn view;
+  KernelFn cpu_kernel;
+  BackwardFn backward;
+  // false: outputs never require grad (comparisons, argmax, integer results).
+  bool differentiable = true;
+  // Bit i set: backward reads forward input (or output) i.
+  uint32_t save_inputs = 0;
+  uint32_t save_outputs = 0;
+  // The kernel accepts outputs[0] aliasing inputs[0] with any strides, so
+  // the op has an in-place form (add_, mul_, ...).
+  bool inplace = false;
+
+  // Filled by the registry: kernels[device type], cpu_kernel included.
+  std::array<KernelFn, kNumDeviceTypes> kernels;
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& instance();
+  // Registers op; a duplicate name throws.
+  void add(OpDef op);
+  // Registers the kernel of another device type for an existing op (a
+  // backend folder calls this for the ops it implements).
+  void set_kernel(std::string_view op, DeviceType device, KernelFn kernel);
+  // The op called name; throws mf::Error listing close names if absent.
+  const OpDef& get(std::string_view name);
+  const OpDef* find(std::string_view name);
+  std::vector<const OpDef*> all();
+  // Checks that every op is complete: infer, a view or CPU kernel, and a
+  // backward unless declared non-differentiable. Throws on the first gap.
+  void validate() const;
+
+ private:
+  OpRegistry() = default;
+  std::vector<std::unique_ptr<OpDef>> ops_;
+};
+
+struct OpRegistrar {
+  explicit OpRegistrar(OpDef op) { OpRegistry::instance().add(std::move(op)); }
+};
+
+}  // namespace mf
+
+#define MF_OP_CONCAT_INNER(a, b) a##b
+#define MF_OP_CONCAT(a, b) MF_OP_CONCAT_INNER(a, b)
+// MF_REGISTER_OP(OpDef{.name = "add", ...});
+#define MF_REGISTER_OP(...) \
+  static ::mf::OpRegistrar MF_OP_CONCAT(mf_op_registrar_, __COUNTER__)(__VA_ARGS__)

@@ -1,0 +1,62 @@
+// Neural-network ops (torch.nn.functional).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "meshflow/tensor.h"
+
+namespace mf {
+
+// reduction: "mean", "sum" or "none".
+struct Conv2dArgs {
+  Shape stride = {1, 1};
+  Shape padding = {0, 0};
+  Shape dilation = {1, 1};
+  int64_t groups = 1;
+};
+// x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const Conv2dArgs& args = {});
+struct Pool2dArgs {
+  Shape kernel_size;
+  Shape stride = {};  // empty: kernel_size
+  Shape padding = {0, 0};
+  Shape dilation = {1, 1};  // max_pool2d only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool2d only
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dArgs& args);
+Tensor avg_pool2d(const Tensor& x, const Pool2dArgs& args);
+Tensor adaptive_avg_pool2d(const Tensor& x, const Shape& output_size);
+
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// Updates running_mean/var in place when training and they are defined.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                  double eps = 1e-5);
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = {});
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = Tensor(),
+                     int64_t ignore_index = -100, const std::string& reduction = "mean",
+                     double label_smoothing = 0.0);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight = Tensor(),
+                int64_t ignore_index = -100, const std::string& reduction = "mean");
+Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const Tensor& weight = Tensor(),
+                                        const Tensor& pos_weight = Tensor(),
+                                        const std::string& reduction = "mean");
+// q (..., L, E), k (..., S, E), v (..., S, Ev); attn_mask bool (true = keep)
+// or additive float, broadcastable to (..., L, S).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
+                                    bool is_causal = false, std::optional<double> scale = {});
+
+}  // namespace mf

@@ -1,0 +1,110 @@
+#include <atomic>
+
+#include "meshflow/autograd.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
+
+namespace mf {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+std::atomic<int> g_next_hook_handle{1};
+thread_local bool t_grad_enabled = true;
+}  // namespace
+
+int next_hook_handle() { return g_next_hook_handle.fetch_add(1); }
+
+bool GradMode::is_enabled() { return t_grad_enabled; }
+void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+// --- Node -------------------------------------------------------------------------
+
+Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+
+int Node::add_tensor_hook(uint32_t output_nr, TensorHook hook) {
+  int handle = next_hook_handle();
+  tensor_hooks_.emplace_back(handle, output_nr, std::move(hook));
+  return handle;
+}
+
+void Node::remove_tensor_hook(int handle) {
+  std::erase_if(tensor_hooks_, [&](const auto& h) { return std::get<0>(h) == handle; });
+}
+
+Tensor Node::run_tensor_hooks(uint32_t output_nr, Tensor grad) const {
+  for (const auto& [handle, nr, hook] : tensor_hooks_) {
+    if (nr != output_nr || !grad.defined()) continue;
+    Tensor replaced = hook(grad);
+    if (replaced.defined()) grad = replaced;
+  }
+  return grad;
+}
+
+// --- AccumulateGrad -----------------------------------------------------------------
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> variable) : variable_(std::move(variable)) {
+  output_metas_.push_back(TensorMeta{variable_->sizes(), variable_->dtype(), variable_->device()});
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grads) {
+  Tensor grad = std::move(grads.at(0));
+  if (!grad.defined()) return {};
+  auto& meta = variable_->ensure_autograd();
+  for (const auto& [handle, hook] : meta.hooks) {
+    Tensor replaced = hook(grad);
+    if (replaced.defined()) grad = replaced;
+  }
+  if (!meta.grad.defined()) {
+    // Keep the gradient's graph only when differentiating twice; otherwise
+    // store a detached copy so .grad never aliases another tensor's memory.
+    meta.grad = GradMode::is_enabled() ? grad : clone(grad.detach());
+  } else if (GradMode::is_enabled()) {
+    meta.grad = add(meta.grad, grad);
+  } else {
+    add_(meta.grad, grad);
+  }
+  return {};
+}
+
+Edge gradient_edge(const Tensor& t) {
+  auto& meta = t.impl()->ensure_autograd();
+  if (meta.grad_fn) return Edge{meta.grad_fn, meta.output_nr};
+  auto acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    meta.grad_accumulator = acc;
+  }
+  return Edge{acc, 0};
+}
+
+// --- SavedTensor ---------------------------------------------------------------------
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output_of_node)
+    : version_(t.version()), is_output_(is_output_of_node) {
+  if (is_output_of_node) {
+    // Note [Saved outputs]: keep the data without the grad_fn (the node owns
+    // this SavedTensor; holding its own output would be a cycle).
+    data_ = t.detach();
+    requires_grad_ = t.requires_grad();
+    output_nr_ = t.output_nr();
+  } else {
+    data_ = t;
+  }
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& node, const char* op_name, int index) const {
+  MF_CHECK(data_.version() == version_, Error,
+           "backward: one of the tensors needed for gradient computation has been modified by an ",
+           "in-place operation: ", is_output_ ? "output " : "input ", index, " of ", op_name,
+           " is at version ", data_.version(), "; expected version ", version_,
+           ". Hint: replace the in-place op (x.add_(...), x[...] = ...) by its out-of-place form.");
+  if (!is_output_ || !requires_grad_) return data_;
+  Tensor t = data_.detach();
+  auto& meta = t.impl()->ensure_autograd();
+  meta.requires_grad = true;
+  meta.grad_fn = node;
+  meta.output_nr = output_nr_;
+  return t;
+}
+
+}  // namespace mf

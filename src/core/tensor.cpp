@@ -1,0 +1,239 @@
+#include "meshflow/tensor.h"
+
+#include <atomic>
+#include <sstream>
+
+#include "meshflow/autograd.h"
+#include "meshflow/backend.h"
+#include "meshflow/ops/elementwise.h"
+
+namespace mf {
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& sizes) {
+  Shape strides(sizes.size());
+  int64_t s = 1;
+  for (int64_t i = int64_t(sizes.size()) - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dim 0 and -1
+  MF_CHECK(dim >= -n && dim < n, IndexError, op, ": dim ", dim, " is out of range for a tensor with ",
+           ndim, " dimension", ndim == 1 ? "" : "s", " (expected a value in [", -n, ", ", n - 1, "])");
+  return dim < 0 ? dim + n : dim;
+}
+
+// --- TensorImpl ---------------------------------------------------------------
+
+TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype)
+    : storage_(std::move(storage)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      numel_(shape_numel(sizes_)),
+      dtype_(dtype) {
+  is_contiguous_ = true;
+  int64_t expected = 1;
+  for (int64_t i = int64_t(sizes_.size()) - 1; i >= 0; --i) {
+    if (sizes_[i] == 1) continue;
+    if (strides_[i] != expected) {
+      is_contiguous_ = false;
+      break;
+    }
+    expected *= sizes_[i];
+  }
+  if (numel_ == 0) is_contiguous_ = true;
+}
+
+TensorImpl::~TensorImpl() = default;
+
+void* TensorImpl::data() const {
+  void* base = storage_->data();
+  if (!base) return nullptr;
+  return static_cast<char*>(base) + offset_ * int64_t(itemsize(dtype_));
+}
+
+AutogradMeta& TensorImpl::ensure_autograd() {
+  if (!autograd_) autograd_ = std::make_unique<AutogradMeta>();
+  return *autograd_;
+}
+
+void TensorImpl::clear_autograd() { autograd_.reset(); }
+
+// --- default dtype ------------------------------------------------------------
+
+namespace {
+std::atomic<DType> g_default_dtype{DType::Float32};
+}
+DType default_dtype() { return g_default_dtype.load(); }
+void set_default_dtype(DType dtype) {
+  MF_CHECK(is_floating(dtype), TypeError, "set_default_dtype: expected a floating dtype, got ",
+           dtype_name(dtype));
+  g_default_dtype.store(dtype);
+}
+
+// --- raw construction -----------------------------------------------------------
+
+Tensor make_empty(const Shape& sizes, DType dtype, Device device) {
+  for (int64_t s : sizes)
+    MF_CHECK(s >= 0, ValueError, "empty: sizes must be non-negative, got ", shape_str(sizes));
+  size_t nbytes = size_t(shape_numel(sizes)) * itemsize(dtype);
+  auto storage = std::make_shared<StorageImpl>(nbytes, device, &get_backend(device.type()).allocator(device.index()));
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
+}
+
+Tensor make_meta(const Shape& sizes, DType dtype, Device device) {
+  size_t nbytes = size_t(shape_numel(sizes)) * itemsize(dtype);
+  auto storage = std::make_shared<StorageImpl>(nbytes, device);
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
+}
+
+Tensor make_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
+}
+
+// --- Tensor -------------------------------------------------------------------------
+
+void Tensor::throw_undefined() { throw Error("Tensor: the tensor is undefined (default-constructed)"); }
+
+int64_t Tensor::size(int64_t d) const {
+  const auto& s = sizes();
+  MF_CHECK(!s.empty(), IndexError, "Tensor.size: a 0-d tensor has no dimension ", d);
+  return s[wrap_dim(d, dim(), "Tensor.size")];
+}
+
+int64_t Tensor::stride(int64_t d) const {
+  const auto& s = strides();
+  MF_CHECK(!s.empty(), IndexError, "Tensor.stride: a 0-d tensor has no dimension ", d);
+  return s[wrap_dim(d, dim(), "Tensor.stride")];
+}
+
+Scalar Tensor::item() const {
+  MF_CHECK(numel() == 1, ValueError, "Tensor.item: only a tensor with one element can be converted ",
+           "to a number, got shape ", shape_str(sizes()));
+  MF_CHECK(device().is_cpu(), Error, "Tensor.item: copy the tensor to the CPU first (it is on ", device(), ")");
+  MF_CHECK(data_ptr() != nullptr, Error, "Tensor.item: the tensor has no data (is it a traced graph tensor?)");
+  return dispatch_dtype(dtype(), [&]<typename T>() -> Scalar {
+    T v = *static_cast<const T*>(data_ptr());
+    if constexpr (std::is_same_v<T, bool>) return Scalar(v);
+    else if constexpr (is_floating_type_v<T>) return Scalar(double(acc_type<T>(v)));
+    else return Scalar(int64_t(v));
+  });
+}
+
+bool Tensor::requires_grad() const {
+  auto* meta = checked()->autograd();
+  return meta && meta->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  auto* impl = checked();
+  auto* meta = impl->autograd();
+  MF_CHECK(!(meta && meta->grad_fn), Error,
+           "requires_grad_: you can only change requires_grad of leaf tensors; use detach() first");
+  MF_CHECK(!requires_grad || is_floating(impl->dtype()), TypeError,
+           "requires_grad_: only floating-point tensors can require gradients, got ", dtype_name(impl->dtype()));
+  if (!meta && !requires_grad) return *this;
+  impl->ensure_autograd().requires_grad = requires_grad;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  auto* meta = checked()->autograd();
+  return meta ? meta->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  if (grad.defined()) {
+    MF_CHECK(grad.sizes() == sizes(), ShapeError, "Tensor.grad: assigned grad has shape ",
+             shape_str(grad.sizes()), " but the tensor has shape ", shape_str(sizes()));
+    MF_CHECK(grad.dtype() == dtype(), TypeError, "Tensor.grad: assigned grad has dtype ",
+             dtype_name(grad.dtype()), " but the tensor has dtype ", dtype_name(dtype()));
+  }
+  checked()->ensure_autograd().grad = grad;
+}
+
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node> kNone;
+  auto* meta = checked()->autograd();
+  return meta ? meta->grad_fn : kNone;
+}
+
+uint32_t Tensor::output_nr() const {
+  auto* meta = checked()->autograd();
+  return meta ? meta->output_nr : 0;
+}
+
+bool Tensor::is_leaf() const { return grad_fn() == nullptr; }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
+}
+
+Tensor Tensor::detach() const {
+  auto* impl = checked();
+  return Tensor(std::make_shared<TensorImpl>(impl->storage(), impl->sizes(), impl->strides(),
+                                             impl->offset(), impl->dtype()));
+}
+
+void Tensor::retain_grad() const {
+  MF_CHECK(requires_grad(), Error, "retain_grad: the tensor does not require grad");
+  if (is_leaf()) return;  // leaves keep .grad anyway
+  auto& meta = checked()->ensure_autograd();
+  if (meta.retains_grad) return;
+  meta.retains_grad = true;
+  std::weak_ptr<TensorImpl> weak = impl_;
+  grad_fn()->add_tensor_hook(output_nr(), [weak](const Tensor& grad) {
+    if (auto impl = weak.lock()) {
+      auto& m = impl->ensure_autograd();
+      NoGradGuard no_grad;
+      m.grad = m.grad.defined() ? add(m.grad, grad) : grad.detach();
+    }
+    return Tensor();
+  });
+}
+
+bool Tensor::retains_grad() const {
+  auto* meta = checked()->autograd();
+  return meta && meta->retains_grad;
+}
+
+int Tensor::register_hook(TensorHook hook) const {
+  MF_CHECK(requires_grad(), Error,
+           "register_hook: cannot register a hook on a tensor that doesn't require gradient");
+  int handle = next_hook_handle();
+  if (is_leaf()) {
+    checked()->ensure_autograd().hooks.emplace_back(handle, std::move(hook));
+    return handle;
+  }
+  return grad_fn()->add_tensor_hook(output_nr(), std::move(hook));
+}
+
+void Tensor::remove_hook(int handle) const {
+  auto* meta = checked()->autograd();
+  if (!meta) return;
+  std::erase_if(meta->hooks, [&](const auto& h) { return h.first == handle; });
+  if (meta->grad_fn) meta->grad_fn->remove_tensor_hook(handle);
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+
+}  // namespace mf

@@ -1,0 +1,128 @@
+// dispatch::apply: the one door. See Note [Dispatch layers] in dispatch.h.
+#include "meshflow/dispatch.h"
+
+#include "autograd/op_node.h"
+#include "meshflow/ops/shape.h"
+
+namespace mf::dispatch {
+
+const OpDef& op(std::string_view name) { return OpRegistry::instance().get(name); }
+
+namespace {
+
+void check_inputs(const OpDef& op, const TensorList& inputs) {
+  MF_CHECK(op.variadic || inputs.size() == op.inputs.size(), Error, op.name, ": expected ",
+           op.inputs.size(), " inputs, got ", inputs.size());
+  const Tensor* first = nullptr;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    if (!first) {
+      first = &inputs[i];
+      continue;
+    }
+    MF_CHECK(inputs[i].device() == first->device(), Error, op.name,
+             ": expected all tensors on the same device, got ", first->device(), " and ",
+             inputs[i].device(), " (input ", i, ")");
+  }
+}
+
+bool needs_grad(const OpDef& op, const TensorList& inputs) {
+  if (!op.differentiable || !GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+bool has_data(const TensorList& inputs) {
+  for (const auto& t : inputs)
+    if (t.defined() && !t.storage()->has_data()) return false;
+  return true;
+}
+
+Device pick_device(const TensorList& inputs, const std::vector<TensorMeta>& metas) {
+  for (const auto& t : inputs)
+    if (t.defined()) return t.device();
+  return metas.empty() ? Device() : metas[0].device;
+}
+
+// The local eager interpreter: runs the kernel of the inputs' device (or
+// the view function), or only infers metadata for traced tensors.
+TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  if (op.view) {
+    TensorList outs = op.view(inputs, attrs);
+    for (auto& t : outs) t.impl()->set_is_view(true);
+    return outs;
+  }
+  std::vector<TensorMeta> metas = op.infer(inputs, attrs);
+  TensorList outputs;
+  outputs.reserve(metas.size());
+  if (!has_data(inputs)) {
+    for (const auto& m : metas) outputs.push_back(make_meta(m.sizes, m.dtype, m.device));
+    return outputs;
+  }
+  Device device = pick_device(inputs, metas);
+  const KernelFn& kernel = op.kernels[size_t(device.type())];
+  MF_CHECK(bool(kernel), Error, op.name, ": no kernel for device ", device);
+  for (const auto& m : metas) outputs.push_back(make_empty(m.sizes, m.dtype, m.device));
+  kernel(inputs, outputs, attrs);
+  return outputs;
+}
+
+}  // namespace
+
+TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  check_inputs(op, inputs);
+  TensorList outputs = interpret(op, inputs, attrs);
+  if (needs_grad(op, inputs)) {
+    auto node = std::make_shared<OpNode>(op, attrs);
+    node->record_inputs(inputs);
+    node->record_outputs(outputs);
+  }
+  return outputs;
+}
+
+Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  TensorList outs = apply(op, inputs, attrs);
+  MF_CHECK(outs.size() == 1, Error, "internal: ", op.name, " returned ", outs.size(), " outputs, expected 1");
+  return std::move(outs[0]);
+}
+
+Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  check_inputs(op, inputs);
+  MF_CHECK(op.inplace, Error, op.name, ": has no in-place form");
+  MF_CHECK(!inputs.empty() && inputs[0].defined(), Error, op.name, "_: the tensor to write is undefined");
+  const Tensor& self = inputs[0];
+  const bool grad = needs_grad(op, inputs);
+  if (grad) {
+    MF_CHECK(!(self.is_leaf() && self.requires_grad()), Error, op.name,
+             "_: a leaf tensor that requires grad is being used in an in-place operation");
+    MF_CHECK(!self.impl()->is_view(), Error, op.name,
+             "_: in-place operations on views are not differentiable in meshflow yet; use the out-of-place ",
+             op.name, " (or clone() the view first)");
+  }
+  std::vector<TensorMeta> metas = op.infer(inputs, attrs);
+  MF_CHECK(metas.size() == 1 && metas[0].sizes == self.sizes(), ShapeError, op.name,
+           "_: output with shape ", shape_str(self.sizes()), " doesn't match the broadcast shape ",
+           shape_str(metas.empty() ? Shape{} : metas[0].sizes));
+  MF_CHECK(metas[0].dtype == self.dtype(), TypeError, op.name, "_: result type ", dtype_name(metas[0].dtype),
+           " can't be cast to the desired output type ", dtype_name(self.dtype()));
+
+  std::shared_ptr<OpNode> node;
+  if (grad) {
+    node = std::make_shared<OpNode>(op, attrs);
+    // Backward must see self as it was before the write.
+    Tensor old_self = (op.save_inputs & 1u) ? clone(self.detach()) : Tensor();
+    node->record_inputs(inputs, old_self);
+  }
+  if (has_data(inputs)) {
+    const KernelFn& kernel = op.kernels[size_t(self.device().type())];
+    MF_CHECK(bool(kernel), Error, op.name, ": no kernel for device ", self.device());
+    TensorList outputs{self};
+    kernel(inputs, outputs, attrs);
+  }
+  self.bump_version();
+  if (node) node->record_outputs({self});
+  return self;
+}
+
+}  // namespace mf::dispatch

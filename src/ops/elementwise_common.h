@@ -1,0 +1,48 @@
+// Shared pieces of the elementwise op files: inference for same-dtype
+// broadcasting ops and kernel builders over the dtype of input 0.
+#pragma once
+
+#include "meshflow/dispatch.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/reduce.h"
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf::elementwise_detail {
+
+// Infers a broadcasting op whose inputs share one dtype; the output has that
+// dtype, or out_dtype when given (comparisons: bool).
+inline std::vector<TensorMeta> infer_broadcast(const char* op, const TensorList& in,
+                                               std::optional<DType> out_dtype = {}) {
+  Shape shape = in[0].sizes();
+  for (size_t i = 1; i < in.size(); ++i) {
+    MF_CHECK(in[i].dtype() == in[0].dtype(), TypeError, op, ": expected all inputs to have dtype ",
+             dtype_name(in[0].dtype()), ", got ", dtype_name(in[i].dtype()), " for input ", i,
+             " (the functional API promotes; OpDefs take one dtype)");
+    shape = broadcast_shapes(shape, in[i].sizes(), op);
+  }
+  return {{shape, out_dtype.value_or(in[0].dtype()), in[0].device()}};
+}
+
+// A kernel computing out = f(a, b) in acc_type<T> for every dtype of input 0
+// accepted by `Dispatch` (dispatch_dtype by default).
+template <typename F>
+KernelFn binary_kernel(const char* name, F f) {
+  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+      using A = acc_type<T>;
+      cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return f(A(a), A(b)); });
+    });
+  };
+}
+
+template <typename F>
+KernelFn unary_kernel(const char* name, F f) {
+  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+      using A = acc_type<T>;
+      cpu::elementwise<T, T>(out[0], {&in[0]}, [&](T a) { return f(A(a)); });
+    });
+  };
+}
+
+}  // namespace mf::elementwise_detail

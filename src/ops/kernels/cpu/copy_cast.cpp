@@ -1,0 +1,30 @@
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf::cpu {
+
+namespace {
+template <typename D, typename S>
+inline D convert(S v) {
+  if constexpr (std::is_same_v<D, bool>) return acc_type<S>(v) != acc_type<S>(0);
+  else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) return D(float(acc_type<S>(v)));
+  else return D(acc_type<S>(v));
+}
+}  // namespace
+
+void copy_cast(Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes()) {
+    const size_t nbytes = size_t(dst.numel()) * dst.element_size();
+    char* d = static_cast<char*>(dst.data_ptr());
+    const char* s = static_cast<const char*>(src.data_ptr());
+    parallel_for(0, int64_t(nbytes), 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, size_t(e - b)); });
+    return;
+  }
+  dispatch_dtype(dst.dtype(), [&]<typename D>() {
+    dispatch_dtype(src.dtype(), [&]<typename S>() {
+      elementwise<D, S>(dst, {&src}, [](S v) { return convert<D, S>(v); });
+    });
+  });
+}
+
+}  // namespace mf::cpu
