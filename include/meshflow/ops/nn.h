@@ -1,4 +1,6 @@
-// Neural-network ops (torch.nn.functional).
+// Neural-network ops (torch.nn.functional): softmax, normalisation,
+// embedding, dropout, losses and attention. Convolution and pooling are in
+// conv.h. Losses take reduction "mean", "sum" or "none".
 #pragma once
 
 #include <optional>
@@ -7,28 +9,6 @@
 #include "meshflow/tensor.h"
 
 namespace mf {
-
-// reduction: "mean", "sum" or "none".
-struct Conv2dArgs {
-  Shape stride = {1, 1};
-  Shape padding = {0, 0};
-  Shape dilation = {1, 1};
-  int64_t groups = 1;
-};
-// x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) or undefined.
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
-              const Conv2dArgs& args = {});
-struct Pool2dArgs {
-  Shape kernel_size;
-  Shape stride = {};  // empty: kernel_size
-  Shape padding = {0, 0};
-  Shape dilation = {1, 1};  // max_pool2d only
-  bool ceil_mode = false;
-  bool count_include_pad = true;  // avg_pool2d only
-};
-Tensor max_pool2d(const Tensor& x, const Pool2dArgs& args);
-Tensor avg_pool2d(const Tensor& x, const Pool2dArgs& args);
-Tensor adaptive_avg_pool2d(const Tensor& x, const Shape& output_size);
 
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
