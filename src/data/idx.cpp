@@ -55,7 +55,7 @@ Tensor read_idx(const std::string& path) {
   }
   const int ndim = magic[3];
   MF_CHECK(ndim >= 1 && ndim <= 8, Error, "read_idx: '", path, "' declares ", ndim, " dimensions");
-  Shape sizes(size_t(ndim));
+  Shape sizes(static_cast<size_t>(ndim));
   for (int i = 0; i < ndim; ++i) {
     unsigned char b[4];
     read_exact(file.get(), b, 4, path, "the sizes");
