@@ -354,6 +354,11 @@ NormalizedIndex normalize_index(const Tensor& t, const std::vector<TensorIndex>&
 }  // namespace
 
 Tensor index(const Tensor& t, const std::vector<TensorIndex>& indices) {
+  // t[mask] with a mask of t's shape: one pass, without the mask's coordinates.
+  if (indices.size() == 1)
+    if (const Tensor* mask = std::get_if<Tensor>(&indices[0]);
+        mask && mask->defined() && is_mask(*mask) && t.dim() > 0 && mask->sizes() == t.sizes())
+      return masked_select(t, to(*mask, DType::Bool));
   NormalizedIndex n = normalize_index(t, indices, "index");
   return gather_with_plan(t, n.plan.attrs(), n.indices);
 }

@@ -1,5 +1,7 @@
 // Indexing along one dim: index_select, index_add, gather, scatter,
-// scatter_add; and masked_select, nonzero.
+// scatter_add.
+#include <cstring>
+
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
@@ -142,9 +144,9 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .backward = [](const BackwardContext& ctx) {
-      const auto& m = ctx.input_metas[0];
-      return TensorList{scatter_add(zeros(m.sizes, {.dtype = m.dtype, .device = m.device}), ctx.attrs.get_int("dim"),
-                                    ctx.inputs[1], ctx.grad_outputs[0]),
+      static const OpDef& op = dispatch::op("gather_backward");
+      return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0], ctx.inputs[1]},
+                                            {{"dim", ctx.attrs.get_int("dim")}, {"input_sizes", ctx.input_metas[0].sizes}}),
                         Tensor()};
     },
     .save_inputs = 0b10,
@@ -152,13 +154,12 @@ MF_REGISTER_OP(OpDef{
 
 enum class ScatterMode { Copy, Add, Fill };
 
-// out = self, then out[... index[i] ...] = src[i] (+= for Add; the value
-// attr for Fill). Every index is checked before the first write. Lines along
-// dim run on one thread, in order, so repeated indices never race.
-void scatter_kernel(const TensorList& in, TensorList& out, const Attrs& attrs, ScatterMode mode, const char* name) {
-  Tensor& y = out[0];
-  const Tensor& index = in[1];
-  const int64_t dim = wrap_dim(attrs.get_int("dim"), y.dim(), name);
+// y = base (zeros when base is null), then y[... index[i] ...] = src[i] (+=
+// for Add; fill for Fill). Every index is checked before the first write.
+// Lines along dim run on one thread, in order, so repeated indices never
+// race and the last write wins.
+void scatter_into(Tensor& y, const Tensor* base, const Tensor& index, const Tensor* src, int64_t dim,
+                  ScatterMode mode, Scalar fill, const char* name) {
   const int64_t size = y.sizes()[size_t(dim)];
   const int64_t* ip = index.numel() ? index.data<int64_t>() : nullptr;
   StridedWalk<1> all(index.sizes(), {index.strides()});
@@ -171,18 +172,23 @@ void scatter_kernel(const TensorList& in, TensorList& out, const Attrs& attrs, S
       }
     });
   });
-  cpu::copy_cast(y, in[0]);
+  if (base) {
+    cpu::copy_cast(y, *base);
+  } else if (y.numel() > 0) {
+    char* p = static_cast<char*>(y.data_ptr());  // zero bits are 0 in every dtype
+    const int64_t bytes = y.numel() * int64_t(y.element_size());
+    parallel_for(0, bytes, 1 << 20, [&](int64_t b, int64_t e) { std::memset(p + b, 0, size_t(e - b)); });
+  }
   if (index.numel() == 0) return;
-  const Tensor src = mode == ScatterMode::Fill ? Tensor() : in[2];
   const int64_t line = index.sizes()[size_t(dim)];
   const int64_t index_step = index.strides()[size_t(dim)], out_step = y.strides()[size_t(dim)];
-  const int64_t src_step = src.defined() ? src.strides()[size_t(dim)] : 0;
+  const int64_t src_step = src ? src->strides()[size_t(dim)] : 0;
   StridedWalk<3> lines(with_size(index.sizes(), dim, 1),
-                       {index.strides(), strides_without(y, dim), src.defined() ? src.strides() : Shape(size_t(y.dim()), 0)});
+                       {index.strides(), strides_without(y, dim), src ? src->strides() : Shape(size_t(y.dim()), 0)});
   dispatch_dtype(y.dtype(), [&]<typename T>() {
     T* yp = static_cast<T*>(y.data_ptr());
-    const T* sp = src.defined() ? static_cast<const T*>(src.data_ptr()) : nullptr;
-    const T fill = mode == ScatterMode::Fill ? attrs.get_scalar("value").to<T>() : T();
+    const T* sp = src ? static_cast<const T*>(src->data_ptr()) : nullptr;
+    const T fill_value = fill.to<T>();
     parallel_for(0, lines.numel(), std::max<int64_t>(1, kGrainSize / line), [&](int64_t b, int64_t e) {
       lines.runs(b, e, {0, 0, 0}, [&](const auto& o, const auto& s, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
@@ -191,7 +197,7 @@ void scatter_kernel(const TensorList& in, TensorList& out, const Attrs& attrs, S
           for (int64_t k = 0; k < line; ++k) {
             T& dst = yl[il[k * index_step] * out_step];
             if (mode == ScatterMode::Fill) {
-              dst = fill;
+              dst = fill_value;
             } else {
               const T v = sp[o[2] + i * s[2] + k * src_step];
               if (mode == ScatterMode::Copy) dst = v;
@@ -204,6 +210,36 @@ void scatter_kernel(const TensorList& in, TensorList& out, const Attrs& attrs, S
     });
   });
 }
+
+KernelFn scatter_kernel(ScatterMode mode, const char* name) {
+  return [mode, name](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    const int64_t dim = wrap_dim(attrs.get_int("dim"), out[0].dim(), name);
+    const Scalar fill = mode == ScatterMode::Fill ? attrs.get_scalar("value") : Scalar(0);
+    scatter_into(out[0], &in[0], in[1], mode == ScatterMode::Fill ? nullptr : &in[2], dim, mode, fill, name);
+  };
+}
+
+// The gradient of gather: zeros of the input's shape, grad added at index.
+// (scatter_add into zeros, without reading a tensor of zeros.)
+MF_REGISTER_OP(OpDef{
+    .name = "gather_backward",
+    .inputs = {"grad", "index"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      const Shape& sizes = attrs.get_shape("input_sizes");
+      Tensor input = make_meta(sizes, in[0].dtype(), in[0].device());
+      const int64_t dim = wrap_dim(attrs.get_int("dim"), input.dim(), "gather_backward");
+      check_scatter_gather("gather_backward", input, dim, in[1], &in[0]);
+      return std::vector<TensorMeta>{{sizes, in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const int64_t dim = wrap_dim(attrs.get_int("dim"), out[0].dim(), "gather_backward");
+      scatter_into(out[0], nullptr, in[1], &in[0], dim, ScatterMode::Add, Scalar(0), "gather_backward");
+    },
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{gather(ctx.grad_outputs[0], ctx.attrs.get_int("dim"), ctx.inputs[1]), Tensor()};
+    },
+    .save_inputs = 0b10,
+});
 
 // The gradient of src: grad gathered at index, zero where src is not read.
 Tensor scatter_src_grad(const Tensor& grad, int64_t dim, const Tensor& index, const Shape& src_sizes) {
@@ -227,9 +263,7 @@ MF_REGISTER_OP(OpDef{
     .name = "scatter",
     .inputs = {"self", "index", "src"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_scatter("scatter", in, attrs); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      scatter_kernel(in, out, attrs, ScatterMode::Copy, "scatter");
-    },
+    .cpu_kernel = scatter_kernel(ScatterMode::Copy, "scatter"),
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       const int64_t dim = ctx.attrs.get_int("dim");
@@ -245,9 +279,7 @@ MF_REGISTER_OP(OpDef{
     .name = "scatter_value",
     .inputs = {"self", "index"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_scatter("scatter", in, attrs); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      scatter_kernel(in, out, attrs, ScatterMode::Fill, "scatter");
-    },
+    .cpu_kernel = scatter_kernel(ScatterMode::Fill, "scatter"),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{scatter(ctx.grad_outputs[0], ctx.attrs.get_int("dim"), ctx.inputs[1], Scalar(0)), Tensor()};
     },
@@ -258,9 +290,7 @@ MF_REGISTER_OP(OpDef{
     .name = "scatter_add",
     .inputs = {"self", "index", "src"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_scatter("scatter_add", in, attrs); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      scatter_kernel(in, out, attrs, ScatterMode::Add, "scatter_add");
-    },
+    .cpu_kernel = scatter_kernel(ScatterMode::Add, "scatter_add"),
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       TensorList grads(3);
@@ -270,86 +300,6 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b010,
-});
-
-// --- nonzero --------------------------------------------------------------------------
-
-// Chunks of the flat range of t, each with its count of non-zeros.
-struct NonzeroChunks {
-  int64_t chunk = 1;
-  std::vector<int64_t> counts;
-};
-
-template <typename T>
-bool is_nonzero(T v) {
-  if constexpr (std::is_same_v<T, bool>) return v;
-  else return acc_type<T>(v) != acc_type<T>(0);
-}
-
-NonzeroChunks count_nonzero_chunks(const Tensor& t) {
-  MF_CHECK(t.storage()->has_data(), Error,
-           "nonzero: the output shape depends on the data, so it cannot run on a tensor without data (tracing)");
-  NonzeroChunks c;
-  const int64_t n = t.numel();
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), n / kGrainSize));
-  c.chunk = std::max<int64_t>(1, (n + chunks - 1) / chunks);
-  c.counts.assign(size_t(chunks), 0);
-  StridedWalk<1> walk(t.sizes(), {t.strides()});
-  dispatch_dtype(t.dtype(), [&]<typename T>() {
-    const T* p = static_cast<const T*>(t.data_ptr());
-    parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        int64_t count = 0;
-        walk.runs(k * c.chunk, std::min(n, (k + 1) * c.chunk), {0}, [&](const auto& o, const auto& s, int64_t m) {
-          for (int64_t i = 0; i < m; ++i) count += is_nonzero(p[o[0] + i * s[0]]);
-        });
-        c.counts[size_t(k)] = count;
-      }
-    });
-  });
-  return c;
-}
-
-MF_REGISTER_OP(OpDef{
-    .name = "nonzero",
-    .inputs = {"input"},
-    .infer = [](const TensorList& in, const Attrs&) {
-      auto c = count_nonzero_chunks(in[0]);
-      int64_t total = 0;
-      for (int64_t k : c.counts) total += k;
-      return std::vector<TensorMeta>{{{total, in[0].dim()}, DType::Int64, in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      const Tensor& t = in[0];
-      auto c = count_nonzero_chunks(t);
-      std::vector<int64_t> start(c.counts.size(), 0);
-      for (size_t k = 1; k < start.size(); ++k) start[k] = start[k - 1] + c.counts[k - 1];
-      MF_CHECK(start.back() + c.counts.back() == out[0].sizes()[0], Error,
-               "nonzero: the input changed between shape inference and the kernel");
-      const int64_t nd = t.dim(), n = t.numel();
-      int64_t* op = out[0].data_ptr() ? out[0].data<int64_t>() : nullptr;
-      StridedWalk<1> walk(t.sizes(), {t.strides()});
-      dispatch_dtype(t.dtype(), [&]<typename T>() {
-        const T* p = static_cast<const T*>(t.data_ptr());
-        parallel_for(0, int64_t(c.counts.size()), 1, [&](int64_t b, int64_t e) {
-          for (int64_t k = b; k < e; ++k) {
-            int64_t row = start[size_t(k)], flat = k * c.chunk;
-            walk.runs(flat, std::min(n, (k + 1) * c.chunk), {0}, [&](const auto& o, const auto& s, int64_t m) {
-              for (int64_t i = 0; i < m; ++i, ++flat) {
-                if (!is_nonzero(p[o[0] + i * s[0]])) continue;
-                int64_t rem = flat;
-                for (int64_t d = nd - 1; d >= 0; --d) {
-                  op[row * nd + d] = rem % t.sizes()[size_t(d)];
-                  rem /= t.sizes()[size_t(d)];
-                }
-                ++row;
-              }
-            });
-          }
-        });
-      });
-    },
-    .differentiable = false,
 });
 
 }  // namespace
@@ -424,23 +374,6 @@ Tensor scatter(const Tensor& t, int64_t dim, const Tensor& index, Scalar value) 
 }
 Tensor scatter_add(const Tensor& t, int64_t dim, const Tensor& index, const Tensor& src) {
   return scatter_like("scatter_add", t, dim, index, &src, {});
-}
-
-Tensor masked_select(const Tensor& t, const Tensor& mask) {
-  MF_CHECK(mask.dtype() == DType::Bool, TypeError, "masked_select: expected a bool mask, got ",
-           dtype_name(mask.dtype()));
-  const Shape shape = broadcast_shapes(t.sizes(), mask.sizes(), "masked_select");
-  Tensor x = expand(t, shape), m = expand(mask, shape);
-  if (shape.empty()) {
-    x = reshape(x, {1});
-    m = reshape(m, {1});
-  }
-  return index(x, {m});
-}
-
-Tensor nonzero(const Tensor& t) {
-  static const OpDef& op = dispatch::op("nonzero");
-  return dispatch::apply_one(op, {t});
 }
 
 }  // namespace mf

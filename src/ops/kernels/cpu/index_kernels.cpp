@@ -63,6 +63,12 @@ void put_rows_typed(T* xp, const T* vp, const StridedWalk<2>& cells, const std::
   // Different cells never share an element of x, so threads split the cells
   // and each walks every row (duplicate rows stay on one thread, in order).
   parallel_for(0, cells.numel(), std::max<int64_t>(1, kGrainSize / rows), [&](int64_t c0, int64_t c1) {
+    if (cells.sizes().size() == 1) {  // the common case (e.g. embedding rows): plain pointer steps
+      const int64_t sx = cells.strides(0)[0], sv = cells.strides(1)[0];
+      for (int64_t b = 0; b < rows; ++b)
+        combine_run<Op>(xp + offsets[size_t(b)] + c0 * sx, vp + value_offsets[size_t(b)] + c0 * sv, sx, sv, c1 - c0);
+      return;
+    }
     for (int64_t b = 0; b < rows; ++b)
       cells.runs(c0, c1, {offsets[size_t(b)], value_offsets[size_t(b)]},
                  [&](const auto& o, const auto& s, int64_t n) { combine_run<Op>(xp + o[0], vp + o[1], s[0], s[1], n); });
