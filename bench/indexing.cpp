@@ -62,15 +62,17 @@ mf::Tensor random_longs(const mf::Shape& shape, int64_t hi, uint32_t seed) {
 }
 
 // Two output buffers used in turn, as the caching allocator hands out mf's
-// results (the previous result is still alive when the next one is made).
+// results (the previous result is still alive when the next one is made),
+// and from that allocator, so both sides write to the same kind of memory.
 template <typename T>
 struct Outputs {
-  std::vector<T> a, b;
+  mf::Tensor a, b;
   bool second = false;
-  explicit Outputs(int64_t n) : a(static_cast<size_t>(n)), b(static_cast<size_t>(n)) {}
+  explicit Outputs(int64_t n)
+      : a(mf::empty({n}, {.dtype = mf::dtype_of<T>()})), b(mf::empty({n}, {.dtype = mf::dtype_of<T>()})) {}
   T* next() {
     second = !second;
-    return second ? b.data() : a.data();
+    return (second ? b : a).template data<T>();
   }
 };
 

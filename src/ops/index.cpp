@@ -133,11 +133,22 @@ MF_REGISTER_OP(OpDef{
         E* op = static_cast<E*>(out[0].data_ptr());
         parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
           walk.runs(b, e, {0, 0, 0}, [&](const auto& o, const auto& s, int64_t n) {
-            for (int64_t i = 0; i < n; ++i) {
-              const int64_t v = ip[o[1] + i * s[1]];
-              if (v < 0 || v >= size) [[unlikely]]
+            const int64_t* il = ip + o[1];
+            const E* xl = xp + o[2];
+            E* ol = op + o[0];
+            auto check = [&](int64_t v) {
+              if (uint64_t(v) >= uint64_t(size)) [[unlikely]]
                 cpu::throw_index_out_of_range("gather", v, dim, size);
-              op[o[0] + i * s[0]] = xp[o[2] + i * s[2] + v * stride];
+            };
+            if (s[0] == 1 && s[1] == 1) {  // contiguous output and index (cross entropy's case)
+              for (int64_t i = 0; i < n; ++i) check(il[i]);
+              for (int64_t i = 0; i < n; ++i) ol[i] = xl[i * s[2] + il[i] * stride];
+              return;
+            }
+            for (int64_t i = 0; i < n; ++i) {
+              const int64_t v = il[i * s[1]];
+              check(v);
+              ol[i * s[0]] = xl[i * s[2] + v * stride];
             }
           });
         });
