@@ -1,5 +1,7 @@
 #include "ops/kernels/cpu/onednn.h"
 
+#include <cstring>
+
 #include "meshflow/error.h"
 
 namespace mf::cpu::onednn {
@@ -61,6 +63,44 @@ void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
   }
   prim.execute(stream(), args);
   stream().wait();
+}
+
+void append_key(std::vector<int64_t>& key, const dnnl::memory::desc& desc) {
+  const size_t n = (sizeof(desc.data) + sizeof(int64_t) - 1) / sizeof(int64_t);
+  const size_t at = key.size();
+  key.resize(at + n, 0);
+  std::memcpy(key.data() + at, &desc.data, sizeof(desc.data));
+}
+
+dnnl::memory scratch_memory(const dnnl::memory::desc& desc, Tensor& buffer) {
+  buffer = make_empty({int64_t(desc.get_size())}, DType::UInt8);
+  return dnnl::memory(desc, engine(), buffer.data_ptr());
+}
+
+namespace {
+struct Reorder {
+  std::shared_ptr<dnnl::reorder> primitive;
+  dnnl::memory::desc scratchpad;
+};
+}  // namespace
+
+void reorder(const dnnl::memory& src, const dnnl::memory& dst) {
+  static PrimitiveCache<Reorder> cache;
+  std::vector<int64_t> key;
+  append_key(key, src.get_desc());
+  append_key(key, dst.get_desc());
+  Reorder r = cache.get(key, [&] {
+    dnnl::reorder::primitive_desc pd(engine(), src.get_desc(), engine(), dst.get_desc(), default_attr());
+    return Reorder{std::make_shared<dnnl::reorder>(pd), pd.scratchpad_desc()};
+  });
+  execute(*r.primitive, r.scratchpad, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+}
+
+dnnl::memory in_layout(const dnnl::memory& src, const dnnl::memory::desc& desc, Tensor& buffer) {
+  if (src.get_desc() == desc) return src;
+  dnnl::memory out = scratch_memory(desc, buffer);
+  reorder(src, out);
+  return out;
 }
 
 }  // namespace mf::cpu::onednn

@@ -44,6 +44,19 @@ void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
 // Attributes every cached primitive is built with (user scratchpad).
 dnnl::primitive_attr default_attr();
 
+// Appends desc (its bytes: dims, type, layout) to a cache key.
+void append_key(std::vector<int64_t>& key, const dnnl::memory::desc& desc);
+
+// Memory of desc backed by a fresh buffer from meshflow's allocator; buffer
+// keeps it alive.
+dnnl::memory scratch_memory(const dnnl::memory::desc& desc, Tensor& buffer);
+// Copies src into dst (two layouts of one logical tensor) with a cached
+// reorder primitive.
+void reorder(const dnnl::memory& src, const dnnl::memory& dst);
+// src itself when it is laid out as desc, else a copy of it in that layout
+// (held by buffer).
+dnnl::memory in_layout(const dnnl::memory& src, const dnnl::memory::desc& desc, Tensor& buffer);
+
 struct KeyHash {
   size_t operator()(const std::vector<int64_t>& key) const {
     uint64_t h = 1469598103934665603ull;
