@@ -2,6 +2,8 @@
 // dedicated gradient op. The gradient ops are linear in the gradient, so
 // each one's own gradient is its partner (scatter <-> gather, pooling <->
 // its adjoint), which gives double backward. Kernels: kernels/cpu/pool.cpp.
+#include <limits>
+
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/shape.h"
@@ -100,6 +102,9 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"x"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
       Shape shape = pooled_shape(in[0], attrs, "max_pool2d");
+      MF_CHECK(in[0].size(2) * in[0].size(3) <= std::numeric_limits<int32_t>::max(), ValueError,
+               "max_pool2d: input planes of more than 2^31 - 1 elements are not supported, got ", in[0].size(2),
+               " x ", in[0].size(3));
       return std::vector<TensorMeta>{{shape, in[0].dtype(), in[0].device()}, {shape, DType::Int64, in[0].device()}};
     },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
