@@ -192,6 +192,8 @@ TEST(Dropout, HalfAndBadInput) {
   Tensor y = dropout(x, 0.5);
   EXPECT_EQ(y.dtype(), kBFloat16);
   for (double v : values(y)) EXPECT_TRUE(v == 0.0 || v == 2.0);
+  // NaN stays NaN in dropped positions too (x * 0), as in PyTorch.
+  for (double v : values(dropout(full({64}, NAN), 0.5))) EXPECT_TRUE(std::isnan(v));
   EXPECT_THROW(dropout(x, 1.5), ValueError);
   EXPECT_THROW(dropout(x, -0.1), ValueError);
   EXPECT_THROW(dropout(x, NAN), ValueError);

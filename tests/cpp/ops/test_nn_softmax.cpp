@@ -52,6 +52,10 @@ TEST(Softmax, LargeValuesAreStable) {
   EXPECT_EQ(y[2], 0.0);
   std::vector<double> ly = values(log_softmax(x, 0));
   EXPECT_NEAR(ly[2], -2001 - std::log1p(std::exp(-1.0)), 1e-3);
+  // A NaN poisons its own row only.
+  std::vector<double> nan_rows = values(softmax(from_vector({1, NAN, 2, 1, 2, 3}, {2, 3}), 1));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(nan_rows[size_t(i)]));
+  for (int i = 3; i < 6; ++i) EXPECT_FALSE(std::isnan(nan_rows[size_t(i)]));
   // -inf entries (masked positions) get exactly zero probability.
   expect_values(softmax(from_vector({0, -INFINITY, 0}, {3}), 0), {0.5, 0.0, 0.5});
 }
