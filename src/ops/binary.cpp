@@ -1,5 +1,6 @@
-// Broadcasting binary arithmetic: add, sub, mul, div, and PyTorch's type
-// promotion for them (Note [Type promotion] in dtype.cpp).
+// Broadcasting binary arithmetic: add, sub, mul, div (true, trunc, floor),
+// remainder, and PyTorch's type promotion for them (Note [Type promotion] in
+// dtype.cpp).
 #include <cmath>
 
 #include "meshflow/ops/creation.h"
@@ -25,16 +26,20 @@ DType combine(std::optional<DType> higher, DType lower) {
 }
 }  // namespace
 
-DType result_type(const Tensor& a, const Tensor& b) {
-  if (a.dtype() == b.dtype()) return a.dtype();
+DType elementwise_detail::common_dtype(std::initializer_list<const Tensor*> tensors) {
   std::optional<DType> dim_result, zero_result;
-  for (const Tensor* t : {&a, &b}) {
+  for (const Tensor* t : tensors) {
     auto& slot = t->dim() == 0 ? zero_result : dim_result;
     slot = slot ? promote_types(*slot, t->dtype()) : t->dtype();
   }
   if (!dim_result) return *zero_result;
   if (!zero_result) return *dim_result;
   return combine(dim_result, *zero_result);
+}
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  if (a.dtype() == b.dtype()) return a.dtype();
+  return common_dtype({&a, &b});
 }
 
 DType result_type(const Tensor& a, Scalar b) {
@@ -152,6 +157,136 @@ MF_REGISTER_OP(OpDef{
     .inplace = true,
 });
 
+// Note [Integer division]: integer division by zero throws (PyTorch raises
+// ZeroDivisionError), and x / -1 is computed as a wrapping negation because
+// the hardware traps on INT_MIN / -1.
+template <typename T>
+void check_divisor(T b, const char* op) {
+  MF_CHECK(b != T(0), Error, op, ": ZeroDivisionError (integer division by zero)");
+}
+
+template <typename T>
+T negate_wrapping(T a) {
+  return T(uint64_t(0) - uint64_t(int64_t(a)));
+}
+
+template <typename T>
+T div_trunc_int(T a, T b) {
+  check_divisor(b, "div");
+  if constexpr (std::is_signed_v<T>)
+    if (b == T(-1)) return negate_wrapping(a);
+  return T(a / b);
+}
+
+template <typename T>
+T div_floor_int(T a, T b) {
+  check_divisor(b, "div");
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return negate_wrapping(a);
+    T q = T(a / b);
+    if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+    return q;
+  }
+  return T(a / b);
+}
+
+// PyTorch's div_floor_floating: exact for large quotients, signed zeros kept.
+template <typename A>
+A div_floor_float(A a, A b) {
+  if (b == A(0)) return a / b;
+  A mod = std::fmod(a, b);
+  A quotient = (a - mod) / b;
+  if (mod != A(0) && ((b < A(0)) != (mod < A(0)))) quotient -= A(1);
+  if (quotient == A(0)) return std::copysign(A(0), a / b);
+  A floored = std::floor(quotient);
+  if (quotient - floored > A(0.5)) floored += A(1);
+  return floored;
+}
+
+// Python's %: the result has the divisor's sign.
+template <typename T>
+T remainder_int(T a, T b) {
+  check_divisor(b, "remainder");
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+    T r = T(a % b);
+    if (r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
+    return r;
+  }
+  return T(a % b);
+}
+
+template <typename A>
+A remainder_float(A a, A b) {
+  A mod = std::fmod(a, b);
+  if (mod != A(0) && ((b < A(0)) != (mod < A(0)))) mod += b;
+  return mod;
+}
+
+// Gradient of a piecewise-constant op: zero for every input that needs one.
+TensorList zero_grads(const BackwardContext& ctx) {
+  TensorList grads(ctx.input_metas.size());
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (ctx.needs_input_grad[i])
+      grads[i] = zeros(ctx.input_metas[i].sizes, {.dtype = ctx.input_metas[i].dtype, .device = ctx.input_metas[i].device});
+  return grads;
+}
+
+// div with rounding_mode "trunc" or "floor" (attr "mode").
+MF_REGISTER_OP(OpDef{
+    .name = "div_rounding",
+    .inputs = {"input", "other"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      MF_CHECK(in[0].dtype() != DType::Bool, TypeError, "div: rounding division is not supported for bool tensors");
+      return infer_broadcast("div", in);
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const bool floor_mode = attrs.get_string("mode") == "floor";
+      dispatch_numeric(in[0].dtype(), "div", [&]<typename T>() {
+        using A = acc_type<T>;
+        if constexpr (is_floating_type_v<T>) {
+          if (floor_mode)
+            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return div_floor_float(A(a), A(b)); });
+          else
+            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return std::trunc(A(a) / A(b)); });
+        } else {
+          if (floor_mode)
+            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return div_floor_int(a, b); });
+          else
+            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return div_trunc_int(a, b); });
+        }
+      });
+    },
+    .backward = zero_grads,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "remainder",
+    .inputs = {"input", "other"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      MF_CHECK(in[0].dtype() != DType::Bool, TypeError, "remainder: not supported for bool tensors");
+      return infer_broadcast("remainder", in);
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
+      dispatch_numeric(in[0].dtype(), "remainder", [&]<typename T>() {
+        using A = acc_type<T>;
+        if constexpr (is_floating_type_v<T>)
+          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return remainder_float(A(a), A(b)); });
+        else
+          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return remainder_int(a, b); });
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& g = ctx.grad_outputs[0];
+      TensorList grads(2);
+      if (ctx.needs_input_grad[0]) grads[0] = sum_to(g, ctx.input_metas[0].sizes);
+      if (ctx.needs_input_grad[1])
+        grads[1] = sum_to(neg(mul(g, div(ctx.inputs[0], ctx.inputs[1], "floor"))), ctx.input_metas[1].sizes);
+      return grads;
+    },
+    .save_inputs = 0b11,
+});
+
 MF_REGISTER_OP(OpDef{
     .name = "neg",
     .inputs = {"input"},
@@ -225,12 +360,22 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode) {
     DType dt = result_type(a, b);
     return dispatch::apply_one(op, {to(a, dt), to(b, dt)}, {{"mode", rounding_mode}});
   }
-  DType dt = to_floating(result_type(a, b));
+  DType dt = floating_result(result_type(a, b));
   return dispatch::apply_one(op_div(), {to(a, dt), to(b, dt)});
 }
 Tensor div(const Tensor& a, Scalar b, const std::string& rounding_mode) {
   DType dt = result_type(a, b);
   return div(a, scalar_tensor(b, dt, a.device()), rounding_mode);
+}
+Tensor floor_divide(const Tensor& a, const Tensor& b) { return div(a, b, "floor"); }
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  static const OpDef& op = dispatch::op("remainder");
+  DType dt = result_type(a, b);
+  return dispatch::apply_one(op, {to(a, dt), to(b, dt)});
+}
+Tensor remainder(const Tensor& a, Scalar b) {
+  DType dt = result_type(a, b);
+  return remainder(a, scalar_tensor(b, dt, a.device()));
 }
 Tensor neg(const Tensor& t) {
   static const OpDef& op = dispatch::op("neg");
@@ -283,7 +428,7 @@ Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
 Tensor operator-(Scalar a, const Tensor& b) { return rsub(b, a); }
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(Scalar a, const Tensor& b) {
-  DType dt = to_floating(result_type(b, a));
+  DType dt = floating_result(result_type(b, a));
   return div(scalar_tensor(a, dt, b.device()), b);
 }
 Tensor operator-(const Tensor& t) { return neg(t); }

@@ -9,6 +9,30 @@
 
 namespace mf::elementwise_detail {
 
+// The dtype a floating function (exp, sqrt, true division) of a tensor of
+// dtype d computes in: integers and bool go to the default float dtype, like
+// PyTorch's int-to-float promotion.
+inline DType floating_result(DType d) { return is_floating(d) ? d : default_dtype(); }
+
+// result_type over any number of tensors (addcmul, clamp): dimensioned
+// tensors outrank 0-d ones within a category, as in the two-tensor form.
+DType common_dtype(std::initializer_list<const Tensor*> tensors);
+
+inline bool is_numeric(DType d) { return d != DType::Bool; }
+inline bool is_integral_or_bool(DType d) { return !is_floating(d); }
+
+// Infers a unary op whose output has the input's shape and dtype (or
+// out_dtype); `accepts` says which input dtypes the kernel takes and
+// `expected` names them for the error.
+inline InferFn infer_unary(const char* op, bool (*accepts)(DType), const char* expected,
+                           std::optional<DType> out_dtype = {}) {
+  return [=](const TensorList& in, const Attrs&) {
+    MF_CHECK(accepts(in[0].dtype()), TypeError, op, ": expected ", expected, " tensor, got ",
+             dtype_name(in[0].dtype()));
+    return std::vector<TensorMeta>{{in[0].sizes(), out_dtype.value_or(in[0].dtype()), in[0].device()}};
+  };
+}
+
 // Infers a broadcasting op whose inputs share one dtype; the output has that
 // dtype, or out_dtype when given (comparisons: bool).
 inline std::vector<TensorMeta> infer_broadcast(const char* op, const TensorList& in,
@@ -29,6 +53,28 @@ template <typename F>
 KernelFn binary_kernel(const char* name, F f) {
   return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
     dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+      using A = acc_type<T>;
+      cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return f(A(a), A(b)); });
+    });
+  };
+}
+
+// out = f(a) in acc_type<T> for the floating dtypes (float for the 16-bit
+// ones, so std:: functions run their float versions).
+template <typename F>
+KernelFn floating_unary_kernel(const char* name, F f) {
+  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_floating(in[0].dtype(), name, [&]<typename T>() {
+      using A = acc_type<T>;
+      cpu::elementwise<T, T>(out[0], {&in[0]}, [&](T a) { return f(A(a)); });
+    });
+  };
+}
+
+template <typename F>
+KernelFn floating_binary_kernel(const char* name, F f) {
+  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_floating(in[0].dtype(), name, [&]<typename T>() {
       using A = acc_type<T>;
       cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return f(A(a), A(b)); });
     });

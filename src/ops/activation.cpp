@@ -1,0 +1,314 @@
+// Activations and clamping: relu, gelu, silu, leaky_relu, elu, softplus,
+// clamp (scalar and tensor bounds), and the in-place relu_ / clamp_.
+#include <cmath>
+
+#include "meshflow/ops/creation.h"
+#include "ops/elementwise_common.h"
+
+namespace mf {
+
+using namespace elementwise_detail;
+
+namespace {
+
+constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2 pi)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
+constexpr double kGeluTanhCoeff = 0.044715;
+
+InferFn infer_floating(const char* op) { return infer_unary(op, is_floating, "a floating-point"); }
+
+MF_REGISTER_OP(OpDef{
+    .name = "relu",
+    .inputs = {"input"},
+    .infer = infer_unary("relu", is_numeric, "a numeric (non-bool)"),
+    // a < 0 ? 0 : a keeps NaN (PyTorch's relu propagates it).
+    .cpu_kernel = unary_kernel("relu", [](auto a) { return a < decltype(a)(0) ? decltype(a)(0) : a; }),
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{where(gt(ctx.outputs[0], 0), ctx.grad_outputs[0], Scalar(0))};
+    },
+    .save_outputs = 0b1,
+    .inplace = true,
+});
+
+// gelu(x) = x Phi(x), Phi the standard normal CDF; "tanh" approximates Phi
+// by (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2.
+MF_REGISTER_OP(OpDef{
+    .name = "gelu",
+    .inputs = {"input"},
+    .infer = infer_floating("gelu"),
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const bool tanh_form = attrs.get_string("approximate") == "tanh";
+      dispatch_floating(in[0].dtype(), "gelu", [&]<typename T>() {
+        using A = acc_type<T>;
+        if (tanh_form) {
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) {
+            A x = A(t);
+            A inner = A(kSqrt2OverPi) * (x + A(kGeluTanhCoeff) * x * x * x);
+            return A(0.5) * x * (A(1) + std::tanh(inner));
+          });
+        } else {
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) {
+            A x = A(t);
+            return A(0.5) * x * (A(1) + std::erf(x * A(kSqrtHalf)));
+          });
+        }
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& x = ctx.inputs[0];
+      Tensor dx;
+      if (ctx.attrs.get_string("approximate") == "tanh") {
+        // d/dx [x (1 + t) / 2], t = tanh(u), u = c (x + k x^3):
+        //   (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2
+        Tensor x2 = square(x);
+        Tensor t = tanh(mul(add(x, mul(mul(x2, x), kGeluTanhCoeff)), kSqrt2OverPi));
+        Tensor du = mul(add(mul(x2, 3 * kGeluTanhCoeff), 1.0), kSqrt2OverPi);
+        dx = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, rsub(square(t), 1.0)), du), 0.5));
+      } else {
+        // Phi(x) + x phi(x)
+        Tensor cdf = mul(add(erf(mul(x, kSqrtHalf)), 1.0), 0.5);
+        Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
+        dx = add(cdf, mul(x, pdf));
+      }
+      return TensorList{mul(ctx.grad_outputs[0], dx)};
+    },
+    .save_inputs = 0b1,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "silu",
+    .inputs = {"input"},
+    .infer = infer_floating("silu"),
+    .cpu_kernel = floating_unary_kernel("silu", [](auto x) {
+      using A = decltype(x);
+      return x / (A(1) + std::exp(-x));
+    }),
+    .backward = [](const BackwardContext& ctx) {
+      // s (1 + x (1 - s)), s = sigmoid(x)
+      const Tensor& x = ctx.inputs[0];
+      Tensor s = sigmoid(x);
+      return TensorList{mul(ctx.grad_outputs[0], mul(s, add(mul(x, rsub(s, 1.0)), 1.0)))};
+    },
+    .save_inputs = 0b1,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "leaky_relu",
+    .inputs = {"input"},
+    .infer = infer_floating("leaky_relu"),
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const double slope = attrs.get_float("negative_slope");
+      dispatch_floating(in[0].dtype(), "leaky_relu", [&]<typename T>() {
+        using A = acc_type<T>;
+        const A s = A(slope);
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [s](T t) { return A(t) > A(0) ? A(t) : A(t) * s; });
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& g = ctx.grad_outputs[0];
+      return TensorList{where(gt(ctx.inputs[0], 0), g, mul(g, ctx.attrs.get_float("negative_slope")))};
+    },
+    .save_inputs = 0b1,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "elu",
+    .inputs = {"input"},
+    .infer = infer_floating("elu"),
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const double alpha = attrs.get_float("alpha");
+      dispatch_floating(in[0].dtype(), "elu", [&]<typename T>() {
+        using A = acc_type<T>;
+        const A al = A(alpha);
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [al](T t) { return A(t) > A(0) ? A(t) : al * std::expm1(A(t)); });
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& g = ctx.grad_outputs[0];
+      const Tensor& x = ctx.inputs[0];
+      const double alpha = ctx.attrs.get_float("alpha");
+      return TensorList{where(gt(x, 0), g, mul(g, mul(exp(x), alpha)))};
+    },
+    .save_inputs = 0b1,
+});
+
+// softplus(x) = log(1 + exp(beta x)) / beta, and x where beta x > threshold.
+MF_REGISTER_OP(OpDef{
+    .name = "softplus",
+    .inputs = {"input"},
+    .infer = infer_floating("softplus"),
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const double beta = attrs.get_float("beta"), threshold = attrs.get_float("threshold");
+      dispatch_floating(in[0].dtype(), "softplus", [&]<typename T>() {
+        using A = acc_type<T>;
+        const A b = A(beta), th = A(threshold);
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [b, th](T t) {
+          A x = A(t);
+          return x * b > th ? x : std::log1p(std::exp(x * b)) / b;
+        });
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& g = ctx.grad_outputs[0];
+      Tensor bx = mul(ctx.inputs[0], ctx.attrs.get_float("beta"));
+      return TensorList{where(gt(bx, ctx.attrs.get_float("threshold")), g, mul(g, sigmoid(bx)))};
+    },
+    .save_inputs = 0b1,
+});
+
+// --- clamp ------------------------------------------------------------------------------
+
+// clamp with scalar bounds: min(max(x, lo), hi), NaN kept. Attrs "min" and
+// "max" are present only for the bounds given.
+MF_REGISTER_OP(OpDef{
+    .name = "clamp",
+    .inputs = {"input"},
+    .infer = infer_unary("clamp", is_numeric, "a numeric (non-bool)"),
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const bool has_min = attrs.has("min"), has_max = attrs.has("max");
+      dispatch_numeric(in[0].dtype(), "clamp", [&]<typename T>() {
+        using A = acc_type<T>;
+        const A lo = has_min ? attrs.get_scalar("min").to<A>() : A(0);
+        const A hi = has_max ? attrs.get_scalar("max").to<A>() : A(0);
+        if (has_min && has_max)
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [lo, hi](T t) {
+            A x = A(t);
+            x = x < lo ? lo : x;
+            return x > hi ? hi : x;
+          });
+        else if (has_min)
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [lo](T t) { return A(t) < lo ? lo : A(t); });
+        else
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [hi](T t) { return A(t) > hi ? hi : A(t); });
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& x = ctx.inputs[0];
+      Tensor keep;
+      if (ctx.attrs.has("min")) keep = ge(x, ctx.attrs.get_scalar("min"));
+      if (ctx.attrs.has("max")) {
+        Tensor below = le(x, ctx.attrs.get_scalar("max"));
+        keep = keep.defined() ? logical_and(keep, below) : below;
+      }
+      return TensorList{where(keep, ctx.grad_outputs[0], Scalar(0))};
+    },
+    .save_inputs = 0b1,
+    .inplace = true,
+});
+
+// One tensor bound: kMin gives max(x, bound), else min(x, bound). The
+// gradient reaches x where it is kept (ties included, as in PyTorch) and the
+// bound elsewhere.
+template <bool kMin>
+OpDef clamp_tensor_op(const char* name) {
+  return OpDef{
+      .name = name,
+      .inputs = {"input", kMin ? "min" : "max"},
+      .infer = [name](const TensorList& in, const Attrs&) {
+        MF_CHECK(in[0].dtype() != DType::Bool, TypeError, name, ": not supported for bool tensors");
+        return infer_broadcast(name, in);
+      },
+      .cpu_kernel = binary_kernel(name, [](auto x, auto bound) {
+        if constexpr (kMin) return x < bound ? bound : x;
+        else return x > bound ? bound : x;
+      }),
+      .backward = [](const BackwardContext& ctx) {
+        const Tensor& g = ctx.grad_outputs[0];
+        Tensor keep = kMin ? ge(ctx.inputs[0], ctx.inputs[1]) : le(ctx.inputs[0], ctx.inputs[1]);
+        TensorList grads(2);
+        if (ctx.needs_input_grad[0]) grads[0] = sum_to(where(keep, g, Scalar(0)), ctx.input_metas[0].sizes);
+        if (ctx.needs_input_grad[1]) grads[1] = sum_to(where(keep, Scalar(0), g), ctx.input_metas[1].sizes);
+        return grads;
+      },
+      .save_inputs = 0b11,
+  };
+}
+
+MF_REGISTER_OP(clamp_tensor_op<true>("clamp_min_tensor"));
+MF_REGISTER_OP(clamp_tensor_op<false>("clamp_max_tensor"));
+
+const OpDef& op_relu() {
+  static const OpDef& op = dispatch::op("relu");
+  return op;
+}
+const OpDef& op_clamp() {
+  static const OpDef& op = dispatch::op("clamp");
+  return op;
+}
+
+// The dtype of clamp(t, min, max) with scalar bounds, and its attrs.
+DType clamp_dtype(const Tensor& t, std::optional<Scalar> min, std::optional<Scalar> max, Attrs& attrs) {
+  MF_CHECK(min || max, ValueError, "clamp: at least one of 'min' or 'max' must not be None");
+  DType dt = t.dtype();
+  if (min) {
+    dt = result_type(t, *min);
+    attrs.set("min", *min);
+  }
+  if (max) {
+    DType with_max = result_type(t, *max);
+    dt = promote_types(dt, with_max);
+    attrs.set("max", *max);
+  }
+  return dt;
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& t) { return dispatch::apply_one(op_relu(), {t}); }
+Tensor& relu_(Tensor& t) {
+  dispatch::apply_inplace(op_relu(), {t});
+  return t;
+}
+
+Tensor gelu(const Tensor& t, const std::string& approximate) {
+  static const OpDef& op = dispatch::op("gelu");
+  MF_CHECK(approximate == "none" || approximate == "tanh", ValueError,
+           "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+  return dispatch::apply_one(op, {t}, {{"approximate", approximate}});
+}
+Tensor silu(const Tensor& t) {
+  static const OpDef& op = dispatch::op("silu");
+  return dispatch::apply_one(op, {t});
+}
+Tensor leaky_relu(const Tensor& t, double negative_slope) {
+  static const OpDef& op = dispatch::op("leaky_relu");
+  return dispatch::apply_one(op, {t}, {{"negative_slope", negative_slope}});
+}
+Tensor elu(const Tensor& t, double alpha) {
+  static const OpDef& op = dispatch::op("elu");
+  return dispatch::apply_one(op, {t}, {{"alpha", alpha}});
+}
+Tensor softplus(const Tensor& t, double beta, double threshold) {
+  static const OpDef& op = dispatch::op("softplus");
+  return dispatch::apply_one(op, {t}, {{"beta", beta}, {"threshold", threshold}});
+}
+
+Tensor clamp(const Tensor& t, std::optional<Scalar> min, std::optional<Scalar> max) {
+  Attrs attrs;
+  DType dt = clamp_dtype(t, min, max, attrs);
+  return dispatch::apply_one(op_clamp(), {to(t, dt)}, attrs);
+}
+Tensor& clamp_(Tensor& t, std::optional<Scalar> min, std::optional<Scalar> max) {
+  Attrs attrs;
+  DType dt = clamp_dtype(t, min, max, attrs);
+  MF_CHECK(dt == t.dtype() || is_floating(t.dtype()), TypeError, "clamp_: result type ", dtype_name(dt),
+           " can't be cast to the desired output type ", dtype_name(t.dtype()));
+  dispatch::apply_inplace(op_clamp(), {t}, attrs);
+  return t;
+}
+
+Tensor clamp(const Tensor& t, const Tensor& min, const Tensor& max) {
+  static const OpDef& op_min = dispatch::op("clamp_min_tensor");
+  static const OpDef& op_max = dispatch::op("clamp_max_tensor");
+  MF_CHECK(min.defined() || max.defined(), ValueError, "clamp: at least one of 'min' or 'max' must not be None");
+  DType dt = t.dtype();
+  if (min.defined() && max.defined()) dt = common_dtype({&t, &min, &max});
+  else dt = result_type(t, min.defined() ? min : max);
+  Tensor out = to(t, dt);
+  if (min.defined()) out = dispatch::apply_one(op_min, {out, to(min, dt)});
+  if (max.defined()) out = dispatch::apply_one(op_max, {out, to(max, dt)});
+  return out;
+}
+
+}  // namespace mf

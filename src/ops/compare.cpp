@@ -1,0 +1,187 @@
+// Comparisons (eq ne lt le gt ge), logical and bitwise ops, isnan/isinf/
+// isfinite. Comparisons and logical ops compare in the promoted dtype and
+// return bool; none of these ops has a gradient.
+#include <cmath>
+#include <functional>
+
+#include "ops/elementwise_common.h"
+
+namespace mf {
+
+using namespace elementwise_detail;
+
+namespace {
+
+std::vector<TensorMeta> infer_bool_result(const char* op, const TensorList& in) {
+  return infer_broadcast(op, in, DType::Bool);
+}
+
+// A bool-valued binary op over any input dtype: out = f(a, b) in acc_type.
+template <typename F>
+OpDef predicate_op(const char* name, F f) {
+  return OpDef{
+      .name = name,
+      .inputs = {"input", "other"},
+      .infer = [name](const TensorList& in, const Attrs&) { return infer_bool_result(name, in); },
+      .cpu_kernel = [f](const TensorList& in, TensorList& out, const Attrs&) {
+        dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+          using A = acc_type<T>;
+          cpu::elementwise<bool, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return f(A(a), A(b)); });
+        });
+      },
+      .differentiable = false,
+  };
+}
+
+MF_REGISTER_OP(predicate_op("eq", std::equal_to<>()));
+MF_REGISTER_OP(predicate_op("ne", std::not_equal_to<>()));
+MF_REGISTER_OP(predicate_op("lt", std::less<>()));
+MF_REGISTER_OP(predicate_op("le", std::less_equal<>()));
+MF_REGISTER_OP(predicate_op("gt", std::greater<>()));
+MF_REGISTER_OP(predicate_op("ge", std::greater_equal<>()));
+MF_REGISTER_OP(predicate_op("logical_and", [](auto a, auto b) { return (a != 0) && (b != 0); }));
+MF_REGISTER_OP(predicate_op("logical_or", [](auto a, auto b) { return (a != 0) || (b != 0); }));
+MF_REGISTER_OP(predicate_op("logical_xor", [](auto a, auto b) { return (a != 0) != (b != 0); }));
+
+// A bool-valued unary op over any input dtype.
+template <typename F>
+OpDef unary_predicate_op(const char* name, F f) {
+  return OpDef{
+      .name = name,
+      .inputs = {"input"},
+      .infer = infer_unary(name, [](DType) { return true; }, "any", DType::Bool),
+      .cpu_kernel = [f](const TensorList& in, TensorList& out, const Attrs&) {
+        dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+          using A = acc_type<T>;
+          cpu::elementwise<bool, T>(out[0], {&in[0]}, [&](T a) { return f(A(a)); });
+        });
+      },
+      .differentiable = false,
+  };
+}
+
+MF_REGISTER_OP(unary_predicate_op("logical_not", [](auto a) { return a == 0; }));
+MF_REGISTER_OP(unary_predicate_op("isnan", [](auto a) {
+  if constexpr (std::is_floating_point_v<decltype(a)>) return std::isnan(a);
+  else return false;
+}));
+MF_REGISTER_OP(unary_predicate_op("isinf", [](auto a) {
+  if constexpr (std::is_floating_point_v<decltype(a)>) return std::isinf(a);
+  else return false;
+}));
+MF_REGISTER_OP(unary_predicate_op("isfinite", [](auto a) {
+  if constexpr (std::is_floating_point_v<decltype(a)>) return std::isfinite(a);
+  else return true;
+}));
+
+// Bitwise ops of bool and integer tensors; the result keeps the dtype.
+template <typename F>
+KernelFn bitwise_kernel(const char* name, F f) {
+  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+      if constexpr (!is_floating_type_v<T>)
+        cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return T(f(a, b)); });
+      else
+        throw TypeError(detail::concat(name, ": expected bool or integer tensors, got ", dtype_name(in[0].dtype())));
+    });
+  };
+}
+
+OpDef bitwise_op(const char* name, KernelFn kernel) {
+  return OpDef{
+      .name = name,
+      .inputs = {"input", "other"},
+      .infer = [name](const TensorList& in, const Attrs&) {
+        MF_CHECK(!is_floating(in[0].dtype()), TypeError, name, ": expected bool or integer tensors, got ",
+                 dtype_name(in[0].dtype()));
+        return infer_broadcast(name, in);
+      },
+      .cpu_kernel = std::move(kernel),
+      .differentiable = false,
+  };
+}
+
+MF_REGISTER_OP(bitwise_op("bitwise_and", bitwise_kernel("bitwise_and", [](auto a, auto b) { return a & b; })));
+MF_REGISTER_OP(bitwise_op("bitwise_or", bitwise_kernel("bitwise_or", [](auto a, auto b) { return a | b; })));
+MF_REGISTER_OP(bitwise_op("bitwise_xor", bitwise_kernel("bitwise_xor", [](auto a, auto b) { return a ^ b; })));
+
+MF_REGISTER_OP(OpDef{
+    .name = "bitwise_not",
+    .inputs = {"input"},
+    .infer = infer_unary("bitwise_not", is_integral_or_bool, "a bool or integer"),
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
+      dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+        if constexpr (std::is_same_v<T, bool>)
+          cpu::elementwise<bool, bool>(out[0], {&in[0]}, [](bool a) { return !a; });
+        else if constexpr (!is_floating_type_v<T>)
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T a) { return T(~a); });
+        else
+          throw TypeError(detail::concat("bitwise_not: expected a bool or integer tensor, got ",
+                                         dtype_name(in[0].dtype())));
+      });
+    },
+    .differentiable = false,
+});
+
+// Both operands in their common dtype (a Scalar as a 0-d tensor of it).
+Tensor apply_promoted(const OpDef& op, const Tensor& a, const Tensor& b) {
+  DType dt = result_type(a, b);
+  return dispatch::apply_one(op, {to(a, dt), to(b, dt)});
+}
+Tensor apply_promoted(const OpDef& op, const Tensor& a, Scalar b) {
+  DType dt = result_type(a, b);
+  return dispatch::apply_one(op, {to(a, dt), scalar_tensor(b, dt, a.device())});
+}
+
+}  // namespace
+
+#define MF_DEFINE_BINARY(name)                                   \
+  Tensor name(const Tensor& a, const Tensor& b) {                \
+    static const OpDef& op = dispatch::op(#name);                \
+    return apply_promoted(op, a, b);                             \
+  }
+#define MF_DEFINE_COMPARISON(name)                               \
+  MF_DEFINE_BINARY(name)                                         \
+  Tensor name(const Tensor& a, Scalar b) {                       \
+    static const OpDef& op = dispatch::op(#name);                \
+    return apply_promoted(op, a, b);                             \
+  }
+
+MF_DEFINE_COMPARISON(eq)
+MF_DEFINE_COMPARISON(ne)
+MF_DEFINE_COMPARISON(lt)
+MF_DEFINE_COMPARISON(le)
+MF_DEFINE_COMPARISON(gt)
+MF_DEFINE_COMPARISON(ge)
+MF_DEFINE_BINARY(logical_and)
+MF_DEFINE_BINARY(logical_or)
+MF_DEFINE_BINARY(logical_xor)
+MF_DEFINE_BINARY(bitwise_and)
+MF_DEFINE_BINARY(bitwise_or)
+MF_DEFINE_BINARY(bitwise_xor)
+
+#undef MF_DEFINE_COMPARISON
+#undef MF_DEFINE_BINARY
+
+Tensor logical_not(const Tensor& t) {
+  static const OpDef& op = dispatch::op("logical_not");
+  return dispatch::apply_one(op, {t});
+}
+Tensor bitwise_not(const Tensor& t) {
+  static const OpDef& op = dispatch::op("bitwise_not");
+  return dispatch::apply_one(op, {t});
+}
+Tensor isnan(const Tensor& t) {
+  static const OpDef& op = dispatch::op("isnan");
+  return dispatch::apply_one(op, {t});
+}
+Tensor isinf(const Tensor& t) {
+  static const OpDef& op = dispatch::op("isinf");
+  return dispatch::apply_one(op, {t});
+}
+Tensor isfinite(const Tensor& t) {
+  static const OpDef& op = dispatch::op("isfinite");
+  return dispatch::apply_one(op, {t});
+}
+
+}  // namespace mf
