@@ -269,7 +269,12 @@ MF_REGISTER_OP(OpDef{
                                      {ws, x.dtype(), x.device()}};
     },
     .cpu_kernel = backward_kernel,
-    .differentiable = false,
+    // Its own derivative (double backward) is not implemented: asking for
+    // it is an error rather than a silently missing gradient.
+    .backward = [](const BackwardContext&) -> TensorList {
+      throw Error("batch_norm_backward: double backward (differentiating a gradient computed by this fused op) is not "
+                  "implemented");
+    },
 });
 
 void check_channel_arg(const char* name, const Tensor& t, int64_t channels) {

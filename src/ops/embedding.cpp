@@ -4,6 +4,7 @@
 
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
@@ -99,7 +100,19 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{{{attrs.get_int("num_weights"), g.sizes().back()}, g.dtype(), g.device()}};
     },
     .cpu_kernel = embedding_backward_kernel,
-    .differentiable = false,
+    // Linear in grad: the derivative w.r.t. grad gathers the incoming
+    // gradient's rows, zero for padding_idx.
+    .backward = [](const BackwardContext& ctx) {
+      static const OpDef& op = dispatch::op("embedding");
+      TensorList grads(2);
+      if (!ctx.needs_input_grad[0]) return grads;
+      const Tensor& indices = ctx.inputs[1];
+      grads[0] = dispatch::apply_one(op, {ctx.grad_outputs[0], indices}, {{"padding_idx", int64_t(-1)}});
+      const int64_t padding = ctx.attrs.get_int("padding_idx");
+      if (padding >= 0) grads[0] = mul(grads[0], unsqueeze(ne(indices, Scalar(padding)), -1));
+      return grads;
+    },
+    .save_inputs = 0b10,
 });
 
 }  // namespace

@@ -328,7 +328,12 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
     },
     .cpu_kernel = ce_backward_kernel,
-    .differentiable = false,
+    // Its own derivative (double backward) is not implemented: asking for
+    // it is an error rather than a silently missing gradient.
+    .backward = [](const BackwardContext&) -> TensorList {
+      throw Error("cross_entropy_backward: double backward (differentiating a gradient computed by this fused op) is not "
+                  "implemented");
+    },
 });
 
 // --- functional ----------------------------------------------------------------------

@@ -93,21 +93,12 @@ MF_REGISTER_OP(OpDef{
 //   d/dt = w * (-x + (pos_weight - 1) * sp(-x))
 //   d/dpos_weight = w * t * sp(-x)
 //   d/dw = loss / w
-// Inputs (x, t, w, pos_weight); w and pos_weight broadcast to x's shape and
-// may be undefined (1).
+// The forward op takes (x, t, w, pos_weight); w and pos_weight broadcast to
+// x's shape and may be undefined (1). Reductions use sum and mean.
 
 template <typename A>
 inline A softplus_neg(A x) {  // sp(-x)
   return std::max(-x, A(0)) + std::log1p(std::exp(-std::abs(x)));
-}
-
-template <typename A>
-inline A sigmoid_neg(A x) {  // sigmoid(-x)
-  if (x >= 0) {
-    const A z = std::exp(-x);
-    return z / (1 + z);
-  }
-  return 1 / (1 + std::exp(x));
 }
 
 // t, or a 0-d one of dtype when t is undefined.
@@ -125,25 +116,6 @@ void bce_kernel(const TensorList& in, TensorList& out, const Attrs&) {
   });
 }
 
-// Inputs (grad, x, t, w, pos_weight); attr wrt: "input", "target" or
-// "pos_weight"; output the elementwise gradient in x's shape.
-void bce_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const std::string& wrt = attrs.get_string("wrt");
-  const TensorList args{in[0], in[1], in[2], or_one(in[3], in[1].dtype()), or_one(in[4], in[1].dtype())};
-  dispatch_floating(in[1].dtype(), "binary_cross_entropy_with_logits_backward", [&]<typename T>() {
-    using A = acc_type<T>;
-    auto run = [&](auto f) {
-      cpu::elementwise<T, T, T, T, T, T>(out[0], {&args[0], &args[1], &args[2], &args[3], &args[4]},
-                                         [&](T gv, T xv, T tv, T wv, T pv) {
-                                           return A(gv) * A(wv) * f(A(xv), A(tv), A(pv));
-                                         });
-    };
-    if (wrt == "input") run([](A x, A t, A pw) { return (1 - t) - (1 + (pw - 1) * t) * sigmoid_neg(x); });
-    else if (wrt == "target") run([](A x, A, A pw) { return -x + (pw - 1) * softplus_neg(x); });
-    else run([](A x, A t, A) { return t * softplus_neg(x); });
-  });
-}
-
 Tensor bce_elementwise(const Tensor& x, const Tensor& t, const Tensor& w, const Tensor& pw) {
   static const OpDef& op = dispatch::op("binary_cross_entropy_with_logits");
   return dispatch::apply_one(op, {x, t, w, pw});
@@ -156,31 +128,34 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
     .cpu_kernel = bce_kernel,
+    // Written with ops, so it is twice differentiable.
     .backward = [](const BackwardContext& ctx) {
-      static const OpDef& op = dispatch::op("binary_cross_entropy_with_logits_backward");
       const Tensor& g = ctx.grad_outputs[0];
-      const TensorList& in = ctx.inputs;
+      const Tensor& x = ctx.inputs[0];
+      const Tensor& t = ctx.inputs[1];
+      const Tensor& w = ctx.inputs[2];
+      const Tensor& pw = ctx.inputs[3];
+      const Tensor gw = w.defined() ? mul(g, w) : g;
+      const auto& needs = ctx.needs_input_grad;
       TensorList grads(4);
-      for (auto [i, wrt] : {std::pair{0, "input"}, std::pair{1, "target"}, std::pair{3, "pos_weight"}}) {
-        if (!ctx.needs_input_grad[size_t(i)]) continue;
-        Tensor full_grad = dispatch::apply_one(op, {g, in[0], in[1], in[2], in[3]}, {{"wrt", wrt}});
-        grads[size_t(i)] = sum_to(full_grad, ctx.input_metas[size_t(i)].sizes);
+      if (needs[0]) {
+        Tensor lw_sigmoid = sigmoid(neg(x));
+        if (pw.defined()) lw_sigmoid = mul(add(mul(sub(pw, 1.0), t), 1.0), lw_sigmoid);
+        grads[0] = sum_to(mul(gw, sub(rsub(t, 1.0), lw_sigmoid)), ctx.input_metas[0].sizes);
       }
-      if (ctx.needs_input_grad[2])
-        grads[2] = sum_to(mul(g, bce_elementwise(in[0], in[1], Tensor(), in[3])), ctx.input_metas[2].sizes);
+      if (needs[1] || needs[3]) {
+        const Tensor sp = softplus(neg(x));
+        if (needs[1]) {
+          Tensor d = neg(x);
+          if (pw.defined()) d = add(d, mul(sub(pw, 1.0), sp));
+          grads[1] = sum_to(mul(gw, d), ctx.input_metas[1].sizes);
+        }
+        if (needs[3]) grads[3] = sum_to(mul(gw, mul(t, sp)), ctx.input_metas[3].sizes);
+      }
+      if (needs[2]) grads[2] = sum_to(mul(g, bce_elementwise(x, t, Tensor(), pw)), ctx.input_metas[2].sizes);
       return grads;
     },
     .save_inputs = 0b1111,
-});
-
-MF_REGISTER_OP(OpDef{
-    .name = "binary_cross_entropy_with_logits_backward",
-    .inputs = {"grad", "input", "target", "weight", "pos_weight"},
-    .infer = [](const TensorList& in, const Attrs&) {
-      return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
-    },
-    .cpu_kernel = bce_backward_kernel,
-    .differentiable = false,
 });
 
 Tensor reduce_loss(const Tensor& loss, Reduction r) {

@@ -299,7 +299,12 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"grad", "input", "mean", "rstd", "weight"},
     .infer = infer_backward,
     .cpu_kernel = backward_kernel,
-    .differentiable = false,
+    // Its own derivative (double backward) is not implemented: asking for
+    // it is an error rather than a silently missing gradient.
+    .backward = [](const BackwardContext&) -> TensorList {
+      throw Error("layer_norm_backward: double backward (differentiating a gradient computed by this fused op) is not "
+                  "implemented");
+    },
 });
 
 MF_REGISTER_OP(OpDef{
@@ -320,7 +325,12 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"grad", "input", "mean", "rstd", "weight"},
     .infer = infer_backward,
     .cpu_kernel = backward_kernel,
-    .differentiable = false,
+    // Its own derivative (double backward) is not implemented: asking for
+    // it is an error rather than a silently missing gradient.
+    .backward = [](const BackwardContext&) -> TensorList {
+      throw Error("group_norm_backward: double backward (differentiating a gradient computed by this fused op) is not "
+                  "implemented");
+    },
 });
 
 // weight/bias checked against `expected` and cast to x's dtype.

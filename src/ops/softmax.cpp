@@ -274,7 +274,7 @@ MF_REGISTER_OP(OpDef{
     .save_outputs = 0b1,
 });
 
-// softmax_backward is differentiable (double backward), written with ops.
+// The backward ops are differentiable (double backward), written with ops.
 // With s = sum(g * y) over dim, dx = y * (g - s):
 //   d<gg, dx>/dg = y * (gg - sum(gg * y))          (softmax_backward(gg, y))
 //   d<gg, dx>/dy = gg * (g - s) - g * sum(gg * y)
@@ -299,6 +299,9 @@ MF_REGISTER_OP(OpDef{
     .save_inputs = 0b11,
 });
 
+// With p = exp(y) and S = sum(g) over dim, dx = g - p * S:
+//   d<gg, dx>/dg = gg - sum(gg * p)
+//   d<gg, dx>/dy = -gg * p * S
 MF_REGISTER_OP(OpDef{
     .name = "log_softmax_backward",
     .inputs = {"grad", "output"},
@@ -306,7 +309,16 @@ MF_REGISTER_OP(OpDef{
       return infer_backward(in, attrs, "log_softmax_backward");
     },
     .cpu_kernel = backward_kernel<true>,
-    .differentiable = false,
+    .backward = [](const BackwardContext& ctx) {
+      const int64_t dim = ctx.attrs.get_int("dim");
+      const Tensor& gg = ctx.grad_outputs[0];
+      const Tensor gg_p = mul(gg, exp(ctx.inputs[1]));
+      TensorList grads(2);
+      if (ctx.needs_input_grad[0]) grads[0] = sub(gg, sum(gg_p, {dim}, true));
+      if (ctx.needs_input_grad[1]) grads[1] = neg(mul(gg_p, sum(ctx.inputs[0], {dim}, true)));
+      return grads;
+    },
+    .save_inputs = 0b11,
 });
 
 }  // namespace

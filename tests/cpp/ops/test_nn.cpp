@@ -83,6 +83,21 @@ TEST(Embedding, Gradients) {
                    {random_tensor({2, 6}, 75).requires_grad_()});
 }
 
+TEST(Embedding, DoubleBackward) {
+  // The weight gradient is linear in the output gradient v; differentiate
+  // it w.r.t. v (padding row excluded).
+  Tensor w = random_tensor({4, 3}, 77).requires_grad_();
+  Tensor idx = from_data<int64_t>({1, 3, 1, 0}, {2, 2});
+  auto v = random_tensor({2, 2, 3}, 78).requires_grad_();
+  expect_gradcheck(
+      [&](const TensorList& t) {
+        EnableGradGuard enable;
+        Tensor y = embedding(idx, w, 3);
+        return autograd::grad({y}, {w}, {t[0]}, {}, /*create_graph=*/true)[0];
+      },
+      {v});
+}
+
 TEST(Embedding, LargeBackwardMatchesReference) {
   // Enough work to split over threads: the sum must still be exact per row.
   const int64_t rows = 50, dim = 64, n = 4000;

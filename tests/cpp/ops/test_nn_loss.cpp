@@ -351,6 +351,15 @@ TEST(BceWithLogits, GradientsAndBadInput) {
     expect_gradcheck([&](const TensorList& a) { return binary_cross_entropy_with_logits(a[0], a[1], Tensor(), Tensor(), reduction); },
                      {x, t});
   }
+  // Double backward (the backward is written with ops).
+  expect_gradcheck(
+      [&](const TensorList& a) {
+        EnableGradGuard enable;
+        Tensor loss = binary_cross_entropy_with_logits(a[0], a[1], w.detach(), a[2]);
+        TensorList g = autograd::grad({loss}, {a[0], a[1], a[2]}, {}, {}, /*create_graph=*/true);
+        return add(add(sum(mul(g[0], g[0])), sum(g[1])), sum(g[2]));
+      },
+      {x, t, pw});
   auto xt = random_tensor({4, 3}, 139).requires_grad_();
   expect_gradcheck([&](const TensorList& a) { return binary_cross_entropy_with_logits(transpose(a[0], 0, 1), t.detach()); },
                    {xt});

@@ -299,5 +299,19 @@ TEST(BatchNorm, Gradients) {
                    {xt});
 }
 
+TEST(FusedBackward, DoubleBackwardIsReported) {
+  // The fused backward ops have no derivative of their own: differentiating
+  // their result is an error, never a silently missing gradient.
+  auto x = random_tensor({4, 3}, 67).requires_grad_();
+  auto check = [&](const std::function<Tensor(const Tensor&)>& f) {
+    Tensor g = autograd::grad({sum(mul(f(x), f(x)))}, {x}, {}, {}, /*create_graph=*/true)[0];
+    EXPECT_THROW(sum(g).backward(), Error);
+  };
+  check([](const Tensor& t) { return layer_norm(t, {3}); });
+  check([](const Tensor& t) { return group_norm(t, 3); });
+  check([](const Tensor& t) { return batch_norm(t, Tensor(), Tensor(), Tensor(), Tensor(), true); });
+  check([](const Tensor& t) { return unsqueeze(cross_entropy(t, from_data<int64_t>({0, 1, 2, 0}, {4})), 0); });
+}
+
 }  // namespace
 }  // namespace mf

@@ -155,16 +155,21 @@ TEST(Softmax, FloatBackwardMatchesDouble) {
 }
 
 TEST(Softmax, DoubleBackward) {
-  // Gradients of the gradient: check d/dx sum(w * dsoftmax/dx . v).
+  // Gradients of the gradient: d/dx sum(w * J(x)^T v) for both ops and
+  // every dim, and through the gradient w.r.t. the incoming grad itself.
   auto x = random_tensor({3, 4}, 19).requires_grad_();
-  Tensor v = random_tensor({3, 4}, 20);
-  expect_gradcheck(
-      [&](const TensorList& t) {
-        EnableGradGuard enable;  // the numeric pass runs under no_grad
-        Tensor y = softmax(t[0], 1);
-        return autograd::grad({y}, {t[0]}, {v}, {}, /*create_graph=*/true)[0];
-      },
-      {x});
+  auto v = random_tensor({3, 4}, 20).requires_grad_();
+  for (bool log : {false, true})
+    for (int64_t dim : {0, 1}) {
+      SCOPED_TRACE(std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim));
+      expect_gradcheck(
+          [&](const TensorList& t) {
+            EnableGradGuard enable;  // the numeric pass runs under no_grad
+            Tensor y = log ? log_softmax(t[0], dim) : softmax(t[0], dim);
+            return autograd::grad({y}, {t[0]}, {t[1]}, {}, /*create_graph=*/true)[0];
+          },
+          {x, v});
+    }
 }
 
 }  // namespace
