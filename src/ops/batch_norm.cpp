@@ -230,6 +230,38 @@ void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
 
 DType stats_dtype(DType d) { return is_reduced_floating(d) ? kFloat32 : d; }
 
+// The backward written with ops, used while the graph of the gradient is
+// recorded (Note [Twice-differentiable norm backward] in norm.cpp): the
+// training statistics are recomputed from x; eval uses the saved running
+// statistics, which are constants.
+TensorList composite_backward(const BackwardContext& ctx) {
+  const Tensor& g = ctx.grad_outputs[0];
+  const Tensor& x = ctx.inputs[0];
+  const Tensor& w = ctx.inputs[1];
+  Shape dims{0}, channel_view{x.sizes()[1]};  // reduced dims; (C, 1, ..., 1)
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d), channel_view.push_back(1);
+  Tensor mu, rstd;
+  if (ctx.attrs.get_bool("training")) {
+    mu = mean(x, dims, true);
+    Tensor centered = sub(x, mu);
+    rstd = rsqrt(add(mean(mul(centered, centered), dims, true), ctx.attrs.get_float("eps")));
+  } else {
+    mu = to(reshape(ctx.outputs[1], channel_view), x.dtype());
+    rstd = to(reshape(ctx.outputs[2], channel_view), x.dtype());
+  }
+  Tensor xhat = mul(sub(x, mu), rstd);
+  TensorList grads(5);
+  if (ctx.needs_input_grad[0]) {
+    Tensor gw = w.defined() ? mul(g, reshape(w, channel_view)) : g;
+    grads[0] = ctx.attrs.get_bool("training")
+                   ? mul(rstd, sub(sub(gw, mean(gw, dims, true)), mul(xhat, mean(mul(gw, xhat), dims, true))))
+                   : mul(gw, rstd);
+  }
+  if (ctx.needs_input_grad[1]) grads[1] = sum(mul(g, xhat), dims);
+  if (ctx.needs_input_grad[2]) grads[2] = sum(g, dims);
+  return grads;
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "batch_norm",
     .inputs = {"input", "weight", "bias", "running_mean", "running_var"},
@@ -243,6 +275,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = forward_kernel,
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("batch_norm_backward");
+      if (GradMode::is_enabled()) return composite_backward(ctx);
       const bool need_input = ctx.needs_input_grad[0];
       const bool need_affine = ctx.needs_input_grad[1] || ctx.needs_input_grad[2];
       Attrs attrs = ctx.attrs;
@@ -269,12 +302,7 @@ MF_REGISTER_OP(OpDef{
                                      {ws, x.dtype(), x.device()}};
     },
     .cpu_kernel = backward_kernel,
-    // Its own derivative (double backward) is not implemented: asking for
-    // it is an error rather than a silently missing gradient.
-    .backward = [](const BackwardContext&) -> TensorList {
-      throw Error("batch_norm_backward: double backward (differentiating a gradient computed by this fused op) is not "
-                  "implemented");
-    },
+    .differentiable = false,
 });
 
 void check_channel_arg(const char* name, const Tensor& t, int64_t channels) {

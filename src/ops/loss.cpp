@@ -301,6 +301,69 @@ void ce_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attr
   });
 }
 
+// The constants of cross_entropy's gradient written with ops,
+//   d logits = coef * (K * softmax(logits) - Q),
+// K_i = (1 - e) * w_t + (e / C) * W and Q_ic = (1 - e) * w_t * [c == t] + (e / C) * w_c
+// (both zero for ignored rows). Inputs (target (M), weight (C)); outputs
+// K (M, 1) and Q (M, C) of dtype.
+void ce_terms_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy");
+  Tensor target = contiguous(in[0].detach());
+  const int64_t rows = out[1].sizes()[0], classes = out[1].sizes()[1];
+  const std::vector<double> w = class_weights(in[1], classes);
+  double weight_total = 0;
+  for (double v : w) weight_total += v;
+  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+  const double e = a.smoothing;
+  dispatch_floating(out[0].dtype(), "cross_entropy", [&]<typename T>() {
+    T* kp = static_cast<T*>(out[0].data_ptr());
+    T* qp = static_cast<T*>(out[1].data_ptr());
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t t = tp[i];
+      T* qr = qp + i * classes;
+      if (t == a.ignore_index) {
+        kp[i] = T(0.0f);
+        std::fill(qr, qr + classes, T(0.0f));
+        continue;
+      }
+      kp[i] = T((1 - e) * w[size_t(t)] + e / double(classes) * weight_total);
+      for (int64_t c = 0; c < classes; ++c) qr[c] = T(e / double(classes) * w[size_t(c)]);
+      qr[t] = T(double(qr[t]) + (1 - e) * w[size_t(t)]);
+    }
+  });
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "cross_entropy_target_terms",
+    .inputs = {"target", "weight"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      const DType dt = attrs.get_dtype("dtype");
+      const int64_t rows = in[0].sizes()[0];
+      return std::vector<TensorMeta>{{{rows, 1}, dt, in[0].device()},
+                                     {{rows, attrs.get_int("num_classes")}, dt, in[0].device()}};
+    },
+    .cpu_kernel = ce_terms_kernel,
+    .differentiable = false,
+});
+
+// cross_entropy's backward written with ops (twice differentiable), used
+// while the graph of a gradient is recorded (create_graph).
+Tensor ce_composite_backward(const BackwardContext& ctx) {
+  static const OpDef& op = dispatch::op("cross_entropy_target_terms");
+  const Tensor& g = ctx.grad_outputs[0];
+  const Tensor& x = ctx.inputs[0];
+  Attrs attrs = ctx.attrs;
+  attrs.set("num_classes", x.sizes()[1]).set("dtype", x.dtype());
+  TensorList terms = dispatch::apply(op, {ctx.inputs[1], ctx.inputs[2]}, attrs);
+  Tensor dx = sub(mul(terms[0], softmax(x, 1)), terms[1]);
+  switch (parse_reduction("cross_entropy", ctx.attrs.get_string("reduction"))) {
+    case Reduction::None: return mul(dx, unsqueeze(g, 1));
+    case Reduction::Sum: return mul(dx, g);
+    case Reduction::Mean: return mul(dx, div(g, to(ctx.outputs[2], g.dtype())));
+  }
+  return dx;
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "cross_entropy",
     .inputs = {"logits", "target", "weight"},
@@ -311,6 +374,7 @@ MF_REGISTER_OP(OpDef{
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("cross_entropy_backward");
       check_no_weight_grad(ctx, "cross_entropy");
+      if (GradMode::is_enabled()) return TensorList{ce_composite_backward(ctx), Tensor(), Tensor()};
       Tensor dx = dispatch::apply_one(op,
                                       {ctx.grad_outputs[0], ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
                                        ctx.outputs[1], ctx.outputs[2]},
@@ -328,12 +392,7 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
     },
     .cpu_kernel = ce_backward_kernel,
-    // Its own derivative (double backward) is not implemented: asking for
-    // it is an error rather than a silently missing gradient.
-    .backward = [](const BackwardContext&) -> TensorList {
-      throw Error("cross_entropy_backward: double backward (differentiating a gradient computed by this fused op) is not "
-                  "implemented");
-    },
+    .differentiable = false,
 });
 
 // --- functional ----------------------------------------------------------------------

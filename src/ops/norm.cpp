@@ -269,8 +269,47 @@ void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
   });
 }
 
-// The backward of layer_norm and group_norm: one call of the fused op.
+// Note [Twice-differentiable norm backward]: while the graph of a gradient
+// is being recorded (create_graph, i.e. grad mode on inside backward), the
+// norm ops' backward is written with ops, recomputing the statistics from
+// x, so that the gradient can be differentiated again. Otherwise one call of
+// the fused backward op does the work.
+TensorList composite_norm_backward(const BackwardContext& ctx) {
+  const Tensor& g = ctx.grad_outputs[0];
+  const Tensor& x = ctx.inputs[0];
+  const Tensor& w = ctx.inputs[1];
+  const bool group = ctx.attrs.has("num_groups");
+  const Shape rows = group ? Shape{x.sizes()[0] * ctx.attrs.get_int("num_groups"), -1}
+                           : Shape{-1, shape_numel(affine_shape(x, ctx.attrs))};
+  // Weight and bias line up with x's trailing dims (layer_norm) or dim 1.
+  Shape param_view = affine_shape(x, ctx.attrs);
+  Shape param_dims;  // dims of x summed for the weight and bias gradients
+  if (group) {
+    param_view.resize(size_t(x.dim() - 1), 1);
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (d != 1) param_dims.push_back(d);
+  }
+  auto reduce_to_param = [&](const Tensor& t) {
+    return group ? sum(t, param_dims) : sum_to(t, affine_shape(x, ctx.attrs));
+  };
+  Tensor x2 = reshape(x, rows);
+  Tensor centered = sub(x2, mean(x2, {1}, true));
+  Tensor rstd = rsqrt(add(mean(mul(centered, centered), {1}, true), ctx.attrs.get_float("eps")));
+  Tensor xhat2 = mul(centered, rstd);
+  Tensor xhat = reshape(xhat2, x.sizes());
+  TensorList grads(3);
+  if (ctx.needs_input_grad[0]) {
+    Tensor gw2 = reshape(w.defined() ? mul(g, reshape(w, param_view)) : g, rows);
+    Tensor dx2 = mul(rstd, sub(sub(gw2, mean(gw2, {1}, true)), mul(xhat2, mean(mul(gw2, xhat2), {1}, true))));
+    grads[0] = reshape(dx2, x.sizes());
+  }
+  if (ctx.needs_input_grad[1]) grads[1] = reduce_to_param(mul(g, xhat));
+  if (ctx.needs_input_grad[2]) grads[2] = reduce_to_param(g);
+  return grads;
+}
+
 TensorList norm_backward(const BackwardContext& ctx, const OpDef& backward_op) {
+  if (GradMode::is_enabled()) return composite_norm_backward(ctx);
   const bool need_input = ctx.needs_input_grad[0];
   const bool need_affine = ctx.needs_input_grad[1] || ctx.needs_input_grad[2];
   Attrs attrs = ctx.attrs;
@@ -299,12 +338,7 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"grad", "input", "mean", "rstd", "weight"},
     .infer = infer_backward,
     .cpu_kernel = backward_kernel,
-    // Its own derivative (double backward) is not implemented: asking for
-    // it is an error rather than a silently missing gradient.
-    .backward = [](const BackwardContext&) -> TensorList {
-      throw Error("layer_norm_backward: double backward (differentiating a gradient computed by this fused op) is not "
-                  "implemented");
-    },
+    .differentiable = false,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -325,12 +359,7 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"grad", "input", "mean", "rstd", "weight"},
     .infer = infer_backward,
     .cpu_kernel = backward_kernel,
-    // Its own derivative (double backward) is not implemented: asking for
-    // it is an error rather than a silently missing gradient.
-    .backward = [](const BackwardContext&) -> TensorList {
-      throw Error("group_norm_backward: double backward (differentiating a gradient computed by this fused op) is not "
-                  "implemented");
-    },
+    .differentiable = false,
 });
 
 // weight/bias checked against `expected` and cast to x's dtype.

@@ -210,6 +210,29 @@ TEST(CrossEntropy, Gradients) {
   expect_gradcheck([&](const TensorList& a) { return cross_entropy(transpose(a[0], 0, 1), t3); }, {xt});
 }
 
+TEST(CrossEntropy, DoubleBackward) {
+  for (const char* reduction : {"mean", "sum", "none"})
+    for (double eps : {0.0, 0.3}) {
+      SCOPED_TRACE(std::string(reduction) + " eps " + std::to_string(eps));
+      ClassCase k = random_case(2, 4, 3, 107, 1);
+      Tensor x = logits_of(k, true).requires_grad_();
+      Tensor t = target_of(k, true);
+      Tensor w = random_tensor({4}, 108, 0.5, 2);
+      // The composite backward (create_graph) agrees with the fused one.
+      Tensor v = random_tensor(std::string(reduction) == "none" ? Shape{2, 3} : Shape{}, 109);
+      expect_close(autograd::grad({cross_entropy(x, t, w, 1, reduction, eps)}, {x}, {v}, {}, true)[0],
+                   autograd::grad({cross_entropy(x, t, w, 1, reduction, eps)}, {x}, {v})[0], 1e-12, 1e-10);
+      expect_gradcheck(
+          [&](const TensorList& a) {
+            EnableGradGuard enable;  // the numeric pass runs under no_grad
+            Tensor loss = cross_entropy(a[0], t, w, 1, reduction, eps);
+            Tensor g = autograd::grad({sum(mul(loss, loss))}, {a[0]}, {}, {}, /*create_graph=*/true)[0];
+            return mul(g, g);
+          },
+          {x});
+    }
+}
+
 TEST(CrossEntropy, FloatBackwardMatchesDouble) {
   ClassCase k = random_case(64, 100, 1, 105, 3);
   Tensor t = target_of(k, false);

@@ -299,18 +299,48 @@ TEST(BatchNorm, Gradients) {
                    {xt});
 }
 
-TEST(FusedBackward, DoubleBackwardIsReported) {
-  // The fused backward ops have no derivative of their own: differentiating
-  // their result is an error, never a silently missing gradient.
-  auto x = random_tensor({4, 3}, 67).requires_grad_();
-  auto check = [&](const std::function<Tensor(const Tensor&)>& f) {
-    Tensor g = autograd::grad({sum(mul(f(x), f(x)))}, {x}, {}, {}, /*create_graph=*/true)[0];
-    EXPECT_THROW(sum(g).backward(), Error);
-  };
-  check([](const Tensor& t) { return layer_norm(t, {3}); });
-  check([](const Tensor& t) { return group_norm(t, 3); });
-  check([](const Tensor& t) { return batch_norm(t, Tensor(), Tensor(), Tensor(), Tensor(), true); });
-  check([](const Tensor& t) { return unsqueeze(cross_entropy(t, from_data<int64_t>({0, 1, 2, 0}, {4})), 0); });
+// Gradient of a gradient: d/d(inputs) of sum(w * J^T v), with v the
+// upstream gradient (also differentiated), for every norm and mode.
+// The gradient graph is built by the composite backward (create_graph), so
+// first check that it computes the same gradient as the fused backward.
+void expect_double_gradcheck(const std::function<Tensor(const TensorList&)>& f, TensorList inputs, size_t differentiated) {
+  auto v = random_tensor(f(inputs).sizes(), 68).requires_grad_();
+  {
+    TensorList wrt(inputs.begin(), inputs.begin() + int64_t(differentiated));
+    TensorList fused = autograd::grad({f(inputs)}, wrt, {v});
+    TensorList composite = autograd::grad({f(inputs)}, wrt, {v}, {}, /*create_graph=*/true);
+    for (size_t i = 0; i < wrt.size(); ++i) expect_close(composite[i], fused[i], 1e-10, 1e-8);
+  }
+  inputs.push_back(v);
+  expect_gradcheck(
+      [&](const TensorList& t) {
+        EnableGradGuard enable;  // the numeric pass runs under no_grad
+        TensorList args(t.begin(), t.end() - 1);
+        TensorList wrt(t.begin(), t.begin() + int64_t(differentiated));
+        TensorList g = autograd::grad({f(args)}, wrt, {t.back()}, {}, /*create_graph=*/true);
+        Tensor total = sum(mul(g[0], g[0]));
+        for (size_t i = 1; i < g.size(); ++i) total = add(total, sum(mul(g[i], g[i])));
+        return total;
+      },
+      inputs);
+}
+
+TEST(Norms, DoubleBackward) {
+  auto x = random_tensor({3, 4, 2}, 69, -2, 2).requires_grad_();
+  auto w = random_tensor({4}, 70).requires_grad_();
+  auto b = random_tensor({4}, 71).requires_grad_();
+  auto w2 = random_tensor({4, 2}, 72).requires_grad_();
+  auto b2 = random_tensor({4, 2}, 73).requires_grad_();
+  Tensor rm = random_tensor({4}, 74), rv = random_tensor({4}, 75, 0.5, 2);
+  expect_double_gradcheck([](const TensorList& t) { return layer_norm(t[0], {4, 2}, t[1], t[2]); }, {x, w2, b2}, 3);
+  expect_double_gradcheck([](const TensorList& t) { return layer_norm(t[0], {2}); }, {x}, 1);
+  expect_double_gradcheck([](const TensorList& t) { return group_norm(t[0], 2, t[1], t[2]); }, {x, w, b}, 3);
+  for (bool training : {true, false})
+    expect_double_gradcheck(
+        [&](const TensorList& t) { return batch_norm(t[0], rm, rv, t[1], t[2], training); }, {x, w, b}, 3);
+  auto x2 = random_tensor({5, 4}, 76, -2, 2).requires_grad_();
+  expect_double_gradcheck([](const TensorList& t) { return batch_norm(t[0], Tensor(), Tensor(), t[1], Tensor(), true); },
+                          {x2, w}, 2);
 }
 
 }  // namespace
