@@ -47,10 +47,13 @@ Pool2dArgs pool_args(const PairArg& kernel, const std::optional<PairArg>& stride
           .dilation = dilation.values, .ceil_mode = ceil_mode, .count_include_pad = count_include_pad};
 }
 
-// torch.nn.functional's `inplace=True`: the result is copied into the input.
-Tensor maybe_inplace(Tensor input, const Tensor& result, bool inplace) {
-  if (!inplace) return result;
-  return copy_(input, result);
+// torch.nn.functional's `inplace=True` for ops without an in-place kernel:
+// f runs on a copy (which its backward may save) and the result is written
+// back into the input.
+template <typename F>
+Tensor maybe_inplace(Tensor input, bool inplace, F f) {
+  if (!inplace) return f(input);
+  return copy_(input, f(clone(input)));
 }
 
 }  // namespace
@@ -61,13 +64,15 @@ void init_nn(py::module_& parent) {
         py::arg("inplace") = false);
   m.def("relu_", [](Tensor t) { return relu_(t); }, py::arg("input"));
   m.def("gelu", &gelu, py::arg("input"), py::arg("approximate") = "none");
-  m.def("silu", [](const Tensor& t, bool inplace) { return maybe_inplace(t, silu(t), inplace); }, py::arg("input"),
-        py::arg("inplace") = false);
+  m.def("silu", [](const Tensor& t, bool inplace) {
+    return maybe_inplace(t, inplace, [](const Tensor& x) { return silu(x); });
+  }, py::arg("input"), py::arg("inplace") = false);
   m.def("leaky_relu", [](const Tensor& t, double slope, bool inplace) {
-    return maybe_inplace(t, leaky_relu(t, slope), inplace);
+    return maybe_inplace(t, inplace, [slope](const Tensor& x) { return leaky_relu(x, slope); });
   }, py::arg("input"), py::arg("negative_slope") = 0.01, py::arg("inplace") = false);
-  m.def("elu", [](const Tensor& t, double alpha, bool inplace) { return maybe_inplace(t, elu(t, alpha), inplace); },
-        py::arg("input"), py::arg("alpha") = 1.0, py::arg("inplace") = false);
+  m.def("elu", [](const Tensor& t, double alpha, bool inplace) {
+    return maybe_inplace(t, inplace, [alpha](const Tensor& x) { return elu(x, alpha); });
+  }, py::arg("input"), py::arg("alpha") = 1.0, py::arg("inplace") = false);
   m.def("softplus", &softplus, py::arg("input"), py::arg("beta") = 1.0, py::arg("threshold") = 20.0);
   m.def("sigmoid", &sigmoid, py::arg("input"));
   m.def("tanh", &tanh, py::arg("input"));
@@ -96,7 +101,7 @@ void init_nn(py::module_& parent) {
   }, py::arg("input"), py::arg("weight"), py::arg("padding_idx") = py::none(), py::arg("max_norm") = py::none(),
         py::arg("norm_type") = 2.0, py::arg("scale_grad_by_freq") = false, py::arg("sparse") = false);
   m.def("dropout", [](Tensor x, double p, bool training, bool inplace) {
-    return maybe_inplace(x, dropout(x, p, training), inplace);
+    return maybe_inplace(x, inplace, [p, training](const Tensor& input) { return dropout(input, p, training); });
   }, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true, py::arg("inplace") = false);
 
   m.def("cross_entropy", [](const Tensor& input, const Tensor& target, const Tensor& weight, py::handle size_average,

@@ -12,8 +12,7 @@ from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
 from meshflow import autograd, nn, return_types  # noqa: F401
 from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
-    adaptive_avg_pool2d, avg_pool2d, conv2d, dropout, group_norm, layer_norm, log_softmax,
-    max_pool2d, softmax,
+    conv2d, group_norm, layer_norm, log_softmax, max_pool2d, softmax,
 )
 
 _C._set_size_type(Size)
