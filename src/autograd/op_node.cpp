@@ -20,7 +20,7 @@ void OpNode::record_inputs(const TensorList& inputs, const Tensor& saved_self_ov
     if (!t.defined()) continue;
     input_metas_[i] = TensorMeta{t.sizes(), t.dtype(), t.device()};
     if (t.requires_grad()) next_edges_[i] = gradient_edge(t);
-    if (op_->save_inputs & (1u << i)) {
+    if (i < 32 && (op_->save_inputs & (1u << i))) {
       const Tensor& saved = (i == 0 && saved_self_override.defined()) ? saved_self_override : t;
       saved_inputs_[i] = SavedTensor(saved, false);
     }
@@ -41,7 +41,7 @@ void OpNode::record_outputs(const TensorList& outputs) {
       meta.output_nr = uint32_t(i);
       meta.grad_accumulator.reset();
     }
-    if (op_->save_outputs & (1u << i)) saved_outputs_[i] = SavedTensor(t, true);
+    if (i < 32 && (op_->save_outputs & (1u << i))) saved_outputs_[i] = SavedTensor(t, true);
   }
 }
 

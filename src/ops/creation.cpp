@@ -1,5 +1,8 @@
-// Factories: empty, zeros, ones, full, fill_, the *_like forms and
-// host-data constructors.
+// Factories: empty, zeros, ones, full, fill_, the *_like forms, ranges
+// (arange, linspace, eye) and host-data constructors. Random factories are
+// in random.cpp.
+#include <cmath>
+
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
@@ -60,6 +63,78 @@ MF_REGISTER_OP(OpDef{
     .inplace = true,
 });
 
+// --- ranges ------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_range(const char* op, const Shape& size, const Attrs& attrs) {
+  MF_CHECK(attrs.get_dtype("dtype") != DType::Bool, TypeError, op, ": not implemented for bool");
+  return {{size, attrs.get_dtype("dtype"), attrs.get_device("device")}};
+}
+
+// Fills the contiguous out with value(i) for every flat index i.
+template <typename F>
+void fill_indexed(Tensor& out, const F& value) {
+  dispatch_dtype(out.dtype(), [&]<typename T>() {
+    T* p = static_cast<T*>(out.data_ptr());
+    parallel_for(0, out.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = value.template operator()<T>(i);
+    });
+  });
+}
+
+// start + i * step: in int64 for integral dtypes (start and step truncated,
+// as in PyTorch), in double otherwise.
+MF_REGISTER_OP(OpDef{
+    .name = "arange",
+    .inputs = {},
+    .infer = [](const TensorList&, const Attrs& attrs) {
+      return infer_range("arange", {attrs.get_int("size")}, attrs);
+    },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const Scalar start = attrs.get_scalar("start"), step = attrs.get_scalar("step");
+      fill_indexed(out[0], [&]<typename T>(int64_t i) {
+        if constexpr (is_floating_type_v<T>) return T(start.to_double() + double(i) * step.to_double());
+        else return T(start.to_int() + int64_t(i) * step.to_int());
+      });
+    },
+    .differentiable = false,
+});
+
+// Symmetric, like PyTorch: the first half counts up from start, the second
+// half down from end, so both ends are exact.
+MF_REGISTER_OP(OpDef{
+    .name = "linspace",
+    .inputs = {},
+    .infer = [](const TensorList&, const Attrs& attrs) {
+      return infer_range("linspace", {attrs.get_int("steps")}, attrs);
+    },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const double start = attrs.get_float("start"), end = attrs.get_float("end");
+      const int64_t steps = attrs.get_int("steps");
+      const double step = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
+      fill_indexed(out[0], [&]<typename T>(int64_t i) {
+        const double v =
+            steps == 1 || i < steps / 2 ? start + step * double(i) : end - step * double(steps - 1 - i);
+        if constexpr (is_floating_type_v<T>) return T(v);
+        else return T(int64_t(v));
+      });
+    },
+    .differentiable = false,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "eye",
+    .inputs = {},
+    .infer = [](const TensorList&, const Attrs& attrs) {
+      return std::vector<TensorMeta>{
+          {{attrs.get_int("n"), attrs.get_int("m")}, attrs.get_dtype("dtype"), attrs.get_device("device")}};
+    },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const int64_t m = attrs.get_int("m");
+      fill_indexed(out[0], [m]<typename T>(int64_t i) { return T(i / m == i % m ? 1 : 0); });
+    },
+    .differentiable = false,
+});
+
 Tensor make_full(const Shape& size, Scalar value, const TensorOptions& options, const char* name) {
   static const OpDef& op = dispatch::op("full");
   Tensor t = dispatch::apply_one(op, {}, {{"size", size}, {"value", value}, {"dtype", options.dtype},
@@ -93,6 +168,57 @@ Tensor ones_like(const Tensor& t, std::optional<DType> dtype) {
 }
 Tensor full_like(const Tensor& t, Scalar value, std::optional<DType> dtype) {
   return full(t.sizes(), value, {.dtype = dtype.value_or(t.dtype()), .device = t.device()});
+}
+
+Tensor arange(Scalar end, std::optional<DType> dtype, Device device) { return arange(0, end, 1, dtype, device); }
+
+Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, Device device) {
+  static const OpDef& op = dispatch::op("arange");
+  const bool integral = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  const DType dt = dtype.value_or(integral ? DType::Int64 : default_dtype());
+  const double lo = start.to_double(), hi = end.to_double(), by = step.to_double();
+  MF_CHECK(std::isfinite(lo) && std::isfinite(hi), Error, "arange: unsupported range: ", start.str(), " -> ",
+           end.str());
+  MF_CHECK(by != 0, Error, "arange: step must be nonzero");
+  MF_CHECK((by > 0 && hi >= lo) || (by < 0 && hi <= lo), Error,
+           "arange: upper bound and larger bound inconsistent with step sign; got start=", start.str(),
+           ", end=", end.str(), ", step=", step.str());
+  int64_t size;
+  if (integral) {
+    // Exact for the whole int64 range: ceil((end - start) / step).
+    int64_t span;
+    MF_CHECK(!__builtin_sub_overflow(end.to_int(), start.to_int(), &span), Error, "arange: the range ",
+             start.str(), " -> ", end.str(), " overflows int64");
+    const int64_t by_int = step.to_int();
+    size = span / by_int + (span % by_int != 0 ? 1 : 0);
+  } else {
+    const double size_d = std::ceil((hi - lo) / by);
+    MF_CHECK(size_d >= 0 && size_d <= double(std::numeric_limits<int64_t>::max()), Error,
+             "arange: invalid size ", size_d, ", possible overflow?");
+    size = int64_t(size_d);
+  }
+  return dispatch::apply_one(
+      op, {}, {{"start", start}, {"step", step}, {"size", size}, {"dtype", dt}, {"device", device}});
+}
+
+Tensor linspace(double start, double end, int64_t steps, const TensorOptions& options) {
+  static const OpDef& op = dispatch::op("linspace");
+  MF_CHECK(steps >= 0, Error, "linspace: number of steps must be non-negative, got ", steps);
+  Tensor t = dispatch::apply_one(op, {}, {{"start", start}, {"end", end}, {"steps", steps},
+                                          {"dtype", options.dtype}, {"device", options.device}});
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor eye(int64_t n, std::optional<int64_t> m, const TensorOptions& options) {
+  static const OpDef& op = dispatch::op("eye");
+  const int64_t cols = m.value_or(n);
+  MF_CHECK(n >= 0, Error, "eye: n must be greater or equal to 0, got ", n);
+  MF_CHECK(cols >= 0, Error, "eye: m must be greater or equal to 0, got ", cols);
+  Tensor t = dispatch::apply_one(
+      op, {}, {{"n", n}, {"m", cols}, {"dtype", options.dtype}, {"device", options.device}});
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
 }
 
 Tensor& fill_(Tensor& t, Scalar value) {

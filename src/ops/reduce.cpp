@@ -1,7 +1,7 @@
-// Sum-like reductions: sum, mean, sum_to.
+// Sum-like reductions: sum, mean, prod, all, any, sum_to.
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
-#include "meshflow/parallel.h"
+#include "ops/kernels/cpu/reduce.h"
 #include "ops/reduce_common.h"
 
 namespace mf {
@@ -10,69 +10,135 @@ using namespace reduce_detail;
 
 namespace {
 
-// Sum of n contiguous values with 8 independent accumulators (vectorises
-// without reassociation flags).
-template <typename T, typename Acc>
-Acc sum_run(const T* x, int64_t n) {
-  Acc acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += Acc(x[i + k]);
-  for (; i < n; ++i) acc[0] += Acc(x[i]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
+template <typename T, typename A>
+struct ProdOp {
+  using Acc = A;
+  Acc identity() const { return Acc(1); }
+  Acc map(T x, int64_t) const { return Acc(x); }
+  Acc combine(Acc a, Acc b) const { return a * b; }
+};
 
-template <typename T>
-using sum_acc_t = std::conditional_t<is_floating_type_v<T>, acc_type<T>, int64_t>;
+template <typename T, bool kAll>
+struct LogicalOp {
+  using Acc = bool;
+  Acc identity() const { return kAll; }
+  Acc map(T x, int64_t) const { return acc_type<T>(x) != acc_type<T>(0); }
+  Acc combine(Acc a, Acc b) const { return kAll ? (a && b) : (a || b); }
+};
 
-std::vector<TensorMeta> infer_sum(const TensorList& in, const Attrs& attrs) {
-  Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), "sum");
-  return {{reduced_shape(in[0].sizes(), dims, attrs.get_bool("keepdim")), attrs.get_dtype("dtype"), in[0].device()}};
-}
-
-void sum_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), "sum");
-  int64_t outer, inner;
-  Tensor x = as_outer_inner(in[0], dims, outer, inner);
-  Tensor src = to(x, out[0].dtype());
-  dispatch_numeric(out[0].dtype(), "sum", [&]<typename T>() {
-    using Acc = sum_acc_t<T>;
-    const T* xp = static_cast<const T*>(src.data_ptr());
-    T* op = static_cast<T*>(out[0].data_ptr());
-    if (outer == 1) {
-      // One output: split the run over threads, then combine.
-      int nt = get_num_threads();
-      std::vector<Acc> partial(size_t(nt), Acc(0));
-      int64_t chunk = (inner + nt - 1) / nt;
-      parallel_for(0, nt, 1, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) {
-          int64_t lo = t * chunk, hi = std::min(inner, lo + chunk);
-          if (lo < hi) partial[size_t(t)] = sum_run<T, Acc>(xp + lo, hi - lo);
-        }
-      });
-      Acc total = 0;
-      for (Acc p : partial) total += p;
-      op[0] = T(total);
-      return;
-    }
-    parallel_for(0, outer, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(inner, 1)),
-                 [&](int64_t b, int64_t e) {
-                   for (int64_t o = b; o < e; ++o) op[o] = T(sum_run<T, Acc>(xp + o * inner, inner));
-                 });
-  });
+// Runs Op<In, sum_acc_t<Out>> over in[0] into out[0]. Same dtypes, or
+// integers/bool into int64, run directly; other pairs cast the input first.
+template <template <typename, typename> class Op>
+void sum_like_kernel(const char* name, const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), name);
+  const DType od = out[0].dtype();
+  auto run = [&]<typename In, typename Out>(const Tensor& x) {
+    using Acc = sum_acc_t<Out>;
+    Out* o = static_cast<Out*>(out[0].data_ptr());
+    cpu::reduce<In>(x, dims, Op<In, Acc>{}, [o](int64_t i, Acc a) { o[i] = from_acc<Out>(a); });
+  };
+  if (in[0].dtype() == od) {
+    dispatch_dtype(od, [&]<typename T>() { run.template operator()<T, T>(in[0]); });
+  } else if (od == DType::Int64 && is_integral(in[0].dtype(), true)) {
+    dispatch_dtype(in[0].dtype(), [&]<typename T>() { run.template operator()<T, int64_t>(in[0]); });
+  } else {
+    Tensor x = to(in[0].detach(), od);
+    dispatch_dtype(od, [&]<typename T>() { run.template operator()<T, T>(x); });
+  }
 }
 
 MF_REGISTER_OP(OpDef{
     .name = "sum",
     .inputs = {"input"},
-    .infer = infer_sum,
-    .cpu_kernel = sum_kernel,
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return infer_reduction("sum", in[0], attrs, attrs.get_dtype("dtype"));
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      sum_like_kernel<SumOp>("sum", in, out, attrs);
+    },
     .backward = [](const BackwardContext& ctx) {
       const auto& m = ctx.input_metas[0];
       Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), int64_t(m.sizes.size()), "sum");
       return TensorList{expand_reduced_grad(ctx.grad_outputs[0], m.sizes, dims, ctx.attrs.get_bool("keepdim"))};
     },
 });
+
+MF_REGISTER_OP(OpDef{
+    .name = "mean",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      MF_CHECK(is_floating(in[0].dtype()), TypeError, "mean: could not infer output dtype; input dtype must be ",
+               "floating point, got ", dtype_name(in[0].dtype()));
+      return infer_reduction("mean", in[0], attrs, in[0].dtype());
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), "mean");
+      const int64_t count = reduced_count(in[0].sizes(), dims);
+      dispatch_floating(in[0].dtype(), "mean", [&]<typename T>() {
+        using Acc = acc_type<T>;
+        T* o = static_cast<T*>(out[0].data_ptr());
+        const Acc n = Acc(count);
+        cpu::reduce<T>(in[0], dims, SumOp<T, Acc>{}, [o, n](int64_t i, Acc a) { o[i] = T(a / n); });
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const auto& m = ctx.input_metas[0];
+      Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), int64_t(m.sizes.size()), "mean");
+      Tensor g = div(ctx.grad_outputs[0], Scalar(double(reduced_count(m.sizes, dims))));
+      return TensorList{expand_reduced_grad(g, m.sizes, dims, ctx.attrs.get_bool("keepdim"))};
+    },
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "prod",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return infer_reduction("prod", in[0], attrs, attrs.get_dtype("dtype"));
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      sum_like_kernel<ProdOp>("prod", in, out, attrs);
+    },
+    .differentiable = false,
+});
+
+template <bool kAll>
+void logical_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const char* name = kAll ? "all" : "any";
+  const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), name);
+  dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+    auto run = [&]<typename Out>() {
+      Out* o = static_cast<Out*>(out[0].data_ptr());
+      cpu::reduce<T>(in[0], dims, LogicalOp<T, kAll>{}, [o](int64_t i, bool a) { o[i] = Out(a); });
+    };
+    if (out[0].dtype() == DType::UInt8) run.template operator()<uint8_t>();
+    else run.template operator()<bool>();
+  });
+}
+
+// uint8 input gives uint8 output, everything else bool (as in PyTorch).
+DType logical_out_dtype(DType d) { return d == DType::UInt8 ? DType::UInt8 : DType::Bool; }
+
+MF_REGISTER_OP(OpDef{
+    .name = "all",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return infer_reduction("all", in[0], attrs, logical_out_dtype(in[0].dtype()));
+    },
+    .cpu_kernel = logical_kernel<true>,
+    .differentiable = false,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "any",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return infer_reduction("any", in[0], attrs, logical_out_dtype(in[0].dtype()));
+    },
+    .cpu_kernel = logical_kernel<false>,
+    .differentiable = false,
+});
+
+Shape optional_dim(std::optional<int64_t> dim) { return dim ? Shape{*dim} : Shape{}; }
 
 }  // namespace
 
@@ -83,12 +149,24 @@ Tensor sum(const Tensor& t, const Shape& dims, bool keepdim, std::optional<DType
 }
 
 Tensor mean(const Tensor& t, const Shape& dims, bool keepdim) {
-  MF_CHECK(is_floating(t.dtype()), TypeError, "mean: could not infer output dtype; input dtype must be ",
-           "floating point, got ", dtype_name(t.dtype()));
-  Shape nd = normalize_dims(dims, t.dim(), "mean");
-  int64_t count = 1;
-  for (int64_t d : nd) count *= t.sizes()[d];
-  return div(sum(t, dims, keepdim), Scalar(double(count)));
+  static const OpDef& op = dispatch::op("mean");
+  return dispatch::apply_one(op, {t}, {{"dims", dims}, {"keepdim", keepdim}});
+}
+
+Tensor prod(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+  static const OpDef& op = dispatch::op("prod");
+  DType out = is_floating(t.dtype()) ? t.dtype() : DType::Int64;
+  return dispatch::apply_one(op, {t}, {{"dims", optional_dim(dim)}, {"keepdim", keepdim}, {"dtype", out}});
+}
+
+Tensor all(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+  static const OpDef& op = dispatch::op("all");
+  return dispatch::apply_one(op, {t}, {{"dims", optional_dim(dim)}, {"keepdim", keepdim}});
+}
+
+Tensor any(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+  static const OpDef& op = dispatch::op("any");
+  return dispatch::apply_one(op, {t}, {{"dims", optional_dim(dim)}, {"keepdim", keepdim}});
 }
 
 Tensor sum_to(const Tensor& t, const Shape& size) {

@@ -1,10 +1,14 @@
-// Shared pieces of the reduction ops: dim normalisation, output shapes and
-// the CPU loop that reduces contiguous runs.
+// Shared pieces of the reduction ops: dim normalisation, output shapes,
+// inference and the gradient broadcast back over reduced dims. The CPU loop
+// is cpu::reduce (Note [Strided reduction] in kernels/cpu/reduce.h).
 #pragma once
+
+#include <algorithm>
 
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
+#include "ops/kernels/cpu/reduce.h"
 
 namespace mf::reduce_detail {
 
@@ -36,28 +40,71 @@ inline Shape reduced_shape(const Shape& sizes, const Shape& dims, bool keepdim) 
   return out;
 }
 
-// x with the reduced dims moved last and made contiguous, viewed as
-// (outer, inner) where inner is the number of reduced elements per output.
-inline Tensor as_outer_inner(const Tensor& x, const Shape& dims, int64_t& outer, int64_t& inner) {
-  Shape perm, kept;
-  inner = 1;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
-  for (int64_t d : dims) {
-    perm.push_back(d);
-    inner *= x.sizes()[d];
+// Number of elements each output of the reduction combines.
+inline int64_t reduced_count(const Shape& sizes, const Shape& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= sizes[size_t(d)];
+  return n;
+}
+
+// Inference of a reduction over attrs "dims"/"keepdim" with the given
+// output dtype.
+inline std::vector<TensorMeta> infer_reduction(const char* op, const Tensor& x, const Attrs& attrs, DType dtype) {
+  Shape dims = normalize_dims(attrs.get_shape("dims"), x.dim(), op);
+  return {{reduced_shape(x.sizes(), dims, attrs.get_bool("keepdim")), dtype, x.device()}};
+}
+
+// Reductions without an identity (max, min, argmax, ...) reject reducing an
+// empty dim, like PyTorch: with no dim given, "Expected reduction dim to be
+// specified for input.numel() == 0"; with dims, naming the empty one.
+inline void check_reduction_has_identity(const char* op, const Shape& sizes, const Shape& dims, bool dims_given) {
+  if (!dims_given) {
+    MF_CHECK(shape_numel(sizes) != 0, Error, op,
+             "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim ",
+             "with the 'dim' argument.");
+    return;
   }
-  outer = inner == 0 ? shape_numel(reduced_shape(x.sizes(), dims, false)) : x.numel() / inner;
-  Tensor p = x.dim() == 0 ? x : contiguous(permute(x.detach(), perm));
-  return p;
+  for (int64_t d : dims)
+    MF_CHECK(sizes[size_t(d)] != 0, IndexError, op, "(): Expected reduction dim ", d, " to have non-zero size.");
+}
+
+// A reduced result (value or gradient) reshaped to broadcast against the input.
+inline Tensor unsqueeze_reduced(const Tensor& t, const Shape& dims, bool keepdim) {
+  Tensor r = t;
+  if (!keepdim)
+    for (int64_t d : dims) r = unsqueeze(r, d);
+  return r;
 }
 
 // Grad of a reduction broadcast back to the input shape.
 inline Tensor expand_reduced_grad(const Tensor& grad, const Shape& input_sizes, const Shape& dims, bool keepdim) {
-  Tensor g = grad;
-  if (!keepdim)
-    for (int64_t d : dims) g = unsqueeze(g, d);
-  return expand(g, input_sizes);
+  return expand(unsqueeze_reduced(grad, dims, keepdim), input_sizes);
+}
+
+// --- reduction ops for cpu::reduce (Note [Strided reduction]) -----------------
+
+// Integers accumulate in uint64_t: wrap-around is defined and gives the
+// two's-complement result of int64 arithmetic.
+template <typename T>
+using sum_acc_t = std::conditional_t<is_floating_type_v<T>, acc_type<T>, uint64_t>;
+
+template <typename T, typename A>
+struct SumOp {
+  using Acc = A;
+  Acc identity() const { return Acc(0); }
+  Acc map(T x, int64_t) const { return Acc(x); }
+  Acc combine(Acc a, Acc b) const { return a + b; }
+};
+
+using cpu::ExtremumOp;
+
+// Converts an accumulator to the output type (bool: non-zero; integers
+// from the wrapping uint64_t accumulator).
+template <typename Out, typename Acc>
+Out from_acc(Acc a) {
+  if constexpr (std::is_same_v<Out, bool>) return a != Acc(0);
+  else if constexpr (std::is_integral_v<Acc> && std::is_signed_v<Out>) return Out(int64_t(a));
+  else return Out(a);
 }
 
 }  // namespace mf::reduce_detail

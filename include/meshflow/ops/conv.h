@@ -23,6 +23,9 @@ struct Pool2dArgs {
   bool count_include_pad = true;  // avg_pool2d only
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dArgs& args);
+// {values, indices}: indices (int64) are positions h * W + w in each input
+// plane, as PyTorch's return_indices=True gives.
+TensorList max_pool2d_with_indices(const Tensor& x, const Pool2dArgs& args);
 Tensor avg_pool2d(const Tensor& x, const Pool2dArgs& args);
 Tensor adaptive_avg_pool2d(const Tensor& x, const Shape& output_size);
 

@@ -1,0 +1,353 @@
+// batch_norm: per-channel statistics over (N, *) of an (N, C, *) input,
+// with a fused forward kernel (which also updates the running statistics
+// in training) and a fused backward op for input, weight and bias.
+//
+// Note [Channel layouts]: x is made contiguous and seen as (N, C, S). With
+// S > 1 a task owns one channel and walks its N contiguous runs of S; with
+// S == 1 ((N, C) inputs) a task owns a block of kChannelBlock neighbouring
+// channels and walks the N rows, vectorised across the block. Either way a
+// channel's values are visited in the same order whatever the thread count.
+// Both forward and backward reduce to two primitives: per-channel sums and
+// a per-channel affine map out = a * alpha[c] + b * beta[c] + gamma[c].
+#include <cmath>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/nn.h"
+#include "meshflow/ops/shape.h"
+#include "meshflow/parallel.h"
+
+namespace mf {
+namespace {
+
+constexpr int64_t kChannelBlock = 64;
+
+struct ChannelLayout {
+  int64_t n = 1, c = 1, s = 1;
+  int64_t per_channel() const { return n * s; }
+};
+
+ChannelLayout layout_of(const Tensor& x) {
+  ChannelLayout l;
+  l.n = x.sizes()[0], l.c = x.sizes()[1];
+  for (int64_t d = 2; d < x.dim(); ++d) l.s *= x.sizes()[size_t(d)];
+  return l;
+}
+
+// Calls fn(c0, c1) over channel blocks in parallel (one channel per block
+// when S > 1).
+template <typename F>
+void for_each_channel_block(const ChannelLayout& l, const F& fn) {
+  const int64_t width = l.s == 1 ? kChannelBlock : 1;
+  const int64_t blocks = (l.c + width - 1) / width;
+  const int64_t work = std::max<int64_t>(1, l.per_channel() * width);
+  parallel_for(0, blocks, std::max<int64_t>(1, kGrainSize / work), [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) fn(blk * width, std::min(l.c, (blk + 1) * width));
+  });
+}
+
+// sums[c] += f(a, b, c) over every element of channel c, where a and b are
+// the values of two same-shaped tensors (b may be null) as double.
+template <typename T, typename F>
+void channel_sums(const ChannelLayout& l, const T* a, const T* b, double* sums, const F& f) {
+  for_each_channel_block(l, [&](int64_t c0, int64_t c1) {
+    if (l.s == 1) {
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* ar = a + n * l.c;
+        const T* br = b ? b + n * l.c : nullptr;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) sums[c] += f(double(ar[c]), br ? double(br[c]) : 0.0, c);
+      }
+      return;
+    }
+    const int64_t c = c0;
+    double acc = 0;
+    for (int64_t n = 0; n < l.n; ++n) {
+      const T* ar = a + (n * l.c + c) * l.s;
+      const T* br = b ? b + (n * l.c + c) * l.s : nullptr;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = 0; i < l.s; ++i) acc += f(double(ar[i]), br ? double(br[i]) : 0.0, c);
+    }
+    sums[c] += acc;
+  });
+}
+
+// out = a * alpha[c] + b * beta[c] + gamma[c] (b may be null), in float
+// for the 16-bit types.
+template <typename T>
+void channel_affine(const ChannelLayout& l, const T* a, const T* b, T* out, const std::vector<double>& alpha,
+                    const std::vector<double>& beta, const std::vector<double>& gamma) {
+  using A = acc_type<T>;
+  for_each_channel_block(l, [&](int64_t c0, int64_t c1) {
+    if (l.s == 1) {
+      A al[kChannelBlock], be[kChannelBlock], ga[kChannelBlock];
+      for (int64_t c = c0; c < c1; ++c)
+        al[c - c0] = A(alpha[size_t(c)]), be[c - c0] = A(beta[size_t(c)]), ga[c - c0] = A(gamma[size_t(c)]);
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* ar = a + n * l.c + c0;
+        const T* br = b ? b + n * l.c + c0 : nullptr;
+        T* orow = out + n * l.c + c0;
+        if (br) {
+#pragma omp simd
+          for (int64_t c = 0; c < c1 - c0; ++c) orow[c] = T(A(ar[c]) * al[c] + A(br[c]) * be[c] + ga[c]);
+        } else {
+#pragma omp simd
+          for (int64_t c = 0; c < c1 - c0; ++c) orow[c] = T(A(ar[c]) * al[c] + ga[c]);
+        }
+      }
+      return;
+    }
+    const int64_t c = c0;
+    const A al = A(alpha[size_t(c)]), be = A(beta[size_t(c)]), ga = A(gamma[size_t(c)]);
+    for (int64_t n = 0; n < l.n; ++n) {
+      const int64_t off = (n * l.c + c) * l.s;
+      const T* ar = a + off;
+      const T* br = b ? b + off : nullptr;
+      T* orow = out + off;
+      if (br) {
+#pragma omp simd
+        for (int64_t i = 0; i < l.s; ++i) orow[i] = T(A(ar[i]) * al + A(br[i]) * be + ga);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < l.s; ++i) orow[i] = T(A(ar[i]) * al + ga);
+      }
+    }
+  });
+}
+
+// A 1-d floating tensor (any strides) as doubles; `fill` when undefined.
+std::vector<double> channel_values(const Tensor& t, int64_t c, double fill) {
+  std::vector<double> v(size_t(c), fill);
+  if (!t.defined()) return v;
+  dispatch_floating(t.dtype(), "batch_norm", [&]<typename T>() {
+    const T* p = static_cast<const T*>(t.data_ptr());
+    for (int64_t i = 0; i < c; ++i) v[size_t(i)] = double(p[i * t.stride(0)]);
+  });
+  return v;
+}
+
+void write_channel_values(const Tensor& t, const std::vector<double>& v) {
+  dispatch_floating(t.dtype(), "batch_norm", [&]<typename T>() {
+    T* p = static_cast<T*>(t.data_ptr());
+    for (size_t i = 0; i < v.size(); ++i) p[int64_t(i) * t.stride(0)] = T(v[i]);
+  });
+}
+
+// --- forward -------------------------------------------------------------------------
+// Inputs (x, weight, bias, running_mean, running_var); outputs (y, mean,
+// invstd) where mean/invstd are the statistics used (batch or running).
+
+void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const bool training = attrs.get_bool("training");
+  const double eps = attrs.get_float("eps"), momentum = attrs.get_float("momentum");
+  Tensor x = contiguous(in[0].detach());
+  const ChannelLayout l = layout_of(x);
+  std::vector<double> mean(size_t(l.c), 0.0), invstd(size_t(l.c), 0.0);
+  dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    if (training) {
+      const double count = double(l.per_channel());
+      channel_sums(l, xp, static_cast<const T*>(nullptr), mean.data(), [](double a, double, int64_t) { return a; });
+      for (double& m : mean) m = count > 0 ? m / count : 0.0;
+      std::vector<double> var(size_t(l.c), 0.0);
+      const double* mp = mean.data();
+      channel_sums(l, xp, static_cast<const T*>(nullptr), var.data(),
+                   [mp](double a, double, int64_t c) { return (a - mp[c]) * (a - mp[c]); });
+      for (int64_t c = 0; c < l.c; ++c)
+        invstd[size_t(c)] = 1.0 / std::sqrt((count > 0 ? var[size_t(c)] / count : 0.0) + eps);
+      if (in[3].defined() && count > 1) {
+        std::vector<double> rm = channel_values(in[3], l.c, 0.0), rv = channel_values(in[4], l.c, 1.0);
+        for (int64_t c = 0; c < l.c; ++c) {
+          rm[size_t(c)] = (1 - momentum) * rm[size_t(c)] + momentum * mean[size_t(c)];
+          rv[size_t(c)] = (1 - momentum) * rv[size_t(c)] + momentum * var[size_t(c)] / (count - 1);
+        }
+        write_channel_values(in[3], rm);
+        write_channel_values(in[4], rv);
+      }
+    } else {
+      mean = channel_values(in[3], l.c, 0.0);
+      std::vector<double> rv = channel_values(in[4], l.c, 1.0);
+      for (int64_t c = 0; c < l.c; ++c) invstd[size_t(c)] = 1.0 / std::sqrt(rv[size_t(c)] + eps);
+    }
+    const std::vector<double> w = channel_values(in[1], l.c, 1.0), b = channel_values(in[2], l.c, 0.0);
+    std::vector<double> scale(size_t(l.c)), shift(size_t(l.c));
+    for (size_t c = 0; c < size_t(l.c); ++c) {
+      scale[c] = invstd[c] * w[c];
+      shift[c] = b[c] - mean[c] * scale[c];
+    }
+    channel_affine(l, xp, static_cast<const T*>(nullptr), static_cast<T*>(out[0].data_ptr()), scale,
+                   std::vector<double>(size_t(l.c), 0.0), shift);
+  });
+  write_channel_values(out[1], mean);
+  write_channel_values(out[2], invstd);
+}
+
+// --- backward ------------------------------------------------------------------------
+// With xhat = (x - mean) * invstd, M = N * S values per channel,
+// sg = sum(g), sgx = sum(g * xhat) per channel:
+//   training: dx = w * invstd * (g - sg / M - xhat * sgx / M)
+//   eval:     dx = w * invstd * g
+//   dw = sgx, db = sg
+// dx is the affine map g * alpha + x * beta + gamma with alpha = w * invstd,
+// beta = -alpha * invstd * sgx / M (0 in eval), gamma = -alpha * sg / M - beta * mean.
+
+void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const bool training = attrs.get_bool("training");
+  const bool need_input = attrs.get_bool("need_input"), need_affine = attrs.get_bool("need_affine");
+  Tensor g = contiguous(in[0].detach()), x = contiguous(in[1].detach());
+  const ChannelLayout l = layout_of(x);
+  const std::vector<double> mean = channel_values(in[2], l.c, 0.0), invstd = channel_values(in[3], l.c, 1.0);
+  const std::vector<double> w = channel_values(in[4], l.c, 1.0);
+  dispatch_floating(x.dtype(), "batch_norm_backward", [&]<typename T>() {
+    const T* gp = static_cast<const T*>(g.data_ptr());
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    std::vector<double> sg(size_t(l.c), 0.0), sgx(size_t(l.c), 0.0);
+    if (training || need_affine) {
+      const double* mp = mean.data();
+      const double* ip = invstd.data();
+      channel_sums(l, gp, static_cast<const T*>(nullptr), sg.data(), [](double a, double, int64_t) { return a; });
+      channel_sums(l, gp, xp, sgx.data(), [mp, ip](double a, double b, int64_t c) { return a * (b - mp[c]) * ip[c]; });
+    }
+    if (need_input) {
+      const double count = double(l.per_channel());
+      std::vector<double> alpha(size_t(l.c)), beta(size_t(l.c), 0.0), gamma(size_t(l.c), 0.0);
+      for (size_t c = 0; c < size_t(l.c); ++c) {
+        alpha[c] = w[c] * invstd[c];
+        if (training) {
+          beta[c] = -alpha[c] * invstd[c] * sgx[c] / count;
+          gamma[c] = -alpha[c] * sg[c] / count - beta[c] * mean[c];
+        }
+      }
+      channel_affine(l, gp, xp, static_cast<T*>(out[0].data_ptr()), alpha, beta, gamma);
+    }
+    if (need_affine) {
+      write_channel_values(out[1], sgx);
+      write_channel_values(out[2], sg);
+    }
+  });
+}
+
+DType stats_dtype(DType d) { return is_reduced_floating(d) ? kFloat32 : d; }
+
+// The backward written with ops, used while the graph of the gradient is
+// recorded (Note [Twice-differentiable norm backward] in norm.cpp): the
+// training statistics are recomputed from x; eval uses the saved running
+// statistics, which are constants.
+TensorList composite_backward(const BackwardContext& ctx) {
+  const Tensor& g = ctx.grad_outputs[0];
+  const Tensor& x = ctx.inputs[0];
+  const Tensor& w = ctx.inputs[1];
+  Shape dims{0}, channel_view{x.sizes()[1]};  // reduced dims; (C, 1, ..., 1)
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d), channel_view.push_back(1);
+  Tensor mu, rstd;
+  if (ctx.attrs.get_bool("training")) {
+    mu = mean(x, dims, true);
+    Tensor centered = sub(x, mu);
+    rstd = rsqrt(add(mean(mul(centered, centered), dims, true), ctx.attrs.get_float("eps")));
+  } else {
+    mu = to(reshape(ctx.outputs[1], channel_view), x.dtype());
+    rstd = to(reshape(ctx.outputs[2], channel_view), x.dtype());
+  }
+  Tensor xhat = mul(sub(x, mu), rstd);
+  TensorList grads(5);
+  if (ctx.needs_input_grad[0]) {
+    Tensor gw = w.defined() ? mul(g, reshape(w, channel_view)) : g;
+    grads[0] = ctx.attrs.get_bool("training")
+                   ? mul(rstd, sub(sub(gw, mean(gw, dims, true)), mul(xhat, mean(mul(gw, xhat), dims, true))))
+                   : mul(gw, rstd);
+  }
+  if (ctx.needs_input_grad[1]) grads[1] = sum(mul(g, xhat), dims);
+  if (ctx.needs_input_grad[2]) grads[2] = sum(g, dims);
+  return grads;
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "batch_norm",
+    .inputs = {"input", "weight", "bias", "running_mean", "running_var"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      const Tensor& x = in[0];
+      const Shape stats{x.sizes()[1]};
+      return std::vector<TensorMeta>{{x.sizes(), x.dtype(), x.device()},
+                                     {stats, stats_dtype(x.dtype()), x.device()},
+                                     {stats, stats_dtype(x.dtype()), x.device()}};
+    },
+    .cpu_kernel = forward_kernel,
+    .backward = [](const BackwardContext& ctx) {
+      static const OpDef& op = dispatch::op("batch_norm_backward");
+      if (GradMode::is_enabled()) return composite_backward(ctx);
+      const bool need_input = ctx.needs_input_grad[0];
+      const bool need_affine = ctx.needs_input_grad[1] || ctx.needs_input_grad[2];
+      Attrs attrs = ctx.attrs;
+      attrs.set("need_input", need_input).set("need_affine", need_affine);
+      TensorList g = dispatch::apply(
+          op, {ctx.grad_outputs[0], ctx.inputs[0], ctx.outputs[1], ctx.outputs[2], ctx.inputs[1]}, attrs);
+      return TensorList{need_input ? g[0] : Tensor(), ctx.needs_input_grad[1] ? g[1] : Tensor(),
+                        ctx.needs_input_grad[2] ? g[2] : Tensor(), Tensor(), Tensor()};
+    },
+    .save_inputs = 0b00011,
+    .save_outputs = 0b110,
+});
+
+// Inputs (grad, x, mean, invstd, weight); outputs (dx, dweight, dbias),
+// each empty when not asked for.
+MF_REGISTER_OP(OpDef{
+    .name = "batch_norm_backward",
+    .inputs = {"grad", "input", "mean", "invstd", "weight"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      const Tensor& x = in[1];
+      const Shape ws = attrs.get_bool("need_affine") ? Shape{x.sizes()[1]} : Shape{0};
+      return std::vector<TensorMeta>{{attrs.get_bool("need_input") ? x.sizes() : Shape{0}, x.dtype(), x.device()},
+                                     {ws, x.dtype(), x.device()},
+                                     {ws, x.dtype(), x.device()}};
+    },
+    .cpu_kernel = backward_kernel,
+    .differentiable = false,
+});
+
+void check_channel_arg(const char* name, const Tensor& t, int64_t channels) {
+  if (!t.defined()) return;
+  MF_CHECK(t.dim() == 1 && t.sizes()[0] == channels, ShapeError, "batch_norm: ", name, " should contain ", channels,
+           " elements (one per channel), got shape ", shape_str(t.sizes()));
+  MF_CHECK(is_floating(t.dtype()), TypeError, "batch_norm: ", name, " must be a floating-point tensor, got ",
+           dtype_name(t.dtype()));
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  static const OpDef& op = dispatch::op("batch_norm");
+  MF_CHECK(is_floating(x.dtype()), TypeError, "batch_norm: expected a floating-point input, got ",
+           dtype_name(x.dtype()));
+  MF_CHECK(x.dim() >= 2, ShapeError, "batch_norm: expected an input of shape (N, C) or (N, C, *), got ",
+           shape_str(x.sizes()));
+  MF_CHECK(eps >= 0, ValueError, "batch_norm: eps must be non-negative, got ", eps);
+  const int64_t channels = x.sizes()[1];
+  check_channel_arg("weight", weight, channels);
+  check_channel_arg("bias", bias, channels);
+  check_channel_arg("running_mean", running_mean, channels);
+  check_channel_arg("running_var", running_var, channels);
+  MF_CHECK(running_mean.defined() == running_var.defined(), ValueError,
+           "batch_norm: running_mean and running_var must be given together");
+  if (training) {
+    int64_t per_channel = x.numel() / std::max<int64_t>(channels, 1);
+    MF_CHECK(per_channel > 1 || x.numel() == 0, ValueError,
+             "batch_norm: expected more than 1 value per channel when training, got input of shape ",
+             shape_str(x.sizes()));
+  } else {
+    MF_CHECK(running_mean.defined(), ValueError, "batch_norm: running_mean and running_var must be defined in "
+             "evaluation mode (training=false)");
+  }
+  TensorList out = dispatch::apply(op,
+                                   {x, weight.defined() ? to(weight, x.dtype()) : weight,
+                                    bias.defined() ? to(bias, x.dtype()) : bias, running_mean, running_var},
+                                   {{"training", training}, {"momentum", momentum}, {"eps", eps}});
+  if (training && running_mean.defined() && x.numel() > 0) {
+    running_mean.bump_version();
+    running_var.bump_version();
+  }
+  return out[0];
+}
+
+}  // namespace mf

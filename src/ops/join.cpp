@@ -1,0 +1,201 @@
+// Joining and splitting: cat, stack, split, chunk, unbind. Splits are views
+// (narrow/select); cat copies, and its backward narrows the gradient.
+#include <cstring>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf {
+namespace {
+
+// PyTorch's legacy rule: 1-d tensors of size 0 are skipped by cat.
+bool is_skipped(const Tensor& t) { return t.dim() == 1 && t.sizes()[0] == 0; }
+
+const Tensor* first_kept(const TensorList& in) {
+  for (const auto& t : in)
+    if (!is_skipped(t)) return &t;
+  return nullptr;
+}
+
+std::vector<TensorMeta> infer_cat(const TensorList& in, const Attrs& attrs) {
+  MF_CHECK(!in.empty(), ValueError, "cat: expected a non-empty list of tensors");
+  for (size_t i = 0; i < in.size(); ++i)
+    MF_CHECK(in[i].dtype() == in[0].dtype(), TypeError, "cat: the op takes tensors of one dtype, got ",
+             dtype_name(in[0].dtype()), " and ", dtype_name(in[i].dtype()), " (tensor ", i,
+             "); the functional cat promotes");
+  const Tensor* ref = first_kept(in);
+  if (!ref) return {{{0}, in[0].dtype(), in[0].device()}};
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), ref->dim(), "cat");
+  Shape out = ref->sizes();
+  out[size_t(dim)] = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& t = in[i];
+    if (is_skipped(t)) continue;
+    MF_CHECK(t.dim() == ref->dim(), ShapeError, "cat: tensors must have the same number of dimensions: got ",
+             ref->dim(), " and ", t.dim(), " (tensor number ", i, " in the list)");
+    for (int64_t d = 0; d < t.dim(); ++d)
+      MF_CHECK(d == dim || t.sizes()[size_t(d)] == ref->sizes()[size_t(d)], ShapeError,
+               "cat: sizes of tensors must match except in dimension ", dim, ". Expected size ",
+               ref->sizes()[size_t(d)], " but got size ", t.sizes()[size_t(d)], " for tensor number ", i,
+               " in the list");
+    out[size_t(dim)] += t.sizes()[size_t(dim)];
+  }
+  return {{out, in[0].dtype(), in[0].device()}};
+}
+
+void cat_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  const Tensor* ref = first_kept(in);
+  if (y.numel() == 0 || !ref) return;
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), ref->dim(), "cat");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= y.sizes()[size_t(d)];
+  for (int64_t d = dim + 1; d < y.dim(); ++d) inner *= y.sizes()[size_t(d)];
+  bool all_contiguous = true;
+  for (const auto& t : in) all_contiguous = all_contiguous && (is_skipped(t) || t.is_contiguous());
+  if (outer > 1 && all_contiguous) {
+    // Row by row: each output row is the inputs' rows back to back.
+    const int64_t item = int64_t(y.element_size());
+    const int64_t row_bytes = y.sizes()[size_t(dim)] * inner * item;
+    std::vector<std::pair<const char*, int64_t>> blocks;  // (data, bytes per row)
+    for (const auto& t : in)
+      if (!is_skipped(t) && t.numel() > 0)
+        blocks.emplace_back(static_cast<const char*>(t.data_ptr()), t.sizes()[size_t(dim)] * inner * item);
+    char* dst = static_cast<char*>(y.data_ptr());
+    parallel_for(0, outer, std::max<int64_t>(1, kGrainSize * 4 / std::max<int64_t>(row_bytes, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t o = b; o < e; ++o) {
+                     char* d = dst + o * row_bytes;
+                     for (const auto& [src, bytes] : blocks) {
+                       std::memcpy(d, src + o * bytes, size_t(bytes));
+                       d += bytes;
+                     }
+                   }
+                 });
+    return;
+  }
+  int64_t offset = 0;
+  for (const auto& t : in) {
+    if (is_skipped(t)) continue;
+    Tensor part = make_view(y, t.sizes(), y.strides(), y.storage_offset() + offset * y.strides()[size_t(dim)]);
+    cpu::copy_cast(part, t);
+    offset += t.sizes()[size_t(dim)];
+  }
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "cat",
+    .inputs = {"tensors"},
+    .variadic = true,
+    .infer = infer_cat,
+    .cpu_kernel = cat_kernel,
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& g = ctx.grad_outputs[0];
+      const auto& metas = ctx.input_metas;
+      TensorList grads(metas.size());
+      int64_t ref_dim = -1;
+      for (const auto& m : metas)
+        if (!(m.sizes.size() == 1 && m.sizes[0] == 0)) {
+          ref_dim = int64_t(m.sizes.size());
+          break;
+        }
+      int64_t offset = 0;
+      for (size_t i = 0; i < metas.size(); ++i) {
+        const Shape& s = metas[i].sizes;
+        if (s.size() == 1 && s[0] == 0) {
+          if (ctx.needs_input_grad[i]) grads[i] = zeros({0}, {.dtype = g.dtype(), .device = g.device()});
+          continue;
+        }
+        const int64_t dim = wrap_dim(ctx.attrs.get_int("dim"), ref_dim, "cat");
+        const int64_t len = s[size_t(dim)];
+        if (ctx.needs_input_grad[i]) grads[i] = narrow(g, dim, offset, len);
+        offset += len;
+      }
+      return grads;
+    },
+});
+
+}  // namespace
+
+Tensor cat(const TensorList& tensors, int64_t dim) {
+  MF_CHECK(!tensors.empty(), ValueError, "cat: expected a non-empty list of tensors");
+  DType dtype = tensors[0].dtype();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    MF_CHECK(tensors[i].defined(), Error, "cat: tensor number ", i, " in the list is undefined");
+    MF_CHECK(tensors[i].dim() > 0, ShapeError, "cat: zero-dimensional tensor (at position ", i,
+             ") cannot be concatenated");
+    dtype = promote_types(dtype, tensors[i].dtype());
+  }
+  TensorList in;
+  in.reserve(tensors.size());
+  for (const auto& t : tensors) in.push_back(to(t, dtype));
+  static const OpDef& op = dispatch::op("cat");
+  return dispatch::apply_one(op, in, {{"dim", dim}});
+}
+
+Tensor stack(const TensorList& tensors, int64_t dim) {
+  MF_CHECK(!tensors.empty(), ValueError, "stack: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    MF_CHECK(tensors[i].sizes() == tensors[0].sizes(), ShapeError, "stack: expects each tensor to be equal size, but got ",
+             shape_str(tensors[0].sizes()), " at entry 0 and ", shape_str(tensors[i].sizes()), " at entry ", i);
+  const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  TensorList parts;
+  parts.reserve(tensors.size());
+  for (const auto& t : tensors) parts.push_back(unsqueeze(t, d));
+  return cat(parts, d);
+}
+
+TensorList split(const Tensor& t, int64_t split_size, int64_t dim) {
+  MF_CHECK(t.dim() > 0, ShapeError, "split: expects at least a 1-dimensional tensor");
+  MF_CHECK(split_size >= 0, ValueError, "split: split_size must be non-negative, got ", split_size);
+  const int64_t d = wrap_dim(dim, t.dim(), "split");
+  const int64_t n = t.sizes()[size_t(d)];
+  MF_CHECK(split_size > 0 || n == 0, ValueError, "split: split_size can only be 0 if dimension size is 0, but got ",
+           "dimension size of ", n);
+  if (n == 0) return {t};
+  TensorList out;
+  for (int64_t start = 0; start < n; start += split_size) out.push_back(narrow(t, d, start, std::min(split_size, n - start)));
+  return out;
+}
+
+TensorList split(const Tensor& t, const Shape& split_sizes, int64_t dim) {
+  MF_CHECK(t.dim() > 0, ShapeError, "split: expects at least a 1-dimensional tensor");
+  const int64_t d = wrap_dim(dim, t.dim(), "split");
+  const int64_t n = t.sizes()[size_t(d)];
+  int64_t total = 0;
+  for (int64_t s : split_sizes) {
+    MF_CHECK(s >= 0, ValueError, "split: split_sizes must be non-negative, got ", shape_str(split_sizes));
+    total += s;
+  }
+  MF_CHECK(total == n, ShapeError, "split: split_sizes ", shape_str(split_sizes), " must sum exactly to ", n,
+           " (the input tensor's size at dimension ", d, ")");
+  TensorList out;
+  int64_t start = 0;
+  for (int64_t s : split_sizes) {
+    out.push_back(narrow(t, d, start, s));
+    start += s;
+  }
+  return out;
+}
+
+TensorList chunk(const Tensor& t, int64_t chunks, int64_t dim) {
+  MF_CHECK(t.dim() > 0, ShapeError, "chunk: expects at least a 1-dimensional tensor");
+  MF_CHECK(chunks > 0, ValueError, "chunk: chunks must be greater than 0, got ", chunks);
+  const int64_t d = wrap_dim(dim, t.dim(), "chunk");
+  const int64_t n = t.sizes()[size_t(d)];
+  if (n == 0) return split(t, Shape(size_t(chunks), 0), d);
+  return split(t, (n + chunks - 1) / chunks, d);
+}
+
+TensorList unbind(const Tensor& t, int64_t dim) {
+  MF_CHECK(t.dim() > 0, IndexError, "unbind: dimension specified as ", dim, " but tensor has no dimensions");
+  const int64_t d = wrap_dim(dim, t.dim(), "unbind");
+  TensorList out;
+  for (int64_t i = 0; i < t.sizes()[size_t(d)]; ++i) out.push_back(select(t, d, i));
+  return out;
+}
+
+}  // namespace mf

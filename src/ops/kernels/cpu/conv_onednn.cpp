@@ -1,0 +1,262 @@
+// Convolution entry points and the oneDNN path. Primitives are built with
+// format `any`, so oneDNN picks its fastest (usually blocked) layouts;
+// meshflow's NCHW tensors are reordered into and out of them, and a reorder
+// is skipped when oneDNN's layout is the tensor's own. Primitives and
+// reorders are cached per shape (Note [oneDNN primitive cache]).
+#include <cstring>
+
+#include "meshflow/ops/shape.h"
+#include "meshflow/parallel.h"
+#include "ops/kernels/cpu/conv.h"
+#include "ops/kernels/cpu/conv_internal.h"
+#include "ops/kernels/cpu/loops.h"
+#include "ops/kernels/cpu/onednn.h"
+
+namespace mf::cpu {
+namespace {
+
+using dnnl::memory;
+namespace onednn = cpu::onednn;
+
+// oneDNN's dims for weights: (G, O/G, C/G, KH, KW) when grouped.
+Shape weights_dims(const Shape& w, int64_t groups) {
+  if (groups == 1) return w;
+  return {groups, w[0] / groups, w[1], w[2], w[3]};
+}
+
+// A user tensor's memory for the weights, grouped as oneDNN expects.
+memory weights_memory(const Tensor& w, int64_t groups) {
+  if (groups == 1) return onednn::memory_of(w);
+  Shape strides{w.stride(0) * (w.size(0) / groups), w.stride(0), w.stride(1), w.stride(2), w.stride(3)};
+  Tensor grouped = make_view(w, weights_dims(w.sizes(), groups), strides, w.storage_offset());
+  return onednn::memory_of(grouped);
+}
+
+struct Problem {
+  memory::desc src, weights, bias, dst;
+  memory::dims strides, dilates, padding;
+};
+
+Problem problem_of(const Shape& x, const Shape& w, const Shape& y, DType dtype, const ConvParams& p) {
+  const auto type = onednn::data_type(dtype);
+  auto any = [&](const Shape& s) { return memory::desc(memory::dims(s.begin(), s.end()), type, memory::format_tag::any); };
+  return Problem{any(x),
+                 any(weights_dims(w, p.groups)),
+                 any({w[0]}),
+                 any(y),
+                 {p.stride[0], p.stride[1]},
+                 {p.dilation[0] - 1, p.dilation[1] - 1},
+                 {p.padding[0], p.padding[1]}};
+}
+
+std::vector<int64_t> problem_key(int kind, const Shape& x, const Shape& w, DType dtype, const ConvParams& p,
+                                 bool bias) {
+  std::vector<int64_t> key{kind, int64_t(dtype), bias};
+  key.insert(key.end(), x.begin(), x.end());
+  key.insert(key.end(), w.begin(), w.end());
+  for (int i = 0; i < 2; ++i) {
+    key.push_back(p.stride[i]);
+    key.push_back(p.padding[i]);
+    key.push_back(p.dilation[i]);
+  }
+  key.push_back(p.groups);
+  return key;
+}
+
+template <typename Pd, typename Prim>
+struct Entry {
+  using Primitive = Prim;
+  bool ok = false;  // false: oneDNN has no implementation
+  Pd pd;
+  Prim primitive;
+};
+using Forward = Entry<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>;
+using BackwardData = Entry<dnnl::convolution_backward_data::primitive_desc, dnnl::convolution_backward_data>;
+using BackwardWeights =
+    Entry<dnnl::convolution_backward_weights::primitive_desc, dnnl::convolution_backward_weights>;
+
+// Builds an entry, or a not-ok one when oneDNN rejects the problem.
+template <typename E, typename Build>
+E try_build(const Build& build) {
+  try {
+    auto pd = build();
+    return E{true, pd, typename E::Primitive(pd)};
+  } catch (const dnnl::error&) {
+    return E{};
+  }
+}
+
+Forward forward_entry(const Shape& x, const Shape& w, const Shape& y, DType dtype, const ConvParams& p, bool bias) {
+  static onednn::PrimitiveCache<Forward> cache;
+  return cache.get(problem_key(0, x, w, dtype, p, bias), [&] {
+    return try_build<Forward>([&] {
+      const Problem d = problem_of(x, w, y, dtype, p);
+      const auto kind = dnnl::prop_kind::forward_training;
+      const auto algo = dnnl::algorithm::convolution_direct;
+      auto desc = bias ? dnnl::convolution_forward::desc(kind, algo, d.src, d.weights, d.bias, d.dst, d.strides,
+                                                         d.dilates, d.padding, d.padding)
+                       : dnnl::convolution_forward::desc(kind, algo, d.src, d.weights, d.dst, d.strides, d.dilates,
+                                                         d.padding, d.padding);
+      return dnnl::convolution_forward::primitive_desc(desc, onednn::default_attr(), onednn::engine());
+    });
+  });
+}
+
+BackwardData backward_data_entry(const Shape& x, const Shape& w, const Shape& y, DType dtype, const ConvParams& p,
+                                 const Forward& hint) {
+  static onednn::PrimitiveCache<BackwardData> cache;
+  return cache.get(problem_key(1, x, w, dtype, p, false), [&] {
+    return try_build<BackwardData>([&] {
+      const Problem d = problem_of(x, w, y, dtype, p);
+      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src, d.weights, d.dst,
+                                                 d.strides, d.dilates, d.padding, d.padding);
+      return dnnl::convolution_backward_data::primitive_desc(desc, onednn::default_attr(), onednn::engine(),
+                                                             hint.pd);
+    });
+  });
+}
+
+BackwardWeights backward_weights_entry(const Shape& x, const Shape& w, const Shape& y, DType dtype,
+                                       const ConvParams& p, const Forward& hint) {
+  static onednn::PrimitiveCache<BackwardWeights> cache;
+  return cache.get(problem_key(2, x, w, dtype, p, false), [&] {
+    return try_build<BackwardWeights>([&] {
+      const Problem d = problem_of(x, w, y, dtype, p);
+      dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.src, d.weights, d.dst,
+                                                    d.strides, d.dilates, d.padding, d.padding);
+      return dnnl::convolution_backward_weights::primitive_desc(desc, onednn::default_attr(), onednn::engine(),
+                                                                hint.pd);
+    });
+  });
+}
+
+// Runs prim writing `user` (a contiguous output): directly when oneDNN's
+// layout `desc` is the user's, else into a temporary reordered afterwards.
+template <typename Run>
+void write_output(const memory& user, const memory::desc& desc, const Run& run) {
+  if (user.get_desc() == desc) {
+    run(user);
+    return;
+  }
+  Tensor buffer;
+  memory out = onednn::scratch_memory(desc, buffer);
+  run(out);
+  onednn::reorder(out, user);
+}
+
+// t, or a contiguous copy when a dim is broadcast (oneDNN rejects stride 0).
+Tensor without_zero_strides(const Tensor& t) {
+  if (!t.defined()) return t;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) return contiguous(t.detach());
+  return t;
+}
+
+bool onednn_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tensor& y, const ConvParams& p) {
+  const Tensor x = without_zero_strides(x_in), w = without_zero_strides(w_in), bias = without_zero_strides(bias_in);
+  const Forward e = forward_entry(x.sizes(), w.sizes(), y.sizes(), y.dtype(), p, bias.defined());
+  if (!e.ok) return false;
+  Tensor x_buffer, w_buffer, b_buffer;
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, onednn::in_layout(onednn::memory_of(x), e.pd.src_desc(), x_buffer)},
+      {DNNL_ARG_WEIGHTS, onednn::in_layout(weights_memory(w, p.groups), e.pd.weights_desc(), w_buffer)}};
+  if (bias.defined()) args[DNNL_ARG_BIAS] = onednn::in_layout(onednn::memory_of(bias), e.pd.bias_desc(), b_buffer);
+  write_output(onednn::memory_of(y), e.pd.dst_desc(), [&](const memory& dst) {
+    args[DNNL_ARG_DST] = dst;
+    onednn::execute(e.primitive, e.pd.scratchpad_desc(), args);
+  });
+  return true;
+}
+
+bool onednn_backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in, Tensor* gx, Tensor* gw,
+                     const ConvParams& p) {
+  const Tensor gy = without_zero_strides(gy_in), x = without_zero_strides(x_in), w = without_zero_strides(w_in);
+  const DType dtype = gy.dtype();
+  const Forward hint = forward_entry(x.sizes(), w.sizes(), gy.sizes(), dtype, p, false);
+  if (!hint.ok) return false;
+  BackwardData data;
+  BackwardWeights weights;
+  if (gx && !(data = backward_data_entry(x.sizes(), w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
+  if (gw && !(weights = backward_weights_entry(x.sizes(), w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
+  const memory user_gy = onednn::memory_of(gy);
+  Tensor gy_buffer, gy_weights_buffer, w_buffer, x_buffer;
+  memory diff_dst;
+  if (gx) {
+    diff_dst = onednn::in_layout(user_gy, data.pd.diff_dst_desc(), gy_buffer);
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_DIFF_DST, diff_dst},
+        {DNNL_ARG_WEIGHTS, onednn::in_layout(weights_memory(w, p.groups), data.pd.weights_desc(), w_buffer)}};
+    write_output(onednn::memory_of(*gx), data.pd.diff_src_desc(), [&](const memory& out) {
+      args[DNNL_ARG_DIFF_SRC] = out;
+      onednn::execute(data.primitive, data.pd.scratchpad_desc(), args);
+    });
+  }
+  if (gw) {
+    // Both directions usually want diff_dst in the same layout: reorder once.
+    if (!gx || diff_dst.get_desc() != weights.pd.diff_dst_desc())
+      diff_dst = onednn::in_layout(user_gy, weights.pd.diff_dst_desc(), gy_weights_buffer);
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_DIFF_DST, diff_dst},
+        {DNNL_ARG_SRC, onednn::in_layout(onednn::memory_of(x), weights.pd.src_desc(), x_buffer)}};
+    write_output(weights_memory(*gw, p.groups), weights.pd.diff_weights_desc(), [&](const memory& out) {
+      args[DNNL_ARG_DIFF_WEIGHTS] = out;
+      onednn::execute(weights.primitive, weights.pd.scratchpad_desc(), args);
+    });
+  }
+  return true;
+}
+
+void fill_zero(Tensor& t) {
+  if (t.numel() > 0) std::memset(t.data_ptr(), 0, size_t(t.numel()) * t.element_size());
+}
+
+// grad_bias[o] = sum of grad_y over (n, oh, ow).
+void bias_grad(const Tensor& gy_in, Tensor& gb) {
+  Tensor gy = contiguous(gy_in.detach());
+  const int64_t n = gy.size(0), o = gy.size(1), pixels = gy.size(2) * gy.size(3);
+  dispatch_floating(gy.dtype(), "conv2d", [&]<typename T>() {
+    const T* src = gy.data<T>();
+    T* dst = gb.data<T>();
+    parallel_for(0, o, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        double acc = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const T* plane = src + (i * o + c) * pixels;
+          acc_type<T> part = 0;
+          for (int64_t j = 0; j < pixels; ++j) part += acc_type<T>(plane[j]);
+          acc += double(part);
+        }
+        dst[c] = T(acc_type<T>(acc));
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
+  if (y.numel() == 0) return;
+  if (x.numel() == 0 || w.numel() == 0) {
+    // No input channels: the output is the bias alone.
+    if (bias.defined()) copy_cast(y, make_view(bias, {bias.size(0), 1, 1}, {bias.stride(0), 0, 0}, bias.storage_offset()));
+    else fill_zero(y);
+    return;
+  }
+  if (y.dtype() != DType::Float64 && onednn_forward(x, w, bias, y, p)) return;
+  im2col_conv2d_forward(x, w, bias, y, p);
+}
+
+void conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tensor* grad_x, Tensor* grad_w,
+                     Tensor* grad_bias, const ConvParams& p) {
+  if (grad_bias) bias_grad(grad_y, *grad_bias);
+  if (!grad_x && !grad_w) return;
+  if (grad_y.numel() == 0 || x.numel() == 0 || w.numel() == 0) {
+    if (grad_x) fill_zero(*grad_x);
+    if (grad_w) fill_zero(*grad_w);
+    return;
+  }
+  if (grad_y.dtype() != DType::Float64 && onednn_backward(grad_y, x, w, grad_x, grad_w, p)) return;
+  im2col_conv2d_backward(grad_y, x, w, grad_x, grad_w, p);
+}
+
+}  // namespace mf::cpu

@@ -1,0 +1,16 @@
+// Batched, broadcasting matrix products on the CPU: OpenBLAS for float32 and
+// float64, oneDNN for bfloat16 (and float16 where the CPU has it), plain
+// loops for integers.
+#pragma once
+
+#include "meshflow/tensor.h"
+
+namespace mf::cpu {
+
+// out = beta * out + alpha * (a @ b), with a (..., n, k) and b (..., k, m)
+// of out's dtype and any strides, and out contiguous (batch..., n, m) where
+// batch is the broadcast of a's and b's batch dims. out is read only when
+// beta != 0.
+void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha = 1, Scalar beta = 0);
+
+}  // namespace mf::cpu

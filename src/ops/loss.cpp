@@ -1,0 +1,506 @@
+// Classification losses: nll_loss and cross_entropy, with PyTorch's
+// semantics (ignore_index, class weights, label smoothing, reductions).
+//
+// Note [Class-index losses]: the functional layer moves the class dim last
+// and flattens, so the ops see logits (M, C) and int64 targets (M); the
+// loss of "none" is reshaped back to the target's shape afterwards. With
+// w the class weights (ones when absent), W = sum(w), e = label_smoothing
+// and lse_i = logsumexp(x_i), a non-ignored row i with target t costs
+//   cross_entropy: (1 - e) * w_t * (lse_i - x_it) + (e / C) * sum_c w_c * (lse_i - x_ic)
+//   nll_loss:      -w_t * x_it
+// and an ignored row costs 0. "mean" divides the sum by the total weight
+// sum_i w_{t_i} over non-ignored rows (for both terms, as PyTorch does);
+// with every row ignored that is 0 / 0 = nan, as in PyTorch.
+// The forward ops also return the total weight (and cross_entropy the
+// per-row lse) for their fused backward ops.
+#include <cmath>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/nn.h"
+#include "meshflow/ops/reduce.h"
+#include "meshflow/ops/shape.h"
+#include "meshflow/parallel.h"
+#include "ops/kernels/cpu/vec_math.h"
+#include "ops/loss_common.h"
+
+namespace mf {
+
+using loss_detail::parse_reduction;
+using loss_detail::Reduction;
+
+namespace {
+
+using cpu::AccRun;
+
+struct ClassLossAttrs {
+  int64_t ignore_index;
+  Reduction reduction;
+  double smoothing;
+  static ClassLossAttrs from(const Attrs& attrs, const char* op) {
+    return {attrs.get_int("ignore_index"), parse_reduction(op, attrs.get_string("reduction")),
+            attrs.has("label_smoothing") ? attrs.get_float("label_smoothing") : 0.0};
+  }
+};
+
+DType stats_dtype(DType d) { return is_reduced_floating(d) ? kFloat32 : d; }
+
+std::vector<double> class_weights(const Tensor& weight, int64_t classes) {
+  std::vector<double> w(size_t(classes), 1.0);
+  if (!weight.defined()) return w;
+  Tensor c = contiguous(to(weight.detach(), kFloat64));
+  const double* p = static_cast<const double*>(c.data_ptr());
+  std::copy(p, p + classes, w.begin());
+  return w;
+}
+
+// The target of row i, checked against the class count (ignore_index passes).
+inline int64_t checked_target(const int64_t* target, int64_t i, int64_t classes, int64_t ignore_index,
+                              const char* op) {
+  const int64_t t = target[i];
+  MF_CHECK(t == ignore_index || (t >= 0 && t < classes), IndexError, op, ": target ", t, " is out of bounds for ",
+           classes, " classes");
+  return t;
+}
+
+// Rows are processed in fixed chunks (independent of the thread count) whose
+// partial sums are added in order: the reduced loss is deterministic.
+int64_t rows_per_chunk(int64_t classes) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(classes, 1)); }
+
+// Calls row_loss(i, scratch) -> {loss, weight} for every row (scratch: an
+// AccRun<T> owned by the calling task); writes the "none" losses, or the
+// reduced loss, into out[0] and the total weight into out[total_index].
+template <typename T, typename RowLoss>
+void reduce_rows(int64_t rows, int64_t classes, Reduction reduction, TensorList& out, size_t total_index,
+                 const RowLoss& row_loss) {
+  const int64_t per_chunk = rows_per_chunk(classes);
+  const int64_t chunks = (rows + per_chunk - 1) / per_chunk;
+  std::vector<double> loss_sum(size_t(chunks), 0.0), weight_sum(size_t(chunks), 0.0);
+  T* loss_out = static_cast<T*>(out[0].data_ptr());
+  parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+    AccRun<T> scratch;
+    for (int64_t chunk = cb; chunk < ce; ++chunk) {
+      double ls = 0, ws = 0;
+      for (int64_t i = chunk * per_chunk; i < std::min(rows, (chunk + 1) * per_chunk); ++i) {
+        auto [loss, weight] = row_loss(i, scratch);
+        if (reduction == Reduction::None) loss_out[i] = T(loss);
+        ls += loss, ws += weight;
+      }
+      loss_sum[size_t(chunk)] = ls, weight_sum[size_t(chunk)] = ws;
+    }
+  });
+  double total_loss = 0, total_weight = 0;
+  for (int64_t c = 0; c < chunks; ++c) total_loss += loss_sum[size_t(c)], total_weight += weight_sum[size_t(c)];
+  if (reduction == Reduction::Sum) loss_out[0] = T(total_loss);
+  if (reduction == Reduction::Mean) loss_out[0] = T(total_loss / total_weight);
+  dispatch_floating(out[total_index].dtype(), "loss", [&]<typename S>() {
+    *static_cast<S*>(out[total_index].data_ptr()) = S(total_weight);
+  });
+}
+
+// Scale of row i's gradient: the upstream gradient, divided by the total
+// weight for "mean".
+struct RowScale {
+  const double* grad;  // one value per row ("none") or one in all
+  bool per_row;
+  double divisor;
+  double at(int64_t i) const { return (per_row ? grad[i] : grad[0]) / divisor; }
+};
+
+RowScale row_scale(const std::vector<double>& grad, Reduction reduction, const Tensor& total_weight) {
+  return {grad.data(), reduction == Reduction::None,
+          reduction == Reduction::Mean ? to(total_weight.detach(), kFloat64).item<double>() : 1.0};
+}
+
+std::vector<double> as_doubles(const Tensor& t) {
+  Tensor c = contiguous(to(t.detach(), kFloat64));
+  const double* p = static_cast<const double*>(c.data_ptr());
+  return std::vector<double>(p, p + c.numel());
+}
+
+std::vector<TensorMeta> infer_class_loss(const TensorList& in, const Attrs& attrs, const char* op,
+                                         bool with_lse) {
+  const Tensor& x = in[0];
+  MF_CHECK(x.dim() == 2 && in[1].dim() == 1 && in[1].sizes()[0] == x.sizes()[0] && in[1].dtype() == kInt64,
+           ShapeError, op, ": the op takes logits (M, C) and int64 targets (M), got ", shape_str(x.sizes()), " and ",
+           dtype_name(in[1].dtype()), " ", shape_str(in[1].sizes()));
+  const Reduction r = parse_reduction(op, attrs.get_string("reduction"));
+  std::vector<TensorMeta> metas{{r == Reduction::None ? Shape{x.sizes()[0]} : Shape{}, x.dtype(), x.device()}};
+  if (with_lse) metas.push_back({{x.sizes()[0]}, stats_dtype(x.dtype()), x.device()});
+  metas.push_back({{}, stats_dtype(x.dtype()), x.device()});
+  return metas;
+}
+
+// --- nll_loss ------------------------------------------------------------------------
+// Inputs (log_probs (M, C), target (M), weight (C)); outputs (loss, total_weight).
+
+void nll_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "nll_loss");
+  Tensor x = contiguous(in[0].detach()), target = contiguous(in[1].detach());
+  const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
+  const std::vector<double> w = class_weights(in[2], classes);
+  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+  dispatch_floating(x.dtype(), "nll_loss", [&]<typename T>() {
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    reduce_rows<T>(rows, classes, a.reduction, out, 1, [&](int64_t i, AccRun<T>&) -> std::pair<double, double> {
+      const int64_t t = checked_target(tp, i, classes, a.ignore_index, "nll_loss");
+      if (t == a.ignore_index) return {0.0, 0.0};
+      return {-w[size_t(t)] * double(xp[i * classes + t]), w[size_t(t)]};
+    });
+  });
+}
+
+// Inputs (grad, target, weight, total_weight); output d log_probs (M, C).
+void nll_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "nll_loss_backward");
+  Tensor target = contiguous(in[1].detach());
+  const int64_t rows = out[0].sizes()[0], classes = out[0].sizes()[1];
+  const std::vector<double> w = class_weights(in[2], classes), grad = as_doubles(in[0]);
+  const RowScale scale = row_scale(grad, a.reduction, in[3]);
+  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+  dispatch_floating(out[0].dtype(), "nll_loss_backward", [&]<typename T>() {
+    T* dp = static_cast<T*>(out[0].data_ptr());
+    parallel_for(0, rows, rows_per_chunk(classes), [&](int64_t b, int64_t e) {
+      std::fill(dp + b * classes, dp + e * classes, T(0.0f));
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t t = tp[i];
+        if (t != a.ignore_index) dp[i * classes + t] = T(-w[size_t(t)] * scale.at(i));
+      }
+    });
+  });
+}
+
+Tensor nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& weight, const Tensor& total_weight,
+                         int64_t classes, const Attrs& attrs) {
+  static const OpDef& op = dispatch::op("nll_loss_backward");
+  Attrs a = attrs;
+  a.set("num_classes", classes);
+  return dispatch::apply_one(op, {grad, target, weight, total_weight}, a);
+}
+
+void check_no_weight_grad(const BackwardContext& ctx, const char* op) {
+  MF_CHECK(!ctx.needs_input_grad[2], Error, op, ": the derivative for 'weight' is not implemented");
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "nll_loss",
+    .inputs = {"log_probs", "target", "weight"},
+    .infer = [](const TensorList& in, const Attrs& attrs) { return infer_class_loss(in, attrs, "nll_loss", false); },
+    .cpu_kernel = nll_forward_kernel,
+    .backward = [](const BackwardContext& ctx) {
+      check_no_weight_grad(ctx, "nll_loss");
+      return TensorList{nll_loss_backward(ctx.grad_outputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1],
+                                          ctx.input_metas[0].sizes[1], ctx.attrs),
+                        Tensor(), Tensor()};
+    },
+    .save_inputs = 0b110,
+    .save_outputs = 0b10,
+});
+
+// Linear in grad: its derivative w.r.t. grad is nll_loss of the incoming
+// gradient (same targets, weights and reduction).
+MF_REGISTER_OP(OpDef{
+    .name = "nll_loss_backward",
+    .inputs = {"grad", "target", "weight", "total_weight"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return std::vector<TensorMeta>{
+          {{in[1].sizes()[0], attrs.get_int("num_classes")}, in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = nll_backward_kernel,
+    .backward = [](const BackwardContext& ctx) {
+      static const OpDef& op = dispatch::op("nll_loss");
+      TensorList grads(4);
+      if (ctx.needs_input_grad[0])
+        grads[0] = dispatch::apply(op, {ctx.grad_outputs[0], ctx.inputs[1], ctx.inputs[2]}, ctx.attrs)[0];
+      return grads;
+    },
+    .save_inputs = 0b0110,
+});
+
+// --- cross_entropy -------------------------------------------------------------------
+// Inputs (logits (M, C), target (M), weight (C)); outputs (loss, lse (M), total_weight).
+
+void ce_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy");
+  Tensor x = contiguous(in[0].detach()), target = contiguous(in[1].detach());
+  const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
+  const std::vector<double> w = class_weights(in[2], classes);
+  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+  const double e = a.smoothing;
+  dispatch_floating(x.dtype(), "cross_entropy", [&]<typename T>() {
+    using A = acc_type<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    A* lse_out = static_cast<A*>(out[1].data_ptr());
+    reduce_rows<T>(rows, classes, a.reduction, out, 2, [&](int64_t i, AccRun<T>& run) -> std::pair<double, double> {
+      const int64_t t = checked_target(tp, i, classes, a.ignore_index, "cross_entropy");
+      if (t == a.ignore_index) {
+        lse_out[i] = A(0);
+        return {0.0, 0.0};
+      }
+      const A* xa = run.load(xp + i * classes, classes);
+      const A m = cpu::max_run(xa, classes);
+      A s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t c = 0; c < classes; ++c) s += cpu::exp_acc(xa[c] - m);
+      const A lse = m + std::log(s);
+      lse_out[i] = lse;
+      double loss = w[size_t(t)] * double(lse - xa[t]);
+      if (e > 0) {
+        double smooth = 0;
+        const double* wp = w.data();
+#pragma omp simd reduction(+ : smooth)
+        for (int64_t c = 0; c < classes; ++c) smooth += wp[c] * double(lse - xa[c]);
+        loss = (1 - e) * loss + e / double(classes) * smooth;
+      }
+      return {loss, w[size_t(t)]};
+    });
+  });
+}
+
+// Inputs (grad, logits, target, weight, lse, total_weight); output d logits:
+//   coef * ((1 - e) * w_t * (p_c - [c == t]) + (e / C) * (W * p_c - w_c)),
+// p = softmax of the row, coef the row's gradient scale.
+void ce_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy_backward");
+  Tensor x = contiguous(in[1].detach()), target = contiguous(in[2].detach()), lse = contiguous(in[4].detach());
+  const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
+  const std::vector<double> w = class_weights(in[3], classes), grad = as_doubles(in[0]);
+  double weight_total = 0;
+  for (double v : w) weight_total += v;
+  const RowScale scale = row_scale(grad, a.reduction, in[5]);
+  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+  const double e = a.smoothing;
+  dispatch_floating(x.dtype(), "cross_entropy_backward", [&]<typename T>() {
+    using A = acc_type<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const A* lp = static_cast<const A*>(lse.data_ptr());
+    T* dp = static_cast<T*>(out[0].data_ptr());
+    std::vector<A> wa(w.begin(), w.end());
+    parallel_for(0, rows, rows_per_chunk(classes), [&](int64_t b, int64_t end) {
+      AccRun<T> in_run, out_run;
+      for (int64_t i = b; i < end; ++i) {
+        const int64_t t = tp[i];
+        A* da = out_run.scratch(dp + i * classes, classes);
+        if (t == a.ignore_index) {
+          std::fill(da, da + classes, A(0));
+        } else {
+          const A* xa = in_run.load(xp + i * classes, classes);
+          const double coef = scale.at(i);
+          const A k_p = A(coef * ((1 - e) * w[size_t(t)] + e / double(classes) * weight_total));
+          const A k_w = A(coef * e / double(classes));
+          const A l = lp[i];
+          const A* wp = wa.data();
+#pragma omp simd
+          for (int64_t c = 0; c < classes; ++c) da[c] = k_p * cpu::exp_acc(xa[c] - l) - k_w * wp[c];
+          da[t] -= A(coef * (1 - e) * w[size_t(t)]);
+        }
+        out_run.store(da, dp + i * classes, classes);
+      }
+    });
+  });
+}
+
+// The constants of cross_entropy's gradient written with ops,
+//   d logits = coef * (K * softmax(logits) - Q),
+// K_i = (1 - e) * w_t + (e / C) * W and Q_ic = (1 - e) * w_t * [c == t] + (e / C) * w_c
+// (both zero for ignored rows). Inputs (target (M), weight (C)); outputs
+// K (M, 1) and Q (M, C) of dtype.
+void ce_terms_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy");
+  Tensor target = contiguous(in[0].detach());
+  const int64_t rows = out[1].sizes()[0], classes = out[1].sizes()[1];
+  const std::vector<double> w = class_weights(in[1], classes);
+  double weight_total = 0;
+  for (double v : w) weight_total += v;
+  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
+  const double e = a.smoothing;
+  dispatch_floating(out[0].dtype(), "cross_entropy", [&]<typename T>() {
+    T* kp = static_cast<T*>(out[0].data_ptr());
+    T* qp = static_cast<T*>(out[1].data_ptr());
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t t = tp[i];
+      T* qr = qp + i * classes;
+      if (t == a.ignore_index) {
+        kp[i] = T(0.0f);
+        std::fill(qr, qr + classes, T(0.0f));
+        continue;
+      }
+      kp[i] = T((1 - e) * w[size_t(t)] + e / double(classes) * weight_total);
+      for (int64_t c = 0; c < classes; ++c) qr[c] = T(e / double(classes) * w[size_t(c)]);
+      qr[t] = T(double(qr[t]) + (1 - e) * w[size_t(t)]);
+    }
+  });
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "cross_entropy_target_terms",
+    .inputs = {"target", "weight"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      const DType dt = attrs.get_dtype("dtype");
+      const int64_t rows = in[0].sizes()[0];
+      return std::vector<TensorMeta>{{{rows, 1}, dt, in[0].device()},
+                                     {{rows, attrs.get_int("num_classes")}, dt, in[0].device()}};
+    },
+    .cpu_kernel = ce_terms_kernel,
+    .differentiable = false,
+});
+
+// cross_entropy's backward written with ops (twice differentiable), used
+// while the graph of a gradient is recorded (create_graph).
+Tensor ce_composite_backward(const BackwardContext& ctx) {
+  static const OpDef& op = dispatch::op("cross_entropy_target_terms");
+  const Tensor& g = ctx.grad_outputs[0];
+  const Tensor& x = ctx.inputs[0];
+  Attrs attrs = ctx.attrs;
+  attrs.set("num_classes", x.sizes()[1]).set("dtype", x.dtype());
+  TensorList terms = dispatch::apply(op, {ctx.inputs[1], ctx.inputs[2]}, attrs);
+  Tensor dx = sub(mul(terms[0], softmax(x, 1)), terms[1]);
+  switch (parse_reduction("cross_entropy", ctx.attrs.get_string("reduction"))) {
+    case Reduction::None: return mul(dx, unsqueeze(g, 1));
+    case Reduction::Sum: return mul(dx, g);
+    case Reduction::Mean: return mul(dx, div(g, to(ctx.outputs[2], g.dtype())));
+  }
+  return dx;
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "cross_entropy",
+    .inputs = {"logits", "target", "weight"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return infer_class_loss(in, attrs, "cross_entropy", true);
+    },
+    .cpu_kernel = ce_forward_kernel,
+    .backward = [](const BackwardContext& ctx) {
+      static const OpDef& op = dispatch::op("cross_entropy_backward");
+      check_no_weight_grad(ctx, "cross_entropy");
+      if (GradMode::is_enabled()) return TensorList{ce_composite_backward(ctx), Tensor(), Tensor()};
+      Tensor dx = dispatch::apply_one(op,
+                                      {ctx.grad_outputs[0], ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
+                                       ctx.outputs[1], ctx.outputs[2]},
+                                      ctx.attrs);
+      return TensorList{dx, Tensor(), Tensor()};
+    },
+    .save_inputs = 0b111,
+    .save_outputs = 0b110,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "cross_entropy_backward",
+    .inputs = {"grad", "logits", "target", "weight", "lse", "total_weight"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
+    },
+    .cpu_kernel = ce_backward_kernel,
+    .differentiable = false,
+});
+
+// --- functional ----------------------------------------------------------------------
+
+struct FlatClassInput {
+  Tensor logits;  // (M, C)
+  Tensor target;  // (M) int64
+  Shape loss_shape;  // the shape of a "none" loss
+};
+
+// Checks logits (C), (N, C) or (N, C, d1, ...) against class-index targets
+// (), (N) or (N, d1, ...) and moves the class dim last (Note [Class-index losses]).
+FlatClassInput flatten_class_input(const char* op, const Tensor& logits, const Tensor& target) {
+  MF_CHECK(is_floating(logits.dtype()), TypeError, op, ": expected floating-point input, got ",
+           dtype_name(logits.dtype()));
+  MF_CHECK(logits.dim() >= 1, ShapeError, op, ": expected input of shape (C), (N, C) or (N, C, d1, ...), got a 0-d tensor");
+  MF_CHECK(is_integral(target.dtype()), TypeError, op,
+           ": expected class-index targets of an integer dtype (or probabilities of the input's shape), got ",
+           dtype_name(target.dtype()));
+  Shape expected = logits.sizes();
+  expected.erase(expected.begin() + (logits.dim() == 1 ? 0 : 1));
+  MF_CHECK(target.sizes() == expected, ShapeError, op, ": expected target of shape ", shape_str(expected),
+           " for input of shape ", shape_str(logits.sizes()), ", got ", shape_str(target.sizes()));
+  const int64_t classes = logits.sizes()[logits.dim() == 1 ? 0 : 1];
+  FlatClassInput flat{logits, reshape(to(target, kInt64), {-1}), expected};
+  if (logits.dim() == 1) {
+    flat.logits = unsqueeze(logits, 0);
+  } else if (logits.dim() > 2) {
+    Shape perm{0};
+    for (int64_t d = 2; d < logits.dim(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    flat.logits = reshape(permute(logits, perm), {-1, classes});
+  }
+  return flat;
+}
+
+Tensor checked_class_weight(const char* op, const Tensor& weight, int64_t classes, DType dtype) {
+  if (!weight.defined()) return weight;
+  MF_CHECK(weight.dim() == 1 && weight.sizes()[0] == classes, ShapeError, op,
+           ": weight should be defined for all ", classes, " classes or no classes, got weight of shape ",
+           shape_str(weight.sizes()));
+  MF_CHECK(is_floating(weight.dtype()), TypeError, op, ": weight must be a floating-point tensor, got ",
+           dtype_name(weight.dtype()));
+  return to(weight, dtype);
+}
+
+// cross_entropy with class probabilities as targets (composite, so every
+// input, the target included, gets gradients).
+Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                                   int64_t ignore_index, Reduction reduction, double smoothing) {
+  MF_CHECK(target.sizes() == logits.sizes(), ShapeError,
+           "cross_entropy: probability targets must have the input's shape ", shape_str(logits.sizes()), ", got ",
+           shape_str(target.sizes()));
+  MF_CHECK(ignore_index < 0, ValueError, "cross_entropy: ignore_index (", ignore_index,
+           ") is not supported for probability targets");
+  MF_CHECK(logits.dim() >= 1, ShapeError, "cross_entropy: expected input of shape (C), (N, C) or (N, C, d1, ...), got a 0-d tensor");
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
+  const int64_t classes = logits.sizes()[size_t(class_dim)];
+  Tensor p = to(target, logits.dtype());
+  if (smoothing > 0) p = add(mul(p, 1.0 - smoothing), smoothing / double(classes));
+  Tensor terms = mul(log_softmax(logits, class_dim), p);
+  if (weight.defined()) {
+    Shape wshape(size_t(logits.dim()), 1);
+    wshape[size_t(class_dim)] = classes;
+    terms = mul(terms, reshape(weight, wshape));
+  }
+  Tensor per_sample = neg(sum(terms, {class_dim}));
+  switch (reduction) {
+    case Reduction::None: return per_sample;
+    case Reduction::Sum: return sum(per_sample);
+    case Reduction::Mean: return div(sum(per_sample), double(per_sample.numel()));
+  }
+  return per_sample;
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                const std::string& reduction) {
+  static const OpDef& op = dispatch::op("nll_loss");
+  const Reduction r = parse_reduction("nll_loss", reduction);
+  FlatClassInput flat = flatten_class_input("nll_loss", log_probs, target);
+  Tensor w = checked_class_weight("nll_loss", weight, flat.logits.sizes()[1], log_probs.dtype());
+  Tensor loss = dispatch::apply(op, {flat.logits, flat.target, w},
+                                {{"ignore_index", ignore_index}, {"reduction", reduction}})[0];
+  return r == Reduction::None ? reshape(loss, flat.loss_shape) : loss;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                     const std::string& reduction, double label_smoothing) {
+  static const OpDef& op = dispatch::op("cross_entropy");
+  const Reduction r = parse_reduction("cross_entropy", reduction);
+  MF_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
+           "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);
+  MF_CHECK(is_floating(logits.dtype()), TypeError, "cross_entropy: expected floating-point input, got ",
+           dtype_name(logits.dtype()));
+  if (logits.dim() >= 1 && is_floating(target.dtype())) {
+    const int64_t classes = logits.sizes()[logits.dim() == 1 ? 0 : 1];
+    Tensor w = checked_class_weight("cross_entropy", weight, classes, logits.dtype());
+    return cross_entropy_probabilities(logits, target, w, ignore_index, r, label_smoothing);
+  }
+  FlatClassInput flat = flatten_class_input("cross_entropy", logits, target);
+  Tensor w = checked_class_weight("cross_entropy", weight, flat.logits.sizes()[1], logits.dtype());
+  Tensor loss = dispatch::apply(op, {flat.logits, flat.target, w},
+                                {{"ignore_index", ignore_index},
+                                 {"reduction", reduction},
+                                 {"label_smoothing", label_smoothing}})[0];
+  return r == Reduction::None ? reshape(loss, flat.loss_shape) : loss;
+}
+
+}  // namespace mf

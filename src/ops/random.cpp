@@ -1,0 +1,343 @@
+// Random factories and in-place fills: rand, randn, randint, the *_like
+// forms, randperm, bernoulli, uniform_, normal_.
+//
+// Note [Counter-based random ops]: an op reserves Philox counters from the
+// default generator when it is called (the functional function does it, so
+// a traced graph records seed and offset as attributes) and element i of the
+// output uses only the words of counter offset + i / k, where k elements
+// share one counter's four 32-bit words:
+//   float uniform: one word per element (k = 4)
+//   double uniform, float normal (a Box-Muller pair): two words (k = 2)
+//   double normal: four words (k = 1)
+// Values therefore never depend on the thread count, and any slice of the
+// output can be produced on its own.
+#include <cmath>
+#include <numbers>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/generator.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf {
+namespace {
+
+struct Stream {
+  uint64_t seed;
+  uint64_t offset;
+};
+
+Stream stream_of(const Attrs& attrs) {
+  return {uint64_t(attrs.get_int("seed")), uint64_t(attrs.get_int("offset"))};
+}
+
+// Reserves the counters of n elements, k per counter, and adds them to attrs.
+Attrs& with_stream(Attrs& attrs, int64_t n, int64_t k) {
+  Generator& gen = default_generator();
+  const uint64_t offset = gen.reserve(uint64_t((n + k - 1) / k));
+  return attrs.set("seed", int64_t(gen.seed())).set("offset", int64_t(offset));
+}
+
+// Writes produce(words, j) to element c * k + j of the contiguous p[0, n)
+// for every counter c, in parallel.
+template <typename T, typename F>
+void generate_contiguous(T* p, int64_t n, int64_t k, Stream s, const F& produce) {
+  const int64_t counters = (n + k - 1) / k;
+  parallel_for(0, counters, std::max<int64_t>(1, kGrainSize / (4 * k)), [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const std::array<uint32_t, 4> words = philox(s.seed, s.offset + uint64_t(c));
+      const int64_t first = c * k, last = std::min(n, first + k);
+      for (int64_t i = first; i < last; ++i) p[i] = produce(words, i - first);
+    }
+  });
+}
+
+// generate_contiguous into t (any strides; element i in row-major order).
+template <typename T, typename F>
+void generate(Tensor& t, int64_t k, Stream s, const F& produce) {
+  if (t.is_contiguous()) {
+    generate_contiguous(static_cast<T*>(t.data_ptr()), t.numel(), k, s, produce);
+    return;
+  }
+  Tensor dense = make_empty(t.sizes(), t.dtype(), t.device());
+  generate_contiguous(static_cast<T*>(dense.data_ptr()), t.numel(), k, s, produce);
+  cpu::copy_cast(t, dense);
+}
+
+// Elements per counter of a uniform draw for T (Note [Counter-based random ops]).
+template <typename T>
+constexpr int64_t uniform_per_counter() { return std::is_same_v<T, double> ? 2 : 4; }
+
+template <typename T>
+acc_type<T> uniform_at(const std::array<uint32_t, 4>& w, int64_t j) {
+  if constexpr (std::is_same_v<T, double>) return uniform_double(w[size_t(2 * j)], w[size_t(2 * j + 1)]);
+  else return uniform_float(w[size_t(j)]);
+}
+
+template <typename T>
+constexpr int64_t normal_per_counter() { return std::is_same_v<T, double> ? 1 : 2; }
+
+// Box-Muller: a standard normal from two uniforms (1 - u1 is in (0, 1]).
+template <typename T>
+acc_type<T> normal_at(const std::array<uint32_t, 4>& w, int64_t j) {
+  using A = acc_type<T>;
+  A u1, u2;
+  if constexpr (std::is_same_v<T, double>) {
+    u1 = uniform_double(w[0], w[1]);
+    u2 = uniform_double(w[2], w[3]);
+  } else {
+    u1 = uniform_float(w[size_t(2 * j)]);
+    u2 = uniform_float(w[size_t(2 * j + 1)]);
+  }
+  return std::sqrt(A(-2) * std::log(A(1) - u1)) * std::cos(A(2) * std::numbers::pi_v<A> * u2);
+}
+
+int64_t per_counter(DType dtype, bool normal) {
+  return dispatch_floating(dtype, normal ? "normal_" : "uniform_", [&]<typename T>() {
+    return normal ? normal_per_counter<T>() : uniform_per_counter<T>();
+  });
+}
+
+std::vector<TensorMeta> same_as_self(const TensorList& in) { return {{in[0].sizes(), in[0].dtype(), in[0].device()}}; }
+
+// In-place fills overwrite self: no gradient reaches its old value.
+TensorList no_gradient(const BackwardContext&) { return TensorList(1); }
+
+MF_REGISTER_OP(OpDef{
+    .name = "uniform",
+    .inputs = {"self"},
+    .infer = [](const TensorList& in, const Attrs&) { return same_as_self(in); },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const double from = attrs.get_float("from"), to = attrs.get_float("to");
+      dispatch_floating(out[0].dtype(), "uniform_", [&]<typename T>() {
+        using A = acc_type<T>;
+        const A lo = A(from), width = A(to - from);
+        generate<T>(out[0], uniform_per_counter<T>(), stream_of(attrs),
+                    [=](const std::array<uint32_t, 4>& w, int64_t j) { return T(lo + width * uniform_at<T>(w, j)); });
+      });
+    },
+    .backward = no_gradient,
+    .inplace = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "normal",
+    .inputs = {"self"},
+    .infer = [](const TensorList& in, const Attrs&) { return same_as_self(in); },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const double mean = attrs.get_float("mean"), std = attrs.get_float("std");
+      dispatch_floating(out[0].dtype(), "normal_", [&]<typename T>() {
+        using A = acc_type<T>;
+        const A mu = A(mean), sigma = A(std);
+        generate<T>(out[0], normal_per_counter<T>(), stream_of(attrs),
+                    [=](const std::array<uint32_t, 4>& w, int64_t j) { return T(mu + sigma * normal_at<T>(w, j)); });
+      });
+    },
+    .backward = no_gradient,
+    .inplace = true,
+});
+
+// Integers in [low, high): one word per element when the range fits in 32
+// bits, else two (k = 4 or 2).
+int64_t randint_per_counter(uint64_t range) { return range <= (uint64_t(1) << 32) ? 4 : 2; }
+
+MF_REGISTER_OP(OpDef{
+    .name = "random_int",
+    .inputs = {"self"},
+    .infer = [](const TensorList& in, const Attrs&) { return same_as_self(in); },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const int64_t low = attrs.get_int("low");
+      const uint64_t range = uint64_t(attrs.get_int("high")) - uint64_t(low);
+      const int64_t k = randint_per_counter(range);
+      dispatch_dtype(out[0].dtype(), [&]<typename T>() {
+        generate<T>(out[0], k, stream_of(attrs), [=](const std::array<uint32_t, 4>& w, int64_t j) {
+          const uint64_t bits = k == 4 ? uint64_t(w[size_t(j)])
+                                       : (uint64_t(w[size_t(2 * j)]) << 32) | w[size_t(2 * j + 1)];
+          const int64_t v = int64_t(uint64_t(low) + bits % range);
+          if constexpr (is_floating_type_v<T>) return T(double(v));
+          else return T(v);
+        });
+      });
+    },
+    .backward = no_gradient,
+    .inplace = true,
+});
+
+// Elements per counter of a bernoulli draw into dtype: a double uniform for
+// float64 probabilities, a float one otherwise.
+int64_t bernoulli_per_counter(DType p_dtype) { return p_dtype == DType::Float64 ? 2 : 4; }
+
+template <typename T>
+T bernoulli_value(bool one) {
+  if constexpr (is_floating_type_v<T>) return T(one ? 1.0f : 0.0f);
+  else return T(one);
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "bernoulli_scalar",
+    .inputs = {"self"},
+    .infer = [](const TensorList& in, const Attrs&) { return same_as_self(in); },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const double p = attrs.get_float("p");
+      const bool wide = out[0].dtype() == DType::Float64;
+      dispatch_dtype(out[0].dtype(), [&]<typename T>() {
+        generate<T>(out[0], bernoulli_per_counter(out[0].dtype()), stream_of(attrs),
+                    [=](const std::array<uint32_t, 4>& w, int64_t j) {
+                      const bool one = wide ? uniform_at<double>(w, j) < p : double(uniform_at<float>(w, j)) < p;
+                      return bernoulli_value<T>(one);
+                    });
+      });
+    },
+    .backward = no_gradient,
+    .inplace = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "bernoulli",
+    .inputs = {"p"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      MF_CHECK(is_floating(in[0].dtype()), TypeError, "bernoulli: expected a floating-point tensor of ",
+               "probabilities, got ", dtype_name(in[0].dtype()));
+      return same_as_self(in);
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      Tensor p = in[0];
+      if (!p.is_contiguous()) {
+        p = make_empty(in[0].sizes(), in[0].dtype(), in[0].device());
+        cpu::copy_cast(p, in[0]);
+      }
+      dispatch_floating(p.dtype(), "bernoulli", [&]<typename T>() {
+        using A = acc_type<T>;
+        const T* prob = static_cast<const T*>(p.data_ptr());
+        T* o = static_cast<T*>(out[0].data_ptr());
+        constexpr int64_t k = uniform_per_counter<T>();
+        const int64_t n = p.numel();
+        const Stream s = stream_of(attrs);
+        parallel_for(0, (n + k - 1) / k, std::max<int64_t>(1, kGrainSize / (4 * k)), [&](int64_t b, int64_t e) {
+          for (int64_t c = b; c < e; ++c) {
+            const std::array<uint32_t, 4> words = philox(s.seed, s.offset + uint64_t(c));
+            for (int64_t i = c * k; i < std::min(n, (c + 1) * k); ++i) {
+              const A pi = A(prob[i]);
+              MF_CHECK(pi >= A(0) && pi <= A(1), Error, "bernoulli: expected every probability in [0, 1], got ",
+                       double(pi), " at element ", i);
+              o[i] = T(uniform_at<T>(words, i - c * k) < pi ? A(1) : A(0));
+            }
+          }
+        });
+      });
+    },
+    .differentiable = false,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "randperm",
+    .inputs = {},
+    .infer = [](const TensorList&, const Attrs& attrs) {
+      return std::vector<TensorMeta>{{{attrs.get_int("n")}, DType::Int64, attrs.get_device("device")}};
+    },
+    // Sorts 0..n-1 by a random 64-bit key per element (two words, k = 2);
+    // equal keys fall back to the index, so the result is a permutation.
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const int64_t n = attrs.get_int("n");
+      std::vector<std::pair<uint64_t, int64_t>> keyed(static_cast<size_t>(n));
+      generate_contiguous(keyed.data(), n, 2, stream_of(attrs), [&](const std::array<uint32_t, 4>& w, int64_t j) {
+        return std::pair<uint64_t, int64_t>((uint64_t(w[size_t(2 * j)]) << 32) | w[size_t(2 * j + 1)], 0);
+      });
+      for (int64_t i = 0; i < n; ++i) keyed[size_t(i)].second = i;
+      std::sort(keyed.begin(), keyed.end());
+      int64_t* p = static_cast<int64_t*>(out[0].data_ptr());
+      for (int64_t i = 0; i < n; ++i) p[i] = keyed[size_t(i)].second;
+    },
+    .differentiable = false,
+});
+
+void check_floating_dtype(const char* op, DType dtype) {
+  MF_CHECK(is_floating(dtype), TypeError, op, ": expected a floating-point dtype, got ", dtype_name(dtype));
+}
+
+Tensor with_grad(Tensor t, bool requires_grad) {
+  if (requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace
+
+Tensor& uniform_(Tensor& t, double from, double to) {
+  static const OpDef& op = dispatch::op("uniform");
+  check_floating_dtype("uniform_", t.dtype());
+  MF_CHECK(std::isfinite(from) && std::isfinite(to), Error, "uniform_: expects from and to to be finite, got from=",
+           from, ", to=", to);
+  MF_CHECK(from <= to, Error, "uniform_: expects to return a [from, to) range, but found from=", from, " > to=", to);
+  Attrs attrs{{"from", from}, {"to", to}};
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), per_counter(t.dtype(), false)));
+  return t;
+}
+
+Tensor& normal_(Tensor& t, double mean, double std) {
+  static const OpDef& op = dispatch::op("normal");
+  check_floating_dtype("normal_", t.dtype());
+  MF_CHECK(std >= 0, Error, "normal_: expects std >= 0.0, but found std ", std);
+  Attrs attrs{{"mean", mean}, {"std", std}};
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), per_counter(t.dtype(), true)));
+  return t;
+}
+
+Tensor rand(const Shape& size, const TensorOptions& options) {
+  check_floating_dtype("rand", options.dtype);
+  Tensor t = empty(size, {.dtype = options.dtype, .device = options.device});
+  uniform_(t);
+  return with_grad(t, options.requires_grad);
+}
+
+Tensor randn(const Shape& size, const TensorOptions& options) {
+  check_floating_dtype("randn", options.dtype);
+  Tensor t = empty(size, {.dtype = options.dtype, .device = options.device});
+  normal_(t);
+  return with_grad(t, options.requires_grad);
+}
+
+Tensor rand_like(const Tensor& t) { return rand(t.sizes(), {.dtype = t.dtype(), .device = t.device()}); }
+Tensor randn_like(const Tensor& t) { return randn(t.sizes(), {.dtype = t.dtype(), .device = t.device()}); }
+
+Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions& options) {
+  static const OpDef& op = dispatch::op("random_int");
+  MF_CHECK(low < high, Error, "randint: expects 'low' to be less than 'high', but got low=", low, " >= high=", high);
+  if (is_integral(options.dtype, true)) {
+    const auto [min, max] = dispatch_dtype(options.dtype, []<typename T>() {
+      return std::pair<int64_t, int64_t>(int64_t(std::numeric_limits<T>::lowest()),
+                                         int64_t(std::min<uint64_t>(uint64_t(std::numeric_limits<T>::max()),
+                                                                    uint64_t(std::numeric_limits<int64_t>::max()))));
+    });
+    MF_CHECK(low >= min && high - 1 <= max, Error, "randint: the range [", low, ", ", high,
+             ") is out of bounds for ", dtype_name(options.dtype));
+  }
+  Tensor t = empty(size, {.dtype = options.dtype, .device = options.device});
+  Attrs attrs{{"low", low}, {"high", high}};
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), randint_per_counter(uint64_t(high) - uint64_t(low))));
+  return with_grad(t, options.requires_grad);
+}
+
+Tensor randperm(int64_t n, Device device) {
+  static const OpDef& op = dispatch::op("randperm");
+  MF_CHECK(n >= 0, Error, "randperm: n must be non-negative, got ", n);
+  Attrs attrs{{"n", n}, {"device", device}};
+  return dispatch::apply_one(op, {}, with_stream(attrs, n, 2));
+}
+
+Tensor bernoulli(const Tensor& p) {
+  static const OpDef& op = dispatch::op("bernoulli");
+  Attrs attrs;
+  return dispatch::apply_one(op, {p}, with_stream(attrs, p.numel(), bernoulli_per_counter(p.dtype())));
+}
+
+Tensor bernoulli(const Tensor& like, double p) {
+  static const OpDef& op = dispatch::op("bernoulli_scalar");
+  MF_CHECK(p >= 0 && p <= 1, Error, "bernoulli: expects p to be in [0, 1], but got p=", p);
+  Tensor t = empty(like.sizes(), {.dtype = like.dtype(), .device = like.device()});
+  Attrs attrs{{"p", p}};
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), bernoulli_per_counter(t.dtype())));
+  return t;
+}
+
+}  // namespace mf

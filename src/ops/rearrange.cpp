@@ -1,0 +1,322 @@
+// Rearranging copies: tril, triu, flip, roll, pad, repeat,
+// repeat_interleave, one_hot.
+#include <cstring>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
+#include "ops/kernels/cpu/index_kernels.h"
+
+namespace mf {
+namespace {
+
+std::vector<TensorMeta> same_meta(const Tensor& t) { return {{t.sizes(), t.dtype(), t.device()}}; }
+
+// --- tril / triu ---------------------------------------------------------------------
+
+// Keeps element (i, j) of every trailing matrix when j - i <= diagonal
+// (lower) or j - i >= diagonal (upper); zero bits are 0 in every dtype.
+MF_REGISTER_OP(OpDef{
+    .name = "triangle",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      MF_CHECK(in[0].dim() >= 2, ShapeError, attrs.get_bool("upper") ? "triu" : "tril",
+               ": input tensor must have at least 2 dimensions, got ", in[0].dim());
+      return same_meta(in[0]);
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      Tensor& y = out[0];
+      cpu::copy_cast(y, in[0]);
+      if (y.numel() == 0) return;
+      const int64_t rows = y.sizes()[size_t(y.dim() - 2)], cols = y.sizes()[size_t(y.dim() - 1)];
+      const int64_t diagonal = attrs.get_int("diagonal");
+      const bool upper = attrs.get_bool("upper");
+      const int64_t item = int64_t(y.element_size());
+      char* base = static_cast<char*>(y.data_ptr());
+      parallel_for(0, y.numel() / cols, std::max<int64_t>(1, kGrainSize / cols), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t i = r % rows;
+          char* row = base + r * cols * item;
+          // Lower keeps j <= i + diagonal; upper keeps j >= i + diagonal.
+          const int64_t edge = std::clamp<int64_t>(i + diagonal + (upper ? 0 : 1), 0, cols);
+          if (upper) std::memset(row, 0, size_t(edge * item));
+          else std::memset(row + edge * item, 0, size_t((cols - edge) * item));
+        }
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& g = ctx.grad_outputs[0];
+      const int64_t diagonal = ctx.attrs.get_int("diagonal");
+      return TensorList{ctx.attrs.get_bool("upper") ? triu(g, diagonal) : tril(g, diagonal)};
+    },
+});
+
+// --- flip / roll ----------------------------------------------------------------------
+
+MF_REGISTER_OP(OpDef{
+    .name = "flip",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs&) { return same_meta(in[0]); },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const Tensor& x = in[0];
+      Shape strides = x.strides();
+      int64_t offset = x.storage_offset();
+      for (int64_t d : attrs.get_shape("dims")) {
+        const int64_t n = x.sizes()[size_t(d)];
+        if (n > 0) offset += (n - 1) * strides[size_t(d)];
+        strides[size_t(d)] = -strides[size_t(d)];
+      }
+      // A view with negative strides, only ever read by this copy.
+      cpu::copy_cast(out[0], make_view(x, x.sizes(), strides, offset));
+    },
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{flip(ctx.grad_outputs[0], ctx.attrs.get_shape("dims"))};
+    },
+});
+
+// out[(i + shift) mod n] = in[i] along each rolled dim: 2^k block copies.
+MF_REGISTER_OP(OpDef{
+    .name = "roll",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs&) { return same_meta(in[0]); },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const Tensor& x = in[0];
+      Tensor& y = out[0];
+      if (y.numel() == 0) return;
+      const Shape& dims = attrs.get_shape("dims");
+      const Shape& shifts = attrs.get_shape("shifts");
+      const size_t k = dims.size();
+      for (uint64_t mask = 0; mask < (uint64_t(1) << k); ++mask) {
+        Shape sizes = x.sizes();
+        int64_t src_off = x.storage_offset(), dst_off = y.storage_offset();
+        bool empty = false;
+        for (size_t j = 0; j < k; ++j) {
+          const size_t d = size_t(dims[j]);
+          const int64_t n = x.sizes()[d], s = shifts[j];
+          // Block 0 moves in[0, n - s) to out[s, n); block 1 moves in[n - s, n) to out[0, s).
+          const bool second = (mask >> j) & 1;
+          sizes[d] = second ? s : n - s;
+          src_off += (second ? n - s : 0) * x.strides()[d];
+          dst_off += (second ? 0 : s) * y.strides()[d];
+          empty = empty || sizes[d] == 0;
+        }
+        if (empty) continue;
+        Tensor dst = make_view(y, sizes, y.strides(), dst_off);
+        cpu::copy_cast(dst, make_view(x, sizes, x.strides(), src_off));
+      }
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Shape& dims = ctx.attrs.get_shape("dims");
+      Shape shifts = ctx.attrs.get_shape("shifts");
+      for (size_t j = 0; j < dims.size(); ++j) shifts[j] = -shifts[j];
+      return TensorList{roll(ctx.grad_outputs[0], shifts, dims)};
+    },
+});
+
+// --- pad --------------------------------------------------------------------------------
+
+// Output size of every dim, from F.pad's (last_lo, last_hi, ...) list.
+Shape padded_shape(const Shape& sizes, const Shape& pads) {
+  Shape out = sizes;
+  const size_t nd = sizes.size();
+  for (size_t p = 0; p < pads.size() / 2; ++p) {
+    const size_t d = nd - 1 - p;
+    const int64_t n = sizes[d] + pads[2 * p] + pads[2 * p + 1];
+    MF_CHECK(n >= 0, ShapeError, "pad: the input size ", sizes[d], " plus padding ", pads[2 * p], " and ",
+             pads[2 * p + 1], " resulted in a negative output size ", n, " at dimension ", d);
+    out[d] = n;
+  }
+  return out;
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "pad",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      const Shape& pads = attrs.get_shape("pad");
+      MF_CHECK(pads.size() % 2 == 0, ValueError, "pad: padding length must be divisible by 2, got ", pads.size());
+      MF_CHECK(int64_t(pads.size()) <= 2 * in[0].dim(), ValueError, "pad: padding length ", pads.size(),
+               " is too large for a tensor with ", in[0].dim(), " dimensions");
+      return std::vector<TensorMeta>{{padded_shape(in[0].sizes(), pads), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const Tensor& x = in[0];
+      Tensor& y = out[0];
+      const Shape& pads = attrs.get_shape("pad");
+      const Scalar value = attrs.get_scalar("value");
+      dispatch_dtype(y.dtype(), [&]<typename T>() {
+        const T v = value.to<T>();
+        cpu::elementwise<T>(y, {}, [v]() { return v; });
+      });
+      // The region both tensors share: out[max(lo, 0) ...] = in[max(-lo, 0) ...].
+      Shape sizes = x.sizes();
+      int64_t src_off = x.storage_offset(), dst_off = y.storage_offset();
+      const size_t nd = sizes.size();
+      for (size_t p = 0; p < pads.size() / 2; ++p) {
+        const size_t d = nd - 1 - p;
+        const int64_t lo = pads[2 * p];
+        sizes[d] = std::max<int64_t>(0, std::min(x.sizes()[d] + std::min<int64_t>(lo, 0), y.sizes()[d] - std::max<int64_t>(lo, 0)));
+        src_off += std::max<int64_t>(-lo, 0) * x.strides()[d];
+        dst_off += std::max<int64_t>(lo, 0) * y.strides()[d];
+      }
+      if (shape_numel(sizes) == 0) return;
+      Tensor dst = make_view(y, sizes, y.strides(), dst_off);
+      cpu::copy_cast(dst, make_view(x, sizes, x.strides(), src_off));
+    },
+    .backward = [](const BackwardContext& ctx) {
+      Shape pads = ctx.attrs.get_shape("pad");
+      for (auto& p : pads) p = -p;
+      return TensorList{pad(ctx.grad_outputs[0], pads, 0.0)};
+    },
+});
+
+// --- one_hot ---------------------------------------------------------------------------
+
+MF_REGISTER_OP(OpDef{
+    .name = "one_hot",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      MF_CHECK(in[0].dtype() == DType::Int64, TypeError, "one_hot: the op takes an int64 tensor");
+      Shape size = in[0].sizes();
+      size.push_back(attrs.get_int("num_classes"));
+      return std::vector<TensorMeta>{{size, DType::Int64, in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const Tensor& x = in[0];
+      const int64_t classes = attrs.get_int("num_classes");
+      int64_t* y = out[0].numel() ? out[0].data<int64_t>() : nullptr;
+      const int64_t* xp = x.numel() ? x.data<int64_t>() : nullptr;
+      cpu::StridedWalk<1> walk(x.sizes(), {x.strides()});
+      // Every class is checked before the first write.
+      parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+        walk.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t c = xp[o[0] + i * s[0]];
+            MF_CHECK(c >= 0, IndexError, "one_hot: class values must be non-negative, got ", c);
+            MF_CHECK(c < classes, IndexError, "one_hot: class value ", c, " must be smaller than num_classes (",
+                     classes, ")");
+          }
+        });
+      });
+      if (out[0].numel() == 0) return;
+      std::memset(y, 0, size_t(out[0].numel()) * sizeof(int64_t));
+      parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+        int64_t flat = b;
+        walk.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
+          for (int64_t i = 0; i < n; ++i, ++flat) y[flat * classes + xp[o[0] + i * s[0]]] = 1;
+        });
+      });
+    },
+    .differentiable = false,
+});
+
+}  // namespace
+
+Tensor tril(const Tensor& t, int64_t diagonal) {
+  static const OpDef& op = dispatch::op("triangle");
+  return dispatch::apply_one(op, {t}, {{"diagonal", diagonal}, {"upper", false}});
+}
+
+Tensor triu(const Tensor& t, int64_t diagonal) {
+  static const OpDef& op = dispatch::op("triangle");
+  return dispatch::apply_one(op, {t}, {{"diagonal", diagonal}, {"upper", true}});
+}
+
+Tensor flip(const Tensor& t, const Shape& dims) {
+  Shape wrapped;
+  std::vector<bool> seen(size_t(std::max<int64_t>(t.dim(), 1)), false);
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, t.dim(), "flip");
+    MF_CHECK(!seen[size_t(w)], ValueError, "flip: dim ", w, " appears multiple times in the list of dims");
+    seen[size_t(w)] = true;
+    if (t.dim() > 0) wrapped.push_back(w);
+  }
+  static const OpDef& op = dispatch::op("flip");
+  return dispatch::apply_one(op, {t}, {{"dims", wrapped}});
+}
+
+Tensor roll(const Tensor& t, const Shape& shifts, const Shape& dims) {
+  if (dims.empty()) {
+    MF_CHECK(shifts.size() == 1, ValueError, "roll: without dims, shifts must have exactly one value, got ",
+             shape_str(shifts));
+    return reshape(roll(flatten(t), shifts, {0}), t.sizes());
+  }
+  MF_CHECK(shifts.size() == dims.size(), ValueError, "roll: shifts and dims must align: shifts ", shape_str(shifts),
+           ", dims ", shape_str(dims));
+  MF_CHECK(t.dim() > 0, IndexError, "roll: cannot roll a 0-d tensor along a dim");
+  Shape wrapped, normalized;
+  for (size_t j = 0; j < dims.size(); ++j) {
+    const int64_t d = wrap_dim(dims[j], t.dim(), "roll");
+    const int64_t n = t.sizes()[size_t(d)];
+    const int64_t s = n == 0 ? 0 : ((shifts[j] % n) + n) % n;
+    // A dim rolled twice rolls by the sum of its shifts.
+    auto it = std::find(wrapped.begin(), wrapped.end(), d);
+    if (it != wrapped.end()) {
+      auto& prev = normalized[size_t(it - wrapped.begin())];
+      prev = n == 0 ? 0 : (prev + s) % n;
+      continue;
+    }
+    wrapped.push_back(d);
+    normalized.push_back(s);
+  }
+  static const OpDef& op = dispatch::op("roll");
+  return dispatch::apply_one(op, {t}, {{"shifts", normalized}, {"dims", wrapped}});
+}
+
+Tensor pad(const Tensor& t, const Shape& pads, double value) {
+  static const OpDef& op = dispatch::op("pad");
+  Scalar v = is_floating(t.dtype()) ? Scalar(value) : Scalar(int64_t(value));
+  if (t.dtype() == DType::Bool) v = Scalar(value != 0.0);
+  return dispatch::apply_one(op, {t}, {{"pad", pads}, {"value", v}});
+}
+
+Tensor repeat(const Tensor& t, const Shape& repeats) {
+  MF_CHECK(int64_t(repeats.size()) >= t.dim(), ShapeError, "repeat: number of dimensions of repeat dims ",
+           shape_str(repeats), " can not be smaller than number of dimensions of tensor ", shape_str(t.sizes()));
+  for (int64_t r : repeats)
+    MF_CHECK(r >= 0, ValueError, "repeat: repeats must be non-negative, got ", shape_str(repeats));
+  // (s0, s1, ...) -> (1, s0, 1, s1, ...) -> expand to (r0, s0, r1, s1, ...) -> merge pairs.
+  Shape padded(repeats.size() - size_t(t.dim()), 1);
+  padded.insert(padded.end(), t.sizes().begin(), t.sizes().end());
+  Shape pairs, expanded, result;
+  for (size_t d = 0; d < repeats.size(); ++d) {
+    pairs.insert(pairs.end(), {1, padded[d]});
+    expanded.insert(expanded.end(), {repeats[d], padded[d]});
+    result.push_back(repeats[d] * padded[d]);
+  }
+  Tensor out = reshape(expand(reshape(t, pairs), expanded), result);
+  return out.shares_storage(t) ? clone(out) : out;  // always a new tensor, as in PyTorch
+}
+
+Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim) {
+  MF_CHECK(repeats >= 0, ValueError, "repeat_interleave: repeats must be non-negative, got ", repeats);
+  Tensor x = dim ? t : flatten(t);
+  int64_t d = dim ? wrap_dim(*dim, t.dim(), "repeat_interleave") : 0;
+  if (x.dim() == 0) x = reshape(x, {1});
+  Shape expanded = x.sizes();
+  expanded.insert(expanded.begin() + d + 1, repeats);
+  Shape result = x.sizes();
+  result[size_t(d)] *= repeats;
+  Tensor out = reshape(expand(unsqueeze(x, d + 1), expanded), result);
+  return out.shares_storage(t) ? clone(out) : out;
+}
+
+Tensor one_hot(const Tensor& t, int64_t num_classes) {
+  MF_CHECK(is_integral(t.dtype()), TypeError, "one_hot: one_hot is only applicable to index tensors, got ",
+           dtype_name(t.dtype()));
+  Tensor x = to(t, DType::Int64);
+  if (num_classes == -1) {
+    MF_CHECK(x.numel() > 0, ValueError, "one_hot: can not infer the total number of classes from an empty tensor");
+    Tensor c = contiguous(x);
+    const int64_t* p = c.data<int64_t>();
+    auto [lo, hi] = std::minmax_element(p, p + c.numel());
+    MF_CHECK(*lo >= 0, IndexError, "one_hot: class values must be non-negative, got ", *lo);
+    num_classes = *hi + 1;
+  }
+  MF_CHECK(num_classes >= 0, ValueError, "one_hot: num_classes must be -1 or non-negative, got ", num_classes);
+  static const OpDef& op = dispatch::op("one_hot");
+  return dispatch::apply_one(op, {x}, {{"num_classes", num_classes}});
+}
+
+}  // namespace mf

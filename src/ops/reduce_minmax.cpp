@@ -1,0 +1,155 @@
+// Extremum reductions: amax, amin, max/min (over all, or over a dim with
+// indices), argmax, argmin. NaN propagates: it beats every number, and the
+// index of the first NaN is reported, as in PyTorch.
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "ops/kernels/cpu/loops.h"
+#include "ops/reduce_common.h"
+
+namespace mf {
+
+using namespace reduce_detail;
+
+namespace {
+
+// --- amax / amin / max() / min() ------------------------------------------------------
+
+template <bool kMax>
+void extremum_kernel(const char* name, const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), name);
+  dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+    using Acc = acc_type<T>;
+    T* o = static_cast<T*>(out[0].data_ptr());
+    cpu::reduce<T>(in[0], dims, ExtremumOp<T, kMax>{}, [o](int64_t i, Acc a) { o[i] = T(a); });
+  });
+}
+
+std::vector<TensorMeta> infer_extremum(const char* name, const TensorList& in, const Attrs& attrs) {
+  const Shape& raw = attrs.get_shape("dims");
+  Shape dims = normalize_dims(raw, in[0].dim(), name);
+  check_reduction_has_identity(name, in[0].sizes(), dims, !raw.empty());
+  return infer_reduction(name, in[0], attrs, in[0].dtype());
+}
+
+#define MF_EXTREMUM_OP(NAME, IS_MAX)                                                          \
+  MF_REGISTER_OP(OpDef{                                                                       \
+      .name = NAME,                                                                           \
+      .inputs = {"input"},                                                                    \
+      .infer = [](const TensorList& in, const Attrs& attrs) { return infer_extremum(NAME, in, attrs); }, \
+      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
+        extremum_kernel<IS_MAX>(NAME, in, out, attrs);                                        \
+      },                                                                                      \
+      .differentiable = false,                                                                \
+  })
+
+MF_EXTREMUM_OP("amax", true);
+MF_EXTREMUM_OP("amin", false);
+MF_EXTREMUM_OP("max", true);
+MF_EXTREMUM_OP("min", false);
+
+// --- max / min over a dim, argmax / argmin ------------------------------------------
+
+// x viewed so that reducing `dim` is well defined (a 0-d tensor as (1)).
+Tensor as_reducible(const Tensor& x) { return x.dim() == 0 ? make_view(x, {1}, {1}, x.storage_offset()) : x; }
+
+template <bool kMax>
+void arg_kernel(const Tensor& x, int64_t dim, Tensor* values, Tensor& indices) {
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    cpu::reduce_arg<T, kMax>(as_reducible(x), dim, values ? static_cast<T*>(values->data_ptr()) : nullptr,
+                             static_cast<int64_t*>(indices.data_ptr()));
+  });
+}
+
+std::vector<TensorMeta> infer_dim_extremum(const char* name, const TensorList& in, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), name);
+  const Shape dims = x.dim() == 0 ? Shape{} : Shape{dim};
+  check_reduction_has_identity(name, x.sizes(), dims, true);
+  Shape shape = reduced_shape(x.sizes(), dims, attrs.get_bool("keepdim"));
+  return {{shape, x.dtype(), x.device()}, {shape, DType::Int64, x.device()}};
+}
+
+#define MF_DIM_EXTREMUM_OP(NAME, ERROR_NAME, IS_MAX)                                          \
+  MF_REGISTER_OP(OpDef{                                                                       \
+      .name = NAME,                                                                           \
+      .inputs = {"input"},                                                                    \
+      .infer = [](const TensorList& in, const Attrs& attrs) {                                 \
+        return infer_dim_extremum(ERROR_NAME, in, attrs);                                     \
+      },                                                                                      \
+      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
+        arg_kernel<IS_MAX>(in[0], wrap_dim(attrs.get_int("dim"), in[0].dim(), ERROR_NAME), &out[0], out[1]); \
+      },                                                                                      \
+      .differentiable = false,                                                                \
+  })
+
+MF_DIM_EXTREMUM_OP("max_dim", "max", true);
+MF_DIM_EXTREMUM_OP("min_dim", "min", false);
+
+// argmax/argmin: attr "dims" holds the dim, or nothing for the flattened input.
+std::vector<TensorMeta> infer_arg(const char* name, const TensorList& in, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  MF_CHECK(x.dtype() != DType::Bool, TypeError, name, ": not implemented for bool tensors");
+  const Shape& raw = attrs.get_shape("dims");
+  Shape dims = normalize_dims(raw, x.dim(), name);
+  check_reduction_has_identity(name, x.sizes(), dims, !raw.empty());
+  return {{reduced_shape(x.sizes(), dims, attrs.get_bool("keepdim")), DType::Int64, x.device()}};
+}
+
+template <bool kMax>
+void argmax_kernel(const char* name, const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const Shape& raw = attrs.get_shape("dims");
+  if (!raw.empty()) {
+    arg_kernel<kMax>(x, wrap_dim(raw[0], x.dim(), name), nullptr, out[0]);
+    return;
+  }
+  // Over all elements: an index into the flattened (row-major) tensor.
+  Tensor dense = x;
+  if (!x.is_contiguous()) {
+    dense = make_empty(x.sizes(), x.dtype(), x.device());
+    cpu::copy_cast(dense, x);
+  }
+  arg_kernel<kMax>(make_view(dense, {x.numel()}, {1}, dense.storage_offset()), 0, nullptr, out[0]);
+}
+
+#define MF_ARG_OP(NAME, IS_MAX)                                                               \
+  MF_REGISTER_OP(OpDef{                                                                       \
+      .name = NAME,                                                                           \
+      .inputs = {"input"},                                                                    \
+      .infer = [](const TensorList& in, const Attrs& attrs) { return infer_arg(NAME, in, attrs); }, \
+      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
+        argmax_kernel<IS_MAX>(NAME, in, out, attrs);                                          \
+      },                                                                                      \
+      .differentiable = false,                                                                \
+  })
+
+MF_ARG_OP("argmax", true);
+MF_ARG_OP("argmin", false);
+
+Tensor apply_extremum(const char* name, const Tensor& t, const Shape& dims, bool keepdim) {
+  return dispatch::apply_one(dispatch::op(name), {t}, {{"dims", dims}, {"keepdim", keepdim}});
+}
+
+ValuesIndices apply_dim_extremum(const char* name, const Tensor& t, int64_t dim, bool keepdim) {
+  TensorList out = dispatch::apply(dispatch::op(name), {t}, {{"dim", dim}, {"keepdim", keepdim}});
+  return {out[0], out[1]};
+}
+
+Shape optional_dim(std::optional<int64_t> dim) { return dim ? Shape{*dim} : Shape{}; }
+
+}  // namespace
+
+Tensor max(const Tensor& t) { return apply_extremum("max", t, {}, false); }
+Tensor min(const Tensor& t) { return apply_extremum("min", t, {}, false); }
+Tensor amax(const Tensor& t, const Shape& dims, bool keepdim) { return apply_extremum("amax", t, dims, keepdim); }
+Tensor amin(const Tensor& t, const Shape& dims, bool keepdim) { return apply_extremum("amin", t, dims, keepdim); }
+ValuesIndices max(const Tensor& t, int64_t dim, bool keepdim) { return apply_dim_extremum("max_dim", t, dim, keepdim); }
+ValuesIndices min(const Tensor& t, int64_t dim, bool keepdim) { return apply_dim_extremum("min_dim", t, dim, keepdim); }
+Tensor argmax(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+  return apply_extremum("argmax", t, optional_dim(dim), keepdim);
+}
+Tensor argmin(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+  return apply_extremum("argmin", t, optional_dim(dim), keepdim);
+}
+
+}  // namespace mf

@@ -1,0 +1,210 @@
+// Views with computed strides: as_strided and diagonal.
+#include "meshflow/dispatch.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/shape.h"
+#include "ops/kernels/cpu/index_kernels.h"
+
+namespace mf {
+namespace {
+
+// --- diagonal ------------------------------------------------------------------------------
+
+// The view of the diagonal `offset` of dims (dim1, dim2) of t, appended as the last dim.
+Tensor diagonal_view(const Tensor& t, int64_t offset, int64_t dim1, int64_t dim2) {
+  const int64_t n1 = t.sizes()[size_t(dim1)], n2 = t.sizes()[size_t(dim2)];
+  const int64_t s1 = t.strides()[size_t(dim1)], s2 = t.strides()[size_t(dim2)];
+  const int64_t length = std::max<int64_t>(0, offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2));
+  int64_t start = t.storage_offset();
+  if (length > 0) start += offset >= 0 ? offset * s2 : -offset * s1;
+  Shape sizes, strides;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d == dim1 || d == dim2) continue;
+    sizes.push_back(t.sizes()[size_t(d)]);
+    strides.push_back(t.strides()[size_t(d)]);
+  }
+  sizes.push_back(length);
+  strides.push_back(s1 + s2);
+  return make_view(t, sizes, strides, start);
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "diagonal",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& a) {
+      Tensor v = diagonal_view(in[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"));
+      return std::vector<TensorMeta>{{v.sizes(), in[0].dtype(), in[0].device()}};
+    },
+    .view = [](const TensorList& in, const Attrs& a) {
+      return TensorList{diagonal_view(in[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"))};
+    },
+    .backward = [](const BackwardContext& ctx) {
+      static const OpDef& op = dispatch::op("diagonal_backward");
+      Attrs attrs = ctx.attrs;
+      attrs.set("input_sizes", ctx.input_metas[0].sizes);
+      return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0]}, attrs)};
+    },
+});
+
+// Zeros of input_sizes with the diagonal set from grad.
+MF_REGISTER_OP(OpDef{
+    .name = "diagonal_backward",
+    .inputs = {"grad"},
+    .infer = [](const TensorList& in, const Attrs& a) {
+      return std::vector<TensorMeta>{{a.get_shape("input_sizes"), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& a) {
+      Tensor& o = out[0];
+      dispatch_dtype(o.dtype(), [&]<typename T>() { cpu::elementwise<T>(o, {}, []() { return T(0); }); });
+      Tensor diag = diagonal_view(o, a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"));
+      MF_CHECK(diag.sizes() == in[0].sizes(), ShapeError, "diagonal_backward: grad of shape ",
+               shape_str(in[0].sizes()), " does not fit the diagonal of shape ", shape_str(diag.sizes()));
+      cpu::copy_cast(diag, in[0]);
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Attrs& a = ctx.attrs;
+      return TensorList{diagonal(ctx.grad_outputs[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"))};
+    },
+});
+
+// --- as_strided ------------------------------------------------------------------------------
+
+// Note [as_strided gradient]: as_strided reads storage positions, so its
+// gradient goes through storage: the gradient (laid out by the output's
+// geometry) is summed into a buffer over the storage positions, and the
+// input's gradient is read back from the buffer by the input's geometry.
+// Where the input itself reads one position more than once (an expanded
+// input), the sum is split evenly between those elements. The op is
+// written for any pair of geometries ("src" scattered, "dst" gathered) and
+// a choice of which one's repeats divide; its adjoint is the same op with
+// the geometries swapped, so double backward needs no other op.
+struct Geometry {
+  Shape size, stride;
+  int64_t offset;
+  // Smallest and largest storage position (numel > 0).
+  std::pair<int64_t, int64_t> range() const {
+    int64_t lo = offset, hi = offset;
+    for (size_t d = 0; d < size.size(); ++d) {
+      const int64_t span = (size[d] - 1) * stride[d];
+      (span < 0 ? lo : hi) += span;
+    }
+    return {lo, hi};
+  }
+};
+
+Geometry geometry(const Attrs& a, const std::string& prefix) {
+  return {a.get_shape(prefix + "_size"), a.get_shape(prefix + "_stride"), a.get_int(prefix + "_offset")};
+}
+
+void set_geometry(Attrs& a, const std::string& prefix, const Geometry& g) {
+  a.set(prefix + "_size", g.size);
+  a.set(prefix + "_stride", g.stride);
+  a.set(prefix + "_offset", g.offset);
+}
+
+Tensor as_strided_scatter_gather(const Tensor& grad, const Geometry& src, const Geometry& dst, bool divide_by_dst) {
+  static const OpDef& op = dispatch::op("as_strided_backward");
+  Attrs attrs;
+  set_geometry(attrs, "src", src);
+  set_geometry(attrs, "dst", dst);
+  attrs.set("divide_by_dst", divide_by_dst);
+  return dispatch::apply_one(op, {grad}, attrs);
+}
+
+// Calls fn(flat index, storage position) for every element of g (serially).
+template <typename F>
+void for_each_position(const Geometry& g, const F& fn) {
+  cpu::StridedWalk<2> walk(g.size, {contiguous_strides(g.size), g.stride});
+  walk.runs(0, walk.numel(), {0, g.offset}, [&](const auto& o, const auto& s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) fn(o[0] + i * s[0], o[1] + i * s[1]);
+  });
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "as_strided_backward",
+    .inputs = {"grad"},
+    .infer = [](const TensorList& in, const Attrs& a) {
+      MF_CHECK(in[0].sizes() == a.get_shape("src_size"), ShapeError, "as_strided_backward: grad of shape ",
+               shape_str(in[0].sizes()), " does not match ", shape_str(a.get_shape("src_size")));
+      return std::vector<TensorMeta>{{a.get_shape("dst_size"), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& a) {
+      const Geometry src = geometry(a, "src"), dst = geometry(a, "dst");
+      Tensor& o = out[0];
+      if (o.numel() == 0) return;
+      Tensor g = contiguous(in[0].detach());
+      dispatch_floating(o.dtype(), "as_strided_backward", [&]<typename T>() {
+        using A = acc_type<T>;
+        T* op = static_cast<T*>(o.data_ptr());
+        if (g.numel() == 0) {
+          std::fill(op, op + o.numel(), T(0));
+          return;
+        }
+        auto [lo, hi] = dst.range();
+        auto [src_lo, src_hi] = src.range();
+        lo = std::min(lo, src_lo);
+        hi = std::max(hi, src_hi);
+        std::vector<A> buffer(size_t(hi - lo + 1), A(0));
+        std::vector<int32_t> count(buffer.size(), 0);
+        const T* gp = static_cast<const T*>(g.data_ptr());
+        for_each_position(src, [&](int64_t i, int64_t p) { buffer[size_t(p - lo)] += A(gp[i]); });
+        for_each_position(a.get_bool("divide_by_dst") ? dst : src, [&](int64_t, int64_t p) { count[size_t(p - lo)]++; });
+        for (size_t p = 0; p < buffer.size(); ++p)
+          if (count[p] > 1) buffer[p] /= A(count[p]);
+        for_each_position(dst, [&](int64_t i, int64_t p) { op[i] = T(buffer[size_t(p - lo)]); });
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Attrs& a = ctx.attrs;
+      return TensorList{as_strided_scatter_gather(ctx.grad_outputs[0], geometry(a, "dst"), geometry(a, "src"),
+                                                  !a.get_bool("divide_by_dst"))};
+    },
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "as_strided",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& a) {
+      return std::vector<TensorMeta>{{a.get_shape("size"), in[0].dtype(), in[0].device()}};
+    },
+    .view = [](const TensorList& in, const Attrs& a) {
+      return TensorList{make_view(in[0], a.get_shape("size"), a.get_shape("stride"), a.get_int("storage_offset"))};
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const Attrs& a = ctx.attrs;
+      Geometry out{a.get_shape("size"), a.get_shape("stride"), a.get_int("storage_offset")};
+      Geometry input{ctx.input_metas[0].sizes, a.get_shape("input_strides"), a.get_int("input_offset")};
+      return TensorList{as_strided_scatter_gather(ctx.grad_outputs[0], out, input, true)};
+    },
+});
+
+}  // namespace
+
+Tensor as_strided(const Tensor& t, const Shape& size, const Shape& stride, std::optional<int64_t> storage_offset) {
+  MF_CHECK(size.size() == stride.size(), ShapeError, "as_strided: mismatch in length of strides ", shape_str(stride),
+           " and shape ", shape_str(size));
+  const int64_t offset = storage_offset.value_or(t.storage_offset());
+  MF_CHECK(offset >= 0, ValueError, "as_strided: storage offset must be non-negative, got ", offset);
+  int64_t last = offset;
+  for (size_t d = 0; d < size.size(); ++d) {
+    MF_CHECK(size[d] >= 0, ValueError, "as_strided: sizes must be non-negative, got ", shape_str(size));
+    MF_CHECK(stride[d] >= 0, ValueError, "as_strided: negative strides are not supported, got ", shape_str(stride));
+    if (size[d] > 0) last += (size[d] - 1) * stride[d];
+  }
+  const int64_t storage_elements = int64_t(t.storage()->nbytes() / t.element_size());
+  MF_CHECK(shape_numel(size) == 0 || last < storage_elements, ShapeError, "as_strided: sizes ", shape_str(size),
+           ", strides ", shape_str(stride), " and storage offset ", offset, " need a storage of ", last + 1,
+           " elements, but the storage has ", storage_elements);
+  static const OpDef& op = dispatch::op("as_strided");
+  return dispatch::apply_one(op, {t}, {{"size", size}, {"stride", stride}, {"storage_offset", offset},
+                                       {"input_strides", t.strides()}, {"input_offset", t.storage_offset()}});
+}
+
+Tensor diagonal(const Tensor& t, int64_t offset, int64_t dim1, int64_t dim2) {
+  MF_CHECK(t.dim() >= 2, ShapeError, "diagonal: the input must have at least 2 dimensions, got ", t.dim());
+  const int64_t d1 = wrap_dim(dim1, t.dim(), "diagonal"), d2 = wrap_dim(dim2, t.dim(), "diagonal");
+  MF_CHECK(d1 != d2, ValueError, "diagonal: dimensions cannot be identical ", dim1, ", ", dim2);
+  static const OpDef& op = dispatch::op("diagonal");
+  return dispatch::apply_one(op, {t}, {{"offset", offset}, {"dim1", d1}, {"dim2", d2}});
+}
+
+}  // namespace mf

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, runs every test.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/tools/build.sh"
+build="${MESHFLOW_BUILD_DIR:-$root/build}"
+cd "$build"
+ctest --output-on-failure -j"$(nproc)"
