@@ -103,7 +103,10 @@ MF_REGISTER_OP(OpDef{
       dispatch_floating(in[0].dtype(), "leaky_relu", [&]<typename T>() {
         using A = acc_type<T>;
         const A s = A(slope);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [s](T t) { return A(t) > A(0) ? A(t) : A(t) * s; });
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [s](T t) {
+          const A x = A(t), scaled = x * s;
+          return cpu::math::select(x > A(0), x, scaled);
+        });
       });
     },
     .backward = [](const BackwardContext& ctx) {
@@ -122,7 +125,10 @@ MF_REGISTER_OP(OpDef{
       dispatch_floating(in[0].dtype(), "elu", [&]<typename T>() {
         using A = acc_type<T>;
         const A al = A(alpha);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [al](T t) { return A(t) > A(0) ? A(t) : al * std::expm1(A(t)); });
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [al](T t) __attribute__((flatten)) {
+          const A x = A(t), negative = al * cpu::math::expm1(x);
+          return cpu::math::select(x > A(0), x, negative);
+        });
       });
     },
     .backward = [](const BackwardContext& ctx) {

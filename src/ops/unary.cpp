@@ -4,8 +4,9 @@
 // Floating functions of integer or bool tensors compute in the default float
 // dtype (exp of an int64 tensor is float32, as in PyTorch); the functional
 // API casts, so their kernels only see floating inputs. Kernels evaluate in
-// acc_type<T>, float for float32, float16 and bfloat16; exp, log, log1p, tanh
-// and erf use the vectorisable float versions of kernels/cpu/math.h.
+// acc_type<T>, float for float32, float16 and bfloat16; exp, expm1, log,
+// log1p, tanh and erf use the vectorisable float versions of
+// kernels/cpu/math.h.
 #include <cmath>
 
 #include "meshflow/ops/creation.h"
@@ -98,7 +99,7 @@ MF_REGISTER_OP(OpDef{
     .name = "expm1",
     .inputs = {"input"},
     .infer = infer_floating("expm1"),
-    .cpu_kernel = floating_unary_kernel("expm1", [](auto a) { return std::expm1(a); }),
+    .cpu_kernel = floating_unary_kernel("expm1", [](auto a) { return cpu::math::expm1(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], add(ctx.outputs[0], 1))};
     },

@@ -42,6 +42,11 @@ TEST(CpuMath, ExpLogLog1pTanhAccuracy) {
   EXPECT_LE(
       worst_ulps([](float x) { return cpu::math::log1p(x); }, [](double x) { return std::log1p(x); }, -1e-4f, 1e-4f),
       3);
+  EXPECT_LE(worst_ulps([](float x) { return cpu::math::expm1(x); }, [](double x) { return std::expm1(x); }, -20, 20),
+            4);
+  EXPECT_LE(
+      worst_ulps([](float x) { return cpu::math::expm1(x); }, [](double x) { return std::expm1(x); }, -1e-3f, 1e-3f),
+      3);
   EXPECT_LE(worst_ulps([](float x) { return cpu::math::tanh(x); }, [](double x) { return std::tanh(x); }, -10, 10), 3);
   EXPECT_LE(worst_ulps([](float x) { return cpu::math::tanh(x); }, [](double x) { return std::tanh(x); }, -1e-3f, 1e-3f),
             3);
@@ -71,6 +76,12 @@ TEST(CpuMath, SpecialValues) {
   EXPECT_TRUE(std::isnan(exp(kNaN)));
   // gradual underflow: exp(-100) is subnormal in float
   EXPECT_LE(ulps(exp(-100.0f), std::exp(-100.0)), 1);
+  EXPECT_EQ(cpu::math::expm1(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(cpu::math::expm1(-0.0f)));
+  EXPECT_EQ(cpu::math::expm1(-kInf), -1.0f);
+  EXPECT_EQ(cpu::math::expm1(kInf), kInf);
+  EXPECT_EQ(cpu::math::expm1(100.0f), kInf);
+  EXPECT_TRUE(std::isnan(cpu::math::expm1(kNaN)));
   EXPECT_EQ(log(1.0f), 0.0f);
   EXPECT_EQ(log(0.0f), -kInf);
   EXPECT_EQ(log(-0.0f), -kInf);
