@@ -4,6 +4,7 @@
 
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
+#include "ops/kernels/cpu/math.h"
 
 namespace mf {
 
@@ -73,8 +74,8 @@ void pow_scalar_floating(Tensor& out, const Tensor& x, double e) {
   auto run = [&](auto f) { cpu::elementwise<T, T>(out, {&x}, [&](T a) { return f(A(a)); }); };
   if (e == 2.0) run([](A a) { return a * a; });
   else if (e == 3.0) run([](A a) { return a * a * a; });
-  else if (e == 0.5) run([](A a) { return std::sqrt(a); });
-  else if (e == -0.5) run([](A a) { return A(1) / std::sqrt(a); });
+  else if (e == 0.5) run([](A a) { return cpu::math::sqrt(a); });
+  else if (e == -0.5) run([](A a) { return A(1) / cpu::math::sqrt(a); });
   else if (e == -1.0) run([](A a) { return A(1) / a; });
   else if (e == -2.0) run([](A a) { return A(1) / (a * a); });
   else run([ea](A a) { return std::pow(a, ea); });

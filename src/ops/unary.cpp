@@ -5,7 +5,7 @@
 // dtype (exp of an int64 tensor is float32, as in PyTorch); the functional
 // API casts, so their kernels only see floating inputs. Kernels evaluate in
 // acc_type<T>, float for float32, float16 and bfloat16; exp, expm1, log,
-// log1p, tanh and erf use the vectorisable float versions of
+// log1p, sqrt, tanh and erf use the vectorisable float versions of
 // kernels/cpu/math.h.
 #include <cmath>
 
@@ -110,7 +110,7 @@ MF_REGISTER_OP(OpDef{
     .name = "sqrt",
     .inputs = {"input"},
     .infer = infer_floating("sqrt"),
-    .cpu_kernel = floating_unary_kernel("sqrt", [](auto a) { return std::sqrt(a); }),
+    .cpu_kernel = floating_unary_kernel("sqrt", [](auto a) { return cpu::math::sqrt(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{div(ctx.grad_outputs[0], mul(ctx.outputs[0], 2))};
     },
@@ -121,7 +121,7 @@ MF_REGISTER_OP(OpDef{
     .name = "rsqrt",
     .inputs = {"input"},
     .infer = infer_floating("rsqrt"),
-    .cpu_kernel = floating_unary_kernel("rsqrt", [](auto a) { return decltype(a)(1) / std::sqrt(a); }),
+    .cpu_kernel = floating_unary_kernel("rsqrt", [](auto a) { return decltype(a)(1) / cpu::math::sqrt(a); }),
     .backward = [](const BackwardContext& ctx) {
       // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
       return TensorList{mul(ctx.grad_outputs[0], mul(pow(ctx.outputs[0], 3), -0.5))};

@@ -52,6 +52,22 @@ TEST(CpuMath, ExpLogLog1pTanhAccuracy) {
             3);
 }
 
+TEST(CpuMath, SqrtIsCorrectlyRounded) {
+  // Every 257th non-negative float bit pattern, subnormals included.
+  int64_t mismatches = 0;
+  for (uint64_t bits = 0; bits < 0x7f800000u; bits += 257) {
+    float x = std::bit_cast<float>(uint32_t(bits));
+    mismatches += cpu::math::sqrt(x) != std::sqrt(x);
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(cpu::math::sqrt(4.0f), 2.0f);
+  EXPECT_EQ(cpu::math::sqrt(kInf), kInf);
+  EXPECT_TRUE(std::signbit(cpu::math::sqrt(-0.0f)));
+  EXPECT_TRUE(std::isnan(cpu::math::sqrt(-1.0f)));
+  EXPECT_TRUE(std::isnan(cpu::math::sqrt(-kInf)));
+  EXPECT_TRUE(std::isnan(cpu::math::sqrt(kNaN)));
+}
+
 TEST(CpuMath, ErfAccuracy) {
   EXPECT_LE(worst_ulps([](float x) { return cpu::math::erf(x); }, [](double x) { return std::erf(x); }, -0.5f, 0.5f), 4);
   double worst_abs = 0;

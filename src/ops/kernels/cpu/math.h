@@ -1,4 +1,4 @@
-// Float exp, expm1, log, log1p, tanh and erf written without branches or calls, so
+// Float exp, expm1, log, log1p, sqrt, tanh and erf written without branches or calls, so
 // that cpu::elementwise loops over float32 / float16 / bfloat16 vectorise
 // (the std:: functions are library calls the compiler cannot vectorise).
 // double arguments go to the std:: functions.
@@ -6,6 +6,7 @@
 // Accuracy against a float64 reference, for float inputs:
 //   exp, log, log1p, tanh   within 3 ulp (Cephes single-precision polynomials)
 //   expm1                   within 4 ulp
+//   sqrt                    correctly rounded
 //   erf                     within 4 ulp below |x| = 0.5 (Taylor series),
 //                           within 3.5e-7 absolute above (Abramowitz-Stegun
 //                           7.1.26, the form PyTorch's vectorised erf uses)
@@ -83,6 +84,30 @@ namespace detail {
   const float small = select(x == 0.0f, x, p * (x * x) + x);  // keeps -0
   const float large = math::exp(x) - 1.0f;
   return select(std::isless(std::fabs(x), 0.34657359f), small, large);
+}
+
+// sqrt without the errno check that keeps std::sqrt scalar (the build does
+// not pass -fno-math-errno): an estimate of 1/sqrt(x) from the exponent
+// bits, three Newton steps, then one fused correction of s = x / sqrt(x)
+// (Markstein), which rounds correctly.
+[[gnu::always_inline]] inline float sqrt(float x) {
+  // Tiny inputs (subnormal ones, and those whose x / 2 would be) are scaled
+  // up by 2^64 and the result down by 2^-32.
+  const bool tiny = std::isless(x, 0x1p-100f);
+  const float xs = select(tiny, x * 0x1p64f, x);
+  float y = std::bit_cast<float>(0x5f375a86u - (std::bit_cast<uint32_t>(xs) >> 1));
+  const float half_x = 0.5f * xs;
+  y = y * (1.5f - half_x * y * y);
+  y = y * (1.5f - half_x * y * y);
+  y = y * (1.5f - half_x * y * y);
+  float s = xs * y;
+  const float r = std::fma(-s, s, xs);
+  s = std::fma(r, 0.5f * y, s);
+  s = select(tiny, s * 0x1p-32f, s);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  s = select(x == kInf, kInf, s);
+  s = select(x == 0.0f, x, s);  // +-0
+  return select(std::isgreaterequal(x, 0.0f), s, std::numeric_limits<float>::quiet_NaN());
 }
 
 // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log x = log m + e ln 2.
@@ -168,6 +193,7 @@ namespace detail {
 
 [[gnu::always_inline]] inline double exp(double x) { return std::exp(x); }
 [[gnu::always_inline]] inline double expm1(double x) { return std::expm1(x); }
+[[gnu::always_inline]] inline double sqrt(double x) { return std::sqrt(x); }
 [[gnu::always_inline]] inline double log(double x) { return std::log(x); }
 [[gnu::always_inline]] inline double log1p(double x) { return std::log1p(x); }
 [[gnu::always_inline]] inline double tanh(double x) { return std::tanh(x); }
