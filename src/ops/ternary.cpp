@@ -24,7 +24,8 @@ MF_REGISTER_OP(OpDef{
     .name = "where",
     .inputs = {"condition", "input", "other"},
     .infer = [](const TensorList& in, const Attrs&) {
-      MF_CHECK(in[0].dtype() == DType::Bool, TypeError,
+      // uint8 conditions are accepted like PyTorch 1.13 does (deprecated there).
+      MF_CHECK(in[0].dtype() == DType::Bool || in[0].dtype() == DType::UInt8, TypeError,
                "where: expected condition to be a boolean tensor, got a tensor with dtype ", dtype_name(in[0].dtype()));
       MF_CHECK(in[1].dtype() == in[2].dtype(), TypeError, "where: expected input and other to have one dtype, got ",
                dtype_name(in[1].dtype()), " and ", dtype_name(in[2].dtype()),

@@ -302,6 +302,24 @@ TEST(ElementwiseUnary, DoubleBackward) {
   }
 }
 
+TEST(ElementwiseUnary, ReducedPrecisionGradients) {
+  // Backward runs in the input's dtype; compare with float64 gradients.
+  for (DType dt : {kFloat16, kBFloat16, kFloat32}) {
+    for (const auto& c : unary_cases()) {
+      SCOPED_TRACE(c.name + " " + dtype_name(dt));
+      Tensor x64 = random_tensor({16}, 50, c.lo, c.hi);
+      Tensor x = to(x64, dt).requires_grad_();
+      sum(c.op(x)).backward();
+      ASSERT_TRUE(x.grad().defined());
+      EXPECT_EQ(x.grad().dtype(), dt);
+      Tensor xr = to(to(x64, dt), kFloat64).requires_grad_();
+      sum(c.op(xr)).backward();
+      Tolerance tol = tolerance_for(dt);
+      expect_values(x.grad(), values(xr.grad()), 4 * tol.atol + 5e-3 * (dt != kFloat32), 4 * tol.rtol);
+    }
+  }
+}
+
 TEST(ElementwiseUnary, BadInput) {
   Tensor i = from_vector({1, 2}, {2}, {.dtype = kInt64});
   Tensor b = from_vector({1, 0}, {2}, {.dtype = kBool});

@@ -57,6 +57,8 @@ TEST(ElementwiseWhere, BadInput) {
   Tensor x = zeros({3});
   EXPECT_THROW(where(x, x, x), TypeError);
   EXPECT_THROW(where(zeros({3}, {.dtype = kInt64}), x, x), TypeError);
+  // a uint8 condition counts as bool (any nonzero is true)
+  expect_values(where(from_vector({2, 0, 1}, {3}, {.dtype = kUInt8}), ones({3}), x), {1, 0, 1});
   EXPECT_THROW(where(ones({3}, {.dtype = kBool}), x, zeros({4})), ShapeError);
 }
 
