@@ -257,6 +257,8 @@ DType clamp_dtype(const Tensor& t, std::optional<Scalar> min, std::optional<Scal
     dt = promote_types(dt, with_max);
     attrs.set("max", *max);
   }
+  if (min) check_scalar_fits(*min, dt, "clamp", "min");
+  if (max) check_scalar_fits(*max, dt, "clamp", "max");
   return dt;
 }
 

@@ -2,6 +2,8 @@
 // broadcasting ops and kernel builders over the dtype of input 0.
 #pragma once
 
+#include <limits>
+
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -17,6 +19,26 @@ inline DType floating_result(DType d) { return is_floating(d) ? d : default_dtyp
 // result_type over any number of tensors (addcmul, clamp): dimensioned
 // tensors outrank 0-d ones within a category, as in the two-tensor form.
 DType common_dtype(std::initializer_list<const Tensor*> tensors);
+
+// Throws like PyTorch's Scalar::to<T> when a Scalar used as a value of an
+// integer dtype (clamp bounds, masked_fill values) is out of its range,
+// instead of wrapping it silently.
+inline void check_scalar_fits(Scalar s, DType dtype, const char* op, const char* arg) {
+  if (!is_integral(dtype)) return;
+  const double v = s.to_double();
+  bool fits = true;
+  dispatch_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (s.is_floating())
+        fits = v >= double(std::numeric_limits<T>::min()) && v <= double(std::numeric_limits<T>::max());
+      else
+        fits = s.to_int() >= int64_t(std::numeric_limits<T>::min()) &&
+               (std::is_same_v<T, int64_t> || s.to_int() <= int64_t(std::numeric_limits<T>::max()));
+    }
+  });
+  MF_CHECK(fits, Error, op, ": value ", s.str(), " of ", arg, " cannot be converted to type ", dtype_name(dtype),
+           " without overflow");
+}
 
 inline bool is_numeric(DType d) { return d != DType::Bool; }
 inline bool is_integral_or_bool(DType d) { return !is_floating(d); }

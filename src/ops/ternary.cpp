@@ -221,6 +221,7 @@ Tensor where(const Tensor& condition, Scalar a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& t, const Tensor& mask, Scalar value) {
+  check_scalar_fits(value, t.dtype(), "masked_fill", "value");
   return dispatch::apply_one(op_masked_fill(), {t, mask, scalar_tensor(value, t.dtype(), t.device())});
 }
 Tensor masked_fill(const Tensor& t, const Tensor& mask, const Tensor& value) {
@@ -230,6 +231,7 @@ Tensor masked_fill(const Tensor& t, const Tensor& mask, const Tensor& value) {
   return dispatch::apply_one(op_masked_fill(), {t, mask, to(value, t.dtype())});
 }
 Tensor& masked_fill_(Tensor& t, const Tensor& mask, Scalar value) {
+  check_scalar_fits(value, t.dtype(), "masked_fill_", "value");
   dispatch::apply_inplace(op_masked_fill(), {t, mask, scalar_tensor(value, t.dtype(), t.device())});
   return t;
 }

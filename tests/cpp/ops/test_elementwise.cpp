@@ -224,6 +224,8 @@ TEST(ElementwiseUnary, ClampPromotionAndTensorBounds) {
   EXPECT_EQ(c.dtype(), kFloat32);
   expect_values(c, {1.5, 2, 3});
   EXPECT_THROW(clamp(i, std::nullopt, std::nullopt), ValueError);
+  EXPECT_THROW(clamp(from_vector({3}, {1}, {.dtype = kUInt8}), Scalar(-1), std::nullopt), Error);
+  expect_values(clamp(from_vector({3}, {1}, {.dtype = kInt8}), Scalar(-100), Scalar(2)), {2});
 
   // Tensor bounds broadcast; min is applied before max, as in PyTorch.
   Tensor x = random_tensor({4, 5}, 11, -2, 2);
