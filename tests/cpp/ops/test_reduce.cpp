@@ -253,6 +253,28 @@ TEST(ReduceSum, Gradients) {
   expect_gradcheck([](const TensorList& v) { return mean(v[0]); }, {x});
 }
 
+// Layouts that coalesce to more dims than the kernel walks directly are
+// copied first; the results must not change.
+TEST(ReduceSum, ManyUnmergeableDims) {
+  Shape shape(14, 2), reversed;
+  for (int64_t d = 13; d >= 0; --d) reversed.push_back(d);
+  Tensor x = permute(random_tensor(shape, 41), reversed);  // 14 dims, no two mergeable
+  for (const Shape& dims : std::vector<Shape>{{13}, {0}, {0, 5, 9}}) {
+    SCOPED_TRACE(shape_str(dims));
+    expect_values(sum(x, dims), reference(x, dims, sum_of), 1e-12, 1e-12);
+    expect_values(amax(x, dims), reference(x, dims, max_of));
+  }
+  expect_values(max(x, 13).indices,
+                reference(x, {13}, [](const std::vector<double>& g) { return double(g[1] > g[0]); }));
+  expect_values(argmin(x, 0), reference(x, {0}, [](const std::vector<double>& g) { return double(g[1] < g[0]); }));
+  std::vector<double> v = values(x), expected = v;
+  // Dim 6 has size 2 and row-major stride 2^7: the second element of each
+  // line adds the first.
+  for (size_t i = 0; i < v.size(); ++i)
+    if ((i >> 7) & 1) expected[i] = v[i] + v[i - (size_t(1) << 7)];
+  expect_values(cumsum(x, 6), expected, 1e-12, 1e-12);
+}
+
 // --- prod / all / any --------------------------------------------------------------------
 
 TEST(ReduceProd, Values) {
