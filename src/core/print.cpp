@@ -113,9 +113,8 @@ std::string Tensor::to_string() const {
       if (a != 0) min_abs = std::min(min_abs, a);
     });
     if (fmt.floating && any_finite) {
-      if (fmt.int_mode) fmt.sci_mode = max_abs > 1e8;
-      else fmt.sci_mode = (min_abs != INFINITY && max_abs / min_abs > 1000.0) || max_abs > 1e8 ||
-                          (min_abs != INFINITY && min_abs < 1e-4);
+      const bool wide_range = (min_abs != INFINITY && max_abs / min_abs > 1000.0) || max_abs > 1e8;
+      fmt.sci_mode = fmt.int_mode ? wide_range : wide_range || (min_abs != INFINITY && min_abs < 1e-4);
     }
     visit(t, 0, 0, summarize, [&](int64_t off) {
       fmt.width = std::max<int>(fmt.width, int(fmt.format(value_at(t, off)).size()));

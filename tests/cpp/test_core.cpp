@@ -216,6 +216,8 @@ TEST(Print, LikePyTorch) {
   EXPECT_EQ(from_vector({1.5, -2.25}, {2}).to_string(), "tensor([ 1.5000, -2.2500])");
   EXPECT_EQ(zeros({2}, {.dtype = kInt64}).to_string(), "tensor([0, 0])");
   EXPECT_EQ(ones({}, {.dtype = kFloat64}).to_string(), "tensor(1., dtype=meshflow.float64)");
+  // Whole numbers spanning more than three decades print in scientific notation, as in PyTorch.
+  EXPECT_EQ(from_vector({1, 2000}, {2}).to_string(), "tensor([1.0000e+00, 2.0000e+03])");
 }
 
 }  // namespace

@@ -1,0 +1,135 @@
+// Shared by the binding files: type casters between Python objects and
+// meshflow types, and the init function of each file. The binding layer
+// converts types and nothing else; every op's logic lives in the C++ API.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshflow/meshflow.h"
+
+namespace py = pybind11;
+
+namespace mf::python {
+
+// The `dim` argument of reductions: None (all dims), an int, or a sequence.
+struct DimsArg {
+  Shape dims;
+};
+// An int or a sequence of ints; an int n stands for (n, n) as in PyTorch's
+// _pair (stride=2 for conv2d means (2, 2)).
+struct PairArg {
+  Shape values;
+};
+
+// A size given as separate ints or as one sequence: view(2, 3), view((2, 3)).
+Shape shape_from_args(const py::args& args, const char* op);
+// A 0-d tensor holding s with the dtype `like op s` gives, so that an op
+// with only a tensor form (bitwise_and, remainder of a scalar by a tensor)
+// promotes a Python number the way PyTorch does.
+Tensor wrap_scalar(const Tensor& like, Scalar s);
+// Python index (int, slice, None, Ellipsis, bool, tensor, list, numpy
+// array, tuple of these) to the entries of mf::index.
+std::vector<TensorIndex> to_indices(py::handle index);
+// A tensor copied from nested sequences, numbers, numpy arrays or tensors.
+Tensor tensor_from_data(py::handle data, std::optional<DType> dtype);
+// A tensor sharing a numpy array's memory (the array stays alive with it).
+Tensor tensor_from_numpy(py::handle array);
+// The Python type of Tensor.shape (meshflow.Size) and of (values, indices)
+// results; both are set by the package at import.
+py::handle size_type();
+py::handle values_indices_type();
+// A Python list for TensorList results that PyTorch returns as tuples.
+py::tuple to_tuple(const TensorList& tensors);
+// Adds module functions `names` of m to Tensor as methods (self = input).
+void add_methods(py::module_& m, py::handle tensor_class, std::initializer_list<const char*> names);
+
+void init_types(py::module_& m);
+void init_tensor(py::module_& m);
+void init_interop(py::module_& m);
+void init_autograd(py::module_& m);
+void init_creation(py::module_& m);
+void init_elementwise(py::module_& m);
+void init_operators(py::module_& m);
+void init_reduce(py::module_& m);
+void init_shape(py::module_& m);
+void init_linalg(py::module_& m);
+void init_nn(py::module_& m);
+
+}  // namespace mf::python
+
+namespace pybind11::detail {
+
+// A Tensor argument also accepts None (an undefined tensor: "no bias"), and an
+// undefined tensor result is returned as None (a leaf's .grad before backward).
+template <>
+class type_caster<mf::Tensor> : public type_caster_base<mf::Tensor> {
+  using Base = type_caster_base<mf::Tensor>;
+
+ public:
+  bool load(handle src, bool convert) {
+    if (src.is_none()) {
+      value = &undefined();
+      return true;
+    }
+    return Base::load(src, convert);
+  }
+  static handle cast(const mf::Tensor& t, return_value_policy policy, handle parent) {
+    if (!t.defined()) return none().release();
+    return Base::cast(t, policy, parent);
+  }
+  static handle cast(mf::Tensor&& t, return_value_policy policy, handle parent) {
+    if (!t.defined()) return none().release();
+    return Base::cast(std::move(t), policy, parent);
+  }
+  static handle cast(const mf::Tensor* t, return_value_policy policy, handle parent) {
+    if (!t || !t->defined()) return none().release();
+    return Base::cast(t, policy, parent);
+  }
+
+ private:
+  static mf::Tensor& undefined() {
+    static mf::Tensor t;
+    return t;
+  }
+};
+
+// Python bool, int and float (and NumPy scalars, one-element tensors).
+template <>
+struct type_caster<mf::Scalar> {
+  PYBIND11_TYPE_CASTER(mf::Scalar, const_name("Number"));
+  bool load(handle src, bool convert);
+  static handle cast(const mf::Scalar& s, return_value_policy, handle) {
+    if (s.is_bool()) return bool_(s.to_bool()).release();
+    if (s.is_integral()) return PyLong_FromLongLong(s.to_int());
+    return PyFloat_FromDouble(s.to_double());
+  }
+};
+
+template <>
+struct type_caster<mf::python::DimsArg> {
+  PYBIND11_TYPE_CASTER(mf::python::DimsArg, const_name("Optional[Union[int, Sequence[int]]]"));
+  bool load(handle src, bool convert);
+};
+
+template <>
+struct type_caster<mf::python::PairArg> {
+  PYBIND11_TYPE_CASTER(mf::python::PairArg, const_name("Union[int, Sequence[int]]"));
+  bool load(handle src, bool convert);
+};
+
+// (values, indices) results: a named tuple, like torch.return_types.max.
+template <>
+struct type_caster<mf::ValuesIndices> {
+  PYBIND11_TYPE_CASTER(mf::ValuesIndices, const_name("ValuesIndices"));
+  bool load(handle, bool) { return false; }
+  static handle cast(const mf::ValuesIndices& v, return_value_policy, handle) {
+    return mf::python::values_indices_type()(v.values, v.indices).release();
+  }
+};
+
+}  // namespace pybind11::detail

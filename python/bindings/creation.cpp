@@ -1,0 +1,134 @@
+// Factories, random numbers and in-place fills (include/meshflow/ops/creation.h).
+#include "bindings.h"
+
+namespace mf::python {
+namespace {
+
+TensorOptions options(std::optional<DType> dtype, std::optional<Device> device, bool requires_grad) {
+  return {.dtype = dtype.value_or(default_dtype()), .device = device.value_or(Device()),
+          .requires_grad = requires_grad};
+}
+
+// The dtype PyTorch gives full(size, value) without dtype=.
+DType dtype_of_value(Scalar value) {
+  return value.is_floating() ? default_dtype() : value.default_dtype();
+}
+
+Tensor with_grad(Tensor t, bool requires_grad) {
+  if (requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+using SizeFactory = Tensor (*)(const Shape&, const TensorOptions&);
+
+void def_size_factory(py::module_& m, const char* name, SizeFactory factory) {
+  m.def(name, [factory, name](py::args size, std::optional<DType> dtype, std::optional<Device> device,
+                              bool requires_grad) {
+    return factory(shape_from_args(size, name), options(dtype, device, requires_grad));
+  }, py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false);
+}
+
+using LikeFactory = Tensor (*)(const Tensor&, std::optional<DType>);
+
+void def_like_factory(py::module_& m, const char* name, LikeFactory factory) {
+  m.def(name, [factory](const Tensor& t, std::optional<DType> dtype, std::optional<Device> device,
+                        bool requires_grad) { return with_grad(factory(t, dtype), requires_grad); },
+        py::arg("input"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false);
+}
+
+}  // namespace
+
+void init_creation(py::module_& m) {
+  def_size_factory(m, "empty", &empty);
+  def_size_factory(m, "zeros", &zeros);
+  def_size_factory(m, "ones", &ones);
+  def_size_factory(m, "rand", &rand);
+  def_size_factory(m, "randn", &randn);
+  def_like_factory(m, "empty_like", &empty_like);
+  def_like_factory(m, "zeros_like", &zeros_like);
+  def_like_factory(m, "ones_like", &ones_like);
+
+  m.def("full", [](const Shape& size, Scalar value, std::optional<DType> dtype, std::optional<Device> device,
+                   bool requires_grad) {
+    return full(size, value, options(dtype.value_or(dtype_of_value(value)), device, requires_grad));
+  }, py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  m.def("full_like", [](const Tensor& t, Scalar value, std::optional<DType> dtype, bool requires_grad) {
+    return with_grad(full_like(t, value, dtype), requires_grad);
+  }, py::arg("input"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("requires_grad") = false);
+  m.def("rand_like", [](const Tensor& t, std::optional<DType> dtype, bool requires_grad) {
+    return with_grad(dtype ? rand(t.sizes(), {.dtype = *dtype, .device = t.device()}) : rand_like(t), requires_grad);
+  }, py::arg("input"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("requires_grad") = false);
+  m.def("randn_like", [](const Tensor& t, std::optional<DType> dtype, bool requires_grad) {
+    return with_grad(dtype ? randn(t.sizes(), {.dtype = *dtype, .device = t.device()}) : randn_like(t),
+                     requires_grad);
+  }, py::arg("input"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("requires_grad") = false);
+
+  m.def("arange", [](Scalar end, std::optional<DType> dtype, std::optional<Device> device, bool requires_grad) {
+    return with_grad(arange(end, dtype, device.value_or(Device())), requires_grad);
+  }, py::arg("end"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false);
+  m.def("arange", [](Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, std::optional<Device> device,
+                     bool requires_grad) {
+    return with_grad(arange(start, end, step, dtype, device.value_or(Device())), requires_grad);
+  }, py::arg("start"), py::arg("end"), py::arg("step") = 1, py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  m.def("linspace", [](double start, double end, int64_t steps, std::optional<DType> dtype,
+                       std::optional<Device> device, bool requires_grad) {
+    return linspace(start, end, steps, options(dtype, device, requires_grad));
+  }, py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  m.def("eye", [](int64_t n, std::optional<int64_t> cols, std::optional<DType> dtype, std::optional<Device> device,
+                  bool requires_grad) { return eye(n, cols, options(dtype, device, requires_grad)); },
+        py::arg("n"), py::arg("m") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  m.def("scalar_tensor", [](Scalar s, std::optional<DType> dtype, std::optional<Device> device,
+                            bool requires_grad) {
+    return with_grad(scalar_tensor(s, dtype.value_or(default_dtype()), device.value_or(Device())), requires_grad);
+  }, py::arg("s"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false);
+
+  m.def("randint", [](int64_t high, const Shape& size, std::optional<DType> dtype, std::optional<Device> device,
+                      bool requires_grad) {
+    return randint(0, high, size, options(dtype.value_or(DType::Int64), device, requires_grad));
+  }, py::arg("high"), py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false);
+  m.def("randint", [](int64_t low, int64_t high, const Shape& size, std::optional<DType> dtype,
+                      std::optional<Device> device, bool requires_grad) {
+    return randint(low, high, size, options(dtype.value_or(DType::Int64), device, requires_grad));
+  }, py::arg("low"), py::arg("high"), py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  m.def("randperm", [](int64_t n, std::optional<DType> dtype, std::optional<Device> device) {
+    Tensor t = randperm(n, device.value_or(Device()));
+    return dtype ? to(t, *dtype) : t;
+  }, py::arg("n"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("bernoulli", py::overload_cast<const Tensor&>(&bernoulli), py::arg("input"));
+  m.def("bernoulli", py::overload_cast<const Tensor&, double>(&bernoulli), py::arg("input"), py::arg("p"));
+  add_methods(m, m.attr("Tensor"), {"bernoulli"});
+
+  auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
+  cls.def("uniform_", [](py::object self, double from, double to) {
+        uniform_(self.cast<Tensor&>(), from, to);
+        return self;
+      }, py::arg("from") = 0.0, py::arg("to") = 1.0)
+      .def("normal_", [](py::object self, double mean, double std) {
+        normal_(self.cast<Tensor&>(), mean, std);
+        return self;
+      }, py::arg("mean") = 0.0, py::arg("std") = 1.0)
+      .def("fill_", [](py::object self, Scalar value) {
+        fill_(self.cast<Tensor&>(), value);
+        return self;
+      }, py::arg("value"))
+      .def("zero_", [](py::object self) {
+        zero_(self.cast<Tensor&>());
+        return self;
+      })
+      .def("copy_", [](py::object self, const Tensor& src, bool non_blocking) {
+        copy_(self.cast<Tensor&>(), src);
+        return self;
+      }, py::arg("src"), py::arg("non_blocking") = false);
+}
+
+}  // namespace mf::python

@@ -1,0 +1,266 @@
+// meshflow._C: the module, the error mapping, the casters shared by the
+// other binding files, and the small value types (dtype, device, generator).
+#include "bindings.h"
+
+#include <cstring>
+
+namespace mf::python {
+namespace {
+
+// Set once by meshflow/__init__.py and kept for the life of the process.
+PyObject* g_size_type = nullptr;
+PyObject* g_values_indices_type = nullptr;
+
+void set_type(PyObject*& slot, py::object type) {
+  Py_XDECREF(slot);
+  slot = type.release().ptr();
+}
+
+py::handle registered_type(PyObject* slot, const char* what) {
+  MF_CHECK(slot != nullptr, Error, "meshflow._C: ", what,
+           " is not set; import the meshflow package rather than meshflow._C");
+  return slot;
+}
+
+py::dict stats_dict(const AllocatorStats& s) {
+  py::dict d;
+  d["allocated_bytes"] = s.allocated_bytes;
+  d["peak_allocated_bytes"] = s.peak_allocated_bytes;
+  d["reserved_bytes"] = s.reserved_bytes;
+  d["num_allocations"] = s.num_allocations;
+  d["num_cache_hits"] = s.num_cache_hits;
+  return d;
+}
+
+std::string device_repr(const Device& d) {
+  if (d.is_cpu()) return "device(type='cpu')";
+  return "device(type='" + std::string(device_type_name(d.type())) + "', index=" + std::to_string(d.index()) + ")";
+}
+
+void translate_error(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (const IndexError& e) {
+    PyErr_SetString(PyExc_IndexError, e.what());
+  } catch (const ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const Error& e) {  // Error, ShapeError, DistributedError
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+}
+
+}  // namespace
+
+py::handle size_type() { return registered_type(g_size_type, "the Size type"); }
+py::handle values_indices_type() { return registered_type(g_values_indices_type, "the (values, indices) type"); }
+
+Shape shape_from_args(const py::args& args, const char* op) {
+  if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) {
+    py::detail::make_caster<Shape> sequence;
+    MF_CHECK(sequence.load(args[0], true), TypeError, op, ": size must be a sequence of ints or ints, got ",
+             Py_TYPE(args[0].ptr())->tp_name);
+    return py::detail::cast_op<Shape&&>(std::move(sequence));
+  }
+  Shape shape;
+  shape.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    py::detail::make_caster<int64_t> value;
+    MF_CHECK(value.load(args[i], true), TypeError, op, ": size must be ints, got ",
+             Py_TYPE(args[i].ptr())->tp_name, " at position ", i);
+    shape.push_back(py::detail::cast_op<int64_t>(value));
+  }
+  return shape;
+}
+
+Tensor wrap_scalar(const Tensor& like, Scalar s) { return scalar_tensor(s, result_type(like, s), like.device()); }
+
+py::tuple to_tuple(const TensorList& tensors) {
+  py::tuple out(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) out[i] = py::cast(tensors[i]);
+  return out;
+}
+
+void add_methods(py::module_& m, py::handle tensor_class, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    py::object function = m.attr(name);
+    py::object method = py::reinterpret_steal<py::object>(PyInstanceMethod_New(function.ptr()));
+    if (!method) throw py::error_already_set();
+    py::setattr(tensor_class, name, method);
+  }
+}
+
+void init_types(py::module_& m) {
+  auto dtype = py::enum_<DType>(m, "dtype", "The element type of a tensor (meshflow.float32, ...).");
+  for (int i = 0; i < kNumDTypes; ++i) {
+    DType d = DType(i);
+    dtype.value(dtype_name(d), d);
+    m.attr(dtype_name(d)) = d;
+  }
+  dtype.attr("__repr__") =
+      py::cpp_function([](DType d) { return "meshflow." + std::string(dtype_name(d)); }, py::name("__repr__"),
+                       py::is_method(dtype));
+  dtype.attr("__str__") = dtype.attr("__repr__");
+  dtype.def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); })
+      .def_property_readonly("is_signed", [](DType d) { return d != DType::Bool && d != DType::UInt8; })
+      .def_property_readonly("itemsize", [](DType d) { return itemsize(d); });
+  m.def("get_default_dtype", &default_dtype);
+  m.def("set_default_dtype", &set_default_dtype, py::arg("d"));
+  m.def("promote_types", &promote_types, py::arg("type1"), py::arg("type2"));
+
+  py::class_<Device>(m, "device", "Where a tensor lives: meshflow.device('cpu').")
+      .def(py::init<const std::string&>(), py::arg("type"))
+      .def(py::init([](const std::string& type, int index) { return Device(type + ":" + std::to_string(index)); }),
+           py::arg("type"), py::arg("index"))
+      .def_property_readonly("type", [](const Device& d) { return device_type_name(d.type()); })
+      .def_property_readonly("index", &Device::index)
+      .def("__repr__", &device_repr)
+      .def("__str__", &Device::str)
+      .def("__eq__", [](const Device& a, const Device& b) { return a == b; }, py::is_operator())
+      .def("__hash__", [](const Device& d) { return py::hash(py::str(d.str())); });
+  py::implicitly_convertible<std::string, Device>();
+
+  py::class_<Tensor>(m, "Tensor", "A strided n-dimensional array with autograd (see meshflow.tensor).");
+
+  py::class_<Generator>(m, "Generator", "The counter-based (Philox) random generator.")
+      .def("manual_seed", [](py::object self, uint64_t seed) {
+        self.cast<Generator&>().manual_seed(seed);
+        return self;
+      }, py::arg("seed"))
+      .def("initial_seed", &Generator::seed)
+      .def("get_state", [](const Generator& g) { return py::make_tuple(g.seed(), g.offset()); })
+      .def("set_state", [](Generator& g, std::pair<uint64_t, uint64_t> s) { g.set_state(s.first, s.second); },
+           py::arg("state"));
+  m.attr("default_generator") = py::cast(&default_generator(), py::return_value_policy::reference);
+  m.def("manual_seed", [](uint64_t seed) {
+    manual_seed(seed);
+    return py::cast(&default_generator(), py::return_value_policy::reference);
+  }, py::arg("seed"));
+  m.def("initial_seed", [] { return default_generator().seed(); });
+
+  m.def("get_num_threads", &get_num_threads);
+  m.def("set_num_threads", &set_num_threads, py::arg("num"));
+
+  m.def("is_grad_enabled", &GradMode::is_enabled);
+  m.def("_set_grad_enabled", &GradMode::set_enabled, py::arg("mode"));
+
+  m.def("memory_stats", [](const Device& d) { return stats_dict(memory_stats(d)); }, py::arg("device") = Device());
+  m.def("memory_allocated", [](const Device& d) { return memory_stats(d).allocated_bytes; },
+        py::arg("device") = Device());
+  m.def("max_memory_allocated", [](const Device& d) { return memory_stats(d).peak_allocated_bytes; },
+        py::arg("device") = Device());
+  m.def("memory_reserved", [](const Device& d) { return memory_stats(d).reserved_bytes; },
+        py::arg("device") = Device());
+  m.def("reset_peak_memory_stats", &reset_peak_memory_stats, py::arg("device") = Device());
+  m.def("empty_cache", &empty_cache, py::arg("device") = Device());
+
+  m.def("_set_size_type", [](py::object t) { set_type(g_size_type, std::move(t)); });
+  m.def("_set_values_indices_type", [](py::object t) { set_type(g_values_indices_type, std::move(t)); });
+}
+
+}  // namespace mf::python
+
+namespace pybind11::detail {
+
+bool type_caster<mf::Scalar>::load(handle src, bool convert) {
+  PyObject* o = src.ptr();
+  if (PyBool_Check(o)) {
+    value = mf::Scalar(o == Py_True);
+    return true;
+  }
+  if (PyLong_Check(o)) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow != 0) return false;
+    value = mf::Scalar(int64_t(v));
+    return true;
+  }
+  if (PyFloat_Check(o)) {
+    value = mf::Scalar(PyFloat_AS_DOUBLE(o));
+    return true;
+  }
+  if (!convert) return false;
+  if (std::strcmp(Py_TYPE(o)->tp_name, "numpy.bool_") == 0) {
+    value = mf::Scalar(PyObject_IsTrue(o) == 1);
+    return true;
+  }
+  if (isinstance<mf::Tensor>(src)) {
+    const auto& t = src.cast<const mf::Tensor&>();
+    if (t.numel() != 1) return false;
+    value = t.item();
+    return true;
+  }
+  if (PyIndex_Check(o)) {
+    object index = reinterpret_steal<object>(PyNumber_Index(o));
+    if (!index) {
+      PyErr_Clear();
+      return false;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) return false;
+    value = mf::Scalar(int64_t(v));
+    return true;
+  }
+  if (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float) {
+    double v = PyFloat_AsDouble(o);
+    if (v == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    value = mf::Scalar(v);
+    return true;
+  }
+  return false;
+}
+
+bool type_caster<mf::python::DimsArg>::load(handle src, bool convert) {
+  value.dims.clear();
+  if (src.is_none()) return true;
+  if (PyBool_Check(src.ptr())) return false;
+  if (PyLong_Check(src.ptr()) || (convert && PyIndex_Check(src.ptr()))) {
+    make_caster<int64_t> dim;
+    if (!dim.load(src, convert)) return false;
+    value.dims.push_back(cast_op<int64_t>(dim));
+    return true;
+  }
+  make_caster<mf::Shape> dims;
+  if (!dims.load(src, convert)) return false;
+  value.dims = cast_op<mf::Shape&&>(std::move(dims));
+  return true;
+}
+
+bool type_caster<mf::python::PairArg>::load(handle src, bool convert) {
+  value.values.clear();
+  if (PyBool_Check(src.ptr()) || src.is_none()) return false;
+  if (PyLong_Check(src.ptr()) || (convert && PyIndex_Check(src.ptr()))) {
+    make_caster<int64_t> v;
+    if (!v.load(src, convert)) return false;
+    value.values = {cast_op<int64_t>(v), cast_op<int64_t>(v)};
+    return true;
+  }
+  make_caster<mf::Shape> values;
+  if (!values.load(src, convert)) return false;
+  value.values = cast_op<mf::Shape&&>(std::move(values));
+  return true;
+}
+
+}  // namespace pybind11::detail
+
+PYBIND11_MODULE(_C, m) {
+  using namespace mf::python;
+  m.doc() = "meshflow C++ core (use the meshflow package)";
+  py::register_exception_translator(&translate_error);
+  init_types(m);
+  init_tensor(m);
+  init_interop(m);
+  init_autograd(m);
+  init_creation(m);
+  init_elementwise(m);
+  init_operators(m);
+  init_reduce(m);
+  init_shape(m);
+  init_linalg(m);
+  init_nn(m);
+}

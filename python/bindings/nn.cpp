@@ -1,0 +1,185 @@
+// meshflow._C._nn: the ops of meshflow.nn.functional (include/meshflow/ops/
+// nn.h, conv.h and the activations of elementwise.h) with the signatures of
+// torch.nn.functional.
+#include "bindings.h"
+
+namespace mf::python {
+namespace {
+
+// Arguments torch.nn.functional still accepts for old code; meshflow only
+// takes their modern replacement.
+void check_unset(py::handle value, const char* op, const char* name, const char* instead) {
+  MF_CHECK(value.is_none(), ValueError, op, ": ", name, " is not supported; use ", instead);
+}
+
+// PyTorch's implicit softmax dim for code that passes none.
+int64_t softmax_dim(const Tensor& t, std::optional<int64_t> dim) {
+  if (dim) return *dim;
+  const int64_t n = t.dim();
+  return (n == 0 || n == 1 || n == 3) ? 0 : 1;
+}
+
+Tensor cast_if(const Tensor& t, std::optional<DType> dtype) { return dtype ? to(t, *dtype) : t; }
+
+// conv2d padding: an int, a pair, 'valid' or 'same' (stride 1, even total padding).
+Shape conv_padding(py::handle padding, const Tensor& weight, const Shape& stride, const Shape& dilation) {
+  if (!py::isinstance<py::str>(padding)) return padding.cast<PairArg>().values;
+  const auto mode = padding.cast<std::string>();
+  if (mode == "valid") return {0, 0};
+  MF_CHECK(mode == "same", ValueError, "conv2d: padding must be an int, a pair, 'valid' or 'same', got '", mode, "'");
+  MF_CHECK(weight.defined() && weight.dim() == 4, ShapeError, "conv2d: padding='same' needs a 4-d weight");
+  Shape out(2);
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t s = stride.size() == 1 ? stride[0] : stride[i];
+    const int64_t d = dilation.size() == 1 ? dilation[0] : dilation[i];
+    MF_CHECK(s == 1, ValueError, "conv2d: padding='same' is not supported for strided convolutions");
+    const int64_t total = d * (weight.size(int64_t(2 + i)) - 1);
+    MF_CHECK(total % 2 == 0, ValueError, "conv2d: padding='same' needs an even total padding per dim, got ", total,
+             " for kernel size ", weight.size(int64_t(2 + i)), " and dilation ", d);
+    out[i] = total / 2;
+  }
+  return out;
+}
+
+Pool2dArgs pool_args(const PairArg& kernel, const std::optional<PairArg>& stride, const PairArg& padding,
+                     const PairArg& dilation, bool ceil_mode, bool count_include_pad) {
+  return {.kernel_size = kernel.values, .stride = stride ? stride->values : Shape{}, .padding = padding.values,
+          .dilation = dilation.values, .ceil_mode = ceil_mode, .count_include_pad = count_include_pad};
+}
+
+// torch.nn.functional's `inplace=True` for ops without an in-place kernel:
+// f runs on a copy (which its backward may save) and the result is written
+// back into the input.
+template <typename F>
+Tensor maybe_inplace(Tensor input, bool inplace, F f) {
+  if (!inplace) return f(input);
+  return copy_(input, f(clone(input)));
+}
+
+}  // namespace
+
+void init_nn(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_nn", "torch.nn.functional-style ops");
+  m.def("relu", [](Tensor t, bool inplace) { return inplace ? relu_(t) : relu(t); }, py::arg("input"),
+        py::arg("inplace") = false);
+  m.def("relu_", [](Tensor t) { return relu_(t); }, py::arg("input"));
+  m.def("gelu", &gelu, py::arg("input"), py::arg("approximate") = "none");
+  m.def("silu", [](const Tensor& t, bool inplace) {
+    return maybe_inplace(t, inplace, [](const Tensor& x) { return silu(x); });
+  }, py::arg("input"), py::arg("inplace") = false);
+  m.def("leaky_relu", [](const Tensor& t, double slope, bool inplace) {
+    return maybe_inplace(t, inplace, [slope](const Tensor& x) { return leaky_relu(x, slope); });
+  }, py::arg("input"), py::arg("negative_slope") = 0.01, py::arg("inplace") = false);
+  m.def("elu", [](const Tensor& t, double alpha, bool inplace) {
+    return maybe_inplace(t, inplace, [alpha](const Tensor& x) { return elu(x, alpha); });
+  }, py::arg("input"), py::arg("alpha") = 1.0, py::arg("inplace") = false);
+  m.def("softplus", &softplus, py::arg("input"), py::arg("beta") = 1.0, py::arg("threshold") = 20.0);
+  m.def("sigmoid", &sigmoid, py::arg("input"));
+  m.def("tanh", &tanh, py::arg("input"));
+
+  m.def("softmax", [](const Tensor& t, std::optional<int64_t> dim, int stacklevel, std::optional<DType> dtype) {
+    return softmax(cast_if(t, dtype), softmax_dim(t, dim));
+  }, py::arg("input"), py::arg("dim") = py::none(), py::arg("_stacklevel") = 3, py::arg("dtype") = py::none());
+  m.def("log_softmax", [](const Tensor& t, std::optional<int64_t> dim, int stacklevel, std::optional<DType> dtype) {
+    return log_softmax(cast_if(t, dtype), softmax_dim(t, dim));
+  }, py::arg("input"), py::arg("dim") = py::none(), py::arg("_stacklevel") = 3, py::arg("dtype") = py::none());
+  m.def("layer_norm", [](const Tensor& x, const DimsArg& shape, const Tensor& weight, const Tensor& bias, double eps) {
+    return layer_norm(x, shape.dims, weight, bias, eps);
+  }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
+        py::arg("eps") = 1e-5);
+  m.def("batch_norm", &batch_norm, py::arg("input"), py::arg("running_mean"), py::arg("running_var"),
+        py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("training") = false,
+        py::arg("momentum") = 0.1, py::arg("eps") = 1e-5);
+  m.def("group_norm", &group_norm, py::arg("input"), py::arg("num_groups"), py::arg("weight") = py::none(),
+        py::arg("bias") = py::none(), py::arg("eps") = 1e-5);
+  m.def("embedding", [](const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx,
+                        py::handle max_norm, double norm_type, bool scale_grad_by_freq, bool sparse) {
+    check_unset(max_norm, "embedding", "max_norm", "a renormalised weight");
+    MF_CHECK(!scale_grad_by_freq && !sparse, ValueError,
+             "embedding: scale_grad_by_freq and sparse gradients are not supported");
+    return embedding(input, weight, padding_idx);
+  }, py::arg("input"), py::arg("weight"), py::arg("padding_idx") = py::none(), py::arg("max_norm") = py::none(),
+        py::arg("norm_type") = 2.0, py::arg("scale_grad_by_freq") = false, py::arg("sparse") = false);
+  m.def("dropout", [](Tensor x, double p, bool training, bool inplace) {
+    return maybe_inplace(x, inplace, [p, training](const Tensor& input) { return dropout(input, p, training); });
+  }, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true, py::arg("inplace") = false);
+
+  m.def("cross_entropy", [](const Tensor& input, const Tensor& target, const Tensor& weight, py::handle size_average,
+                            int64_t ignore_index, py::handle reduce, const std::string& reduction,
+                            double label_smoothing) {
+    check_unset(size_average, "cross_entropy", "size_average", "reduction=");
+    check_unset(reduce, "cross_entropy", "reduce", "reduction=");
+    return cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing);
+  }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("size_average") = py::none(),
+        py::arg("ignore_index") = -100, py::arg("reduce") = py::none(), py::arg("reduction") = "mean",
+        py::arg("label_smoothing") = 0.0);
+  m.def("nll_loss", [](const Tensor& input, const Tensor& target, const Tensor& weight, py::handle size_average,
+                       int64_t ignore_index, py::handle reduce, const std::string& reduction) {
+    check_unset(size_average, "nll_loss", "size_average", "reduction=");
+    check_unset(reduce, "nll_loss", "reduce", "reduction=");
+    return nll_loss(input, target, weight, ignore_index, reduction);
+  }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("size_average") = py::none(),
+        py::arg("ignore_index") = -100, py::arg("reduce") = py::none(), py::arg("reduction") = "mean");
+  m.def("mse_loss", [](const Tensor& input, const Tensor& target, py::handle size_average, py::handle reduce,
+                       const std::string& reduction) {
+    check_unset(size_average, "mse_loss", "size_average", "reduction=");
+    check_unset(reduce, "mse_loss", "reduce", "reduction=");
+    return mse_loss(input, target, reduction);
+  }, py::arg("input"), py::arg("target"), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(),
+        py::arg("reduction") = "mean");
+  m.def("binary_cross_entropy_with_logits", [](const Tensor& input, const Tensor& target, const Tensor& weight,
+                                               py::handle size_average, py::handle reduce,
+                                               const std::string& reduction, const Tensor& pos_weight) {
+    check_unset(size_average, "binary_cross_entropy_with_logits", "size_average", "reduction=");
+    check_unset(reduce, "binary_cross_entropy_with_logits", "reduce", "reduction=");
+    return binary_cross_entropy_with_logits(input, target, weight, pos_weight, reduction);
+  }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("size_average") = py::none(),
+        py::arg("reduce") = py::none(), py::arg("reduction") = "mean", py::arg("pos_weight") = py::none());
+
+  m.def("conv2d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, const PairArg& stride,
+                     py::handle padding, const PairArg& dilation, int64_t groups) {
+    Conv2dArgs args{.stride = stride.values, .padding = conv_padding(padding, weight, stride.values, dilation.values),
+                    .dilation = dilation.values, .groups = groups};
+    return conv2d(x, weight, bias, args);
+  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+        py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1);
+  m.def("max_pool2d", [](const Tensor& x, const PairArg& kernel, const std::optional<PairArg>& stride,
+                         const PairArg& padding, const PairArg& dilation, bool ceil_mode,
+                         bool return_indices) -> py::object {
+    Pool2dArgs args = pool_args(kernel, stride, padding, dilation, ceil_mode, true);
+    if (return_indices) return to_tuple(max_pool2d_with_indices(x, args));
+    return py::cast(max_pool2d(x, args));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false);
+  m.def("max_pool2d_with_indices", [](const Tensor& x, const PairArg& kernel, const std::optional<PairArg>& stride,
+                                      const PairArg& padding, const PairArg& dilation, bool ceil_mode,
+                                      bool return_indices) {
+    return to_tuple(max_pool2d_with_indices(x, pool_args(kernel, stride, padding, dilation, ceil_mode, true)));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = true);
+  m.def("avg_pool2d", [](const Tensor& x, const PairArg& kernel, const std::optional<PairArg>& stride,
+                         const PairArg& padding, bool ceil_mode, bool count_include_pad, py::handle divisor_override) {
+    check_unset(divisor_override, "avg_pool2d", "divisor_override", "a division of the result");
+    return avg_pool2d(x, pool_args(kernel, stride, padding, PairArg{{1, 1}}, ceil_mode, count_include_pad));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("ceil_mode") = false, py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none());
+  m.def("adaptive_avg_pool2d", [](const Tensor& x, const PairArg& output_size) {
+    return adaptive_avg_pool2d(x, output_size.values);
+  }, py::arg("input"), py::arg("output_size"));
+  m.def("linear", &linear, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
+  m.def("pad", [](const Tensor& x, const Shape& pad_widths, const std::string& mode, std::optional<double> value) {
+    MF_CHECK(mode == "constant", ValueError, "pad: mode '", mode, "' is not supported (only 'constant')");
+    return pad(x, pad_widths, value.value_or(0.0));
+  }, py::arg("input"), py::arg("pad"), py::arg("mode") = "constant", py::arg("value") = py::none());
+  m.def("one_hot", &one_hot, py::arg("tensor"), py::arg("num_classes") = -1);
+
+  auto cls = py::reinterpret_borrow<py::class_<Tensor>>(parent.attr("Tensor"));
+  cls.def("softmax", [](const Tensor& t, int64_t dim, std::optional<DType> dtype) {
+        return softmax(cast_if(t, dtype), dim);
+      }, py::arg("dim"), py::arg("dtype") = py::none())
+      .def("log_softmax", [](const Tensor& t, int64_t dim, std::optional<DType> dtype) {
+        return log_softmax(cast_if(t, dtype), dim);
+      }, py::arg("dim"), py::arg("dtype") = py::none());
+}
+
+}  // namespace mf::python

@@ -1,0 +1,210 @@
+// mf.Tensor: metadata, conversions, Python protocols and indexing.
+#include <functional>
+
+#include "bindings.h"
+
+namespace mf::python {
+namespace {
+
+py::object size_of(const Shape& shape) {
+  py::tuple t(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t[i] = py::int_(shape[i]);
+  return size_type()(t);
+}
+
+Tensor convert(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy) {
+  MF_CHECK(!device || *device == t.device(), Error, "Tensor.to: copying a tensor from ", t.device(), " to ",
+           *device, " is not supported");
+  Tensor out = dtype ? to(t, *dtype) : t;
+  if (copy && out.is_same(t)) out = clone(t);
+  return out;
+}
+
+void check_host_data(const Tensor& t, const char* op) {
+  MF_CHECK(t.device().is_cpu() && t.storage()->has_data(), Error, op,
+           ": the tensor has no host data (it is on ", t.device(), " or is a traced graph tensor)");
+}
+
+py::object tolist(const Tensor& t) {
+  check_host_data(t, "Tensor.tolist");
+  return dispatch_dtype(t.dtype(), [&]<typename T>() -> py::object {
+    const T* base = static_cast<const T*>(t.data_ptr());
+    std::function<py::object(int64_t, int64_t)> visit = [&](int64_t dim, int64_t offset) -> py::object {
+      if (dim == t.dim()) {
+        const T v = base[offset];
+        if constexpr (std::is_same_v<T, bool>) return py::bool_(v);
+        else if constexpr (is_floating_type_v<T>) return py::float_(double(acc_type<T>(v)));
+        else return py::int_(int64_t(v));
+      }
+      const int64_t n = t.sizes()[size_t(dim)];
+      py::list out{size_t(n)};
+      for (int64_t i = 0; i < n; ++i) out[size_t(i)] = visit(dim + 1, offset + i * t.strides()[size_t(dim)]);
+      return out;
+    };
+    return visit(0, 0);
+  });
+}
+
+Scalar one_element(const Tensor& t, const char* what) {
+  MF_CHECK(t.numel() == 1, Error, what);
+  return t.item();
+}
+
+Slice to_slice(py::handle h) {
+  auto bound = [](py::handle v) -> std::optional<int64_t> {
+    if (v.is_none()) return std::nullopt;
+    py::detail::make_caster<int64_t> i;
+    MF_CHECK(i.load(v, true), TypeError, "index: slice indices must be integers or None, got ",
+             Py_TYPE(v.ptr())->tp_name);
+    return py::detail::cast_op<int64_t>(i);
+  };
+  Slice s{bound(h.attr("start")), bound(h.attr("stop")), 1};
+  if (auto step = bound(h.attr("step"))) s.step = *step;
+  return s;
+}
+
+void add_index(std::vector<TensorIndex>& out, py::handle h) {
+  PyObject* o = h.ptr();
+  if (o == Py_None) {
+    out.emplace_back(NewAxis{});
+  } else if (o == Py_Ellipsis) {
+    out.emplace_back(Ellipsis{});
+  } else if (PyBool_Check(o)) {
+    out.emplace_back(scalar_tensor(Scalar(o == Py_True)));
+  } else if (PyLong_Check(o)) {
+    out.emplace_back(h.cast<int64_t>());
+  } else if (PySlice_Check(o)) {
+    out.emplace_back(to_slice(h));
+  } else if (py::isinstance<Tensor>(h)) {
+    out.emplace_back(h.cast<Tensor>());
+  } else if (PyIndex_Check(o)) {
+    out.emplace_back(h.cast<int64_t>());
+  } else if (PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o)) {
+    out.emplace_back(PySequence_Size(o) == 0 ? empty({0}, {.dtype = DType::Int64})
+                                             : tensor_from_data(h, std::nullopt));
+  } else {
+    throw IndexError(detail::concat(
+        "index: only integers, slices (`:`), ellipsis (`...`), None, bools and integer or bool tensors "
+        "are valid indices, got ", Py_TYPE(o)->tp_name));
+  }
+}
+
+void set_item(Tensor self, py::handle index, py::handle value) {
+  std::vector<TensorIndex> indices = to_indices(index);
+  if (py::isinstance<Tensor>(value)) {
+    index_put_(self, indices, value.cast<Tensor>());
+    return;
+  }
+  py::detail::make_caster<Scalar> number;
+  if (number.load(value, true)) {
+    index_put_(self, indices, py::detail::cast_op<Scalar>(number));
+    return;
+  }
+  index_put_(self, indices, tensor_from_data(value, self.dtype()));
+}
+
+}  // namespace
+
+std::vector<TensorIndex> to_indices(py::handle index) {
+  std::vector<TensorIndex> out;
+  if (PyTuple_Check(index.ptr())) {
+    for (py::handle h : py::reinterpret_borrow<py::tuple>(index)) add_index(out, h);
+  } else {
+    add_index(out, index);
+  }
+  return out;
+}
+
+void init_tensor(py::module_& m) {
+  auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
+  cls.def_property_readonly("shape", [](const Tensor& t) { return size_of(t.sizes()); })
+      .def("size", [](const Tensor& t) { return size_of(t.sizes()); })
+      .def("size", [](const Tensor& t, int64_t dim) { return t.size(dim); }, py::arg("dim"))
+      .def("stride", [](const Tensor& t) { return py::tuple(py::cast(t.strides())); })
+      .def("stride", [](const Tensor& t, int64_t dim) { return t.stride(dim); }, py::arg("dim"))
+      .def("dim", &Tensor::dim)
+      .def("ndimension", &Tensor::dim)
+      .def_property_readonly("ndim", &Tensor::dim)
+      .def("numel", &Tensor::numel)
+      .def("nelement", &Tensor::numel)
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("device", &Tensor::device)
+      .def_property_readonly("is_cpu", [](const Tensor& t) { return t.device().is_cpu(); })
+      .def_property_readonly("is_cuda", [](const Tensor& t) { return t.device().type() == DeviceType::CUDA; })
+      .def("storage_offset", &Tensor::storage_offset)
+      .def("is_contiguous", &Tensor::is_contiguous)
+      .def("is_floating_point", &Tensor::is_floating_point)
+      .def("element_size", &Tensor::element_size)
+      .def_property_readonly("itemsize", &Tensor::element_size)
+      .def_property_readonly("nbytes", [](const Tensor& t) { return t.numel() * int64_t(t.element_size()); })
+      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
+      .def_property_readonly("_version", &Tensor::version)
+      .def_property_readonly("T", [](const Tensor& t) {
+        Shape dims(size_t(t.dim()));
+        for (int64_t i = 0; i < t.dim(); ++i) dims[size_t(i)] = t.dim() - 1 - i;
+        return permute(t, dims);
+      })
+      .def_property_readonly("mT", [](const Tensor& t) { return transpose(t, -2, -1); })
+      .def_property_readonly("data", &Tensor::detach)
+      .def("item", [](const Tensor& t) { return t.item(); })
+      .def("tolist", &tolist)
+      .def("__repr__", &Tensor::to_string)
+      .def("__len__", [](const Tensor& t) {
+        MF_CHECK(t.dim() > 0, TypeError, "len() of a 0-d tensor");
+        return t.size(0);
+      })
+      .def("__iter__", [](const Tensor& t) {
+        MF_CHECK(t.dim() > 0, TypeError, "iteration over a 0-d tensor");
+        return py::iter(to_tuple(unbind(t, 0)));
+      })
+      .def("__bool__", [](const Tensor& t) {
+        return one_element(t, "Boolean value of Tensor with more than one value is ambiguous").to_bool();
+      })
+      .def("__float__", [](const Tensor& t) { return t.item().to_double(); })
+      .def("__int__", [](const Tensor& t) { return t.item().to_int(); })
+      .def("__index__", [](const Tensor& t) {
+        MF_CHECK(is_integral(t.dtype()) && t.numel() == 1, TypeError,
+                 "only integer tensors of a single element can be converted to an index");
+        return t.item().to_int();
+      })
+      .def("__hash__", [](py::handle self) { return py::int_(reinterpret_cast<uintptr_t>(self.ptr()) >> 4); })
+      .def("__contains__", [](const Tensor& t, const Tensor& element) { return any(eq(t, element)).item<bool>(); })
+      .def("__contains__", [](const Tensor& t, Scalar element) { return any(eq(t, element)).item<bool>(); })
+      .def("__getitem__", [](const Tensor& t, py::handle index) { return mf::index(t, to_indices(index)); })
+      .def("__setitem__", &set_item)
+      .def("index_put_", [](py::object self, const TensorList& indices, const Tensor& values, bool accumulate) {
+        std::vector<TensorIndex> entries(indices.begin(), indices.end());
+        Tensor t = self.cast<Tensor>();
+        index_put_(t, entries, values, accumulate);
+        return self;
+      }, py::arg("indices"), py::arg("values"), py::arg("accumulate") = false)
+      .def("index_put", [](const Tensor& t, const TensorList& indices, const Tensor& values, bool accumulate) {
+        std::vector<TensorIndex> entries(indices.begin(), indices.end());
+        Tensor out = clone(t);
+        return index_put_(out, entries, values, accumulate);
+      }, py::arg("indices"), py::arg("values"), py::arg("accumulate") = false)
+      .def("to", [](const Tensor& t, DType dtype, bool non_blocking, bool copy) {
+        return convert(t, std::nullopt, dtype, copy);
+      }, py::arg("dtype"), py::arg("non_blocking") = false, py::arg("copy") = false)
+      .def("to", [](const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool non_blocking,
+                    bool copy) { return convert(t, device, dtype, copy); },
+           py::arg("device") = py::none(), py::arg("dtype") = py::none(), py::arg("non_blocking") = false,
+           py::arg("copy") = false)
+      .def("to", [](const Tensor& t, const Tensor& other, bool non_blocking, bool copy) {
+        return convert(t, other.device(), other.dtype(), copy);
+      }, py::arg("other"), py::arg("non_blocking") = false, py::arg("copy") = false)
+      .def("type_as", [](const Tensor& t, const Tensor& other) { return to(t, other.dtype()); }, py::arg("other"))
+      .def("cpu", [](const Tensor& t) { return convert(t, Device(), std::nullopt, false); })
+      .def("float", [](const Tensor& t) { return to(t, DType::Float32); })
+      .def("double", [](const Tensor& t) { return to(t, DType::Float64); })
+      .def("half", [](const Tensor& t) { return to(t, DType::Float16); })
+      .def("bfloat16", [](const Tensor& t) { return to(t, DType::BFloat16); })
+      .def("long", [](const Tensor& t) { return to(t, DType::Int64); })
+      .def("int", [](const Tensor& t) { return to(t, DType::Int32); })
+      .def("short", [](const Tensor& t) { return to(t, DType::Int16); })
+      .def("char", [](const Tensor& t) { return to(t, DType::Int8); })
+      .def("byte", [](const Tensor& t) { return to(t, DType::UInt8); })
+      .def("bool", [](const Tensor& t) { return to(t, DType::Bool); });
+}
+
+}  // namespace mf::python

@@ -1,0 +1,76 @@
+"""meshflow: a deep-learning framework with a C++ core.
+
+The package reads like PyTorch (`import meshflow as mf`): tensors, dtypes,
+ops as functions and Tensor methods, autograd and nn.functional. Every op
+runs in C++ (meshflow._C); this package only adds PyTorch's argument forms.
+"""
+from meshflow import _C
+from meshflow._C import *  # noqa: F401,F403  (ops, Tensor, dtype, device, ...)
+from meshflow._C import Tensor, dtype, device
+from meshflow._grad_mode import enable_grad, no_grad, set_grad_enabled
+from meshflow._size import Size
+from meshflow.return_types import ValuesIndices
+from meshflow import autograd, nn, return_types  # noqa: F401
+from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
+    conv2d, group_norm, layer_norm, log_softmax, max_pool2d, softmax,
+)
+
+_C._set_size_type(Size)
+_C._set_values_indices_type(ValuesIndices)
+for _type in (Tensor, dtype, device, _C.Generator):
+    _type.__module__ = "meshflow"
+del _type
+
+# PyTorch's dtype aliases.
+float = float32
+double = float64
+half = float16
+long = int64
+int = int32
+short = int16
+
+
+def is_tensor(obj):
+    """True for meshflow tensors."""
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(input):
+    return input.is_floating_point()
+
+
+def numel(input):
+    return input.numel()
+
+
+def _format(self, spec):
+    if self.dim() == 0:
+        return self.item().__format__(spec)
+    return object.__format__(self, spec)
+
+
+def _new_factory(factory):
+    def new(self, size, *, dtype=None, requires_grad=False):
+        return factory(size, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
+
+    new.__name__ = "new_" + factory.__name__
+    return new
+
+
+def _new_full(self, size, fill_value, *, dtype=None, requires_grad=False):
+    return full(size, fill_value, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
+
+
+def _new_tensor(self, data, *, dtype=None, requires_grad=False):
+    return tensor(data, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
+
+
+Tensor.__format__ = _format
+Tensor.new_zeros = _new_factory(zeros)
+Tensor.new_ones = _new_factory(ones)
+Tensor.new_empty = _new_factory(empty)
+Tensor.new_full = _new_full
+Tensor.new_tensor = _new_tensor
+Tensor.__module__ = "meshflow"
+
+__version__ = "0.1.0"
