@@ -4,6 +4,7 @@
 
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
+#include "ops/kernels/cpu/math.h"
 
 namespace mf {
 
@@ -42,15 +43,15 @@ MF_REGISTER_OP(OpDef{
       dispatch_floating(in[0].dtype(), "gelu", [&]<typename T>() {
         using A = acc_type<T>;
         if (tanh_form) {
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) {
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) __attribute__((flatten)) {
             A x = A(t);
             A inner = A(kSqrt2OverPi) * (x + A(kGeluTanhCoeff) * x * x * x);
-            return A(0.5) * x * (A(1) + std::tanh(inner));
+            return A(0.5) * x * (A(1) + cpu::math::tanh(inner));
           });
         } else {
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) {
+          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) __attribute__((flatten)) {
             A x = A(t);
-            return A(0.5) * x * (A(1) + std::erf(x * A(kSqrtHalf)));
+            return A(0.5) * x * (A(1) + cpu::math::erf(x * A(kSqrtHalf)));
           });
         }
       });
@@ -82,7 +83,7 @@ MF_REGISTER_OP(OpDef{
     .infer = infer_floating("silu"),
     .cpu_kernel = floating_unary_kernel("silu", [](auto x) {
       using A = decltype(x);
-      return x / (A(1) + std::exp(-x));
+      return x / (A(1) + cpu::math::exp(-x));
     }),
     .backward = [](const BackwardContext& ctx) {
       // s (1 + x (1 - s)), s = sigmoid(x)
@@ -102,7 +103,10 @@ MF_REGISTER_OP(OpDef{
       dispatch_floating(in[0].dtype(), "leaky_relu", [&]<typename T>() {
         using A = acc_type<T>;
         const A s = A(slope);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [s](T t) { return A(t) > A(0) ? A(t) : A(t) * s; });
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [s](T t) {
+          const A x = A(t), scaled = x * s;
+          return cpu::math::select(x > A(0), x, scaled);
+        });
       });
     },
     .backward = [](const BackwardContext& ctx) {
@@ -121,7 +125,10 @@ MF_REGISTER_OP(OpDef{
       dispatch_floating(in[0].dtype(), "elu", [&]<typename T>() {
         using A = acc_type<T>;
         const A al = A(alpha);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [al](T t) { return A(t) > A(0) ? A(t) : al * std::expm1(A(t)); });
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [al](T t) __attribute__((flatten)) {
+          const A x = A(t), negative = al * cpu::math::expm1(x);
+          return cpu::math::select(x > A(0), x, negative);
+        });
       });
     },
     .backward = [](const BackwardContext& ctx) {
@@ -143,9 +150,9 @@ MF_REGISTER_OP(OpDef{
       dispatch_floating(in[0].dtype(), "softplus", [&]<typename T>() {
         using A = acc_type<T>;
         const A b = A(beta), th = A(threshold);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [b, th](T t) {
+        cpu::elementwise<T, T>(out[0], {&in[0]}, [b, th](T t) __attribute__((flatten)) {
           A x = A(t);
-          return x * b > th ? x : std::log1p(std::exp(x * b)) / b;
+          return cpu::math::select(x * b > th, x, cpu::math::log1p(cpu::math::exp(x * b)) / b);
         });
       });
     },
@@ -250,6 +257,8 @@ DType clamp_dtype(const Tensor& t, std::optional<Scalar> min, std::optional<Scal
     dt = promote_types(dt, with_max);
     attrs.set("max", *max);
   }
+  if (min) check_scalar_fits(*min, dt, "clamp", "min");
+  if (max) check_scalar_fits(*max, dt, "clamp", "max");
   return dt;
 }
 

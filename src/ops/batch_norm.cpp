@@ -47,27 +47,41 @@ void for_each_channel_block(const ChannelLayout& l, const F& fn) {
   });
 }
 
-// sums[c] += f(a, b, c) over every element of channel c, where a and b are
-// the values of two same-shaped tensors (b may be null) as double.
-template <typename T, typename F>
-void channel_sums(const ChannelLayout& l, const T* a, const T* b, double* sums, const F& f) {
+// What channel_sums adds up over the elements of channel c, in double:
+//   Values:             a
+//   SquaredDeviations:  (a - mean[c])^2
+//   GradTimesCentered:  a * (b - mean[c])   (a = grad, b = x)
+enum class ChannelSum { Values, SquaredDeviations, GradTimesCentered };
+
+template <ChannelSum Kind, typename T>
+inline double channel_term(T a, T b, double mean) {
+  if constexpr (Kind == ChannelSum::Values) return double(a);
+  else if constexpr (Kind == ChannelSum::SquaredDeviations) return (double(a) - mean) * (double(a) - mean);
+  else return double(a) * (double(b) - mean);
+}
+
+// sums[c] += the Kind term over every element of channel c.
+template <ChannelSum Kind, typename T>
+void channel_sums(const ChannelLayout& l, const T* a, const T* b, const double* mean, double* sums) {
+  constexpr bool kUsesB = Kind == ChannelSum::GradTimesCentered;
   for_each_channel_block(l, [&](int64_t c0, int64_t c1) {
     if (l.s == 1) {
       for (int64_t n = 0; n < l.n; ++n) {
         const T* ar = a + n * l.c;
-        const T* br = b ? b + n * l.c : nullptr;
+        const T* br = kUsesB ? b + n * l.c : ar;
 #pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) sums[c] += f(double(ar[c]), br ? double(br[c]) : 0.0, c);
+        for (int64_t c = c0; c < c1; ++c) sums[c] += channel_term<Kind>(ar[c], br[c], mean ? mean[c] : 0.0);
       }
       return;
     }
     const int64_t c = c0;
+    const double m = mean ? mean[c] : 0.0;
     double acc = 0;
     for (int64_t n = 0; n < l.n; ++n) {
       const T* ar = a + (n * l.c + c) * l.s;
-      const T* br = b ? b + (n * l.c + c) * l.s : nullptr;
+      const T* br = kUsesB ? b + (n * l.c + c) * l.s : ar;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < l.s; ++i) acc += f(double(ar[i]), br ? double(br[i]) : 0.0, c);
+      for (int64_t i = 0; i < l.s; ++i) acc += channel_term<Kind>(ar[i], br[i], m);
     }
     sums[c] += acc;
   });
@@ -148,12 +162,10 @@ void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
     const T* xp = static_cast<const T*>(x.data_ptr());
     if (training) {
       const double count = double(l.per_channel());
-      channel_sums(l, xp, static_cast<const T*>(nullptr), mean.data(), [](double a, double, int64_t) { return a; });
+      channel_sums<ChannelSum::Values>(l, xp, xp, nullptr, mean.data());
       for (double& m : mean) m = count > 0 ? m / count : 0.0;
       std::vector<double> var(size_t(l.c), 0.0);
-      const double* mp = mean.data();
-      channel_sums(l, xp, static_cast<const T*>(nullptr), var.data(),
-                   [mp](double a, double, int64_t c) { return (a - mp[c]) * (a - mp[c]); });
+      channel_sums<ChannelSum::SquaredDeviations>(l, xp, xp, mean.data(), var.data());
       for (int64_t c = 0; c < l.c; ++c)
         invstd[size_t(c)] = 1.0 / std::sqrt((count > 0 ? var[size_t(c)] / count : 0.0) + eps);
       if (in[3].defined() && count > 1) {
@@ -204,10 +216,9 @@ void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
     const T* xp = static_cast<const T*>(x.data_ptr());
     std::vector<double> sg(size_t(l.c), 0.0), sgx(size_t(l.c), 0.0);
     if (training || need_affine) {
-      const double* mp = mean.data();
-      const double* ip = invstd.data();
-      channel_sums(l, gp, static_cast<const T*>(nullptr), sg.data(), [](double a, double, int64_t) { return a; });
-      channel_sums(l, gp, xp, sgx.data(), [mp, ip](double a, double b, int64_t c) { return a * (b - mp[c]) * ip[c]; });
+      channel_sums<ChannelSum::Values>(l, gp, gp, nullptr, sg.data());
+      channel_sums<ChannelSum::GradTimesCentered>(l, gp, xp, mean.data(), sgx.data());
+      for (size_t c = 0; c < sgx.size(); ++c) sgx[c] *= invstd[c];
     }
     if (need_input) {
       const double count = double(l.per_channel());

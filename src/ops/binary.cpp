@@ -83,7 +83,7 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) { return infer_arith("add", in); },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
       if (in[0].dtype() == DType::Bool) {
-        cpu::elementwise<bool, bool, bool>(out[0], {&in[0], &in[1]}, [](bool a, bool b) { return a || b; });
+        binary_loop<uint8_t, uint8_t, uint8_t>(out[0], in[0], in[1], [](uint8_t a, uint8_t b) { return uint8_t(a | b); });
         return;
       }
       binary_kernel("add", [](auto a, auto b) { return a + b; })(in, out, attrs);
@@ -115,7 +115,7 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) { return infer_arith("mul", in); },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
       if (in[0].dtype() == DType::Bool) {
-        cpu::elementwise<bool, bool, bool>(out[0], {&in[0], &in[1]}, [](bool a, bool b) { return a && b; });
+        binary_loop<uint8_t, uint8_t, uint8_t>(out[0], in[0], in[1], [](uint8_t a, uint8_t b) { return uint8_t(a & b); });
         return;
       }
       binary_kernel("mul", [](auto a, auto b) { return a * b; })(in, out, attrs);
@@ -141,7 +141,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
       dispatch_floating(in[0].dtype(), "div", [&]<typename T>() {
         using A = acc_type<T>;
-        cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return A(a) / A(b); });
+        binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return A(a) / A(b); });
       });
     },
     .backward = [](const BackwardContext& ctx) {
@@ -246,14 +246,14 @@ MF_REGISTER_OP(OpDef{
         using A = acc_type<T>;
         if constexpr (is_floating_type_v<T>) {
           if (floor_mode)
-            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return div_floor_float(A(a), A(b)); });
+            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return div_floor_float(A(a), A(b)); });
           else
-            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return std::trunc(A(a) / A(b)); });
+            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return std::trunc(A(a) / A(b)); });
         } else {
           if (floor_mode)
-            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return div_floor_int(a, b); });
+            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return div_floor_int(a, b); });
           else
-            cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return div_trunc_int(a, b); });
+            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return div_trunc_int(a, b); });
         }
       });
     },
@@ -271,9 +271,9 @@ MF_REGISTER_OP(OpDef{
       dispatch_numeric(in[0].dtype(), "remainder", [&]<typename T>() {
         using A = acc_type<T>;
         if constexpr (is_floating_type_v<T>)
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return remainder_float(A(a), A(b)); });
+          binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return remainder_float(A(a), A(b)); });
         else
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return remainder_int(a, b); });
+          binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return remainder_int(a, b); });
       });
     },
     .backward = [](const BackwardContext& ctx) {

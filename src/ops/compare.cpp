@@ -25,8 +25,9 @@ OpDef predicate_op(const char* name, F f) {
       .infer = [name](const TensorList& in, const Attrs&) { return infer_bool_result(name, in); },
       .cpu_kernel = [f](const TensorList& in, TensorList& out, const Attrs&) {
         dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-          using A = acc_type<T>;
-          cpu::elementwise<bool, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return f(A(a), A(b)); });
+          using K = kernel_type<T>;
+          using A = acc_type<K>;
+          binary_loop<bool, K, K>(out[0], in[0], in[1], [&](K a, K b) { return f(A(a), A(b)); });
         });
       },
       .differentiable = false,
@@ -52,8 +53,9 @@ OpDef unary_predicate_op(const char* name, F f) {
       .infer = infer_unary(name, [](DType) { return true; }, "any", DType::Bool),
       .cpu_kernel = [f](const TensorList& in, TensorList& out, const Attrs&) {
         dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-          using A = acc_type<T>;
-          cpu::elementwise<bool, T>(out[0], {&in[0]}, [&](T a) { return f(A(a)); });
+          using K = kernel_type<T>;
+          using A = acc_type<K>;
+          cpu::elementwise<bool, K>(out[0], {&in[0]}, [&](K a) { return f(A(a)); });
         });
       },
       .differentiable = false,
@@ -79,8 +81,9 @@ template <typename F>
 KernelFn bitwise_kernel(const char* name, F f) {
   return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
     dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+      using K = kernel_type<T>;
       if constexpr (!is_floating_type_v<T>)
-        cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return T(f(a, b)); });
+        binary_loop<K, K, K>(out[0], in[0], in[1], [&](K a, K b) { return K(f(a, b)); });
       else
         throw TypeError(detail::concat(name, ": expected bool or integer tensors, got ", dtype_name(in[0].dtype())));
     });
@@ -112,7 +115,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
       dispatch_dtype(in[0].dtype(), [&]<typename T>() {
         if constexpr (std::is_same_v<T, bool>)
-          cpu::elementwise<bool, bool>(out[0], {&in[0]}, [](bool a) { return !a; });
+          cpu::elementwise<uint8_t, uint8_t>(out[0], {&in[0]}, [](uint8_t a) { return uint8_t(a ^ 1u); });
         else if constexpr (!is_floating_type_v<T>)
           cpu::elementwise<T, T>(out[0], {&in[0]}, [](T a) { return T(~a); });
         else

@@ -90,7 +90,7 @@ void dropout_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
-// dropout_backward(grad, mask): mask ? grad * scale : 0. It is linear in
+// dropout_backward(grad, mask): grad * (mask ? scale : 0). It is linear in
 // grad, so its own backward is itself.
 void dropout_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   Tensor g = contiguous(in[0].detach()), m = contiguous(in[1].detach());
@@ -102,8 +102,12 @@ void dropout_backward_kernel(const TensorList& in, TensorList& out, const Attrs&
     const T* gp = static_cast<const T*>(g.data_ptr());
     T* dp = static_cast<T*>(out[0].data_ptr());
     parallel_for(0, g.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+      const T* gb = gp + b;
+      const uint8_t* mb = reinterpret_cast<const uint8_t*>(mask + b);  // bool loads do not vectorise
+      T* db = dp + b;
+      const A keep_scale = s;
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) dp[i] = mask[i] ? T(A(gp[i]) * s) : T(A(0));
+      for (int64_t i = 0; i < e - b; ++i) db[i] = T(A(gb[i]) * (mb[i] != 0 ? keep_scale : A(0)));
     });
   });
 }

@@ -2,6 +2,8 @@
 // broadcasting ops and kernel builders over the dtype of input 0.
 #pragma once
 
+#include <limits>
+
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -17,6 +19,26 @@ inline DType floating_result(DType d) { return is_floating(d) ? d : default_dtyp
 // result_type over any number of tensors (addcmul, clamp): dimensioned
 // tensors outrank 0-d ones within a category, as in the two-tensor form.
 DType common_dtype(std::initializer_list<const Tensor*> tensors);
+
+// Throws like PyTorch's Scalar::to<T> when a Scalar used as a value of an
+// integer dtype (clamp bounds, masked_fill values) is out of its range,
+// instead of wrapping it silently.
+inline void check_scalar_fits(Scalar s, DType dtype, const char* op, const char* arg) {
+  if (!is_integral(dtype)) return;
+  const double v = s.to_double();
+  bool fits = true;
+  dispatch_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (s.is_floating())
+        fits = v >= double(std::numeric_limits<T>::min()) && v <= double(std::numeric_limits<T>::max());
+      else
+        fits = s.to_int() >= int64_t(std::numeric_limits<T>::min()) &&
+               (std::is_same_v<T, int64_t> || s.to_int() <= int64_t(std::numeric_limits<T>::max()));
+    }
+  });
+  MF_CHECK(fits, Error, op, ": value ", s.str(), " of ", arg, " cannot be converted to type ", dtype_name(dtype),
+           " without overflow");
+}
 
 inline bool is_numeric(DType d) { return d != DType::Bool; }
 inline bool is_integral_or_bool(DType d) { return !is_floating(d); }
@@ -47,6 +69,31 @@ inline std::vector<TensorMeta> infer_broadcast(const char* op, const TensorList&
   return {{shape, out_dtype.value_or(in[0].dtype()), in[0].device()}};
 }
 
+// Note [Vectorised loops]: cpu::elementwise runs a flat loop the compiler
+// vectorises when every operand is contiguous and the loop body is inlined
+// into it. The kernel builders below mark their per-element lambda
+// __attribute__((flatten)) so an op's function (exp, gelu, ...) is inlined
+// whole even where the inliner's budget has run out. A broadcast one-element
+// operand (a Scalar argument, a 0-d tensor) would send it down the strided
+// path instead, so binary_loop reads such an operand once and runs a unary
+// loop. Kernels read bool tensors as uint8_t (kernel_type): GCC does not
+// vectorise loads of bool.
+template <typename T>
+using kernel_type = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
+
+template <typename Out, typename A, typename B, typename F>
+void binary_loop(Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
+  if (b.numel() == 1 && a.sizes() == out.sizes()) {
+    const B bv = *static_cast<const B*>(b.data_ptr());
+    cpu::elementwise<Out, A>(out, {&a}, [&f, bv](A x) { return f(x, bv); });
+  } else if (a.numel() == 1 && b.sizes() == out.sizes()) {
+    const A av = *static_cast<const A*>(a.data_ptr());
+    cpu::elementwise<Out, B>(out, {&b}, [&f, av](B y) { return f(av, y); });
+  } else {
+    cpu::elementwise<Out, A, B>(out, {&a, &b}, f);
+  }
+}
+
 // A kernel computing out = f(a, b) in acc_type<T> for every dtype of input 0
 // accepted by `Dispatch` (dispatch_dtype by default).
 template <typename F>
@@ -54,7 +101,7 @@ KernelFn binary_kernel(const char* name, F f) {
   return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
     dispatch_dtype(in[0].dtype(), [&]<typename T>() {
       using A = acc_type<T>;
-      cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return f(A(a), A(b)); });
+      binary_loop<T, T, T>(out[0], in[0], in[1], [&](T a, T b) __attribute__((flatten)) { return f(A(a), A(b)); });
     });
   };
 }
@@ -66,7 +113,7 @@ KernelFn floating_unary_kernel(const char* name, F f) {
   return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
     dispatch_floating(in[0].dtype(), name, [&]<typename T>() {
       using A = acc_type<T>;
-      cpu::elementwise<T, T>(out[0], {&in[0]}, [&](T a) { return f(A(a)); });
+      cpu::elementwise<T, T>(out[0], {&in[0]}, [&](T a) __attribute__((flatten)) { return f(A(a)); });
     });
   };
 }
@@ -76,7 +123,7 @@ KernelFn floating_binary_kernel(const char* name, F f) {
   return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
     dispatch_floating(in[0].dtype(), name, [&]<typename T>() {
       using A = acc_type<T>;
-      cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [&](T a, T b) { return f(A(a), A(b)); });
+      binary_loop<T, T, T>(out[0], in[0], in[1], [&](T a, T b) __attribute__((flatten)) { return f(A(a), A(b)); });
     });
   };
 }

@@ -9,6 +9,7 @@
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "ops/kernels/cpu/loops.h"
+#include "ops/kernels/cpu/vec_math.h"
 #include "ops/loss_common.h"
 
 namespace mf {
@@ -96,22 +97,57 @@ MF_REGISTER_OP(OpDef{
 // The forward op takes (x, t, w, pos_weight); w and pos_weight broadcast to
 // x's shape and may be undefined (1). Reductions use sum and mean.
 
-template <typename A>
-inline A softplus_neg(A x) {  // sp(-x)
-  return std::max(-x, A(0)) + std::log1p(std::exp(-std::abs(x)));
+// out[i] = sp(-x[i]) over a block. The exp and the log1p run as separate
+// loops: fused into one, GCC threads their range checks into branches and
+// gives up vectorising.
+constexpr int64_t kSoftplusBlock = 256;
+
+template <typename T, typename A = acc_type<T>>
+void softplus_neg_block(const T* x, A* out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = cpu::exp_acc(-std::abs(A(x[i])));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = std::max(-A(x[i]), A(0)) + cpu::log1p_acc(out[i]);
 }
 
-// t, or a 0-d one of dtype when t is undefined.
-Tensor or_one(const Tensor& t, DType dtype) { return t.defined() ? t : full({}, 1, {.dtype = dtype}); }
-
+// Contiguous x and t; w and pos_weight are expanded to x's shape (ones when
+// only the other is given), so the loops below run over plain arrays and
+// vectorise.
 void bce_kernel(const TensorList& in, TensorList& out, const Attrs&) {
-  const TensorList args{in[0], in[1], or_one(in[2], in[0].dtype()), or_one(in[3], in[0].dtype())};
-  dispatch_floating(in[0].dtype(), "binary_cross_entropy_with_logits", [&]<typename T>() {
+  const Tensor x = contiguous(in[0].detach()), t = contiguous(in[1].detach());
+  const bool weighted = in[2].defined() || in[3].defined();
+  auto expanded = [&](const Tensor& p) {
+    return contiguous(p.defined() ? expand(p.detach(), x.sizes()) : full(x.sizes(), 1, {.dtype = x.dtype()}));
+  };
+  const Tensor w = weighted ? expanded(in[2]) : Tensor(), pw = weighted ? expanded(in[3]) : Tensor();
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<typename T>() {
     using A = acc_type<T>;
-    cpu::elementwise<T, T, T, T, T>(out[0], {&args[0], &args[1], &args[2], &args[3]}, [](T xv, T tv, T wv, T pv) {
-      const A x = A(xv), t = A(tv);
-      const A lw = 1 + (A(pv) - 1) * t;
-      return A(wv) * ((1 - t) * x + lw * softplus_neg(x));
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const T* tp = static_cast<const T*>(t.data_ptr());
+    const T* wp = weighted ? static_cast<const T*>(w.data_ptr()) : nullptr;
+    const T* pp = weighted ? static_cast<const T*>(pw.data_ptr()) : nullptr;
+    T* yp = static_cast<T*>(out[0].data_ptr());
+    parallel_for(0, x.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+      A sp[kSoftplusBlock];
+      for (int64_t i0 = b; i0 < e; i0 += kSoftplusBlock) {
+        const int64_t n = std::min(kSoftplusBlock, e - i0);
+        const T* xb = xp + i0;
+        const T* tb = tp + i0;
+        T* yb = yp + i0;
+        softplus_neg_block(xb, sp, n);
+        if (!weighted) {
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) yb[i] = T((1 - A(tb[i])) * A(xb[i]) + sp[i]);
+          continue;
+        }
+        const T* wb = wp + i0;
+        const T* pb = pp + i0;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) {
+          const A tv = A(tb[i]);
+          yb[i] = T(A(wb[i]) * ((1 - tv) * A(xb[i]) + (1 + (A(pb[i]) - 1) * tv) * sp[i]));
+        }
+      }
     });
   });
 }

@@ -4,6 +4,7 @@
 
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
+#include "ops/kernels/cpu/math.h"
 
 namespace mf {
 
@@ -40,9 +41,9 @@ MF_REGISTER_OP(OpDef{
       dispatch_numeric(in[0].dtype(), "pow", [&]<typename T>() {
         using A = acc_type<T>;
         if constexpr (is_floating_type_v<T>)
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return std::pow(A(a), A(b)); });
+          binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return std::pow(A(a), A(b)); });
         else
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) { return int_pow(a, int64_t(b)); });
+          binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return int_pow(a, int64_t(b)); });
       });
     },
     .backward = [](const BackwardContext& ctx) {
@@ -73,8 +74,8 @@ void pow_scalar_floating(Tensor& out, const Tensor& x, double e) {
   auto run = [&](auto f) { cpu::elementwise<T, T>(out, {&x}, [&](T a) { return f(A(a)); }); };
   if (e == 2.0) run([](A a) { return a * a; });
   else if (e == 3.0) run([](A a) { return a * a * a; });
-  else if (e == 0.5) run([](A a) { return std::sqrt(a); });
-  else if (e == -0.5) run([](A a) { return A(1) / std::sqrt(a); });
+  else if (e == 0.5) run([](A a) { return cpu::math::sqrt(a); });
+  else if (e == -0.5) run([](A a) { return A(1) / cpu::math::sqrt(a); });
   else if (e == -1.0) run([](A a) { return A(1) / a; });
   else if (e == -2.0) run([](A a) { return A(1) / (a * a); });
   else run([ea](A a) { return std::pow(a, ea); });
@@ -122,16 +123,16 @@ void extremum_kernel(const TensorList& in, TensorList& out, const Attrs&) {
   dispatch_dtype(in[0].dtype(), [&]<typename T>() {
     using A = acc_type<T>;
     if constexpr (std::is_same_v<T, bool>) {
-      cpu::elementwise<bool, bool, bool>(out[0], {&in[0], &in[1]},
-                                         [](bool a, bool b) { return kMax ? (a || b) : (a && b); });
+      binary_loop<uint8_t, uint8_t, uint8_t>(out[0], in[0], in[1],
+                                             [](uint8_t a, uint8_t b) { return uint8_t(kMax ? (a | b) : (a & b)); });
     } else if constexpr (is_floating_type_v<T>) {
-      cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T ta, T tb) {
+      binary_loop<T, T, T>(out[0], in[0], in[1], [](T ta, T tb) {
         A a = A(ta), b = A(tb);
         A pick = kMax ? (a > b ? a : b) : (a < b ? a : b);
         return a != a ? a : (b != b ? b : pick);
       });
     } else {
-      cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]},
+      binary_loop<T, T, T>(out[0], in[0], in[1],
                                 [](T a, T b) { return kMax ? (a > b ? a : b) : (a < b ? a : b); });
     }
   });

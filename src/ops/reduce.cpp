@@ -89,6 +89,33 @@ MF_REGISTER_OP(OpDef{
     },
 });
 
+// Note [prod backward with zeros]: d prod / d x_i is the product of the
+// other elements, computed from P, the product of the non-zero elements,
+// and Z, the sum of the zero elements (0, but it carries their gradient):
+//   no zero:        P / x_i
+//   one zero:       P at the zero, Z * P / x_i elsewhere
+//   two zeros:      (Z - x_i) * P at the zeros (the other zero times P), 0 elsewhere
+//   three or more:  0
+// Each case is the product of the others exactly to first order around the
+// point, so the result is right for double backward too (PyTorch's formula
+// loses the second derivative at zeros). `raw_dims` is the op's attr: {}
+// (all) or {dim}.
+Tensor prod_backward(const Tensor& grad, const Tensor& x, const Shape& raw_dims, bool keepdim) {
+  const Shape dims = normalize_dims(raw_dims, x.dim(), "prod");
+  Tensor is_zero = eq(x, 0);
+  Tensor zeros_count = sum(is_zero, dims, true);
+  Tensor nonzero_x = where(is_zero, Scalar(1.0), x);
+  Tensor nonzero_prod = raw_dims.empty() ? reshape(prod(nonzero_x), Shape(size_t(x.dim()), 1))
+                                         : prod(nonzero_x, raw_dims[0], true);
+  Tensor zero_sum = sum(where(is_zero, x, Scalar(0.0)), dims, true);
+  Tensor others = div(nonzero_prod, nonzero_x);
+  Tensor at_nonzero =
+      where(eq(zeros_count, 0), others, where(eq(zeros_count, 1), mul(zero_sum, others), Scalar(0.0)));
+  Tensor at_zero = where(eq(zeros_count, 1), nonzero_prod,
+                         where(eq(zeros_count, 2), mul(sub(zero_sum, x), nonzero_prod), Scalar(0.0)));
+  return mul(unsqueeze_reduced(grad, dims, keepdim), where(is_zero, at_zero, at_nonzero));
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "prod",
     .inputs = {"input"},
@@ -98,7 +125,11 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
       sum_like_kernel<ProdOp>("prod", in, out, attrs);
     },
-    .differentiable = false,
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{prod_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs.get_shape("dims"),
+                                      ctx.attrs.get_bool("keepdim"))};
+    },
+    .save_inputs = 0b1,
 });
 
 template <bool kAll>

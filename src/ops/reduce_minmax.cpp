@@ -31,6 +31,15 @@ std::vector<TensorMeta> infer_extremum(const char* name, const TensorList& in, c
   return infer_reduction(name, in[0], attrs, in[0].dtype());
 }
 
+// The gradient of an extremum is split evenly among the elements equal to
+// it (NaN counting as equal to a NaN result), like PyTorch's amax/amin.
+Tensor extremum_backward(const Tensor& grad, const Tensor& x, const Tensor& result, const Shape& dims, bool keepdim) {
+  Tensor r = unsqueeze_reduced(result, dims, keepdim);
+  Tensor selected = logical_or(eq(x, r), logical_and(isnan(x), isnan(r)));
+  Tensor count = sum(selected, dims, true);
+  return where(selected, div(unsqueeze_reduced(grad, dims, keepdim), count), Scalar(0.0));
+}
+
 #define MF_EXTREMUM_OP(NAME, IS_MAX)                                                          \
   MF_REGISTER_OP(OpDef{                                                                       \
       .name = NAME,                                                                           \
@@ -39,7 +48,14 @@ std::vector<TensorMeta> infer_extremum(const char* name, const TensorList& in, c
       .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
         extremum_kernel<IS_MAX>(NAME, in, out, attrs);                                        \
       },                                                                                      \
-      .differentiable = false,                                                                \
+      .backward = [](const BackwardContext& ctx) {                                            \
+        const Tensor& x = ctx.inputs[0];                                                      \
+        Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), x.dim(), NAME);             \
+        return TensorList{extremum_backward(ctx.grad_outputs[0], x, ctx.outputs[0], dims,     \
+                                            ctx.attrs.get_bool("keepdim"))};                  \
+      },                                                                                      \
+      .save_inputs = 0b1,                                                                     \
+      .save_outputs = 0b1,                                                                    \
   })
 
 MF_EXTREMUM_OP("amax", true);
@@ -69,6 +85,18 @@ std::vector<TensorMeta> infer_dim_extremum(const char* name, const TensorList& i
   return {{shape, x.dtype(), x.device()}, {shape, DType::Int64, x.device()}};
 }
 
+// max/min over a dim: the gradient goes to the selected index only.
+Tensor dim_extremum_backward(const Tensor& grad, const Tensor& indices, const TensorMeta& input, int64_t dim,
+                             bool keepdim) {
+  if (input.sizes.empty()) return reshape(grad, {});
+  const int64_t n = input.sizes[size_t(dim)];
+  Shape line(input.sizes.size(), 1);
+  line[size_t(dim)] = n;
+  Tensor positions = reshape(arange(n, DType::Int64, input.device), line);
+  Tensor selected = eq(unsqueeze_reduced(indices, {dim}, keepdim), positions);
+  return where(selected, unsqueeze_reduced(grad, {dim}, keepdim), Scalar(0.0));
+}
+
 #define MF_DIM_EXTREMUM_OP(NAME, ERROR_NAME, IS_MAX)                                          \
   MF_REGISTER_OP(OpDef{                                                                       \
       .name = NAME,                                                                           \
@@ -79,7 +107,13 @@ std::vector<TensorMeta> infer_dim_extremum(const char* name, const TensorList& i
       .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
         arg_kernel<IS_MAX>(in[0], wrap_dim(attrs.get_int("dim"), in[0].dim(), ERROR_NAME), &out[0], out[1]); \
       },                                                                                      \
-      .differentiable = false,                                                                \
+      .backward = [](const BackwardContext& ctx) {                                            \
+        const TensorMeta& m = ctx.input_metas[0];                                             \
+        const int64_t dim = wrap_dim(ctx.attrs.get_int("dim"), int64_t(m.sizes.size()), ERROR_NAME); \
+        return TensorList{dim_extremum_backward(ctx.grad_outputs[0], ctx.outputs[1], m, dim,  \
+                                                ctx.attrs.get_bool("keepdim"))};              \
+      },                                                                                      \
+      .save_outputs = 0b10,                                                                   \
   })
 
 MF_DIM_EXTREMUM_OP("max_dim", "max", true);

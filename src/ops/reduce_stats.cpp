@@ -95,6 +95,15 @@ void var_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// d var / d x_i = 2 (x_i - mean) / (n - correction).
+Tensor var_backward(const Tensor& grad, const Tensor& x, const Attrs& attrs, const char* name) {
+  const Shape dims = normalize_dims(attrs.get_shape("dims"), x.dim(), name);
+  const bool keepdim = attrs.get_bool("keepdim");
+  const int64_t denom = std::max<int64_t>(0, reduced_count(x.sizes(), dims) - attrs.get_int("correction"));
+  Tensor centred = sub(x, mean(x, dims, true));
+  return mul(mul(unsqueeze_reduced(grad, dims, keepdim), centred), Scalar(2.0 / double(denom)));
+}
+
 std::vector<TensorMeta> infer_var(const char* name, const TensorList& in, const Attrs& attrs) {
   check_floating(name, in[0].dtype(), "std and var only support floating point dtypes");
   return infer_reduction(name, in[0], attrs, in[0].dtype());
@@ -105,7 +114,10 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_var("var", in, attrs); },
     .cpu_kernel = var_kernel<false>,
-    .differentiable = false,
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{var_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs, "var")};
+    },
+    .save_inputs = 0b1,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -113,7 +125,13 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_var("std", in, attrs); },
     .cpu_kernel = var_kernel<true>,
-    .differentiable = false,
+    // std = sqrt(var): d std = d var / (2 std).
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{
+          var_backward(div(ctx.grad_outputs[0], mul(ctx.outputs[0], 2.0)), ctx.inputs[0], ctx.attrs, "std")};
+    },
+    .save_inputs = 0b1,
+    .save_outputs = 0b1,
 });
 
 // --- norm -----------------------------------------------------------------------------
@@ -144,6 +162,35 @@ void norm_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// PyTorch's norm_backward: where the norm is 0 the gradient is 0 (p >= 1),
+// infinity norms split the gradient among the elements of largest (or
+// smallest) magnitude.
+Tensor norm_backward(const Tensor& grad, const Tensor& x, const Tensor& result, const Attrs& attrs) {
+  const double p = attrs.get_float("p");
+  const Shape dims = normalize_dims(attrs.get_shape("dims"), x.dim(), "norm");
+  const bool keepdim = attrs.get_bool("keepdim");
+  Tensor g = unsqueeze_reduced(grad, dims, keepdim);
+  Tensor norm = unsqueeze_reduced(result, dims, keepdim);
+  switch (norm_kind(p)) {
+    case NormKind::Zero: return zeros_like(x);
+    case NormKind::One: return mul(sign(x), g);
+    case NormKind::Two: return mul(g, masked_fill(div(x, norm), eq(norm, 0), 0.0));
+    case NormKind::Inf:
+    case NormKind::NegInf: {
+      Tensor magnitude = abs(x);
+      Tensor selected = logical_or(eq(magnitude, norm), isnan(magnitude));
+      return mul(sign(x), where(selected, div(g, sum(selected, dims, true)), Scalar(0.0)));
+    }
+    case NormKind::General: break;
+  }
+  if (p < 1.0) {
+    Tensor scaled = masked_fill(mul(sign(x), pow(abs(x), p - 1)), eq(x, 0), 0.0);
+    return mul(mul(scaled, g), pow(norm, 1 - p));
+  }
+  Tensor scaled = p < 2.0 ? mul(sign(x), pow(abs(x), p - 1)) : mul(x, pow(abs(x), p - 2));
+  return mul(scaled, masked_fill(div(g, pow(norm, p - 1)), eq(norm, 0), 0.0));
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "norm",
     .inputs = {"input"},
@@ -162,7 +209,11 @@ MF_REGISTER_OP(OpDef{
       return infer_reduction("norm", in[0], attrs, in[0].dtype());
     },
     .cpu_kernel = norm_kernel,
-    .differentiable = false,
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{norm_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.outputs[0], ctx.attrs)};
+    },
+    .save_inputs = 0b1,
+    .save_outputs = 0b1,
 });
 
 // --- logsumexp ------------------------------------------------------------------------
@@ -190,7 +241,16 @@ MF_REGISTER_OP(OpDef{
       return infer_reduction("logsumexp", in[0], attrs, in[0].dtype());
     },
     .cpu_kernel = logsumexp_kernel,
-    .differentiable = false,
+    // d logsumexp / d x_i = softmax(x)_i = exp(x_i - logsumexp(x)).
+    .backward = [](const BackwardContext& ctx) {
+      const Tensor& x = ctx.inputs[0];
+      const Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), x.dim(), "logsumexp");
+      const bool keepdim = ctx.attrs.get_bool("keepdim");
+      Tensor softmax = exp(sub(x, unsqueeze_reduced(ctx.outputs[0], dims, keepdim)));
+      return TensorList{mul(unsqueeze_reduced(ctx.grad_outputs[0], dims, keepdim), softmax)};
+    },
+    .save_inputs = 0b1,
+    .save_outputs = 0b1,
 });
 
 }  // namespace

@@ -8,13 +8,24 @@ using namespace elementwise_detail;
 
 namespace {
 
+// m ? x : y with both values read first, so the compiler if-converts the
+// choice into a vector blend (a conditionally read captured value keeps the
+// loop scalar).
+template <typename T>
+inline T select(uint8_t m, T x, T y) {
+  T r = y;
+  r = m ? x : r;
+  return r;
+}
+
 // --- where(condition, a, b) -------------------------------------------------------------
 
 MF_REGISTER_OP(OpDef{
     .name = "where",
     .inputs = {"condition", "input", "other"},
     .infer = [](const TensorList& in, const Attrs&) {
-      MF_CHECK(in[0].dtype() == DType::Bool, TypeError,
+      // uint8 conditions are accepted like PyTorch 1.13 does (deprecated there).
+      MF_CHECK(in[0].dtype() == DType::Bool || in[0].dtype() == DType::UInt8, TypeError,
                "where: expected condition to be a boolean tensor, got a tensor with dtype ", dtype_name(in[0].dtype()));
       MF_CHECK(in[1].dtype() == in[2].dtype(), TypeError, "where: expected input and other to have one dtype, got ",
                dtype_name(in[1].dtype()), " and ", dtype_name(in[2].dtype()),
@@ -24,7 +35,18 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
       dispatch_dtype(in[1].dtype(), [&]<typename T>() {
-        cpu::elementwise<T, bool, T, T>(out[0], {&in[0], &in[1], &in[2]}, [](bool c, T a, T b) { return c ? a : b; });
+        using K = kernel_type<T>;
+        const Tensor &c = in[0], &a = in[1], &b = in[2];
+        // A one-element branch (where(c, x, 0.0)) is read once: see Note [Vectorised loops].
+        if (b.numel() == 1 && a.sizes() == out[0].sizes()) {
+          const K bv = *static_cast<const K*>(b.data_ptr());
+          binary_loop<K, uint8_t, K>(out[0], c, a, [bv](uint8_t m, K x) { return select(m, x, bv); });
+        } else if (a.numel() == 1 && b.sizes() == out[0].sizes()) {
+          const K av = *static_cast<const K*>(a.data_ptr());
+          binary_loop<K, uint8_t, K>(out[0], c, b, [av](uint8_t m, K y) { return select(m, av, y); });
+        } else {
+          cpu::elementwise<K, uint8_t, K, K>(out[0], {&c, &a, &b}, [](uint8_t m, K x, K y) { return select(m, x, y); });
+        }
       });
     },
     .backward = [](const BackwardContext& ctx) {
@@ -56,8 +78,9 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
       dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-        const T v = *static_cast<const T*>(in[2].data_ptr());
-        cpu::elementwise<T, T, bool>(out[0], {&in[0], &in[1]}, [v](T a, bool m) { return m ? v : a; });
+        using K = kernel_type<T>;
+        const K v = *static_cast<const K*>(in[2].data_ptr());
+        binary_loop<K, K, uint8_t>(out[0], in[0], in[1], [v](K a, uint8_t m) { return select(m, v, a); });
       });
     },
     .backward = [](const BackwardContext& ctx) {
@@ -91,9 +114,9 @@ MF_REGISTER_OP(OpDef{
         const A w = A(weight);
         // The two forms keep lerp exact at both ends (PyTorch's lerp).
         if (std::abs(weight) < 0.5)
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [w](T a, T b) { return A(a) + w * (A(b) - A(a)); });
+          binary_loop<T, T, T>(out[0], in[0], in[1], [w](T a, T b) { return A(a) + w * (A(b) - A(a)); });
         else
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]},
+          binary_loop<T, T, T>(out[0], in[0], in[1],
                                     [w](T a, T b) { return A(b) - (A(b) - A(a)) * (A(1) - w); });
       });
     },
@@ -198,6 +221,7 @@ Tensor where(const Tensor& condition, Scalar a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& t, const Tensor& mask, Scalar value) {
+  check_scalar_fits(value, t.dtype(), "masked_fill", "value");
   return dispatch::apply_one(op_masked_fill(), {t, mask, scalar_tensor(value, t.dtype(), t.device())});
 }
 Tensor masked_fill(const Tensor& t, const Tensor& mask, const Tensor& value) {
@@ -207,6 +231,7 @@ Tensor masked_fill(const Tensor& t, const Tensor& mask, const Tensor& value) {
   return dispatch::apply_one(op_masked_fill(), {t, mask, to(value, t.dtype())});
 }
 Tensor& masked_fill_(Tensor& t, const Tensor& mask, Scalar value) {
+  check_scalar_fits(value, t.dtype(), "masked_fill_", "value");
   dispatch::apply_inplace(op_masked_fill(), {t, mask, scalar_tensor(value, t.dtype(), t.device())});
   return t;
 }

@@ -4,12 +4,15 @@
 // Floating functions of integer or bool tensors compute in the default float
 // dtype (exp of an int64 tensor is float32, as in PyTorch); the functional
 // API casts, so their kernels only see floating inputs. Kernels evaluate in
-// acc_type<T>: std:: functions run in float for float32, float16 and bfloat16.
+// acc_type<T>, float for float32, float16 and bfloat16; exp, expm1, log,
+// log1p, sqrt, tanh and erf use the vectorisable float versions of
+// kernels/cpu/math.h.
 #include <cmath>
 
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/elementwise_common.h"
+#include "ops/kernels/cpu/math.h"
 
 namespace mf {
 
@@ -67,7 +70,7 @@ MF_REGISTER_OP(OpDef{
     .name = "exp",
     .inputs = {"input"},
     .infer = infer_floating("exp"),
-    .cpu_kernel = floating_unary_kernel("exp", [](auto a) { return std::exp(a); }),
+    .cpu_kernel = floating_unary_kernel("exp", [](auto a) { return cpu::math::exp(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], ctx.outputs[0])}; },
     .save_outputs = 0b1,
 });
@@ -76,7 +79,7 @@ MF_REGISTER_OP(OpDef{
     .name = "log",
     .inputs = {"input"},
     .infer = infer_floating("log"),
-    .cpu_kernel = floating_unary_kernel("log", [](auto a) { return std::log(a); }),
+    .cpu_kernel = floating_unary_kernel("log", [](auto a) { return cpu::math::log(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{div(ctx.grad_outputs[0], ctx.inputs[0])}; },
     .save_inputs = 0b1,
 });
@@ -85,7 +88,7 @@ MF_REGISTER_OP(OpDef{
     .name = "log1p",
     .inputs = {"input"},
     .infer = infer_floating("log1p"),
-    .cpu_kernel = floating_unary_kernel("log1p", [](auto a) { return std::log1p(a); }),
+    .cpu_kernel = floating_unary_kernel("log1p", [](auto a) { return cpu::math::log1p(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{div(ctx.grad_outputs[0], add(ctx.inputs[0], 1))};
     },
@@ -96,7 +99,7 @@ MF_REGISTER_OP(OpDef{
     .name = "expm1",
     .inputs = {"input"},
     .infer = infer_floating("expm1"),
-    .cpu_kernel = floating_unary_kernel("expm1", [](auto a) { return std::expm1(a); }),
+    .cpu_kernel = floating_unary_kernel("expm1", [](auto a) { return cpu::math::expm1(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], add(ctx.outputs[0], 1))};
     },
@@ -107,7 +110,7 @@ MF_REGISTER_OP(OpDef{
     .name = "sqrt",
     .inputs = {"input"},
     .infer = infer_floating("sqrt"),
-    .cpu_kernel = floating_unary_kernel("sqrt", [](auto a) { return std::sqrt(a); }),
+    .cpu_kernel = floating_unary_kernel("sqrt", [](auto a) { return cpu::math::sqrt(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{div(ctx.grad_outputs[0], mul(ctx.outputs[0], 2))};
     },
@@ -118,7 +121,7 @@ MF_REGISTER_OP(OpDef{
     .name = "rsqrt",
     .inputs = {"input"},
     .infer = infer_floating("rsqrt"),
-    .cpu_kernel = floating_unary_kernel("rsqrt", [](auto a) { return decltype(a)(1) / std::sqrt(a); }),
+    .cpu_kernel = floating_unary_kernel("rsqrt", [](auto a) { return decltype(a)(1) / cpu::math::sqrt(a); }),
     .backward = [](const BackwardContext& ctx) {
       // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
       return TensorList{mul(ctx.grad_outputs[0], mul(pow(ctx.outputs[0], 3), -0.5))};
@@ -161,7 +164,7 @@ MF_REGISTER_OP(OpDef{
     .name = "tanh",
     .inputs = {"input"},
     .infer = infer_floating("tanh"),
-    .cpu_kernel = floating_unary_kernel("tanh", [](auto a) { return std::tanh(a); }),
+    .cpu_kernel = floating_unary_kernel("tanh", [](auto a) { return cpu::math::tanh(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], rsub(square(ctx.outputs[0]), 1))};
     },
@@ -174,7 +177,7 @@ MF_REGISTER_OP(OpDef{
     .infer = infer_floating("sigmoid"),
     .cpu_kernel = floating_unary_kernel("sigmoid", [](auto a) {
       using A = decltype(a);
-      return A(1) / (A(1) + std::exp(-a));
+      return A(1) / (A(1) + cpu::math::exp(-a));
     }),
     .backward = [](const BackwardContext& ctx) {
       const Tensor& y = ctx.outputs[0];
@@ -187,7 +190,7 @@ MF_REGISTER_OP(OpDef{
     .name = "erf",
     .inputs = {"input"},
     .infer = infer_floating("erf"),
-    .cpu_kernel = floating_unary_kernel("erf", [](auto a) { return std::erf(a); }),
+    .cpu_kernel = floating_unary_kernel("erf", [](auto a) { return cpu::math::erf(a); }),
     .backward = [](const BackwardContext& ctx) {
       const Tensor& x = ctx.inputs[0];
       return TensorList{mul(ctx.grad_outputs[0], mul(exp(neg(square(x))), kTwoOverSqrtPi))};

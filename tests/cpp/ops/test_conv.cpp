@@ -108,8 +108,8 @@ TEST(Conv2d, ForwardAgainstReference) {
 
 TEST(Conv2d, BackwardAgainstReference) {
   uint32_t seed = 200;
-  for (auto dtype : {kFloat32, kFloat64, kBFloat16}) {
-    const double tol = dtype == kFloat64 ? 1e-10 : dtype == kFloat32 ? 1e-4 : 1e-1;
+  for (auto dtype : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    const double tol = dtype == kFloat64 ? 1e-10 : dtype == kFloat32 ? 1e-4 : dtype == kFloat16 ? 2e-2 : 1e-1;
     for (const auto& c : kCases) {
       Tensor x = random_tensor(c.x, seed++, -1, 1, dtype).requires_grad_();
       Tensor w = random_tensor(c.w, seed++, -1, 1, dtype).requires_grad_();

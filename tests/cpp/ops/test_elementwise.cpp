@@ -224,6 +224,8 @@ TEST(ElementwiseUnary, ClampPromotionAndTensorBounds) {
   EXPECT_EQ(c.dtype(), kFloat32);
   expect_values(c, {1.5, 2, 3});
   EXPECT_THROW(clamp(i, std::nullopt, std::nullopt), ValueError);
+  EXPECT_THROW(clamp(from_vector({3}, {1}, {.dtype = kUInt8}), Scalar(-1), std::nullopt), Error);
+  expect_values(clamp(from_vector({3}, {1}, {.dtype = kInt8}), Scalar(-100), Scalar(2)), {2});
 
   // Tensor bounds broadcast; min is applied before max, as in PyTorch.
   Tensor x = random_tensor({4, 5}, 11, -2, 2);
@@ -299,6 +301,24 @@ TEST(ElementwiseUnary, DoubleBackward) {
     std::vector<double> expected;
     for (double v : values(x)) expected.push_back(second(v));
     expect_values(x.grad(), expected, 1e-9, 1e-9);
+  }
+}
+
+TEST(ElementwiseUnary, ReducedPrecisionGradients) {
+  // Backward runs in the input's dtype; compare with float64 gradients.
+  for (DType dt : {kFloat16, kBFloat16, kFloat32}) {
+    for (const auto& c : unary_cases()) {
+      SCOPED_TRACE(c.name + " " + dtype_name(dt));
+      Tensor x64 = random_tensor({16}, 50, c.lo, c.hi);
+      Tensor x = to(x64, dt).requires_grad_();
+      sum(c.op(x)).backward();
+      ASSERT_TRUE(x.grad().defined());
+      EXPECT_EQ(x.grad().dtype(), dt);
+      Tensor xr = to(to(x64, dt), kFloat64).requires_grad_();
+      sum(c.op(xr)).backward();
+      Tolerance tol = tolerance_for(dt);
+      expect_values(x.grad(), values(xr.grad()), 4 * tol.atol + 5e-3 * (dt != kFloat32), 4 * tol.rtol);
+    }
   }
 }
 

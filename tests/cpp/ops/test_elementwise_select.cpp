@@ -57,6 +57,8 @@ TEST(ElementwiseWhere, BadInput) {
   Tensor x = zeros({3});
   EXPECT_THROW(where(x, x, x), TypeError);
   EXPECT_THROW(where(zeros({3}, {.dtype = kInt64}), x, x), TypeError);
+  // a uint8 condition counts as bool (any nonzero is true)
+  expect_values(where(from_vector({2, 0, 1}, {3}, {.dtype = kUInt8}), ones({3}), x), {1, 0, 1});
   EXPECT_THROW(where(ones({3}, {.dtype = kBool}), x, zeros({4})), ShapeError);
 }
 
@@ -113,6 +115,11 @@ TEST(ElementwiseMaskedFill, BadInput) {
   Tensor x = zeros({3});
   EXPECT_THROW(masked_fill(x, zeros({3}, {.dtype = kUInt8}), 1.0), TypeError);
   EXPECT_THROW(masked_fill(x, x, 1.0), TypeError);
+  // an integer value out of the tensor's range is an error, not a wrap
+  Tensor u = zeros({2}, {.dtype = kUInt8});
+  EXPECT_THROW(masked_fill(u, ones({2}, {.dtype = kBool}), -1), Error);
+  EXPECT_THROW(masked_fill(zeros({2}, {.dtype = kInt8}), ones({2}, {.dtype = kBool}), 300), Error);
+  expect_values(masked_fill(u, ones({2}, {.dtype = kBool}), 255), {255, 255});
   EXPECT_THROW(masked_fill(x, ones({3}, {.dtype = kBool}), zeros({1})), ShapeError);
   EXPECT_THROW(masked_fill(x, ones({4}, {.dtype = kBool}), 1.0), ShapeError);
   Tensor y = zeros({3});

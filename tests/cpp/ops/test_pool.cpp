@@ -80,6 +80,10 @@ const std::vector<PoolCase> kCases = {
     {{1, 2, 7, 5}, {.kernel_size = {3}, .stride = {2}, .padding = {1}, .ceil_mode = true, .count_include_pad = false}},
     {{2, 2, 5, 5}, {.kernel_size = {4}, .stride = {3}, .padding = {2}, .ceil_mode = true}},
     {{1, 1, 9, 9}, {.kernel_size = {2}, .stride = {1}}},
+    // Many channels: oneDNN's JIT average pooling (Note [oneDNN average pooling]).
+    {{2, 32, 9, 8}, {.kernel_size = {3}, .stride = {2}, .padding = {1}}},
+    {{1, 64, 8, 8}, {.kernel_size = {2}, .count_include_pad = false}},
+    {{1, 16, 7, 7}, {.kernel_size = {3}, .stride = {1}, .padding = {1}, .count_include_pad = false}},
 };
 
 bool uses_dilation(const Pool2dArgs& a) {
@@ -174,6 +178,7 @@ TEST(Pool, AdaptiveAgainstReference) {
 TEST(Pool, Gradients) {
   uint32_t seed = 800;
   for (const auto& c : kCases) {
+    if (shape_numel(c.x) > 512) continue;  // finite differences per element: keep it small
     SCOPED_TRACE("input " + shape_str(c.x));
     Tensor x = random_tensor(c.x, seed++).requires_grad_();
     const Pool2dArgs args = c.args;
@@ -183,6 +188,32 @@ TEST(Pool, Gradients) {
   Tensor x = random_tensor({2, 2, 5, 7}, 900).requires_grad_();
   expect_gradcheck([](const TensorList& v) { return adaptive_avg_pool2d(v[0], {3, 4}); }, {x});
   expect_gradcheck([](const TensorList& v) { return adaptive_avg_pool2d(v[0], {7, 9}); }, {x});
+}
+
+TEST(Pool, ReducedPrecisionGradientsMatchFloat64) {
+  // float32/bfloat16 average pooling runs on oneDNN where it agrees with
+  // PyTorch, max pooling everywhere on the loops; compare with float64,
+  // whose gradients the gradchecks above verify.
+  uint32_t seed = 950;
+  for (const auto& c : kCases) {
+    SCOPED_TRACE("input " + shape_str(c.x));
+    Tensor x64 = random_tensor(c.x, seed++);
+    for (auto dtype : {kFloat32, kBFloat16}) {
+      const double tol = dtype == kFloat32 ? 1e-6 : 2e-2;
+      // The reference sees the same rounded values (and so the same ties).
+      Tensor x = to(x64, dtype).requires_grad_(), xr = to(to(x64, dtype), kFloat64).requires_grad_();
+      std::vector<std::function<Tensor(const Tensor&)>> pools{
+          [&](const Tensor& t) { return max_pool2d(t, c.args); },
+          [&](const Tensor& t) { return adaptive_avg_pool2d(t, {3, 2}); }};
+      if (!uses_dilation(c.args)) pools.push_back([&](const Tensor& t) { return avg_pool2d(t, c.args); });
+      for (const auto& pool : pools) {
+        Tensor y = pool(x), yr = pool(xr);
+        Tensor gr = random_tensor(yr.sizes(), seed++);
+        Tensor g = autograd::grad({y}, {x}, {to(gr, dtype)})[0];
+        expect_close(g, autograd::grad({yr}, {xr}, {gr})[0], tol, tol);
+      }
+    }
+  }
 }
 
 TEST(Pool, DoubleBackward) {

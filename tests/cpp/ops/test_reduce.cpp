@@ -253,6 +253,28 @@ TEST(ReduceSum, Gradients) {
   expect_gradcheck([](const TensorList& v) { return mean(v[0]); }, {x});
 }
 
+// Layouts that coalesce to more dims than the kernel walks directly are
+// copied first; the results must not change.
+TEST(ReduceSum, ManyUnmergeableDims) {
+  Shape shape(14, 2), reversed;
+  for (int64_t d = 13; d >= 0; --d) reversed.push_back(d);
+  Tensor x = permute(random_tensor(shape, 41), reversed);  // 14 dims, no two mergeable
+  for (const Shape& dims : std::vector<Shape>{{13}, {0}, {0, 5, 9}}) {
+    SCOPED_TRACE(shape_str(dims));
+    expect_values(sum(x, dims), reference(x, dims, sum_of), 1e-12, 1e-12);
+    expect_values(amax(x, dims), reference(x, dims, max_of));
+  }
+  expect_values(max(x, 13).indices,
+                reference(x, {13}, [](const std::vector<double>& g) { return double(g[1] > g[0]); }));
+  expect_values(argmin(x, 0), reference(x, {0}, [](const std::vector<double>& g) { return double(g[1] < g[0]); }));
+  std::vector<double> v = values(x), expected = v;
+  // Dim 6 has size 2 and row-major stride 2^7: the second element of each
+  // line adds the first.
+  for (size_t i = 0; i < v.size(); ++i)
+    if ((i >> 7) & 1) expected[i] = v[i] + v[i - (size_t(1) << 7)];
+  expect_values(cumsum(x, 6), expected, 1e-12, 1e-12);
+}
+
 // --- prod / all / any --------------------------------------------------------------------
 
 TEST(ReduceProd, Values) {
@@ -656,6 +678,107 @@ TEST(ReduceCumsum, Gradients) {
   expect_gradcheck([](const TensorList& v) { return cumsum(v[0], 1); }, {x});
   expect_gradcheck([](const TensorList& v) { return cumsum(v[0], 0); }, {x});
   expect_gradcheck([](const TensorList& v) { return cumsum(transpose(v[0], 0, 1), 1); }, {x});
+}
+
+// --- backward ----------------------------------------------------------------------------
+
+// d(sum(f(x)))/dx for x given as values.
+Tensor grad_of(const std::function<Tensor(const Tensor&)>& f, const std::vector<double>& x, const Shape& shape) {
+  Tensor t = from_vector(x, shape, {.dtype = kFloat64, .requires_grad = true});
+  sum(f(t)).backward();
+  return t.grad();
+}
+
+TEST(ReduceGrad, Prod) {
+  Tensor x = random_tensor({3, 4}, 31, 0.5, 1.5).requires_grad_();
+  expect_gradcheck([](const TensorList& v) { return prod(v[0]); }, {x});
+  expect_gradcheck([](const TensorList& v) { return prod(v[0], 0); }, {x});
+  expect_gradcheck([](const TensorList& v) { return prod(v[0], -1, true); }, {x});
+  // Rows with no, one, two and three zeros (prod is multilinear, so central
+  // differences are exact at zeros too).
+  Tensor z = from_vector({2, 0.5, 3, 1.5, 2, 0, 3, 1.5, 0, 0, 4, 1.5, 0, 0, 0, 2}, {4, 4}, {.dtype = kFloat64});
+  z.requires_grad_();
+  expect_gradcheck([](const TensorList& v) { return prod(v[0], 1); }, {z});
+  expect_gradcheck([](const TensorList& v) { return prod(transpose(v[0], 0, 1), 0); }, {z});
+  expect_values(grad_of([](const Tensor& t) { return prod(t); }, {2, 0, 3}, {3}), {0, 6, 0});
+  expect_values(grad_of([](const Tensor& t) { return prod(t); }, {0, 0, 3}, {3}), {0, 0, 0});
+  expect_values(grad_of([](const Tensor& t) { return prod(t); }, {2, 4}, {2}), {4, 2});
+  expect_values(grad_of([](const Tensor& t) { return prod(t, 0); }, {5}, {}), {1});
+}
+
+TEST(ReduceGrad, ProdDoubleBackwardAtZeros) {
+  // sum of d prod / d x_i = x1 x2 + x0 x2 + x0 x1; its gradient is
+  // (x1 + x2, x0 + x2, x0 + x1).
+  for (const auto& x : std::vector<std::vector<double>>{{2, 3, 4}, {0, 3, 4}, {0, 0, 4}, {0, 0, 0}}) {
+    Tensor t = from_vector(x, {3}, {.dtype = kFloat64, .requires_grad = true});
+    TensorList g = autograd::grad({prod(t)}, {t}, {}, {}, true);
+    TensorList gg = autograd::grad({sum(g[0])}, {t});
+    expect_values(gg[0], {x[1] + x[2], x[0] + x[2], x[0] + x[1]});
+  }
+}
+
+TEST(ReduceGrad, Extremum) {
+  Tensor x = random_tensor({3, 4, 5}, 32).requires_grad_();
+  expect_gradcheck([](const TensorList& v) { return amax(v[0], {1}); }, {x});
+  expect_gradcheck([](const TensorList& v) { return amin(v[0], {0, 2}, true); }, {x});
+  expect_gradcheck([](const TensorList& v) { return max(v[0]); }, {x});
+  expect_gradcheck([](const TensorList& v) { return min(v[0]); }, {x});
+  expect_gradcheck([](const TensorList& v) { return max(v[0], 2).values; }, {x});
+  expect_gradcheck([](const TensorList& v) { return min(v[0], 0, true).values; }, {x});
+  expect_gradcheck([](const TensorList& v) { return max(transpose(v[0], 0, 2), 1).values; }, {x});
+  // Ties: amax and max() split the gradient, max(dim) picks the first.
+  expect_values(grad_of([](const Tensor& t) { return amax(t, {1}); }, {1, 3, 3, 5, 2, 5}, {2, 3}),
+                {0, 0.5, 0.5, 0.5, 0, 0.5});
+  expect_values(grad_of([](const Tensor& t) { return max(t); }, {1, 3, 3, 3}, {4}), {0, 1.0 / 3, 1.0 / 3, 1.0 / 3});
+  expect_values(grad_of([](const Tensor& t) { return min(t, 1).values; }, {1, 3, 1, 2, 2, 4}, {2, 3}),
+                {1, 0, 0, 1, 0, 0});
+  expect_values(grad_of([](const Tensor& t) { return amax(t); }, {1, kNan, 2}, {3}), {0, 1, 0});
+  expect_values(grad_of([](const Tensor& t) { return max(t, 0).values; }, {7}, {}), {1});
+  expect_values(grad_of([](const Tensor& t) { return amin(t); }, {7}, {}), {1});
+  // Indices and argmax carry no gradient.
+  Tensor y = random_tensor({3}, 33).requires_grad_();
+  EXPECT_FALSE(max(y, 0).indices.requires_grad());
+  EXPECT_FALSE(argmax(y).requires_grad());
+  EXPECT_FALSE(all(y).requires_grad());
+}
+
+TEST(ReduceGrad, VarStd) {
+  Tensor x = random_tensor({3, 4}, 34).requires_grad_();
+  for (int64_t correction : {0, 1}) {
+    expect_gradcheck([=](const TensorList& v) { return var(v[0], {}, correction); }, {x});
+    expect_gradcheck([=](const TensorList& v) { return var(v[0], {1}, correction, true); }, {x});
+    expect_gradcheck([=](const TensorList& v) { return std(v[0], {0}, correction); }, {x});
+    expect_gradcheck([=](const TensorList& v) { return std(v[0], {}, correction, true); }, {x});
+  }
+  expect_values(grad_of([](const Tensor& t) { return var(t); }, {1, 2, 3, 6}, {4}),
+                {2 * (1 - 3.0) / 3, 2 * (2 - 3.0) / 3, 0, 2 * (6 - 3.0) / 3});
+}
+
+TEST(ReduceGrad, Norm) {
+  Tensor x = random_tensor({3, 4}, 35, 0.2, 1.0).requires_grad_();
+  Tensor signed_x = from_vector(values(mul(x, from_vector({1, -1, 1, -1}, {4}, {.dtype = kFloat64}))), {3, 4},
+                                {.dtype = kFloat64})
+                        .requires_grad_();
+  for (double p : {1.0, 2.0, 3.0, 0.5, 1.5, kInf, -kInf}) {
+    SCOPED_TRACE(p);
+    expect_gradcheck([=](const TensorList& v) { return norm(v[0], p); }, {signed_x});
+    expect_gradcheck([=](const TensorList& v) { return norm(v[0], p, {1}); }, {signed_x});
+    expect_gradcheck([=](const TensorList& v) { return norm(v[0], p, {0}, true); }, {signed_x});
+  }
+  expect_values(grad_of([](const Tensor& t) { return norm(t); }, {0, 0}, {2}), {0, 0});
+  expect_values(grad_of([](const Tensor& t) { return norm(t); }, {3, -4}, {2}), {0.6, -0.8});
+  expect_values(grad_of([](const Tensor& t) { return norm(t, kInf); }, {3, -3, 1}, {3}), {0.5, -0.5, 0});
+  expect_values(grad_of([](const Tensor& t) { return norm(t, 0); }, {3, -3, 1}, {3}), {0, 0, 0});
+  expect_values(grad_of([](const Tensor& t) { return norm(t, 1); }, {3, -3, 0}, {3}), {1, -1, 0});
+}
+
+TEST(ReduceGrad, LogSumExp) {
+  Tensor x = random_tensor({3, 4}, 36, -3, 3).requires_grad_();
+  expect_gradcheck([](const TensorList& v) { return logsumexp(v[0], {1}); }, {x});
+  expect_gradcheck([](const TensorList& v) { return logsumexp(v[0], {0}, true); }, {x});
+  expect_gradcheck([](const TensorList& v) { return logsumexp(v[0], {}); }, {x});
+  expect_values(grad_of([](const Tensor& t) { return logsumexp(t, {0}); }, {0, 0}, {2}), {0.5, 0.5});
+  expect_values(grad_of([](const Tensor& t) { return logsumexp(t, {0}); }, {1000, 1000}, {2}), {0.5, 0.5});
 }
 
 }  // namespace

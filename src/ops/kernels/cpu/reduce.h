@@ -95,7 +95,7 @@ int64_t reduce_lane(const ReduceGeometry& g);
 IndexWalker kept_walker_without(const ReduceGeometry& g, int64_t lane, bool output_strides);
 
 namespace reduce_impl {
-inline constexpr int64_t kLeafElems = 4096;       // pairwise leaf in the inner loop
+inline constexpr int64_t kLeafElems = 1 << 16;      // pairwise leaf in the inner loop
 inline constexpr int64_t kSplitChunkElems = 1 << 16;
 inline constexpr int64_t kMaxChunks = 64;
 inline constexpr int64_t kMinUnits = 16;          // fewer work units: split the reduced range
@@ -103,17 +103,10 @@ inline constexpr int64_t kMinUnits = 16;          // fewer work units: split the
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace reduce_impl
 
-// Reduction of the n elements p[0], p[s], ..., p[(n-1)s] with several
-// independent accumulators (vectorises; a dependency chain per lane).
-template <typename T, typename Op>
-typename Op::Acc reduce_line(const T* p, int64_t n, int64_t s, const Op& op, int64_t out) {
+// reduce_line with L independent accumulators (n >= L).
+template <int64_t L, typename T, typename Op>
+typename Op::Acc reduce_lanes(const T* p, int64_t n, int64_t s, const Op& op, int64_t out) {
   using Acc = typename Op::Acc;
-  constexpr int64_t L = sizeof(Acc) >= 8 ? 8 : 16;
-  if (n < L) {
-    Acc acc = op.identity();
-    for (int64_t i = 0; i < n; ++i) acc = op.combine(acc, op.map(p[i * s], out));
-    return acc;
-  }
   Acc a[L];
   for (int64_t k = 0; k < L; ++k) a[k] = op.identity();
   int64_t i = 0;
@@ -135,6 +128,21 @@ typename Op::Acc reduce_line(const T* p, int64_t n, int64_t s, const Op& op, int
   for (int64_t width = L / 2; width > 0; width /= 2)
     for (int64_t k = 0; k < width; ++k) a[k] = op.combine(a[k], a[k + width]);
   return a[0];
+}
+
+// Reduction of the n elements p[0], p[s], ..., p[(n-1)s] with independent
+// accumulators: 256 bytes of them for long lines (several vector registers,
+// so the adds do not wait on each other), 64 bytes for short ones.
+template <typename T, typename Op>
+typename Op::Acc reduce_line(const T* p, int64_t n, int64_t s, const Op& op, int64_t out) {
+  using Acc = typename Op::Acc;
+  constexpr int64_t kWide = 256 / sizeof(Acc) > 64 ? 64 : 256 / sizeof(Acc);
+  constexpr int64_t kNarrow = kWide / 4;
+  if (n >= 4 * kWide) return reduce_lanes<kWide>(p, n, s, op, out);
+  if (n >= kNarrow) return reduce_lanes<kNarrow>(p, n, s, op, out);
+  Acc acc = op.identity();
+  for (int64_t i = 0; i < n; ++i) acc = op.combine(acc, op.map(p[i * s], out));
+  return acc;
 }
 
 // max (kMax) or min with NaN propagation: a NaN wins over any number.
@@ -175,6 +183,13 @@ class StridedReducer {
       num_units_ = (lane_size_ == 0 ? 0 : g.num_outputs / lane_size_) * blocks_per_row_;
       rows_ = IndexWalker(g.red_sizes, g.red_strides);
       row_leaf_ = std::max<int64_t>(8, reduce_impl::kLeafElems / kLanes);
+      // A few contiguous lanes in back-to-back rows (an (N, C) tensor with
+      // small C summed over N): fold several rows into one vector of lanes.
+      if (lane_stride_ == 1 && 2 * lane_size_ <= kLanes && rows_.nd == 1 && rows_.strides[0] == lane_size_) {
+        rows_per_fold_ = kLanes / lane_size_;
+        row_leaf_ = std::max<int64_t>(rows_per_fold_, reduce_impl::kLeafElems / lane_size_);
+        for (int64_t k = 0; k < kLanes; ++k) lane_of_[size_t(k)] = (k % lane_size_) * lane_out_stride_;
+      }
     } else {
       kept_ = IndexWalker(g.kept_sizes, g.kept_strides);
       num_units_ = g.num_outputs;
@@ -218,6 +233,13 @@ class StridedReducer {
     if (!outer_mode_) {
       IndexWalker kept = kept_;
       kept.seek(b);
+      if (runs_.nd == 0 && r1 - r0 <= reduce_impl::kLeafElems) {
+        // One short run per output: no pairwise split needed.
+        const T* first = x_ + r0 * run_stride_;
+        for (int64_t o = b; o < e; ++o, kept.next())
+          store(o, reduce_line(first + kept.offset, r1 - r0, run_stride_, op_, o));
+        return;
+      }
       for (int64_t o = b; o < e; ++o, kept.next()) store(o, reduce_range(x_ + kept.offset, r0, r1, o));
       return;
     }
@@ -303,6 +325,10 @@ class StridedReducer {
     }
     for (int64_t j = 0; j < w; ++j) acc[j] = op_.identity();
     if (r0 >= r1) return;
+    if (rows_per_fold_ > 0) {
+      fold_rows(base + r0 * lane_size_, obase, r1 - r0, acc);
+      return;
+    }
     IndexWalker rows = rows_;
     rows.seek(r0);
     const int64_t ls = lane_stride_, los = lane_out_stride_;
@@ -318,6 +344,26 @@ class StridedReducer {
     }
   }
 
+  // reduce_rows for rows_per_fold_ > 0: `rows` back-to-back rows of
+  // lane_size_ lanes at p, rows_per_fold_ rows per vector step.
+  void fold_rows(const T* p, int64_t obase, int64_t rows, Acc* acc) const {
+    const int64_t w = lane_size_, width = rows_per_fold_ * w;
+    std::array<Acc, size_t(kLanes)> wide;
+    for (int64_t k = 0; k < width; ++k) wide[size_t(k)] = op_.identity();
+    int64_t r = 0;
+    for (; r + rows_per_fold_ <= rows; r += rows_per_fold_, p += width) {
+#pragma omp simd
+      for (int64_t k = 0; k < width; ++k)
+        wide[size_t(k)] = op_.combine(wide[size_t(k)], op_.map(p[k], obase + lane_of_[size_t(k)]));
+    }
+    for (int64_t j = 0; j < w; ++j) {
+      acc[j] = wide[size_t(j)];
+      for (int64_t m = 1; m < rows_per_fold_; ++m) acc[j] = op_.combine(acc[j], wide[size_t(m * w + j)]);
+    }
+    for (; r < rows; ++r, p += w)
+      for (int64_t j = 0; j < w; ++j) acc[j] = op_.combine(acc[j], op_.map(p[j], obase + lane_of_[size_t(j)]));
+  }
+
   const ReduceGeometry& g_;
   const T* x_;
   const Op& op_;
@@ -329,6 +375,8 @@ class StridedReducer {
   // reduce-over-outer
   IndexWalker other_in_, other_out_, rows_;
   int64_t lane_size_ = 0, lane_stride_ = 0, lane_out_stride_ = 0, blocks_per_row_ = 1, row_leaf_ = 1;
+  int64_t rows_per_fold_ = 0;                      // 0: no folding
+  std::array<int64_t, size_t(kLanes)> lane_of_{};  // output offset of folded lane k
 };
 
 // Reduces x (dtype T) over dims (sorted, wrapped) with op, calling
