@@ -77,9 +77,9 @@ void add_index(std::vector<TensorIndex>& out, py::handle h) {
     out.emplace_back(to_slice(h));
   } else if (py::isinstance<Tensor>(h)) {
     out.emplace_back(h.cast<Tensor>());
-  } else if (PyIndex_Check(o)) {
+  } else if (PyIndex_Check(o) && !PySequence_Check(o)) {  // NumPy integers
     out.emplace_back(h.cast<int64_t>());
-  } else if (PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o)) {
+  } else if (PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o)) {  // lists, NumPy arrays
     out.emplace_back(PySequence_Size(o) == 0 ? empty({0}, {.dtype = DType::Int64})
                                              : tensor_from_data(h, std::nullopt));
   } else {
