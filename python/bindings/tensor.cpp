@@ -83,7 +83,7 @@ void add_index(std::vector<TensorIndex>& out, py::handle h) {
     out.emplace_back(PySequence_Size(o) == 0 ? empty({0}, {.dtype = DType::Int64})
                                              : tensor_from_data(h, std::nullopt));
   } else {
-    throw IndexError(detail::concat(
+    throw TypeError(detail::concat(
         "index: only integers, slices (`:`), ellipsis (`...`), None, bools and integer or bool tensors "
         "are valid indices, got ", Py_TYPE(o)->tp_name));
   }

@@ -335,7 +335,7 @@ def test_index_errors_are_index_errors():
         t[2]
     with pytest.raises(IndexError):
         t[0, 0, 0]
-    with pytest.raises(IndexError):
+    with pytest.raises(TypeError, match="valid indices"):
         t["a"]
     with pytest.raises(IndexError):
         t[mf.tensor([5])]
