@@ -118,10 +118,12 @@ std::vector<TensorIndex> to_indices(py::handle index) {
 void init_tensor(py::module_& m) {
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
   cls.def_property_readonly("shape", [](const Tensor& t) { return size_of(t.sizes()); })
-      .def("size", [](const Tensor& t) { return size_of(t.sizes()); })
-      .def("size", [](const Tensor& t, int64_t dim) { return t.size(dim); }, py::arg("dim"))
-      .def("stride", [](const Tensor& t) { return py::tuple(py::cast(t.strides())); })
-      .def("stride", [](const Tensor& t, int64_t dim) { return t.stride(dim); }, py::arg("dim"))
+      .def("size", [](const Tensor& t, std::optional<int64_t> dim) -> py::object {
+        return dim ? py::int_(t.size(*dim)) : size_of(t.sizes());
+      }, py::arg("dim") = py::none())
+      .def("stride", [](const Tensor& t, std::optional<int64_t> dim) -> py::object {
+        return dim ? py::object(py::int_(t.stride(*dim))) : py::object(py::tuple(py::cast(t.strides())));
+      }, py::arg("dim") = py::none())
       .def("dim", &Tensor::dim)
       .def("ndimension", &Tensor::dim)
       .def_property_readonly("ndim", &Tensor::dim)

@@ -5,6 +5,8 @@ import torch
 
 import meshflow as mf
 
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # PyTorch's warnings before its errors
+
 
 def F(lib):
     return lib.nn.functional

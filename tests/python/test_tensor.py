@@ -384,9 +384,9 @@ def test_shape_size_and_metadata():
         x = lib.zeros(2, 3, 4)
         assert x.shape == (2, 3, 4) and isinstance(x.shape, tuple) and x.shape.numel() == 24
         assert x.shape[1:] == (3, 4) and type(x.shape[1:]) is type(x.shape)
-        assert x.size() == (2, 3, 4) and x.size(1) == 3 and x.size(-1) == 4
+        assert x.size() == (2, 3, 4) and x.size(1) == 3 and x.size(-1) == 4 and x.size(dim=0) == 2
         assert x.dim() == 3 and x.ndim == 3 and x.numel() == 24 and len(x) == 2
-        assert x.stride() == (12, 4, 1) and x.stride(0) == 12 and x.is_contiguous()
+        assert x.stride() == (12, 4, 1) and x.stride(0) == 12 and x.stride(dim=-1) == 1 and x.is_contiguous()
         assert not x.transpose(0, 1).is_contiguous()
         assert x.element_size() == 4 and x.is_floating_point()
         assert x.T.shape == (4, 3, 2) and x.mT.shape == (2, 4, 3)
