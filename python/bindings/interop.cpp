@@ -171,8 +171,8 @@ Tensor from_dlpack(py::object source) {
     throw ValueError("from_dlpack: the capsule is not a DLPack tensor or was already consumed");
   }
   const DLTensor& dl = managed->dl_tensor;
-  MF_CHECK(dl.device.device_type == kDLCPU, Error, "from_dlpack: only CPU tensors can be imported, got DLPack device type ",
-           dl.device.device_type);
+  MF_CHECK(dl.device.device_type == kDLCPU, Error,
+           "from_dlpack: only CPU tensors can be imported, got DLPack device type ", dl.device.device_type);
   const DType dtype = dtype_from_dl(dl.dtype);
   Shape shape(dl.shape, dl.shape + dl.ndim);
   Shape strides = dl.strides ? Shape(dl.strides, dl.strides + dl.ndim) : contiguous_strides(shape);
@@ -204,7 +204,8 @@ Scalar element_value(py::handle o) {
 // its dtype; Python numbers give bool, int64 or the default dtype.
 DType element_dtype(py::handle o, const Scalar& v) {
   if (py::isinstance<Tensor>(o)) return o.cast<const Tensor&>().dtype();
-  if (py::hasattr(o, "dtype")) return dtype_from_numpy(py::dtype::from_args(o.attr("dtype")));
+  if (py::hasattr(o, "dtype") && py::isinstance<py::dtype>(o.attr("dtype")))
+    return dtype_from_numpy(py::reinterpret_borrow<py::dtype>(o.attr("dtype")));
   return v.is_floating() ? default_dtype() : v.default_dtype();
 }
 

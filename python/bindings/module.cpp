@@ -237,15 +237,14 @@ bool type_caster<mf::Scalar>::load(handle src, bool convert) {
   }
   if (PyIndex_Check(o)) {
     object index = reinterpret_steal<object>(PyNumber_Index(o));
-    if (!index) {
-      PyErr_Clear();
-      return false;
+    if (index) {
+      int overflow = 0;
+      long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+      if (overflow != 0) return false;
+      value = mf::Scalar(int64_t(v));
+      return true;
     }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-    if (overflow != 0) return false;
-    value = mf::Scalar(int64_t(v));
-    return true;
+    PyErr_Clear();  // a float that also defines __index__ (a 0-d float tensor of another library)
   }
   if (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float) {
     double v = PyFloat_AsDouble(o);

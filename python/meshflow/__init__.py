@@ -65,7 +65,18 @@ def _new_tensor(self, data, *, dtype=None, requires_grad=False):
     return tensor(data, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
 
 
+def _deepcopy(self, memo):
+    copy = self.detach().clone()
+    if self.requires_grad:
+        if not self.is_leaf:
+            raise RuntimeError("deepcopy: only tensors created by the user (graph leaves) can be deep-copied")
+        copy.requires_grad_()
+    memo[id(self)] = copy
+    return copy
+
+
 Tensor.__format__ = _format
+Tensor.__deepcopy__ = _deepcopy
 Tensor.new_zeros = _new_factory(zeros)
 Tensor.new_ones = _new_factory(ones)
 Tensor.new_empty = _new_factory(empty)

@@ -394,7 +394,8 @@ op("mul", binary(), dtypes=ALL, method=True)
 op("div", binary(rhs={"nonzero": True}), dtypes=ALL, method=True)
 op("div", binary(rhs={"nonzero": True}, kwargs=({"rounding_mode": "floor"}, {"rounding_mode": "trunc"})),
    dtypes=NUMERIC, method=True)
-op("floor_divide", binary(rhs={"nonzero": True}), dtypes=NUMERIC, method=True, grad_dtypes=())  # no derivative in PyTorch
+# PyTorch has no derivative for floor_divide.
+op("floor_divide", binary(rhs={"nonzero": True}), dtypes=NUMERIC, method=True, grad_dtypes=())
 op("remainder", binary(rhs={"nonzero": True}), dtypes=NUMERIC, method=True)
 op("pow", binary(0.5, 2.0, rhs={"low": -2.0, "high": 2.0}), dtypes=FLOATS, method=True)
 op("pow", binary(-3, 3, rhs={"low": 0, "high": 3}, promote=False), dtypes=INTS, method=True)

@@ -92,7 +92,8 @@ def variants(info):
         out = [(info.name, lambda lib: resolve(lib, info.name))]
     out += [(alias, lambda lib, alias=alias: resolve(lib, alias)) for alias in info.aliases]
     if info.method:
-        out.append(("Tensor." + info.name.split(".")[-1], lambda lib: resolve(lib, "Tensor." + info.name.split(".")[-1])))
+        method = "Tensor." + info.name.split(".")[-1]
+        out.append((method, lambda lib: resolve(lib, method)))
     return out
 
 

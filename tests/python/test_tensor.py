@@ -55,6 +55,20 @@ def test_tensor_from_numpy_array_copies(np_dtype):
     assert t[0, 0].item() != a[0, 0].item()
 
 
+def test_tensor_from_a_list_of_torch_scalars():
+    assert mf.tensor([torch.tensor(1.5), torch.tensor(2)]).tolist() == [1.5, 2.0]
+
+
+def test_deepcopy():
+    import copy
+
+    x = mf.tensor([1.0, 2.0], requires_grad=True)
+    y = copy.deepcopy(x)
+    assert y.requires_grad and y.is_leaf and y.data_ptr() != x.data_ptr() and y.tolist() == [1.0, 2.0]
+    with pytest.raises(RuntimeError, match="deepcopy"):
+        copy.deepcopy(x * 2)
+
+
 def test_tensor_from_tensor_and_scalar_tensors():
     base = mf.tensor([1.0, 2.0], requires_grad=True)
     copy = mf.tensor(base)
@@ -209,10 +223,23 @@ def test_numpy_refuses_grad_and_bfloat16():
         mf.ones(2, dtype=mf.bfloat16).numpy()
 
 
-def test_numpy_array_operands():
-    t = mf.tensor([1.0, 2.0])
-    out = np.float64(2.0) * t
-    assert isinstance(out, mf.Tensor) and out.tolist() == [2.0, 4.0]
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "//", "%", "**", "&", "|", "^"])
+def test_numpy_array_operands(op):
+    ints = op in ("&", "|", "^")
+    for expr in ("t {} a", "t {} s", "s {} t"):  # what PyTorch 1.13 accepts
+        results = []
+        for lib in (torch, mf):
+            t = lib.tensor([1, 2, 3]) if ints else lib.tensor([1.0, 2.5, 3.0])
+            env = {"t": t, "a": np.array([3, 1, 2]) if ints else np.array([0.5, 2.0, 1.5]),
+                   "s": np.int64(2) if ints else np.float64(2.0)}
+            results.append(eval(expr.format(op), env))
+        assert_like_torch(results[1], results[0])
+    # An array on the left reads as a tensor too (PyTorch 1.13 refuses it).
+    a, t = (np.array([3, 1, 2]), mf.tensor([1, 2, 3])) if ints else (np.array([0.5, 2.0, 1.5]), mf.tensor([1.0, 2.5]))
+    if not ints:
+        a = a[:2]
+    expected = eval(f"a {op} t.numpy()")
+    np.testing.assert_allclose(eval(f"a {op} t").numpy(), expected, rtol=1e-6)
 
 
 # --- DLPack ----------------------------------------------------------------------------------
