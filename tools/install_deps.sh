@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libopenblas-dev libopenblas0-openmp libdnnl-dev
   libgtest-dev zlib1g-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   dataset-fashion-mnist
 )
 

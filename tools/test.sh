@@ -6,3 +6,5 @@ bash "$root/tools/build.sh"
 build="${MESHFLOW_BUILD_DIR:-$root/build}"
 cd "$build"
 ctest --output-on-failure -j"$(nproc)"
+# The Python front end (its extension was built into python/meshflow/ above).
+PYTHONPATH="$root/python" /usr/bin/python3 -m pytest "$root/tests/python" -q -p no:cacheprovider

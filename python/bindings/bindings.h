@@ -66,32 +66,56 @@ namespace pybind11::detail {
 
 // A Tensor argument also accepts None (an undefined tensor: "no bias"), and an
 // undefined tensor result is returned as None (a leaf's .grad before backward).
+// The caster looks the registered Tensor type up once instead of on every
+// argument and result (see bench/python_overhead.py).
 template <>
-class type_caster<mf::Tensor> : public type_caster_base<mf::Tensor> {
-  using Base = type_caster_base<mf::Tensor>;
-
+class type_caster<mf::Tensor> : public type_caster_generic {
  public:
+  static constexpr auto name = const_name<mf::Tensor>();
+
+  type_caster() : type_caster_generic(tensor_type()) {}
+
   bool load(handle src, bool convert) {
     if (src.is_none()) {
       value = &undefined();
       return true;
     }
-    return Base::load(src, convert);
+    return type_caster_generic::load(src, convert);
   }
   static handle cast(const mf::Tensor& t, return_value_policy policy, handle parent) {
     if (!t.defined()) return none().release();
-    return Base::cast(t, policy, parent);
+    if (policy == return_value_policy::automatic || policy == return_value_policy::automatic_reference)
+      policy = return_value_policy::copy;
+    return type_caster_generic::cast(&t, policy, parent, tensor_type(), &copy_tensor, &move_tensor);
   }
-  static handle cast(mf::Tensor&& t, return_value_policy policy, handle parent) {
+  static handle cast(mf::Tensor&& t, return_value_policy, handle parent) {
     if (!t.defined()) return none().release();
-    return Base::cast(std::move(t), policy, parent);
+    return type_caster_generic::cast(&t, return_value_policy::move, parent, tensor_type(), &copy_tensor,
+                                     &move_tensor);
   }
   static handle cast(const mf::Tensor* t, return_value_policy policy, handle parent) {
-    if (!t || !t->defined()) return none().release();
-    return Base::cast(t, policy, parent);
+    if (t == nullptr || !t->defined()) return none().release();
+    return type_caster_generic::cast(t, policy, parent, tensor_type(), &copy_tensor, &move_tensor);
+  }
+
+  template <typename T>
+  using cast_op_type = detail::cast_op_type<T>;
+  operator mf::Tensor*() { return static_cast<mf::Tensor*>(value); }  // NOLINT: pybind11's caster interface
+  operator mf::Tensor&() {                                              // NOLINT
+    if (value == nullptr) throw reference_cast_error();
+    return *static_cast<mf::Tensor*>(value);
   }
 
  private:
+  static const type_info* tensor_type() {
+    static const type_info* registered = nullptr;
+    if (registered == nullptr) registered = get_type_info(typeid(mf::Tensor));
+    return registered;
+  }
+  static void* copy_tensor(const void* t) { return new mf::Tensor(*static_cast<const mf::Tensor*>(t)); }
+  static void* move_tensor(const void* t) {
+    return new mf::Tensor(std::move(*const_cast<mf::Tensor*>(static_cast<const mf::Tensor*>(t))));
+  }
   static mf::Tensor& undefined() {
     static mf::Tensor t;
     return t;

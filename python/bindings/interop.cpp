@@ -171,8 +171,8 @@ Tensor from_dlpack(py::object source) {
     throw ValueError("from_dlpack: the capsule is not a DLPack tensor or was already consumed");
   }
   const DLTensor& dl = managed->dl_tensor;
-  MF_CHECK(dl.device.device_type == kDLCPU, Error, "from_dlpack: only CPU tensors can be imported, got DLPack device type ",
-           dl.device.device_type);
+  MF_CHECK(dl.device.device_type == kDLCPU, Error,
+           "from_dlpack: only CPU tensors can be imported, got DLPack device type ", dl.device.device_type);
   const DType dtype = dtype_from_dl(dl.dtype);
   Shape shape(dl.shape, dl.shape + dl.ndim);
   Shape strides = dl.strides ? Shape(dl.strides, dl.strides + dl.ndim) : contiguous_strides(shape);
@@ -200,17 +200,27 @@ Scalar element_value(py::handle o) {
   return py::detail::cast_op<Scalar>(number);
 }
 
+// PyTorch's inferred dtype of one element: a NumPy scalar or a tensor keeps
+// its dtype; Python numbers give bool, int64 or the default dtype.
+DType element_dtype(py::handle o, const Scalar& v) {
+  if (py::isinstance<Tensor>(o)) return o.cast<const Tensor&>().dtype();
+  if (py::hasattr(o, "dtype") && py::isinstance<py::dtype>(o.attr("dtype")))
+    return dtype_from_numpy(py::reinterpret_borrow<py::dtype>(o.attr("dtype")));
+  return v.is_floating() ? default_dtype() : v.default_dtype();
+}
+
 struct NestedData {
   Shape shape;
   std::vector<Scalar> values;
-  Scalar::Kind kind = Scalar::Kind::Bool;
+  std::optional<DType> dtype;  // promoted over the elements
 
   void collect(py::handle o, size_t dim) {
     if (dim == shape.size()) {
       MF_CHECK(!is_sequence(o), ValueError, "tensor: expected a number at dim ", dim,
                " but got a sequence (the nested lists are ragged)");
       Scalar v = element_value(o);
-      if (v.kind() > kind) kind = v.kind();
+      const DType d = element_dtype(o, v);
+      dtype = dtype ? promote_types(*dtype, d) : d;
       values.push_back(v);
       return;
     }
@@ -272,11 +282,7 @@ Tensor tensor_from_data(py::handle data, std::optional<DType> dtype) {
   }
   nested.values.reserve(size_t(shape_numel(nested.shape)));
   nested.collect(data, 0);
-  const bool empty_data = nested.values.empty();
-  const DType inferred = nested.kind == Scalar::Kind::Float || empty_data ? default_dtype()
-                         : nested.kind == Scalar::Kind::Int             ? DType::Int64
-                                                                        : DType::Bool;
-  const DType out_dtype = dtype.value_or(inferred);
+  const DType out_dtype = dtype.value_or(nested.dtype.value_or(default_dtype()));
   Tensor out = empty(nested.shape, {.dtype = out_dtype});
   dispatch_dtype(out_dtype, [&]<typename T>() {
     T* p = static_cast<T*>(out.data_ptr());

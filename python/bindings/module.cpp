@@ -37,17 +37,61 @@ std::string device_repr(const Device& d) {
   return "device(type='" + std::string(device_type_name(d.type())) + "', index=" + std::to_string(d.index()) + ")";
 }
 
+// Note [Python exception classes]: each mf error class has a Python class in
+// meshflow.errors. TypeError, IndexError and ValueError derive from the
+// builtin of that name *and* from meshflow.errors.Error, a RuntimeError, so
+// code written for PyTorch (which raises RuntimeError for most bad
+// arguments) and code that expects the precise class both catch them.
+struct ErrorClasses {
+  PyObject* error;
+  PyObject* shape;
+  PyObject* type;
+  PyObject* index;
+  PyObject* value;
+  PyObject* distributed;
+};
+ErrorClasses g_errors{};
+
+PyObject* new_error_class(py::module_& m, const char* name, const char* doc, py::tuple bases) {
+  const std::string qualified = std::string("meshflow.errors.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (cls == nullptr) throw py::error_already_set();
+  m.attr(name) = py::reinterpret_borrow<py::object>(cls);
+  return cls;  // the reference is kept for the life of the process
+}
+
+void init_errors(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_errors", "exception classes of meshflow (see meshflow.errors)");
+  auto base = [](PyObject* cls) { return py::reinterpret_borrow<py::object>(cls); };
+  g_errors.error = new_error_class(m, "Error", "Base of every meshflow error; a RuntimeError.",
+                                   py::make_tuple(base(PyExc_RuntimeError)));
+  g_errors.shape = new_error_class(m, "ShapeError", "Shapes that do not fit together.",
+                                   py::make_tuple(base(g_errors.error)));
+  g_errors.type = new_error_class(m, "TypeError", "A dtype an op does not support, or a wrong argument type.",
+                                  py::make_tuple(base(PyExc_TypeError), base(g_errors.error)));
+  g_errors.index = new_error_class(m, "IndexError", "A dimension or index out of range.",
+                                   py::make_tuple(base(PyExc_IndexError), base(g_errors.error)));
+  g_errors.value = new_error_class(m, "ValueError", "An argument value that is not allowed.",
+                                   py::make_tuple(base(PyExc_ValueError), base(g_errors.error)));
+  g_errors.distributed = new_error_class(m, "DistributedError", "A failure between processes.",
+                                         py::make_tuple(base(g_errors.error)));
+}
+
 void translate_error(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const TypeError& e) {
-    PyErr_SetString(PyExc_TypeError, e.what());
+    PyErr_SetString(g_errors.type, e.what());
   } catch (const IndexError& e) {
-    PyErr_SetString(PyExc_IndexError, e.what());
+    PyErr_SetString(g_errors.index, e.what());
   } catch (const ValueError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const Error& e) {  // Error, ShapeError, DistributedError
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+    PyErr_SetString(g_errors.value, e.what());
+  } catch (const ShapeError& e) {
+    PyErr_SetString(g_errors.shape, e.what());
+  } catch (const DistributedError& e) {
+    PyErr_SetString(g_errors.distributed, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(g_errors.error, e.what());
   }
 }
 
@@ -193,15 +237,14 @@ bool type_caster<mf::Scalar>::load(handle src, bool convert) {
   }
   if (PyIndex_Check(o)) {
     object index = reinterpret_steal<object>(PyNumber_Index(o));
-    if (!index) {
-      PyErr_Clear();
-      return false;
+    if (index) {
+      int overflow = 0;
+      long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+      if (overflow != 0) return false;
+      value = mf::Scalar(int64_t(v));
+      return true;
     }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-    if (overflow != 0) return false;
-    value = mf::Scalar(int64_t(v));
-    return true;
+    PyErr_Clear();  // a float that also defines __index__ (a 0-d float tensor of another library)
   }
   if (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float) {
     double v = PyFloat_AsDouble(o);
@@ -251,6 +294,7 @@ bool type_caster<mf::python::PairArg>::load(handle src, bool convert) {
 PYBIND11_MODULE(_C, m) {
   using namespace mf::python;
   m.doc() = "meshflow C++ core (use the meshflow package)";
+  init_errors(m);
   py::register_exception_translator(&translate_error);
   init_types(m);
   init_tensor(m);

@@ -136,6 +136,10 @@ void init_nn(py::module_& parent) {
   }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("size_average") = py::none(),
         py::arg("reduce") = py::none(), py::arg("reduction") = "mean", py::arg("pos_weight") = py::none());
 
+  m.def("scaled_dot_product_attention", &scaled_dot_product_attention, py::arg("query"), py::arg("key"),
+        py::arg("value"), py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0,
+        py::arg("is_causal") = false, py::kw_only(), py::arg("scale") = py::none());
+
   m.def("conv2d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, const PairArg& stride,
                      py::handle padding, const PairArg& dilation, int64_t groups) {
     Conv2dArgs args{.stride = stride.values, .padding = conv_padding(padding, weight, stride.values, dilation.values),

@@ -1,5 +1,7 @@
 // Python operators on Tensor: + - * / // % ** @, reflected and in-place
 // forms, comparisons, unary - ~ abs, and & | ^.
+#include <pybind11/numpy.h>
+
 #include "bindings.h"
 
 namespace mf::python {
@@ -7,8 +9,9 @@ namespace {
 
 py::object not_implemented() { return py::reinterpret_borrow<py::object>(Py_NotImplemented); }
 
-// Binds `name` for (Tensor, Tensor) and (Tensor, number); any other operand
-// type returns NotImplemented so that Python tries the reflected operator.
+// Binds `name` for (Tensor, Tensor), (Tensor, number) and (Tensor, NumPy
+// array, as PyTorch reads it: a tensor); any other operand type returns
+// NotImplemented so that Python tries the reflected operator.
 template <typename TensorFn, typename ScalarFn>
 void def_operator(py::class_<Tensor>& cls, const char* name, TensorFn f, ScalarFn g) {
   cls.def(name, [f](const Tensor& a, const Tensor& b) -> py::object {
@@ -16,12 +19,15 @@ void def_operator(py::class_<Tensor>& cls, const char* name, TensorFn f, ScalarF
     return py::cast(f(a, b));
   }, py::is_operator());
   cls.def(name, [g](const Tensor& a, Scalar b) { return g(a, b); }, py::is_operator());
+  cls.def(name, [f](const Tensor& a, const py::array& b) { return f(a, tensor_from_numpy(b)); }, py::is_operator());
 }
 
-// Reflected operators: `number op tensor`.
-template <typename ScalarFn>
-void def_reflected(py::class_<Tensor>& cls, const char* name, ScalarFn g) {
+// Reflected operators: `number op tensor` and `array op tensor` (f is the
+// forward operator).
+template <typename TensorFn, typename ScalarFn>
+void def_reflected(py::class_<Tensor>& cls, const char* name, TensorFn f, ScalarFn g) {
   cls.def(name, [g](const Tensor& a, Scalar b) { return g(a, b); }, py::is_operator());
+  cls.def(name, [f](const Tensor& a, const py::array& b) { return f(tensor_from_numpy(b), a); }, py::is_operator());
 }
 
 template <typename TensorFn, typename ScalarFn>
@@ -67,16 +73,21 @@ void init_operators(py::module_& m) {
     return py::cast(matmul(a, b));
   }, py::is_operator());
 
-  def_reflected(cls, "__radd__", [](T a, Scalar b) { return add(a, b); });
-  def_reflected(cls, "__rsub__", [](T a, Scalar b) { return rsub(a, b); });
-  def_reflected(cls, "__rmul__", [](T a, Scalar b) { return mul(a, b); });
-  def_reflected(cls, "__rtruediv__", [](T a, Scalar b) { return b / a; });
-  def_reflected(cls, "__rfloordiv__", [](T a, Scalar b) { return div(wrap_scalar(a, b), a, "floor"); });
-  def_reflected(cls, "__rmod__", [](T a, Scalar b) { return remainder(wrap_scalar(a, b), a); });
-  def_reflected(cls, "__rpow__", [](T a, Scalar b) { return pow(b, a); });
-  def_reflected(cls, "__rand__", [](T a, Scalar b) { return bitwise_and(wrap_scalar(a, b), a); });
-  def_reflected(cls, "__ror__", [](T a, Scalar b) { return bitwise_or(wrap_scalar(a, b), a); });
-  def_reflected(cls, "__rxor__", [](T a, Scalar b) { return bitwise_xor(wrap_scalar(a, b), a); });
+  def_reflected(cls, "__radd__", [](T a, T b) { return add(a, b); }, [](T a, Scalar b) { return add(a, b); });
+  def_reflected(cls, "__rsub__", [](T a, T b) { return sub(a, b); }, [](T a, Scalar b) { return rsub(a, b); });
+  def_reflected(cls, "__rmul__", [](T a, T b) { return mul(a, b); }, [](T a, Scalar b) { return mul(a, b); });
+  def_reflected(cls, "__rtruediv__", [](T a, T b) { return div(a, b); }, [](T a, Scalar b) { return b / a; });
+  def_reflected(cls, "__rfloordiv__", [](T a, T b) { return floor_divide(a, b); },
+                [](T a, Scalar b) { return div(wrap_scalar(a, b), a, "floor"); });
+  def_reflected(cls, "__rmod__", [](T a, T b) { return remainder(a, b); },
+                [](T a, Scalar b) { return remainder(wrap_scalar(a, b), a); });
+  def_reflected(cls, "__rpow__", [](T a, T b) { return pow(a, b); }, [](T a, Scalar b) { return pow(b, a); });
+  def_reflected(cls, "__rand__", [](T a, T b) { return bitwise_and(a, b); },
+                [](T a, Scalar b) { return bitwise_and(wrap_scalar(a, b), a); });
+  def_reflected(cls, "__ror__", [](T a, T b) { return bitwise_or(a, b); },
+                [](T a, Scalar b) { return bitwise_or(wrap_scalar(a, b), a); });
+  def_reflected(cls, "__rxor__", [](T a, T b) { return bitwise_xor(a, b); },
+                [](T a, Scalar b) { return bitwise_xor(wrap_scalar(a, b), a); });
 
   def_inplace(cls, "__iadd__", [](Tensor& a, T b) { add_(a, b); }, [](Tensor& a, Scalar b) { add_(a, b); });
   def_inplace(cls, "__isub__", [](Tensor& a, T b) { sub_(a, b); }, [](Tensor& a, Scalar b) { sub_(a, b); });

@@ -77,13 +77,13 @@ void add_index(std::vector<TensorIndex>& out, py::handle h) {
     out.emplace_back(to_slice(h));
   } else if (py::isinstance<Tensor>(h)) {
     out.emplace_back(h.cast<Tensor>());
-  } else if (PyIndex_Check(o)) {
+  } else if (PyIndex_Check(o) && !PySequence_Check(o)) {  // NumPy integers
     out.emplace_back(h.cast<int64_t>());
-  } else if (PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o)) {
+  } else if (PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o)) {  // lists, NumPy arrays
     out.emplace_back(PySequence_Size(o) == 0 ? empty({0}, {.dtype = DType::Int64})
                                              : tensor_from_data(h, std::nullopt));
   } else {
-    throw IndexError(detail::concat(
+    throw TypeError(detail::concat(
         "index: only integers, slices (`:`), ellipsis (`...`), None, bools and integer or bool tensors "
         "are valid indices, got ", Py_TYPE(o)->tp_name));
   }
@@ -118,10 +118,12 @@ std::vector<TensorIndex> to_indices(py::handle index) {
 void init_tensor(py::module_& m) {
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
   cls.def_property_readonly("shape", [](const Tensor& t) { return size_of(t.sizes()); })
-      .def("size", [](const Tensor& t) { return size_of(t.sizes()); })
-      .def("size", [](const Tensor& t, int64_t dim) { return t.size(dim); }, py::arg("dim"))
-      .def("stride", [](const Tensor& t) { return py::tuple(py::cast(t.strides())); })
-      .def("stride", [](const Tensor& t, int64_t dim) { return t.stride(dim); }, py::arg("dim"))
+      .def("size", [](const Tensor& t, std::optional<int64_t> dim) -> py::object {
+        return dim ? py::int_(t.size(*dim)) : size_of(t.sizes());
+      }, py::arg("dim") = py::none())
+      .def("stride", [](const Tensor& t, std::optional<int64_t> dim) -> py::object {
+        return dim ? py::object(py::int_(t.stride(*dim))) : py::object(py::tuple(py::cast(t.strides())));
+      }, py::arg("dim") = py::none())
       .def("dim", &Tensor::dim)
       .def("ndimension", &Tensor::dim)
       .def_property_readonly("ndim", &Tensor::dim)

@@ -10,7 +10,7 @@ from meshflow._C import Tensor, dtype, device
 from meshflow._grad_mode import enable_grad, no_grad, set_grad_enabled
 from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
-from meshflow import autograd, nn, return_types  # noqa: F401
+from meshflow import autograd, errors, nn, return_types  # noqa: F401
 from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
     conv2d, group_norm, layer_norm, log_softmax, max_pool2d, softmax,
 )
@@ -65,7 +65,18 @@ def _new_tensor(self, data, *, dtype=None, requires_grad=False):
     return tensor(data, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
 
 
+def _deepcopy(self, memo):
+    copy = self.detach().clone()
+    if self.requires_grad:
+        if not self.is_leaf:
+            raise RuntimeError("deepcopy: only tensors created by the user (graph leaves) can be deep-copied")
+        copy.requires_grad_()
+    memo[id(self)] = copy
+    return copy
+
+
 Tensor.__format__ = _format
+Tensor.__deepcopy__ = _deepcopy
 Tensor.new_zeros = _new_factory(zeros)
 Tensor.new_ones = _new_factory(ones)
 Tensor.new_empty = _new_factory(empty)

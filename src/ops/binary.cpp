@@ -311,6 +311,14 @@ void check_alpha(const char* op, DType dtype, Scalar alpha) {
            ": for integral input tensors, argument alpha must not be a floating point number");
 }
 
+// An in-place op keeps self's dtype, so the result type of (self, other) must
+// cast to it without losing its kind (PyTorch's canCast: no float -> integer,
+// nothing but bool -> bool).
+void check_inplace_result(const char* op, DType result, DType self) {
+  MF_CHECK(!(is_floating(result) && !is_floating(self)) && (result == DType::Bool || self != DType::Bool), TypeError,
+           op, ": result type ", dtype_name(result), " can't be cast to the desired output type ", dtype_name(self));
+}
+
 Tensor scaled(const Tensor& b, Scalar alpha) { return is_one(alpha) ? b : mul(b, alpha); }
 
 // b * alpha, keeping the kind of number (an int stays an int).
@@ -384,25 +392,33 @@ Tensor neg(const Tensor& t) {
 
 Tensor& add_(Tensor& t, const Tensor& b, Scalar alpha) {
   check_alpha("add_", t.dtype(), alpha);
+  check_inplace_result("add_", result_type(t, b), t.dtype());
   dispatch::apply_inplace(op_add(), {t, to(scaled(b, alpha), t.dtype())});
   return t;
 }
 Tensor& add_(Tensor& t, Scalar b, Scalar alpha) {
+  check_inplace_result("add_", result_type(t, b), t.dtype());
   return add_(t, scalar_tensor(scale(b, alpha), t.dtype(), t.device()));
 }
 Tensor& sub_(Tensor& t, const Tensor& b, Scalar alpha) {
   check_alpha("sub_", t.dtype(), alpha);
+  check_inplace_result("sub_", result_type(t, b), t.dtype());
   dispatch::apply_inplace(op_sub(), {t, to(scaled(b, alpha), t.dtype())});
   return t;
 }
 Tensor& sub_(Tensor& t, Scalar b, Scalar alpha) {
+  check_inplace_result("sub_", result_type(t, b), t.dtype());
   return sub_(t, scalar_tensor(scale(b, alpha), t.dtype(), t.device()));
 }
 Tensor& mul_(Tensor& t, const Tensor& b) {
+  check_inplace_result("mul_", result_type(t, b), t.dtype());
   dispatch::apply_inplace(op_mul(), {t, to(b, t.dtype())});
   return t;
 }
-Tensor& mul_(Tensor& t, Scalar b) { return mul_(t, scalar_tensor(b, t.dtype(), t.device())); }
+Tensor& mul_(Tensor& t, Scalar b) {
+  check_inplace_result("mul_", result_type(t, b), t.dtype());
+  return mul_(t, scalar_tensor(b, t.dtype(), t.device()));
+}
 Tensor& div_(Tensor& t, const Tensor& b) {
   MF_CHECK(is_floating(t.dtype()), TypeError, "div_: result type Float can't be cast to the desired output type ",
            dtype_name(t.dtype()));

@@ -6,6 +6,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "ops/elementwise_common.h"
 #include "ops/kernels/cpu/loops.h"
 
 namespace mf {
@@ -137,6 +138,7 @@ MF_REGISTER_OP(OpDef{
 
 Tensor make_full(const Shape& size, Scalar value, const TensorOptions& options, const char* name) {
   static const OpDef& op = dispatch::op("full");
+  elementwise_detail::check_scalar_fits(value, options.dtype, name, "fill_value");
   Tensor t = dispatch::apply_one(op, {}, {{"size", size}, {"value", value}, {"dtype", options.dtype},
                                           {"device", options.device}});
   if (options.requires_grad) t.requires_grad_(true);
@@ -223,6 +225,7 @@ Tensor eye(int64_t n, std::optional<int64_t> m, const TensorOptions& options) {
 
 Tensor& fill_(Tensor& t, Scalar value) {
   static const OpDef& op = dispatch::op("fill");
+  elementwise_detail::check_scalar_fits(value, t.dtype(), "fill_", "value");
   dispatch::apply_inplace(op, {t}, {{"value", value}});
   return t;
 }

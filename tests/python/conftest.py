@@ -5,3 +5,9 @@ import sys
 _PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2] / "python"
 if str(_PACKAGE_ROOT) not in sys.path:
     sys.path.insert(0, str(_PACKAGE_ROOT))
+
+
+def pytest_configure(config):
+    # PyTorch's own deprecation notices (x.T on non-matrices, ...) are not findings.
+    config.addinivalue_line("filterwarnings", "ignore::UserWarning:torch")
+    config.addinivalue_line("filterwarnings", "ignore::UserWarning:opinfo")

@@ -394,7 +394,8 @@ op("mul", binary(), dtypes=ALL, method=True)
 op("div", binary(rhs={"nonzero": True}), dtypes=ALL, method=True)
 op("div", binary(rhs={"nonzero": True}, kwargs=({"rounding_mode": "floor"}, {"rounding_mode": "trunc"})),
    dtypes=NUMERIC, method=True)
-op("floor_divide", binary(rhs={"nonzero": True}), dtypes=NUMERIC, method=True, grad_dtypes=())  # no derivative in PyTorch
+# PyTorch has no derivative for floor_divide.
+op("floor_divide", binary(rhs={"nonzero": True}), dtypes=NUMERIC, method=True, grad_dtypes=())
 op("remainder", binary(rhs={"nonzero": True}), dtypes=NUMERIC, method=True)
 op("pow", binary(0.5, 2.0, rhs={"low": -2.0, "high": 2.0}), dtypes=FLOATS, method=True)
 op("pow", binary(-3, 3, rhs={"low": 0, "high": 3}, promote=False), dtypes=INTS, method=True)
@@ -1097,6 +1098,36 @@ def bce_samples(rng, dtype):
 
 
 op("nn.functional.binary_cross_entropy_with_logits", bce_samples, tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+
+def attention_reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """scaled_dot_product_attention in PyTorch 1.13, which has no fused one."""
+    import torch
+
+    scores = q @ k.transpose(-2, -1) * (q.size(-1) ** -0.5 if scale is None else scale)
+    if is_causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    return torch.softmax(scores, -1) @ v
+
+
+def attention_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, -1, 1)
+
+    keep = make(rng, (3, 5), "bool")
+    keep.data[:, 0] = True  # every query attends to something
+    return [S(x((2, 3, 4)), x((2, 5, 4)), x((2, 5, 6))),
+            S(x((2, 2, 3, 4)), x((2, 2, 5, 4)), x((2, 2, 5, 3)), keep),
+            S(x((3, 4)), x((5, 4)), x((5, 2)), x((3, 5))),
+            S(x((2, 4, 3)), x((2, 4, 3)), x((2, 4, 3)), is_causal=True),
+            S(x((1, 3, 4)), x((1, 5, 4)), x((1, 5, 4)), None, 0.0, False, scale=0.3)]
+
+
+op("nn.functional.scaled_dot_product_attention", attention_samples, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL,
+   call=lambda lib, *args, **kwargs: (lib.nn.functional.scaled_dot_product_attention(*args, **kwargs)
+                                      if lib.__name__ == "meshflow" else attention_reference(*args, **kwargs)))
 
 _CONV_TOL = {"float32": (1e-4, 1e-4), "bfloat16": (3e-2, 6e-2), "float16": (5e-3, 5e-3)}
 

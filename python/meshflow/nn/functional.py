@@ -5,7 +5,7 @@ __all__ = [
     "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh",
     "softmax", "log_softmax", "layer_norm", "batch_norm", "group_norm", "embedding", "dropout",
     "cross_entropy", "nll_loss", "mse_loss", "binary_cross_entropy_with_logits",
-    "conv2d", "max_pool2d", "max_pool2d_with_indices", "avg_pool2d",
+    "scaled_dot_product_attention", "conv2d", "max_pool2d", "max_pool2d_with_indices", "avg_pool2d",
     "adaptive_avg_pool2d", "linear", "pad", "one_hot",
 ]
 

@@ -110,4 +110,15 @@ TEST(Eye, Values) {
 }
 
 }  // namespace
+
+TEST(Creation, FillValuesOutOfAnIntegerRangeThrow) {
+  EXPECT_THROW(full({2}, 300, {.dtype = kUInt8}), Error);
+  EXPECT_THROW(full({2}, -1.5, {.dtype = kUInt8}), Error);
+  Tensor t = zeros({2}, {.dtype = kInt8});
+  EXPECT_THROW(fill_(t, 128), Error);
+  expect_values(t, {0, 0});
+  expect_values(full({2}, 255, {.dtype = kUInt8}), {255, 255});
+  expect_values(fill_(t, -128), {-128, -128});
+}
+
 }  // namespace mf

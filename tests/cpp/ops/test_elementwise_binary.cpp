@@ -338,4 +338,20 @@ TEST(ElementwiseCompare, IsNanIsInfIsFinite) {
 }
 
 }  // namespace
+TEST(ElementwiseBinary, InPlaceRefusesLossyResultTypes) {
+  Tensor i = from_vector({1, 2}, {2}, {.dtype = kInt64});
+  EXPECT_THROW(add_(i, 1.5), TypeError);
+  EXPECT_THROW(mul_(i, from_vector({0.5, 2}, {2})), TypeError);
+  Tensor flags = from_vector({1, 0}, {2}, {.dtype = kBool});
+  EXPECT_THROW(add_(flags, i), TypeError);
+  EXPECT_THROW(sub_(i, 0.25), TypeError);
+  expect_values(i, {1, 2});
+  add_(i, from_vector({1, 1}, {2}, {.dtype = kInt32}));  // int32 -> int64 is fine
+  mul_(i, 3);
+  expect_values(i, {6, 9});
+  Tensor f = from_vector({1, 2}, {2});
+  add_(f, from_vector({1, 1}, {2}, {.dtype = kFloat64}));  // float64 -> float32 keeps the kind
+  expect_values(f, {2, 3});
+}
+
 }  // namespace mf

@@ -1,0 +1,17 @@
+"""The exceptions meshflow raises, one per C++ error class (include/meshflow/error.h).
+
+Every class derives from Error, a RuntimeError, as most of PyTorch's errors
+are; TypeError, IndexError and ValueError also derive from the builtin of
+the same name. `except RuntimeError`, `except TypeError` and
+`except meshflow.errors.TypeError` all catch a meshflow.errors.TypeError.
+"""
+from meshflow._C import _errors
+
+Error = _errors.Error
+ShapeError = _errors.ShapeError
+TypeError = _errors.TypeError
+IndexError = _errors.IndexError
+ValueError = _errors.ValueError
+DistributedError = _errors.DistributedError
+
+__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "DistributedError"]
