@@ -9,10 +9,12 @@
 //     runs with several independent accumulators (vectorises, keeps ILP);
 //   * reduce-over-outer: a kept dim moves fastest (e.g. summing an (N, C)
 //     tensor over N), so a block of W neighbouring outputs is accumulated row
-//     by row, vectorised along the kept dim.
+//     by row, vectorised along the kept dim; when C is small, several
+//     back-to-back rows fill one vector and are folded at the end.
 // Accuracy: the reduced range is summed pairwise (split in halves down to a
-// leaf block), so float32 sums of millions of elements stay within a few ulp
-// of the exact result. Work is split over outputs when there are enough of
+// leaf block, inside which each of 16-64 accumulators takes a strided share),
+// so float32 sums of millions of elements stay within ~1e-7 relative of the
+// exact result. Work is split over outputs when there are enough of
 // them, otherwise the reduced range is cut into fixed chunks whose partial
 // results are combined pairwise. Every choice depends on sizes only, never on
 // the thread count, so results are reproducible on any number of threads.
@@ -39,7 +41,7 @@
 namespace mf::cpu {
 
 // Most dims a coalesced geometry may keep; deeper layouts are permuted and
-// copied first (make_reduce_geometry does it).
+// copied first (reduce_geometry does it).
 inline constexpr int64_t kMaxReduceDims = 12;
 
 struct ReduceGeometry {
@@ -95,10 +97,16 @@ int64_t reduce_lane(const ReduceGeometry& g);
 IndexWalker kept_walker_without(const ReduceGeometry& g, int64_t lane, bool output_strides);
 
 namespace reduce_impl {
-inline constexpr int64_t kLeafElems = 1 << 16;      // pairwise leaf in the inner loop
-inline constexpr int64_t kSplitChunkElems = 1 << 16;
+// Pairwise leaves: up to kLeafElems elements of contiguous runs (each of the
+// 16-64 accumulators of reduce_line takes a strided share), at most
+// kLeafRuns short runs, or rows of kRowLeafElems elements in
+// reduce-over-outer (64 rows per lane).
+inline constexpr int64_t kLeafElems = 1 << 16;
+inline constexpr int64_t kLeafRuns = 64;
+inline constexpr int64_t kRowLeafElems = 1 << 13;
+inline constexpr int64_t kSplitChunkElems = 1 << 16;  // least work per chunk of a split range
 inline constexpr int64_t kMaxChunks = 64;
-inline constexpr int64_t kMinUnits = 16;          // fewer work units: split the reduced range
+inline constexpr int64_t kMinUnits = 16;  // fewer work units than this: split the reduced range
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace reduce_impl
@@ -167,8 +175,12 @@ template <typename T, typename Op>
 class StridedReducer {
  public:
   using Acc = typename Op::Acc;
-  // Lanes of one reduce-over-outer block.
-  static constexpr int64_t kLanes = std::max<int64_t>(16, int64_t(512 / sizeof(Acc)));
+  // Widest block of lanes reduce-over-outer accumulates at once: whole rows
+  // up to 16 KiB, so rows are read sequentially (narrow column blocks would
+  // touch a new page on every row).
+  static constexpr int64_t kMaxBlock = std::max<int64_t>(16, int64_t(16384 / sizeof(Acc)));
+  // Lanes of one vector step when folding short rows (see fold_rows).
+  static constexpr int64_t kFoldLanes = std::max<int64_t>(16, int64_t(512 / sizeof(Acc)));
 
   StridedReducer(const ReduceGeometry& g, const T* x, const Op& op) : g_(g), x_(x), op_(op) {
     const int64_t lane = reduce_lane(g);
@@ -179,16 +191,17 @@ class StridedReducer {
       lane_out_stride_ = g.kept_out_strides[size_t(lane)];
       other_in_ = kept_walker_without(g, lane, false);
       other_out_ = kept_walker_without(g, lane, true);
-      blocks_per_row_ = reduce_impl::ceil_div(lane_size_, kLanes);
+      block_ = std::clamp<int64_t>(lane_size_, 1, kMaxBlock);
+      blocks_per_row_ = reduce_impl::ceil_div(lane_size_, block_);
       num_units_ = (lane_size_ == 0 ? 0 : g.num_outputs / lane_size_) * blocks_per_row_;
       rows_ = IndexWalker(g.red_sizes, g.red_strides);
-      row_leaf_ = std::max<int64_t>(8, reduce_impl::kLeafElems / kLanes);
+      row_leaf_ = std::max<int64_t>(64, reduce_impl::kRowLeafElems / block_);
       // A few contiguous lanes in back-to-back rows (an (N, C) tensor with
       // small C summed over N): fold several rows into one vector of lanes.
-      if (lane_stride_ == 1 && 2 * lane_size_ <= kLanes && rows_.nd == 1 && rows_.strides[0] == lane_size_) {
-        rows_per_fold_ = kLanes / lane_size_;
-        row_leaf_ = std::max<int64_t>(rows_per_fold_, reduce_impl::kLeafElems / lane_size_);
-        for (int64_t k = 0; k < kLanes; ++k) lane_of_[size_t(k)] = (k % lane_size_) * lane_out_stride_;
+      if (lane_stride_ == 1 && 2 * lane_size_ <= kFoldLanes && rows_.nd == 1 && rows_.strides[0] == lane_size_) {
+        rows_per_fold_ = kFoldLanes / lane_size_;
+        row_leaf_ = std::max<int64_t>(rows_per_fold_, reduce_impl::kRowLeafElems / lane_size_);
+        for (int64_t k = 0; k < kFoldLanes; ++k) lane_of_[size_t(k)] = (k % lane_size_) * lane_out_stride_;
       }
     } else {
       kept_ = IndexWalker(g.kept_sizes, g.kept_strides);
@@ -201,6 +214,8 @@ class StridedReducer {
         Shape sz(g.red_sizes.begin(), g.red_sizes.end() - 1), st(g.red_strides.begin(), g.red_strides.end() - 1);
         runs_ = IndexWalker(sz, st);
       }
+      leaf_ = runs_.nd == 0 ? reduce_impl::kLeafElems
+                            : std::clamp(run_size_ * reduce_impl::kLeafRuns, int64_t(1), reduce_impl::kLeafElems);
     }
   }
 
@@ -219,13 +234,13 @@ class StridedReducer {
         return;
       }
     }
-    const int64_t unit_elems = std::max<int64_t>(1, R * (outer_mode_ ? std::min(kLanes, lane_size_) : 1));
+    const int64_t unit_elems = std::max<int64_t>(1, R * (outer_mode_ ? block_ : 1));
     const int64_t grain = std::max<int64_t>(1, kGrainSize / unit_elems);
     parallel_for(0, num_units_, grain, [&](int64_t b, int64_t e) { reduce_units(b, e, 0, R, store); });
   }
 
  private:
-  int64_t leaf_rows() const { return outer_mode_ ? row_leaf_ : reduce_impl::kLeafElems; }
+  int64_t leaf_rows() const { return outer_mode_ ? row_leaf_ : leaf_; }
 
   // Reduces work units [b, e) over reduced indices [r0, r1).
   template <typename Store>
@@ -233,7 +248,7 @@ class StridedReducer {
     if (!outer_mode_) {
       IndexWalker kept = kept_;
       kept.seek(b);
-      if (runs_.nd == 0 && r1 - r0 <= reduce_impl::kLeafElems) {
+      if (runs_.nd == 0 && r1 - r0 <= leaf_) {
         // One short run per output: no pairwise split needed.
         const T* first = x_ + r0 * run_stride_;
         for (int64_t o = b; o < e; ++o, kept.next())
@@ -247,18 +262,22 @@ class StridedReducer {
     int64_t k = b / blocks_per_row_;
     in.seek(k);
     out.seek(k);
-    std::array<Acc, size_t(kLanes)> acc;
+    // acc, then one buffer per level of reduce_rows' pairwise split.
+    int64_t levels = 1;
+    for (int64_t rows = r1 - r0; rows > row_leaf_; rows = reduce_impl::ceil_div(rows, 2)) ++levels;
+    std::unique_ptr<Acc[]> scratch(new Acc[size_t(block_ * (levels + 1))]);
+    Acc* acc = scratch.get();
     for (int64_t u = b; u < e; ++u) {
       if (u / blocks_per_row_ != k) {
         k = u / blocks_per_row_;
         in.next();
         out.next();
       }
-      const int64_t first = (u % blocks_per_row_) * kLanes;
-      const int64_t w = std::min(kLanes, lane_size_ - first);
+      const int64_t first = (u % blocks_per_row_) * block_;
+      const int64_t w = std::min(block_, lane_size_ - first);
       const int64_t obase = out.offset + first * lane_out_stride_;
-      reduce_rows(x_ + in.offset + first * lane_stride_, obase, w, r0, r1, acc.data());
-      for (int64_t j = 0; j < w; ++j) store(obase + j * lane_out_stride_, acc[size_t(j)]);
+      reduce_rows(x_ + in.offset + first * lane_stride_, obase, w, r0, r1, acc, acc + block_);
+      for (int64_t j = 0; j < w; ++j) store(obase + j * lane_out_stride_, acc[j]);
     }
   }
 
@@ -287,9 +306,8 @@ class StridedReducer {
 
   // --- reduce-over-inner -----------------------------------------------------
   Acc reduce_range(const T* base, int64_t r0, int64_t r1, int64_t o) const {
-    using namespace reduce_impl;
-    if (r1 - r0 <= kLeafElems) return reduce_leaf(base, r0, r1, o);
-    const int64_t mid = r0 + (ceil_div(r1 - r0, kLeafElems) / 2) * kLeafElems;
+    if (r1 - r0 <= leaf_) return reduce_leaf(base, r0, r1, o);
+    const int64_t mid = r0 + (reduce_impl::ceil_div(r1 - r0, leaf_) / 2) * leaf_;
     return op_.combine(reduce_range(base, r0, mid, o), reduce_range(base, mid, r1, o));
   }
 
@@ -313,14 +331,16 @@ class StridedReducer {
   Acc reduce_run(const T* p, int64_t n, int64_t o) const { return reduce_line(p, n, run_stride_, op_, o); }
 
   // --- reduce-over-outer -----------------------------------------------------
-  // acc[j] = reduction of rows [r0, r1) at lane j < w.
-  void reduce_rows(const T* base, int64_t obase, int64_t w, int64_t r0, int64_t r1, Acc* acc) const {
+  // acc[j] = reduction of rows [r0, r1) at lane j < w; `scratch` holds a
+  // block of lanes per remaining level of the pairwise split.
+  void reduce_rows(const T* base, int64_t obase, int64_t w, int64_t r0, int64_t r1, Acc* acc, Acc* scratch) const {
     if (r1 - r0 > row_leaf_) {
       const int64_t mid = r0 + (reduce_impl::ceil_div(r1 - r0, row_leaf_) / 2) * row_leaf_;
-      reduce_rows(base, obase, w, r0, mid, acc);
-      std::array<Acc, size_t(kLanes)> right;
-      reduce_rows(base, obase, w, mid, r1, right.data());
-      for (int64_t j = 0; j < w; ++j) acc[j] = op_.combine(acc[j], right[size_t(j)]);
+      reduce_rows(base, obase, w, r0, mid, acc, scratch);
+      Acc* right = scratch;
+      reduce_rows(base, obase, w, mid, r1, right, scratch + block_);
+#pragma omp simd
+      for (int64_t j = 0; j < w; ++j) acc[j] = op_.combine(acc[j], right[j]);
       return;
     }
     for (int64_t j = 0; j < w; ++j) acc[j] = op_.identity();
@@ -348,7 +368,7 @@ class StridedReducer {
   // lane_size_ lanes at p, rows_per_fold_ rows per vector step.
   void fold_rows(const T* p, int64_t obase, int64_t rows, Acc* acc) const {
     const int64_t w = lane_size_, width = rows_per_fold_ * w;
-    std::array<Acc, size_t(kLanes)> wide;
+    std::array<Acc, size_t(kFoldLanes)> wide;
     for (int64_t k = 0; k < width; ++k) wide[size_t(k)] = op_.identity();
     int64_t r = 0;
     for (; r + rows_per_fold_ <= rows; r += rows_per_fold_, p += width) {
@@ -371,12 +391,12 @@ class StridedReducer {
   int64_t num_units_ = 0;
   // reduce-over-inner
   IndexWalker kept_, runs_;
-  int64_t run_size_ = 1, run_stride_ = 1;
+  int64_t run_size_ = 1, run_stride_ = 1, leaf_ = 1;
   // reduce-over-outer
   IndexWalker other_in_, other_out_, rows_;
-  int64_t lane_size_ = 0, lane_stride_ = 0, lane_out_stride_ = 0, blocks_per_row_ = 1, row_leaf_ = 1;
-  int64_t rows_per_fold_ = 0;                      // 0: no folding
-  std::array<int64_t, size_t(kLanes)> lane_of_{};  // output offset of folded lane k
+  int64_t lane_size_ = 0, lane_stride_ = 0, lane_out_stride_ = 0, block_ = 1, blocks_per_row_ = 1, row_leaf_ = 1;
+  int64_t rows_per_fold_ = 0;                          // 0: no folding
+  std::array<int64_t, size_t(kFoldLanes)> lane_of_{};  // output offset of folded lane k
 };
 
 // Reduces x (dtype T) over dims (sorted, wrapped) with op, calling

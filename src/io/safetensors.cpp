@@ -1,0 +1,300 @@
+// The safetensors format (https://github.com/huggingface/safetensors, README
+// "Format"), written and read with the same rules as the reference Rust
+// implementation: header length N as u64 little-endian, N <= 100 MB, N bytes
+// of JSON starting with '{' and padded with spaces to a multiple of 8, then the
+// data section, which the tensors' [begin, end) offsets must cover exactly,
+// in order, without gaps or overlaps.
+#include <algorithm>
+#include <bit>
+#include <optional>
+#include <tuple>
+
+#include "io/file.h"
+#include "io/json.h"
+#include "meshflow/io.h"
+#include "meshflow/ops/shape.h"
+
+namespace mf::io {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; a big-endian host would need byte swapping");
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr const char* kMetadataKey = "__metadata__";
+// Root object, tensor entry, shape array: nothing valid nests deeper.
+constexpr int kMaxHeaderDepth = 3;
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+};
+// In the reference writer's data order: by decreasing alignment (so every
+// tensor is aligned, the data section starting at a multiple of 8), ties in
+// the order of its Dtype enum, reversed.
+constexpr DTypeInfo kDTypes[] = {
+    {DType::Int64, "I64"},    {DType::Float64, "F64"}, {DType::Float32, "F32"}, {DType::Int32, "I32"},
+    {DType::BFloat16, "BF16"}, {DType::Float16, "F16"}, {DType::Int16, "I16"},   {DType::Int8, "I8"},
+    {DType::UInt8, "U8"},     {DType::Bool, "BOOL"},
+};
+
+size_t layout_rank(DType dtype) {
+  for (size_t i = 0; i < std::size(kDTypes); ++i)
+    if (kDTypes[i].dtype == dtype) return i;
+  throw TypeError(detail::concat("safetensors: no name for dtype ", dtype_name(dtype)));
+}
+
+const char* safetensors_name(DType dtype) { return kDTypes[layout_rank(dtype)].name; }
+
+std::optional<DType> dtype_from_safetensors_name(const std::string& name) {
+  for (const auto& info : kDTypes)
+    if (name == info.name) return info.dtype;
+  return std::nullopt;
+}
+
+// A name as a JSON string literal: quoted, control characters escaped.
+std::string quoted(const std::string& s) {
+  std::string out;
+  json::append_string(out, s);
+  return out;
+}
+
+uint64_t nbytes_of(const Tensor& t) { return uint64_t(t.numel()) * itemsize(t.dtype()); }
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::Float32;
+  Shape shape;
+  uint64_t begin = 0, end = 0, nbytes = 0;
+};
+
+class HeaderReader {
+ public:
+  explicit HeaderReader(const std::string& path) : path_(path) {}
+
+  template <typename... Parts>
+  [[noreturn]] void fail(const Parts&... parts) const {
+    throw Error(detail::concat("load_file: '", path_, "' is not a valid safetensors file: ", parts...));
+  }
+
+  uint64_t non_negative(const json::Json& j, const std::string& tensor, const char* field) const {
+    const int64_t* v = j.as_int();
+    if (!v) fail("tensor ", quoted(tensor), ": ", field, " must hold integers, got ", json::type_name(j));
+    if (*v < 0) fail("tensor ", quoted(tensor), ": ", field, " holds ", *v, ", which is negative");
+    return uint64_t(*v);
+  }
+
+  Entry read_entry(const std::string& name, const json::Json& j) const {
+    const auto* fields = j.as_object();
+    if (!fields) fail("tensor ", quoted(name), ": expected an object, got ", json::type_name(j));
+    const json::Json *dtype_j = nullptr, *shape_j = nullptr, *offsets_j = nullptr;
+    for (const auto& [key, value] : *fields) {
+      if (key == "dtype") dtype_j = &value;
+      else if (key == "shape") shape_j = &value;
+      else if (key == "data_offsets") offsets_j = &value;
+      else fail("tensor ", quoted(name), ": unknown field ", quoted(key));
+    }
+    if (!dtype_j || !shape_j || !offsets_j)
+      fail("tensor ", quoted(name), ": missing field \"", !dtype_j ? "dtype" : !shape_j ? "shape" : "data_offsets",
+           "\"");
+
+    Entry e;
+    e.name = name;
+    const std::string* dtype_name_j = dtype_j->as_string();
+    if (!dtype_name_j) fail("tensor ", quoted(name), ": dtype must be a string, got ", json::type_name(*dtype_j));
+    const std::optional<DType> dtype = dtype_from_safetensors_name(*dtype_name_j);
+    if (!dtype)
+      fail("tensor ", quoted(name), ": dtype ", quoted(*dtype_name_j),
+           " is not one meshflow reads (I64, F64, F32, I32, BF16, F16, I16, I8, U8, BOOL)");
+    e.dtype = *dtype;
+
+    const auto* dims = shape_j->as_array();
+    if (!dims) fail("tensor ", quoted(name), ": shape must be an array, got ", json::type_name(*shape_j));
+    // Sizes are int64 in meshflow; bounding the product of the non-zero ones
+    // keeps the element count and the strides of an empty tensor in range.
+    int64_t nonzero_product = 1;
+    for (const auto& d : *dims) {
+      const uint64_t size = non_negative(d, name, "shape");
+      if (size != 0 && __builtin_mul_overflow(nonzero_product, int64_t(size), &nonzero_product))
+        fail("tensor ", quoted(name), ": shape ", shape_text(*dims), " has too many elements");
+      e.shape.push_back(int64_t(size));
+    }
+    const int64_t numel = shape_numel(e.shape);
+    if (__builtin_mul_overflow(uint64_t(numel), uint64_t(itemsize(e.dtype)), &e.nbytes))
+      fail("tensor ", quoted(name), ": shape ", shape_text(*dims), " has too many bytes");
+
+    const auto* offsets = offsets_j->as_array();
+    if (!offsets || offsets->size() != 2)
+      fail("tensor ", quoted(name), ": data_offsets must be an array [begin, end]");
+    e.begin = non_negative((*offsets)[0], name, "data_offsets");
+    e.end = non_negative((*offsets)[1], name, "data_offsets");
+    return e;
+  }
+
+  std::string shape_text(const json::Json::Array& dims) const {
+    std::string out;
+    json::append(out, json::Json{dims});
+    return out;
+  }
+
+  // Checks that the entries, sorted by offsets, tile [0, data_size) exactly.
+  void check_layout(std::vector<Entry>& entries, uint64_t data_size) const {
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+    });
+    uint64_t expected_begin = 0;
+    const std::string* previous = nullptr;
+    for (const Entry& e : entries) {
+      const std::string where = detail::concat("tensor ", quoted(e.name), ": data_offsets [", e.begin, ", ", e.end, "]");
+      if (e.end < e.begin) fail(where, " end before they begin");
+      if (e.end > data_size)
+        fail(where, " reach past the data section, which holds ", data_size, " bytes (truncated file?)");
+      if (e.begin < expected_begin) fail(where, " overlap tensor ", quoted(*previous));
+      if (e.begin > expected_begin)
+        fail(where, " leave a gap after byte ", expected_begin, " of the data section");
+      if (e.end - e.begin != e.nbytes)
+        fail(where, " span ", e.end - e.begin, " bytes but a ", safetensors_name(e.dtype), " tensor of shape ",
+             shape_str(e.shape), " needs ", e.nbytes);
+      expected_begin = e.end;
+      previous = &e.name;
+    }
+    if (expected_begin != data_size)
+      fail("the tensors cover ", expected_begin, " bytes of the data section but it holds ", data_size,
+           " bytes (trailing garbage?)");
+  }
+
+ private:
+  const std::string& path_;
+};
+
+}  // namespace
+
+void save_file(const std::map<std::string, Tensor>& tensors, const std::string& path,
+               const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<const std::string*, const Tensor*>> order;
+  for (const auto& [name, t] : tensors) {
+    MF_CHECK(json::is_valid_utf8(name), ValueError, "save_file: tensor name ", quoted(name), " is not valid UTF-8");
+    MF_CHECK(name != kMetadataKey, ValueError, "save_file: \"", kMetadataKey,
+             "\" is reserved for metadata and cannot name a tensor");
+    MF_CHECK(t.defined(), ValueError, "save_file: tensor ", quoted(name), " is undefined");
+    MF_CHECK(t.device().is_cpu(), ValueError, "save_file: tensor ", quoted(name), " is on ", t.device(),
+             "; move it to the CPU first");
+    MF_CHECK(t.storage()->has_data(), ValueError, "save_file: tensor ", quoted(name), " has no data (a traced tensor)");
+    order.emplace_back(&name, &t);
+  }
+  for (const auto& [key, value] : metadata)
+    MF_CHECK(json::is_valid_utf8(key) && json::is_valid_utf8(value), ValueError, "save_file: metadata entry ",
+             quoted(key), " is not valid UTF-8");
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return layout_rank(a.second->dtype()) < layout_rank(b.second->dtype());
+  });
+
+  std::string header = "{";
+  if (!metadata.empty()) {
+    json::append_string(header, kMetadataKey);
+    header += ":{";
+    bool first = true;
+    for (const auto& [key, value] : metadata) {
+      if (!first) header += ',';
+      first = false;
+      json::append_string(header, key);
+      header += ':';
+      json::append_string(header, value);
+    }
+    header += '}';
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, t] : order) {
+    if (header.size() > 1) header += ',';
+    json::append_string(header, *name);
+    header += ":{\"dtype\":\"";
+    header += safetensors_name(t->dtype());
+    header += "\",\"shape\":[";
+    for (int64_t d = 0; d < t->dim(); ++d) {
+      if (d) header += ',';
+      header += std::to_string(t->size(d));
+    }
+    const uint64_t end = offset + nbytes_of(*t);
+    header += detail::concat("],\"data_offsets\":[", offset, ",", end, "]}");
+    offset = end;
+  }
+  header += '}';
+  header.append((8 - header.size() % 8) % 8, ' ');
+  MF_CHECK(header.size() <= kMaxHeaderBytes, ValueError, "save_file: the header would take ", header.size(),
+           " bytes, more than safetensors' limit of ", kMaxHeaderBytes);
+
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
+  AtomicFileWriter file(path, "save_file");
+  file.write(length, sizeof(length));
+  file.write(header.data(), header.size());
+  for (const auto& [name, t] : order) {
+    // One contiguous copy at a time, so saving needs little extra memory.
+    const Tensor c = contiguous(t->detach());
+    if (c.numel() > 0) file.write(c.data_ptr(), nbytes_of(c));
+  }
+  file.commit();
+}
+
+std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> load_file(const std::string& path) {
+  FileReader file(path, "load_file");
+  HeaderReader reader(path);
+  const uint64_t file_size = file.size();
+  if (file_size < 8) reader.fail("it holds ", file_size, " bytes, fewer than the 8 of the header length");
+  unsigned char length_bytes[8];
+  file.read_at(0, length_bytes, 8, "the header length");
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= uint64_t(length_bytes[i]) << (8 * i);
+  if (header_size > kMaxHeaderBytes)
+    reader.fail("the header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  if (header_size > file_size - 8)
+    reader.fail("the header length ", header_size, " exceeds the ", file_size - 8,
+                " bytes that follow it (truncated file?)");
+  std::string header(size_t(header_size), '\0');
+  file.read_at(8, header.data(), header.size(), "the header");
+  if (header.empty() || header[0] != '{') reader.fail("the header does not start with '{'");
+
+  json::Json root;
+  try {
+    root = json::parse(header, kMaxHeaderDepth);
+  } catch (const Error& e) {
+    reader.fail("the header is not valid JSON: ", e.what());
+  }
+  const auto* members = root.as_object();
+  if (!members) reader.fail("the header is ", json::type_name(root), ", not an object");
+
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : *members) {
+    if (key != kMetadataKey) {
+      entries.push_back(reader.read_entry(key, value));
+      continue;
+    }
+    const auto* items = value.as_object();
+    if (!items) reader.fail("\"__metadata__\" must be an object, got ", json::type_name(value));
+    for (const auto& [k, v] : *items) {
+      const std::string* text = v.as_string();
+      if (!text) reader.fail("\"__metadata__\" entry ", quoted(k), " must be a string, got ", json::type_name(v));
+      metadata.emplace(k, *text);
+    }
+  }
+  const uint64_t data_start = 8 + header_size;
+  reader.check_layout(entries, file_size - data_start);
+
+  std::map<std::string, Tensor> tensors;
+  for (const Entry& e : entries) {
+    Tensor t = make_empty(e.shape, e.dtype);
+    if (e.nbytes > 0) file.read_at(data_start + e.begin, t.data_ptr(), size_t(e.nbytes), "tensor " + quoted(e.name));
+    if (e.dtype == DType::Bool) {
+      // Any byte but 0 and 1 would be an invalid C++ bool.
+      const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+      for (uint64_t i = 0; i < e.nbytes; ++i)
+        if (bytes[i] > 1)
+          reader.fail("tensor ", quoted(e.name), ": BOOL element ", i, " is byte ", int(bytes[i]), ", not 0 or 1");
+    }
+    tensors.emplace(e.name, std::move(t));
+  }
+  return {std::move(tensors), std::move(metadata)};
+}
+
+}  // namespace mf::io
