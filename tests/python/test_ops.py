@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import meshflow as mf
-from opinfo import NOT_OPS, OPS, Arr, Dt, exact, ops_by_name, public_names
+from opinfo import NOT_OPS, OPS, ops_by_name, public_names
+from sampling import Arr, Dt, exact
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOW_PRECISION = ("float16", "bfloat16")

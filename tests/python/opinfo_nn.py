@@ -1,0 +1,313 @@
+"""OpInfo entries of linear algebra and meshflow.nn.functional (see opinfo.py,
+which imports this module so that opinfo.OPS always holds every entry)."""
+import numpy as np
+
+from opinfo import op
+from sampling import ALL, NUMERIC, Arr, Dt, S, index_arr, make, method_call, scalar_of, unary, validate_dropout
+
+
+# Linear algebra.
+_MATMUL_TOL = {"float32": (1e-4, 1e-4), "bfloat16": (3e-2, 5e-2), "float16": (3e-3, 5e-3)}
+
+
+def matmul_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, -1, 1)
+
+    return [S(x((3, 4)), x((4, 5))), S(x((2, 3, 4)), x((4, 2))), S(x((4,)), x((4,))), S(x((3, 4)), x((4,))),
+            S(x((4,)), x((2, 4, 3))), S(x((2, 1, 3, 4)), x((5, 4, 2))), S(x((0, 4)), x((4, 3))),
+            S(x((3, 0)), x((0, 2)))]
+
+
+op("matmul", matmul_samples, method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("mm", lambda rng, dtype: [S(make(rng, (3, 4), dtype, -1, 1), make(rng, (4, 5), dtype, -1, 1)),
+                             S(make(rng, (1, 7), dtype, -1, 1), make(rng, (7, 1), dtype, -1, 1)),
+                             S(make(rng, (2, 0), dtype), make(rng, (0, 3), dtype))],
+   method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("bmm", lambda rng, dtype: [S(make(rng, (2, 3, 4), dtype, -1, 1), make(rng, (2, 4, 5), dtype, -1, 1)),
+                              S(make(rng, (0, 3, 4), dtype), make(rng, (0, 4, 2), dtype))],
+   method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("mv", lambda rng, dtype: [S(make(rng, (3, 4), dtype, -1, 1), make(rng, (4,), dtype, -1, 1)),
+                             S(make(rng, (0, 2), dtype), make(rng, (2,), dtype))],
+   method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("dot", lambda rng, dtype: [S(make(rng, (5,), dtype, -1, 1), make(rng, (5,), dtype, -1, 1)),
+                              S(make(rng, (0,), dtype), make(rng, (0,), dtype))],
+   method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("outer", lambda rng, dtype: [S(make(rng, (3,), dtype), make(rng, (4,), dtype)),
+                                S(make(rng, (0,), dtype), make(rng, (2,), dtype))], method=True)
+op("addmm", lambda rng, dtype: [S(make(rng, (3, 5), dtype, -1, 1), make(rng, (3, 4), dtype, -1, 1),
+                                  make(rng, (4, 5), dtype, -1, 1)),
+                                S(make(rng, (5,), dtype, -1, 1), make(rng, (2, 4), dtype, -1, 1),
+                                  make(rng, (4, 5), dtype, -1, 1), beta=0.5, alpha=2)],
+   method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("baddbmm", lambda rng, dtype: [S(make(rng, (2, 3, 5), dtype, -1, 1), make(rng, (2, 3, 4), dtype, -1, 1),
+                                    make(rng, (2, 4, 5), dtype, -1, 1)),
+                                  S(make(rng, (3, 1), dtype, -1, 1), make(rng, (2, 3, 4), dtype, -1, 1),
+                                    make(rng, (2, 4, 2), dtype, -1, 1), beta=2, alpha=0.5)],
+   method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("nn.functional.linear", lambda rng, dtype: [
+    S(make(rng, (3, 4), dtype, -1, 1), make(rng, (5, 4), dtype, -1, 1), make(rng, (5,), dtype)),
+    S(make(rng, (2, 3, 4), dtype, -1, 1), make(rng, (2, 4), dtype, -1, 1)),
+    S(make(rng, (4,), dtype, -1, 1), make(rng, (3, 4), dtype, -1, 1), make(rng, (3,), dtype)),
+    S(make(rng, (0, 4), dtype), make(rng, (2, 4), dtype), make(rng, (2,), dtype))],
+   tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+
+
+# nn.functional: activations.
+def f_unary(kwargs=(), low=-3.0, high=3.0):
+    return unary(low, high, kwargs=kwargs)
+
+
+op("nn.functional.relu", f_unary(({"inplace": False},)), dtypes=NUMERIC)
+op("nn.functional.relu", unary(), call=lambda lib, x: lib.nn.functional.relu(x.clone() if x.requires_grad else x,
+                                                                             inplace=True), dtypes=NUMERIC)
+op("nn.functional.gelu", f_unary(({"approximate": "tanh"},)))
+op("nn.functional.silu", f_unary())
+op("nn.functional.leaky_relu", f_unary(({"negative_slope": 0.3},)))
+op("nn.functional.elu", f_unary(({"alpha": 2.0},)))
+for _name in ("silu", "leaky_relu", "elu"):
+    op("nn.functional." + _name, unary(),
+       call=lambda lib, x, _name=_name: getattr(lib.nn.functional, _name)(x.clone() if x.requires_grad else x,
+                                                                           inplace=True))
+op("nn.functional.softplus", f_unary(({"beta": 0.5, "threshold": 3.0},), -30.0, 30.0))
+op("nn.functional.sigmoid", f_unary())
+op("nn.functional.tanh", f_unary())
+
+
+def softmax_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype)
+
+    return [S(x((3, 4)), 1), S(x((2, 3, 4)), 0), S(x((5,)), -1), S(x(()), 0), S(x((0, 3)), 1),
+            S(x((2, 3)), dim=1, dtype=Dt("float64"))]
+
+
+op("nn.functional.softmax", softmax_samples, aliases=("softmax",))
+op("nn.functional.log_softmax", softmax_samples, aliases=("log_softmax",))
+op("Tensor.softmax", lambda rng, dtype: softmax_samples(rng, dtype)[:5], call=method_call("softmax"))
+op("Tensor.log_softmax", lambda rng, dtype: softmax_samples(rng, dtype)[:5], call=method_call("log_softmax"))
+
+_NORM_TOL = {"float32": (1e-4, 1e-4), "bfloat16": (3e-2, 5e-2), "float16": (5e-3, 5e-3)}
+
+
+def layer_norm_samples(rng, dtype):
+    def x(shape, low=-3, high=3):
+        return make(rng, shape, dtype, low, high)
+
+    return [S(x((3, 4)), (4,)), S(x((2, 3, 4)), (3, 4), x((3, 4)), x((3, 4))), S(x((5, 6)), (6,), x((6,)), None, 1e-3),
+            S(x((2, 3, 4)), [4], None, x((4,))), S(x((0, 3)), (3,))]
+
+
+op("nn.functional.layer_norm", layer_norm_samples, aliases=("layer_norm",), tol=_NORM_TOL, grad_tol=_NORM_TOL)
+
+
+def batch_norm_samples(rng, dtype):
+    def x(shape, low=-3, high=3, **kw):
+        return make(rng, shape, dtype, low, high, **kw)
+
+    def stats(c):
+        return x((c,), requires_grad=False), x((c,), 0.5, 2.0, requires_grad=False)
+
+    return [S(x((4, 3)), *stats(3), x((3,)), x((3,)), True),
+            S(x((2, 3, 4, 5)), *stats(3), None, None, True, 0.2),
+            S(x((2, 3, 4)), *stats(3), x((3,)), x((3,)), False),
+            S(x((4, 2, 3, 3)), None, None, x((2,)), x((2,)), True, eps=1e-3),
+            S(x((3, 2)), *stats(2), training=False)]
+
+
+op("nn.functional.batch_norm", batch_norm_samples, compare_inputs=True, tol=_NORM_TOL, grad_tol=_NORM_TOL)
+
+
+def group_norm_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype)
+
+    return [S(x((2, 4, 3)), 2), S(x((2, 6, 2, 2)), 3, x((6,)), x((6,))), S(x((3, 4)), 2, x((4,)), x((4,)), 1e-3),
+            S(x((1, 4, 5)), 1, x((4,)))]
+
+
+op("nn.functional.group_norm", group_norm_samples, aliases=("group_norm",), tol=_NORM_TOL, grad_tol=_NORM_TOL)
+
+
+def embedding_samples(rng, dtype):
+    weight = make(rng, (10, 3), dtype)
+    return [S(index_arr(rng, (4,), 10), weight), S(index_arr(rng, (2, 3), 10), make(rng, (10, 3), dtype)),
+            S(Arr(np.array([0, 2, 0, 5]), "int64", requires_grad=False), make(rng, (6, 4), dtype), padding_idx=0),
+            S(index_arr(rng, (0,), 10), make(rng, (10, 2), dtype))]
+
+
+op("nn.functional.embedding", embedding_samples)
+
+
+def dropout_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, nonzero=True)
+
+    return [S(x((3, 4)), 0.0), S(x((2, 3)), 0.5, False), S(x((4,)), 1.0), S(x((0, 2)), 0.3), S(x(()), 0.0, True)]
+
+
+op("nn.functional.dropout", dropout_samples)
+op("nn.functional.dropout", lambda rng, dtype: [S(make(rng, (30, 40), dtype, nonzero=True), 0.5),
+                                                S(make(rng, (10,), dtype, nonzero=True), 0.2, True)],
+   check="meta", validate=validate_dropout)
+op("nn.functional.dropout", lambda rng, dtype: [S(make(rng, (3, 4), dtype), 0.0, True, True)],
+   call=lambda lib, x, *args: lib.nn.functional.dropout(x.clone() if x.requires_grad else x, *args))
+
+_LOSS_TOL = {"float32": (1e-5, 1e-5), "bfloat16": (3e-2, 3e-2), "float16": (5e-3, 5e-3)}
+
+
+def target_arr(rng, shape, classes, ignore=False):
+    values = rng.integers(0, classes, size=shape)
+    if ignore and values.size:
+        values.reshape(-1)[0] = -100
+    return Arr(values, "int64", requires_grad=False)
+
+
+def class_weight(rng, classes, dtype):  # PyTorch does not differentiate class weights
+    return make(rng, (classes,), dtype, 0.5, 2.0, requires_grad=False)
+
+
+def cross_entropy_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype)
+
+    return [S(x((4, 5)), target_arr(rng, (4,), 5)),
+            S(x((4, 5)), target_arr(rng, (4,), 5, ignore=True), reduction="sum"),
+            S(x((3, 4)), target_arr(rng, (3,), 4), class_weight(rng, 4, dtype), reduction="none"),
+            S(x((2, 3, 4, 2)), target_arr(rng, (2, 4, 2), 3)),
+            S(x((5, 3)), target_arr(rng, (5,), 3, ignore=True), class_weight(rng, 3, dtype)),
+            S(x((4, 5)), target_arr(rng, (4,), 5), label_smoothing=0.1),
+            S(x((3,)), Arr(np.array(1), "int64", requires_grad=False)),
+            S(x((4, 5)), make(rng, (4, 5), dtype, 0, 1)),
+            S(x((0, 3)), target_arr(rng, (0,), 3), reduction="sum")]
+
+
+op("nn.functional.cross_entropy", cross_entropy_samples, tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+
+
+def nll_loss_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, -3, 0)
+
+    return [S(x((4, 5)), target_arr(rng, (4,), 5)),
+            S(x((4, 5)), target_arr(rng, (4,), 5, ignore=True), reduction="none"),
+            S(x((3, 4)), target_arr(rng, (3,), 4), class_weight(rng, 4, dtype)),
+            S(x((2, 3, 4)), target_arr(rng, (2, 4), 3), reduction="sum"),
+            S(x((3,)), Arr(np.array(2), "int64", requires_grad=False)),
+            S(x((4, 3)), target_arr(rng, (4,), 3), ignore_index=1)]
+
+
+op("nn.functional.nll_loss", nll_loss_samples, tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+op("nn.functional.mse_loss", lambda rng, dtype: [S(make(rng, (3, 4), dtype), make(rng, (3, 4), dtype)),
+                                                 S(make(rng, (2, 3), dtype), make(rng, (2, 3), dtype), reduction="sum"),
+                                                 S(make(rng, (5,), dtype), make(rng, (5,), dtype), reduction="none"),
+                                                 S(make(rng, (0, 2), dtype), make(rng, (0, 2), dtype),
+                                                   reduction="sum")],
+   tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+
+
+def weight(arr):  # PyTorch does not differentiate loss weights
+    arr.requires_grad = False
+    return arr
+
+
+def bce_samples(rng, dtype):
+    def x(shape, low=-3, high=3):
+        return make(rng, shape, dtype, low, high)
+
+    return [S(x((3, 4)), x((3, 4), 0, 1)),
+            S(x((2, 3)), x((2, 3), 0, 1), weight(x((2, 3), 0.5, 2)), reduction="sum"),
+            S(x((4, 3)), x((4, 3), 0, 1), pos_weight=weight(x((3,), 0.5, 3))),
+            S(x((5,)), x((5,), 0, 1), weight(x((5,), 0.5, 2)), reduction="none", pos_weight=weight(x((5,), 0.5, 3)))]
+
+
+op("nn.functional.binary_cross_entropy_with_logits", bce_samples, tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+
+def attention_reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """scaled_dot_product_attention in PyTorch 1.13, which has no fused one."""
+    import torch
+
+    scores = q @ k.transpose(-2, -1) * (q.size(-1) ** -0.5 if scale is None else scale)
+    if is_causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    return torch.softmax(scores, -1) @ v
+
+
+def attention_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, -1, 1)
+
+    keep = make(rng, (3, 5), "bool")
+    keep.data[:, 0] = True  # every query attends to something
+    return [S(x((2, 3, 4)), x((2, 5, 4)), x((2, 5, 6))),
+            S(x((2, 2, 3, 4)), x((2, 2, 5, 4)), x((2, 2, 5, 3)), keep),
+            S(x((3, 4)), x((5, 4)), x((5, 2)), x((3, 5))),
+            S(x((2, 4, 3)), x((2, 4, 3)), x((2, 4, 3)), is_causal=True),
+            S(x((1, 3, 4)), x((1, 5, 4)), x((1, 5, 4)), None, 0.0, False, scale=0.3)]
+
+
+op("nn.functional.scaled_dot_product_attention", attention_samples, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL,
+   call=lambda lib, *args, **kwargs: (lib.nn.functional.scaled_dot_product_attention(*args, **kwargs)
+                                      if lib.__name__ == "meshflow" else attention_reference(*args, **kwargs)))
+
+_CONV_TOL = {"float32": (1e-4, 1e-4), "bfloat16": (3e-2, 6e-2), "float16": (5e-3, 5e-3)}
+
+
+def conv_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, -1, 1)
+
+    return [S(x((2, 3, 6, 6)), x((4, 3, 3, 3)), x((4,))),
+            S(x((1, 2, 7, 5)), x((3, 2, 3, 2)), None, 2, 1),
+            S(x((2, 4, 6, 6)), x((4, 2, 3, 3)), x((4,)), padding=(1, 2), groups=2),
+            S(x((1, 2, 8, 8)), x((2, 2, 3, 3)), dilation=2, stride=(1, 2)),
+            S(x((2, 3, 5, 5)), x((2, 3, 3, 3)), x((2,)), padding="same"),
+            S(x((3, 5, 5)), x((2, 3, 1, 1)), padding="valid"),
+            S(x((0, 2, 4, 4)), x((3, 2, 3, 3)))]
+
+
+op("nn.functional.conv2d", conv_samples, aliases=("conv2d",), tol=_CONV_TOL, grad_tol=_CONV_TOL)
+
+
+def pool_input(rng, dtype, shape):
+    return make(rng, shape, dtype, distinct=True)
+
+
+def max_pool_samples(rng, dtype):
+    return [S(pool_input(rng, dtype, (2, 3, 6, 6)), 2), S(pool_input(rng, dtype, (1, 2, 7, 5)), 3, 2, 1),
+            S(pool_input(rng, dtype, (2, 2, 8, 8)), (2, 3), dilation=2),
+            S(pool_input(rng, dtype, (1, 1, 5, 5)), 2, ceil_mode=True),
+            S(pool_input(rng, dtype, (3, 6, 6)), 3, 1, 1),
+            S(pool_input(rng, dtype, (1, 2, 6, 6)), 2, return_indices=True)]
+
+
+op("nn.functional.max_pool2d", max_pool_samples)
+op("max_pool2d", lambda rng, dtype: max_pool_samples(rng, dtype)[:5])
+op("nn.functional.max_pool2d_with_indices", lambda rng, dtype: max_pool_samples(rng, dtype)[:5])
+
+
+def avg_pool_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype)
+
+    return [S(x((2, 3, 6, 6)), 2), S(x((1, 2, 7, 5)), 3, 2, 1),
+            S(x((1, 2, 7, 5)), 3, 2, 1, count_include_pad=False), S(x((1, 1, 5, 5)), 2, ceil_mode=True),
+            S(x((3, 6, 6)), (2, 3), (1, 2), (1, 1))]
+
+
+op("nn.functional.avg_pool2d", avg_pool_samples, tol=_NORM_TOL)
+op("nn.functional.adaptive_avg_pool2d", lambda rng, dtype: [S(make(rng, (2, 3, 6, 6), dtype), 1),
+                                                            S(make(rng, (1, 2, 7, 5), dtype), (3, 2)),
+                                                            S(make(rng, (3, 5, 5), dtype), (5, 5)),
+                                                            S(make(rng, (1, 1, 4, 6), dtype), (3, 4))],
+   tol=_NORM_TOL)
+op("nn.functional.pad", lambda rng, dtype: [S(make(rng, (3, 4), dtype), (1, 2)),
+                                            S(make(rng, (2, 3, 4), dtype), (1, 0, 2, 1), value=scalar_of(dtype)),
+                                            S(make(rng, (3, 5), dtype), (-1, 2, 0, -1)),
+                                            S(make(rng, (2,), dtype), [0, 0], "constant", 0)], dtypes=ALL)
+op("nn.functional.one_hot", lambda rng, dtype: [S(index_arr(rng, (4,), 5)), S(index_arr(rng, (2, 3), 3), 5),
+                                                S(index_arr(rng, (0,), 3), 3)],
+   dtypes=("int64",), differentiable=False)
