@@ -33,8 +33,10 @@ def render():
     rows = {}
     for info in opinfo.OPS:
         for name in info.covered_names():
-            row = rows.setdefault(name, {"values": set(), "meta": set(), "grad": set(), "differentiable": False})
+            row = rows.setdefault(name, {"values": set(), "meta": set(), "grad": set(), "differentiable": False,
+                                         "validated": False})
             row["values" if info.check == "values" else "meta"] |= set(info.dtypes)
+            row["validated"] |= info.validate is not None
             row["grad"] |= set(info.checked_grad_dtypes())
             row["differentiable"] |= info.differentiable
     lines = [
@@ -60,7 +62,8 @@ def render():
         row = rows[name]
         forward = describe(row["values"])
         if row["meta"] - row["values"]:
-            forward = (forward + "; " if row["values"] else "") + describe(row["meta"]) + " (shape, dtype, range)"
+            checked = "shape, dtype, range" if row["validated"] else "shape, dtype"
+            forward = (forward + "; " if row["values"] else "") + f"{describe(row['meta'])} ({checked})"
         backward = describe(row["grad"]) if row["differentiable"] else "not differentiable"
         lines.append(f"| `{name}` | {forward} | {backward} |")
     return "\n".join(lines) + "\n"

@@ -261,7 +261,7 @@ _SIZES = (S(2, 3, dtype=Dt("?")), S((4,), dtype=Dt("?")), S([0, 3], dtype=Dt("?"
           S(3, 1, 2))
 op("zeros", no_tensor(*_SIZES), dtypes=ALL, differentiable=False)
 op("ones", no_tensor(*_SIZES), dtypes=ALL, differentiable=False)
-op("empty", no_tensor(*_SIZES), dtypes=ALL, check="meta")
+op("empty", no_tensor(*_SIZES), dtypes=ALL, check="meta", differentiable=False)
 op("full", no_tensor(S((2, 3), 1.5), S((4,), 7), S((2,), True), S((0, 2), 3, dtype=Dt("?")),
                      S((2, 2), 2, dtype=Dt("?")), S((), 2.25, dtype=Dt("?")), S((3,), -1.5)), dtypes=ALL,
    differentiable=False)
@@ -277,10 +277,10 @@ def like_samples(*extra):
 
 op("zeros_like", like_samples(), dtypes=ALL, differentiable=False)
 op("ones_like", like_samples(), dtypes=ALL, differentiable=False)
-op("empty_like", like_samples(), dtypes=ALL, check="meta")
+op("empty_like", like_samples(), dtypes=ALL, check="meta", differentiable=False)
 op("full_like", like_samples(1), dtypes=ALL, differentiable=False)
-op("rand_like", like_samples(), check="meta", validate=in_range(0, 1))
-op("randn_like", like_samples(), check="meta", validate=validate_normal)
+op("rand_like", like_samples(), check="meta", differentiable=False, validate=in_range(0, 1))
+op("randn_like", like_samples(), check="meta", differentiable=False, validate=validate_normal)
 op("arange", no_tensor(S(5), S(2, 9), S(1, 10, 3), S(0.0, 1.0, 0.25), S(10, 0, -3), S(5, dtype=Dt("?")),
                        S(-2, 3, 2, dtype=Dt("?")), S(0), S(-1.5, 2.5)), dtypes=("float32", "float64", "int32", "int64"),
    differentiable=False)
@@ -289,13 +289,16 @@ op("linspace", no_tensor(S(0, 1, 5), S(-2.0, 3.5, 7, dtype=Dt("?")), S(3, 3, 1),
 op("eye", no_tensor(S(3), S(2, 4), S(3, 1, dtype=Dt("?")), S(0)), dtypes=ALL, differentiable=False)
 op("scalar_tensor", no_tensor(S(1.5), S(3), S(2, dtype=Dt("?")), S(True, dtype=Dt("?"))), dtypes=ALL,
    differentiable=False)
-op("rand", no_tensor(S(2, 3), S((40, 50)), S(0, 3, dtype=Dt("?"))), check="meta", validate=in_range(0, 1),
+op("rand", no_tensor(S(2, 3), S((40, 50)), S(0, 3, dtype=Dt("?"))), check="meta", differentiable=False,
+   validate=in_range(0, 1),
    dtypes=FLOATS)
-op("randn", no_tensor(S(2, 3), S((40, 50)), S(0, 3, dtype=Dt("?"))), check="meta", validate=validate_randn,
+op("randn", no_tensor(S(2, 3), S((40, 50)), S(0, 3, dtype=Dt("?"))), check="meta", differentiable=False,
+   validate=validate_randn,
    dtypes=FLOATS)
 op("randint", no_tensor(S(5, (3, 4)), S(-3, 3, (100,)), S(0, 2, (0, 2)), S(10, (2,), dtype=Dt("?"))),
-   check="meta", validate=validate_randint, dtypes=("int64", "int32", "float32"))
-op("randperm", no_tensor(S(5), S(0), S(100)), check="meta", validate=validate_randperm, dtypes=("int64",))
+   check="meta", differentiable=False, validate=validate_randint, dtypes=("int64", "int32", "float32"))
+op("randperm", no_tensor(S(5), S(0), S(100)), check="meta", differentiable=False, validate=validate_randperm,
+   dtypes=("int64",))
 
 
 def bernoulli_samples(rng, dtype):
@@ -304,13 +307,16 @@ def bernoulli_samples(rng, dtype):
             S(make(rng, (4, 2), dtype), 1.0), S(make(rng, (30, 30), dtype), 0.25)]
 
 
-op("bernoulli", bernoulli_samples, check="meta", validate=validate_binary_values, method=True)
+op("bernoulli", bernoulli_samples, check="meta", differentiable=False, validate=validate_binary_values,
+   method=True)
 op("bernoulli", lambda rng, dtype: bernoulli_samples(rng, dtype)[:2] + bernoulli_samples(rng, dtype)[3:5],
    method=True, differentiable=False)
 op("Tensor.uniform_", lambda rng, dtype: [S(make(rng, (20, 30), dtype), -2.0, 3.0), S(make(rng, (0,), dtype))],
-   call=lambda lib, x, *args: x.detach().uniform_(*args), check="meta", validate=in_range(-2, 3))
+   call=lambda lib, x, *args: x.detach().uniform_(*args), check="meta", differentiable=False,
+   validate=in_range(-2, 3))
 op("Tensor.normal_", lambda rng, dtype: [S(make(rng, (20, 30), dtype), 1.0, 2.0), S(make(rng, (3,), dtype))],
-   call=lambda lib, x, *args: x.detach().normal_(*args), check="meta", validate=validate_normal)
+   call=lambda lib, x, *args: x.detach().normal_(*args), check="meta", differentiable=False,
+   validate=validate_normal)
 op("Tensor.fill_", lambda rng, dtype: [S(make(rng, (3, 4), dtype), scalar_of(dtype)),
                                        S(make(rng, (2, 3, 4), dtype), 0), S(make(rng, (), dtype), True)],
    call=inplace("fill_"), dtypes=ALL)
