@@ -290,11 +290,9 @@ op("eye", no_tensor(S(3), S(2, 4), S(3, 1, dtype=Dt("?")), S(0)), dtypes=ALL, di
 op("scalar_tensor", no_tensor(S(1.5), S(3), S(2, dtype=Dt("?")), S(True, dtype=Dt("?"))), dtypes=ALL,
    differentiable=False)
 op("rand", no_tensor(S(2, 3), S((40, 50)), S(0, 3, dtype=Dt("?"))), check="meta", differentiable=False,
-   validate=in_range(0, 1),
-   dtypes=FLOATS)
+   validate=in_range(0, 1), dtypes=FLOATS)
 op("randn", no_tensor(S(2, 3), S((40, 50)), S(0, 3, dtype=Dt("?"))), check="meta", differentiable=False,
-   validate=validate_randn,
-   dtypes=FLOATS)
+   validate=validate_randn, dtypes=FLOATS)
 op("randint", no_tensor(S(5, (3, 4)), S(-3, 3, (100,)), S(0, 2, (0, 2)), S(10, (2,), dtype=Dt("?"))),
    check="meta", differentiable=False, validate=validate_randint, dtypes=("int64", "int32", "float32"))
 op("randperm", no_tensor(S(5), S(0), S(100)), check="meta", differentiable=False, validate=validate_randperm,
