@@ -19,7 +19,8 @@ struct AdagradScalars {
 
 // Inputs (param, grad, sum, step).
 template <typename T, bool kDecay>
-void adagrad_loop(int64_t begin, int64_t end, T* p, const T* g, T* sum, const AdagradScalars<acc_type<T>>& s) {
+void adagrad_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict sum,
+                  const AdagradScalars<acc_type<T>>& s) {
   using A = acc_type<T>;
   for (int64_t i = begin; i < end; ++i) {
     const A param = A(p[i]);

@@ -19,8 +19,8 @@ struct RMSpropScalars {
 
 // Inputs (param, grad, square_avg, grad_avg, momentum_buffer, step).
 template <typename T, bool kDecay, bool kCentered, bool kMomentum>
-void rmsprop_loop(int64_t begin, int64_t end, T* p, const T* g, T* sq, T* ga, T* buf,
-                  const RMSpropScalars<acc_type<T>>& s) {
+void rmsprop_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict sq,
+                  T* __restrict ga, T* __restrict buf, const RMSpropScalars<acc_type<T>>& s) {
   using A = acc_type<T>;
   for (int64_t i = begin; i < end; ++i) {
     const A param = A(p[i]);

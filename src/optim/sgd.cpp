@@ -19,7 +19,8 @@ struct SGDScalars {
 
 // Inputs (param, grad, momentum_buffer); see sgd_update_ in update.h.
 template <typename T, bool kMomentum, bool kInit, bool kNesterov, bool kDecay>
-void sgd_loop(int64_t begin, int64_t end, T* p, const T* g, T* buf, const SGDScalars<acc_type<T>>& s) {
+void sgd_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict buf,
+              const SGDScalars<acc_type<T>>& s) {
   using A = acc_type<T>;
   for (int64_t i = begin; i < end; ++i) {
     const A param = A(p[i]);

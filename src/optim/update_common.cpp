@@ -3,6 +3,27 @@
 
 namespace mf::optim::detail {
 
+namespace {
+// Whether the memory spans of a and b intersect (tensors without memory,
+// or empty ones, never do).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  auto span = [](const Tensor& t) -> std::pair<const char*, const char*> {
+    const char* p = static_cast<const char*>(t.data_ptr());
+    if (p == nullptr || t.numel() == 0) return {nullptr, nullptr};
+    int64_t lo = 0, hi = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      const int64_t reach = (t.sizes()[size_t(d)] - 1) * t.strides()[size_t(d)];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    const int64_t item = int64_t(t.element_size());
+    return {p + lo * item, p + (hi + 1) * item};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 != nullptr && b0 != nullptr && a0 < b1 && b0 < a1;
+}
+}  // namespace
+
 std::vector<TensorMeta> infer_update(const std::string& op, const TensorList& in,
                                      std::initializer_list<StateInput> state, int step_index) {
   const Tensor& param = in[0];
@@ -28,6 +49,16 @@ std::vector<TensorMeta> infer_update(const std::string& op, const TensorList& in
     MF_CHECK(t.dtype() == param.dtype(), TypeError, op, ": ", name, " has dtype ", dtype_name(t.dtype()),
              " but param has dtype ", dtype_name(param.dtype()));
   }
+  // The loops read and write their arrays through restrict pointers: no
+  // two operands may overlap in memory.
+  std::vector<size_t> operands{0, 1};
+  for (const StateInput& s : state)
+    if (in[s.index].defined()) operands.push_back(s.index);
+  if (step_index >= 0 && in[size_t(step_index)].defined()) operands.push_back(size_t(step_index));
+  for (size_t a = 0; a < operands.size(); ++a)
+    for (size_t b = a + 1; b < operands.size(); ++b)
+      MF_CHECK(!overlaps(in[operands[a]], in[operands[b]]), ValueError, op, ": ", names[operands[a]], " and ",
+               names[operands[b]], " overlap in memory; each must have its own storage");
   if (step_index >= 0) {
     const Tensor& step = in[size_t(step_index)];
     MF_CHECK(step.defined(), ValueError, op, ": step is undefined");

@@ -5,7 +5,8 @@
 //
 // Every tensor has the parameter's shape and dtype (float16 and bfloat16
 // compute in float32) except `step`, a one-element floating counter that
-// the update increments before using it, as PyTorch's `step_t += 1`.
+// the update increments before using it, as PyTorch's `step_t += 1`. No
+// two of the tensors may overlap in memory (ValueError).
 // The updates record no autograd history; call them under NoGradGuard when
 // the parameter requires grad.
 #pragma once

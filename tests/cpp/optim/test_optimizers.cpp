@@ -178,6 +178,12 @@ TEST(OptimUpdateOps, BadOperandsThrow) {
   EXPECT_THROW(adam_update_(p, g, zeros({3}), zeros({3}), Tensor(), zeros({}), {.amsgrad = true}), ValueError);
   EXPECT_THROW(rmsprop_update_(p, g, zeros({3}), Tensor(), Tensor(), zeros({}), {.centered = true}), ValueError);
   EXPECT_THROW(adagrad_update_(p, g, zeros({3}, {.dtype = kFloat64}), zeros({}), {}), TypeError);
+  // Overlapping operands (the fused loops assume they are distinct).
+  EXPECT_THROW(sgd_update_(p, p, Tensor(), {.lr = 0.1}), ValueError);
+  Tensor both = zeros({6});
+  EXPECT_THROW(adam_update_(p, g, slice(both, 0, 0, 3), slice(both, 0, 2, 5), Tensor(), zeros({}), {}), ValueError);
+  EXPECT_NO_THROW(adam_update_(p, g, slice(both, 0, 0, 3), slice(both, 0, 3, 6), Tensor(), zeros({}), {}));
+  EXPECT_THROW(adagrad_update_(p, g, zeros({3}), slice(p, 0, 2, 3), {}), ValueError);
 }
 
 // --- parameter handling -----------------------------------------------------------------
