@@ -21,6 +21,7 @@
 
 namespace mf::optim {
 
+// A scheduler keeps a reference to its optimizer, which must outlive it.
 class LRScheduler {
  public:
   virtual ~LRScheduler() = default;
