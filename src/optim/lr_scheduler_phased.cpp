@@ -66,6 +66,8 @@ void SequentialLR::step(int64_t epoch) {
                                         "); call step() once per epoch"));
 }
 
+// SequentialLR steps through its schedulers (step() above), so its own
+// chainable form is simply the lrs of the scheduler in charge.
 std::vector<double> SequentialLR::get_lr() { return schedulers_[current()]->get_last_lr(); }
 
 StateValue SequentialLR::state_dict() const {

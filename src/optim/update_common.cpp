@@ -22,6 +22,15 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   const auto [b0, b1] = span(b);
   return a0 != nullptr && b0 != nullptr && a0 < b1 && b0 < a1;
 }
+
+// Whether several elements of t share one memory location (a dimension of
+// stride 0 and size above 1, as expand() makes), which an in-place write
+// cannot honour.
+bool has_internal_overlap(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[size_t(d)] == 0 && t.sizes()[size_t(d)] > 1) return true;
+  return false;
+}
 }  // namespace
 
 std::vector<TensorMeta> infer_update(const std::string& op, const TensorList& in,
@@ -55,6 +64,9 @@ std::vector<TensorMeta> infer_update(const std::string& op, const TensorList& in
   for (const StateInput& s : state)
     if (in[s.index].defined()) operands.push_back(s.index);
   if (step_index >= 0 && in[size_t(step_index)].defined()) operands.push_back(size_t(step_index));
+  for (size_t i : operands)
+    MF_CHECK(i == 1 || !has_internal_overlap(in[i]), ValueError, op, ": ", names[i],
+             " has elements that share memory (stride 0, as from expand()) and cannot be written in place");
   for (size_t a = 0; a < operands.size(); ++a)
     for (size_t b = a + 1; b < operands.size(); ++b)
       MF_CHECK(!overlaps(in[operands[a]], in[operands[b]]), ValueError, op, ": ", names[operands[a]], " and ",

@@ -184,6 +184,10 @@ TEST(OptimUpdateOps, BadOperandsThrow) {
   EXPECT_THROW(adam_update_(p, g, slice(both, 0, 0, 3), slice(both, 0, 2, 5), Tensor(), zeros({}), {}), ValueError);
   EXPECT_NO_THROW(adam_update_(p, g, slice(both, 0, 0, 3), slice(both, 0, 3, 6), Tensor(), zeros({}), {}));
   EXPECT_THROW(adagrad_update_(p, g, zeros({3}), slice(p, 0, 2, 3), {}), ValueError);
+  // A written operand whose elements share memory; a broadcast gradient is fine.
+  EXPECT_THROW(sgd_update_(expand(zeros({1}), {3}), g, Tensor(), {.lr = 0.1}), ValueError);
+  EXPECT_NO_THROW(sgd_update_(p, expand(ones({1}), {3}), Tensor(), {.lr = 0.1}));
+  expect_values(p, {-0.1, -0.1, -0.1}, 1e-7);
 }
 
 // --- parameter handling -----------------------------------------------------------------
