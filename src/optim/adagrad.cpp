@@ -103,7 +103,7 @@ void Adagrad::validate_group(const ParamGroup& group) const {
   MF_CHECK(initial >= 0, ValueError, "Adagrad: invalid initial_accumulator_value value: ", initial,
            " (must be >= 0)");
   MF_CHECK(eps >= 0, ValueError, "Adagrad: invalid epsilon value: ", eps, " (must be >= 0)");
-  group.get_bool("maximize");
+  group.get_bool("maximize");  // throws unless a bool
 }
 
 namespace {

@@ -185,8 +185,8 @@ void Adam::validate_group(const ParamGroup& group) const {
   MF_CHECK(beta2 >= 0 && beta2 < 1, ValueError, name_, ": invalid beta parameter at index 1: ", beta2,
            " (must be in [0, 1))");
   MF_CHECK(weight_decay >= 0, ValueError, name_, ": invalid weight_decay value: ", weight_decay, " (must be >= 0)");
-  group.get_bool("amsgrad");
-  group.get_bool("maximize");
+  group.get_bool("amsgrad");  // throws unless a bool
+  group.get_bool("maximize");  // throws unless a bool
 }
 
 void Adam::step() {

@@ -128,8 +128,8 @@ void RMSprop::validate_group(const ParamGroup& group) const {
   MF_CHECK(momentum >= 0, ValueError, "RMSprop: invalid momentum value: ", momentum, " (must be >= 0)");
   MF_CHECK(weight_decay >= 0, ValueError, "RMSprop: invalid weight_decay value: ", weight_decay, " (must be >= 0)");
   MF_CHECK(alpha >= 0, ValueError, "RMSprop: invalid alpha value: ", alpha, " (must be >= 0)");
-  group.get_bool("centered");
-  group.get_bool("maximize");
+  group.get_bool("centered");  // throws unless a bool
+  group.get_bool("maximize");  // throws unless a bool
 }
 
 void RMSprop::step() {

@@ -127,7 +127,7 @@ void SGD::validate_group(const ParamGroup& group) const {
   MF_CHECK(!group.get_bool("nesterov") || (momentum > 0 && dampening == 0), ValueError,
            "SGD: Nesterov momentum requires a momentum and zero dampening, got momentum ", momentum,
            " and dampening ", dampening);
-  group.get_bool("maximize");
+  group.get_bool("maximize");  // throws unless a bool
 }
 
 void SGD::step() {
