@@ -87,6 +87,10 @@ def main():
         mf_us = statistics.median(samples["meshflow"]) * 1e6
         torch_us = statistics.median(samples["torch"]) * 1e6
         print(f"{case:40s} {mf_us:12.2f} {torch_us:10.2f} {mf_us / torch_us:6.2f}x")
+    # What the binding alone costs: +x runs no op, only the call and a new wrapper.
+    x = mf.ones(4)
+    floor = statistics.median(time_per_op(lambda: +x, 1, args.calls) for _ in range(args.rounds)) * 1e6
+    print(f"meshflow binding floor (+x: a call and a new Tensor object, no op): {floor:.2f} us")
 
 
 if __name__ == "__main__":

@@ -307,4 +307,5 @@ PYBIND11_MODULE(_C, m) {
   init_shape(m);
   init_linalg(m);
   init_nn(m);
+  init_io(m);
 }

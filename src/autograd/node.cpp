@@ -14,6 +14,18 @@ thread_local bool t_grad_enabled = true;
 
 int next_hook_handle() { return g_next_hook_handle.fetch_add(1); }
 
+namespace {
+// A hook may replace a gradient, but with one of the same shape and dtype (as
+// in PyTorch); anything else would reach .grad or the next node unnoticed.
+Tensor checked_hook_result(const Tensor& replaced, const Tensor& grad) {
+  MF_CHECK(replaced.sizes() == grad.sizes(), ShapeError, "register_hook: the hook changed the gradient's shape from ",
+           shape_str(grad.sizes()), " to ", shape_str(replaced.sizes()));
+  MF_CHECK(replaced.dtype() == grad.dtype(), TypeError, "register_hook: the hook changed the gradient's dtype from ",
+           dtype_name(grad.dtype()), " to ", dtype_name(replaced.dtype()));
+  return replaced;
+}
+}  // namespace
+
 bool GradMode::is_enabled() { return t_grad_enabled; }
 void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
 
@@ -35,7 +47,7 @@ Tensor Node::run_tensor_hooks(uint32_t output_nr, Tensor grad) const {
   for (const auto& [handle, nr, hook] : tensor_hooks_) {
     if (nr != output_nr || !grad.defined()) continue;
     Tensor replaced = hook(grad);
-    if (replaced.defined()) grad = replaced;
+    if (replaced.defined()) grad = checked_hook_result(replaced, grad);
   }
   return grad;
 }
@@ -52,7 +64,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto& meta = variable_->ensure_autograd();
   for (const auto& [handle, hook] : meta.hooks) {
     Tensor replaced = hook(grad);
-    if (replaced.defined()) grad = replaced;
+    if (replaced.defined()) grad = checked_hook_result(replaced, grad);
   }
   if (!meta.grad.defined()) {
     // Keep the gradient's graph only when differentiating twice; otherwise

@@ -185,6 +185,17 @@ TEST(Autograd, HooksAndRetainGrad) {
   expect_values(x.grad(), {2, 2});
 }
 
+TEST(Autograd, HooksMayNotChangeTheGradientsShapeOrDType) {
+  Tensor x = from_vector({1, 2}, {2}).requires_grad_();
+  x.register_hook([](const Tensor&) { return ones({3}); });
+  EXPECT_THROW(sum(mul(x, 2.0)).backward(), ShapeError);
+  EXPECT_FALSE(x.grad().defined());
+  Tensor y = from_vector({1, 2}, {2}).requires_grad_();
+  Tensor h = mul(y, 2.0);
+  h.register_hook([](const Tensor& g) { return to(g, kFloat64); });
+  EXPECT_THROW(sum(h).backward(), TypeError);
+}
+
 TEST(Autograd, NoGradAndDetach) {
   Tensor x = ones({2}).requires_grad_();
   {

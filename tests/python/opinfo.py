@@ -1195,7 +1195,7 @@ NOT_OPS = {
     "tensor", "as_tensor", "from_numpy", "from_dlpack", "to_dlpack", "is_tensor", "is_floating_point", "numel",
     "manual_seed", "initial_seed", "get_num_threads", "set_num_threads", "get_default_dtype", "set_default_dtype",
     "is_grad_enabled", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
-    "reset_peak_memory_stats", "empty_cache",
+    "reset_peak_memory_stats", "empty_cache", "save", "load",
     # Tensor metadata, autograd and conversion to Python values
     "Tensor.size", "Tensor.stride", "Tensor.dim", "Tensor.ndimension", "Tensor.numel", "Tensor.nelement",
     "Tensor.storage_offset", "Tensor.is_contiguous", "Tensor.is_floating_point", "Tensor.element_size",

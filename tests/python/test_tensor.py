@@ -605,6 +605,11 @@ def test_hook_errors_propagate():
         (y * 2).sum().backward()
     with pytest.raises(RuntimeError, match="register_hook"):
         mf.ones(1).register_hook(lambda g: g)
+    for lib in (torch, mf):
+        z = lib.ones(2, requires_grad=True)
+        z.register_hook(lambda g: lib.ones(3))
+        with pytest.raises(RuntimeError):
+            (z * 2).sum().backward()
 
 
 def test_retain_grad():

@@ -1,0 +1,82 @@
+// Checkpoints (include/meshflow/io.h): safetensors files of named tensors,
+// and state trees as Python None/bool/int/float/str/Tensor/list/dict.
+#include "bindings.h"
+#include "meshflow/io.h"
+
+namespace mf::python {
+namespace {
+
+io::Value to_value(py::handle o, int depth) {
+  PyObject* p = o.ptr();
+  if (o.is_none()) return {};
+  if (PyBool_Check(p)) return io::Value(p == Py_True);
+  if (PyLong_Check(p)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
+    MF_CHECK(overflow == 0, ValueError, "save: the integer ", py::str(o).cast<std::string>(),
+             " does not fit in int64");
+    return io::Value(int64_t(v));
+  }
+  if (PyFloat_Check(p)) return io::Value(PyFloat_AS_DOUBLE(p));
+  if (PyUnicode_Check(p)) return io::Value(o.cast<std::string>());
+  if (py::isinstance<Tensor>(o)) return io::Value(o.cast<Tensor>());
+  const bool nested = PyDict_Check(p) || PyList_Check(p) || PyTuple_Check(p);
+  MF_CHECK(!nested || depth < io::kMaxValueDepth, ValueError, "save: lists and dicts are nested deeper than ",
+           io::kMaxValueDepth, " levels (is a list inside itself?)");
+  if (PyDict_Check(p)) {
+    io::Value::Map map;
+    for (auto [key, value] : py::reinterpret_borrow<py::dict>(o)) {
+      MF_CHECK(PyUnicode_Check(key.ptr()), TypeError, "save: dict keys must be str, got ",
+               Py_TYPE(key.ptr())->tp_name);
+      map.emplace(key.cast<std::string>(), to_value(value, depth + 1));
+    }
+    return io::Value(std::move(map));
+  }
+  if (PyList_Check(p) || PyTuple_Check(p)) {
+    io::Value::List list;
+    for (py::handle item : o) list.push_back(to_value(item, depth + 1));
+    return io::Value(std::move(list));
+  }
+  py::detail::make_caster<Scalar> number;  // NumPy scalars
+  if (number.load(o, true)) {
+    const Scalar s = py::detail::cast_op<Scalar>(number);
+    return s.is_bool() ? io::Value(s.to_bool()) : s.is_integral() ? io::Value(s.to_int()) : io::Value(s.to_double());
+  }
+  throw TypeError(detail::concat("save: can't store an object of type ", Py_TYPE(p)->tp_name,
+                                 " (store None, bool, int, float, str, Tensor, list, tuple or dict)"));
+}
+
+py::object from_value(const io::Value& v) {
+  switch (v.kind()) {
+    case io::Value::Kind::None: return py::none();
+    case io::Value::Kind::Bool: return py::bool_(v.as_bool());
+    case io::Value::Kind::Int: return py::int_(v.as_int());
+    case io::Value::Kind::Double: return py::float_(v.as_double());
+    case io::Value::Kind::String: return py::str(v.as_string());
+    case io::Value::Kind::Tensor: return py::cast(v.as_tensor());
+    case io::Value::Kind::List: {
+      py::list out;
+      for (const io::Value& item : v.as_list()) out.append(from_value(item));
+      return out;
+    }
+    case io::Value::Kind::Map: {
+      py::dict out;
+      for (const auto& [key, item] : v.as_map()) out[py::str(key)] = from_value(item);
+      return out;
+    }
+  }
+  throw Error("load: unknown value kind");
+}
+
+}  // namespace
+
+void init_io(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_io", "checkpoints (see meshflow.io)");
+  m.def("save_file", &io::save_file, py::arg("tensors"), py::arg("filename"), py::arg("metadata"));
+  m.def("load_file", &io::load_file, py::arg("filename"));
+  m.def("save", [](py::handle obj, const std::string& path) { io::save(to_value(obj, 0), path); }, py::arg("obj"),
+        py::arg("f"));
+  m.def("load", [](const std::string& path) { return from_value(io::load(path)); }, py::arg("f"));
+}
+
+}  // namespace mf::python
