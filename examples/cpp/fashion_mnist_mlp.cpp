@@ -13,6 +13,7 @@
 
 #include "meshflow/data/idx.h"
 #include "meshflow/meshflow.h"
+#include "meshflow/optim.h"
 
 namespace {
 
@@ -100,24 +101,6 @@ struct Mlp {
   }
 };
 
-// SGD with momentum, as torch.optim.SGD: buf = m * buf + g; p -= lr * buf.
-struct Sgd {
-  mf::TensorList params, buffers;
-  double lr, momentum;
-  Sgd(mf::TensorList p, double lr_, double momentum_) : params(std::move(p)), lr(lr_), momentum(momentum_) {}
-  void step() {
-    mf::NoGradGuard no_grad;
-    if (buffers.empty())
-      for (auto& p : params) buffers.push_back(mf::clone(p.grad()));
-    else
-      for (size_t i = 0; i < params.size(); ++i) mf::add_(mf::mul_(buffers[i], momentum), params[i].grad());
-    for (size_t i = 0; i < params.size(); ++i) mf::sub_(params[i], buffers[i], lr);
-  }
-  void zero_grad() {
-    for (auto& p : params) p.set_grad(mf::Tensor());
-  }
-};
-
 double accuracy(const Mlp& model, const Split& data, int64_t batch) {
   mf::NoGradGuard no_grad;
   int64_t correct = 0, n = data.images.size(0);
@@ -143,7 +126,7 @@ int main(int argc, char** argv) {
     std::printf("Fashion-MNIST MLP: %lld train / %lld test images, batch %lld, %d threads\n",
                 (long long)n, (long long)test.images.size(0), (long long)opt.batch_size, opt.threads);
     Mlp model;
-    Sgd optimizer(model.parameters(), opt.lr, opt.momentum);
+    mf::optim::SGD optimizer(model.parameters(), {.lr = opt.lr, .momentum = opt.momentum});
     for (int epoch = 1; epoch <= opt.epochs; ++epoch) {
       auto t0 = std::chrono::steady_clock::now();
       mf::Tensor order = mf::randperm(n);

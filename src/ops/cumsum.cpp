@@ -65,7 +65,7 @@ void cumsum_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
         Acc acc = Acc(0);
         for (int64_t k = 0; k < n; ++k) {
           const int64_t i = at(k);
-          acc += Acc(p[i * s]);
+          acc += cpu::to_acc<Acc>(p[i * s]);
           q[i * so] = from_acc<T>(acc);
         }
       }
@@ -73,9 +73,10 @@ void cumsum_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
     return;
   }
 
-  // A block of W neighbouring lines (along dim `lane`) advances together.
-  constexpr int64_t W = 64;
+  // A block of W neighbouring lines (along dim `lane`; whole rows up to 1024
+  // lines, read sequentially) advances together.
   const int64_t lane_size = g.sizes[size_t(lane)], ls = g.in_strides[size_t(lane)], los = g.out_strides[size_t(lane)];
+  const int64_t W = std::min<int64_t>(lane_size, 1024);
   Shape sz, ist, ost;
   for (int64_t d = 0; d < int64_t(g.sizes.size()); ++d) {
     if (d == lane) continue;
@@ -90,19 +91,19 @@ void cumsum_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
     cpu::IndexWalker in = in_walk, ow = out_walk;
     in.seek(b / blocks);
     ow.seek(b / blocks);
-    std::array<Acc, W> acc;
+    std::vector<Acc> acc(static_cast<size_t>(W));
     for (int64_t u = b; u < e; ++u) {
       if (u != b && u % blocks == 0) in.next(), ow.next();
       const int64_t first = (u % blocks) * W, w = std::min(W, lane_size - first);
       const T* p = xp + in.offset + first * ls;
       T* q = op + ow.offset + first * los;
-      acc.fill(Acc(0));
+      std::fill(acc.begin(), acc.end(), Acc(0));
       for (int64_t k = 0; k < n; ++k) {
         const int64_t i = at(k);
         const T* row = p + i * s;
         T* orow = q + i * so;
         for (int64_t j = 0; j < w; ++j) {
-          acc[size_t(j)] += Acc(row[j * ls]);
+          acc[size_t(j)] += cpu::to_acc<Acc>(row[j * ls]);
           orow[j * los] = from_acc<T>(acc[size_t(j)]);
         }
       }

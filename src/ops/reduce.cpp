@@ -14,7 +14,7 @@ template <typename T, typename A>
 struct ProdOp {
   using Acc = A;
   Acc identity() const { return Acc(1); }
-  Acc map(T x, int64_t) const { return Acc(x); }
+  Acc map(T x, int64_t) const { return cpu::to_acc<Acc>(x); }
   Acc combine(Acc a, Acc b) const { return a * b; }
 };
 
@@ -22,7 +22,7 @@ template <typename T, bool kAll>
 struct LogicalOp {
   using Acc = bool;
   Acc identity() const { return kAll; }
-  Acc map(T x, int64_t) const { return acc_type<T>(x) != acc_type<T>(0); }
+  Acc map(T x, int64_t) const { return cpu::to_acc<acc_type<T>>(x) != acc_type<T>(0); }
   Acc combine(Acc a, Acc b) const { return kAll ? (a && b) : (a || b); }
 };
 

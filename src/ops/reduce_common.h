@@ -92,7 +92,7 @@ template <typename T, typename A>
 struct SumOp {
   using Acc = A;
   Acc identity() const { return Acc(0); }
-  Acc map(T x, int64_t) const { return Acc(x); }
+  Acc map(T x, int64_t) const { return cpu::to_acc<Acc>(x); }
   Acc combine(Acc a, Acc b) const { return a + b; }
 };
 

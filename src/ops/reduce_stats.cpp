@@ -20,7 +20,7 @@ struct SquaredDeviationOp {
   const Acc* centre;
   Acc identity() const { return Acc(0); }
   Acc map(T x, int64_t out) const {
-    const Acc d = Acc(x) - centre[out];
+    const Acc d = cpu::to_acc<Acc>(x) - centre[out];
     return d * d;
   }
   Acc combine(Acc a, Acc b) const { return a + b; }
@@ -32,7 +32,7 @@ struct SumExpOp {
   using Acc = acc_type<T>;
   const Acc* shift;
   Acc identity() const { return Acc(0); }
-  Acc map(T x, int64_t out) const { return std::exp(Acc(x) - shift[out]); }
+  Acc map(T x, int64_t out) const { return std::exp(cpu::to_acc<Acc>(x) - shift[out]); }
   Acc combine(Acc a, Acc b) const { return a + b; }
 };
 
@@ -53,7 +53,7 @@ struct NormSumOp {
   Acc p;
   Acc identity() const { return Acc(0); }
   Acc map(T x, int64_t) const {
-    const Acc v = Acc(x);
+    const Acc v = cpu::to_acc<Acc>(x);
     if constexpr (kKind == NormKind::Zero) return v != Acc(0) ? Acc(1) : Acc(0);
     else if constexpr (kKind == NormKind::One) return std::abs(v);
     else if constexpr (kKind == NormKind::Two) return v * v;
@@ -67,7 +67,7 @@ struct AbsExtremumOp {
   using Acc = acc_type<T>;
   ExtremumOp<T, kMax> base;
   Acc identity() const { return base.identity(); }
-  Acc map(T x, int64_t) const { return std::abs(Acc(x)); }
+  Acc map(T x, int64_t) const { return std::abs(cpu::to_acc<Acc>(x)); }
   Acc combine(Acc a, Acc b) const { return base.combine(a, b); }
 };
 

@@ -187,6 +187,19 @@ TEST(ReduceSum, HalfAccumulatesInFloat) {
   }
 }
 
+// The kernels read float16 with their own (vectorisable) conversion: every
+// bit pattern must give the value Half::to_float gives.
+TEST(ReduceSum, Float16ReadsEveryPatternExactly) {
+  Tensor h = make_empty({65536, 1}, kFloat16);
+  Half* p = h.data<Half>();
+  for (int64_t i = 0; i < 65536; ++i) p[i] = Half::from_bits(uint16_t(i));
+  const std::vector<double> expected = values(reshape(h, {65536}));
+  expect_extended(amax(h, {1}), expected, 0);
+  expect_extended(mean(h, {1}), expected, 0);
+  expect_extended(cumsum(h, 1), expected, 0);
+  expect_extended(max(h, 1).values, expected, 0);
+}
+
 // float32 sums of a million elements match the float64 sum to ~1e-6
 // relative, along inner runs, outer rows and the split-range paths.
 TEST(ReduceSum, Float32Accuracy) {

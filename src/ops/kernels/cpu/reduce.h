@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -95,6 +96,24 @@ struct IndexWalker {
 int64_t reduce_lane(const ReduceGeometry& g);
 // A walker over the kept dims other than `lane`, in input (or output) strides.
 IndexWalker kept_walker_without(const ReduceGeometry& g, int64_t lane, bool output_strides);
+
+// x in the accumulator type A. float16 converts with a branch-free form of
+// Half::to_float (same results, bit for bit) so that loops over it vectorise.
+template <typename A, typename T>
+inline A to_acc(T x) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const uint32_t bits = x.bits, magnitude = bits & 0x7fffu;
+    // Exponent and mantissa moved into float position: scaling by 2^112
+    // rebiases normal and subnormal values alike; all-ones exponents
+    // (inf, NaN) map to float's all-ones exponent instead.
+    const float scaled = std::bit_cast<float>(magnitude << 13) * 0x1p112f;
+    const float special = std::bit_cast<float>((magnitude << 13) | 0x7f800000u);
+    const float unsigned_value = magnitude >= 0x7c00u ? special : scaled;
+    return A(std::bit_cast<float>(std::bit_cast<uint32_t>(unsigned_value) | ((bits & 0x8000u) << 16)));
+  } else {
+    return A(x);
+  }
+}
 
 namespace reduce_impl {
 // Pairwise leaves: up to kLeafElems elements of contiguous runs (each of the
@@ -163,7 +182,7 @@ struct ExtremumOp {
     else
       return kMax ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
   }
-  Acc map(T x, int64_t) const { return Acc(x); }
+  Acc map(T x, int64_t) const { return to_acc<Acc>(x); }
   // One select on the or of two compares: the form GCC vectorises best.
   Acc combine(Acc a, Acc b) const {
     const bool keep_a = (kMax ? a > b : a < b) | (a != a);
@@ -439,10 +458,10 @@ void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
     for (; i + kBlock <= i1; i += kBlock) {
       bool found = false;
 #pragma omp simd reduction(| : found)
-      for (int64_t k = 0; k < kBlock; ++k) found |= same(A(p[(i + k) * s]), best);
+      for (int64_t k = 0; k < kBlock; ++k) found |= same(to_acc<A>(p[(i + k) * s]), best);
       if (found) break;
     }
-    while (!same(A(p[i * s]), best)) ++i;
+    while (!same(to_acc<A>(p[i * s]), best)) ++i;
     best_i = i;
   };
 
@@ -486,32 +505,39 @@ void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
     return;
   }
 
-  // Vectorise along the kept dim `lane`: a block of lanes walks the dim together.
-  constexpr int64_t W = 64;
+  // Vectorise along the kept dim `lane`: a block of 64 lanes walks the dim
+  // together, its best values and indices held in registers.
   const int64_t lane_size = g.kept_sizes[size_t(lane)], ls = g.kept_strides[size_t(lane)];
   const int64_t los = g.kept_out_strides[size_t(lane)];
+  constexpr int64_t kArgLanes = 64;
+  const int64_t W = std::min<int64_t>(lane_size, kArgLanes);
   const int64_t blocks = ceil_div(lane_size, W);
   const IndexWalker other_in = kept_walker_without(g, lane, false), other_out = kept_walker_without(g, lane, true);
   const int64_t units = g.num_outputs / lane_size * blocks;
-  parallel_for(0, units, std::max<int64_t>(1, kGrainSize / (n * std::min(W, lane_size))), [&](int64_t b, int64_t e) {
+  parallel_for(0, units, std::max<int64_t>(1, kGrainSize / (n * W)), [&](int64_t b, int64_t e) {
     IndexWalker in = other_in, out = other_out;
     in.seek(b / blocks);
     out.seek(b / blocks);
-    std::array<A, W> best;
-    std::array<int64_t, W> best_i;
+    std::array<A, kArgLanes> best;
+    std::array<int64_t, kArgLanes> best_i;
     for (int64_t u = b; u < e; ++u) {
       if (u != b && u % blocks == 0) in.next(), out.next();
       const int64_t first = (u % blocks) * W, w = std::min(W, lane_size - first);
       const T* p = data + in.offset + first * ls;
-      for (int64_t j = 0; j < w; ++j) best[size_t(j)] = A(p[j * ls]), best_i[size_t(j)] = 0;
+      for (int64_t j = 0; j < w; ++j) best[size_t(j)] = to_acc<A>(p[j * ls]), best_i[size_t(j)] = 0;
+      auto update = [&](int64_t j, int64_t i, A v) {
+        const bool take = beats(v, best[size_t(j)]);
+        best[size_t(j)] = take ? v : best[size_t(j)];
+        best_i[size_t(j)] = take ? i : best_i[size_t(j)];
+      };
       for (int64_t i = 1; i < n; ++i) {
         const T* row = p + i * s;
+        if (ls == 1) {
 #pragma omp simd
-        for (int64_t j = 0; j < w; ++j) {
-          const A v = A(row[j * ls]);
-          const bool take = beats(v, best[size_t(j)]);
-          best[size_t(j)] = take ? v : best[size_t(j)];
-          best_i[size_t(j)] = take ? i : best_i[size_t(j)];
+          for (int64_t j = 0; j < w; ++j) update(j, i, to_acc<A>(row[j]));
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < w; ++j) update(j, i, to_acc<A>(row[j * ls]));
         }
       }
       const int64_t obase = out.offset + first * los;

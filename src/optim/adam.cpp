@@ -1,0 +1,221 @@
+// Adam and AdamW: the fused "adam_update" / "adamw_update" ops and
+// torch.optim.Adam / AdamW (PyTorch 1.13, _single_tensor_adam(w)).
+#include <cmath>
+
+#include "meshflow/ops/creation.h"
+#include "meshflow/optim/optimizer.h"
+#include "meshflow/optim/update.h"
+#include "ops/kernels/cpu/math.h"
+#include "optim/update_common.h"
+
+namespace mf::optim {
+
+namespace {
+
+using detail::dispatch_bool;
+
+template <typename A>
+struct AdamScalars {
+  A sign, weight_decay, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps,
+      neg_step_size;
+};
+
+// max(a, b) that propagates NaN from either side, as torch.maximum. The
+// conditions combine with | rather than || so that the loop has no branch
+// and vectorises.
+template <typename A>
+[[gnu::always_inline]] inline A maximum(A a, A b) {
+  return cpu::math::select(std::isgreater(b, a) | (b != b), b, a);
+}
+
+// Inputs (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step).
+template <typename T, bool kDecoupled, bool kDecay, bool kAmsgrad>
+void adam_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
+               T* __restrict vmax, const AdamScalars<acc_type<T>>& s) {
+  using A = acc_type<T>;
+  for (int64_t i = begin; i < end; ++i) {
+    A param = A(p[i]);
+    A grad = s.sign * A(g[i]);
+    if constexpr (kDecay) {
+      if constexpr (kDecoupled) param = param * s.decay_factor;
+      else grad = grad + s.weight_decay * param;
+    }
+    const T m_new = T(A(m[i]) * s.beta1 + s.one_minus_beta1 * grad);
+    const T v_new = T(A(v[i]) * s.beta2 + s.one_minus_beta2 * grad * grad);
+    m[i] = m_new;
+    v[i] = v_new;
+    A second = A(v_new);
+    if constexpr (kAmsgrad) {
+      const T v_max = T(maximum(A(vmax[i]), second));
+      vmax[i] = v_max;
+      second = A(v_max);
+    }
+    const A denom = cpu::math::sqrt(second) / s.bias_correction2_sqrt + s.eps;
+    p[i] = T(param + s.neg_step_size * (A(m_new) / denom));
+  }
+}
+
+template <bool kDecoupled>
+void adam_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const char* name = kDecoupled ? "adamw_update" : "adam_update";
+  const double lr = attrs.get_float("lr"), beta1 = attrs.get_float("beta1"), beta2 = attrs.get_float("beta2");
+  const double weight_decay = attrs.get_float("weight_decay");
+  const bool amsgrad = attrs.get_bool("amsgrad");
+  const double step = detail::increment_step(in[5]);
+  const double bias_correction1 = 1 - std::pow(beta1, step);
+  const double bias_correction2 = 1 - std::pow(beta2, step);
+  detail::FlatOperands flat;
+  dispatch_floating(out[0].dtype(), name, [&]<typename T>() {
+    using A = acc_type<T>;
+    T* p = flat.written<T>(out[0]);
+    const T* g = flat.read<T>(in[1]);
+    T* m = flat.written<T>(in[2]);
+    T* v = flat.written<T>(in[3]);
+    T* vmax = flat.written<T>(in[4]);
+    const AdamScalars<A> s{A(attrs.get_bool("maximize") ? -1.0 : 1.0),
+                           A(weight_decay),
+                           A(1 - lr * weight_decay),
+                           A(beta1),
+                           A(1 - beta1),
+                           A(beta2),
+                           A(1 - beta2),
+                           A(std::sqrt(bias_correction2)),
+                           A(attrs.get_float("eps")),
+                           A(-(lr / bias_correction1))};
+    dispatch_bool(weight_decay != 0, [&](auto kDecay) {
+      dispatch_bool(amsgrad, [&](auto kAmsgrad) {
+        parallel_for(0, out[0].numel(), kGrainSize, [&](int64_t b, int64_t e) {
+          adam_loop<T, kDecoupled, kDecay(), kAmsgrad()>(b, e, p, g, m, v, vmax, s);
+        });
+      });
+    });
+  });
+  flat.write_back();
+}
+
+std::vector<TensorMeta> infer_adam(const char* name, const TensorList& in, const Attrs& attrs) {
+  return detail::infer_update(name, in, {{2, true}, {3, true}, {4, attrs.get_bool("amsgrad")}}, 5);
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "adam_update",
+    .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"},
+    .infer = [](const TensorList& in, const Attrs& attrs) { return infer_adam("adam_update", in, attrs); },
+    .cpu_kernel = adam_kernel<false>,
+    .differentiable = false,
+    .inplace = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "adamw_update",
+    .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"},
+    .infer = [](const TensorList& in, const Attrs& attrs) { return infer_adam("adamw_update", in, attrs); },
+    .cpu_kernel = adam_kernel<true>,
+    .differentiable = false,
+    .inplace = true,
+});
+
+void run_adam(const char* name, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+              const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const Tensor& step,
+              const AdamUpdateArgs& args) {
+  const OpDef& op = dispatch::op(name);
+  detail::apply_update(op, {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step},
+                       {{"lr", args.lr},
+                        {"beta1", args.beta1},
+                        {"beta2", args.beta2},
+                        {"eps", args.eps},
+                        {"weight_decay", args.weight_decay},
+                        {"amsgrad", args.amsgrad},
+                        {"maximize", args.maximize}},
+                       {exp_avg, exp_avg_sq, max_exp_avg_sq, step});
+}
+
+}  // namespace
+
+void adam_update_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                  const Tensor& max_exp_avg_sq, const Tensor& step, const AdamUpdateArgs& args) {
+  run_adam("adam_update", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, args);
+}
+
+void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                   const Tensor& max_exp_avg_sq, const Tensor& step, const AdamUpdateArgs& args) {
+  run_adam("adamw_update", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, args);
+}
+
+// --- the optimizers ----------------------------------------------------------------
+
+namespace {
+StateValue::Dict adam_defaults(double lr, std::pair<double, double> betas, double eps, double weight_decay,
+                               bool amsgrad, bool maximize) {
+  return {{"lr", lr},
+          {"betas", StateValue::List{betas.first, betas.second}},
+          {"eps", eps},
+          {"weight_decay", weight_decay},
+          {"amsgrad", amsgrad},
+          {"maximize", maximize}};
+}
+}  // namespace
+
+Adam::Adam(TensorList params, const AdamOptions& options)
+    : Adam(single_group("Adam", std::move(params)), options) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& o)
+    : Adam("Adam", adam_defaults(o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad, o.maximize), false) {
+  add_initial_groups(std::move(groups));
+}
+
+Adam::Adam(std::string name, StateValue::Dict defaults, bool decoupled)
+    : Optimizer(std::move(name), std::move(defaults)), decoupled_weight_decay_(decoupled) {}
+
+AdamW::AdamW(TensorList params, const AdamWOptions& options)
+    : AdamW(single_group("AdamW", std::move(params)), options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
+    : Adam("AdamW", adam_defaults(o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad, o.maximize), true) {
+  add_initial_groups(std::move(groups));
+}
+
+void Adam::validate_group(const ParamGroup& group) const {
+  const double lr = group.lr(), eps = group.get_double("eps"), weight_decay = group.get_double("weight_decay");
+  const auto [beta1, beta2] = group.get_pair("betas");
+  MF_CHECK(lr >= 0, ValueError, name_, ": invalid learning rate: ", lr, " (must be >= 0)");
+  MF_CHECK(eps >= 0, ValueError, name_, ": invalid epsilon value: ", eps, " (must be >= 0)");
+  MF_CHECK(beta1 >= 0 && beta1 < 1, ValueError, name_, ": invalid beta parameter at index 0: ", beta1,
+           " (must be in [0, 1))");
+  MF_CHECK(beta2 >= 0 && beta2 < 1, ValueError, name_, ": invalid beta parameter at index 1: ", beta2,
+           " (must be in [0, 1))");
+  MF_CHECK(weight_decay >= 0, ValueError, name_, ": invalid weight_decay value: ", weight_decay, " (must be >= 0)");
+  group.get_bool("amsgrad");  // throws unless a bool
+  group.get_bool("maximize");  // throws unless a bool
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  for (ParamGroup& group : param_groups()) {
+    const auto [beta1, beta2] = group.get_pair("betas");
+    const AdamUpdateArgs args{.lr = group.lr(),
+                              .beta1 = beta1,
+                              .beta2 = beta2,
+                              .eps = group.get_double("eps"),
+                              .weight_decay = group.get_double("weight_decay"),
+                              .amsgrad = group.get_bool("amsgrad"),
+                              .maximize = group.get_bool("maximize")};
+    for (const Tensor& p : group.params) {
+      const Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      StateValue::Dict& state = this->state(p);
+      if (state.empty()) {
+        state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
+        state["exp_avg"] = zeros_like(p);
+        state["exp_avg_sq"] = zeros_like(p);
+        if (args.amsgrad) state["max_exp_avg_sq"] = zeros_like(p);
+      }
+      const Tensor max_exp_avg_sq = args.amsgrad ? state_tensor(p, "max_exp_avg_sq") : Tensor();
+      (decoupled_weight_decay_ ? adamw_update_ : adam_update_)(p, grad, state_tensor(p, "exp_avg"),
+                                                                state_tensor(p, "exp_avg_sq"), max_exp_avg_sq,
+                                                                state_step(p), args);
+    }
+  }
+}
+
+}  // namespace mf::optim

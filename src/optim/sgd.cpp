@@ -1,0 +1,166 @@
+// SGD: the fused "sgd_update" op and torch.optim.SGD (PyTorch 1.13,
+// _single_tensor_sgd).
+#include "meshflow/ops/creation.h"
+#include "meshflow/optim/optimizer.h"
+#include "meshflow/optim/update.h"
+#include "optim/update_common.h"
+
+namespace mf::optim {
+
+namespace {
+
+using detail::dispatch_bool;
+
+// Scalars of one update in the compute type A.
+template <typename A>
+struct SGDScalars {
+  A sign, weight_decay, momentum, one_minus_dampening, neg_lr;
+};
+
+// Inputs (param, grad, momentum_buffer); see sgd_update_ in update.h.
+template <typename T, bool kMomentum, bool kInit, bool kNesterov, bool kDecay>
+void sgd_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict buf,
+              const SGDScalars<acc_type<T>>& s) {
+  using A = acc_type<T>;
+  for (int64_t i = begin; i < end; ++i) {
+    const A param = A(p[i]);
+    A d = s.sign * A(g[i]);
+    if constexpr (kDecay) d = d + s.weight_decay * param;
+    if constexpr (kMomentum) {
+      A b;
+      if constexpr (kInit) b = d;
+      else b = A(buf[i]) * s.momentum + s.one_minus_dampening * d;
+      buf[i] = T(b);
+      if constexpr (kNesterov) d = d + s.momentum * A(T(b));
+      else d = A(T(b));
+    }
+    p[i] = T(param + s.neg_lr * d);
+  }
+}
+
+void sgd_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const bool momentum = in[2].defined();
+  const bool init = attrs.get_bool("init_momentum_buffer");
+  const bool nesterov = attrs.get_bool("nesterov");
+  const double weight_decay = attrs.get_float("weight_decay");
+  detail::FlatOperands flat;
+  dispatch_floating(out[0].dtype(), "sgd_update", [&]<typename T>() {
+    using A = acc_type<T>;
+    T* p = flat.written<T>(out[0]);
+    const T* g = flat.read<T>(in[1]);
+    T* buf = flat.written<T>(in[2]);
+    const SGDScalars<A> s{A(attrs.get_bool("maximize") ? -1.0 : 1.0), A(weight_decay),
+                          A(attrs.get_float("momentum")), A(1.0 - attrs.get_float("dampening")),
+                          A(-attrs.get_float("lr"))};
+    dispatch_bool(momentum, [&](auto kMomentum) {
+      dispatch_bool(momentum && init, [&](auto kInit) {
+        dispatch_bool(momentum && nesterov, [&](auto kNesterov) {
+          dispatch_bool(weight_decay != 0, [&](auto kDecay) {
+            parallel_for(0, out[0].numel(), kGrainSize, [&](int64_t b, int64_t e) {
+              sgd_loop<T, kMomentum(), kInit(), kNesterov(), kDecay()>(b, e, p, g, buf, s);
+            });
+          });
+        });
+      });
+    });
+  });
+  flat.write_back();
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "sgd_update",
+    .inputs = {"param", "grad", "momentum_buffer"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return detail::infer_update("sgd_update", in, {{2, attrs.get_float("momentum") != 0}});
+    },
+    .cpu_kernel = sgd_kernel,
+    .differentiable = false,
+    .inplace = true,
+});
+
+}  // namespace
+
+void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SGDUpdateArgs& args) {
+  static const OpDef& op = dispatch::op("sgd_update");
+  MF_CHECK(!args.nesterov || (args.momentum > 0 && args.dampening == 0), ValueError,
+           "sgd_update: Nesterov momentum requires a momentum and zero dampening, got momentum ", args.momentum,
+           " and dampening ", args.dampening);
+  detail::apply_update(op, {param, grad, momentum_buffer},
+                       {{"lr", args.lr},
+                        {"momentum", args.momentum},
+                        {"dampening", args.dampening},
+                        {"weight_decay", args.weight_decay},
+                        {"nesterov", args.nesterov},
+                        {"maximize", args.maximize},
+                        {"init_momentum_buffer", args.init_momentum_buffer}},
+                       {momentum_buffer});
+}
+
+// --- the optimizer ---------------------------------------------------------------
+
+namespace {
+StateValue::Dict sgd_defaults(const SGDOptions& o) {
+  StateValue::Dict d{{"momentum", o.momentum},
+                     {"dampening", o.dampening},
+                     {"weight_decay", o.weight_decay},
+                     {"nesterov", o.nesterov},
+                     {"maximize", o.maximize}};
+  if (o.lr) d["lr"] = *o.lr;
+  return d;
+}
+}  // namespace
+
+SGD::SGD(TensorList params, const SGDOptions& options) : SGD(single_group("SGD", std::move(params)), options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options) : Optimizer("SGD", sgd_defaults(options)) {
+  add_initial_groups(std::move(groups));
+}
+
+void SGD::validate_group(const ParamGroup& group) const {
+  MF_CHECK(group.options.contains("lr"), ValueError,
+           "SGD: parameter group didn't specify a value of required optimization parameter lr");
+  const double lr = group.lr(), momentum = group.get_double("momentum"), dampening = group.get_double("dampening");
+  const double weight_decay = group.get_double("weight_decay");
+  MF_CHECK(lr >= 0, ValueError, "SGD: invalid learning rate: ", lr, " (must be >= 0)");
+  MF_CHECK(momentum >= 0, ValueError, "SGD: invalid momentum value: ", momentum, " (must be >= 0)");
+  MF_CHECK(weight_decay >= 0, ValueError, "SGD: invalid weight_decay value: ", weight_decay, " (must be >= 0)");
+  MF_CHECK(!group.get_bool("nesterov") || (momentum > 0 && dampening == 0), ValueError,
+           "SGD: Nesterov momentum requires a momentum and zero dampening, got momentum ", momentum,
+           " and dampening ", dampening);
+  group.get_bool("maximize");  // throws unless a bool
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (ParamGroup& group : param_groups()) {
+    const SGDUpdateArgs base{.lr = group.lr(),
+                             .momentum = group.get_double("momentum"),
+                             .dampening = group.get_double("dampening"),
+                             .weight_decay = group.get_double("weight_decay"),
+                             .nesterov = group.get_bool("nesterov"),
+                             .maximize = group.get_bool("maximize")};
+    for (const Tensor& p : group.params) {
+      const Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      StateValue::Dict& state = this->state(p);
+      SGDUpdateArgs args = base;
+      Tensor buffer;
+      if (args.momentum != 0) {
+        auto it = state.find("momentum_buffer");
+        if (it == state.end() || it->second.is_none()) {
+          buffer = empty_like(p);
+          args.init_momentum_buffer = true;
+        } else {
+          buffer = state_tensor(p, "momentum_buffer");
+        }
+      }
+      sgd_update_(p, grad, buffer, args);
+      // PyTorch records the buffer for every parameter that had a gradient
+      // (None without momentum; an earlier buffer is kept).
+      if (buffer.defined()) state["momentum_buffer"] = buffer;
+      else if (!state.contains("momentum_buffer")) state["momentum_buffer"] = StateValue();
+    }
+  }
+}
+
+}  // namespace mf::optim

@@ -1,0 +1,72 @@
+// Shared pieces of the fused optimizer update ops (sgd.cpp, adam.cpp,
+// rmsprop.cpp, adagrad.cpp): operand checks for infer, flat operands for the
+// kernels, the step counter, and the in-place call through the dispatcher.
+#pragma once
+
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "meshflow/autograd.h"
+#include "meshflow/dispatch.h"
+#include "meshflow/op_def.h"
+#include "meshflow/ops/shape.h"
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf::optim::detail {
+
+// infer of an update op: input 0 is the parameter, input 1 its gradient;
+// `state` lists the names of the inputs that must have the parameter's shape
+// and dtype (an empty name skips the input), each defined or not as
+// `required` says. Returns the parameter's metadata (the op's output is the
+// parameter itself).
+struct StateInput {
+  size_t index;
+  bool required;
+};
+std::vector<TensorMeta> infer_update(const std::string& op, const TensorList& in,
+                                     std::initializer_list<StateInput> state, int step_index = -1);
+
+// Note [Flat update operands]
+// The update loops run over flat arrays of the parameter's dtype. A
+// contiguous operand is used where it is; a strided one (a parameter that is
+// a transposed view, a gradient accumulated with odd strides) is gathered
+// into a contiguous copy, and copies of written operands are scattered back
+// after the loop. Copies keep the one-pass loop simple at the cost of extra
+// traffic only in the rare strided case.
+class FlatOperands {
+ public:
+  // Pointer to a contiguous array of t's values (nullptr for an undefined t).
+  template <typename T>
+  T* written(const Tensor& t) {
+    return static_cast<T*>(flat(t, true));
+  }
+  template <typename T>
+  const T* read(const Tensor& t) {
+    return static_cast<const T*>(flat(t, false));
+  }
+  // Copies the gathered written operands back into their tensors.
+  void write_back();
+
+ private:
+  void* flat(const Tensor& t, bool written);
+  std::vector<std::pair<Tensor, Tensor>> copies_;  // (original, contiguous copy)
+  TensorList keep_alive_;
+};
+
+// step += 1 in the step tensor's own dtype (a float32 counter, as PyTorch's
+// `step_t += 1`); returns the new value.
+double increment_step(const Tensor& step);
+
+// Calls f(std::bool_constant<b>{}) so that loop bodies branch at compile time.
+template <typename F>
+decltype(auto) dispatch_bool(bool b, F&& f) {
+  return b ? f(std::true_type{}) : f(std::false_type{});
+}
+
+// Runs an update op into inputs[0] through the dispatcher with grad mode
+// off, then bumps the version counters of the other written inputs.
+void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const TensorList& also_written);
+
+}  // namespace mf::optim::detail
