@@ -26,9 +26,11 @@ io::Value to_value(py::handle o, int depth) {
   if (PyDict_Check(p)) {
     io::Value::Map map;
     for (auto [key, value] : py::reinterpret_borrow<py::dict>(o)) {
-      MF_CHECK(PyUnicode_Check(key.ptr()), TypeError, "save: dict keys must be str, got ",
+      // int keys (an optimizer state dict's parameter indices) are stored as their text
+      const bool int_key = PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr());
+      MF_CHECK(PyUnicode_Check(key.ptr()) || int_key, TypeError, "save: dict keys must be str or int, got ",
                Py_TYPE(key.ptr())->tp_name);
-      map.emplace(key.cast<std::string>(), to_value(value, depth + 1));
+      map.emplace(int_key ? std::to_string(key.cast<int64_t>()) : key.cast<std::string>(), to_value(value, depth + 1));
     }
     return io::Value(std::move(map));
   }

@@ -308,4 +308,5 @@ PYBIND11_MODULE(_C, m) {
   init_linalg(m);
   init_nn(m);
   init_io(m);
+  init_optim(m);
 }

@@ -72,6 +72,11 @@ def test_files_follow_the_safetensors_layout(tmp_path):
     assert torch.frombuffer(bytearray(data[begin:end]), dtype=torch.int16).tolist() == [7, 8]
 
 
+def test_int_keys_load_as_text(tmp_path):
+    mf.save({"state": {0: {"step": 2}, 11: {"step": 3}}}, tmp_path / "s")
+    assert mf.load(tmp_path / "s") == {"state": {"0": {"step": 2}, "11": {"step": 3}}}
+
+
 def test_a_plain_safetensors_file_loads_as_a_dict(tmp_path):
     path = tmp_path / "plain.safetensors"
     mf.io.save_file({"a.b": mf.ones(2)}, path)
@@ -80,8 +85,8 @@ def test_a_plain_safetensors_file_loads_as_a_dict(tmp_path):
 
 
 def test_io_errors(tmp_path):
-    with pytest.raises(TypeError, match="dict keys must be str"):
-        mf.save({1: mf.ones(1)}, tmp_path / "a")
+    with pytest.raises(TypeError, match="dict keys must be str or int"):
+        mf.save({1.5: mf.ones(1)}, tmp_path / "a")
     with pytest.raises(TypeError, match="can't store an object of type object"):
         mf.save({"x": object()}, tmp_path / "a")
     loop = []

@@ -1,4 +1,4 @@
-"""meshflow.nn: neural-network ops (see meshflow.nn.functional)."""
-from meshflow.nn import functional
+"""meshflow.nn: neural-network ops (meshflow.nn.functional) and utilities."""
+from meshflow.nn import functional, utils
 
-__all__ = ["functional"]
+__all__ = ["functional", "utils"]
