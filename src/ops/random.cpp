@@ -9,6 +9,9 @@
 //   float uniform: one word per element (k = 4)
 //   double uniform, float normal (a Box-Muller pair): two words (k = 2)
 //   double normal: four words (k = 1)
+//   randint: one word (ranges up to 2^32, k = 4) or two (k = 2)
+//   randperm: two words, a 64-bit sort key (k = 2)
+//   bernoulli: a uniform of the probability's dtype (float64: k = 2, else 4)
 // Values therefore never depend on the thread count, and any slice of the
 // output can be produced on its own.
 #include <cmath>

@@ -40,28 +40,30 @@ Tensor extremum_backward(const Tensor& grad, const Tensor& x, const Tensor& resu
   return where(selected, div(unsqueeze_reduced(grad, dims, keepdim), count), Scalar(0.0));
 }
 
-#define MF_EXTREMUM_OP(NAME, IS_MAX)                                                          \
-  MF_REGISTER_OP(OpDef{                                                                       \
-      .name = NAME,                                                                           \
-      .inputs = {"input"},                                                                    \
-      .infer = [](const TensorList& in, const Attrs& attrs) { return infer_extremum(NAME, in, attrs); }, \
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
-        extremum_kernel<IS_MAX>(NAME, in, out, attrs);                                        \
-      },                                                                                      \
-      .backward = [](const BackwardContext& ctx) {                                            \
-        const Tensor& x = ctx.inputs[0];                                                      \
-        Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), x.dim(), NAME);             \
-        return TensorList{extremum_backward(ctx.grad_outputs[0], x, ctx.outputs[0], dims,     \
-                                            ctx.attrs.get_bool("keepdim"))};                  \
-      },                                                                                      \
-      .save_inputs = 0b1,                                                                     \
-      .save_outputs = 0b1,                                                                    \
-  })
+template <bool kMax>
+OpDef extremum_op(const char* name) {
+  return OpDef{
+      .name = name,
+      .inputs = {"input"},
+      .infer = [name](const TensorList& in, const Attrs& attrs) { return infer_extremum(name, in, attrs); },
+      .cpu_kernel = [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
+        extremum_kernel<kMax>(name, in, out, attrs);
+      },
+      .backward = [name](const BackwardContext& ctx) {
+        const Tensor& x = ctx.inputs[0];
+        Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), x.dim(), name);
+        return TensorList{extremum_backward(ctx.grad_outputs[0], x, ctx.outputs[0], dims, ctx.attrs.get_bool("keepdim"))};
+      },
+      .save_inputs = 0b1,
+      .save_outputs = 0b1,
+  };
+}
 
-MF_EXTREMUM_OP("amax", true);
-MF_EXTREMUM_OP("amin", false);
-MF_EXTREMUM_OP("max", true);
-MF_EXTREMUM_OP("min", false);
+MF_REGISTER_OP(extremum_op<true>("amax"));
+MF_REGISTER_OP(extremum_op<false>("amin"));
+// max() and min() over all elements: amax/amin under PyTorch's names.
+MF_REGISTER_OP(extremum_op<true>("max"));
+MF_REGISTER_OP(extremum_op<false>("min"));
 
 // --- max / min over a dim, argmax / argmin ------------------------------------------
 
@@ -97,27 +99,30 @@ Tensor dim_extremum_backward(const Tensor& grad, const Tensor& indices, const Te
   return where(selected, unsqueeze_reduced(grad, {dim}, keepdim), Scalar(0.0));
 }
 
-#define MF_DIM_EXTREMUM_OP(NAME, ERROR_NAME, IS_MAX)                                          \
-  MF_REGISTER_OP(OpDef{                                                                       \
-      .name = NAME,                                                                           \
-      .inputs = {"input"},                                                                    \
-      .infer = [](const TensorList& in, const Attrs& attrs) {                                 \
-        return infer_dim_extremum(ERROR_NAME, in, attrs);                                     \
-      },                                                                                      \
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
-        arg_kernel<IS_MAX>(in[0], wrap_dim(attrs.get_int("dim"), in[0].dim(), ERROR_NAME), &out[0], out[1]); \
-      },                                                                                      \
-      .backward = [](const BackwardContext& ctx) {                                            \
-        const TensorMeta& m = ctx.input_metas[0];                                             \
-        const int64_t dim = wrap_dim(ctx.attrs.get_int("dim"), int64_t(m.sizes.size()), ERROR_NAME); \
-        return TensorList{dim_extremum_backward(ctx.grad_outputs[0], ctx.outputs[1], m, dim,  \
-                                                ctx.attrs.get_bool("keepdim"))};              \
-      },                                                                                      \
-      .save_outputs = 0b10,                                                                   \
-  })
+// max/min over a dim: op "max_dim" reports errors as "max".
+template <bool kMax>
+OpDef dim_extremum_op(const char* name, const char* error_name) {
+  return OpDef{
+      .name = name,
+      .inputs = {"input"},
+      .infer = [error_name](const TensorList& in, const Attrs& attrs) {
+        return infer_dim_extremum(error_name, in, attrs);
+      },
+      .cpu_kernel = [error_name](const TensorList& in, TensorList& out, const Attrs& attrs) {
+        arg_kernel<kMax>(in[0], wrap_dim(attrs.get_int("dim"), in[0].dim(), error_name), &out[0], out[1]);
+      },
+      .backward = [error_name](const BackwardContext& ctx) {
+        const TensorMeta& m = ctx.input_metas[0];
+        const int64_t dim = wrap_dim(ctx.attrs.get_int("dim"), int64_t(m.sizes.size()), error_name);
+        return TensorList{
+            dim_extremum_backward(ctx.grad_outputs[0], ctx.outputs[1], m, dim, ctx.attrs.get_bool("keepdim"))};
+      },
+      .save_outputs = 0b10,
+  };
+}
 
-MF_DIM_EXTREMUM_OP("max_dim", "max", true);
-MF_DIM_EXTREMUM_OP("min_dim", "min", false);
+MF_REGISTER_OP(dim_extremum_op<true>("max_dim", "max"));
+MF_REGISTER_OP(dim_extremum_op<false>("min_dim", "min"));
 
 // argmax/argmin: attr "dims" holds the dim, or nothing for the flattened input.
 std::vector<TensorMeta> infer_arg(const char* name, const TensorList& in, const Attrs& attrs) {
@@ -146,26 +151,28 @@ void argmax_kernel(const char* name, const TensorList& in, TensorList& out, cons
   arg_kernel<kMax>(make_view(dense, {x.numel()}, {1}, dense.storage_offset()), 0, nullptr, out[0]);
 }
 
-#define MF_ARG_OP(NAME, IS_MAX)                                                               \
-  MF_REGISTER_OP(OpDef{                                                                       \
-      .name = NAME,                                                                           \
-      .inputs = {"input"},                                                                    \
-      .infer = [](const TensorList& in, const Attrs& attrs) { return infer_arg(NAME, in, attrs); }, \
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {          \
-        argmax_kernel<IS_MAX>(NAME, in, out, attrs);                                          \
-      },                                                                                      \
-      .differentiable = false,                                                                \
-  })
-
-MF_ARG_OP("argmax", true);
-MF_ARG_OP("argmin", false);
-
-Tensor apply_extremum(const char* name, const Tensor& t, const Shape& dims, bool keepdim) {
-  return dispatch::apply_one(dispatch::op(name), {t}, {{"dims", dims}, {"keepdim", keepdim}});
+template <bool kMax>
+OpDef arg_op(const char* name) {
+  return OpDef{
+      .name = name,
+      .inputs = {"input"},
+      .infer = [name](const TensorList& in, const Attrs& attrs) { return infer_arg(name, in, attrs); },
+      .cpu_kernel = [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
+        argmax_kernel<kMax>(name, in, out, attrs);
+      },
+      .differentiable = false,
+  };
 }
 
-ValuesIndices apply_dim_extremum(const char* name, const Tensor& t, int64_t dim, bool keepdim) {
-  TensorList out = dispatch::apply(dispatch::op(name), {t}, {{"dim", dim}, {"keepdim", keepdim}});
+MF_REGISTER_OP(arg_op<true>("argmax"));
+MF_REGISTER_OP(arg_op<false>("argmin"));
+
+Tensor apply_extremum(const OpDef& op, const Tensor& t, const Shape& dims, bool keepdim) {
+  return dispatch::apply_one(op, {t}, {{"dims", dims}, {"keepdim", keepdim}});
+}
+
+ValuesIndices apply_dim_extremum(const OpDef& op, const Tensor& t, int64_t dim, bool keepdim) {
+  TensorList out = dispatch::apply(op, {t}, {{"dim", dim}, {"keepdim", keepdim}});
   return {out[0], out[1]};
 }
 
@@ -173,17 +180,37 @@ Shape optional_dim(std::optional<int64_t> dim) { return dim ? Shape{*dim} : Shap
 
 }  // namespace
 
-Tensor max(const Tensor& t) { return apply_extremum("max", t, {}, false); }
-Tensor min(const Tensor& t) { return apply_extremum("min", t, {}, false); }
-Tensor amax(const Tensor& t, const Shape& dims, bool keepdim) { return apply_extremum("amax", t, dims, keepdim); }
-Tensor amin(const Tensor& t, const Shape& dims, bool keepdim) { return apply_extremum("amin", t, dims, keepdim); }
-ValuesIndices max(const Tensor& t, int64_t dim, bool keepdim) { return apply_dim_extremum("max_dim", t, dim, keepdim); }
-ValuesIndices min(const Tensor& t, int64_t dim, bool keepdim) { return apply_dim_extremum("min_dim", t, dim, keepdim); }
+Tensor max(const Tensor& t) {
+  static const OpDef& op = dispatch::op("max");
+  return apply_extremum(op, t, {}, false);
+}
+Tensor min(const Tensor& t) {
+  static const OpDef& op = dispatch::op("min");
+  return apply_extremum(op, t, {}, false);
+}
+Tensor amax(const Tensor& t, const Shape& dims, bool keepdim) {
+  static const OpDef& op = dispatch::op("amax");
+  return apply_extremum(op, t, dims, keepdim);
+}
+Tensor amin(const Tensor& t, const Shape& dims, bool keepdim) {
+  static const OpDef& op = dispatch::op("amin");
+  return apply_extremum(op, t, dims, keepdim);
+}
+ValuesIndices max(const Tensor& t, int64_t dim, bool keepdim) {
+  static const OpDef& op = dispatch::op("max_dim");
+  return apply_dim_extremum(op, t, dim, keepdim);
+}
+ValuesIndices min(const Tensor& t, int64_t dim, bool keepdim) {
+  static const OpDef& op = dispatch::op("min_dim");
+  return apply_dim_extremum(op, t, dim, keepdim);
+}
 Tensor argmax(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
-  return apply_extremum("argmax", t, optional_dim(dim), keepdim);
+  static const OpDef& op = dispatch::op("argmax");
+  return apply_extremum(op, t, optional_dim(dim), keepdim);
 }
 Tensor argmin(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
-  return apply_extremum("argmin", t, optional_dim(dim), keepdim);
+  static const OpDef& op = dispatch::op("argmin");
+  return apply_extremum(op, t, optional_dim(dim), keepdim);
 }
 
 }  // namespace mf

@@ -144,7 +144,15 @@ TEST(Random, CounterScheme) {
   manual_seed(5);
   rand({10});
   EXPECT_EQ(default_generator().offset(), 3u);
-  EXPECT_EQ(float(values(rand({1}))[0]), uniform_float(philox(5, 3)[0]));
+  // Every element of the next draw (which starts at counter 3) follows the
+  // scheme; doubles use two words each.
+  std::vector<double> next = values(rand({1000}));
+  for (size_t i = 0; i < next.size(); ++i) ASSERT_EQ(float(next[i]), uniform_float(philox(5, 3 + i / 4)[i % 4]));
+  std::vector<double> wide = values(rand({1000}, {.dtype = kFloat64}));
+  for (size_t i = 0; i < wide.size(); ++i) {
+    const auto w = philox(5, 253 + i / 2);
+    ASSERT_EQ(wide[i], uniform_double(w[2 * (i % 2)], w[2 * (i % 2) + 1]));
+  }
 }
 
 TEST(Random, SameValuesOnAnyThreadCount) {
