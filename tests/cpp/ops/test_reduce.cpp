@@ -326,6 +326,10 @@ TEST(ReduceLogical, AllAny) {
   expect_values(all(zeros({0})), {1});
   expect_values(any(zeros({0})), {0});
   expect_values(all(from_vector({kNan}, {1})), {1});
+  expect_values(all(full({}, 2.0)), {1});
+  expect_values(any(full({}, 0.0), 0), {0});
+  EXPECT_EQ(any(full({}, 0.0), 0, true).dim(), 0);
+  EXPECT_THROW(all(a, 2), IndexError);
   for (DType d : kAllDTypes) {
     SCOPED_TRACE(dtype_name(d));
     Tensor x = to(from_vector({1, 0, 2, 3, 4, 5}, {2, 3}), d);
