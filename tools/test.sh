@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test.
 set -euo pipefail
+# Note [One thread pool] in CMakeLists.txt: idle OpenMP workers sleep.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/tools/build.sh"
 build="${MESHFLOW_BUILD_DIR:-$root/build}"

@@ -4,7 +4,14 @@ The package reads like PyTorch (`import meshflow as mf`): tensors, dtypes,
 ops as functions and Tensor methods, autograd and nn.functional. Every op
 runs in C++ (meshflow._C); this package only adds PyTorch's argument forms.
 """
-from meshflow import _C
+import os as _os
+
+# Note [One thread pool] (CMakeLists.txt): idle OpenMP workers sleep rather
+# than spin unless the user chose a policy. libgomp reads this once, when it
+# is first loaded (here, unless another library loaded it earlier).
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from meshflow import _C  # noqa: E402
 from meshflow._C import *  # noqa: F401,F403  (ops, Tensor, dtype, device, ...)
 from meshflow._C import Tensor, dtype, device
 from meshflow._grad_mode import enable_grad, no_grad, set_grad_enabled
