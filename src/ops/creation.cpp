@@ -185,6 +185,9 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype,
   MF_CHECK((by > 0 && hi >= lo) || (by < 0 && hi <= lo), Error,
            "arange: upper bound and larger bound inconsistent with step sign; got start=", start.str(),
            ", end=", end.str(), ", step=", step.str());
+  // An integral dtype computes with start and step truncated to integers.
+  MF_CHECK(!is_integral(dt) || step.to_int() != 0, Error, "arange: step must be nonzero (", step.str(),
+           " truncates to 0 for ", dtype_name(dt), ")");
   int64_t size;
   if (integral) {
     // Exact for the whole int64 range: ceil((end - start) / step).

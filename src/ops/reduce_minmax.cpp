@@ -130,6 +130,9 @@ std::vector<TensorMeta> infer_arg(const char* name, const TensorList& in, const 
   MF_CHECK(x.dtype() != DType::Bool, TypeError, name, ": not implemented for bool tensors");
   const Shape& raw = attrs.get_shape("dims");
   Shape dims = normalize_dims(raw, x.dim(), name);
+  // Unlike max(), PyTorch raises IndexError here.
+  MF_CHECK(!raw.empty() || x.numel() != 0, IndexError, name,
+           "(): Expected reduction dim to be specified for input.numel() == 0.");
   check_reduction_has_identity(name, x.sizes(), dims, !raw.empty());
   return {{reduced_shape(x.sizes(), dims, attrs.get_bool("keepdim")), DType::Int64, x.device()}};
 }

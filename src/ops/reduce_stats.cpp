@@ -142,6 +142,12 @@ void norm_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   dispatch_floating(in[0].dtype(), "norm", [&]<typename T>() {
     using Acc = acc_type<T>;
     T* o = static_cast<T*>(out[0].data_ptr());
+    // The norm of nothing is 0 for every p, as torch.norm gives (even where
+    // the reduction itself has no identity: p = -inf or p < 0).
+    if (reduced_count(in[0].sizes(), dims) == 0) {
+      std::fill(o, o + out[0].numel(), T(0.0f));
+      return;
+    }
     auto store = [o](auto finish) { return [o, finish](int64_t i, Acc a) { o[i] = T(finish(a)); }; };
     auto same = [](Acc a) { return a; };
     switch (norm_kind(p)) {
@@ -196,16 +202,6 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
       check_floating("norm", in[0].dtype(), "input dtype should be floating point");
-      const double p = attrs.get_float("p");
-      Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), "norm");
-      // Like linalg.vector_norm: max/min-like norms have no identity.
-      if (shape_numel(in[0].sizes()) == 0 && (p < 0 || std::isinf(p))) {
-        MF_CHECK(!attrs.get_shape("dims").empty(), Error, "norm: cannot compute the ", p,
-                 " norm on an empty tensor because the operation does not have an identity");
-        for (int64_t d : dims)
-          MF_CHECK(in[0].sizes()[size_t(d)] != 0, Error, "norm: cannot compute the ", p,
-                   " norm on the empty dimension ", d, " because this dimension does not have an identity");
-      }
       return infer_reduction("norm", in[0], attrs, in[0].dtype());
     },
     .cpu_kernel = norm_kernel,
@@ -272,7 +268,9 @@ Tensor norm(const Tensor& t, double p, const Shape& dims, bool keepdim) {
 
 Tensor logsumexp(const Tensor& t, const Shape& dims, bool keepdim) {
   static const OpDef& op = dispatch::op("logsumexp");
-  return dispatch::apply_one(op, {t}, {{"dims", dims}, {"keepdim", keepdim}});
+  // Integers and bool compute in the default dtype, as in PyTorch.
+  Tensor x = is_floating(t.dtype()) ? t : to(t, default_dtype());
+  return dispatch::apply_one(op, {x}, {{"dims", dims}, {"keepdim", keepdim}});
 }
 
 }  // namespace mf

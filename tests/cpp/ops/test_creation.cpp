@@ -62,6 +62,8 @@ TEST(Arange, BadArguments) {
   EXPECT_THROW(arange(0.0, std::numeric_limits<double>::quiet_NaN()), Error);
   EXPECT_THROW(arange(0.0, std::numeric_limits<double>::infinity()), Error);
   EXPECT_THROW(arange(0, 3, 1, kBool), TypeError);
+  EXPECT_THROW(arange(0, 2.5, 0.5, kInt64), Error);  // the step truncates to 0
+  expect_values(arange(0, 2.5, 1.5, kInt64), {0, 1});
   EXPECT_THROW(arange(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()), Error);
 }
 
