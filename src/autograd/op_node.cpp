@@ -1,14 +1,26 @@
 #include "autograd/op_node.h"
 
+#include <cctype>
+
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 
 namespace mf {
 
+// PyTorch's node names: the op in CamelCase, "Backward0" ("cross_entropy"
+// -> "CrossEntropyBackward0").
 std::string OpNode::name() const {
-  std::string n = op_->name;
-  if (!n.empty()) n[0] = char(std::toupper(static_cast<unsigned char>(n[0])));
-  return n + "Backward";
+  std::string n;
+  bool upper = true;
+  for (char c : op_->name) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    n += upper ? char(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return n + "Backward0";
 }
 
 void OpNode::record_inputs(const TensorList& inputs, const Tensor& saved_self_override) {
