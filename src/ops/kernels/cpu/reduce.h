@@ -6,17 +6,19 @@
 // dims merged. Two loop shapes cover every layout:
 //   * reduce-over-inner: the reduced dim with the smallest stride is the
 //     fastest-moving one, so each output reduces contiguous (or strided)
-//     runs with several independent accumulators (vectorises, keeps ILP);
+//     runs with several independent accumulators (vectorises, keeps ILP),
+//     reading a few lines at once so that several memory streams are in
+//     flight (reduce_lines);
 //   * reduce-over-outer: a kept dim moves fastest (e.g. summing an (N, C)
 //     tensor over N), so a block of W neighbouring outputs is accumulated row
 //     by row, vectorised along the kept dim; when C is small, several
 //     back-to-back rows fill one vector and are folded at the end.
 // Accuracy: the reduced range is summed pairwise (split in halves down to a
-// leaf block, inside which each of 64 accumulators takes a strided share),
-// so float32 sums of millions of elements stay within ~1e-7 relative of the
-// exact result. Work is split over outputs when there are enough of
-// them, otherwise the reduced range is cut into fixed chunks whose partial
-// results are combined pairwise. Every choice depends on sizes only, never on
+// leaf block, inside which each accumulator takes a strided share of at most
+// about a thousand elements), so float32 sums of millions of elements stay
+// within ~1e-7 relative of the exact result. Work is split over outputs when
+// there are enough of them, otherwise the reduced range is cut into fixed
+// chunks whose partial results are combined pairwise. Every choice depends on sizes only, never on
 // the thread count, so results are reproducible on any number of threads.
 //
 // A reduction op is a small struct:
@@ -117,7 +119,7 @@ inline A to_acc(T x) {
 
 namespace reduce_impl {
 // Pairwise leaves: up to kLeafElems elements of contiguous runs (each of the
-// 64 accumulators of reduce_line takes a strided share), at most
+// 64 float accumulators of reduce_line's streams takes a strided share), at most
 // kLeafRuns short runs, or rows of kRowLeafElems elements in
 // reduce-over-outer (64 rows per lane).
 inline constexpr int64_t kLeafElems = 1 << 16;
@@ -130,52 +132,81 @@ inline constexpr int64_t kMinUnits = 16;  // fewer work units than this: split t
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace reduce_impl
 
-// Reduction of the n elements p[0], p[s], ..., p[(n-1)s] with independent
-// accumulators, a 64-byte vector of them per stream. Long lines are read as
-// kStreams interleaved sub-lines: several sequential streams keep more
-// cache misses in flight than one (measured: 1.6x the bandwidth of a single
-// stream on a 64 MB sum), and each stream's adds do not wait on the others.
+// Accumulators per line: a 64-byte vector of them.
+template <typename Acc>
+inline constexpr int64_t kLineLanes = 64 / sizeof(Acc) > 8 ? 64 / sizeof(Acc) : 8;
+// Lines reduce_lines walks in lock-step.
+inline constexpr int64_t kStreams = 4;
+
+// Reduces kStreams lines of n >= kLineLanes<Acc> elements each (line j:
+// lines[j][0], lines[j][s], ...) in lock-step: several sequential streams
+// keep more cache misses in flight than one (measured 1.6x the bandwidth of
+// a single stream on a 64 MB sum), and each line's adds are independent.
+// result[j] = reduction of line j, out[j] its output index.
 template <typename T, typename Op>
-typename Op::Acc reduce_line(const T* p, int64_t n, int64_t s, const Op& op, int64_t out) {
+void reduce_lines(const T* const* lines, int64_t n, int64_t s, const Op& op, const int64_t* out,
+                  typename Op::Acc* result) {
   using Acc = typename Op::Acc;
-  constexpr int64_t L = 64 / sizeof(Acc) > 8 ? 64 / sizeof(Acc) : 8;
-  constexpr int64_t kStreams = 4, kMinStreamElems = 4096;
-  if (n < L) {
-    Acc acc = op.identity();
-    for (int64_t i = 0; i < n; ++i) acc = op.combine(acc, op.map(p[i * s], out));
-    return acc;
-  }
+  constexpr int64_t L = kLineLanes<Acc>;
   Acc a[kStreams][L];
   for (auto& lanes : a)
     for (int64_t k = 0; k < L; ++k) lanes[k] = op.identity();
   // `omp simd` keeps GCC from unrolling the lane loops into scalars before
   // vectorising them (selects, as in max, otherwise stay scalar).
-  // Elements per stream; short lines stay one stream (consecutive outputs'
-  // lines are often adjacent, which already makes one long stream).
-  const int64_t len = n >= kStreams * kMinStreamElems ? n / (kStreams * L) * L : 0;
-  for (int64_t i = 0; i < len; i += L) {
-    for (int64_t st = 0; st < kStreams; ++st) {
-      const T* q = p + (st * len + i) * s;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    for (int64_t j = 0; j < kStreams; ++j) {
+      const T* q = lines[j] + i * s;
       if (s == 1) {
 #pragma omp simd
-        for (int64_t k = 0; k < L; ++k) a[st][k] = op.combine(a[st][k], op.map(q[k], out));
+        for (int64_t k = 0; k < L; ++k) a[j][k] = op.combine(a[j][k], op.map(q[k], out[j]));
       } else {
 #pragma omp simd
-        for (int64_t k = 0; k < L; ++k) a[st][k] = op.combine(a[st][k], op.map(q[k * s], out));
+        for (int64_t k = 0; k < L; ++k) a[j][k] = op.combine(a[j][k], op.map(q[k * s], out[j]));
       }
     }
   }
-  int64_t i = kStreams * len;
-  for (; i + L <= n; i += L) {
-#pragma omp simd
-    for (int64_t k = 0; k < L; ++k) a[0][k] = op.combine(a[0][k], op.map(p[(i + k) * s], out));
+  for (int64_t j = 0; j < kStreams; ++j) {
+    for (int64_t r = i; r < n; ++r) a[j][0] = op.combine(a[j][0], op.map(lines[j][r * s], out[j]));
+    for (int64_t width = L / 2; width > 0; width /= 2)
+      for (int64_t k = 0; k < width; ++k) a[j][k] = op.combine(a[j][k], a[j][k + width]);
+    result[j] = a[j][0];
   }
-  for (; i < n; ++i) a[0][0] = op.combine(a[0][0], op.map(p[i * s], out));
-  for (int64_t st = 1; st < kStreams; ++st)
-    for (int64_t k = 0; k < L; ++k) a[0][k] = op.combine(a[0][k], a[st][k]);
-  for (int64_t width = L / 2; width > 0; width /= 2)
-    for (int64_t k = 0; k < width; ++k) a[0][k] = op.combine(a[0][k], a[0][k + width]);
-  return a[0][0];
+}
+
+// Reduction of the n elements p[0], p[s], ..., p[(n-1)s] with independent
+// accumulators; a long line is read as kStreams sub-lines (reduce_lines).
+// Short lines use one vector of accumulators, or none.
+template <typename T, typename Op>
+typename Op::Acc reduce_line(const T* p, int64_t n, int64_t s, const Op& op, int64_t out) {
+  using Acc = typename Op::Acc;
+  constexpr int64_t L = kLineLanes<Acc>;
+  if (n >= kStreams * 4096) {
+    const int64_t len = n / kStreams;
+    const T* lines[kStreams];
+    int64_t outs[kStreams];
+    Acc parts[kStreams];
+    for (int64_t j = 0; j < kStreams; ++j) lines[j] = p + j * len * s, outs[j] = out;
+    reduce_lines(lines, len, s, op, outs, parts);
+    Acc acc = op.combine(op.combine(parts[0], parts[1]), op.combine(parts[2], parts[3]));
+    for (int64_t i = kStreams * len; i < n; ++i) acc = op.combine(acc, op.map(p[i * s], out));
+    return acc;
+  }
+  Acc acc = op.identity();
+  int64_t i = 0;
+  if (n >= L) {
+    Acc a[L];
+    for (int64_t k = 0; k < L; ++k) a[k] = op.identity();
+    for (; i + L <= n; i += L) {
+#pragma omp simd
+      for (int64_t k = 0; k < L; ++k) a[k] = op.combine(a[k], op.map(p[(i + k) * s], out));
+    }
+    for (int64_t width = L / 2; width > 0; width /= 2)
+      for (int64_t k = 0; k < width; ++k) a[k] = op.combine(a[k], a[k + width]);
+    acc = a[0];
+  }
+  for (; i < n; ++i) acc = op.combine(acc, op.map(p[i * s], out));
+  return acc;
 }
 
 // max (kMax) or min with NaN propagation: a NaN wins over any number.
@@ -274,10 +305,22 @@ class StridedReducer {
       IndexWalker kept = kept_;
       kept.seek(b);
       if (runs_.nd == 0 && r1 - r0 <= leaf_) {
-        // One short run per output: no pairwise split needed.
+        // One short run per output: no pairwise split needed; runs of
+        // kStreams outputs at a time are read together (reduce_lines).
         const T* first = x_ + r0 * run_stride_;
-        for (int64_t o = b; o < e; ++o, kept.next())
-          store(o, reduce_line(first + kept.offset, r1 - r0, run_stride_, op_, o));
+        const int64_t n = r1 - r0;
+        int64_t o = b;
+        if (n >= kLineLanes<Acc>) {
+          const T* lines[kStreams];
+          int64_t outs[kStreams];
+          Acc results[kStreams];
+          for (; o + kStreams <= e; o += kStreams) {
+            for (int64_t j = 0; j < kStreams; ++j, kept.next()) lines[j] = first + kept.offset, outs[j] = o + j;
+            reduce_lines(lines, n, run_stride_, op_, outs, results);
+            for (int64_t j = 0; j < kStreams; ++j) store(o + j, results[j]);
+          }
+        }
+        for (; o < e; ++o, kept.next()) store(o, reduce_line(first + kept.offset, n, run_stride_, op_, o));
         return;
       }
       for (int64_t o = b; o < e; ++o, kept.next()) store(o, reduce_range(x_ + kept.offset, r0, r1, o));
