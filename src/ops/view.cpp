@@ -13,8 +13,6 @@
 namespace mf {
 namespace {
 
-std::vector<TensorMeta> meta_of(const Tensor& t) { return {{t.sizes(), t.dtype(), t.device()}}; }
-
 // Resolves one -1 and checks the element count.
 Shape infer_size(const Shape& size, int64_t numel, const char* op) {
   Shape out = size;
