@@ -150,7 +150,7 @@ inline void run_inner(std::array<char*, sizeof...(In) + 1>& p, const std::array<
     // Broadcast operands have stride 0: index them with i * 0 so the loop
     // stays simple enough to vectorise.
     std::tuple<const In*...> in{reinterpret_cast<const In*>(p[I + 1])...};
-    std::array<int64_t, sizeof...(In)> step{(s[I + 1] == 0 ? 0 : 1)...};
+    [[maybe_unused]] std::array<int64_t, sizeof...(In)> step{(s[I + 1] == 0 ? 0 : 1)...};
     for (int64_t i = 0; i < n; ++i) out[i] = Out(f(std::get<I>(in)[i * step[I]]...));
     return;
   }
