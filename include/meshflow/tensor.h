@@ -43,6 +43,13 @@ class TensorImpl {
   // True for the outputs of view ops (they alias another tensor's memory).
   bool is_view() const { return is_view_; }
   void set_is_view(bool v) { is_view_ = v; }
+  // True for a module's parameters (nn::Module::register_parameter,
+  // Python's nn.Parameter).
+  bool is_parameter() const { return is_parameter_; }
+  void set_is_parameter(bool v) { is_parameter_ = v; }
+  // Points this tensor at other memory and metadata (PyTorch's `t.data = x`);
+  // its autograd identity (grad, hooks, requires_grad) stays.
+  void set_data(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype);
   // Address of element 0 (nullptr for a metadata-only tensor).
   void* data() const;
 
@@ -59,6 +66,7 @@ class TensorImpl {
   DType dtype_;
   bool is_contiguous_;
   bool is_view_ = false;
+  bool is_parameter_ = false;
   std::unique_ptr<AutogradMeta> autograd_;
 };
 
@@ -129,6 +137,10 @@ class Tensor {
                 bool create_graph = false) const;
   // A tensor sharing this one's data but outside the autograd graph.
   Tensor detach() const;
+  // Makes this leaf use src's data, shape and dtype (PyTorch's `t.data = src`);
+  // Module::to(dtype) converts parameters this way, so references held by
+  // optimizers stay valid. Throws Error for a non-leaf.
+  void set_data(const Tensor& src) const;
   // Keep .grad of a non-leaf after backward.
   void retain_grad() const;
   bool retains_grad() const;

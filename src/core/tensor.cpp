@@ -43,13 +43,17 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
 
 // --- TensorImpl ---------------------------------------------------------------
 
-TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype)
-    : storage_(std::move(storage)),
-      sizes_(std::move(sizes)),
-      strides_(std::move(strides)),
-      offset_(offset),
-      numel_(shape_numel(sizes_)),
-      dtype_(dtype) {
+TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype) {
+  set_data(std::move(storage), std::move(sizes), std::move(strides), offset, dtype);
+}
+
+void TensorImpl::set_data(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype) {
+  storage_ = std::move(storage);
+  sizes_ = std::move(sizes);
+  strides_ = std::move(strides);
+  offset_ = offset;
+  numel_ = shape_numel(sizes_);
+  dtype_ = dtype;
   is_contiguous_ = true;
   int64_t expected = 1;
   for (int64_t i = int64_t(sizes_.size()) - 1; i >= 0; --i) {
@@ -192,6 +196,14 @@ Tensor Tensor::detach() const {
   auto* impl = checked();
   return Tensor(std::make_shared<TensorImpl>(impl->storage(), impl->sizes(), impl->strides(),
                                              impl->offset(), impl->dtype()));
+}
+
+void Tensor::set_data(const Tensor& src) const {
+  auto* impl = checked();
+  MF_CHECK(is_leaf(), Error, "set_data: only a leaf tensor's data can be replaced (this one has grad_fn ",
+           grad_fn()->name(), ")");
+  const TensorImpl* from = src.checked();
+  impl->set_data(from->storage(), from->sizes(), from->strides(), from->offset(), from->dtype());
 }
 
 void Tensor::retain_grad() const {

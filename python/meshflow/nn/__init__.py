@@ -1,4 +1,20 @@
-"""meshflow.nn: neural-network ops (meshflow.nn.functional) and utilities."""
-from meshflow.nn import functional, utils
+"""meshflow.nn: modules and layers (C++ mf::nn), Parameter, init, functional
+and utils, with torch.nn's names and signatures."""
+from meshflow._C import _modules
+from meshflow.nn import functional, init, utils
+from meshflow.nn.parameter import Parameter
 
-__all__ = ["functional", "utils"]
+_LAYERS = [
+    "Module", "Sequential", "ModuleList", "ModuleDict",
+    "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding", "Dropout",
+    "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "Softmax", "LogSoftmax", "Flatten", "Identity",
+    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "TransformerEncoderLayer",
+    "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss",
+]
+for _name in _LAYERS:
+    _cls = getattr(_modules, _name)
+    _cls.__module__ = "meshflow.nn"
+    globals()[_name] = _cls
+del _name, _cls
+
+__all__ = ["functional", "init", "utils", "Parameter"] + _LAYERS

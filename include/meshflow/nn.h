@@ -1,0 +1,7 @@
+// The neural-network API: modules (nn/module.h), layers and losses
+// (nn/layers.h) and initialisers (nn/init.h).
+#pragma once
+
+#include "meshflow/nn/init.h"
+#include "meshflow/nn/layers.h"
+#include "meshflow/nn/module.h"

@@ -1,0 +1,478 @@
+// The layers, losses and containers of meshflow.nn with torch.nn's
+// constructor signatures.
+#include <algorithm>
+
+#include "nn_modules.h"
+
+namespace mf::python {
+namespace {
+
+using namespace nn;  // NOLINT: every class bound here lives in mf::nn
+
+template <typename M>
+using Class = py::class_<M, Module, std::shared_ptr<M>>;
+
+// torch.nn layers take device= and dtype= factory arguments.
+template <typename M>
+std::shared_ptr<M> made(std::shared_ptr<M> m, const std::optional<Device>& device, std::optional<DType> dtype) {
+  MF_CHECK(!device || device->is_cpu(), ValueError, m->type_name(), ": device ", device->str(),
+           " is not available in this build");
+  if (dtype) m->to(*dtype);
+  return m;
+}
+
+Shape pair_of(const PairArg& p, const char* layer, const char* arg) {
+  MF_CHECK(p.values.size() == 2, ValueError, layer, ": ", arg, " must be an int or a pair of ints, got ",
+           p.values.size(), " values");
+  return p.values;
+}
+
+Pool2dArgs pool_args(const PairArg& kernel, const std::optional<PairArg>& stride, const PairArg& padding,
+                     const char* layer) {
+  Pool2dArgs args;
+  args.kernel_size = pair_of(kernel, layer, "kernel_size");
+  if (stride) args.stride = pair_of(*stride, layer, "stride");
+  args.padding = pair_of(padding, layer, "padding");
+  return args;
+}
+
+void check_reduction_args(py::handle size_average, py::handle reduce, const char* loss) {
+  MF_CHECK(size_average.is_none() && reduce.is_none(), ValueError, loss,
+           ": size_average and reduce are deprecated; use reduction='mean', 'sum' or 'none'");
+}
+
+// Children of a container from Python objects.
+void append_child(Module& parent, const std::string& name, py::handle child, const char* container) {
+  MF_CHECK(py::isinstance<Module>(child), TypeError, container, ": ", py::str(py::type::handle_of(child)),
+           " is not a Module subclass");
+  parent.register_module(name, child.cast<ModulePtr>(), python_owner(child));
+}
+
+int64_t wrap_index(int64_t index, size_t size, const char* container) {
+  int64_t n = int64_t(size);
+  MF_CHECK(index >= -n && index < n, IndexError, container, ": index ", index, " is out of range");
+  return index < 0 ? index + n : index;
+}
+
+// Rebuilds a numbered container from a list of Python modules (after
+// insert/delete renumbering).
+void renumber(Module& m, const std::vector<py::object>& modules, const char* container) {
+  while (!m.own_children().empty()) m.unregister(m.own_children().back().name);
+  for (size_t i = 0; i < modules.size(); ++i) append_child(m, std::to_string(i), modules[i], container);
+}
+
+std::vector<py::object> child_objects(const Module& m) {
+  std::vector<py::object> out;
+  for (const auto& c : m.own_children()) out.push_back(module_object(c));
+  return out;
+}
+
+py::object child_iter(const Module& m) {
+  py::list out;
+  for (const auto& c : m.own_children()) out.append(module_object(c));
+  return py::iter(out);
+}
+
+void bind_containers(py::module_& m) {
+  Class<Sequential>(m, "Sequential", py::dynamic_attr(), "Modules applied in order; built from modules or an OrderedDict.")
+      .def(py::init([](py::args modules) {
+        auto seq = std::make_shared<Sequential>();
+        if (modules.size() == 1 && py::isinstance<py::dict>(modules[0])) {
+          for (auto [k, v] : modules[0].cast<py::dict>()) append_child(*seq, py::str(k), v, "Sequential");
+        } else {
+          for (py::handle mod : modules) append_child(*seq, std::to_string(seq->size()), mod, "Sequential");
+        }
+        return seq;
+      }))
+      .def("forward", [](const Sequential& self, py::object input) {
+        for (const auto& c : self.own_children()) input = module_object(c)(input);
+        return input;
+      }, py::arg("input"))
+      .def("append", [](py::object self, py::handle module) {
+        auto& seq = self.cast<Sequential&>();
+        append_child(seq, std::to_string(seq.size()), module, "Sequential");
+        return self;
+      }, py::arg("module"))
+      .def("__len__", &Sequential::size)
+      .def("__iter__", [](const Sequential& self) { return child_iter(self); })
+      .def("__getitem__", [](const Sequential& self, int64_t i) {
+        return module_object(self.own_children()[size_t(wrap_index(i, self.size(), "Sequential"))]);
+      })
+      .def("__getitem__", [](const Sequential& self, py::slice slice) {
+        size_t start, stop, step, length;
+        if (!slice.compute(self.size(), &start, &stop, &step, &length)) throw py::error_already_set();
+        auto out = std::make_shared<Sequential>();
+        for (size_t i = 0; i < length; ++i) {
+          const auto& c = self.own_children()[start + i * step];
+          out->register_module(c.name, c.module, c.owner);
+        }
+        return out;
+      });
+
+  Class<ModuleList>(m, "ModuleList", py::dynamic_attr(), "A list of modules whose parameters are registered.")
+      .def(py::init([](py::handle modules) {
+        auto list = std::make_shared<ModuleList>();
+        if (!modules.is_none()) {
+          for (py::handle mod : modules) append_child(*list, std::to_string(list->size()), mod, "ModuleList");
+        }
+        return list;
+      }), py::arg("modules") = py::none())
+      .def("append", [](py::object self, py::handle module) {
+        auto& list = self.cast<ModuleList&>();
+        append_child(list, std::to_string(list.size()), module, "ModuleList");
+        return self;
+      }, py::arg("module"))
+      .def("extend", [](py::object self, py::iterable modules) {
+        auto& list = self.cast<ModuleList&>();
+        for (py::handle mod : modules) append_child(list, std::to_string(list.size()), mod, "ModuleList");
+        return self;
+      }, py::arg("modules"))
+      .def("__iadd__", [](py::object self, py::iterable modules) { return self.attr("extend")(modules); })
+      .def("insert", [](ModuleList& self, int64_t index, py::handle module) {
+        auto mods = child_objects(self);
+        int64_t n = int64_t(mods.size());
+        int64_t at = std::clamp(index < 0 ? index + n : index, int64_t(0), n);
+        mods.insert(mods.begin() + at, py::reinterpret_borrow<py::object>(module));
+        renumber(self, mods, "ModuleList");
+      }, py::arg("index"), py::arg("module"))
+      .def("__len__", &ModuleList::size)
+      .def("__iter__", [](const ModuleList& self) { return child_iter(self); })
+      .def("__getitem__", [](const ModuleList& self, int64_t i) {
+        return module_object(self.own_children()[size_t(wrap_index(i, self.size(), "ModuleList"))]);
+      })
+      .def("__getitem__", [](const ModuleList& self, py::slice slice) {
+        size_t start, stop, step, length;
+        if (!slice.compute(self.size(), &start, &stop, &step, &length)) throw py::error_already_set();
+        auto out = std::make_shared<ModuleList>();
+        for (size_t i = 0; i < length; ++i) {
+          const auto& c = self.own_children()[start + i * step];
+          out->push_back(c.module, c.owner);
+        }
+        return out;
+      })
+      .def("__setitem__", [](ModuleList& self, int64_t i, py::handle module) {
+        append_child(self, std::to_string(wrap_index(i, self.size(), "ModuleList")), module, "ModuleList");
+      })
+      .def("__delitem__", [](ModuleList& self, int64_t i) {
+        auto mods = child_objects(self);
+        mods.erase(mods.begin() + wrap_index(i, mods.size(), "ModuleList"));
+        renumber(self, mods, "ModuleList");
+      });
+
+  Class<ModuleDict>(m, "ModuleDict", py::dynamic_attr(), "A dict of modules whose parameters are registered.")
+      .def(py::init([](py::handle modules) {
+        auto dict = std::make_shared<ModuleDict>();
+        if (!modules.is_none()) {
+          py::object items = py::hasattr(modules, "items") ? modules.attr("items")() : py::reinterpret_borrow<py::object>(modules);
+          for (py::handle kv : items) {
+            auto pair = kv.cast<py::tuple>();
+            append_child(*dict, py::str(pair[0]), pair[1], "ModuleDict");
+          }
+        }
+        return dict;
+      }), py::arg("modules") = py::none())
+      .def("__getitem__", [](const ModuleDict& self, const std::string& key) {
+        MF_CHECK(self.has_child(key), IndexError, "ModuleDict: no module named '", key, "'");
+        return module_object(self.child_entry(key));
+      })
+      .def("__setitem__", [](ModuleDict& self, const std::string& key, py::handle module) {
+        append_child(self, key, module, "ModuleDict");
+      })
+      .def("__delitem__", [](ModuleDict& self, const std::string& key) {
+        MF_CHECK(self.unregister(key), IndexError, "ModuleDict: no module named '", key, "'");
+      })
+      .def("__contains__", [](const ModuleDict& self, const std::string& key) { return self.has_child(key); })
+      .def("__len__", [](const ModuleDict& self) { return self.own_children().size(); })
+      .def("keys", [](const ModuleDict& self) {
+        py::list out;
+        for (const auto& c : self.own_children()) out.append(c.name);
+        return out;
+      })
+      .def("__iter__", [](const ModuleDict& self) {
+        py::list out;
+        for (const auto& c : self.own_children()) out.append(c.name);
+        return py::iter(out);
+      })
+      .def("values", [](const ModuleDict& self) { return py::list(child_iter(self)); })
+      .def("items", [](const ModuleDict& self) {
+        py::list out;
+        for (const auto& c : self.own_children()) out.append(py::make_tuple(c.name, module_object(c)));
+        return out;
+      })
+      .def("update", [](ModuleDict& self, py::handle modules) {
+        for (py::handle kv : modules.attr("items")()) {
+          auto pair = kv.cast<py::tuple>();
+          append_child(self, py::str(pair[0]), pair[1], "ModuleDict");
+        }
+      }, py::arg("modules"));
+}
+
+void bind_layers(py::module_& m) {
+  auto dev = py::arg("device") = py::none();
+  auto dt = py::arg("dtype") = py::none();
+
+  Class<Linear>(m, "Linear", py::dynamic_attr())
+      .def(py::init([](int64_t in, int64_t out, bool bias, std::optional<Device> device, std::optional<DType> dtype) {
+        return made(std::make_shared<Linear>(in, out, bias), device, dtype);
+      }), py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true, dev, dt)
+      .def("forward", py::overload_cast<const Tensor&>(&Linear::forward), py::arg("input"))
+      .def("reset_parameters", &Linear::reset_parameters)
+      .def_readonly("in_features", &Linear::in_features)
+      .def_readonly("out_features", &Linear::out_features);
+
+  Class<Conv2d>(m, "Conv2d", py::dynamic_attr())
+      .def(py::init([](int64_t in, int64_t out, const PairArg& kernel, const PairArg& stride, py::handle padding,
+                       const PairArg& dilation, int64_t groups, bool bias, const std::string& padding_mode,
+                       std::optional<Device> device, std::optional<DType> dtype) {
+        MF_CHECK(padding_mode == "zeros", ValueError, "Conv2d: padding_mode '", padding_mode,
+                 "' is not supported (only 'zeros')");
+        Conv2dOptions o;
+        Shape k = pair_of(kernel, "Conv2d", "kernel_size");
+        o.stride = pair_of(stride, "Conv2d", "stride");
+        o.dilation = pair_of(dilation, "Conv2d", "dilation");
+        o.groups = groups;
+        o.bias = bias;
+        if (py::isinstance<py::str>(padding)) {
+          std::string mode = py::str(padding);
+          MF_CHECK(mode == "valid" || mode == "same", ValueError, "Conv2d: invalid padding string '", mode,
+                   "', should be one of {'valid', 'same'}");
+          o.padding = {0, 0};
+          if (mode == "same") {
+            MF_CHECK(o.stride == Shape({1, 1}), ValueError, "Conv2d: padding='same' is not supported for strided convolutions");
+            for (int i = 0; i < 2; ++i) {
+              int64_t total = o.dilation[i] * (k[i] - 1);
+              MF_CHECK(total % 2 == 0, ValueError, "Conv2d: padding='same' needs an odd effective kernel size, got ",
+                       k[i], " with dilation ", o.dilation[i]);
+              o.padding[i] = total / 2;
+            }
+          }
+        } else {
+          o.padding = pair_of(padding.cast<PairArg>(), "Conv2d", "padding");
+        }
+        return made(std::make_shared<Conv2d>(in, out, k, o), device, dtype);
+      }), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"), py::arg("stride") = 1,
+          py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("bias") = true,
+          py::arg("padding_mode") = "zeros", dev, dt)
+      .def("forward", &Conv2d::forward, py::arg("input"))
+      .def("reset_parameters", &Conv2d::reset_parameters)
+      .def_readonly("in_channels", &Conv2d::in_channels)
+      .def_readonly("out_channels", &Conv2d::out_channels)
+      .def_property_readonly("kernel_size", [](const Conv2d& c) { return py::tuple(py::cast(c.kernel_size)); })
+      .def_property_readonly("stride", [](const Conv2d& c) { return py::tuple(py::cast(c.options.stride)); })
+      .def_property_readonly("padding", [](const Conv2d& c) { return py::tuple(py::cast(c.options.padding)); })
+      .def_property_readonly("dilation", [](const Conv2d& c) { return py::tuple(py::cast(c.options.dilation)); })
+      .def_property_readonly("groups", [](const Conv2d& c) { return c.options.groups; });
+
+  auto bn_init = [](auto tag) {
+    using M = typename decltype(tag)::type;
+    return py::init([](int64_t n, double eps, std::optional<double> momentum, bool affine, bool track,
+                       std::optional<Device> device, std::optional<DType> dtype) {
+      return made(std::make_shared<M>(n, BatchNormOptions{eps, momentum, affine, track}), device, dtype);
+    });
+  };
+  Class<BatchNorm>(m, "_BatchNorm", py::dynamic_attr())
+      .def("forward", &BatchNorm::forward, py::arg("input"))
+      .def("reset_parameters", &BatchNorm::reset_parameters)
+      .def("reset_running_stats", &BatchNorm::reset_running_stats)
+      .def_readonly("num_features", &BatchNorm::num_features)
+      .def_property_readonly("eps", [](const BatchNorm& b) { return b.options.eps; })
+      .def_property_readonly("momentum", [](const BatchNorm& b) { return b.options.momentum; })
+      .def_property_readonly("affine", [](const BatchNorm& b) { return b.options.affine; })
+      .def_property_readonly("track_running_stats", [](const BatchNorm& b) { return b.options.track_running_stats; });
+  auto bn_args = [&](auto cls, auto tag) {
+    cls.def(bn_init(tag), py::arg("num_features"), py::arg("eps") = 1e-5, py::arg("momentum") = 0.1,
+            py::arg("affine") = true, py::arg("track_running_stats") = true, py::arg("device") = py::none(),
+            py::arg("dtype") = py::none());
+  };
+  bn_args(py::class_<BatchNorm1d, BatchNorm, std::shared_ptr<BatchNorm1d>>(m, "BatchNorm1d", py::dynamic_attr()),
+          std::type_identity<BatchNorm1d>{});
+  bn_args(py::class_<BatchNorm2d, BatchNorm, std::shared_ptr<BatchNorm2d>>(m, "BatchNorm2d", py::dynamic_attr()),
+          std::type_identity<BatchNorm2d>{});
+
+  Class<LayerNorm>(m, "LayerNorm", py::dynamic_attr())
+      .def(py::init([](const DimsArg& shape, double eps, bool affine, std::optional<Device> device,
+                       std::optional<DType> dtype) {
+        return made(std::make_shared<LayerNorm>(shape.dims, eps, affine), device, dtype);
+      }), py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("elementwise_affine") = true, dev, dt)
+      .def("forward", &LayerNorm::forward, py::arg("input"))
+      .def_property_readonly("normalized_shape", [](const LayerNorm& l) { return py::tuple(py::cast(l.normalized_shape)); })
+      .def_readonly("eps", &LayerNorm::eps)
+      .def_readonly("elementwise_affine", &LayerNorm::elementwise_affine);
+
+  Class<GroupNorm>(m, "GroupNorm", py::dynamic_attr())
+      .def(py::init([](int64_t groups, int64_t channels, double eps, bool affine, std::optional<Device> device,
+                       std::optional<DType> dtype) {
+        return made(std::make_shared<GroupNorm>(groups, channels, eps, affine), device, dtype);
+      }), py::arg("num_groups"), py::arg("num_channels"), py::arg("eps") = 1e-5, py::arg("affine") = true, dev, dt)
+      .def("forward", &GroupNorm::forward, py::arg("input"))
+      .def_readonly("num_groups", &GroupNorm::num_groups)
+      .def_readonly("num_channels", &GroupNorm::num_channels)
+      .def_readonly("eps", &GroupNorm::eps);
+
+  Class<Embedding>(m, "Embedding", py::dynamic_attr())
+      .def(py::init([](int64_t n, int64_t dim, std::optional<int64_t> padding_idx, std::optional<Device> device,
+                       std::optional<DType> dtype) {
+        return made(std::make_shared<Embedding>(n, dim, padding_idx), device, dtype);
+      }), py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("padding_idx") = py::none(), dev, dt)
+      .def("forward", &Embedding::forward, py::arg("input"))
+      .def_readonly("num_embeddings", &Embedding::num_embeddings)
+      .def_readonly("embedding_dim", &Embedding::embedding_dim)
+      .def_readonly("padding_idx", &Embedding::padding_idx);
+
+  Class<Dropout>(m, "Dropout", py::dynamic_attr())
+      .def(py::init([](double p, bool) { return std::make_shared<Dropout>(p); }), py::arg("p") = 0.5,
+           py::arg("inplace") = false)
+      .def("forward", &Dropout::forward, py::arg("input"))
+      .def_readonly("p", &Dropout::p);
+
+  Class<ReLU>(m, "ReLU", py::dynamic_attr())
+      .def(py::init([](bool) { return std::make_shared<ReLU>(); }), py::arg("inplace") = false)
+      .def("forward", &ReLU::forward, py::arg("input"));
+  Class<GELU>(m, "GELU", py::dynamic_attr())
+      .def(py::init<std::string>(), py::arg("approximate") = "none")
+      .def("forward", &GELU::forward, py::arg("input"));
+  Class<SiLU>(m, "SiLU", py::dynamic_attr())
+      .def(py::init([](bool) { return std::make_shared<SiLU>(); }), py::arg("inplace") = false)
+      .def("forward", &SiLU::forward, py::arg("input"));
+  Class<Tanh>(m, "Tanh", py::dynamic_attr()).def(py::init<>()).def("forward", &Tanh::forward, py::arg("input"));
+  Class<Sigmoid>(m, "Sigmoid", py::dynamic_attr()).def(py::init<>()).def("forward", &Sigmoid::forward, py::arg("input"));
+  Class<LeakyReLU>(m, "LeakyReLU", py::dynamic_attr())
+      .def(py::init([](double slope, bool) { return std::make_shared<LeakyReLU>(slope); }),
+           py::arg("negative_slope") = 0.01, py::arg("inplace") = false)
+      .def("forward", &LeakyReLU::forward, py::arg("input"));
+  Class<Softmax>(m, "Softmax", py::dynamic_attr())
+      .def(py::init<int64_t>(), py::arg("dim"))
+      .def("forward", &Softmax::forward, py::arg("input"));
+  Class<LogSoftmax>(m, "LogSoftmax", py::dynamic_attr())
+      .def(py::init<int64_t>(), py::arg("dim"))
+      .def("forward", &LogSoftmax::forward, py::arg("input"));
+  Class<Flatten>(m, "Flatten", py::dynamic_attr())
+      .def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1)
+      .def("forward", &Flatten::forward, py::arg("input"));
+  Class<Identity>(m, "Identity", py::dynamic_attr())
+      .def(py::init([](py::args, py::kwargs) { return std::make_shared<Identity>(); }))
+      .def("forward", &Identity::forward, py::arg("input"));
+
+  Class<MaxPool2d>(m, "MaxPool2d", py::dynamic_attr())
+      .def(py::init([](const PairArg& kernel, const std::optional<PairArg>& stride, const PairArg& padding,
+                       const PairArg& dilation, bool return_indices, bool ceil_mode) {
+        MF_CHECK(!return_indices, ValueError,
+                 "MaxPool2d: return_indices=True is not supported by the module; use "
+                 "nn.functional.max_pool2d_with_indices");
+        Pool2dArgs args = pool_args(kernel, stride, padding, "MaxPool2d");
+        args.dilation = pair_of(dilation, "MaxPool2d", "dilation");
+        args.ceil_mode = ceil_mode;
+        return std::make_shared<MaxPool2d>(args);
+      }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("dilation") = 1,
+          py::arg("return_indices") = false, py::arg("ceil_mode") = false)
+      .def("forward", &MaxPool2d::forward, py::arg("input"));
+  Class<AvgPool2d>(m, "AvgPool2d", py::dynamic_attr())
+      .def(py::init([](const PairArg& kernel, const std::optional<PairArg>& stride, const PairArg& padding,
+                       bool ceil_mode, bool count_include_pad, py::handle divisor_override) {
+        MF_CHECK(divisor_override.is_none(), ValueError, "AvgPool2d: divisor_override is not supported");
+        Pool2dArgs args = pool_args(kernel, stride, padding, "AvgPool2d");
+        args.ceil_mode = ceil_mode;
+        args.count_include_pad = count_include_pad;
+        return std::make_shared<AvgPool2d>(args);
+      }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+          py::arg("ceil_mode") = false, py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none())
+      .def("forward", &AvgPool2d::forward, py::arg("input"));
+  Class<AdaptiveAvgPool2d>(m, "AdaptiveAvgPool2d", py::dynamic_attr())
+      .def(py::init([](const PairArg& size) {
+        return std::make_shared<AdaptiveAvgPool2d>(pair_of(size, "AdaptiveAvgPool2d", "output_size"));
+      }), py::arg("output_size"))
+      .def("forward", &AdaptiveAvgPool2d::forward, py::arg("input"));
+}
+
+void bind_attention(py::module_& m) {
+  Class<MultiheadAttention>(m, "MultiheadAttention", py::dynamic_attr())
+      .def(py::init([](int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool add_bias_kv,
+                       bool add_zero_attn, std::optional<int64_t> kdim, std::optional<int64_t> vdim, bool batch_first,
+                       std::optional<Device> device, std::optional<DType> dtype) {
+        MF_CHECK(!add_bias_kv && !add_zero_attn, ValueError,
+                 "MultiheadAttention: add_bias_kv and add_zero_attn are not supported");
+        MF_CHECK(kdim.value_or(embed_dim) == embed_dim && vdim.value_or(embed_dim) == embed_dim, ValueError,
+                 "MultiheadAttention: kdim and vdim other than embed_dim are not supported");
+        return made(std::make_shared<MultiheadAttention>(embed_dim, num_heads, dropout, bias, batch_first), device,
+                    dtype);
+      }), py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0, py::arg("bias") = true,
+          py::arg("add_bias_kv") = false, py::arg("add_zero_attn") = false, py::arg("kdim") = py::none(),
+          py::arg("vdim") = py::none(), py::arg("batch_first") = false, py::arg("device") = py::none(),
+          py::arg("dtype") = py::none())
+      .def("forward", [](MultiheadAttention& self, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& key_padding_mask, bool need_weights, const Tensor& attn_mask,
+                         bool average_attn_weights) {
+        auto [out, weights] = self.forward(q, k, v, key_padding_mask, need_weights, attn_mask, average_attn_weights);
+        return py::make_tuple(out, weights);
+      }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("key_padding_mask") = py::none(),
+          py::arg("need_weights") = true, py::arg("attn_mask") = py::none(), py::arg("average_attn_weights") = true)
+      .def_readonly("embed_dim", &MultiheadAttention::embed_dim)
+      .def_readonly("num_heads", &MultiheadAttention::num_heads)
+      .def_readonly("batch_first", &MultiheadAttention::batch_first);
+
+  Class<TransformerEncoderLayer>(m, "TransformerEncoderLayer", py::dynamic_attr())
+      .def(py::init([](int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
+                       const std::string& activation, double eps, bool batch_first, bool norm_first,
+                       std::optional<Device> device, std::optional<DType> dtype) {
+        TransformerEncoderLayerOptions o{dim_feedforward, dropout, activation, eps, batch_first, norm_first};
+        return made(std::make_shared<TransformerEncoderLayer>(d_model, nhead, o), device, dtype);
+      }), py::arg("d_model"), py::arg("nhead"), py::arg("dim_feedforward") = 2048, py::arg("dropout") = 0.1,
+          py::arg("activation") = "relu", py::arg("layer_norm_eps") = 1e-5, py::arg("batch_first") = false,
+          py::arg("norm_first") = false, py::arg("device") = py::none(), py::arg("dtype") = py::none())
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&TransformerEncoderLayer::forward),
+           py::arg("src"), py::arg("src_mask") = py::none(), py::arg("src_key_padding_mask") = py::none());
+}
+
+void bind_losses(py::module_& m) {
+  Class<CrossEntropyLoss>(m, "CrossEntropyLoss", py::dynamic_attr())
+      .def(py::init([](const Tensor& weight, py::handle size_average, int64_t ignore_index, py::handle reduce,
+                       const std::string& reduction, double label_smoothing) {
+        check_reduction_args(size_average, reduce, "CrossEntropyLoss");
+        return std::make_shared<CrossEntropyLoss>(weight, ignore_index, reduction, label_smoothing);
+      }), py::arg("weight") = py::none(), py::arg("size_average") = py::none(), py::arg("ignore_index") = -100,
+          py::arg("reduce") = py::none(), py::arg("reduction") = "mean", py::arg("label_smoothing") = 0.0)
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&CrossEntropyLoss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("ignore_index", &CrossEntropyLoss::ignore_index)
+      .def_readonly("reduction", &CrossEntropyLoss::reduction)
+      .def_readonly("label_smoothing", &CrossEntropyLoss::label_smoothing);
+  Class<NLLLoss>(m, "NLLLoss", py::dynamic_attr())
+      .def(py::init([](const Tensor& weight, py::handle size_average, int64_t ignore_index, py::handle reduce,
+                       const std::string& reduction) {
+        check_reduction_args(size_average, reduce, "NLLLoss");
+        return std::make_shared<NLLLoss>(weight, ignore_index, reduction);
+      }), py::arg("weight") = py::none(), py::arg("size_average") = py::none(), py::arg("ignore_index") = -100,
+          py::arg("reduce") = py::none(), py::arg("reduction") = "mean")
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&NLLLoss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &NLLLoss::reduction);
+  Class<MSELoss>(m, "MSELoss", py::dynamic_attr())
+      .def(py::init([](py::handle size_average, py::handle reduce, const std::string& reduction) {
+        check_reduction_args(size_average, reduce, "MSELoss");
+        return std::make_shared<MSELoss>(reduction);
+      }), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(), py::arg("reduction") = "mean")
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&MSELoss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &MSELoss::reduction);
+  Class<BCEWithLogitsLoss>(m, "BCEWithLogitsLoss", py::dynamic_attr())
+      .def(py::init([](const Tensor& weight, py::handle size_average, py::handle reduce, const std::string& reduction,
+                       const Tensor& pos_weight) {
+        check_reduction_args(size_average, reduce, "BCEWithLogitsLoss");
+        return std::make_shared<BCEWithLogitsLoss>(weight, reduction, pos_weight);
+      }), py::arg("weight") = py::none(), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(),
+          py::arg("reduction") = "mean", py::arg("pos_weight") = py::none())
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&BCEWithLogitsLoss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &BCEWithLogitsLoss::reduction);
+}
+
+}  // namespace
+
+void init_nn_layers(py::module_& m) {
+  bind_containers(m);
+  bind_layers(m);
+  bind_attention(m);
+  bind_losses(m);
+}
+
+}  // namespace mf::python

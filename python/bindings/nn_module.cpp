@@ -1,0 +1,422 @@
+// nn.Module for Python: attribute registration, __call__ with hooks, the
+// traversals and state dicts, over mf::nn::Module (see Note [Modules across
+// C++ and Python] in meshflow/nn/module.h).
+#include "nn_modules.h"
+
+#include <map>
+
+namespace mf::python {
+namespace {
+
+using nn::Module;
+using nn::ModulePtr;
+
+// A Python callable registered as a hook; released under the GIL.
+struct PyHook : nn::Hook {
+  explicit PyHook(py::object f) : fn(std::move(f)) {}
+  ~PyHook() override {
+    py::gil_scoped_acquire gil;
+    fn = py::object();
+  }
+  py::object fn;
+};
+
+// What register_*_hook returns (PyTorch's RemovableHandle).
+struct HookHandle {
+  std::weak_ptr<Module> module;
+  int id;
+  void remove() {
+    if (auto m = module.lock()) m->remove_hook(id);
+  }
+};
+
+py::object g_incompatible_keys;  // collections.namedtuple, made once
+
+std::string py_type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
+
+Tensor& as_tensor(py::handle h) { return h.cast<Tensor&>(); }
+
+py::list names_list(const std::vector<std::string>& names) {
+  py::list out;
+  for (const auto& n : names) out.append(n);
+  return out;
+}
+
+py::object named_tensors_iter(const nn::NamedTensors& entries) {
+  py::list out;
+  for (const auto& [name, t] : entries) out.append(py::make_tuple(name, t));
+  return py::iter(out);
+}
+
+py::object tensors_iter(const TensorList& tensors) {
+  py::list out;
+  for (const auto& t : tensors) out.append(t);
+  return py::iter(out);
+}
+
+void set_attr(py::object self, const std::string& name, py::object value) {
+  Module& m = self.cast<Module&>();
+  py::dict dict = py::reinterpret_borrow<py::dict>(PyObject_GenericGetDict(self.ptr(), nullptr));
+  Py_DECREF(dict.ptr());  // GenericGetDict returned a new reference; borrow keeps one
+  if (py::isinstance<Tensor>(value) && as_tensor(value).impl()->is_parameter()) {
+    if (dict.contains(name.c_str())) PyDict_DelItemString(dict.ptr(), name.c_str());
+    m.register_parameter(name, as_tensor(value), false);
+    return;
+  }
+  if (py::isinstance<Module>(value)) {
+    if (dict.contains(name.c_str())) PyDict_DelItemString(dict.ptr(), name.c_str());
+    ModulePtr child = value.cast<ModulePtr>();
+    m.register_module(name, child, python_owner(value));
+    return;
+  }
+  if (m.has_parameter(name)) {
+    MF_CHECK(value.is_none(), TypeError, "cannot assign '", py_type_name(value), "' as parameter '", name,
+             "' (meshflow.nn.Parameter or None expected)");
+    m.register_parameter(name, Tensor(), false);
+    return;
+  }
+  if (m.has_buffer(name)) {
+    MF_CHECK(value.is_none() || py::isinstance<Tensor>(value), TypeError, "cannot assign '", py_type_name(value),
+             "' as buffer '", name, "' (meshflow.Tensor or None expected)");
+    bool persistent = true;
+    for (const auto& b : m.own_buffers()) {
+      if (b.name == name) persistent = b.persistent;
+    }
+    m.register_buffer(name, value.is_none() ? Tensor() : as_tensor(value), persistent);
+    return;
+  }
+  if (m.has_child(name)) {
+    MF_CHECK(value.is_none(), TypeError, "cannot assign '", py_type_name(value), "' as child module '", name,
+             "' (meshflow.nn.Module or None expected)");
+    m.register_module<Module>(name, nullptr);
+    return;
+  }
+  if (PyObject_GenericSetAttr(self.ptr(), py::str(name).ptr(), value.ptr()) != 0) throw py::error_already_set();
+}
+
+py::object get_attr(py::handle self, const std::string& name) {
+  const Module& m = self.cast<const Module&>();
+  for (const auto& [n, t] : m.own_parameters()) {
+    if (n == name) return py::cast(t);
+  }
+  for (const auto& b : m.own_buffers()) {
+    if (b.name == name) return py::cast(b.tensor);
+  }
+  for (const auto& c : m.own_children()) {
+    if (c.name == name) return module_object(c);
+  }
+  throw py::attribute_error("'" + py_type_name(self) + "' object has no attribute '" + name + "'");
+}
+
+void del_attr(py::object self, const std::string& name) {
+  Module& m = self.cast<Module&>();
+  if (m.has_child(name) || m.has_parameter(name) || m.has_buffer(name)) {
+    // PyTorch removes the entry; a layer's own slot stays as None (module.h).
+    m.unregister(name);
+    return;
+  }
+  if (PyObject_GenericSetAttr(self.ptr(), py::str(name).ptr(), nullptr) != 0) throw py::error_already_set();
+}
+
+// forward pre-hooks, forward, forward hooks (Python and C++ ones).
+py::object call(py::object self, py::args args, py::kwargs kwargs) {
+  Module& m = self.cast<Module&>();
+  if (m.forward_hooks().empty() && m.forward_pre_hooks().empty()) {
+    return self.attr("forward")(*args, **kwargs);
+  }
+  py::tuple inputs = args;
+  for (const auto& [id, hook] : std::vector(m.forward_pre_hooks())) {
+    py::object result = py::none();
+    if (auto* h = dynamic_cast<PyHook*>(hook.get())) {
+      result = h->fn(self, inputs);
+    } else if (auto* c = dynamic_cast<nn::ForwardPreHook*>(hook.get()); c && inputs.size() == 1) {
+      result = py::cast(c->fn(m, inputs[0].cast<Tensor>()));
+    }
+    if (!result.is_none()) inputs = py::isinstance<py::tuple>(result) ? py::tuple(result) : py::make_tuple(result);
+  }
+  py::object out = self.attr("forward")(*inputs, **kwargs);
+  for (const auto& [id, hook] : std::vector(m.forward_hooks())) {
+    py::object result = py::none();
+    if (auto* h = dynamic_cast<PyHook*>(hook.get())) {
+      result = h->fn(self, inputs, out);
+    } else if (auto* c = dynamic_cast<nn::ForwardHook*>(hook.get()); c && inputs.size() == 1) {
+      result = py::cast(c->fn(m, inputs[0].cast<Tensor>(), out.cast<Tensor>()));
+    }
+    if (!result.is_none()) out = result;
+  }
+  return out;
+}
+
+std::string repr(py::handle self) {
+  const Module& m = self.cast<const Module&>();
+  std::string extra = py::str(self.attr("extra_repr")());
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (!extra.empty() && start <= extra.size()) {
+    size_t nl = extra.find('\n', start);
+    lines.push_back(extra.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  for (const auto& c : m.own_children()) {
+    std::string child = c.module ? std::string(py::repr(module_object(c))) : "None";
+    std::string indented;
+    for (char ch : child) {
+      indented += ch;
+      if (ch == '\n') indented += "  ";
+    }
+    lines.push_back("(" + c.name + "): " + indented);
+  }
+  std::string out = py_type_name(self) + "(";
+  if (lines.size() == 1 && m.own_children().empty()) return out + lines[0] + ")";
+  if (!lines.empty()) {
+    for (const auto& line : lines) out += "\n  " + line;
+    out += "\n";
+  }
+  return out + ")";
+}
+
+py::object state_dict(py::handle self, py::object destination, const std::string& prefix, bool keep_vars) {
+  const Module& m = self.cast<const Module&>();
+  py::object out = destination.is_none() ? py::module_::import("collections").attr("OrderedDict")() : destination;
+  std::string pre = prefix;
+  if (!pre.empty() && pre.back() == '.') pre.pop_back();
+  if (keep_vars) {
+    // The tensors themselves: parameters keep requires_grad.
+    std::string dotted = pre.empty() ? "" : pre + ".";
+    for (const auto& [name, t] : m.named_parameters(true)) out[py::str(dotted + name)] = t;
+    for (const auto& [name, t] : m.state_dict()) {
+      if (!out.contains(py::str(dotted + name))) out[py::str(dotted + name)] = t;
+    }
+    return out;
+  }
+  for (const auto& [name, t] : m.state_dict(pre)) out[py::str(name)] = t;
+  return out;
+}
+
+py::object load_state_dict(py::handle self, py::handle state, bool strict) {
+  Module& m = self.cast<Module&>();
+  m.set_type_name(py_type_name(self));
+  MF_CHECK(py::isinstance<py::dict>(state) || py::hasattr(state, "items"), TypeError,
+           "Expected state_dict to be dict-like, got ", py_type_name(state));
+  std::map<std::string, Tensor> entries;
+  for (py::handle item : state.attr("items")()) {
+    auto kv = item.cast<py::tuple>();
+    std::string key = py::str(kv[0]);
+    MF_CHECK(py::isinstance<Tensor>(kv[1]), TypeError, "load_state_dict: entry \"", key,
+             "\" is not a meshflow.Tensor (got ", py_type_name(kv[1]), ")");
+    entries.emplace(key, kv[1].cast<Tensor>());
+  }
+  nn::LoadResult result = m.load_state_dict(entries, strict);
+  return g_incompatible_keys(names_list(result.missing_keys), names_list(result.unexpected_keys));
+}
+
+// to(dtype) / to(device) / to(tensor) / to(device, dtype), as nn.Module.to.
+py::object module_to(py::object self, py::args args, py::kwargs kwargs) {
+  std::optional<DType> dtype;
+  auto take = [&](py::handle v) {
+    if (py::isinstance<DType>(v)) {
+      dtype = v.cast<DType>();
+    } else if (py::isinstance<Tensor>(v)) {
+      dtype = v.cast<Tensor>().dtype();
+    } else if (py::isinstance<Device>(v) || py::isinstance<py::str>(v)) {
+      Device d = py::isinstance<Device>(v) ? v.cast<Device>() : Device(std::string(py::str(v)));
+      MF_CHECK(d.is_cpu(), ValueError, "Module.to: device ", d.str(), " is not available in this build");
+    } else if (!v.is_none()) {
+      throw TypeError("Module.to: expected a dtype, device or tensor, got " + py_type_name(v));
+    }
+  };
+  for (py::handle a : args) take(a);
+  for (auto [k, v] : kwargs) {
+    std::string key = py::str(k);
+    MF_CHECK(key == "dtype" || key == "device" || key == "non_blocking", TypeError,
+             "Module.to() got an unexpected keyword argument '", key, "'");
+    if (key != "non_blocking") take(v);
+  }
+  if (dtype) self.cast<Module&>().to(*dtype);
+  return self;
+}
+
+template <DType dtype>
+py::object convert(py::object self) {
+  self.cast<Module&>().to(dtype);
+  return self;
+}
+
+py::object add_hook(py::object self, py::object fn, bool pre) {
+  MF_CHECK(PyCallable_Check(fn.ptr()), TypeError, "register_forward_", pre ? "pre_" : "", "hook: the hook must be callable");
+  Module& m = self.cast<Module&>();
+  auto hook = std::make_shared<PyHook>(std::move(fn));
+  int id = pre ? m.register_forward_pre_hook(hook) : m.register_forward_hook(hook);
+  return py::cast(HookHandle{m.shared_from_this(), id});
+}
+
+}  // namespace
+
+std::shared_ptr<void> python_owner(py::handle obj) {
+  auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
+  return std::shared_ptr<void>(held, [](void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+}
+
+py::object module_object(const nn::Module::Child& child) {
+  if (!child.module) return py::none();
+  if (child.owner) return *static_cast<py::object*>(child.owner.get());
+  return py::cast(child.module);
+}
+
+void init_nn_module(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_modules", "nn.Module and the layers (see meshflow.nn)");
+  g_incompatible_keys = py::module_::import("collections")
+                            .attr("namedtuple")("IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"));
+
+  py::class_<HookHandle>(m, "RemovableHandle").def("remove", &HookHandle::remove);
+
+  py::class_<Module, ModulePtr> cls(m, "Module", py::dynamic_attr(), R"(Base class of every layer and model.
+
+Subclasses assign Parameters, buffers and Modules as attributes in __init__
+(after super().__init__()) and define forward().)");
+  cls.def(py::init([]() { return std::make_shared<Module>(); }))
+      .def("__setattr__", &set_attr)
+      .def("__getattr__", &get_attr)
+      .def("__delattr__", &del_attr)
+      .def("__call__", &call)
+      .def("forward", [](py::handle self, py::args, py::kwargs) -> py::object {
+        std::string text = "Module [" + py_type_name(self) + "] is missing the required \"forward\" function";
+        PyErr_SetString(PyExc_NotImplementedError, text.c_str());
+        throw py::error_already_set();
+      })
+      .def("__repr__", &repr)
+      .def("extra_repr", &Module::extra_repr)
+      .def_property(
+          "training", &Module::is_training, [](Module& self, bool on) { self.set_training_flag(on); })
+      .def("train", [](py::object self, bool mode) {
+        self.cast<Module&>().train(mode);
+        return self;
+      }, py::arg("mode") = true)
+      .def("eval", [](py::object self) {
+        self.cast<Module&>().eval();
+        return self;
+      })
+      .def("register_parameter", [](Module& self, const std::string& name, py::handle param) {
+        MF_CHECK(param.is_none() || (py::isinstance<Tensor>(param) && as_tensor(param).impl()->is_parameter()),
+                 TypeError, "cannot assign '", py_type_name(param), "' object to parameter '", name,
+                 "' (meshflow.nn.Parameter or None required)");
+        self.register_parameter(name, param.is_none() ? Tensor() : as_tensor(param), false);
+      }, py::arg("name"), py::arg("param"))
+      .def("register_buffer", [](Module& self, const std::string& name, const Tensor& tensor, bool persistent) {
+        self.register_buffer(name, tensor, persistent);
+      }, py::arg("name"), py::arg("tensor"), py::arg("persistent") = true)
+      .def("add_module", [](py::object self, const std::string& name, py::object module) {
+        set_attr(self, name, module);
+      }, py::arg("name"), py::arg("module"))
+      .def("register_module", [](py::object self, const std::string& name, py::object module) {
+        set_attr(self, name, module);
+      }, py::arg("name"), py::arg("module"))
+      .def("get_submodule", [](Module& self, const std::string& target) { return self.submodule(target); },
+           py::arg("target"))
+      .def("get_parameter", [](Module& self, const std::string& target) {
+        size_t dot = target.rfind('.');
+        ModulePtr owner = dot == std::string::npos ? self.shared_from_this() : self.submodule(target.substr(0, dot));
+        return owner->parameter(dot == std::string::npos ? target : target.substr(dot + 1));
+      }, py::arg("target"))
+      .def("named_parameters", [](const Module& self, const std::string& prefix, bool recurse) {
+        return named_tensors_iter(self.named_parameters(recurse, prefix));
+      }, py::arg("prefix") = "", py::arg("recurse") = true)
+      .def("parameters", [](const Module& self, bool recurse) { return tensors_iter(self.parameters(recurse)); },
+           py::arg("recurse") = true)
+      .def("named_buffers", [](const Module& self, const std::string& prefix, bool recurse) {
+        return named_tensors_iter(self.named_buffers(recurse, prefix));
+      }, py::arg("prefix") = "", py::arg("recurse") = true)
+      .def("buffers", [](const Module& self, bool recurse) { return tensors_iter(self.buffers(recurse)); },
+           py::arg("recurse") = true)
+      .def("named_children", [](const Module& self) {
+        py::list out;
+        for (const auto& c : self.own_children()) {
+          if (c.module) out.append(py::make_tuple(c.name, module_object(c)));
+        }
+        return py::iter(out);
+      })
+      .def("children", [](const Module& self) {
+        py::list out;
+        for (const auto& c : self.own_children()) {
+          if (c.module) out.append(module_object(c));
+        }
+        return py::iter(out);
+      })
+      .def("named_modules", [](Module& self, py::handle memo, const std::string& prefix, bool remove_duplicate) {
+        py::list out;
+        for (auto& [name, mod] : self.named_modules(prefix)) out.append(py::make_tuple(name, mod));
+        return py::iter(out);
+      }, py::arg("memo") = py::none(), py::arg("prefix") = "", py::arg("remove_duplicate") = true)
+      .def("modules", [](Module& self) {
+        py::list out;
+        for (auto& mod : self.modules()) out.append(py::cast(mod));
+        return py::iter(out);
+      })
+      .def("state_dict", &state_dict, py::arg("destination") = py::none(), py::arg("prefix") = "",
+           py::arg("keep_vars") = false)
+      .def("load_state_dict", &load_state_dict, py::arg("state_dict"), py::arg("strict") = true)
+      .def("zero_grad", &Module::zero_grad, py::arg("set_to_none") = true)
+      .def("requires_grad_", [](py::object self, bool requires_grad) {
+        self.cast<Module&>().requires_grad_(requires_grad);
+        return self;
+      }, py::arg("requires_grad") = true)
+      .def("to", &module_to)
+      .def("float", &convert<DType::Float32>)
+      .def("double", &convert<DType::Float64>)
+      .def("half", &convert<DType::Float16>)
+      .def("bfloat16", &convert<DType::BFloat16>)
+      .def("cpu", [](py::object self) { return self; })
+      .def("apply", [](py::object self, py::object fn) {
+        for (py::handle child : self.attr("children")()) child.attr("apply")(fn);
+        fn(self);
+        return self;
+      }, py::arg("fn"))
+      .def("register_forward_hook", [](py::object self, py::object hook) { return add_hook(self, hook, false); },
+           py::arg("hook"))
+      .def("register_forward_pre_hook", [](py::object self, py::object hook) { return add_hook(self, hook, true); },
+           py::arg("hook"))
+      .def("__dir__", [](py::object self) {
+        py::list out = py::reinterpret_steal<py::list>(PyObject_Dir(py::type::handle_of(self).ptr()));
+        py::object dict = py::reinterpret_steal<py::object>(PyObject_GenericGetDict(self.ptr(), nullptr));
+        for (py::handle k : dict) out.append(k);
+        const Module& m = self.cast<const Module&>();
+        for (const auto& [n, t] : m.own_parameters()) out.append(n);
+        for (const auto& b : m.own_buffers()) out.append(b.name);
+        for (const auto& c : m.own_children()) out.append(c.name);
+        return out;
+      });
+
+  m.def("make_parameter", [](const Tensor& data, bool requires_grad) {
+    Tensor p = data.detach();
+    p.impl()->set_is_parameter(true);
+    p.requires_grad_(requires_grad);
+    return p;
+  }, py::arg("data"), py::arg("requires_grad") = true);
+
+  m.def("is_parameter", [](const Tensor& t) { return t.defined() && t.impl()->is_parameter(); });
+
+  py::module_ init = m.def_submodule("init", "torch.nn.init's initialisers");
+  init.def("calculate_fan_in_and_fan_out", &nn::init::calculate_fan_in_and_fan_out, py::arg("tensor"))
+      .def("calculate_gain", &nn::init::calculate_gain, py::arg("nonlinearity"), py::arg("param") = py::none())
+      .def("uniform_", &nn::init::uniform_, py::arg("tensor"), py::arg("a") = 0.0, py::arg("b") = 1.0)
+      .def("normal_", &nn::init::normal_, py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0)
+      .def("constant_", &nn::init::constant_, py::arg("tensor"), py::arg("val"))
+      .def("ones_", &nn::init::ones_, py::arg("tensor"))
+      .def("zeros_", &nn::init::zeros_, py::arg("tensor"))
+      .def("trunc_normal_", &nn::init::trunc_normal_, py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0,
+           py::arg("a") = -2.0, py::arg("b") = 2.0)
+      .def("xavier_uniform_", &nn::init::xavier_uniform_, py::arg("tensor"), py::arg("gain") = 1.0)
+      .def("xavier_normal_", &nn::init::xavier_normal_, py::arg("tensor"), py::arg("gain") = 1.0)
+      .def("kaiming_uniform_", &nn::init::kaiming_uniform_, py::arg("tensor"), py::arg("a") = 0.0,
+           py::arg("mode") = "fan_in", py::arg("nonlinearity") = "leaky_relu")
+      .def("kaiming_normal_", &nn::init::kaiming_normal_, py::arg("tensor"), py::arg("a") = 0.0,
+           py::arg("mode") = "fan_in", py::arg("nonlinearity") = "leaky_relu");
+
+  init_nn_layers(m);
+}
+
+}  // namespace mf::python
