@@ -1,0 +1,143 @@
+"""The models of the examples, tests and benchmarks, written once for any
+library with torch's API: pass `meshflow` or `torch` as `lib`.
+
+    import meshflow as mf, torch
+    a, b = models.build("lenet", mf), models.build("lenet", torch)
+
+Each builder returns a fresh module with the library's default
+initialisation. The state-dict keys are the same for both libraries, so
+weights copy across (see copy_state).
+"""
+import math
+
+
+def mlp(lib, in_features=784, hidden=1024, classes=10):
+    """784-1024-1024-10 with ReLU (input (N, 784) or (N, 1, 28, 28))."""
+    nn = lib.nn
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(hidden, classes))
+
+
+def lenet(lib, channels=3, classes=10):
+    """LeNet-5 on (N, channels, 32, 32)."""
+    nn = lib.nn
+    return nn.Sequential(
+        nn.Conv2d(channels, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, classes))
+
+
+def fashion_cnn(lib, classes=10):
+    """The Fashion-MNIST example's CNN on (N, 1, 28, 28)."""
+    nn = lib.nn
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, classes))
+
+
+def resnet18(lib, classes=10):
+    """ResNet-18, CIFAR variant (3x3 stem, no max-pool), on (N, 3, 32, 32)."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.shortcut = nn.Sequential()
+            if stride != 1 or cin != cout:
+                self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return F.relu(out + self.shortcut(x))
+
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 3, stride=1, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            layers, cin = [], 64
+            for i, (cout, stride) in enumerate([(64, 1), (128, 2), (256, 2), (512, 2)]):
+                layers.append(nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)))
+                cin = cout
+            self.layer1, self.layer2, self.layer3, self.layer4 = layers
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(512, classes)
+
+        def forward(self, x):
+            x = F.relu(self.bn1(self.conv1(x)))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(lib.flatten(self.pool(x), 1))
+
+    return ResNet()
+
+
+def gpt(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
+    """A decoder-only transformer: token + position embeddings, pre-norm
+    blocks with causal self-attention and a GELU MLP, a final LayerNorm and
+    a linear head. forward(idx (N, T) int64) -> logits (N, T, vocab)."""
+    nn = lib.nn
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq = seq
+            self.tok = nn.Embedding(vocab, d_model)
+            self.pos = nn.Embedding(seq, d_model)
+            self.blocks = nn.ModuleList([
+                nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True) for _ in range(layers)])
+            self.ln = nn.LayerNorm(d_model)
+            self.head = nn.Linear(d_model, vocab, bias=False)
+            self.register_buffer("causal", lib.triu(lib.full((seq, seq), -math.inf), 1), persistent=False)
+
+        def forward(self, idx):
+            t = idx.shape[1]
+            x = self.tok(idx) + self.pos(lib.arange(t))
+            mask = self.causal[:t, :t]
+            for block in self.blocks:
+                x = block(x, src_mask=mask)
+            return self.head(self.ln(x))
+
+    return GPT()
+
+
+BUILDERS = {"mlp": mlp, "lenet": lenet, "fashion_cnn": fashion_cnn, "resnet18": resnet18, "gpt": gpt}
+
+
+def build(name, lib, **kwargs):
+    return BUILDERS[name](lib, **kwargs)
+
+
+def copy_state(src, dst, lib):
+    """Loads src's state dict (any library) into dst (a module of lib)
+    through numpy, keeping dtypes."""
+    state = {k: lib.tensor(v.detach().cpu().numpy()) for k, v in src.state_dict().items()}
+    dst.load_state_dict(state)
+
+
+def random_batch(name, batch, rng, vocab=1024, seq=128):
+    """(input, target) of a model as numpy arrays (float32 / int64) drawn
+    from a numpy Generator."""
+    import numpy as np
+    if name == "gpt":
+        tokens = rng.integers(0, vocab, size=(batch, seq + 1))
+        return tokens[:, :-1].copy(), tokens[:, 1:].copy()
+    shape = {"mlp": (batch, 784), "lenet": (batch, 3, 32, 32), "fashion_cnn": (batch, 1, 28, 28),
+             "resnet18": (batch, 3, 32, 32)}[name]
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.integers(0, 10, size=(batch,))
+    return x, y
+
+
+def loss_fn(name, lib, output, target):
+    F = lib.nn.functional
+    if name == "gpt":
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+    return F.cross_entropy(output, target)
