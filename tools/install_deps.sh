@@ -8,7 +8,8 @@ packages=(
   libopenblas-dev libopenblas0-openmp libdnnl-dev
   libgtest-dev zlib1g-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
-  dataset-fashion-mnist
+  python3-tqdm python3-matplotlib
+  dataset-fashion-mnist fortunes
 )
 
 missing=()

@@ -75,15 +75,33 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) { return dispatch::apply
 
 Tensor scaled(const Tensor& t, Scalar s) { return s.to_double() == 1.0 ? t : mul(t, s); }
 
+// True for the transpose of a contiguous matrix (weight.t() in linear).
+bool is_transposed_matrix(const Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
+}
+
 // Gradients of alpha * (a @ b) for a and b, summed over broadcast batch dims.
+// Note [Gradient layout]: the gradient of an operand stored transposed is
+// computed as the transpose of a contiguous product, (g^T a)^T instead of
+// a^T g, so it has the operand's layout: linear's weight.t() then hands the
+// weight a contiguous gradient, with no transposing copy when it is
+// accumulated or read by the optimizer.
 TensorList matmul_grads(const BackwardContext& ctx, const Tensor& a, const Tensor& b, size_t ia, size_t ib,
                         Scalar alpha) {
   const Tensor& g = ctx.grad_outputs[0];
   TensorList grads(ctx.needs_input_grad.size());
-  if (ctx.needs_input_grad[ia])
-    grads[ia] = sum_to(scaled(batched_matmul(g, matrix_transpose(b)), alpha), ctx.input_metas[ia].sizes);
-  if (ctx.needs_input_grad[ib])
-    grads[ib] = sum_to(scaled(batched_matmul(matrix_transpose(a), g), alpha), ctx.input_metas[ib].sizes);
+  if (ctx.needs_input_grad[ia]) {
+    Tensor ga = is_transposed_matrix(a) && g.dim() == 2
+                    ? matrix_transpose(batched_matmul(b, matrix_transpose(g)))
+                    : batched_matmul(g, matrix_transpose(b));
+    grads[ia] = sum_to(scaled(ga, alpha), ctx.input_metas[ia].sizes);
+  }
+  if (ctx.needs_input_grad[ib]) {
+    Tensor gb = is_transposed_matrix(b) && g.dim() == 2
+                    ? matrix_transpose(batched_matmul(matrix_transpose(g), a))
+                    : batched_matmul(matrix_transpose(a), g);
+    grads[ib] = sum_to(scaled(gb, alpha), ctx.input_metas[ib].sizes);
+  }
   return grads;
 }
 

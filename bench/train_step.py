@@ -1,0 +1,182 @@
+"""Training-step time of meshflow against PyTorch, measured in the same run.
+
+    PYTHONPATH=python /usr/bin/python3 bench/train_step.py [--workloads mlp,gpt] [--steps 10]
+
+For each workload (examples/models.py) and each library, a fresh process
+builds the model, runs warm-up steps, then times forward + backward +
+optimizer steps and reports the median. Every process uses 2 threads with
+OMP_WAIT_POLICY=PASSIVE (PyTorch at its best here). Libraries: meshflow,
+Debian's PyTorch 1.13 (/usr/bin/python3) and, when bench/setup_torch_venv.sh
+has installed it, the newest PyTorch release (bench/.venv-torch).
+
+Also printed: model-FLOP utilisation, the training FLOPs of a step (3x the
+forward's matmul/conv/attention FLOPs) per second over the sgemm rate
+measured in the same run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+VENV_PYTHON = os.path.join(HERE, ".venv-torch", "bin", "python")
+
+WORKLOADS = {
+    # name: (model, batch, optimizer, model kwargs)
+    "mlp": ("mlp", 128, "sgd", {}),
+    "lenet": ("lenet", 32, "sgd_momentum", {}),
+    "resnet18": ("resnet18", 32, "sgd_momentum", {}),
+    "gpt": ("gpt", 8, "adamw", {}),
+}
+STEPS = {"mlp": 30, "lenet": 50, "resnet18": 6, "gpt": 10}
+
+
+def make_optimizer(lib, kind, params):
+    if kind == "sgd":
+        return lib.optim.SGD(params, lr=0.01)
+    if kind == "sgd_momentum":
+        return lib.optim.SGD(params, lr=0.01, momentum=0.9)
+    return lib.optim.AdamW(params, lr=1e-3)
+
+
+def forward_flops(name, batch, kwargs):
+    """Matmul/conv/attention FLOPs of one forward pass (torch hooks)."""
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import models
+    model = models.build(name, torch, **kwargs)
+    total = [0]
+
+    def conv_hook(m, inp, out):
+        k = m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+        total[0] += 2 * out.numel() * k
+
+    def linear_hook(m, inp, out):
+        total[0] += 2 * out.numel() * m.in_features
+
+    def attn_hook(m, inp, out):
+        q = inp[0]
+        n, t = (q.shape[0], q.shape[1]) if m.batch_first else (q.shape[1], q.shape[0])
+        total[0] += 2 * 2 * n * t * t * m.embed_dim  # q k^T and p v
+        total[0] += 2 * n * t * m.embed_dim * 3 * m.embed_dim  # in_proj (out_proj is a Linear)
+
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Conv2d):
+            mod.register_forward_hook(conv_hook)
+        elif isinstance(mod, torch.nn.Linear):
+            mod.register_forward_hook(linear_hook)
+        elif isinstance(mod, torch.nn.MultiheadAttention):
+            mod.register_forward_hook(attn_hook)
+    rng = __import__("numpy").random.default_rng(0)
+    x, _ = models.random_batch(name, batch, rng, **({"seq": kwargs["seq"]} if "seq" in kwargs else {}))
+    with torch.no_grad():
+        model(torch.tensor(x))
+    return total[0]
+
+
+def worker(lib_name, workload, steps):
+    """Runs in the child process: prints one JSON line."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import models
+    if lib_name == "meshflow":
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        import meshflow as lib
+    else:
+        import torch as lib
+    lib.set_num_threads(2)
+    lib.manual_seed(0)
+    name, batch, opt_kind, kwargs = WORKLOADS[workload]
+    model = models.build(name, lib, **kwargs)
+    model.train()
+    optimizer = make_optimizer(lib, opt_kind, model.parameters())
+    rng = np.random.default_rng(0)
+    x, y = models.random_batch(name, batch, rng)
+    x, y = lib.tensor(x), lib.tensor(y)
+
+    def step():
+        optimizer.zero_grad()
+        loss = models.loss_fn(name, lib, model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        begin = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - begin)
+    # sgemm rate of this library at 2 threads (2048^3), for the utilisation.
+    a, b = lib.randn(2048, 2048), lib.randn(2048, 2048)
+    lib.matmul(a, b)
+    best = float("inf")
+    for _ in range(5):
+        begin = time.perf_counter()
+        lib.matmul(a, b)
+        best = min(best, time.perf_counter() - begin)
+    gflops = 2 * 2048 ** 3 / best / 1e9
+    version = getattr(lib, "__version__", "?")
+    print(json.dumps({"ms": 1000 * statistics.median(times), "min_ms": 1000 * min(times), "sgemm_gflops": gflops,
+                      "version": str(version)}))
+
+
+def run_child(python, lib_name, workload, steps):
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="2")
+    cmd = [python, os.path.abspath(__file__), "--worker", lib_name, "--workloads", workload, "--steps", str(steps)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{lib_name} {workload} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--steps", type=int, default=0, help="timed steps (0: per-workload default)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--no-new-torch", action="store_true", help="skip the newest-PyTorch venv")
+    args = p.parse_args()
+    if args.worker:
+        worker(args.worker, args.workloads, args.steps)
+        return
+
+    peers = [("torch", "/usr/bin/python3")]
+    if not args.no_new_torch and os.path.exists(VENV_PYTHON):
+        peers.append(("torch", VENV_PYTHON))
+    rows = []
+    for workload in args.workloads.split(","):
+        steps = args.steps or STEPS[workload]
+        name, batch, _, kwargs = WORKLOADS[workload]
+        flops = 3 * forward_flops(name, batch, kwargs)
+        mine = run_child("/usr/bin/python3", "meshflow", workload, steps)
+        row = {"workload": workload, "meshflow": mine, "peers": [], "flops": flops}
+        for lib_name, python in peers:
+            row["peers"].append(run_child(python, lib_name, workload, steps))
+        rows.append(row)
+        mfu = flops / (mine["ms"] / 1000) / (mine["sgemm_gflops"] * 1e9)
+        text = f"{workload:9s} meshflow {mine['ms']:8.1f} ms (MFU {100 * mfu:4.1f}%)"
+        for peer in row["peers"]:
+            text += f" | torch {peer['version']:>6s} {peer['ms']:8.1f} ms, ratio {mine['ms'] / peer['ms']:.2f}"
+        print(text, flush=True)
+
+    print("\n| workload | meshflow ms | " + " | ".join(f"torch {p['version']} ms | ratio" for p in rows[0]["peers"])
+          + " | meshflow MFU |")
+    print("|---|---:|" + "---:|---:|" * len(rows[0]["peers"]) + "---:|")
+    for row in rows:
+        mine = row["meshflow"]
+        cells = [f"{row['workload']}", f"{mine['ms']:.1f}"]
+        for peer in row["peers"]:
+            cells += [f"{peer['ms']:.1f}", f"{mine['ms'] / peer['ms']:.2f}"]
+        mfu = row["flops"] / (mine["ms"] / 1000) / (mine["sgemm_gflops"] * 1e9)
+        cells.append(f"{100 * mfu:.1f}%")
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
