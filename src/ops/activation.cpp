@@ -19,6 +19,26 @@ constexpr double kGeluTanhCoeff = 0.044715;
 
 InferFn infer_floating(const char* op) { return infer_unary(op, is_floating, "a floating-point"); }
 
+// gelu''(x) from ops: phi(x) (2 - x^2) for "none"; for "tanh" (see
+// gelu_backward) (1 - t^2) du + x (1 - t^2) (6 c k x - 2 t du^2) / 2.
+Tensor gelu_second_derivative(const Tensor& x, const std::string& approximate) {
+  Tensor x2 = square(x);
+  if (approximate == "tanh") {
+    Tensor t = tanh(mul(add(x, mul(mul(x2, x), kGeluTanhCoeff)), kSqrt2OverPi));
+    Tensor du = mul(add(mul(x2, 3 * kGeluTanhCoeff), 1.0), kSqrt2OverPi);
+    Tensor sech2 = rsub(square(t), 1.0);
+    Tensor inner = sub(mul(x, 6 * kSqrt2OverPi * kGeluTanhCoeff), mul(mul(t, square(du)), 2.0));
+    return add(mul(sech2, du), mul(mul(mul(x, sech2), inner), 0.5));
+  }
+  Tensor pdf = mul(exp(mul(x2, -0.5)), kInvSqrt2Pi);
+  return mul(pdf, rsub(x2, 2.0));
+}
+
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& approximate) {
+  static const OpDef& op = dispatch::op("gelu_backward");
+  return dispatch::apply_one(op, {grad, x}, {{"approximate", approximate}});
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "relu",
     .inputs = {"input"},
@@ -57,24 +77,57 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .backward = [](const BackwardContext& ctx) {
-      const Tensor& x = ctx.inputs[0];
-      Tensor dx;
-      if (ctx.attrs.get_string("approximate") == "tanh") {
-        // d/dx [x (1 + t) / 2], t = tanh(u), u = c (x + k x^3):
-        //   (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2
-        Tensor x2 = square(x);
-        Tensor t = tanh(mul(add(x, mul(mul(x2, x), kGeluTanhCoeff)), kSqrt2OverPi));
-        Tensor du = mul(add(mul(x2, 3 * kGeluTanhCoeff), 1.0), kSqrt2OverPi);
-        dx = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, rsub(square(t), 1.0)), du), 0.5));
-      } else {
-        // Phi(x) + x phi(x)
-        Tensor cdf = mul(add(erf(mul(x, kSqrtHalf)), 1.0), 0.5);
-        Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
-        dx = add(cdf, mul(x, pdf));
-      }
-      return TensorList{mul(ctx.grad_outputs[0], dx)};
+      return TensorList{gelu_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs.get_string("approximate"))};
     },
     .save_inputs = 0b1,
+});
+
+// gelu_backward(grad, x) = grad * gelu'(x) in one pass:
+//   "none": Phi(x) + x phi(x)
+//   "tanh": (1 + t) / 2 + x (1 - t^2) du / 2,  t = tanh(u), u = c (x + k x^3),
+//           du = c (1 + 3 k x^2)
+// It is linear in grad; its derivative in x is grad * gelu''(x), composed
+// from ops (gelu_second_derivative) so that higher derivatives work.
+MF_REGISTER_OP(OpDef{
+    .name = "gelu_backward",
+    .inputs = {"grad", "input"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      MF_CHECK(in[0].sizes() == in[1].sizes() && in[0].dtype() == in[1].dtype(), ShapeError,
+               "gelu_backward: grad ", shape_str(in[0].sizes()), " and input ", shape_str(in[1].sizes()),
+               " must have the same shape and dtype");
+      return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const bool tanh_form = attrs.get_string("approximate") == "tanh";
+      dispatch_floating(in[1].dtype(), "gelu_backward", [&]<typename T>() {
+        using A = acc_type<T>;
+        if (tanh_form) {
+          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T g, T t) __attribute__((always_inline, flatten)) {
+            A x = A(t), x2 = x * x;
+            A th = cpu::math::tanh(A(kSqrt2OverPi) * (x + A(kGeluTanhCoeff) * x2 * x));
+            A du = A(kSqrt2OverPi) * (A(1) + A(3 * kGeluTanhCoeff) * x2);
+            return A(g) * (A(0.5) * (A(1) + th) + A(0.5) * x * (A(1) - th * th) * du);
+          });
+        } else {
+          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T g, T t) __attribute__((always_inline, flatten)) {
+            A x = A(t);
+            A cdf = A(0.5) * (A(1) + cpu::math::erf(x * A(kSqrtHalf)));
+            A pdf = cpu::math::exp(A(-0.5) * x * x) * A(kInvSqrt2Pi);
+            return A(g) * (cdf + x * pdf);
+          });
+        }
+      });
+    },
+    .backward = [](const BackwardContext& ctx) {
+      const std::string& approximate = ctx.attrs.get_string("approximate");
+      const Tensor& gg = ctx.grad_outputs[0];
+      TensorList grads(2);
+      if (ctx.needs_input_grad[0]) grads[0] = gelu_backward(gg, ctx.inputs[1], approximate);
+      if (ctx.needs_input_grad[1])
+        grads[1] = mul(mul(gg, ctx.inputs[0]), gelu_second_derivative(ctx.inputs[1], approximate));
+      return grads;
+    },
+    .save_inputs = 0b11,
 });
 
 MF_REGISTER_OP(OpDef{
