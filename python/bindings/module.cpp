@@ -313,4 +313,5 @@ PYBIND11_MODULE(_C, m) {
   init_nn(m);
   init_io(m);
   init_optim(m);
+  init_data(m);
 }

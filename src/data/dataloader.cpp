@@ -54,6 +54,7 @@ void BatchIterator::run_worker() {
 }
 
 std::optional<TensorList> BatchIterator::next() {
+  std::lock_guard<std::mutex> consumer(consumer_mutex_);
   if (position_ >= size()) return std::nullopt;
   if (workers_.empty()) {
     const int64_t index = position_++;

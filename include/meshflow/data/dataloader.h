@@ -48,6 +48,7 @@ class BatchIterator {
   BatchIterator(const BatchIterator&) = delete;
   BatchIterator& operator=(const BatchIterator&) = delete;
 
+  // Calls from several threads are served one at a time.
   std::optional<TensorList> next();
   // Number of batches of the pass, and of those returned (or thrown) so far.
   int64_t size() const { return int64_t(batches_.size()); }
@@ -63,7 +64,8 @@ class BatchIterator {
   std::shared_ptr<const Dataset> dataset_;
   std::vector<std::vector<int64_t>> batches_;
   int64_t max_ahead_ = 0;
-  int64_t position_ = 0;  // the next batch the consumer takes
+  std::mutex consumer_mutex_;  // held by next()
+  int64_t position_ = 0;       // the next batch the consumer takes
   std::mutex mutex_;
   std::condition_variable worker_wakeup_;
   std::condition_variable result_ready_;
