@@ -227,6 +227,13 @@ class BatchSampler(Sampler):
         self.drop_last = drop_last
 
     def __iter__(self):
+        if isinstance(self.sampler, (SequentialSampler, RandomSampler)):
+            # One draw, then slices: far faster than index by index.
+            indices = list(self.sampler)
+            stop = len(indices) - len(indices) % self.batch_size if self.drop_last else len(indices)
+            for start in range(0, stop, self.batch_size):
+                yield indices[start:start + self.batch_size]
+            return
         batch = []
         for index in self.sampler:
             batch.append(index)
@@ -566,7 +573,11 @@ class DataLoader:
         elif self.batch_sampler is not None:
             cpp = None if self._custom_collate else _cpp_dataset_of(self.dataset)
             if cpp is not None:
-                batches = [[int(i) for i in batch] for batch in self.batch_sampler]
+                if isinstance(self.batch_sampler, BatchSampler) and \
+                        isinstance(self.sampler, (SequentialSampler, RandomSampler)):
+                    batches = list(self.batch_sampler)  # Python ints already
+                else:
+                    batches = [[int(i) for i in batch] for batch in self.batch_sampler]
                 return _FastBatches(cpp, batches, self.num_workers, self.prefetch_factor)
             tasks = iter(self.batch_sampler)
             dataset, collate = self.dataset, self.collate_fn
