@@ -233,7 +233,8 @@ def test_custom_collate_and_batch_sampler():
     assert list(mdata.DataLoader(ours, batch_size=4, collate_fn=collate, num_workers=2)) == \
         list(tdata.DataLoader(theirs, batch_size=4, collate_fn=collate))
     batches = [[8, 0], [3], [1, 2, 4]]
-    assert epoch(mdata.DataLoader(ours, batch_sampler=batches)) == epoch(tdata.DataLoader(theirs, batch_sampler=batches))
+    assert epoch(mdata.DataLoader(ours, batch_sampler=batches)) == \
+        epoch(tdata.DataLoader(theirs, batch_sampler=batches))
     sampler = [5, 1, 1, 7]
     assert epoch(mdata.DataLoader(ours, sampler=sampler, batch_size=3)) == \
         epoch(tdata.DataLoader(theirs, sampler=sampler, batch_size=3))
@@ -401,7 +402,8 @@ def test_text_dataset(tmp_path, mode):
         assert ds.encode(" ").tolist() == [0] and ds.encode("☃").tolist() == [ds.vocab_size - 1]
         with pytest.raises(ValueError):
             ds.encode("Z")
-    fast = list(mdata.DataLoader(ds, batch_size=5, shuffle=True, num_workers=2, generator=mf.Generator().manual_seed(0)))
+    fast = list(mdata.DataLoader(ds, batch_size=5, shuffle=True, num_workers=2,
+                                 generator=mf.Generator().manual_seed(0)))
     slow = list(mdata.DataLoader(ds, batch_size=5, shuffle=True, collate_fn=mdata.default_collate,
                                  generator=mf.Generator().manual_seed(0)))
     assert [plain(b) for b in fast] == [plain(b) for b in slow]
