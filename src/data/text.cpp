@@ -2,6 +2,7 @@
 #include "meshflow/data/text.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
