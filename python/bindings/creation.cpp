@@ -100,10 +100,11 @@ void init_creation(py::module_& m) {
     return randint(low, high, size, options(dtype.value_or(DType::Int64), device, requires_grad));
   }, py::arg("low"), py::arg("high"), py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(),
         py::arg("device") = py::none(), py::arg("requires_grad") = false);
-  m.def("randperm", [](int64_t n, std::optional<DType> dtype, std::optional<Device> device) {
-    Tensor t = randperm(n, device.value_or(Device()));
+  m.def("randperm", [](int64_t n, Generator* generator, std::optional<DType> dtype, std::optional<Device> device) {
+    Tensor t = randperm(n, device.value_or(Device()), generator);
     return dtype ? to(t, *dtype) : t;
-  }, py::arg("n"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  }, py::arg("n"), py::kw_only(), py::arg("generator") = py::none(), py::arg("dtype") = py::none(),
+        py::arg("device") = py::none());
   m.def("bernoulli", py::overload_cast<const Tensor&>(&bernoulli), py::arg("input"));
   m.def("bernoulli", py::overload_cast<const Tensor&, double>(&bernoulli), py::arg("input"), py::arg("p"));
   add_methods(m, m.attr("Tensor"), {"bernoulli"});

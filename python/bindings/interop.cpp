@@ -292,6 +292,17 @@ Tensor tensor_from_data(py::handle data, std::optional<DType> dtype) {
 }
 
 void init_interop(py::module_& m) {
+  // pybind11 2.10 looks NumPy's C API up in a function-local static on first
+  // use (py::isinstance<py::array>, reached by meshflow.tensor on any data).
+  // The lookup imports NumPy, which lets other threads take the GIL; a second
+  // thread reaching the static then blocks on its guard while holding the
+  // GIL, and both hang (DataLoader worker threads did). Looking it up here,
+  // at import, leaves nothing to race for. Without NumPy the lookup fails
+  // and is retried on use, as before.
+  try {
+    py::detail::npy_api::get();
+  } catch (const py::error_already_set&) {
+  }
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
   cls.def("numpy", [](const Tensor& t, bool force) { return to_numpy(t, force); }, py::kw_only(),
           py::arg("force") = false)

@@ -168,6 +168,10 @@ void init_types(py::module_& m) {
   py::class_<Tensor>(m, "Tensor", "A strided n-dimensional array with autograd (see meshflow.tensor).");
 
   py::class_<Generator>(m, "Generator", "The counter-based (Philox) random generator.")
+      .def(py::init([](const Device& device) {
+        MF_CHECK(device.is_cpu(), ValueError, "Generator: only cpu generators exist, got device ", device.str());
+        return new Generator();
+      }), py::arg("device") = Device())
       .def("manual_seed", [](py::object self, uint64_t seed) {
         self.cast<Generator&>().manual_seed(seed);
         return self;
@@ -310,4 +314,5 @@ PYBIND11_MODULE(_C, m) {
   init_io(m);
   init_optim(m);
   init_nn_module(m);
+  init_data(m);
 }

@@ -35,9 +35,9 @@ Stream stream_of(const Attrs& attrs) {
   return {uint64_t(attrs.get_int("seed")), uint64_t(attrs.get_int("offset"))};
 }
 
-// Reserves the counters of n elements, k per counter, and adds them to attrs.
-Attrs& with_stream(Attrs& attrs, int64_t n, int64_t k) {
-  Generator& gen = default_generator();
+// Reserves the counters of n elements, k per counter, from gen and adds them
+// to attrs.
+Attrs& with_stream(Attrs& attrs, int64_t n, int64_t k, Generator& gen = default_generator()) {
   const uint64_t offset = gen.reserve(uint64_t((n + k - 1) / k));
   return attrs.set("seed", int64_t(gen.seed())).set("offset", int64_t(offset));
 }
@@ -359,11 +359,11 @@ Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions
   return with_grad(t, options.requires_grad);
 }
 
-Tensor randperm(int64_t n, Device device) {
+Tensor randperm(int64_t n, Device device, Generator* generator) {
   static const OpDef& op = dispatch::op("randperm");
   MF_CHECK(n >= 0, Error, "randperm: n must be non-negative, got ", n);
   Attrs attrs{{"n", n}, {"device", device}};
-  return dispatch::apply_one(op, {}, with_stream(attrs, n, 2));
+  return dispatch::apply_one(op, {}, with_stream(attrs, n, 2, generator ? *generator : default_generator()));
 }
 
 Tensor bernoulli(const Tensor& p) {

@@ -8,6 +8,8 @@
 
 namespace mf {
 
+class Generator;
+
 Tensor empty(const Shape& size, const TensorOptions& options = {});
 Tensor zeros(const Shape& size, const TensorOptions& options = {});
 Tensor ones(const Shape& size, const TensorOptions& options = {});
@@ -34,8 +36,9 @@ Tensor randn(const Shape& size, const TensorOptions& options = {});
 Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions& options = {.dtype = DType::Int64});
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
-// A random permutation of 0..n-1 (int64).
-Tensor randperm(int64_t n, Device device = Device());
+// A random permutation of 0..n-1 (int64), drawn from `generator` (the
+// default generator when null).
+Tensor randperm(int64_t n, Device device = Device(), Generator* generator = nullptr);
 // Each element is 1 with probability p (p scalar) or p[i] (p tensor).
 Tensor bernoulli(const Tensor& p);
 Tensor bernoulli(const Tensor& like, double p);

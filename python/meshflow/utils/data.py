@@ -1,0 +1,595 @@
+"""meshflow.utils.data: datasets, samplers, collation and the DataLoader.
+
+The API of torch.utils.data. A DataLoader over a C++-backed dataset
+(TensorDataset, meshflow.datasets.FashionMNIST / TextDataset, or a Subset of
+one) without a collate_fn builds each batch in C++ with one gather per
+tensor, on C++ worker threads when num_workers > 0 (the fast path). Any
+other dataset runs in Python; num_workers > 0 then prefetches batches on
+Python threads (not processes): it pays off when __getitem__ waits on I/O or
+runs C++ ops. Either way batches come out in sampler order, and an exception
+raised while building a batch is raised again, with its own class, when
+that batch is reached.
+"""
+import bisect
+import collections.abc
+import itertools
+import math
+import threading
+import warnings
+
+import meshflow as _mf
+from meshflow._C import data as _data
+
+__all__ = [
+    "Dataset", "IterableDataset", "TensorDataset", "ConcatDataset", "Subset", "random_split",
+    "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "BatchSampler",
+    "default_collate", "default_convert", "DataLoader",
+]
+
+
+# --- datasets -----------------------------------------------------------------------
+
+
+class Dataset:
+    """A map-style dataset: __getitem__(index) and __len__()."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+    def __add__(self, other):
+        return ConcatDataset([self, other])
+
+    def _cpp_dataset(self):
+        """The C++ dataset giving the same examples, or None (see the module docstring)."""
+        return None
+
+
+class IterableDataset(Dataset):
+    """A dataset given by iteration (__iter__) rather than by index."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+    def __add__(self, other):
+        raise TypeError("IterableDataset does not support '+'")
+
+
+def _overrides_getitem(dataset, cls):
+    return type(dataset).__getitem__ is not cls.__getitem__
+
+
+class TensorDataset(Dataset):
+    """Example i is (t[i] for t in tensors); all tensors share their first dimension."""
+
+    def __init__(self, *tensors):
+        self._cpp = _data.TensorDataset(list(tensors))
+        self.tensors = tensors
+
+    def __getitem__(self, index):
+        return tuple(tensor[index] for tensor in self.tensors)
+
+    def __len__(self):
+        return len(self._cpp)
+
+    def _cpp_dataset(self):
+        return None if _overrides_getitem(self, TensorDataset) else self._cpp
+
+
+class ConcatDataset(Dataset):
+    """The examples of several datasets one after the other."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise TypeError("ConcatDataset does not support IterableDataset")
+        self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
+
+    def __len__(self):
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index):
+        if index < 0:
+            if -index > len(self):
+                raise IndexError(f"ConcatDataset: index {index} is out of range for length {len(self)}")
+            index += len(self)
+        if index >= len(self):
+            raise IndexError(f"ConcatDataset: index {index} is out of range for length {len(self)}")
+        which = bisect.bisect_right(self.cumulative_sizes, index)
+        start = self.cumulative_sizes[which - 1] if which > 0 else 0
+        return self.datasets[which][index - start]
+
+
+class Subset(Dataset):
+    """The examples of dataset at indices, in that order."""
+
+    def __init__(self, dataset, indices):
+        self.dataset = dataset
+        self.indices = indices
+
+    def __getitem__(self, index):
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self):
+        return len(self.indices)
+
+    def _cpp_dataset(self):
+        if _overrides_getitem(self, Subset):
+            return None
+        base = _cpp_dataset_of(self.dataset)
+        if base is None:
+            return None
+        return _data.Subset(base, [int(i) for i in self.indices])
+
+
+def _cpp_dataset_of(dataset):
+    method = getattr(dataset, "_cpp_dataset", None)
+    return method() if method is not None else None
+
+
+def random_split(dataset, lengths, generator=None):
+    """Splits dataset into disjoint random Subsets of the given lengths.
+
+    lengths are integers summing to len(dataset), or fractions summing to 1:
+    split i then gets floor(len * f) examples and the remainder goes one by
+    one to splits 0, 1, ... The permutation comes from generator (the
+    default generator when None).
+    """
+    lengths = list(lengths)
+    n = len(dataset)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        counts = []
+        for i, fraction in enumerate(lengths):
+            if fraction < 0 or fraction > 1:
+                raise ValueError(f"Fraction at index {i} is not between 0 and 1")
+            counts.append(int(math.floor(n * fraction)))
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+        for i, count in enumerate(counts):
+            if count == 0:
+                warnings.warn(f"Length of split at index {i} is 0. This might result in an empty dataset.")
+        lengths = counts
+    if sum(lengths) != n:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    order = _mf.randperm(sum(lengths), generator=generator).tolist()
+    splits, offset = [], 0
+    for length in lengths:
+        splits.append(Subset(dataset, order[offset:offset + length]))
+        offset += length
+    return splits
+
+
+# --- samplers -----------------------------------------------------------------------
+
+
+class Sampler:
+    """Iterates over dataset indices (or, for a batch sampler, lists of them)."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+
+class SequentialSampler(Sampler):
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self):
+        return iter(range(len(self.data_source)))
+
+    def __len__(self):
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A new random permutation of the indices on each iteration, drawn from
+    generator (the default generator when None)."""
+
+    def __init__(self, data_source, generator=None):
+        self.data_source = data_source
+        self.generator = generator
+
+    def __iter__(self):
+        return iter(_mf.randperm(len(self.data_source), generator=self.generator).tolist())
+
+    def __len__(self):
+        return len(self.data_source)
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a new random order on each iteration."""
+
+    def __init__(self, indices, generator=None):
+        self.indices = indices
+        self.generator = generator
+
+    def __iter__(self):
+        order = _mf.randperm(len(self.indices), generator=self.generator).tolist()
+        return (self.indices[i] for i in order)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class BatchSampler(Sampler):
+    """Groups the indices of sampler into lists of batch_size."""
+
+    def __init__(self, sampler, batch_size, drop_last):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last}")
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+
+    def __iter__(self):
+        if isinstance(self.sampler, (SequentialSampler, RandomSampler)):
+            # One draw, then slices: far faster than index by index.
+            indices = list(self.sampler)
+            stop = len(indices) - len(indices) % self.batch_size if self.drop_last else len(indices)
+            for start in range(0, stop, self.batch_size):
+                yield indices[start:start + self.batch_size]
+            return
+        batch = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self):
+        if self.drop_last:
+            return len(self.sampler) // self.batch_size
+        return (len(self.sampler) + self.batch_size - 1) // self.batch_size
+
+
+# --- collation ----------------------------------------------------------------------
+
+
+def _numpy_kind(obj):
+    """'array' for a numpy array, 'scalar' for a numpy number, else None."""
+    cls = type(obj)
+    if cls.__module__ != "numpy" or cls.__name__ in ("str_", "bytes_", "string_"):
+        return None
+    return "array" if cls.__name__ in ("ndarray", "memmap") else "scalar"
+
+
+def _rebuild(like, items):
+    """items in a container of like's type when that type takes one, else as given."""
+    try:
+        return type(like)(items)
+    except TypeError:
+        return items
+
+
+def default_convert(data):
+    """Turns numpy arrays and numbers into tensors, inside dicts, tuples and lists
+    (the collate_fn of a DataLoader with batch_size=None)."""
+    if isinstance(data, _mf.Tensor):
+        return data
+    kind = _numpy_kind(data)
+    if kind == "array" and data.dtype.kind in "OSUV":
+        return data
+    if kind is not None:
+        return _mf.as_tensor(data)
+    if isinstance(data, collections.abc.Mapping):
+        return _rebuild(data, {key: default_convert(data[key]) for key in data})
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):
+        return [default_convert(d) for d in data]
+    if isinstance(data, collections.abc.Sequence) and not isinstance(data, (str, bytes)):
+        return _rebuild(data, [default_convert(d) for d in data])
+    return data
+
+
+def default_collate(batch):
+    """Stacks a list of samples into a batch, as torch.utils.data.default_collate.
+
+    Tensors are stacked along a new dim 0; numpy arrays become tensors first;
+    floats become a float64 tensor, ints (and bools) an int64 (bool) tensor;
+    strings stay a list; dicts, named tuples, tuples and lists are collated
+    field by field (a tuple gives a list, as in PyTorch).
+    """
+    elem = batch[0]
+    if isinstance(elem, _mf.Tensor):
+        return _mf.stack(list(batch), 0)
+    kind = _numpy_kind(elem)
+    if kind == "array":
+        if elem.dtype.kind in "OSUV":
+            raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, "
+                            f"dicts or lists; found numpy array of dtype {elem.dtype}")
+        return default_collate([_mf.as_tensor(b) for b in batch])
+    if kind == "scalar":
+        import numpy
+        return _mf.as_tensor(numpy.asarray(batch))
+    if isinstance(elem, float):
+        return _mf.tensor(batch, dtype=_mf.float64)
+    if isinstance(elem, int):
+        return _mf.tensor(batch)
+    if isinstance(elem, (str, bytes)):
+        return batch
+    if isinstance(elem, collections.abc.Mapping):
+        return _rebuild(elem, {key: default_collate([d[key] for d in batch]) for key in elem})
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):
+        return type(elem)(*(default_collate(list(samples)) for samples in zip(*batch)))
+    if isinstance(elem, collections.abc.Sequence):
+        size = len(elem)
+        if any(len(e) != size for e in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        transposed = [list(samples) for samples in zip(*batch)]
+        collated = [default_collate(samples) for samples in transposed]
+        return collated if isinstance(elem, tuple) else _rebuild(elem, collated)
+    raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
+                    f"found {type(elem)}")
+
+
+# --- loading ------------------------------------------------------------------------
+
+
+class _Batches:
+    """The iterator of one DataLoader epoch."""
+
+    def __init__(self, length):
+        self._length = length
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        if self._length is None:
+            raise TypeError("this DataLoader's dataset has no len()")
+        return self._length
+
+    def close(self):
+        """Stops building batches; workers finish the batch in hand and exit."""
+
+
+class _SerialBatches(_Batches):
+    """Builds each batch when it is asked for (num_workers=0)."""
+
+    def __init__(self, tasks, build, length):
+        super().__init__(length)
+        self._tasks = iter(tasks)
+        self._build = build
+
+    def __next__(self):
+        return self._build(next(self._tasks))
+
+
+class _PrefetchState:
+    """What the worker threads of _ThreadedBatches share.
+
+    Note [Python batch workers]: task k (the k-th item of tasks, taken under
+    the lock so that numbering follows the sampler) is built by whichever
+    thread claims it, at most max_ahead tasks past the one the consumer
+    waits for. Results wait in a dict until the consumer reaches them, so
+    they come out in order. The threads hold this state and never the
+    iterator the user holds: dropping that iterator runs its __del__, which
+    stops them.
+    """
+
+    def __init__(self, tasks, build, max_ahead):
+        self.tasks = iter(tasks)
+        self.build = build
+        self.max_ahead = max_ahead
+        self.cond = threading.Condition()
+        self.results = {}
+        self.next_claim = 0
+        self.position = 0
+        self.end = None  # number of tasks, once they ran out
+        self.stopping = False
+
+    def work(self):
+        while True:
+            with self.cond:
+                while not (self.stopping or self.end is not None
+                           or self.next_claim < self.position + self.max_ahead):
+                    self.cond.wait()
+                if self.stopping or self.end is not None:
+                    return
+                index = self.next_claim
+                self.next_claim += 1
+                try:
+                    task = next(self.tasks)
+                except StopIteration:
+                    self.end = index
+                    self.cond.notify_all()
+                    return
+                except BaseException as error:  # a failing sampler ends the pass
+                    self.end = index + 1
+                    self.results[index] = (None, error)
+                    self.cond.notify_all()
+                    return
+            try:
+                result = (self.build(task), None)
+            except BaseException as error:
+                result = (None, error)
+            with self.cond:
+                self.results[index] = result
+                self.cond.notify_all()
+
+    def next(self):
+        with self.cond:
+            while self.position not in self.results:
+                if self.end is not None and self.position >= self.end:
+                    raise StopIteration
+                self.cond.wait()
+            batch, error = self.results.pop(self.position)
+            self.position += 1
+            self.cond.notify_all()
+        if error is not None:
+            raise error
+        return batch
+
+    def stop(self):
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+
+class _ThreadedBatches(_Batches):
+    """Builds batches ahead on num_workers Python threads, returned in order."""
+
+    def __init__(self, tasks, build, length, num_workers, prefetch_factor):
+        super().__init__(length)
+        self._state = _PrefetchState(tasks, build, num_workers * prefetch_factor)
+        self._threads = [threading.Thread(target=self._state.work, name=f"DataLoader worker {i}", daemon=True)
+                         for i in range(num_workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def __next__(self):
+        try:
+            return self._state.next()
+        except StopIteration:
+            self.close()
+            raise
+
+    def close(self):
+        self._state.stop()
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current:
+                thread.join()
+        self._threads = []
+
+    def __del__(self):
+        self.close()
+
+
+class _FastBatches(_Batches):
+    """Batches built by the C++ loader (meshflow._C.data.BatchIterator)."""
+
+    def __init__(self, cpp_dataset, batches, num_workers, prefetch_factor):
+        super().__init__(len(batches))
+        self._it = _data.BatchIterator(cpp_dataset, batches, num_workers, prefetch_factor)
+
+    def __next__(self):
+        return next(self._it)
+
+    def close(self):
+        self._it = iter(())  # the C++ iterator's destructor stops and joins its workers
+
+
+def _batches_of(iterable, batch_size, drop_last):
+    """Lists of batch_size consecutive items of iterable."""
+    it = iter(iterable)
+    while True:
+        batch = list(itertools.islice(it, batch_size))
+        if not batch or (drop_last and len(batch) < batch_size):
+            return
+        yield batch
+
+
+class DataLoader:
+    """Batches of a dataset, as torch.utils.data.DataLoader.
+
+    Iterating gives one epoch: with shuffle=True a new permutation drawn from
+    generator (an meshflow.Generator; the default generator when None).
+    num_workers > 0 builds up to num_workers * prefetch_factor batches ahead
+    on threads; batches still come out in sampler order. See the module
+    docstring for the C++ fast path.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
+                 collate_fn=None, drop_last=False, generator=None, *, prefetch_factor=None):
+        if num_workers < 0:
+            raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable workers.")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified when num_workers > 0 "
+                             "(it sets how many batches the workers build ahead).")
+        if prefetch_factor is None:
+            prefetch_factor = 2
+        if prefetch_factor < 1:
+            raise ValueError(f"prefetch_factor should be a positive integer, got {prefetch_factor}")
+        iterable = isinstance(dataset, IterableDataset)
+        if iterable:
+            if shuffle not in (None, False):
+                raise ValueError(f"DataLoader with IterableDataset: expected unspecified shuffle option, "
+                                 f"but got shuffle={shuffle}")
+            if sampler is not None:
+                raise ValueError(f"DataLoader with IterableDataset: expected unspecified sampler option, "
+                                 f"but got sampler={sampler}")
+            if batch_sampler is not None:
+                raise ValueError(f"DataLoader with IterableDataset: expected unspecified batch_sampler option, "
+                                 f"but got batch_sampler={batch_sampler}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                                 "sampler, and drop_last")
+            batch_size = None
+            drop_last = False
+        elif batch_size is None and drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with "
+                             "drop_last")
+        if not iterable:
+            if sampler is None:
+                sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+            if batch_size is not None and batch_sampler is None:
+                batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.generator = generator
+        self._auto_collation = batch_sampler is not None or (iterable and batch_size is not None)
+        self._custom_collate = collate_fn is not None
+        if collate_fn is None:
+            collate_fn = default_collate if self._auto_collation else default_convert
+        self.collate_fn = collate_fn
+
+    def __len__(self):
+        if isinstance(self.dataset, IterableDataset):
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else (n + self.batch_size - 1) // self.batch_size
+        return len(self.batch_sampler) if self.batch_sampler is not None else len(self.sampler)
+
+    def _length_or_none(self):
+        try:
+            return len(self)
+        except TypeError:
+            return None
+
+    def __iter__(self):
+        length = self._length_or_none()
+        if isinstance(self.dataset, IterableDataset):
+            samples = iter(self.dataset)
+            tasks = samples if self.batch_size is None else _batches_of(samples, self.batch_size, self.drop_last)
+            build = self.collate_fn
+        elif self.batch_sampler is not None:
+            cpp = None if self._custom_collate else _cpp_dataset_of(self.dataset)
+            if cpp is not None:
+                if isinstance(self.batch_sampler, BatchSampler) and \
+                        isinstance(self.sampler, (SequentialSampler, RandomSampler)):
+                    batches = list(self.batch_sampler)  # Python ints already
+                else:
+                    batches = [[int(i) for i in batch] for batch in self.batch_sampler]
+                return _FastBatches(cpp, batches, self.num_workers, self.prefetch_factor)
+            tasks = iter(self.batch_sampler)
+            dataset, collate = self.dataset, self.collate_fn
+
+            def build(indices):
+                return collate([dataset[i] for i in indices])
+        else:
+            tasks = iter(self.sampler)
+            dataset, convert = self.dataset, self.collate_fn
+
+            def build(index):
+                return convert(dataset[index])
+        if self.num_workers == 0:
+            return _SerialBatches(tasks, build, length)
+        return _ThreadedBatches(tasks, build, length, self.num_workers, self.prefetch_factor)
