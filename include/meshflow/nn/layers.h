@@ -287,7 +287,7 @@ class NLLLoss : public Module {
 };
 class MSELoss : public Module {
  public:
-  explicit MSELoss(std::string reduction = "mean") : Module("MSELoss"), reduction(std::move(reduction)) {}
+  explicit MSELoss(std::string reduction = "mean");
   Tensor forward(const Tensor& input, const Tensor& target);
   using Module::forward;
   const std::string reduction;
