@@ -11,15 +11,29 @@ namespace {
 using nn::Module;
 using nn::ModulePtr;
 
-// A Python callable registered as a hook; released under the GIL.
-struct PyHook : nn::Hook {
-  explicit PyHook(py::object f) : fn(std::move(f)) {}
+// A Python callable registered as a hook; released under the GIL. It is a
+// C++ hook too, so that a C++ layer calling its child (MultiheadAttention's
+// out_proj, TransformerEncoderLayer's norm1, ...) runs it; a call from
+// Python passes the whole argument tuple instead (see call()).
+template <typename Base>
+struct PyHook : Base {
+  explicit PyHook(py::object f) : callable(std::move(f)) {}
   ~PyHook() override {
     py::gil_scoped_acquire gil;
-    fn = py::object();
+    callable = py::object();
   }
-  py::object fn;
+  py::object callable;
 };
+using PyForwardHook = PyHook<nn::ForwardHook>;
+using PyForwardPreHook = PyHook<nn::ForwardPreHook>;
+
+// A hook's return value as the tensor that replaces the input or output
+// (undefined: keep it); a tuple stands for its first element.
+Tensor hook_result(const py::object& result) {
+  if (result.is_none()) return Tensor();
+  if (py::isinstance<py::tuple>(result)) return py::tuple(result)[0].cast<Tensor>();
+  return result.cast<Tensor>();
+}
 
 // What register_*_hook returns (PyTorch's RemovableHandle).
 struct HookHandle {
@@ -127,8 +141,8 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
   py::tuple inputs = args;
   for (const auto& [id, hook] : std::vector(m.forward_pre_hooks())) {
     py::object result = py::none();
-    if (auto* h = dynamic_cast<PyHook*>(hook.get())) {
-      result = h->fn(self, inputs);
+    if (auto* h = dynamic_cast<PyForwardPreHook*>(hook.get())) {
+      result = h->callable(self, inputs);
     } else if (auto* c = dynamic_cast<nn::ForwardPreHook*>(hook.get()); c && inputs.size() == 1) {
       result = py::cast(c->fn(m, inputs[0].cast<Tensor>()));
     }
@@ -137,8 +151,8 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
   py::object out = self.attr("forward")(*inputs, **kwargs);
   for (const auto& [id, hook] : std::vector(m.forward_hooks())) {
     py::object result = py::none();
-    if (auto* h = dynamic_cast<PyHook*>(hook.get())) {
-      result = h->fn(self, inputs, out);
+    if (auto* h = dynamic_cast<PyForwardHook*>(hook.get())) {
+      result = h->callable(self, inputs, out);
     } else if (auto* c = dynamic_cast<nn::ForwardHook*>(hook.get()); c && inputs.size() == 1) {
       result = py::cast(c->fn(m, inputs[0].cast<Tensor>(), out.cast<Tensor>()));
     }
@@ -246,8 +260,22 @@ py::object convert(py::object self) {
 py::object add_hook(py::object self, py::object fn, bool pre) {
   MF_CHECK(PyCallable_Check(fn.ptr()), TypeError, "register_forward_", pre ? "pre_" : "", "hook: the hook must be callable");
   Module& m = self.cast<Module&>();
-  auto hook = std::make_shared<PyHook>(std::move(fn));
-  int id = pre ? m.register_forward_pre_hook(hook) : m.register_forward_hook(hook);
+  int id;
+  if (pre) {
+    auto hook = std::make_shared<PyForwardPreHook>(std::move(fn));
+    hook->fn = [raw = hook.get()](Module& module, const Tensor& input) {
+      py::gil_scoped_acquire gil;
+      return hook_result(raw->callable(py::cast(module.shared_from_this()), py::make_tuple(input)));
+    };
+    id = m.register_forward_pre_hook(std::move(hook));
+  } else {
+    auto hook = std::make_shared<PyForwardHook>(std::move(fn));
+    hook->fn = [raw = hook.get()](Module& module, const Tensor& input, const Tensor& output) {
+      py::gil_scoped_acquire gil;
+      return hook_result(raw->callable(py::cast(module.shared_from_this()), py::make_tuple(input), output));
+    };
+    id = m.register_forward_hook(std::move(hook));
+  }
   return py::cast(HookHandle{m.shared_from_this(), id});
 }
 
