@@ -50,6 +50,18 @@ std::string py_type_name(py::handle obj) { return py::str(py::type::handle_of(ob
 
 Tensor& as_tensor(py::handle h) { return h.cast<Tensor&>(); }
 
+// The C++ module of a Python object. A subclass whose __init__ has not yet
+// called Module.__init__() has none.
+// (Checked before casting: a cast would hand out uninitialised memory.)
+Module& module_of(py::handle self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  if (!inst->get_value_and_holder().holder_constructed()) {
+    throw py::attribute_error("cannot use the attributes of a '" + py_type_name(self) +
+                              "' before its Module.__init__() call");
+  }
+  return self.cast<Module&>();
+}
+
 py::list names_list(const std::vector<std::string>& names) {
   py::list out;
   for (const auto& n : names) out.append(n);
@@ -69,7 +81,7 @@ py::object tensors_iter(const TensorList& tensors) {
 }
 
 void set_attr(py::object self, const std::string& name, py::object value) {
-  Module& m = self.cast<Module&>();
+  Module& m = module_of(self);
   py::dict dict = py::reinterpret_borrow<py::dict>(PyObject_GenericGetDict(self.ptr(), nullptr));
   Py_DECREF(dict.ptr());  // GenericGetDict returned a new reference; borrow keeps one
   if (py::isinstance<Tensor>(value) && as_tensor(value).impl()->is_parameter()) {
@@ -109,7 +121,7 @@ void set_attr(py::object self, const std::string& name, py::object value) {
 }
 
 py::object get_attr(py::handle self, const std::string& name) {
-  const Module& m = self.cast<const Module&>();
+  const Module& m = module_of(self);
   for (const auto& [n, t] : m.own_parameters()) {
     if (n == name) return py::cast(t);
   }
@@ -123,7 +135,7 @@ py::object get_attr(py::handle self, const std::string& name) {
 }
 
 void del_attr(py::object self, const std::string& name) {
-  Module& m = self.cast<Module&>();
+  Module& m = module_of(self);
   if (m.has_child(name) || m.has_parameter(name) || m.has_buffer(name)) {
     // PyTorch removes the entry; a layer's own slot stays as None (module.h).
     m.unregister(name);
