@@ -172,14 +172,14 @@ void bind_containers(py::module_& m) {
         return dict;
       }), py::arg("modules") = py::none())
       .def("__getitem__", [](const ModuleDict& self, const std::string& key) {
-        MF_CHECK(self.has_child(key), IndexError, "ModuleDict: no module named '", key, "'");
+        if (!self.has_child(key)) throw py::key_error(key);
         return module_object(self.child_entry(key));
       })
       .def("__setitem__", [](ModuleDict& self, const std::string& key, py::handle module) {
         append_child(self, key, module, "ModuleDict");
       })
       .def("__delitem__", [](ModuleDict& self, const std::string& key) {
-        MF_CHECK(self.unregister(key), IndexError, "ModuleDict: no module named '", key, "'");
+        if (!self.unregister(key)) throw py::key_error(key);
       })
       .def("__contains__", [](const ModuleDict& self, const std::string& key) { return self.has_child(key); })
       .def("__len__", [](const ModuleDict& self) { return self.own_children().size(); })

@@ -355,12 +355,21 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
       .def("register_module", [](py::object self, const std::string& name, py::object module) {
         set_attr(self, name, module);
       }, py::arg("name"), py::arg("module"))
-      .def("get_submodule", [](Module& self, const std::string& target) { return self.submodule(target); },
-           py::arg("target"))
+      .def("get_submodule", [](Module& self, const std::string& target) {
+        try {
+          return self.submodule(target);
+        } catch (const ValueError& e) {
+          throw py::attribute_error(e.what());  // as PyTorch's get_submodule
+        }
+      }, py::arg("target"))
       .def("get_parameter", [](Module& self, const std::string& target) {
         size_t dot = target.rfind('.');
-        ModulePtr owner = dot == std::string::npos ? self.shared_from_this() : self.submodule(target.substr(0, dot));
-        return owner->parameter(dot == std::string::npos ? target : target.substr(dot + 1));
+        try {
+          ModulePtr owner = dot == std::string::npos ? self.shared_from_this() : self.submodule(target.substr(0, dot));
+          return owner->parameter(dot == std::string::npos ? target : target.substr(dot + 1));
+        } catch (const ValueError& e) {
+          throw py::attribute_error(e.what());
+        }
       }, py::arg("target"))
       .def("named_parameters", [](const Module& self, const std::string& prefix, bool recurse) {
         return named_tensors_iter(self.named_parameters(recurse, prefix));
