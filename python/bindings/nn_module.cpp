@@ -225,13 +225,13 @@ py::object load_state_dict(py::handle self, py::handle state, bool strict) {
   m.set_type_name(py_type_name(self));
   MF_CHECK(py::isinstance<py::dict>(state) || py::hasattr(state, "items"), TypeError,
            "Expected state_dict to be dict-like, got ", py_type_name(state));
-  std::map<std::string, Tensor> entries;
+  nn::NamedTensors entries;  // in the dict's order
   for (py::handle item : state.attr("items")()) {
     auto kv = item.cast<py::tuple>();
     std::string key = py::str(kv[0]);
     MF_CHECK(py::isinstance<Tensor>(kv[1]), TypeError, "load_state_dict: entry \"", key,
              "\" is not a meshflow.Tensor (got ", py_type_name(kv[1]), ")");
-    entries.emplace(key, kv[1].cast<Tensor>());
+    entries.emplace_back(key, kv[1].cast<Tensor>());
   }
   nn::LoadResult result = m.load_state_dict(entries, strict);
   return g_incompatible_keys(names_list(result.missing_keys), names_list(result.unexpected_keys));
