@@ -4,6 +4,7 @@
 #include "nn_modules.h"
 
 #include <map>
+#include <unordered_set>
 
 namespace mf::python {
 namespace {
@@ -65,6 +66,16 @@ Module& module_of(py::handle self) {
 py::list names_list(const std::vector<std::string>& names) {
   py::list out;
   for (const auto& n : names) out.append(n);
+  return out;
+}
+
+// The children that are set, each module once (as Module::named_children).
+std::vector<const nn::Module::Child*> distinct_children(const Module& m) {
+  std::vector<const nn::Module::Child*> out;
+  std::unordered_set<const Module*> seen;
+  for (const auto& c : m.own_children()) {
+    if (c.module && seen.insert(c.module.get()).second) out.push_back(&c);
+  }
   return out;
 }
 
@@ -383,16 +394,14 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
            py::arg("recurse") = true)
       .def("named_children", [](const Module& self) {
         py::list out;
-        for (const auto& c : self.own_children()) {
-          if (c.module) out.append(py::make_tuple(c.name, module_object(c)));
+        for (const nn::Module::Child* c : distinct_children(self)) {
+          out.append(py::make_tuple(c->name, module_object(*c)));
         }
         return py::iter(out);
       })
       .def("children", [](const Module& self) {
         py::list out;
-        for (const auto& c : self.own_children()) {
-          if (c.module) out.append(module_object(c));
-        }
+        for (const nn::Module::Child* c : distinct_children(self)) out.append(module_object(*c));
         return py::iter(out);
       })
       .def("named_modules", [](Module& self, py::handle memo, const std::string& prefix, bool remove_duplicate) {
