@@ -173,7 +173,8 @@ def test_layer_repr_matches_torch(name, args, kwargs, shapes):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("kind,shape", [("BatchNorm1d", (6, 4)), ("BatchNorm1d", (5, 4, 3)), ("BatchNorm2d", (3, 4, 5, 2))])
+@pytest.mark.parametrize("kind,shape", [("BatchNorm1d", (6, 4)), ("BatchNorm1d", (5, 4, 3)),
+                                        ("BatchNorm2d", (3, 4, 5, 2))])
 @pytest.mark.parametrize("kwargs", [{}, {"momentum": None}, {"momentum": 0.3, "eps": 1e-3}, {"affine": False},
                                     {"track_running_stats": False}])
 def test_batchnorm_train_and_eval(kind, shape, kwargs, dtype):
@@ -294,8 +295,8 @@ def test_multihead_attention_cross(batch_first, need_weights, average):
     t_module = torch.nn.MultiheadAttention(6, 3, batch_first=batch_first)
     m_module = mf.nn.MultiheadAttention(6, 3, batch_first=batch_first)
     q_shape, kv_shape = ((2, 4, 6), (2, 7, 6)) if batch_first else ((4, 2, 6), (7, 2, 6))
-    _, m_out = compare(t_module, m_module, [randn(*q_shape, seed=1), randn(*kv_shape, seed=2), randn(*kv_shape, seed=3)],
-                       call=mha_call(need_weights, average))
+    inputs = [randn(*q_shape, seed=1), randn(*kv_shape, seed=2), randn(*kv_shape, seed=3)]
+    _, m_out = compare(t_module, m_module, inputs, call=mha_call(need_weights, average))
     if need_weights:
         assert tuple(m_out[1].shape) == ((2, 4, 7) if average else (2, 3, 4, 7))
     else:
@@ -796,7 +797,12 @@ def test_setting_parameters_and_attributes():
     m.child = mf.nn.ReLU()
     assert names(m.named_parameters()) == ["p"] and names(m.named_buffers()) == ["b"]
     assert names(m.named_children()) == ["child"]
+    m.again = m.child  # one module under two names: listed once, as in torch
+    assert names(m.named_children()) == ["child"] and len(list(m.children())) == 1
+    assert names(m.named_modules()) == ["", "child"]
     del m.child
+    assert names(m.named_children()) == ["again"]
+    del m.again
     assert names(m.named_children()) == []
     m.b = mf.full((1,), 3.0)
     assert to_numpy(m.state_dict()["b"]).tolist() == [3.0]
