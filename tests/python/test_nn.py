@@ -354,6 +354,24 @@ def test_multihead_attention_masking_effect():
     np.testing.assert_allclose(w.sum(-1), np.ones(3), rtol=1e-6)
 
 
+def test_multihead_attention_dropout_weights_are_the_applied_ones():
+    mf.manual_seed(0)
+    m = mf.nn.MultiheadAttention(8, 2, dropout=0.5)
+    x = mf_from(randn(6, 2, 8).astype(np.float32))
+    out, w = m(x, x, x, average_attn_weights=False)
+    w = to_numpy(w)
+    kept = w != 0
+    assert 0.3 < 1 - kept.mean() < 0.7  # dropped entries show as zeros, as in torch
+    # Each head's output is its (dropped, rescaled) weights times its values.
+    v = to_numpy(x).transpose(1, 0, 2) @ to_numpy(m.in_proj_weight)[16:].T + to_numpy(m.in_proj_bias)[16:]
+    heads = np.stack([w[:, h] @ v[:, :, 4 * h:4 * h + 4] for h in range(2)], axis=2)  # (N, L, H, D)
+    expected = heads.reshape(2, 6, 8) @ to_numpy(m.out_proj.weight).T + to_numpy(m.out_proj.bias)
+    np.testing.assert_allclose(to_numpy(out).transpose(1, 0, 2), expected, rtol=1e-4, atol=1e-5)
+    m.eval()
+    _, w = m(x, x, x)
+    np.testing.assert_allclose(to_numpy(w).sum(-1), np.ones((2, 6)), rtol=1e-5)
+
+
 TEL_CASES = [
     dict(activation="relu", norm_first=False, batch_first=False),
     dict(activation="gelu", norm_first=False, batch_first=True),
