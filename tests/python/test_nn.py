@@ -119,6 +119,8 @@ LAYER_CASES = [
     ("Conv2d", (3, 5, 3), {"padding": "same"}, [(2, 3, 6, 7)]),
     ("Conv2d", (3, 5, 5), {"padding": "same", "dilation": 2}, [(1, 3, 8, 8)]),
     ("Conv2d", (3, 5, 3), {"padding": "valid"}, [(1, 3, 6, 6)]),
+    ("Conv2d", (3, 4, (2, 4)), {"padding": "same"}, [(2, 3, 5, 6)]),
+    ("Conv2d", (2, 4, 2), {"padding": "same", "dilation": (3, 2), "groups": 2}, [(1, 2, 7, 6)]),
     ("LayerNorm", (6,), {}, [(3, 4, 6)]),
     ("LayerNorm", ((4, 6),), {"eps": 1e-3}, [(3, 4, 6)]),
     ("LayerNorm", (6,), {"elementwise_affine": False}, [(5, 6)]),
@@ -156,16 +158,14 @@ def test_layer_matches_torch(name, args, kwargs, shapes, dtype):
     t_module = getattr(torch.nn, name)(*args, **kwargs)
     m_module = getattr(mf.nn, name)(*args, **kwargs)
     compare(t_module, m_module, [randn(*s, seed=i + 1) for i, s in enumerate(shapes)], dtype)
+    if name == "Conv2d":
+        assert m_module.padding == t_module.padding
 
 
 @pytest.mark.parametrize("name,args,kwargs,shapes", LAYER_CASES)
 def test_layer_repr_matches_torch(name, args, kwargs, shapes):
     t_module = getattr(torch.nn, name)(*args, **kwargs)
     m_module = getattr(mf.nn, name)(*args, **kwargs)
-    if name == "Conv2d" and isinstance(kwargs.get("padding"), str):
-        # meshflow stores 'same'/'valid' as the explicit padding they mean.
-        assert "padding=same" not in repr(m_module)
-        return
     if name == "MaxPool2d" and isinstance(args[0], tuple):
         assert repr(m_module) == "MaxPool2d(kernel_size=(2, 3), stride=1, padding=0, dilation=2, ceil_mode=True)"
         return

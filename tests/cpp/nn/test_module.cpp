@@ -318,6 +318,31 @@ TEST(NnConv2d, MatchesReferenceLoopWithStridePaddingDilationGroups) {
   EXPECT_THROW(nn::Conv2d(4, 6, {3, 3}, nn::Conv2dOptions{.groups = 4}), ValueError);
 }
 
+TEST(NnConv2d, SamePaddingKeepsTheSizeWithTheExtraPaddingBottomRight) {
+  nn::Conv2d conv(1, 1, {2, 3}, nn::Conv2dOptions{.bias = false, .padding_str = "same"});
+  EXPECT_EQ(conv.options.padding, (Shape{0, 1}));
+  EXPECT_EQ(conv.repr(), "Conv2d(1, 1, kernel_size=(2, 3), stride=(1, 1), padding=same, bias=False)");
+  conv.to(DType::Float64);
+  Tensor x = random_tensor({1, 1, 4, 5}, 14);
+  Tensor y = conv(x);
+  ASSERT_EQ(y.sizes(), (Shape{1, 1, 4, 5}));
+  // Output (i, j) sees rows i, i + 1 and columns j - 1 .. j + 1 (zero outside).
+  std::vector<double> xv = values(x), wv = values(conv.weight()), expected;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double acc = 0;
+      for (int a = 0; a < 2; ++a)
+        for (int e = 0; e < 3; ++e) {
+          int r = i + a, c = j + e - 1;
+          if (r < 4 && c >= 0 && c < 5) acc += xv[size_t(r * 5 + c)] * wv[size_t(a * 3 + e)];
+        }
+      expected.push_back(acc);
+    }
+  expect_values(y, expected, 1e-12);
+  EXPECT_THROW(nn::Conv2d(1, 1, {3, 3}, nn::Conv2dOptions{.stride = {2, 2}, .padding_str = "same"}), ValueError);
+  EXPECT_THROW(nn::Conv2d(1, 1, {3, 3}, nn::Conv2dOptions{.padding_str = "full"}), ValueError);
+}
+
 // max |v| <= bound, and the values spread over most of the range.
 void expect_uniform(const Tensor& t, double bound) {
   std::vector<double> v = values(t);
