@@ -172,14 +172,14 @@ void bind_containers(py::module_& m) {
         return dict;
       }), py::arg("modules") = py::none())
       .def("__getitem__", [](const ModuleDict& self, const std::string& key) {
-        MF_CHECK(self.has_child(key), IndexError, "ModuleDict: no module named '", key, "'");
+        if (!self.has_child(key)) throw py::key_error(key);
         return module_object(self.child_entry(key));
       })
       .def("__setitem__", [](ModuleDict& self, const std::string& key, py::handle module) {
         append_child(self, key, module, "ModuleDict");
       })
       .def("__delitem__", [](ModuleDict& self, const std::string& key) {
-        MF_CHECK(self.unregister(key), IndexError, "ModuleDict: no module named '", key, "'");
+        if (!self.unregister(key)) throw py::key_error(key);
       })
       .def("__contains__", [](const ModuleDict& self, const std::string& key) { return self.has_child(key); })
       .def("__len__", [](const ModuleDict& self) { return self.own_children().size(); })
@@ -233,19 +233,7 @@ void bind_layers(py::module_& m) {
         o.groups = groups;
         o.bias = bias;
         if (py::isinstance<py::str>(padding)) {
-          std::string mode = py::str(padding);
-          MF_CHECK(mode == "valid" || mode == "same", ValueError, "Conv2d: invalid padding string '", mode,
-                   "', should be one of {'valid', 'same'}");
-          o.padding = {0, 0};
-          if (mode == "same") {
-            MF_CHECK(o.stride == Shape({1, 1}), ValueError, "Conv2d: padding='same' is not supported for strided convolutions");
-            for (int i = 0; i < 2; ++i) {
-              int64_t total = o.dilation[i] * (k[i] - 1);
-              MF_CHECK(total % 2 == 0, ValueError, "Conv2d: padding='same' needs an odd effective kernel size, got ",
-                       k[i], " with dilation ", o.dilation[i]);
-              o.padding[i] = total / 2;
-            }
-          }
+          o.padding_str = py::str(padding);
         } else {
           o.padding = pair_of(padding.cast<PairArg>(), "Conv2d", "padding");
         }
@@ -259,7 +247,10 @@ void bind_layers(py::module_& m) {
       .def_readonly("out_channels", &Conv2d::out_channels)
       .def_property_readonly("kernel_size", [](const Conv2d& c) { return py::tuple(py::cast(c.kernel_size)); })
       .def_property_readonly("stride", [](const Conv2d& c) { return py::tuple(py::cast(c.options.stride)); })
-      .def_property_readonly("padding", [](const Conv2d& c) { return py::tuple(py::cast(c.options.padding)); })
+      .def_property_readonly("padding", [](const Conv2d& c) -> py::object {
+        if (!c.options.padding_str.empty()) return py::str(c.options.padding_str);
+        return py::tuple(py::cast(c.options.padding));
+      })
       .def_property_readonly("dilation", [](const Conv2d& c) { return py::tuple(py::cast(c.options.dilation)); })
       .def_property_readonly("groups", [](const Conv2d& c) { return c.options.groups; });
 

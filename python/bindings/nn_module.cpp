@@ -4,6 +4,7 @@
 #include "nn_modules.h"
 
 #include <map>
+#include <unordered_set>
 
 namespace mf::python {
 namespace {
@@ -11,15 +12,29 @@ namespace {
 using nn::Module;
 using nn::ModulePtr;
 
-// A Python callable registered as a hook; released under the GIL.
-struct PyHook : nn::Hook {
-  explicit PyHook(py::object f) : fn(std::move(f)) {}
+// A Python callable registered as a hook; released under the GIL. It is a
+// C++ hook too, so that a C++ layer calling its child (MultiheadAttention's
+// out_proj, TransformerEncoderLayer's norm1, ...) runs it; a call from
+// Python passes the whole argument tuple instead (see call()).
+template <typename Base>
+struct PyHook : Base {
+  explicit PyHook(py::object f) : callable(std::move(f)) {}
   ~PyHook() override {
     py::gil_scoped_acquire gil;
-    fn = py::object();
+    callable = py::object();
   }
-  py::object fn;
+  py::object callable;
 };
+using PyForwardHook = PyHook<nn::ForwardHook>;
+using PyForwardPreHook = PyHook<nn::ForwardPreHook>;
+
+// A hook's return value as the tensor that replaces the input or output
+// (undefined: keep it); a tuple stands for its first element.
+Tensor hook_result(const py::object& result) {
+  if (result.is_none()) return Tensor();
+  if (py::isinstance<py::tuple>(result)) return py::tuple(result)[0].cast<Tensor>();
+  return result.cast<Tensor>();
+}
 
 // What register_*_hook returns (PyTorch's RemovableHandle).
 struct HookHandle {
@@ -36,9 +51,31 @@ std::string py_type_name(py::handle obj) { return py::str(py::type::handle_of(ob
 
 Tensor& as_tensor(py::handle h) { return h.cast<Tensor&>(); }
 
+// The C++ module of a Python object. A subclass whose __init__ has not yet
+// called Module.__init__() has none.
+// (Checked before casting: a cast would hand out uninitialised memory.)
+Module& module_of(py::handle self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  if (!inst->get_value_and_holder().holder_constructed()) {
+    throw py::attribute_error("cannot use the attributes of a '" + py_type_name(self) +
+                              "' before its Module.__init__() call");
+  }
+  return self.cast<Module&>();
+}
+
 py::list names_list(const std::vector<std::string>& names) {
   py::list out;
   for (const auto& n : names) out.append(n);
+  return out;
+}
+
+// The children that are set, each module once (as Module::named_children).
+std::vector<const nn::Module::Child*> distinct_children(const Module& m) {
+  std::vector<const nn::Module::Child*> out;
+  std::unordered_set<const Module*> seen;
+  for (const auto& c : m.own_children()) {
+    if (c.module && seen.insert(c.module.get()).second) out.push_back(&c);
+  }
   return out;
 }
 
@@ -55,7 +92,7 @@ py::object tensors_iter(const TensorList& tensors) {
 }
 
 void set_attr(py::object self, const std::string& name, py::object value) {
-  Module& m = self.cast<Module&>();
+  Module& m = module_of(self);
   py::dict dict = py::reinterpret_borrow<py::dict>(PyObject_GenericGetDict(self.ptr(), nullptr));
   Py_DECREF(dict.ptr());  // GenericGetDict returned a new reference; borrow keeps one
   if (py::isinstance<Tensor>(value) && as_tensor(value).impl()->is_parameter()) {
@@ -95,7 +132,7 @@ void set_attr(py::object self, const std::string& name, py::object value) {
 }
 
 py::object get_attr(py::handle self, const std::string& name) {
-  const Module& m = self.cast<const Module&>();
+  const Module& m = module_of(self);
   for (const auto& [n, t] : m.own_parameters()) {
     if (n == name) return py::cast(t);
   }
@@ -109,7 +146,7 @@ py::object get_attr(py::handle self, const std::string& name) {
 }
 
 void del_attr(py::object self, const std::string& name) {
-  Module& m = self.cast<Module&>();
+  Module& m = module_of(self);
   if (m.has_child(name) || m.has_parameter(name) || m.has_buffer(name)) {
     // PyTorch removes the entry; a layer's own slot stays as None (module.h).
     m.unregister(name);
@@ -127,8 +164,8 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
   py::tuple inputs = args;
   for (const auto& [id, hook] : std::vector(m.forward_pre_hooks())) {
     py::object result = py::none();
-    if (auto* h = dynamic_cast<PyHook*>(hook.get())) {
-      result = h->fn(self, inputs);
+    if (auto* h = dynamic_cast<PyForwardPreHook*>(hook.get())) {
+      result = h->callable(self, inputs);
     } else if (auto* c = dynamic_cast<nn::ForwardPreHook*>(hook.get()); c && inputs.size() == 1) {
       result = py::cast(c->fn(m, inputs[0].cast<Tensor>()));
     }
@@ -137,8 +174,8 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
   py::object out = self.attr("forward")(*inputs, **kwargs);
   for (const auto& [id, hook] : std::vector(m.forward_hooks())) {
     py::object result = py::none();
-    if (auto* h = dynamic_cast<PyHook*>(hook.get())) {
-      result = h->fn(self, inputs, out);
+    if (auto* h = dynamic_cast<PyForwardHook*>(hook.get())) {
+      result = h->callable(self, inputs, out);
     } else if (auto* c = dynamic_cast<nn::ForwardHook*>(hook.get()); c && inputs.size() == 1) {
       result = py::cast(c->fn(m, inputs[0].cast<Tensor>(), out.cast<Tensor>()));
     }
@@ -199,13 +236,13 @@ py::object load_state_dict(py::handle self, py::handle state, bool strict) {
   m.set_type_name(py_type_name(self));
   MF_CHECK(py::isinstance<py::dict>(state) || py::hasattr(state, "items"), TypeError,
            "Expected state_dict to be dict-like, got ", py_type_name(state));
-  std::map<std::string, Tensor> entries;
+  nn::NamedTensors entries;  // in the dict's order
   for (py::handle item : state.attr("items")()) {
     auto kv = item.cast<py::tuple>();
     std::string key = py::str(kv[0]);
     MF_CHECK(py::isinstance<Tensor>(kv[1]), TypeError, "load_state_dict: entry \"", key,
              "\" is not a meshflow.Tensor (got ", py_type_name(kv[1]), ")");
-    entries.emplace(key, kv[1].cast<Tensor>());
+    entries.emplace_back(key, kv[1].cast<Tensor>());
   }
   nn::LoadResult result = m.load_state_dict(entries, strict);
   return g_incompatible_keys(names_list(result.missing_keys), names_list(result.unexpected_keys));
@@ -246,8 +283,22 @@ py::object convert(py::object self) {
 py::object add_hook(py::object self, py::object fn, bool pre) {
   MF_CHECK(PyCallable_Check(fn.ptr()), TypeError, "register_forward_", pre ? "pre_" : "", "hook: the hook must be callable");
   Module& m = self.cast<Module&>();
-  auto hook = std::make_shared<PyHook>(std::move(fn));
-  int id = pre ? m.register_forward_pre_hook(hook) : m.register_forward_hook(hook);
+  int id;
+  if (pre) {
+    auto hook = std::make_shared<PyForwardPreHook>(std::move(fn));
+    hook->fn = [raw = hook.get()](Module& module, const Tensor& input) {
+      py::gil_scoped_acquire gil;
+      return hook_result(raw->callable(py::cast(module.shared_from_this()), py::make_tuple(input)));
+    };
+    id = m.register_forward_pre_hook(std::move(hook));
+  } else {
+    auto hook = std::make_shared<PyForwardHook>(std::move(fn));
+    hook->fn = [raw = hook.get()](Module& module, const Tensor& input, const Tensor& output) {
+      py::gil_scoped_acquire gil;
+      return hook_result(raw->callable(py::cast(module.shared_from_this()), py::make_tuple(input), output));
+    };
+    id = m.register_forward_hook(std::move(hook));
+  }
   return py::cast(HookHandle{m.shared_from_this(), id});
 }
 
@@ -315,12 +366,21 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
       .def("register_module", [](py::object self, const std::string& name, py::object module) {
         set_attr(self, name, module);
       }, py::arg("name"), py::arg("module"))
-      .def("get_submodule", [](Module& self, const std::string& target) { return self.submodule(target); },
-           py::arg("target"))
+      .def("get_submodule", [](Module& self, const std::string& target) {
+        try {
+          return self.submodule(target);
+        } catch (const ValueError& e) {
+          throw py::attribute_error(e.what());  // as PyTorch's get_submodule
+        }
+      }, py::arg("target"))
       .def("get_parameter", [](Module& self, const std::string& target) {
         size_t dot = target.rfind('.');
-        ModulePtr owner = dot == std::string::npos ? self.shared_from_this() : self.submodule(target.substr(0, dot));
-        return owner->parameter(dot == std::string::npos ? target : target.substr(dot + 1));
+        try {
+          ModulePtr owner = dot == std::string::npos ? self.shared_from_this() : self.submodule(target.substr(0, dot));
+          return owner->parameter(dot == std::string::npos ? target : target.substr(dot + 1));
+        } catch (const ValueError& e) {
+          throw py::attribute_error(e.what());
+        }
       }, py::arg("target"))
       .def("named_parameters", [](const Module& self, const std::string& prefix, bool recurse) {
         return named_tensors_iter(self.named_parameters(recurse, prefix));
@@ -334,16 +394,14 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
            py::arg("recurse") = true)
       .def("named_children", [](const Module& self) {
         py::list out;
-        for (const auto& c : self.own_children()) {
-          if (c.module) out.append(py::make_tuple(c.name, module_object(c)));
+        for (const nn::Module::Child* c : distinct_children(self)) {
+          out.append(py::make_tuple(c->name, module_object(*c)));
         }
         return py::iter(out);
       })
       .def("children", [](const Module& self) {
         py::list out;
-        for (const auto& c : self.own_children()) {
-          if (c.module) out.append(module_object(c));
-        }
+        for (const nn::Module::Child* c : distinct_children(self)) out.append(module_object(*c));
         return py::iter(out);
       })
       .def("named_modules", [](Module& self, py::handle memo, const std::string& prefix, bool remove_duplicate) {

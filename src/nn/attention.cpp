@@ -126,8 +126,9 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     Tensor scores = matmul(mul(q, Scalar(1.0 / std::sqrt(double(d)))), transpose(k, -2, -1));
     if (mask.defined()) scores = add(scores, mask);
     Tensor probs = softmax(scores, -1);
+    if (p > 0) probs = mf::dropout(probs, p, true);  // the weights returned are those applied, as in PyTorch
     weights = average_attn_weights ? mean(probs, {1}) : probs;
-    out = matmul(p > 0 ? mf::dropout(probs, p, true) : probs, v);
+    out = matmul(probs, v);
   } else {
     out = scaled_dot_product_attention(q, k, v, mask, p);
   }

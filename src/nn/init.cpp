@@ -72,7 +72,8 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
 
 double calculate_gain(const std::string& nonlinearity, std::optional<double> param) {
   if (nonlinearity == "linear" || nonlinearity == "conv1d" || nonlinearity == "conv2d" ||
-      nonlinearity == "conv3d" || nonlinearity == "sigmoid")
+      nonlinearity == "conv3d" || nonlinearity == "conv_transpose1d" || nonlinearity == "conv_transpose2d" ||
+      nonlinearity == "conv_transpose3d" || nonlinearity == "sigmoid")
     return 1.0;
   if (nonlinearity == "tanh") return 5.0 / 3.0;
   if (nonlinearity == "relu") return std::sqrt(2.0);

@@ -81,14 +81,27 @@ std::string Linear::extra_repr() const {
 
 // --- Conv2d -------------------------------------------------------------------
 
+namespace {
+// The options with a padding string resolved into its symmetric padding.
+Conv2dOptions resolved_padding(Conv2dOptions o, const Shape& kernel_size) {
+  MF_CHECK(kernel_size.size() == 2, ValueError, "Conv2d: kernel_size must have 2 entries, got ", py_tuple(kernel_size));
+  MF_CHECK(o.padding_str.empty() || o.padding_str == "valid" || o.padding_str == "same", ValueError,
+           "Conv2d: invalid padding string '", o.padding_str, "', should be one of {'valid', 'same'}");
+  if (o.padding_str == "valid") o.padding = {0, 0};
+  if (o.padding_str == "same") {
+    MF_CHECK(o.stride == Shape({1, 1}), ValueError, "Conv2d: padding='same' is not supported for strided convolutions");
+    for (size_t i = 0; i < 2; ++i) o.padding[i] = o.dilation[i] * (kernel_size[i] - 1) / 2;
+  }
+  return o;
+}
+}  // namespace
+
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Shape kernel_size, const Conv2dOptions& options)
     : Module("Conv2d"),
       in_channels(in_channels),
       out_channels(out_channels),
       kernel_size(std::move(kernel_size)),
-      options(options) {
-  MF_CHECK(this->kernel_size.size() == 2, ValueError, "Conv2d: kernel_size must have 2 entries, got ",
-           py_tuple(this->kernel_size));
+      options(resolved_padding(options, this->kernel_size)) {
   check_positive(in_channels, "Conv2d", "in_channels");
   check_positive(out_channels, "Conv2d", "out_channels");
   check_positive(options.groups, "Conv2d", "groups");
@@ -105,6 +118,16 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Shape kernel_size, con
 void Conv2d::reset_parameters() { reset_affine(weight(), bias()); }
 
 Tensor Conv2d::forward(const Tensor& x) {
+  if (options.padding_str == "same") {
+    // An even effective kernel size: the extra row/column, bottom/right.
+    int64_t extra_h = options.dilation[0] * (kernel_size[0] - 1) % 2;
+    int64_t extra_w = options.dilation[1] * (kernel_size[1] - 1) % 2;
+    if (extra_h || extra_w) {
+      return conv2d(pad(x, {0, extra_w, 0, extra_h}), weight(), bias(),
+                    Conv2dArgs{.stride = options.stride, .padding = options.padding, .dilation = options.dilation,
+                               .groups = options.groups});
+    }
+  }
   return conv2d(x, weight(), bias(),
                 Conv2dArgs{.stride = options.stride, .padding = options.padding, .dilation = options.dilation,
                            .groups = options.groups});
@@ -113,7 +136,11 @@ Tensor Conv2d::forward(const Tensor& x) {
 std::string Conv2d::extra_repr() const {
   std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
                   ", kernel_size=" + py_tuple(kernel_size) + ", stride=" + py_tuple(options.stride);
-  if (options.padding != Shape{0, 0}) s += ", padding=" + py_tuple(options.padding);
+  if (!options.padding_str.empty()) {
+    s += ", padding=" + options.padding_str;
+  } else if (options.padding != Shape{0, 0}) {
+    s += ", padding=" + py_tuple(options.padding);
+  }
   if (options.dilation != Shape{1, 1}) s += ", dilation=" + py_tuple(options.dilation);
   if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
   if (!bias().defined()) s += ", bias=False";

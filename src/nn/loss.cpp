@@ -36,6 +36,9 @@ Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
   return nll_loss(input, target, buffer_at(0), ignore_index, reduction);
 }
 
+MSELoss::MSELoss(std::string reduction)
+    : Module("MSELoss"), reduction(checked_reduction(std::move(reduction), "MSELoss")) {}
+
 Tensor MSELoss::forward(const Tensor& input, const Tensor& target) { return mse_loss(input, target, reduction); }
 
 BCEWithLogitsLoss::BCEWithLogitsLoss(const Tensor& weight, std::string reduction, const Tensor& pos_weight)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "meshflow/autograd.h"
@@ -293,10 +294,17 @@ NamedTensors Module::state_dict(const std::string& prefix) const {
 }
 
 LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  return load_state_dict(NamedTensors(state.begin(), state.end()), strict);
+}
+
+LoadResult Module::load_state_dict(const NamedTensors& state_entries, bool strict) {
   // Every destination, by key, as state_dict() names them (own tensors, not
-  // detached copies, so the copy below writes the module).
+  // detached copies, so the copy below writes the module), and the prefix of
+  // every module in named_modules() order.
   std::vector<std::pair<std::string, Tensor>> targets;
+  std::unordered_map<std::string, size_t> module_order;
   auto visit = [&](auto&& self, const Module& m, const std::string& pre) -> void {
+    module_order.emplace(pre, module_order.size());
     for (const auto& [name, t] : m.params_) {
       if (t.defined()) targets.emplace_back(pre + name, t);
     }
@@ -308,6 +316,8 @@ LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& state, b
     }
   };
   visit(visit, *this, "");
+  std::unordered_map<std::string, Tensor> state;  // a later entry replaces an earlier one, as in a dict
+  for (const auto& [key, value] : state_entries) state[key] = value;
 
   LoadResult result;
   std::vector<std::string> mismatches;
@@ -326,9 +336,21 @@ LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& state, b
                            shape_str(target.shape()) + ".");
     }
   }
-  for (const auto& [key, value] : state) {
-    if (!known.count(key)) result.unexpected_keys.push_back(key);
+  // An unexpected key belongs to the deepest module its dotted path names.
+  std::vector<std::pair<size_t, std::string>> unexpected;
+  for (const auto& [key, value] : state_entries) {
+    if (known.count(key) || !state.count(key)) continue;
+    state.erase(key);  // list a repeated key once
+    std::string owner;
+    for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) {
+      if (!module_order.count(key.substr(0, dot + 1))) break;
+      owner = key.substr(0, dot + 1);
+    }
+    unexpected.emplace_back(module_order.at(owner), key);
   }
+  std::stable_sort(unexpected.begin(), unexpected.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [order, key] : unexpected) result.unexpected_keys.push_back(std::move(key));
   std::vector<std::string> errors = mismatches;
   if (strict) {
     if (!result.unexpected_keys.empty())

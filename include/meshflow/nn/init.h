@@ -14,7 +14,8 @@ namespace mf::nn::init {
 // (fan_in, fan_out): for a weight (out, in, *kernel), in * prod(kernel) and
 // out * prod(kernel). Throws ValueError for fewer than 2 dimensions.
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t);
-// The recommended gain of a nonlinearity ("linear", "conv2d", "sigmoid",
+// The recommended gain of a nonlinearity ("linear", "conv{1,2,3}d",
+// "conv_transpose{1,2,3}d", "sigmoid",
 // "tanh", "relu", "leaky_relu" (param = negative slope, default 0.01),
 // "selu"); ValueError for others.
 double calculate_gain(const std::string& nonlinearity, std::optional<double> param = {});

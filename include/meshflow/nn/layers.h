@@ -30,6 +30,11 @@ struct Conv2dOptions {
   Shape dilation = {1, 1};
   int64_t groups = 1;
   bool bias = true;
+  // PyTorch's padding strings: "valid" (no padding) or "same" (the output
+  // keeps the input's size; stride 1 only; when the effective kernel size
+  // is even the extra row/column goes bottom/right). They replace padding,
+  // which the constructor sets to the symmetric part. "" uses padding.
+  std::string padding_str;
 };
 class Conv2d : public Module {
  public:
@@ -287,7 +292,7 @@ class NLLLoss : public Module {
 };
 class MSELoss : public Module {
  public:
-  explicit MSELoss(std::string reduction = "mean") : Module("MSELoss"), reduction(std::move(reduction)) {}
+  explicit MSELoss(std::string reduction = "mean");
   Tensor forward(const Tensor& input, const Tensor& target);
   using Module::forward;
   const std::string reduction;

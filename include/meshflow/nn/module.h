@@ -130,7 +130,10 @@ class Module : public std::enable_shared_from_this<Module> {
   NamedTensors state_dict(const std::string& prefix = "") const;
   // Copies values into the parameters and buffers (dtype converted). Shape
   // mismatches always throw ShapeError; with strict, missing or unexpected
-  // keys throw Error listing them; otherwise they are returned.
+  // keys throw Error listing them; otherwise they are returned, missing
+  // keys in state_dict() order, unexpected ones grouped by the module they
+  // would belong to (in named_modules() order), as PyTorch lists them.
+  LoadResult load_state_dict(const NamedTensors& state, bool strict = true);
   LoadResult load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
   void train(bool on = true);
