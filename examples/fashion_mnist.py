@@ -33,6 +33,8 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=1, help="batches prepared ahead on background threads")
     p.add_argument("--checkpoint", default="runs/fashion_mnist/checkpoint.safetensors")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument("--stop-after", type=int, default=0,
+                   help="train at most N epochs in this run (continue later with --resume)")
     p.add_argument("--plot", default="runs/fashion_mnist/loss.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, tests)")
     return p.parse_args(argv)
@@ -111,7 +113,8 @@ def main(argv=None):
         start_epoch = state["epoch"]
         print(f"resumed from {args.checkpoint} after epoch {start_epoch}")
 
-    for epoch in range(start_epoch, args.epochs):
+    last_epoch = args.epochs if not args.stop_after else min(args.epochs, start_epoch + args.stop_after)
+    for epoch in range(start_epoch, last_epoch):
         model.train()
         begin = time.perf_counter()
         loss_sum, seen = 0.0, 0

@@ -1,0 +1,57 @@
+"""The examples run end to end on small settings."""
+import math
+import os
+import sys
+
+import pytest
+
+import meshflow as mf
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+sys.path.insert(0, EXAMPLES)
+import fashion_mnist  # noqa: E402
+import gpt  # noqa: E402
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+FORTUNES = "/usr/share/games/fortunes"
+
+
+def fashion_args(tmp_path, epochs, *extra):
+    return ["--epochs", str(epochs), "--train-limit", "2048", "--test-limit", "512", "--batch-size", "64",
+            "--no-progress", "--checkpoint", str(tmp_path / "ckpt.safetensors"), "--plot",
+            str(tmp_path / "loss.png"), *extra]
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION), reason="dataset-fashion-mnist is not installed")
+def test_fashion_mnist_learns_and_resumes_exactly(tmp_path, capsys):
+    full = fashion_mnist.main(fashion_args(tmp_path / "full", 2))
+    out = capsys.readouterr().out
+    assert "epoch 2:" in out and "test accuracy" in out
+    assert full["test_acc"][-1] > 0.70
+    assert (tmp_path / "full" / "loss.png").stat().st_size > 1000
+    assert (tmp_path / "full" / "ckpt.safetensors").exists()
+
+    # Stop after one epoch, then resume for the second: the same numbers.
+    fashion_mnist.main(fashion_args(tmp_path / "split", 2, "--stop-after", "1"))
+    resumed = fashion_mnist.main(fashion_args(tmp_path / "split", 2, "--resume"))
+    assert "resumed from" in capsys.readouterr().out
+    assert resumed["train_loss"] == full["train_loss"]
+    assert resumed["test_loss"] == full["test_loss"]
+    assert resumed["test_acc"] == full["test_acc"]
+
+
+@pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="fortunes is not installed")
+def test_gpt_trains_and_samples(capsys):
+    losses = gpt.main(["--steps", "8", "--layers", "1", "--d-model", "32", "--heads", "2", "--seq", "32",
+                       "--batch-size", "8", "--sample-chars", "40", "--log-every", "4", "--lr", "3e-3"])
+    out = capsys.readouterr().out
+    assert len(losses) == 8 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0]
+    assert "held-out loss" in out
+    sample = out.split("sample:\n", 1)[1]
+    assert len(sample.strip()) >= 20
+
+
+def test_fashion_mnist_missing_data_is_a_clear_error(tmp_path):
+    with pytest.raises(mf.errors.Error, match="dataset-fashion-mnist"):
+        fashion_mnist.main(fashion_args(tmp_path, 1, "--data", str(tmp_path / "absent")))
