@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the C++ Fashion-MNIST example on a small subset and checks that it
+# Runs the C++ Fashion-MNIST example (examples/cpp/fashion_mnist.cpp) on a small subset and checks that it
 # learns: test accuracy after 2 short epochs must exceed 70%.
 set -euo pipefail
 exe="$1"
