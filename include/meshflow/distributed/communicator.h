@@ -1,0 +1,77 @@
+// Processes and collectives. A Communicator moves the data of CPU tensors
+// between the ranks of a group; the global view's boxing (P->B all-reduce,
+// S->B all-gather, ...) and DistributedDataParallel are written against this
+// interface only. Implementations: MPI (Open MPI) for CPU tensors, and a
+// single-process one when the program was not started by mpirun or
+// `python -m meshflow.distributed.launch`.
+//
+// Every call is collective over the group unless marked otherwise: each rank
+// makes the same calls in the same order, with tensors of the same dtype and
+// (where stated) shape. Tensors must be contiguous CPU tensors; results are
+// written into the given output tensors. Errors (a bad argument, a peer that
+// died, a call that times out) throw mf::DistributedError naming the
+// collective and the ranks involved; a process never hangs without bound.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshflow/tensor.h"
+
+namespace mf::distributed {
+
+enum class ReduceOp { Sum, Max, Min, Prod };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // This process's index in the group, and the group's size.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The world rank of each member, in group order.
+  virtual const std::vector<int>& world_ranks() const = 0;
+
+  // In place: t becomes the reduction of every rank's t.
+  virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // In place: t becomes root's t (root is a group rank).
+  virtual void broadcast(Tensor& t, int root) = 0;
+  // out = the concatenation along dim 0 of every rank's `in`, in rank order;
+  // counts[r] is the number of dim-0 rows rank r contributes (ranks may
+  // differ: uneven splits). out has sum(counts) rows.
+  virtual void all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) = 0;
+  // in has sum(counts) rows; out (counts[rank] rows) = the reduction over
+  // ranks of rows [offset(rank), offset(rank) + counts[rank]) of in.
+  virtual void reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
+                              ReduceOp op = ReduceOp::Sum) = 0;
+  // in holds sum(send_counts) rows, send_counts[r] of them for rank r in
+  // rank order; out receives recv_counts[r] rows from each rank r, in rank
+  // order. send_counts on rank a for rank b equals recv_counts on b for a.
+  virtual void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                          const std::vector<int64_t>& recv_counts) = 0;
+  // Point to point (not collective): the receiver's tensor has the sender's
+  // shape and dtype; peers are group ranks.
+  virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual void recv(Tensor& t, int src, int tag = 0) = 0;
+  virtual void barrier() = 0;
+
+  // A communicator over some of this group's members (group ranks,
+  // ascending, this rank among them). Collective over those members only;
+  // results are cached per member list.
+  virtual std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks) = 0;
+  // "mpi" or "single".
+  virtual std::string backend() const = 0;
+};
+
+// The group of every process, created on first use: MPI when the process
+// was started by mpirun (or the launcher), otherwise a group of one.
+Communicator& world();
+int get_rank();
+int get_world_size();
+// The rank among the processes of this machine.
+int get_local_rank();
+void barrier();
+
+}  // namespace mf::distributed
