@@ -19,6 +19,7 @@ using Shape = std::vector<int64_t>;
 class Node;
 class Tensor;
 struct AutogradMeta;
+struct GlobalMeta;  // distributed/global.h
 
 std::string shape_str(const Shape& shape);  // "(2, 3)"
 int64_t shape_numel(const Shape& shape);
@@ -47,6 +48,11 @@ class TensorImpl {
   // Python's nn.Parameter).
   bool is_parameter() const { return is_parameter_; }
   void set_is_parameter(bool v) { is_parameter_ = v; }
+  // Placement, SBP and local shard of a global tensor (null for local
+  // tensors); a global tensor's own sizes are the global shape and it holds
+  // no data itself.
+  const std::shared_ptr<const GlobalMeta>& global() const { return global_; }
+  void set_global(std::shared_ptr<const GlobalMeta> global) { global_ = std::move(global); }
   // Points this tensor at other memory and metadata (PyTorch's `t.data = x`);
   // its autograd identity (grad, hooks, requires_grad) stays.
   void set_data(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype);
@@ -67,6 +73,7 @@ class TensorImpl {
   bool is_contiguous_;
   bool is_view_ = false;
   bool is_parameter_ = false;
+  std::shared_ptr<const GlobalMeta> global_;
   std::unique_ptr<AutogradMeta> autograd_;
 };
 
@@ -109,6 +116,8 @@ class Tensor {
   size_t element_size() const { return itemsize(dtype()); }
   const Storage& storage() const { return checked()->storage(); }
   bool shares_storage(const Tensor& other) const { return storage() == other.storage(); }
+  // A tensor of the global view (distributed/global.h).
+  bool is_global() const { return checked()->global() != nullptr; }
 
   void* data_ptr() const { return checked()->data(); }
   // Typed pointer to element 0; throws TypeError if T is not the dtype.

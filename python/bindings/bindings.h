@@ -62,6 +62,7 @@ void init_nn(py::module_& m);
 void init_io(py::module_& m);
 void init_optim(py::module_& m);
 void init_nn_module(py::module_& m);
+void init_global(py::module_& m);
 void init_data(py::module_& m);
 
 }  // namespace mf::python

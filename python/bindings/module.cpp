@@ -314,5 +314,6 @@ PYBIND11_MODULE(_C, m) {
   init_io(m);
   init_optim(m);
   init_nn_module(m);
+  init_global(m);
   init_data(m);
 }

@@ -83,6 +83,29 @@ def _deepcopy(self, memo):
     return copy
 
 
+def _global_factory(factory):
+    """factory(..., placement=p, sbp=s): the same values as the local
+    factory, laid out over p by s (values do not depend on s or on the
+    world size: every rank makes the full tensor and keeps its part)."""
+    import functools
+
+    @functools.wraps(factory)
+    def make(*args, placement=None, sbp=None, **kwargs):
+        if placement is None and sbp is None:
+            return factory(*args, **kwargs)
+        if placement is None or sbp is None:
+            raise ValueError(f"{factory.__name__}: a global tensor needs both placement= and sbp=")
+        if kwargs.get("requires_grad"):
+            raise RuntimeError(f"{factory.__name__}: autograd of global tensors is not built yet")
+        return _C._global_from_full(factory(*args, **kwargs), placement, sbp)
+
+    return make
+
+
+for _name in ("empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "tensor"):
+    globals()[_name] = _global_factory(getattr(_C, _name))
+del _name
+
 Tensor.__format__ = _format
 Tensor.__deepcopy__ = _deepcopy
 Tensor.new_zeros = _new_factory(zeros)

@@ -16,6 +16,9 @@ void check_inputs(const OpDef& op, const TensorList& inputs) {
   const Tensor* first = nullptr;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) continue;
+    MF_CHECK(!inputs[i].is_global(), Error, op.name, ": input ", i,
+             " is a global tensor; eager ops on global tensors are not built yet (convert with to_local() or "
+             "to_global(placement, broadcast) first)");
     if (!first) {
       first = &inputs[i];
       continue;

@@ -1,0 +1,49 @@
+// Global tensors: one logical tensor laid out over the ranks of a placement
+// by an SBP per mesh axis, each rank holding its local shard (OneFlow's
+// global view).
+//
+// A global tensor is a Tensor whose TensorImpl carries a GlobalMeta: its own
+// sizes are the global shape (it holds no data), and `local` is this rank's
+// shard (undefined on ranks outside the placement). Conversions between
+// layouts run boxing (boxing.h) and are collective over the ranks involved.
+// Eager ops on global tensors and their autograd are not built yet: dispatch
+// refuses a global input with a clear error, and the conversions below
+// refuse a tensor that requires grad.
+#pragma once
+
+#include <optional>
+
+#include "meshflow/distributed/placement.h"
+#include "meshflow/tensor.h"
+
+namespace mf {
+
+struct GlobalMeta {
+  Placement placement;
+  NdSbp sbp;
+  Tensor local;
+};
+
+// A global tensor from this rank's shard `local` (OneFlow's to_global of a
+// local tensor): under split, each rank's tensor is its part and the global
+// size of the split dim is the sum over the mesh axis (gathered); under
+// broadcast every rank holds the whole value; under partial_sum the value is
+// the sum over ranks. Collective over the placement.
+Tensor local_to_global(const Tensor& local, const Placement& placement, const NdSbp& sbp);
+// The same logical tensor under another placement and/or SBP (boxing).
+Tensor global_to_global(const Tensor& global, const Placement& placement, const NdSbp& sbp);
+// This rank's shard (undefined outside the placement).
+Tensor global_to_local(const Tensor& global);
+
+// A global tensor holding `full` (the same value on every rank) laid out by
+// sbp: each rank keeps its slice; partial_sum keeps the value on the first
+// rank of each mesh axis and zeros elsewhere (a contiguous slice may share
+// full's memory). No communication. Global
+// factories are built on it so that their values do not depend on the SBP
+// or the world size.
+Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp);
+
+const Placement& placement_of(const Tensor& global);
+const NdSbp& sbp_of(const Tensor& global);
+
+}  // namespace mf

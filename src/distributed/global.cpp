@@ -1,0 +1,141 @@
+#include "meshflow/distributed/global.h"
+
+#include "meshflow/autograd.h"
+#include "meshflow/distributed/boxing.h"
+#include "meshflow/distributed/communicator.h"
+#include "meshflow/error.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/shape.h"
+
+namespace mf {
+namespace {
+
+constexpr int64_t kMaxDims = 16;
+
+const GlobalMeta& meta_of(const Tensor& t, const char* op) {
+  MF_CHECK(t.defined() && t.is_global(), ValueError, op, ": expected a global tensor");
+  return *t.impl()->global();
+}
+
+void check_no_autograd(const Tensor& t, const char* op) {
+  MF_CHECK(!(GradMode::is_enabled() && t.requires_grad()), Error, op,
+           ": autograd through global conversions is not built yet; convert t.detach() (or under no_grad)");
+}
+
+Tensor wrap(Tensor local, const Shape& global_shape, DType dtype, const Placement& placement, const NdSbp& sbp) {
+  Tensor g = make_meta(global_shape, dtype);
+  g.impl()->set_global(std::make_shared<const GlobalMeta>(GlobalMeta{placement, sbp, std::move(local)}));
+  return g;
+}
+
+// Every rank's (ndim, dtype, dims...) so that each rank checks the same
+// facts and reaches the same verdict (no rank waits on one that failed).
+std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member) {
+  const int64_t world = distributed::get_world_size();
+  Tensor mine = full({kMaxDims + 2}, Scalar(int64_t(-1)), {.dtype = DType::Int64});
+  int64_t* m = mine.data<int64_t>();
+  if (member) {
+    m[0] = local.dim();
+    m[1] = int64_t(local.dtype());
+    for (int64_t d = 0; d < std::min(local.dim(), kMaxDims); ++d) m[d + 2] = local.size(d);
+  }
+  Tensor all = empty({world, kMaxDims + 2}, {.dtype = DType::Int64});
+  distributed::world().all_gather(reshape(mine, {1, kMaxDims + 2}), all, std::vector<int64_t>(size_t(world), 1));
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(world));
+  const int64_t* a = all.data<int64_t>();
+  for (int64_t r = 0; r < world; ++r) out[size_t(r)].assign(a + r * (kMaxDims + 2), a + (r + 1) * (kMaxDims + 2));
+  return out;
+}
+
+}  // namespace
+
+const Placement& placement_of(const Tensor& global) { return meta_of(global, "placement").placement; }
+const NdSbp& sbp_of(const Tensor& global) { return meta_of(global, "sbp").sbp; }
+
+Tensor local_to_global(const Tensor& local, const Placement& placement, const NdSbp& sbp) {
+  const char* op = "to_global";
+  const int me = distributed::get_rank();
+  const bool member = placement.contains(me);
+  for (int r : placement.ranks()) {
+    MF_CHECK(r < distributed::get_world_size(), ValueError, op, ": ", placement.str(), " names rank ", r,
+             " but the world has ", distributed::get_world_size(), " ranks");
+  }
+  if (member) {
+    MF_CHECK(local.defined(), ValueError, op, ": rank ", me, " is in the placement but its tensor is None");
+    MF_CHECK(!local.is_global(), ValueError, op, ": the tensor is already global; use global_to_global");
+    MF_CHECK(local.device().type() == placement.type(), ValueError, op, ": a ", local.device().str(),
+             " tensor can't be placed on ", placement.str());
+    MF_CHECK(local.dim() <= kMaxDims, ValueError, op, ": tensors of more than ", kMaxDims, " dims are not supported");
+    check_no_autograd(local, op);
+  }
+  auto shapes = gather_shapes(local, member);
+  // The verdict below depends only on the gathered table: every rank agrees.
+  const auto& first = shapes[size_t(placement.ranks()[0])];
+  const int64_t ndim = first[0];
+  for (int r : placement.ranks()) {
+    const auto& s = shapes[size_t(r)];
+    MF_CHECK(s[0] == ndim && s[1] == first[1], ShapeError, op, ": rank ", r, " has a ", s[0],
+             "-d tensor of dtype ", dtype_name(DType(s[1])), " but rank ", placement.ranks()[0], " has a ", ndim,
+             "-d tensor of dtype ", dtype_name(DType(first[1])));
+  }
+  check_nd_sbp(sbp, placement, ndim, op);
+  // Global shape: every unsplit dim must agree; a split dim is the sum of
+  // the parts along its mesh axes, which must be a balanced split.
+  Shape global(first.begin() + 2, first.begin() + 2 + ndim);
+  std::vector<bool> split_dim(size_t(ndim), false);
+  for (const Sbp& s : sbp) {
+    if (s.is_split()) split_dim[size_t(s.axis())] = true;
+  }
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (!split_dim[size_t(d)]) continue;
+    // Sum over the mesh of the parts of rank coordinates differing only in
+    // the axes that split d: sum over all ranks / product of the other axes.
+    int64_t total = 0, others = 1;
+    for (int r : placement.ranks()) total += shapes[size_t(r)][size_t(d + 2)];
+    for (size_t a = 0; a < sbp.size(); ++a) {
+      if (!(sbp[a].is_split() && sbp[a].axis() == d)) others *= placement.hierarchy()[a];
+    }
+    global[size_t(d)] = total / others;
+  }
+  for (int r : placement.ranks()) {
+    Shape expected = local_shape(global, sbp, placement, placement.coords(r));
+    Shape got(shapes[size_t(r)].begin() + 2, shapes[size_t(r)].begin() + 2 + ndim);
+    MF_CHECK(got == expected, ShapeError, op, ": rank ", r, "'s tensor has shape ", shape_str(got), " but ",
+             nd_sbp_str(sbp), " of a global ", shape_str(global), " tensor on ", placement.str(), " gives it ",
+             shape_str(expected), " (shapes must agree across ranks, and splits must be balanced: sizes differ by at "
+             "most one, larger parts first)");
+  }
+  const DType dtype = DType(first[1]);
+  return wrap(member ? contiguous(local.detach()) : Tensor(), global, dtype, placement, sbp);
+}
+
+Tensor global_to_global(const Tensor& global, const Placement& placement, const NdSbp& sbp) {
+  const GlobalMeta& m = meta_of(global, "to_global");
+  check_nd_sbp(sbp, placement, global.dim(), "to_global");
+  check_no_autograd(global, "to_global");
+  Tensor local = distributed::box(m.local, global.shape(), m.placement, m.sbp, placement, sbp);
+  return wrap(std::move(local), global.shape(), global.dtype(), placement, sbp);
+}
+
+Tensor global_to_local(const Tensor& global) { return meta_of(global, "to_local").local; }
+
+Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp) {
+  check_nd_sbp(sbp, placement, full.dim(), "global factory");
+  const int me = distributed::get_rank();
+  if (!placement.contains(me)) return wrap(Tensor(), full.shape(), full.dtype(), placement, sbp);
+  const std::vector<int64_t> coords = placement.coords(me);
+  Tensor local = full.detach();
+  bool zero = false;
+  for (size_t a = 0; a < sbp.size(); ++a) {
+    if (sbp[a].is_split()) {
+      auto [b, e] = split_range(local.size(sbp[a].axis()), placement.hierarchy()[a], coords[a]);
+      local = narrow(local, sbp[a].axis(), b, e - b);
+    } else if (sbp[a].is_partial_sum() && coords[a] != 0) {
+      zero = true;
+    }
+  }
+  local = zero ? zeros(local.shape(), {.dtype = local.dtype()}) : contiguous(local);
+  return wrap(std::move(local), full.shape(), full.dtype(), placement, sbp);
+}
+
+}  // namespace mf

@@ -1,0 +1,47 @@
+"""The global view's layouts on 1, 2 and 4 processes (mpirun)."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import meshflow as mf
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "dist_scripts")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def mpirun(n, script, timeout=300):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
+           os.path.join(SCRIPTS, script)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_every_boxing_transition_round_trips(ranks):
+    out = mpirun(ranks, "global_boxing.py")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = [line for line in out.stdout.splitlines() if "transitions OK" in line]
+    assert len(lines) == ranks
+
+
+def test_placement_and_sbp_values():
+    p = mf.placement("cpu", [[0, 1], [2, 3]])
+    assert p.hierarchy == (2, 2) and p.ranks == [[0, 1], [2, 3]] and p.type == "cpu"
+    assert repr(p) == 'placement(type="cpu", ranks=[[0, 1], [2, 3]])'
+    assert mf.sbp.split(1) == mf.sbp.split(1) and mf.sbp.split(0) != mf.sbp.broadcast
+    assert repr(mf.sbp.split(0)) == "meshflow.sbp.split(dim=0)"
+    with pytest.raises(ValueError):
+        mf.placement("cpu", [0, 0])
+    with pytest.raises(ValueError):
+        mf.placement("cpu", [[0, 1], [2]])
+
+
+def test_global_tensors_refuse_eager_ops_clearly():
+    g = mf.ones(4, placement=mf.placement("cpu", [0]), sbp=mf.sbp.broadcast)
+    assert g.is_global and not mf.ones(2).is_global
+    with pytest.raises(RuntimeError, match="global"):
+        g + 1
