@@ -33,6 +33,8 @@ struct MpiRuntime {
   bool broken = false;            // some operation timed out (Note [Bounded waits])
   double timeout_s = 300;
   int local_rank = 0;
+  bool thread_multiple = true;  // MPI accepts calls from several threads at once
+  std::mutex lock;
   std::vector<Tensor> abandoned;  // buffers of timed-out operations
 };
 
@@ -84,19 +86,34 @@ void initialize_mpi() {
     r.timeout_s = read_timeout();
     int initialized = 0;
     MPI_Initialized(&initialized);
-    if (initialized) return;
+    if (initialized) {
+      int provided = 0;
+      MPI_Query_thread(&provided);
+      r.thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+      return;
+    }
     int provided = 0;
     int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     MF_CHECK(code == MPI_SUCCESS, DistributedError, "MPI_Init_thread failed with code ", code);
-    // Calls from several threads are serialised by the caller (the Python
-    // layer holds one lock per communicator call), so SERIALIZED suffices.
+    // Below MPI_THREAD_MULTIPLE, each call holds runtime().lock (see serialize()).
     MF_CHECK(provided >= MPI_THREAD_SERIALIZED, DistributedError,
              "MPI_Init_thread: the MPI library grants thread level ", provided,
              ", meshflow needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or more");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    r.thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     r.initialized_here = true;
     std::atexit(finalize_mpi);
   });
+}
+
+// One call at a time when MPI grants less than MPI_THREAD_MULTIPLE (two
+// threads then take turns; with MULTIPLE, a thread waiting in recv does not
+// hold up another thread's send).
+std::unique_lock<std::mutex> serialize() {
+  MpiRuntime& r = runtime();
+  std::unique_lock<std::mutex> guard(r.lock, std::defer_lock);
+  if (!r.thread_multiple) guard.lock();
+  return guard;
 }
 
 MPI_Datatype mpi_type(DType d) {
@@ -182,6 +199,7 @@ class MpiCommunicator final : public CheckedCommunicator {
 
  protected:
   void run_all_reduce(Tensor& t, ReduceOp op) override {
+    auto guard = serialize();
     const char* name = "all_reduce";
     Tensor buffer = is_reduced_floating(t.dtype()) ? widen(t) : t;
     MPI_Request request;
@@ -192,6 +210,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   }
 
   void run_broadcast(Tensor& t, int root) override {
+    auto guard = serialize();
     const char* name = "broadcast";
     MPI_Request request;
     check(name, MPI_Ibcast(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), root, comm_,
@@ -200,6 +219,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   }
 
   void run_all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    auto guard = serialize();
     const char* name = "all_gather";
     int64_t row = row_numel(out);
     std::vector<int> elements = element_counts(name, counts, row);
@@ -213,6 +233,7 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   void run_reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
                           ReduceOp op) override {
+    auto guard = serialize();
     const char* name = "reduce_scatter";
     bool wide = is_reduced_floating(in.dtype());
     Tensor send = wide ? widen(in) : in;
@@ -228,6 +249,7 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   void run_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
                       const std::vector<int64_t>& recv_counts) override {
+    auto guard = serialize();
     const char* name = "all_to_all";
     int64_t row = row_numel(in);
     std::vector<int> sends = element_counts(name, send_counts, row);
@@ -244,6 +266,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   }
 
   void run_send(const Tensor& t, int dst, int tag) override {
+    auto guard = serialize();
     const char* name = "send";
     MPI_Request request;
     check(name, MPI_Isend(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), dst, tag, comm_,
@@ -252,6 +275,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   }
 
   void run_recv(Tensor& t, int src, int tag) override {
+    auto guard = serialize();
     const char* name = "recv";
     MPI_Request request;
     int expected = element_count(name, t.numel());
@@ -265,12 +289,14 @@ class MpiCommunicator final : public CheckedCommunicator {
   }
 
   void run_barrier() override {
+    auto guard = serialize();
     MPI_Request request;
     check("barrier", MPI_Ibarrier(comm_, &request));
     wait("barrier", request, {});
   }
 
   std::shared_ptr<Communicator> create_subgroup(const std::vector<int>& ranks) override {
+    auto guard = serialize();
     MPI_Group group, members;
     check("subgroup", MPI_Comm_group(comm_, &group));
     check("subgroup", MPI_Group_incl(group, int(ranks.size()), ranks.data(), &members));
