@@ -1,0 +1,65 @@
+// The argument checks every backend shares. CheckedCommunicator implements
+// the public calls of Communicator: it checks the arguments (naming the
+// collective, the argument, what was expected and what came) and then calls
+// the backend's run_* function, which may assume the checks hold.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "meshflow/distributed/communicator.h"
+
+namespace mf::distributed {
+
+// The offset of each rank's rows: offsets[r] = counts[0] + ... + counts[r-1].
+std::vector<int64_t> row_offsets(const std::vector<int64_t>& counts);
+// The elements of one dim-0 row of t (the product of t.shape[1:]).
+int64_t row_numel(const Tensor& t);
+const char* reduce_op_name(ReduceOp op);
+// "[0, 1, 3]"
+std::string format_ranks(const std::vector<int>& ranks);
+
+class CheckedCommunicator : public Communicator {
+ public:
+  void all_reduce(Tensor& t, ReduceOp op) final;
+  void broadcast(Tensor& t, int root) final;
+  void all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) final;
+  void reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts, ReduceOp op) final;
+  void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                  const std::vector<int64_t>& recv_counts) final;
+  void send(const Tensor& t, int dst, int tag) final;
+  void recv(Tensor& t, int src, int tag) final;
+  void barrier() final;
+  std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks) final;
+
+ protected:
+  virtual void run_all_reduce(Tensor& t, ReduceOp op) = 0;
+  virtual void run_broadcast(Tensor& t, int root) = 0;
+  virtual void run_all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) = 0;
+  virtual void run_reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
+                                  ReduceOp op) = 0;
+  virtual void run_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                              const std::vector<int64_t>& recv_counts) = 0;
+  virtual void run_send(const Tensor& t, int dst, int tag) = 0;
+  virtual void run_recv(Tensor& t, int src, int tag) = 0;
+  virtual void run_barrier() = 0;
+  // ranks: checked (ascending group ranks, this rank among them); the
+  // result is cached by subgroup().
+  virtual std::shared_ptr<Communicator> create_subgroup(const std::vector<int>& ranks) = 0;
+  // The largest tag send/recv accept.
+  virtual int max_tag() const = 0;
+
+ private:
+  std::vector<std::pair<std::vector<int>, std::shared_ptr<Communicator>>> subgroups_;
+};
+
+// A group of one process: collectives check their arguments and copy.
+std::unique_ptr<Communicator> make_single_communicator();
+// The world group over MPI (initialises MPI on first use).
+std::unique_ptr<Communicator> make_mpi_world();
+// True when this process was started by mpirun (or MPI is already running).
+bool started_by_mpi();
+// The rank among this machine's processes, for the MPI world.
+int mpi_local_rank();
+
+}  // namespace mf::distributed

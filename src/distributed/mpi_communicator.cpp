@@ -1,0 +1,407 @@
+// The MPI backend: collectives on contiguous CPU tensors over Open MPI.
+//
+// Note [Bounded waits]: every call starts a nonblocking MPI operation and
+// polls MPI_Test until it completes or MESHFLOW_COMM_TIMEOUT seconds (default
+// 300) pass without completion; then it throws DistributedError naming the
+// call, this rank and the group. A rank that skips a collective, or calls
+// another one, thus ends the others' waits instead of hanging them. The
+// timed-out operation stays posted inside MPI, so its buffers are kept alive
+// for the life of the process and the communicator must not be used again;
+// at exit such a process aborts the job (MPI_Finalize could wait forever on
+// the peer that never came).
+// A peer that dies: Open MPI's mpirun notices and terminates the job, and
+// every rank still waiting ends with it.
+// The first use of world() initialises MPI, which Open MPI makes collective
+// (every rank must get there); later subgroup() calls are collective over
+// their members and are the only calls without a bounded wait.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "distributed/checked_communicator.h"
+
+namespace mf::distributed {
+namespace {
+
+struct MpiRuntime {
+  bool initialized_here = false;  // false when another library called MPI_Init
+  bool broken = false;            // some operation timed out (Note [Bounded waits])
+  double timeout_s = 300;
+  int local_rank = 0;
+  bool thread_multiple = true;  // MPI accepts calls from several threads at once
+  std::mutex lock;
+  std::vector<Tensor> abandoned;  // buffers of timed-out operations
+};
+
+MpiRuntime& runtime() {
+  static MpiRuntime r;
+  return r;
+}
+
+double read_timeout() {
+  const char* text = std::getenv("MESHFLOW_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return 300;
+  char* end = nullptr;
+  double seconds = std::strtod(text, &end);
+  MF_CHECK(end != text && *end == '\0' && seconds > 0, ValueError,
+           "MESHFLOW_COMM_TIMEOUT must be a positive number of seconds, got '", text, "'");
+  return seconds;
+}
+
+// The launchers' variables (Open MPI, MPICH, Slurm); without one, the rank
+// among the processes that share memory with this one (collective).
+int read_local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* text = std::getenv(name)) return std::atoi(text);
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
+  int rank = 0;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_free(&node);
+  return rank;
+}
+
+void finalize_mpi() {
+  MpiRuntime& r = runtime();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!r.initialized_here || finalized) return;
+  if (r.broken) {
+    std::fprintf(stderr, "meshflow.distributed: a collective timed out on this rank; aborting the job\n");
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+}
+
+void initialize_mpi() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MpiRuntime& r = runtime();
+    r.timeout_s = read_timeout();
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      int provided = 0;
+      MPI_Query_thread(&provided);
+      r.thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+      return;
+    }
+    int provided = 0;
+    int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    MF_CHECK(code == MPI_SUCCESS, DistributedError, "MPI_Init_thread failed with code ", code);
+    // Below MPI_THREAD_MULTIPLE, each call holds runtime().lock (see serialize()).
+    MF_CHECK(provided >= MPI_THREAD_SERIALIZED, DistributedError,
+             "MPI_Init_thread: the MPI library grants thread level ", provided,
+             ", meshflow needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or more");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    r.thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+    r.initialized_here = true;
+    std::atexit(finalize_mpi);
+  });
+}
+
+// One call at a time when MPI grants less than MPI_THREAD_MULTIPLE (two
+// threads then take turns; with MULTIPLE, a thread waiting in recv does not
+// hold up another thread's send).
+std::unique_lock<std::mutex> serialize() {
+  MpiRuntime& r = runtime();
+  std::unique_lock<std::mutex> guard(r.lock, std::defer_lock);
+  if (!r.thread_multiple) guard.lock();
+  return guard;
+}
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::Bool: return MPI_C_BOOL;
+    case DType::UInt8: return MPI_UINT8_T;
+    case DType::Int8: return MPI_INT8_T;
+    case DType::Int16: return MPI_INT16_T;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Float16:
+    case DType::BFloat16: return MPI_UINT16_T;  // moved as bits; reduced in float32
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// MPI's predefined reductions apply to integers and floats; bool reduces
+// with the logical ops (sum and max: or, prod and min: and), as PyTorch's
+// bool sum > 0 would.
+MPI_Op mpi_op(ReduceOp op, DType d) {
+  if (d == DType::Bool) return op == ReduceOp::Sum || op == ReduceOp::Max ? MPI_LOR : MPI_LAND;
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Prod: return MPI_PROD;
+  }
+  return MPI_OP_NULL;
+}
+
+// 16-bit floats are reduced in float32 (one rounding at the end, not one per
+// rank); widen copies t into a new float32 tensor, narrow writes back.
+Tensor widen(const Tensor& t) {
+  Tensor wide = make_empty(t.sizes(), DType::Float32);
+  float* dst = static_cast<float*>(wide.data_ptr());
+  int64_t n = t.numel();
+  if (t.dtype() == DType::Float16) {
+    const Half* src = static_cast<const Half*>(t.data_ptr());
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
+  } else {
+    const BFloat16* src = static_cast<const BFloat16*>(t.data_ptr());
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
+  }
+  return wide;
+}
+
+void narrow(const Tensor& wide, Tensor& t) {
+  const float* src = static_cast<const float*>(wide.data_ptr());
+  int64_t n = t.numel();
+  if (t.dtype() == DType::Float16) {
+    Half* dst = static_cast<Half*>(t.data_ptr());
+    for (int64_t i = 0; i < n; ++i) dst[i] = Half(src[i]);
+  } else {
+    BFloat16* dst = static_cast<BFloat16*>(t.data_ptr());
+    for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16(src[i]);
+  }
+}
+
+class MpiCommunicator final : public CheckedCommunicator {
+ public:
+  // Takes ownership of comm (freed in the destructor).
+  MpiCommunicator(MPI_Comm comm, std::vector<int> world_ranks) : comm_(comm), world_ranks_(std::move(world_ranks)) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    void* value = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found);
+    max_tag_ = found ? *static_cast<int*>(value) : 32767;
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && !runtime().broken) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::vector<int>& world_ranks() const override { return world_ranks_; }
+  std::string backend() const override { return "mpi"; }
+
+ protected:
+  void run_all_reduce(Tensor& t, ReduceOp op) override {
+    auto guard = serialize();
+    const char* name = "all_reduce";
+    Tensor buffer = is_reduced_floating(t.dtype()) ? widen(t) : t;
+    MPI_Request request;
+    check(name, MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), element_count(name, buffer.numel()),
+                               mpi_type(buffer.dtype()), mpi_op(op, buffer.dtype()), comm_, &request));
+    wait(name, request, {buffer});
+    if (is_reduced_floating(t.dtype())) narrow(buffer, t);
+  }
+
+  void run_broadcast(Tensor& t, int root) override {
+    auto guard = serialize();
+    const char* name = "broadcast";
+    MPI_Request request;
+    check(name, MPI_Ibcast(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), root, comm_,
+                           &request));
+    wait(name, request, {t});
+  }
+
+  void run_all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    auto guard = serialize();
+    const char* name = "all_gather";
+    int64_t row = row_numel(out);
+    std::vector<int> elements = element_counts(name, counts, row);
+    std::vector<int> displacements = element_counts(name, row_offsets(counts), row);
+    element_count(name, out.numel());
+    MPI_Request request;
+    check(name, MPI_Iallgatherv(in.data_ptr(), elements[size_t(rank_)], mpi_type(in.dtype()), out.data_ptr(),
+                                elements.data(), displacements.data(), mpi_type(out.dtype()), comm_, &request));
+    wait(name, request, {in, out});
+  }
+
+  void run_reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
+                          ReduceOp op) override {
+    auto guard = serialize();
+    const char* name = "reduce_scatter";
+    bool wide = is_reduced_floating(in.dtype());
+    Tensor send = wide ? widen(in) : in;
+    Tensor receive = wide ? make_empty(out.sizes(), DType::Float32) : out;
+    std::vector<int> elements = element_counts(name, counts, row_numel(in));
+    element_count(name, in.numel());
+    MPI_Request request;
+    check(name, MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), elements.data(),
+                                    mpi_type(send.dtype()), mpi_op(op, send.dtype()), comm_, &request));
+    wait(name, request, {send, receive});
+    if (wide) narrow(receive, out);
+  }
+
+  void run_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                      const std::vector<int64_t>& recv_counts) override {
+    auto guard = serialize();
+    const char* name = "all_to_all";
+    int64_t row = row_numel(in);
+    std::vector<int> sends = element_counts(name, send_counts, row);
+    std::vector<int> send_offsets = element_counts(name, row_offsets(send_counts), row);
+    std::vector<int> receives = element_counts(name, recv_counts, row);
+    std::vector<int> receive_offsets = element_counts(name, row_offsets(recv_counts), row);
+    element_count(name, in.numel());
+    element_count(name, out.numel());
+    MPI_Datatype type = mpi_type(in.dtype());
+    MPI_Request request;
+    check(name, MPI_Ialltoallv(in.data_ptr(), sends.data(), send_offsets.data(), type, out.data_ptr(),
+                               receives.data(), receive_offsets.data(), type, comm_, &request));
+    wait(name, request, {in, out});
+  }
+
+  void run_send(const Tensor& t, int dst, int tag) override {
+    auto guard = serialize();
+    const char* name = "send";
+    MPI_Request request;
+    check(name, MPI_Isend(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), dst, tag, comm_,
+                          &request));
+    wait(name, request, {t});
+  }
+
+  void run_recv(Tensor& t, int src, int tag) override {
+    auto guard = serialize();
+    const char* name = "recv";
+    MPI_Request request;
+    int expected = element_count(name, t.numel());
+    check(name, MPI_Irecv(t.data_ptr(), expected, mpi_type(t.dtype()), src, tag, comm_, &request));
+    MPI_Status status = wait(name, request, {t});
+    int received = 0;
+    MPI_Get_count(&status, mpi_type(t.dtype()), &received);
+    MF_CHECK(received == expected, DistributedError, "recv: rank ", rank_, " of group ", format_ranks(world_ranks_),
+             " expected ", expected, " elements from rank ", src, " (tag ", tag, "), got ", received,
+             "; the receiver's tensor must have the sender's shape and dtype");
+  }
+
+  void run_barrier() override {
+    auto guard = serialize();
+    MPI_Request request;
+    check("barrier", MPI_Ibarrier(comm_, &request));
+    wait("barrier", request, {});
+  }
+
+  std::shared_ptr<Communicator> create_subgroup(const std::vector<int>& ranks) override {
+    auto guard = serialize();
+    MPI_Group group, members;
+    check("subgroup", MPI_Comm_group(comm_, &group));
+    check("subgroup", MPI_Group_incl(group, int(ranks.size()), ranks.data(), &members));
+    MPI_Comm comm;
+    int code = MPI_Comm_create_group(comm_, members, 0, &comm);
+    MPI_Group_free(&members);
+    MPI_Group_free(&group);
+    check("subgroup", code);
+    std::vector<int> world;
+    for (int r : ranks) world.push_back(world_ranks_[size_t(r)]);
+    return std::make_shared<MpiCommunicator>(comm, std::move(world));
+  }
+
+  int max_tag() const override { return max_tag_; }
+
+ private:
+  std::string where() const {
+    return "rank " + std::to_string(rank_) + " of the group of world ranks " + format_ranks(world_ranks_);
+  }
+
+  void check(const char* name, int code) const {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    throw DistributedError(std::string(name) + ": MPI error on " + where() + ": " + std::string(text, size_t(length)));
+  }
+
+  // MPI counts are ints: tensors past 2^31-1 elements must be split.
+  static int element_count(const char* name, int64_t n) {
+    MF_CHECK(n <= std::numeric_limits<int>::max(), ValueError, name, ": ", n,
+             " elements exceed MPI's limit of 2^31-1 per call; split the tensor");
+    return int(n);
+  }
+
+  static std::vector<int> element_counts(const char* name, const std::vector<int64_t>& rows, int64_t row) {
+    std::vector<int> elements;
+    elements.reserve(rows.size());
+    for (int64_t r : rows) elements.push_back(element_count(name, r * row));
+    return elements;
+  }
+
+  // Note [Bounded waits]. Spins first (collectives on small tensors finish
+  // in microseconds), then yields the core, then sleeps between polls.
+  MPI_Status wait(const char* name, MPI_Request& request, std::initializer_list<Tensor> buffers) {
+    using Clock = std::chrono::steady_clock;
+    MpiRuntime& r = runtime();
+    MF_CHECK(!r.broken, DistributedError, name, ": an earlier collective timed out on ", where(),
+             "; communication is no longer possible in this process");
+    auto start = Clock::now();
+    auto limit = std::chrono::duration<double>(r.timeout_s);
+    for (;;) {
+      int done = 0;
+      MPI_Status status;
+      check(name, MPI_Test(&request, &done, &status));
+      if (done) return status;
+      auto waited = Clock::now() - start;
+      if (waited > limit) {
+        r.broken = true;
+        r.abandoned.insert(r.abandoned.end(), buffers.begin(), buffers.end());
+        throw DistributedError(std::string(name) + ": timed out after " + std::to_string(int64_t(r.timeout_s)) +
+                               " s on " + where() +
+                               ": another rank did not make the same call (or is stuck or dead); "
+                               "MESHFLOW_COMM_TIMEOUT sets the limit in seconds");
+      }
+      if (waited > std::chrono::milliseconds(100))
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      else if (waited > std::chrono::milliseconds(1))
+        std::this_thread::yield();
+    }
+  }
+
+  MPI_Comm comm_;
+  std::vector<int> world_ranks_;
+  int rank_ = 0;
+  int size_ = 1;
+  int max_tag_ = 32767;
+};
+
+}  // namespace
+
+bool started_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(name) != nullptr) return true;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
+
+std::unique_ptr<Communicator> make_mpi_world() {
+  initialize_mpi();
+  MPI_Comm comm;
+  int code = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MF_CHECK(code == MPI_SUCCESS, DistributedError, "world: MPI_Comm_dup failed with code ", code);
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<int> ranks(size_t(size), 0);
+  for (int r = 0; r < size; ++r) ranks[size_t(r)] = r;
+  runtime().local_rank = read_local_rank();
+  return std::make_unique<MpiCommunicator>(comm, std::move(ranks));
+}
+
+int mpi_local_rank() {
+  world();
+  return runtime().local_rank;
+}
+
+}  // namespace mf::distributed
