@@ -70,6 +70,9 @@ void TensorImpl::set_data(Storage storage, Shape sizes, Shape strides, int64_t o
 TensorImpl::~TensorImpl() = default;
 
 void* TensorImpl::data() const {
+  MF_CHECK(global_ == nullptr, Error,
+           "a global tensor holds no data of its own; use to_local() for this rank's shard, or "
+           "to_global(sbp=broadcast).to_local() for the whole value");
   void* base = storage_->data();
   if (!base) return nullptr;
   return static_cast<char*>(base) + offset_ * int64_t(itemsize(dtype_));
@@ -194,8 +197,10 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
 
 Tensor Tensor::detach() const {
   auto* impl = checked();
-  return Tensor(std::make_shared<TensorImpl>(impl->storage(), impl->sizes(), impl->strides(),
-                                             impl->offset(), impl->dtype()));
+  auto out = std::make_shared<TensorImpl>(impl->storage(), impl->sizes(), impl->strides(), impl->offset(),
+                                          impl->dtype());
+  out->set_global(impl->global());  // a global tensor's shard carries no autograd
+  return Tensor(std::move(out));
 }
 
 void Tensor::set_data(const Tensor& src) const {

@@ -2,6 +2,7 @@
 #include "meshflow/dispatch.h"
 
 #include "autograd/op_node.h"
+#include "distributed/global_interpreter.h"
 #include "meshflow/ops/shape.h"
 
 namespace mf::dispatch {
@@ -16,9 +17,6 @@ void check_inputs(const OpDef& op, const TensorList& inputs) {
   const Tensor* first = nullptr;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) continue;
-    MF_CHECK(!inputs[i].is_global(), Error, op.name, ": input ", i,
-             " is a global tensor; eager ops on global tensors are not built yet (convert with to_local() or "
-             "to_global(placement, broadcast) first)");
     if (!first) {
       first = &inputs[i];
       continue;
@@ -71,11 +69,17 @@ TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& att
   return outputs;
 }
 
+bool any_global(const TensorList& inputs) {
+  for (const auto& t : inputs)
+    if (t.defined() && t.is_global()) return true;
+  return false;
+}
+
 }  // namespace
 
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   check_inputs(op, inputs);
-  TensorList outputs = interpret(op, inputs, attrs);
+  TensorList outputs = any_global(inputs) ? distributed::interpret_global(op, inputs, attrs) : interpret(op, inputs, attrs);
   if (needs_grad(op, inputs)) {
     auto node = std::make_shared<OpNode>(op, attrs);
     node->record_inputs(inputs);
@@ -96,6 +100,12 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
   MF_CHECK(!inputs.empty() && inputs[0].defined(), Error, op.name, "_: the tensor to write is undefined");
   const Tensor& self = inputs[0];
   const bool grad = needs_grad(op, inputs);
+  if (any_global(inputs)) {
+    MF_CHECK(!grad, Error, op.name, "_: in-place ops on global tensors that need grad are not differentiable yet");
+    distributed::interpret_global_inplace(op, inputs, attrs);
+    self.bump_version();
+    return self;
+  }
   if (grad) {
     MF_CHECK(!(self.is_leaf() && self.requires_grad()), Error, op.name,
              "_: a leaf tensor that requires grad is being used in an in-place operation");

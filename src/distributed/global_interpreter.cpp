@@ -1,0 +1,293 @@
+// The eager global interpreter: runs an op whose inputs are global tensors
+// by choosing an SBP signature, boxing the inputs to it, running the local
+// op on each rank's shards and wrapping the results as global tensors.
+//
+// Note [SBP signatures]: a rule lists, for one mesh axis, the ways an op can
+// run: the SBP each input must have and the SBP that the outputs then have
+// (elementwise ops pass a split through, matmul turns a split contraction
+// into a partial sum, ...). Every op can run with every input and output
+// broadcast (each rank computes the whole result), which is the signature
+// of ops without a rule and the one that attrs holding global shapes
+// (view, expand, sum_to) need. On an n-D mesh the signature is chosen per
+// mesh axis, each axis's candidates ranked by the bytes their boxing moves
+// for the inputs as they are. Local (non-global) inputs, such as the
+// factory results inside backward formulas, are taken as broadcast: the
+// same value on every rank. Autograd is recorded by dispatch at the global
+// level, so backward formulas run through this interpreter too.
+#include "distributed/global_interpreter.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+#include "meshflow/autograd.h"
+#include "meshflow/distributed/boxing.h"
+#include "meshflow/distributed/communicator.h"
+#include "meshflow/distributed/global.h"
+#include "meshflow/dispatch.h"
+#include "meshflow/error.h"
+#include "meshflow/ops/creation.h"
+
+namespace mf::distributed {
+namespace {
+
+struct SbpSignature {
+  std::vector<Sbp> inputs;
+  std::vector<Sbp> outputs;
+};
+using SbpRule = std::function<std::vector<SbpSignature>(const TensorList& inputs, const std::vector<Shape>& outputs,
+                                                        const Attrs& attrs)>;
+
+enum class Partial { None, All, One };
+
+// Elementwise with broadcasting: output dim d split -> each input split on
+// its aligned dim (or broadcast where it has size 1 or lacks the dim).
+// Partial::All: all inputs partial -> partial (add, sub, neg);
+// Partial::One: input `partial_input` partial, the others broadcast
+// (mul's either input, div's numerator).
+SbpRule elementwise(Partial partial, int partial_input = -1) {
+  return [partial, partial_input](const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+    std::vector<SbpSignature> sigs;
+    const Shape& out = outs[0];
+    const int64_t nd = int64_t(out.size());
+    for (int64_t d = 0; d < nd; ++d) {
+      SbpSignature s;
+      for (const Tensor& t : in) {
+        if (!t.defined()) {
+          s.inputs.push_back(Sbp::broadcast());
+          continue;
+        }
+        const int64_t td = d - (nd - t.dim());
+        s.inputs.push_back(td >= 0 && t.size(td) == out[size_t(d)] ? Sbp::split(td) : Sbp::broadcast());
+      }
+      s.outputs.assign(outs.size(), Sbp::split(d));
+      sigs.push_back(std::move(s));
+    }
+    if (partial == Partial::All) {
+      sigs.push_back({std::vector<Sbp>(in.size(), Sbp::partial_sum()), std::vector<Sbp>(outs.size(), Sbp::partial_sum())});
+    } else if (partial == Partial::One) {
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (partial_input >= 0 && int(i) != partial_input) continue;
+        std::vector<Sbp> ins(in.size(), Sbp::broadcast());
+        ins[i] = Sbp::partial_sum();
+        sigs.push_back({ins, std::vector<Sbp>(outs.size(), Sbp::partial_sum())});
+      }
+    }
+    return sigs;
+  };
+}
+
+// a (..., n, k) @ b (..., k, m); for addmm a leading input t broadcast to
+// the output.
+SbpRule matmul_rule(bool has_t) {
+  return [has_t](const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+    const size_t ia = has_t ? 1 : 0, ib = ia + 1;
+    const Tensor& a = in[ia];
+    const Tensor& b = in[ib];
+    const int64_t nd = int64_t(outs[0].size());
+    auto t_sbp = [&](int64_t out_dim) {
+      if (!has_t) return std::vector<Sbp>{};
+      const Tensor& t = in[0];
+      const int64_t td = out_dim - (nd - t.dim());
+      return std::vector<Sbp>{td >= 0 && t.size(td) == outs[0][size_t(out_dim)] ? Sbp::split(td) : Sbp::broadcast()};
+    };
+    auto sig = [&](std::vector<Sbp> t, Sbp sa, Sbp sb, Sbp out) {
+      t.push_back(sa);
+      t.push_back(sb);
+      return SbpSignature{t, {out}};
+    };
+    std::vector<SbpSignature> sigs;
+    sigs.push_back(sig(t_sbp(nd - 2), Sbp::split(a.dim() - 2), Sbp::broadcast(), Sbp::split(nd - 2)));
+    sigs.push_back(sig(t_sbp(nd - 1), Sbp::broadcast(), Sbp::split(b.dim() - 1), Sbp::split(nd - 1)));
+    // Batch dims present (unbroadcast) in both operands.
+    for (int64_t d = 0; d < nd - 2; ++d) {
+      const int64_t da = d - (nd - a.dim()), db = d - (nd - b.dim());
+      if (da >= 0 && db >= 0 && a.size(da) == outs[0][size_t(d)] && b.size(db) == outs[0][size_t(d)])
+        sigs.push_back(sig(t_sbp(d), Sbp::split(da), Sbp::split(db), Sbp::split(d)));
+    }
+    std::vector<Sbp> tp = has_t ? std::vector<Sbp>{Sbp::partial_sum()} : std::vector<Sbp>{};
+    sigs.push_back(sig(tp, Sbp::split(a.dim() - 1), Sbp::split(b.dim() - 2), Sbp::partial_sum()));
+    sigs.push_back(sig(tp, Sbp::partial_sum(), Sbp::broadcast(), Sbp::partial_sum()));
+    sigs.push_back(sig(tp, Sbp::broadcast(), Sbp::partial_sum(), Sbp::partial_sum()));
+    return sigs;
+  };
+}
+
+// sum / mean over attr "dims" (empty: all) with "keepdim".
+SbpRule reduce_rule(bool split_reduced_to_partial) {
+  return [split_reduced_to_partial](const TensorList& in, const std::vector<Shape>&, const Attrs& attrs) {
+    const Tensor& x = in[0];
+    Shape dims = attrs.get_shape("dims");
+    const bool keepdim = attrs.get_bool("keepdim");
+    std::vector<bool> reduced(size_t(x.dim()), dims.empty());
+    for (int64_t d : dims) reduced[size_t(d < 0 ? d + x.dim() : d)] = true;
+    std::vector<SbpSignature> sigs;
+    int64_t out_d = 0;
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      if (!reduced[size_t(d)]) {
+        sigs.push_back({{Sbp::split(d)}, {Sbp::split(out_d)}});
+      } else if (split_reduced_to_partial) {
+        sigs.push_back({{Sbp::split(d)}, {Sbp::partial_sum()}});
+      }
+      if (!reduced[size_t(d)] || keepdim) ++out_d;
+    }
+    sigs.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+    return sigs;
+  };
+}
+
+// permute(dims): a split follows its dim.
+std::vector<SbpSignature> permute_rule(const TensorList& in, const std::vector<Shape>&, const Attrs& attrs) {
+  const Shape& perm = attrs.get_shape("dims");
+  std::vector<SbpSignature> sigs;
+  for (size_t out_d = 0; out_d < perm.size(); ++out_d) {
+    int64_t d = perm[out_d] < 0 ? perm[out_d] + in[0].dim() : perm[out_d];
+    sigs.push_back({{Sbp::split(d)}, {Sbp::split(int64_t(out_d))}});
+  }
+  sigs.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return sigs;
+}
+
+const std::unordered_map<std::string, SbpRule>& rules() {
+  static const std::unordered_map<std::string, SbpRule> table = [] {
+    std::unordered_map<std::string, SbpRule> t;
+    for (const char* name : {"add", "sub"}) t[name] = elementwise(Partial::All);
+    t["neg"] = elementwise(Partial::All);
+    t["mul"] = elementwise(Partial::One);
+    t["div"] = elementwise(Partial::One, 0);
+    for (const char* name : {"relu", "gelu", "gelu_backward", "silu", "leaky_relu", "elu", "softplus", "clamp", "abs",
+                             "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh",
+                             "sigmoid", "erf", "pow", "pow_scalar", "maximum", "minimum", "atan2", "where",
+                             "masked_fill", "lerp", "addcmul", "addcdiv", "cast", "clone", "remainder", "div_rounding"})
+      t[name] = elementwise(Partial::None);
+    t["matmul"] = matmul_rule(false);
+    t["addmm"] = matmul_rule(true);
+    t["sum"] = reduce_rule(true);
+    t["mean"] = reduce_rule(false);
+    t["permute"] = permute_rule;
+    return t;
+  }();
+  return table;
+}
+
+// Bytes an input of `bytes` moves per rank to go from `from` to `to` on a
+// mesh axis of m ranks (boxing.h's table).
+double step_cost(const Sbp& from, const Sbp& to, double bytes, double m) {
+  if (from == to) return 0;
+  if (from.is_partial_sum()) return to.is_broadcast() ? 2 * bytes * (m - 1) / m : bytes * (m - 1) / m;
+  if (from.is_split()) return to.is_broadcast() ? bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / (m * m) : 0;
+  return 0;
+}
+
+std::vector<Shape> output_shapes(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  std::vector<Shape> shapes;
+  if (op.view) {
+    for (const Tensor& t : op.view(inputs, attrs)) shapes.push_back(t.shape());
+  } else {
+    for (const TensorMeta& m : op.infer(inputs, attrs)) shapes.push_back(m.sizes);
+  }
+  return shapes;
+}
+
+// A metadata tensor standing for a global input in infer and view (which
+// must not see the GlobalMeta: they would refuse it as an op input).
+Tensor meta_like(const Tensor& t) { return t.defined() ? make_meta(t.shape(), t.dtype(), t.device()) : t; }
+
+}  // namespace
+
+TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  const Placement* placement = nullptr;
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !t.is_global()) continue;
+    if (!placement) {
+      placement = &placement_of(t);
+    } else {
+      MF_CHECK(placement_of(t) == *placement, ValueError, op.name, ": inputs on different placements (",
+               placement->str(), " and ", placement_of(t).str(), "); move one with to_global(placement=...)");
+    }
+  }
+  const Placement& p = *placement;
+  const int64_t axes = p.ndim();
+  TensorList metas;
+  for (const Tensor& t : inputs) metas.push_back(meta_like(t));
+  const std::vector<Shape> out_shapes = output_shapes(op, metas, attrs);
+
+  // Current layout of every input (local inputs: broadcast).
+  std::vector<NdSbp> current;
+  for (const Tensor& t : inputs) {
+    current.push_back(t.defined() && t.is_global() ? sbp_of(t) : NdSbp(size_t(axes), Sbp::broadcast()));
+  }
+  std::vector<SbpSignature> candidates;
+  auto rule = rules().find(op.name);
+  if (rule != rules().end() && !out_shapes.empty()) candidates = rule->second(metas, out_shapes, attrs);
+  candidates.push_back({std::vector<Sbp>(inputs.size(), Sbp::broadcast()),
+                        std::vector<Sbp>(out_shapes.size(), Sbp::broadcast())});
+
+  std::vector<NdSbp> in_sbp(inputs.size(), NdSbp(size_t(axes), Sbp::broadcast()));
+  std::vector<NdSbp> out_sbp(out_shapes.size(), NdSbp(size_t(axes), Sbp::broadcast()));
+  for (int64_t a = 0; a < axes; ++a) {
+    const double m = double(p.hierarchy()[size_t(a)]);
+    double best = std::numeric_limits<double>::infinity();
+    const SbpSignature* chosen = nullptr;
+    for (const SbpSignature& sig : candidates) {
+      double cost = 0;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!inputs[i].defined()) continue;
+        const double bytes = double(inputs[i].numel()) * double(itemsize(inputs[i].dtype()));
+        cost += step_cost(current[i][size_t(a)], sig.inputs[i], bytes, m);
+      }
+      if (cost < best) {
+        best = cost;
+        chosen = &sig;
+      }
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) in_sbp[i][size_t(a)] = chosen->inputs[i];
+    for (size_t o = 0; o < out_shapes.size(); ++o) out_sbp[o][size_t(a)] = chosen->outputs[o];
+  }
+
+  // Box the inputs and run the local op on this rank's shards.
+  const int me = get_rank();
+  TensorList local_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) {
+      local_inputs.push_back(t);
+    } else if (t.is_global()) {
+      local_inputs.push_back(box(global_to_local(t), t.shape(), p, sbp_of(t), p, in_sbp[i]));
+    } else {
+      local_inputs.push_back(global_to_local(global_from_full(t, p, in_sbp[i])));
+    }
+  }
+  TensorList local_outputs;
+  if (p.contains(me)) {
+    NoGradGuard no_grad;
+    local_outputs = dispatch::apply(op, local_inputs, attrs);
+  }
+  TensorList outputs;
+  for (size_t o = 0; o < out_shapes.size(); ++o) {
+    DType dtype = local_outputs.empty() ? op.view ? inputs[0].dtype() : op.infer(metas, attrs)[o].dtype
+                                        : local_outputs[o].dtype();
+    Tensor g = make_meta(out_shapes[o], dtype);
+    g.impl()->set_global(std::make_shared<const GlobalMeta>(
+        GlobalMeta{p, out_sbp[o], local_outputs.empty() ? Tensor() : local_outputs[o]}));
+    outputs.push_back(std::move(g));
+  }
+  return outputs;
+}
+
+Tensor interpret_global_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  const Tensor& self = inputs[0];
+  MF_CHECK(self.is_global(), ValueError, op.name, "_: writing a global result into a local tensor");
+  Tensor result = interpret_global(op, inputs, attrs)[0];
+  const GlobalMeta& target = *self.impl()->global();
+  Tensor local = box(global_to_local(result), result.shape(), placement_of(result), sbp_of(result), target.placement,
+                     target.sbp);
+  if (local.defined()) {
+    NoGradGuard no_grad;
+    Tensor dst = target.local;
+    copy_(dst, local);
+  }
+  return self;
+}
+
+}  // namespace mf::distributed

@@ -1,0 +1,18 @@
+// The eager global interpreter (Note [SBP signatures] in
+// global_interpreter.cpp). dispatch::apply sends an op here when one of its
+// inputs is a global tensor.
+#pragma once
+
+#include "meshflow/op_def.h"
+
+namespace mf::distributed {
+
+// Global outputs of op on inputs of which at least one is global; all
+// global inputs must share one placement. Collective over the ranks of the
+// placement (every rank must make the same call).
+TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
+// In-place form: the result, boxed to inputs[0]'s layout, is written into
+// inputs[0]'s local tensor.
+Tensor interpret_global_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
+
+}  // namespace mf::distributed
