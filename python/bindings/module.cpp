@@ -315,4 +315,5 @@ PYBIND11_MODULE(_C, m) {
   init_optim(m);
   init_nn_module(m);
   init_data(m);
+  init_distributed(m);
 }
