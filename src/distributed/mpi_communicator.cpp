@@ -18,13 +18,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <type_traits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "distributed/checked_communicator.h"
 
@@ -442,10 +443,11 @@ class MpiCommunicator final : public CheckedCommunicator {
       if (waited > limit) {
         r.broken = true;
         r.abandoned.insert(r.abandoned.end(), buffers.begin(), buffers.end());
-        throw DistributedError(std::string(name) + ": timed out after " + std::to_string(int64_t(r.timeout_s)) +
-                               " s on " + where() +
-                               ": another rank did not make the same call (or is stuck or dead); "
-                               "MESHFLOW_COMM_TIMEOUT sets the limit in seconds");
+        std::ostringstream message;
+        message << name << ": timed out after " << r.timeout_s << " s on " << where()
+                << ": another rank did not make the same call (or is stuck or dead); "
+                   "MESHFLOW_COMM_TIMEOUT sets the limit in seconds";
+        throw DistributedError(message.str());
       }
       if (waited > std::chrono::seconds(1))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
