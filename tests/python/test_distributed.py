@@ -188,6 +188,30 @@ def test_a_skipped_collective_raises_on_the_others(tmp_path):
     assert result.returncode != 0
 
 
+def test_collectives_release_the_gil(tmp_path):
+    script = write(tmp_path, textwrap.dedent("""
+        import threading
+        import time
+        import meshflow as mf
+        import meshflow.distributed as dist
+        t = mf.ones(4)
+        dist.barrier()
+        if dist.get_rank() == 1:
+            time.sleep(1.0)
+            dist.all_reduce(t)
+        else:
+            waiting = threading.Thread(target=dist.all_reduce, args=(t,))
+            waiting.start()
+            ticks = 0
+            while waiting.is_alive():
+                ticks += 1
+                time.sleep(0.01)
+            assert ticks >= 20 and t.tolist() == [2.0] * 4, (ticks, t.tolist())
+        print(f"OK rank {dist.get_rank()} of 2", flush=True)
+    """))
+    expect_ok(run([sys.executable, "-m", "meshflow.distributed.launch", "--nproc-per-node", "2", script]), 2)
+
+
 def test_a_dead_rank_ends_the_job(tmp_path):
     script = write(tmp_path, textwrap.dedent("""
         import os
