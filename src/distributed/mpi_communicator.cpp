@@ -12,12 +12,14 @@
 // A peer that dies: Open MPI's mpirun notices and terminates the job, and
 // every rank still waiting ends with it.
 // The first use of world() initialises MPI, which Open MPI makes collective
-// (every rank must get there); later subgroup() calls are collective over
-// their members and are the only calls without a bounded wait.
+// (every rank must get there; bounded by InitWatchdog); later subgroup()
+// calls are collective over their members and are the only calls without a
+// bounded wait.
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -83,6 +85,42 @@ void finalize_mpi() {
   MPI_Finalize();
 }
 
+// MPI_Init waits for every rank of the job, and a rank that ends without
+// initialising MPI (a script that returns early, before any collective)
+// never comes, even to mpirun's notice. The wait has no timeout of its own,
+// so a watchdog thread ends the process after MESHFLOW_COMM_TIMEOUT seconds
+// with a message, and mpirun then ends the job (Note [Bounded waits]).
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(double timeout_s)
+      : thread_([this, timeout_s] {
+          std::unique_lock<std::mutex> guard(mutex_);
+          if (done_changed_.wait_for(guard, std::chrono::duration<double>(timeout_s), [this] { return done_; }))
+            return;
+          std::fprintf(stderr,
+                       "meshflow.distributed: MPI initialisation did not complete within %g s on this process: "
+                       "another rank of the job exited or never used meshflow.distributed (every rank must); "
+                       "MESHFLOW_COMM_TIMEOUT sets the limit in seconds\n",
+                       timeout_s);
+          std::fflush(stderr);
+          std::_Exit(1);
+        }) {}
+  ~InitWatchdog() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      done_ = true;
+    }
+    done_changed_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
 void initialize_mpi() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -105,7 +143,11 @@ void initialize_mpi() {
     // value the user set wins.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     int provided = 0;
-    int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    int code = 0;
+    {
+      InitWatchdog watchdog(r.timeout_s);
+      code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    }
     MF_CHECK(code == MPI_SUCCESS, DistributedError, "MPI_Init_thread failed with code ", code);
     // Below MPI_THREAD_MULTIPLE, each call holds runtime().lock (see serialize()).
     MF_CHECK(provided >= MPI_THREAD_SERIALIZED, DistributedError,

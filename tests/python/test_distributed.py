@@ -227,6 +227,21 @@ def test_a_dead_rank_ends_the_job(tmp_path):
     assert result.returncode != 0
 
 
+def test_a_rank_that_never_starts_mpi_ends_the_job(tmp_path):
+    script = write(tmp_path, textwrap.dedent("""
+        import os
+        import sys
+        if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
+            sys.exit(0)  # before any collective: MPI is never initialised here
+        import meshflow as mf
+        mf.distributed.all_reduce(mf.ones(2))
+    """))
+    result = run([sys.executable, "-m", "meshflow.distributed.launch", "--nproc-per-node", "2", script],
+                 timeout=30, extra_env={"MESHFLOW_COMM_TIMEOUT": "2"})
+    assert result.returncode != 0
+    assert "MPI initialisation did not complete within 2 s" in result.stderr, result.stderr
+
+
 def command_for(*argv, cores=2, is_root=False):
     return launch.build_command(launch.parse_args(list(argv)), cores=cores, is_root=is_root, environ={})
 
