@@ -71,6 +71,10 @@ WORKER = textwrap.dedent("""
     out = mf.zeros(sum(a + 1 for a in range(n)), 2)
     dist.all_to_all_single(out, rows, [a + 1 for a in range(n)], [rank + 1] * n)
     assert out[:, 0].tolist() == [float(a) for a in range(n) for _ in range(a + 1)]
+    # Rank a sends b + 1 copies of 10 a + b to rank b.
+    outputs = [mf.zeros(rank + 1, dtype=mf.int64) for _ in range(n)]
+    dist.all_to_all(outputs, [mf.full((b + 1,), 10 * rank + b, dtype=mf.int64) for b in range(n)])
+    assert [o.tolist() for o in outputs] == [[10 * a + rank] * (rank + 1) for a in range(n)]
 
     if n > 1:
         peer = rank ^ 1

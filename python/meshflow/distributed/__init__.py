@@ -197,6 +197,25 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                     splits(output_split_sizes, output, "output"))
 
 
+def all_to_all(output_tensor_list, input_tensor_list, group=None):
+    """output_tensor_list[r] = rank r's input_tensor_list[rank] (sizes may
+    differ; each output must have the size its sender's input has)."""
+    comm = _group(group, "all_to_all")
+    n = comm.size()
+    if len(input_tensor_list) != n or len(output_tensor_list) != n:
+        raise ValueError(f"all_to_all: both lists must have one tensor per rank ({n}), got "
+                         f"{len(output_tensor_list)} outputs and {len(input_tensor_list)} inputs")
+    dtype = input_tensor_list[0].dtype
+    sent = _mf.cat([t.reshape(-1) for t in input_tensor_list])
+    received = _mf.empty(sum(t.numel() for t in output_tensor_list), dtype=dtype)
+    comm.all_to_all(sent, [t.numel() for t in input_tensor_list], received,
+                    [t.numel() for t in output_tensor_list])
+    offset = 0
+    for out in output_tensor_list:
+        out.copy_(received[offset:offset + out.numel()].reshape(out.shape))
+        offset += out.numel()
+
+
 def send(tensor, dst, group=None, tag=0):
     comm = _group(group, "send")
     comm.send(tensor, _group_rank(comm, dst, "send", "dst"), tag)
