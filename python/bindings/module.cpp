@@ -316,4 +316,5 @@ PYBIND11_MODULE(_C, m) {
   init_nn_module(m);
   init_global(m);
   init_data(m);
+  init_distributed(m);
 }

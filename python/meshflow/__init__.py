@@ -18,6 +18,7 @@ from meshflow._grad_mode import enable_grad, no_grad, set_grad_enabled
 from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
 from meshflow import autograd, datasets, errors, io, nn, optim, return_types, utils  # noqa: F401
+from meshflow import distributed, env  # noqa: F401
 from meshflow.io import load, save  # noqa: F401
 from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
     conv2d, group_norm, layer_norm, log_softmax, max_pool2d, softmax,

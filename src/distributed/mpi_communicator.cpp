@@ -12,16 +12,22 @@
 // A peer that dies: Open MPI's mpirun notices and terminates the job, and
 // every rank still waiting ends with it.
 // The first use of world() initialises MPI, which Open MPI makes collective
-// (every rank must get there); later subgroup() calls are collective over
-// their members and are the only calls without a bounded wait.
+// (every rank must get there; bounded by InitWatchdog); later subgroup()
+// calls are collective over their members and are the only calls without a
+// bounded wait.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "distributed/checked_communicator.h"
 
@@ -79,6 +85,42 @@ void finalize_mpi() {
   MPI_Finalize();
 }
 
+// MPI_Init waits for every rank of the job, and a rank that ends without
+// initialising MPI (a script that returns early, before any collective)
+// never comes, even to mpirun's notice. The wait has no timeout of its own,
+// so a watchdog thread ends the process after MESHFLOW_COMM_TIMEOUT seconds
+// with a message, and mpirun then ends the job (Note [Bounded waits]).
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(double timeout_s)
+      : thread_([this, timeout_s] {
+          std::unique_lock<std::mutex> guard(mutex_);
+          if (done_changed_.wait_for(guard, std::chrono::duration<double>(timeout_s), [this] { return done_; }))
+            return;
+          std::fprintf(stderr,
+                       "meshflow.distributed: MPI initialisation did not complete within %g s on this process: "
+                       "another rank of the job exited or never used meshflow.distributed (every rank must); "
+                       "MESHFLOW_COMM_TIMEOUT sets the limit in seconds\n",
+                       timeout_s);
+          std::fflush(stderr);
+          std::_Exit(1);
+        }) {}
+  ~InitWatchdog() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      done_ = true;
+    }
+    done_changed_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
 void initialize_mpi() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -92,8 +134,20 @@ void initialize_mpi() {
       r.thread_multiple = provided >= MPI_THREAD_MULTIPLE;
       return;
     }
+    // Note [In-place all_reduce]: Open MPI's nonblocking all-reduce (libnbc)
+    // picks a binomial tree (reduce to one rank, then broadcast) for every
+    // in-place call and for fewer than 4 ranks, which halves the bandwidth
+    // of large tensors against the blocking MPI_Allreduce (bench/comm.cpp:
+    // 0.4 vs 0.8 GB/s at 64 MiB). Reduce-scatter + all-gather (3) matches it;
+    // libnbc falls back to the tree where that algorithm does not apply. A
+    // value the user set wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     int provided = 0;
-    int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    int code = 0;
+    {
+      InitWatchdog watchdog(r.timeout_s);
+      code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    }
     MF_CHECK(code == MPI_SUCCESS, DistributedError, "MPI_Init_thread failed with code ", code);
     // Below MPI_THREAD_MULTIPLE, each call holds runtime().lock (see serialize()).
     MF_CHECK(provided >= MPI_THREAD_SERIALIZED, DistributedError,
@@ -174,11 +228,48 @@ void narrow(const Tensor& wide, Tensor& t) {
   }
 }
 
+template <typename T>
+void combine_typed(ReduceOp op, T* out, const T* a, const T* b, int64_t n) {
+  if constexpr (std::is_same_v<T, bool>) {
+    bool any = op == ReduceOp::Sum || op == ReduceOp::Max;
+    for (int64_t i = 0; i < n; ++i) out[i] = any ? (a[i] || b[i]) : (a[i] && b[i]);
+  } else {
+    switch (op) {
+      case ReduceOp::Sum: for (int64_t i = 0; i < n; ++i) out[i] = T(a[i] + b[i]); break;
+      case ReduceOp::Max: for (int64_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]); break;
+      case ReduceOp::Min: for (int64_t i = 0; i < n; ++i) out[i] = std::min(a[i], b[i]); break;
+      case ReduceOp::Prod: for (int64_t i = 0; i < n; ++i) out[i] = T(a[i] * b[i]); break;
+    }
+  }
+}
+
+// out = a op b, elementwise, as MPI's predefined ops compute it (16-bit
+// floats arrive widened to float32).
+void combine(DType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
+  switch (dtype) {
+#define MF_COMBINE(D, T) \
+    case D: combine_typed(op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n); break;
+    MF_COMBINE(DType::Bool, bool)
+    MF_COMBINE(DType::UInt8, uint8_t)
+    MF_COMBINE(DType::Int8, int8_t)
+    MF_COMBINE(DType::Int16, int16_t)
+    MF_COMBINE(DType::Int32, int32_t)
+    MF_COMBINE(DType::Int64, int64_t)
+    MF_COMBINE(DType::Float32, float)
+    MF_COMBINE(DType::Float64, double)
+#undef MF_COMBINE
+    case DType::Float16:
+    case DType::BFloat16: throw Error("reduce_scatter: 16-bit floats must be widened first");
+  }
+}
+
 class MpiCommunicator final : public CheckedCommunicator {
  public:
   // Takes ownership of comm (freed in the destructor).
   MpiCommunicator(MPI_Comm comm, std::vector<int> world_ranks) : comm_(comm), world_ranks_(std::move(world_ranks)) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    check("communicator", MPI_Comm_dup(comm_, &p2p_comm_));
+    MPI_Comm_set_errhandler(p2p_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     void* value = nullptr;
@@ -189,7 +280,9 @@ class MpiCommunicator final : public CheckedCommunicator {
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && !runtime().broken) MPI_Comm_free(&comm_);
+    if (finalized || runtime().broken) return;
+    MPI_Comm_free(&p2p_comm_);
+    MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -231,20 +324,55 @@ class MpiCommunicator final : public CheckedCommunicator {
     wait(name, request, {in, out});
   }
 
+  // Note [Ring reduce-scatter]: Open MPI's nonblocking reduce-scatter
+  // (libnbc) reduces everything onto one rank and scatters from there: half
+  // the bandwidth of the blocking call at 16 MiB (bench/comm.cpp). This is
+  // the ring instead: in n - 1 steps each rank passes one block to the next
+  // rank and adds the block it receives to its own part of the input; after
+  // step s, rank r holds the partial sum of block (r - s - 2) mod n over
+  // s + 2 ranks, so the last step leaves block r complete. Only block-sized
+  // buffers are used; the messages go over p2p_comm_, apart from users' sends.
   void run_reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
                           ReduceOp op) override {
     auto guard = serialize();
     const char* name = "reduce_scatter";
-    bool wide = is_reduced_floating(in.dtype());
-    Tensor send = wide ? widen(in) : in;
-    Tensor receive = wide ? make_empty(out.sizes(), DType::Float32) : out;
-    std::vector<int> elements = element_counts(name, counts, row_numel(in));
+    const int n = size_;
+    const int64_t row = row_numel(in);
     element_count(name, in.numel());
-    MPI_Request request;
-    check(name, MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), elements.data(),
-                                    mpi_type(send.dtype()), mpi_op(op, send.dtype()), comm_, &request));
-    wait(name, request, {send, receive});
-    if (wide) narrow(receive, out);
+    std::vector<int> elements = element_counts(name, counts, row);
+    std::vector<int64_t> offsets = row_offsets(counts);
+    bool wide = is_reduced_floating(in.dtype());
+    Tensor source = wide ? widen(in) : in;  // (sum(counts), ...)
+    Tensor result = wide ? make_empty(out.sizes(), DType::Float32) : out;
+    const DType dtype = source.dtype();
+    const size_t element_size = itemsize(dtype);
+    auto block = [&](int b) {
+      return static_cast<char*>(source.data_ptr()) + size_t(offsets[size_t(b)] * row) * element_size;
+    };
+    if (n == 1) {
+      if (in.numel() > 0) std::memcpy(result.data_ptr(), block(0), size_t(in.numel()) * element_size);
+    } else {
+      int64_t largest = *std::max_element(elements.begin(), elements.end());
+      Tensor sent = make_empty({largest}, dtype), next = make_empty({largest}, dtype);
+      Tensor received = make_empty({largest}, dtype);
+      const int to = (rank_ + 1) % n, from = (rank_ + n - 1) % n;
+      const void* outgoing = block((rank_ + n - 1) % n);
+      for (int step = 0; step < n - 1; ++step) {
+        int b_send = ((rank_ - step - 1) % n + n) % n, b_receive = ((rank_ - step - 2) % n + n) % n;
+        MPI_Request requests[2];
+        check(name, MPI_Irecv(received.data_ptr(), elements[size_t(b_receive)], mpi_type(dtype), from,
+                              kReduceScatterTag, p2p_comm_, &requests[0]));
+        check(name, MPI_Isend(outgoing, elements[size_t(b_send)], mpi_type(dtype), to, kReduceScatterTag,
+                              p2p_comm_, &requests[1]));
+        wait(name, requests[0], {source, sent, next, received});
+        wait(name, requests[1], {source, sent, next, received});
+        void* target = step == n - 2 ? result.data_ptr() : next.data_ptr();
+        combine(dtype, op, target, block(b_receive), received.data_ptr(), elements[size_t(b_receive)]);
+        std::swap(sent, next);
+        outgoing = sent.data_ptr();
+      }
+    }
+    if (wide) narrow(result, out);
   }
 
   void run_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
@@ -357,19 +485,23 @@ class MpiCommunicator final : public CheckedCommunicator {
       if (waited > limit) {
         r.broken = true;
         r.abandoned.insert(r.abandoned.end(), buffers.begin(), buffers.end());
-        throw DistributedError(std::string(name) + ": timed out after " + std::to_string(int64_t(r.timeout_s)) +
-                               " s on " + where() +
-                               ": another rank did not make the same call (or is stuck or dead); "
-                               "MESHFLOW_COMM_TIMEOUT sets the limit in seconds");
+        std::ostringstream message;
+        message << name << ": timed out after " << r.timeout_s << " s on " << where()
+                << ": another rank did not make the same call (or is stuck or dead); "
+                   "MESHFLOW_COMM_TIMEOUT sets the limit in seconds";
+        throw DistributedError(message.str());
       }
-      if (waited > std::chrono::milliseconds(100))
+      if (waited > std::chrono::seconds(1))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       else if (waited > std::chrono::milliseconds(1))
         std::this_thread::yield();
     }
   }
 
+  static constexpr int kReduceScatterTag = 1;
+
   MPI_Comm comm_;
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;  // a duplicate of comm_ for the collectives' own messages
   std::vector<int> world_ranks_;
   int rank_ = 0;
   int size_ = 1;

@@ -134,9 +134,12 @@ void test_broadcast(dist::Communicator& comm) {
 
 // Row counts per rank: even (2 each) and uneven (including ranks with none).
 std::vector<std::vector<int64_t>> count_patterns(int size) {
-  std::vector<int64_t> even(size_t(size), 2), uneven;
-  for (int r = 0; r < size; ++r) uneven.push_back((r * 2 + 1) % 4);
-  return {even, uneven};
+  std::vector<int64_t> even(size_t(size), 2), uneven, with_empty;
+  for (int r = 0; r < size; ++r) {
+    uneven.push_back((r * 2 + 1) % 4);
+    with_empty.push_back(r % 3);
+  }
+  return {even, uneven, with_empty};
 }
 
 void test_all_gather(dist::Communicator& comm) {

@@ -1,0 +1,228 @@
+"""Collectives between processes, named as in torch.distributed.
+
+Start a job with `python -m meshflow.distributed.launch --nproc-per-node N
+script.py` (or `mpirun -np N python script.py`); each process then calls the
+same collectives in the same order. Tensors must be contiguous CPU tensors;
+results are written in place. Ranks passed as `src`/`dst` are world ranks,
+as in PyTorch. A collective that another rank never joins raises
+meshflow.errors.DistributedError after MESHFLOW_COMM_TIMEOUT seconds
+(default 300). See docs/distributed.md.
+"""
+import meshflow as _mf
+from meshflow._C import _distributed as _dist
+
+ReduceOp = _dist.ReduceOp
+Communicator = _dist.Communicator
+
+_OPS = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, "min": ReduceOp.MIN, "prod": ReduceOp.PRODUCT,
+        "product": ReduceOp.PRODUCT}
+
+
+class _NonGroupMember:
+    def __repr__(self):
+        return "GroupMember.NON_GROUP_MEMBER"
+
+
+class GroupMember:
+    """new_group's result on a rank outside the group (as in PyTorch)."""
+
+    WORLD = None
+    NON_GROUP_MEMBER = _NonGroupMember()
+
+
+def _group(group, name):
+    if group is None:
+        return _dist.world()
+    if group is GroupMember.NON_GROUP_MEMBER:
+        raise ValueError(f"{name}: this rank ({get_rank()}) is not a member of the group")
+    return group
+
+
+def _reduce_op(op, name):
+    if isinstance(op, ReduceOp):
+        return op
+    if isinstance(op, str) and op.lower() in _OPS:
+        return _OPS[op.lower()]
+    raise ValueError(f"{name}: op must be one of {sorted(_OPS)} or a ReduceOp, got {op!r}")
+
+
+def _group_rank(comm, world_rank, name, arg):
+    ranks = comm.world_ranks()
+    if world_rank not in ranks:
+        raise ValueError(f"{name}: {arg} must be a world rank in the group {ranks}, got {world_rank}")
+    return ranks.index(world_rank)
+
+
+def _flat(tensor, name, arg):
+    if not isinstance(tensor, _mf.Tensor):
+        raise TypeError(f"{name}: {arg} must be a meshflow Tensor, got {type(tensor).__name__}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name}: {arg} must be contiguous (call .contiguous() first)")
+    return tensor.reshape(-1)
+
+
+def is_available():
+    return True
+
+
+def is_initialized():
+    """Always true: the world group exists from the first use."""
+    return True
+
+
+def init_process_group(backend=None, **kwargs):
+    """Accepted for PyTorch scripts; the world group needs no setup."""
+    _dist.world()
+
+
+def destroy_process_group(group=None):
+    """Accepted for PyTorch scripts; MPI ends when the process exits."""
+
+
+def get_rank(group=None):
+    """This process's rank in `group` (the world by default)."""
+    return _group(group, "get_rank").rank()
+
+
+def get_world_size(group=None):
+    return _group(group, "get_world_size").size()
+
+
+def get_local_rank():
+    return _dist.get_local_rank()
+
+
+def get_backend(group=None):
+    return _group(group, "get_backend").backend()
+
+
+def new_group(ranks=None):
+    """A group of some world ranks. Only the members need to call it (MPI's
+    group creation is collective over the members); other ranks get
+    GroupMember.NON_GROUP_MEMBER."""
+    world = _dist.world()
+    ranks = list(range(world.size())) if ranks is None else sorted(ranks)
+    if world.rank() not in ranks:
+        return GroupMember.NON_GROUP_MEMBER
+    return world.subgroup(ranks)
+
+
+def barrier(group=None):
+    _group(group, "barrier").barrier()
+
+
+def all_reduce(tensor, op="sum", group=None):
+    """In place: tensor becomes the reduction of every rank's tensor."""
+    _group(group, "all_reduce").all_reduce(tensor, _reduce_op(op, "all_reduce"))
+
+
+def broadcast(tensor, src, group=None):
+    """In place: tensor becomes world rank src's tensor."""
+    comm = _group(group, "broadcast")
+    comm.broadcast(tensor, _group_rank(comm, src, "broadcast", "src"))
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None):
+    """output_tensor = every rank's input_tensor, concatenated along dim 0 or
+    stacked (output numel = world size x input numel), in rank order."""
+    comm = _group(group, "all_gather_into_tensor")
+    flat_in = _flat(input_tensor, "all_gather_into_tensor", "input_tensor")
+    flat_out = _flat(output_tensor, "all_gather_into_tensor", "output_tensor")
+    if flat_out.numel() != comm.size() * flat_in.numel():
+        raise ValueError(f"all_gather_into_tensor: output_tensor must hold {comm.size()} x {flat_in.numel()} "
+                         f"elements, got shape {tuple(output_tensor.shape)}")
+    comm.all_gather(flat_in, flat_out, [flat_in.numel()] * comm.size())
+
+
+def all_gather(tensor_list, tensor, group=None):
+    """tensor_list[r] = rank r's tensor (tensors may differ in numel between
+    ranks when tensor_list's entries say so)."""
+    comm = _group(group, "all_gather")
+    if len(tensor_list) != comm.size():
+        raise ValueError(f"all_gather: tensor_list must have one tensor per rank ({comm.size()}), "
+                         f"got {len(tensor_list)}")
+    counts = [t.numel() for t in tensor_list]
+    flat_in = _flat(tensor, "all_gather", "tensor")
+    gathered = _mf.empty(sum(counts), dtype=tensor.dtype)
+    comm.all_gather(flat_in, gathered, counts)
+    offset = 0
+    for out, count in zip(tensor_list, counts):
+        out.copy_(gathered[offset:offset + count].reshape(out.shape))
+        offset += count
+
+
+def reduce_scatter_tensor(output, input, op="sum", group=None):
+    """output = the reduction over ranks of this rank's slice of input
+    (input numel = world size x output numel, split in rank order)."""
+    comm = _group(group, "reduce_scatter_tensor")
+    flat_in = _flat(input, "reduce_scatter_tensor", "input")
+    flat_out = _flat(output, "reduce_scatter_tensor", "output")
+    if flat_in.numel() != comm.size() * flat_out.numel():
+        raise ValueError(f"reduce_scatter_tensor: input must hold {comm.size()} x {flat_out.numel()} elements, "
+                         f"got shape {tuple(input.shape)}")
+    comm.reduce_scatter(flat_in, flat_out, [flat_out.numel()] * comm.size(), _reduce_op(op, "reduce_scatter"))
+
+
+def reduce_scatter(output, input_list, op="sum", group=None):
+    """output = the reduction over ranks of input_list[rank]."""
+    comm = _group(group, "reduce_scatter")
+    if len(input_list) != comm.size():
+        raise ValueError(f"reduce_scatter: input_list must have one tensor per rank ({comm.size()}), "
+                         f"got {len(input_list)}")
+    counts = [t.numel() for t in input_list]
+    if counts[comm.rank()] != output.numel():
+        raise ValueError(f"reduce_scatter: output must have input_list[{comm.rank()}]'s {counts[comm.rank()]} "
+                         f"elements, got shape {tuple(output.shape)}")
+    flat_in = _mf.cat([t.reshape(-1) for t in input_list]) if input_list else _mf.empty(0, dtype=output.dtype)
+    comm.reduce_scatter(flat_in, _flat(output, "reduce_scatter", "output"), counts, _reduce_op(op, "reduce_scatter"))
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):
+    """Rows (dim 0) of input go to the ranks in order: input_split_sizes[r]
+    rows to rank r (equal splits by default); output receives
+    output_split_sizes[r] rows from rank r."""
+    comm = _group(group, "all_to_all_single")
+    n = comm.size()
+
+    def splits(sizes, tensor, arg):
+        if sizes is not None:
+            return [int(s) for s in sizes]
+        rows = tensor.shape[0] if tensor.dim() > 0 else 0
+        if rows % n:
+            raise ValueError(f"all_to_all_single: {arg}.shape[0] ({rows}) must divide by the group size ({n}) "
+                             f"when no split sizes are given")
+        return [rows // n] * n
+
+    comm.all_to_all(input, splits(input_split_sizes, input, "input"), output,
+                    splits(output_split_sizes, output, "output"))
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None):
+    """output_tensor_list[r] = rank r's input_tensor_list[rank] (sizes may
+    differ; each output must have the size its sender's input has)."""
+    comm = _group(group, "all_to_all")
+    n = comm.size()
+    if len(input_tensor_list) != n or len(output_tensor_list) != n:
+        raise ValueError(f"all_to_all: both lists must have one tensor per rank ({n}), got "
+                         f"{len(output_tensor_list)} outputs and {len(input_tensor_list)} inputs")
+    dtype = input_tensor_list[0].dtype
+    sent = _mf.cat([t.reshape(-1) for t in input_tensor_list])
+    received = _mf.empty(sum(t.numel() for t in output_tensor_list), dtype=dtype)
+    comm.all_to_all(sent, [t.numel() for t in input_tensor_list], received,
+                    [t.numel() for t in output_tensor_list])
+    offset = 0
+    for out in output_tensor_list:
+        out.copy_(received[offset:offset + out.numel()].reshape(out.shape))
+        offset += out.numel()
+
+
+def send(tensor, dst, group=None, tag=0):
+    comm = _group(group, "send")
+    comm.send(tensor, _group_rank(comm, dst, "send", "dst"), tag)
+
+
+def recv(tensor, src, group=None, tag=0):
+    """Receives into tensor from world rank src; returns src."""
+    comm = _group(group, "recv")
+    comm.recv(tensor, _group_rank(comm, src, "recv", "src"), tag)
+    return src
