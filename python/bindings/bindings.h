@@ -45,6 +45,9 @@ py::handle size_type();
 py::handle values_indices_type();
 // A Python list for TensorList results that PyTorch returns as tuples.
 py::tuple to_tuple(const TensorList& tensors);
+// Throws unless t's data is readable on the host (not a global or traced
+// tensor); op names the caller.
+void check_host_data(const Tensor& t, const char* op);
 // Adds module functions `names` of m to Tensor as methods (self = input).
 void add_methods(py::module_& m, py::handle tensor_class, std::initializer_list<const char*> names);
 

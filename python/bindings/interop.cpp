@@ -74,8 +74,7 @@ DType dtype_from_numpy(const py::dtype& dt) {
 py::array to_numpy(const Tensor& t, bool force) {
   MF_CHECK(force || !t.requires_grad(), Error,
            "Tensor.numpy: can't call numpy() on a tensor that requires grad; use tensor.detach().numpy() instead");
-  MF_CHECK(t.device().is_cpu() && t.storage()->has_data(), Error,
-           "Tensor.numpy: the tensor has no host data (it is on ", t.device(), " or is a traced graph tensor)");
+  check_host_data(t, "Tensor.numpy");
   MF_CHECK(t.dtype() != DType::BFloat16, TypeError,
            "Tensor.numpy: NumPy has no bfloat16; convert first, e.g. tensor.float().numpy()");
   const auto item = ssize_t(t.element_size());

@@ -4,6 +4,15 @@
 #include "bindings.h"
 
 namespace mf::python {
+
+void check_host_data(const Tensor& t, const char* op) {
+  MF_CHECK(!t.is_global(), Error, op,
+           ": a global tensor holds no data of its own; use to_local() for this rank's shard, or "
+           "to_global(sbp=broadcast).to_local() for the whole value");
+  MF_CHECK(t.device().is_cpu() && t.storage()->has_data(), Error, op,
+           ": the tensor has no host data (it is on ", t.device(), " or is a traced graph tensor)");
+}
+
 namespace {
 
 py::object size_of(const Shape& shape) {
@@ -20,10 +29,6 @@ Tensor convert(const Tensor& t, std::optional<Device> device, std::optional<DTyp
   return out;
 }
 
-void check_host_data(const Tensor& t, const char* op) {
-  MF_CHECK(t.device().is_cpu() && t.storage()->has_data(), Error, op,
-           ": the tensor has no host data (it is on ", t.device(), " or is a traced graph tensor)");
-}
 
 py::object tolist(const Tensor& t) {
   check_host_data(t, "Tensor.tolist");
