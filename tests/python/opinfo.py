@@ -621,6 +621,8 @@ NOT_OPS = {
     "Tensor.shape", "Tensor.dtype", "Tensor.device", "Tensor.ndim", "Tensor.is_cpu", "Tensor.is_cuda",
     "Tensor.itemsize", "Tensor.nbytes", "Tensor.data", "Tensor.grad", "Tensor.grad_fn", "Tensor.is_leaf",
     "Tensor.requires_grad", "Tensor.output_nr", "Tensor.retains_grad",
+    # the global view's conversions and metadata (tests/python/test_global.py)
+    "Tensor.is_global", "Tensor.placement", "Tensor.sbp", "Tensor.to_global", "Tensor.to_local",
 }
 
 
