@@ -428,6 +428,12 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
       .def("half", &convert<DType::Float16>)
       .def("bfloat16", &convert<DType::BFloat16>)
       .def("cpu", [](py::object self) { return self; })
+      .def("to_global", [](py::object self, const Placement& placement, py::handle sbp) {
+        NdSbp nd = py::isinstance<py::sequence>(sbp) ? sbp.cast<NdSbp>() : NdSbp{sbp.cast<Sbp>()};
+        if (nd.size() == 1 && placement.ndim() > 1) nd.assign(size_t(placement.ndim()), nd[0]);
+        self.cast<Module&>().to_global(placement, nd);
+        return self;
+      }, py::arg("placement"), py::arg("sbp"))
       .def("apply", [](py::object self, py::object fn) {
         for (py::handle child : self.attr("children")()) child.attr("apply")(fn);
         fn(self);

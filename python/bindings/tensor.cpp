@@ -2,6 +2,7 @@
 #include <functional>
 
 #include "bindings.h"
+#include "meshflow/distributed/global.h"
 
 namespace mf::python {
 
@@ -153,7 +154,16 @@ void init_tensor(py::module_& m) {
       })
       .def_property_readonly("mT", [](const Tensor& t) { return transpose(t, -2, -1); })
       .def_property_readonly("data", &Tensor::detach)
-      .def("item", [](const Tensor& t) { return t.item(); })
+      .def("item", [](const Tensor& t) {
+        // A global tensor's value is gathered first (collective: every rank
+        // of the placement calls item(), as every rank computes the loss).
+        if (!t.is_global()) return t.item();
+        NoGradGuard no_grad;
+        const Placement& p = placement_of(t);
+        Tensor whole = global_to_local(global_to_global(t.detach(), p, NdSbp(size_t(p.ndim()), Sbp::broadcast())));
+        MF_CHECK(whole.defined(), ValueError, "item: this rank is not in the tensor's ", p.str());
+        return whole.item();
+      })
       .def("tolist", &tolist)
       .def("__repr__", &Tensor::to_string)
       .def("__len__", [](const Tensor& t) {

@@ -209,6 +209,7 @@ void Tensor::set_data(const Tensor& src) const {
            grad_fn()->name(), ")");
   const TensorImpl* from = src.checked();
   impl->set_data(from->storage(), from->sizes(), from->strides(), from->offset(), from->dtype());
+  impl->set_global(from->global());
 }
 
 void Tensor::retain_grad() const {

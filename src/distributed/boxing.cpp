@@ -320,18 +320,19 @@ double boxing_cost(const Shape& global_shape, DType dtype, const Placement& from
   return cost;
 }
 
-Tensor box(const Tensor& local, const Shape& global_shape, const Placement& from_placement, const NdSbp& from,
-           const Placement& to_placement, const NdSbp& to) {
+Tensor box(const Tensor& local, const Shape& global_shape, DType dtype, const Placement& from_placement,
+           const NdSbp& from, const Placement& to_placement, const NdSbp& to) {
   const std::vector<BoxingStep>& plan = boxing_plan(global_shape, from_placement, from, to_placement, to);
   const int me = get_rank();
   if (!from_placement.contains(me) && !to_placement.contains(me)) return Tensor();
   NoGradGuard no_grad;
-  const DType dtype = local.defined() ? local.dtype() : DType::Float32;
   if (from_placement.contains(me)) {
-    MF_CHECK(local.defined() && local.shape() == local_shape(global_shape, from, from_placement,
+    MF_CHECK(local.defined() && local.dtype() == dtype && local.shape() == local_shape(global_shape, from, from_placement,
                                                               from_placement.coords(me)),
              ShapeError, "boxing: rank ", me, "'s local tensor has shape ",
-             local.defined() ? shape_str(local.shape()) : std::string("None"), " but ", from_placement.str(), " with ",
+             local.defined() ? shape_str(local.shape()) : std::string("None"), " and dtype ",
+             local.defined() ? dtype_name(local.dtype()) : "None", " but a ", dtype_name(dtype), " tensor on ",
+             from_placement.str(), " with ",
              nd_sbp_str(from), " gives it ",
              shape_str(local_shape(global_shape, from, from_placement, from_placement.coords(me))));
   }

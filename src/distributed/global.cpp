@@ -113,7 +113,7 @@ Tensor global_to_global(const Tensor& global, const Placement& placement, const 
   const GlobalMeta& m = meta_of(global, "to_global");
   check_nd_sbp(sbp, placement, global.dim(), "to_global");
   check_no_autograd(global, "to_global");
-  Tensor local = distributed::box(m.local, global.shape(), m.placement, m.sbp, placement, sbp);
+  Tensor local = distributed::box(m.local, global.shape(), global.dtype(), m.placement, m.sbp, placement, sbp);
   return wrap(std::move(local), global.shape(), global.dtype(), placement, sbp);
 }
 

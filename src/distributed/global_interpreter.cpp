@@ -195,22 +195,32 @@ Tensor meta_like(const Tensor& t) { return t.defined() ? make_meta(t.shape(), t.
 
 }  // namespace
 
-TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+namespace {
+
+// An op call on global inputs after signature choice and boxing.
+struct Prepared {
   const Placement* placement = nullptr;
+  TensorList metas;                 // metadata stand-ins of the inputs
+  std::vector<Shape> out_shapes;
+  std::vector<NdSbp> in_sbp, out_sbp;
+  TensorList local_inputs;          // this rank's boxed shards
+};
+
+Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  Prepared r;
   for (const Tensor& t : inputs) {
     if (!t.defined() || !t.is_global()) continue;
-    if (!placement) {
-      placement = &placement_of(t);
+    if (!r.placement) {
+      r.placement = &placement_of(t);
     } else {
-      MF_CHECK(placement_of(t) == *placement, ValueError, op.name, ": inputs on different placements (",
-               placement->str(), " and ", placement_of(t).str(), "); move one with to_global(placement=...)");
+      MF_CHECK(placement_of(t) == *r.placement, ValueError, op.name, ": inputs on different placements (",
+               r.placement->str(), " and ", placement_of(t).str(), "); move one with to_global(placement=...)");
     }
   }
-  const Placement& p = *placement;
+  const Placement& p = *r.placement;
   const int64_t axes = p.ndim();
-  TensorList metas;
-  for (const Tensor& t : inputs) metas.push_back(meta_like(t));
-  const std::vector<Shape> out_shapes = output_shapes(op, metas, attrs);
+  for (const Tensor& t : inputs) r.metas.push_back(meta_like(t));
+  r.out_shapes = output_shapes(op, r.metas, attrs);
 
   // Current layout of every input (local inputs: broadcast).
   std::vector<NdSbp> current;
@@ -219,12 +229,12 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
   }
   std::vector<SbpSignature> candidates;
   auto rule = rules().find(op.name);
-  if (rule != rules().end() && !out_shapes.empty()) candidates = rule->second(metas, out_shapes, attrs);
+  if (rule != rules().end() && !r.out_shapes.empty()) candidates = rule->second(r.metas, r.out_shapes, attrs);
   candidates.push_back({std::vector<Sbp>(inputs.size(), Sbp::broadcast()),
-                        std::vector<Sbp>(out_shapes.size(), Sbp::broadcast())});
+                        std::vector<Sbp>(r.out_shapes.size(), Sbp::broadcast())});
 
-  std::vector<NdSbp> in_sbp(inputs.size(), NdSbp(size_t(axes), Sbp::broadcast()));
-  std::vector<NdSbp> out_sbp(out_shapes.size(), NdSbp(size_t(axes), Sbp::broadcast()));
+  r.in_sbp.assign(inputs.size(), NdSbp(size_t(axes), Sbp::broadcast()));
+  r.out_sbp.assign(r.out_shapes.size(), NdSbp(size_t(axes), Sbp::broadcast()));
   for (int64_t a = 0; a < axes; ++a) {
     const double m = double(p.hierarchy()[size_t(a)]);
     double best = std::numeric_limits<double>::infinity();
@@ -241,36 +251,45 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
         chosen = &sig;
       }
     }
-    for (size_t i = 0; i < inputs.size(); ++i) in_sbp[i][size_t(a)] = chosen->inputs[i];
-    for (size_t o = 0; o < out_shapes.size(); ++o) out_sbp[o][size_t(a)] = chosen->outputs[o];
+    for (size_t i = 0; i < inputs.size(); ++i) r.in_sbp[i][size_t(a)] = chosen->inputs[i];
+    for (size_t o = 0; o < r.out_shapes.size(); ++o) r.out_sbp[o][size_t(a)] = chosen->outputs[o];
   }
-
-  // Box the inputs and run the local op on this rank's shards.
-  const int me = get_rank();
-  TensorList local_inputs;
+  // Box the inputs to the signature: a global input already in its layout
+  // keeps its own shard (in-place ops write into it).
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) {
-      local_inputs.push_back(t);
+      r.local_inputs.push_back(t);
     } else if (t.is_global()) {
-      local_inputs.push_back(box(global_to_local(t), t.shape(), p, sbp_of(t), p, in_sbp[i]));
+      r.local_inputs.push_back(box(global_to_local(t), t.shape(), t.dtype(), p, sbp_of(t), p, r.in_sbp[i]));
     } else {
-      local_inputs.push_back(global_to_local(global_from_full(t, p, in_sbp[i])));
+      r.local_inputs.push_back(global_to_local(global_from_full(t, p, r.in_sbp[i])));
     }
   }
+  return r;
+}
+
+Tensor wrap_output(const Prepared& r, size_t o, DType dtype, Tensor local) {
+  Tensor g = make_meta(r.out_shapes[o], dtype);
+  g.impl()->set_global(std::make_shared<const GlobalMeta>(GlobalMeta{*r.placement, r.out_sbp[o], std::move(local)}));
+  return g;
+}
+
+}  // namespace
+
+TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  Prepared r = prepare(op, inputs, attrs);
   TensorList local_outputs;
-  if (p.contains(me)) {
+  if (r.placement->contains(get_rank())) {
     NoGradGuard no_grad;
-    local_outputs = dispatch::apply(op, local_inputs, attrs);
+    local_outputs = dispatch::apply(op, r.local_inputs, attrs);
   }
   TensorList outputs;
-  for (size_t o = 0; o < out_shapes.size(); ++o) {
-    DType dtype = local_outputs.empty() ? op.view ? inputs[0].dtype() : op.infer(metas, attrs)[o].dtype
-                                        : local_outputs[o].dtype();
-    Tensor g = make_meta(out_shapes[o], dtype);
-    g.impl()->set_global(std::make_shared<const GlobalMeta>(
-        GlobalMeta{p, out_sbp[o], local_outputs.empty() ? Tensor() : local_outputs[o]}));
-    outputs.push_back(std::move(g));
+  for (size_t o = 0; o < r.out_shapes.size(); ++o) {
+    DType dtype = !local_outputs.empty() ? local_outputs[o].dtype()
+                  : op.view              ? inputs[0].dtype()
+                                         : op.infer(r.metas, attrs)[o].dtype;
+    outputs.push_back(wrap_output(r, o, dtype, local_outputs.empty() ? Tensor() : local_outputs[o]));
   }
   return outputs;
 }
@@ -278,11 +297,19 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
 Tensor interpret_global_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   const Tensor& self = inputs[0];
   MF_CHECK(self.is_global(), ValueError, op.name, "_: writing a global result into a local tensor");
-  Tensor result = interpret_global(op, inputs, attrs)[0];
+  Prepared r = prepare(op, inputs, attrs);
   const GlobalMeta& target = *self.impl()->global();
-  Tensor local = box(global_to_local(result), result.shape(), placement_of(result), sbp_of(result), target.placement,
-                     target.sbp);
-  if (local.defined()) {
+  if (!target.placement.contains(get_rank())) return self;
+  {
+    // Runs in place on the boxed shard of self (its own shard when the
+    // signature keeps its layout), so update ops that read and write
+    // input 0 and further inputs work as on local tensors.
+    NoGradGuard no_grad;
+    dispatch::apply_inplace(op, r.local_inputs, attrs);
+  }
+  Tensor written = r.local_inputs[0];
+  if (!written.is_same(target.local) && !(written.shares_storage(target.local) && written.data_ptr() == target.local.data_ptr())) {
+    Tensor local = box(written, self.shape(), self.dtype(), target.placement, r.in_sbp[0], target.placement, target.sbp);
     NoGradGuard no_grad;
     Tensor dst = target.local;
     copy_(dst, local);

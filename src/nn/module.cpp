@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "meshflow/autograd.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
@@ -406,6 +407,18 @@ void Module::to(DType dtype) {
     t.set_data(cast(t, dtype));
     Tensor g = t.grad();
     if (g.defined()) g.set_data(cast(g, dtype));
+  };
+  for (auto& t : parameters()) convert(t);
+  for (auto& t : buffers()) convert(t);
+}
+
+void Module::to_global(const Placement& placement, const NdSbp& sbp) {
+  NoGradGuard no_grad;
+  const Placement source(placement.type(), {placement.ranks()[0]});
+  auto convert = [&](const Tensor& t) {
+    if (!t.defined()) return;
+    Tensor g = t.is_global() ? t : local_to_global(t, source, {Sbp::broadcast()});
+    t.set_data(global_to_global(g, placement, sbp));
   };
   for (auto& t : parameters()) convert(t);
   for (auto& t : buffers()) convert(t);

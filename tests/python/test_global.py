@@ -53,3 +53,11 @@ def test_global_tensor_data_needs_to_local():
     with pytest.raises(RuntimeError, match="to_local"):
         g.numpy()
     assert (g + 1).to_local().tolist() == [2.0, 2.0, 2.0, 2.0]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_data_parallel_mlp_equals_one_process(ranks):
+    out = mpirun(ranks, "data_parallel.py")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("data parallel OK") == ranks

@@ -42,10 +42,11 @@ double boxing_cost(const Shape& global_shape, DType dtype, const Placement& from
                    const Placement& to_placement, const NdSbp& to);
 
 // This rank's local tensor under the target layout, from its local tensor
-// under the source layout. Collective over the ranks of both placements;
+// under the source layout (undefined on ranks outside the source placement;
+// dtype is the global tensor's). Collective over the ranks of both placements;
 // ranks outside both return an undefined tensor, and the local tensor of a
 // rank outside the target placement is undefined.
-Tensor box(const Tensor& local, const Shape& global_shape, const Placement& from_placement, const NdSbp& from,
-           const Placement& to_placement, const NdSbp& to);
+Tensor box(const Tensor& local, const Shape& global_shape, DType dtype, const Placement& from_placement,
+           const NdSbp& from, const Placement& to_placement, const NdSbp& to);
 
 }  // namespace mf::distributed

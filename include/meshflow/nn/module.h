@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshflow/distributed/placement.h"
 #include "meshflow/tensor.h"
 
 namespace mf::nn {
@@ -146,6 +147,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // Converts floating-point parameters, their gradients and buffers in place
   // (their identity stays, so optimizers keep working).
   void to(DType dtype);
+  // Makes every parameter and buffer a global tensor on placement with sbp
+  // (one entry per mesh axis), in place: the values are those of the
+  // placement's first rank, sent to the others. Collective over all ranks.
+  void to_global(const Placement& placement, const NdSbp& sbp);
   // fn on every descendant, children first, then on this module.
   void apply(const std::function<void(Module&)>& fn);
 
