@@ -8,7 +8,8 @@
 // into a partial sum, ...). Every op can run with every input and output
 // broadcast (each rank computes the whole result), which is the signature
 // of ops without a rule and the one that attrs holding global shapes
-// (view, expand, sum_to) need. On an n-D mesh the signature is chosen per
+// (sum_to, ...) need; view and expand have rules and get their "size" attr
+// rewritten to the local shape. On an n-D mesh the signature is chosen per
 // mesh axis, each axis's candidates ranked by the bytes their boxing moves
 // for the inputs as they are. Local (non-global) inputs, such as the
 // factory results inside backward formulas, are taken as broadcast: the
@@ -27,6 +28,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
+#include "meshflow/ops/shape.h"
 
 namespace mf::distributed {
 namespace {
@@ -148,6 +150,40 @@ std::vector<SbpSignature> permute_rule(const TensorList& in, const std::vector<S
   return sigs;
 }
 
+// view(size): a split dim that keeps its size and its offset (the product
+// of the dims before it) in the output stays split there.
+std::vector<SbpSignature> view_rule(const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+  const Shape& from = in[0].shape();
+  const Shape& to = outs[0];
+  std::vector<SbpSignature> sigs;
+  int64_t before_in = 1;
+  for (size_t d = 0; d < from.size(); ++d) {
+    int64_t before_out = 1;
+    for (size_t e = 0; e < to.size(); ++e) {
+      if (before_out == before_in && to[e] == from[d] && from[d] > 1) {
+        sigs.push_back({{Sbp::split(int64_t(d))}, {Sbp::split(int64_t(e))}});
+        break;
+      }
+      before_out *= to[e];
+    }
+    before_in *= from[d];
+  }
+  sigs.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return sigs;
+}
+
+// expand(size): dims that are not expanded keep their split.
+std::vector<SbpSignature> expand_rule(const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+  const Tensor& x = in[0];
+  const int64_t nd = int64_t(outs[0].size());
+  std::vector<SbpSignature> sigs;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t e = d + (nd - x.dim());
+    if (x.size(d) == outs[0][size_t(e)] && x.size(d) > 1) sigs.push_back({{Sbp::split(d)}, {Sbp::split(e)}});
+  }
+  return sigs;
+}
+
 const std::unordered_map<std::string, SbpRule>& rules() {
   static const std::unordered_map<std::string, SbpRule> table = [] {
     std::unordered_map<std::string, SbpRule> t;
@@ -165,6 +201,8 @@ const std::unordered_map<std::string, SbpRule>& rules() {
     t["sum"] = reduce_rule(true);
     t["mean"] = reduce_rule(false);
     t["permute"] = permute_rule;
+    t["view"] = view_rule;
+    t["expand"] = expand_rule;
     return t;
   }();
   return table;
@@ -277,12 +315,30 @@ Tensor wrap_output(const Prepared& r, size_t o, DType dtype, Tensor local) {
 
 }  // namespace
 
+// The attrs of the local op: view and expand take the output's shape, which
+// on a shard is the local shape.
+Attrs local_attrs(const OpDef& op, const Attrs& attrs, const Prepared& r) {
+  if (op.name != "view" && op.name != "expand") return attrs;
+  Attrs out;
+  for (const auto& [key, value] : attrs.items()) {
+    if (key == "size") {
+      out.set(key, local_shape(r.out_shapes[0], r.out_sbp[0], *r.placement, r.placement->coords(get_rank())));
+    } else {
+      out.set(key, value);
+    }
+  }
+  return out;
+}
+
 TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   Prepared r = prepare(op, inputs, attrs);
   TensorList local_outputs;
   if (r.placement->contains(get_rank())) {
     NoGradGuard no_grad;
-    local_outputs = dispatch::apply(op, r.local_inputs, attrs);
+    // A global tensor's metadata is contiguous whatever its shards' strides,
+    // so reshape may pick view for a shard that needs a copy.
+    if (op.name == "view") r.local_inputs[0] = contiguous(r.local_inputs[0]);
+    local_outputs = dispatch::apply(op, r.local_inputs, local_attrs(op, attrs, r));
   }
   TensorList outputs;
   for (size_t o = 0; o < r.out_shapes.size(); ++o) {

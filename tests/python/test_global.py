@@ -61,3 +61,11 @@ def test_data_parallel_mlp_equals_one_process(ranks):
     out = mpirun(ranks, "data_parallel.py")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("data parallel OK") == ranks
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_tensor_parallel_blocks_equal_one_process(ranks):
+    out = mpirun(ranks, "tensor_parallel.py")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("tensor parallel OK") == ranks
