@@ -244,7 +244,9 @@ struct Prepared {
   TensorList local_inputs;          // this rank's boxed shards
 };
 
-Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+// inplace: prefer, per mesh axis, the signatures that keep input 0's
+// layout, so that the op writes into input 0's own shard.
+Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, bool inplace) {
   Prepared r;
   for (const Tensor& t : inputs) {
     if (!t.defined() || !t.is_global()) continue;
@@ -277,7 +279,10 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs) 
     const double m = double(p.hierarchy()[size_t(a)]);
     double best = std::numeric_limits<double>::infinity();
     const SbpSignature* chosen = nullptr;
+    bool keeps_self = false;
+    for (const SbpSignature& sig : candidates) keeps_self = keeps_self || sig.inputs[0] == current[0][size_t(a)];
     for (const SbpSignature& sig : candidates) {
+      if (inplace && keeps_self && sig.inputs[0] != current[0][size_t(a)]) continue;
       double cost = 0;
       for (size_t i = 0; i < inputs.size(); ++i) {
         if (!inputs[i].defined()) continue;
@@ -331,7 +336,7 @@ Attrs local_attrs(const OpDef& op, const Attrs& attrs, const Prepared& r) {
 }
 
 TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  Prepared r = prepare(op, inputs, attrs);
+  Prepared r = prepare(op, inputs, attrs, false);
   TensorList local_outputs;
   if (r.placement->contains(get_rank())) {
     NoGradGuard no_grad;
@@ -353,7 +358,7 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
 Tensor interpret_global_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   const Tensor& self = inputs[0];
   MF_CHECK(self.is_global(), ValueError, op.name, "_: writing a global result into a local tensor");
-  Prepared r = prepare(op, inputs, attrs);
+  Prepared r = prepare(op, inputs, attrs, true);
   const GlobalMeta& target = *self.impl()->global();
   if (!target.placement.contains(get_rank())) return self;
   {
@@ -363,9 +368,10 @@ Tensor interpret_global_inplace(const OpDef& op, const TensorList& inputs, const
     NoGradGuard no_grad;
     dispatch::apply_inplace(op, r.local_inputs, attrs);
   }
-  Tensor written = r.local_inputs[0];
-  if (!written.is_same(target.local) && !(written.shares_storage(target.local) && written.data_ptr() == target.local.data_ptr())) {
-    Tensor local = box(written, self.shape(), self.dtype(), target.placement, r.in_sbp[0], target.placement, target.sbp);
+  // Decided by layouts only, so that every rank makes the same collectives.
+  if (r.in_sbp[0] != target.sbp) {
+    Tensor local =
+        box(r.local_inputs[0], self.shape(), self.dtype(), target.placement, r.in_sbp[0], target.placement, target.sbp);
     NoGradGuard no_grad;
     Tensor dst = target.local;
     copy_(dst, local);

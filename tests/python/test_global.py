@@ -69,3 +69,21 @@ def test_tensor_parallel_blocks_equal_one_process(ranks):
     out = mpirun(ranks, "tensor_parallel.py")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("tensor parallel OK") == ranks
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
+@pytest.mark.parametrize("saved_on", [2, 4])
+def test_global_checkpoint_loads_on_other_world_sizes(tmp_path, saved_on):
+    def run(n, *args):
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
+               os.path.join(SCRIPTS, "global_checkpoint.py"), *args]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert out.stdout.count("OK") == n
+
+    run(saved_on, "save", str(tmp_path))
+    assert (tmp_path / "model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.glob("model.safetensors.shard*"))  # one file per writing rank
+    for n in (1, 2, 4):
+        run(n, "load", str(tmp_path), str(saved_on))
