@@ -208,13 +208,20 @@ const std::unordered_map<std::string, SbpRule>& rules() {
   return table;
 }
 
-// Bytes an input of `bytes` moves per rank to go from `from` to `to` on a
-// mesh axis of m ranks (boxing.h's table).
+// Cost of converting an input of `bytes` from `from` to `to` on a mesh axis
+// of m ranks: the bytes its boxing moves per rank (boxing.h's table), plus
+// the zeros S -> P adds to a shard, plus one byte for any change, so that
+// among equally cheap signatures the one keeping the inputs as they are wins
+// (a broadcast weight stays broadcast rather than being sliced for free).
 double step_cost(const Sbp& from, const Sbp& to, double bytes, double m) {
   if (from == to) return 0;
-  if (from.is_partial_sum()) return to.is_broadcast() ? 2 * bytes * (m - 1) / m : bytes * (m - 1) / m;
-  if (from.is_split()) return to.is_broadcast() ? bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / (m * m) : 0;
-  return 0;
+  double moved = 0;
+  if (from.is_partial_sum()) {
+    moved = to.is_broadcast() ? 2 * bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / m : 0;
+  } else if (from.is_split()) {
+    moved = to.is_broadcast() ? bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / (m * m) : bytes * (m - 1);
+  }
+  return moved + 1;
 }
 
 std::vector<Shape> output_shapes(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {

@@ -81,5 +81,6 @@ if world == 4:
     shard(tp2[0], "weight", (B, S(0)))
     shard(tp2[0], "bias", (B, S(0)))
     shard(tp2[2], "weight", (B, S(1)))
-    check(tp2, mlp_block(), x_np, mesh2, (S(0), B))
+    out2 = check(tp2, mlp_block(), x_np, mesh2, (S(0), B))
+    assert out2.sbp == (S(0), P), out2.sbp  # batch split along axis 0, row-parallel partial sums along axis 1
 print(f"rank {rank}/{world}: tensor parallel OK", flush=True)
