@@ -37,8 +37,9 @@ struct SbpSignature {
   std::vector<Sbp> inputs;
   std::vector<Sbp> outputs;
 };
+// parts: the number of ranks on the mesh axis the signature is for.
 using SbpRule = std::function<std::vector<SbpSignature>(const TensorList& inputs, const std::vector<Shape>& outputs,
-                                                        const Attrs& attrs)>;
+                                                        const Attrs& attrs, int64_t parts)>;
 
 enum class Partial { None, All, One };
 
@@ -48,7 +49,7 @@ enum class Partial { None, All, One };
 // Partial::One: input `partial_input` partial, the others broadcast
 // (mul's either input, div's numerator).
 SbpRule elementwise(Partial partial, int partial_input = -1) {
-  return [partial, partial_input](const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+  return [partial, partial_input](const TensorList& in, const std::vector<Shape>& outs, const Attrs&, int64_t) {
     std::vector<SbpSignature> sigs;
     const Shape& out = outs[0];
     const int64_t nd = int64_t(out.size());
@@ -82,7 +83,7 @@ SbpRule elementwise(Partial partial, int partial_input = -1) {
 // a (..., n, k) @ b (..., k, m); for addmm a leading input t broadcast to
 // the output.
 SbpRule matmul_rule(bool has_t) {
-  return [has_t](const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+  return [has_t](const TensorList& in, const std::vector<Shape>& outs, const Attrs&, int64_t) {
     const size_t ia = has_t ? 1 : 0, ib = ia + 1;
     const Tensor& a = in[ia];
     const Tensor& b = in[ib];
@@ -117,7 +118,7 @@ SbpRule matmul_rule(bool has_t) {
 
 // sum / mean over attr "dims" (empty: all) with "keepdim".
 SbpRule reduce_rule(bool split_reduced_to_partial) {
-  return [split_reduced_to_partial](const TensorList& in, const std::vector<Shape>&, const Attrs& attrs) {
+  return [split_reduced_to_partial](const TensorList& in, const std::vector<Shape>&, const Attrs& attrs, int64_t) {
     const Tensor& x = in[0];
     Shape dims = attrs.get_shape("dims");
     const bool keepdim = attrs.get_bool("keepdim");
@@ -139,7 +140,7 @@ SbpRule reduce_rule(bool split_reduced_to_partial) {
 }
 
 // permute(dims): a split follows its dim.
-std::vector<SbpSignature> permute_rule(const TensorList& in, const std::vector<Shape>&, const Attrs& attrs) {
+std::vector<SbpSignature> permute_rule(const TensorList& in, const std::vector<Shape>&, const Attrs& attrs, int64_t) {
   const Shape& perm = attrs.get_shape("dims");
   std::vector<SbpSignature> sigs;
   for (size_t out_d = 0; out_d < perm.size(); ++out_d) {
@@ -150,9 +151,14 @@ std::vector<SbpSignature> permute_rule(const TensorList& in, const std::vector<S
   return sigs;
 }
 
-// view(size): a split dim that keeps its size and its offset (the product
-// of the dims before it) in the output stays split there.
-std::vector<SbpSignature> view_rule(const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+// view(size): a split dim stays split where the output has a dim that
+// starts at the same offset (the product of the dims before it) and either
+// has the same size, or merges this dim with the ones after it, or is the
+// first of the dims this one unfolds into, when the split divides evenly
+// (each rank's part then stays one balanced block, as when linear folds
+// (N, T, E) into (N * T, E) and back).
+std::vector<SbpSignature> view_rule(const TensorList& in, const std::vector<Shape>& outs, const Attrs&,
+                                    int64_t parts) {
   const Shape& from = in[0].shape();
   const Shape& to = outs[0];
   std::vector<SbpSignature> sigs;
@@ -160,8 +166,21 @@ std::vector<SbpSignature> view_rule(const TensorList& in, const std::vector<Shap
   for (size_t d = 0; d < from.size(); ++d) {
     int64_t before_out = 1;
     for (size_t e = 0; e < to.size(); ++e) {
-      if (before_out == before_in && to[e] == from[d] && from[d] > 1) {
-        sigs.push_back({{Sbp::split(int64_t(d))}, {Sbp::split(int64_t(e))}});
+      if (before_out == before_in && from[d] > 1) {
+        int64_t merged = 1;
+        size_t last = d;
+        while (last < from.size() && merged * from[last] <= to[e] && to[e] % (merged * from[last]) == 0) {
+          merged *= from[last++];
+          if (merged == to[e]) break;
+        }
+        // Or this dim splits into the output dims from e on (the unfold
+        // back to (N, T, E)).
+        int64_t unfolded = 1;
+        for (size_t f = e; f < to.size() && unfolded < from[d]; ++f) unfolded *= to[f];
+        const bool same = to[e] == from[d];
+        const bool merges = merged == to[e] && from[d] % parts == 0;
+        const bool unfolds = unfolded == from[d] && to[e] % parts == 0;
+        if (same || merges || unfolds) sigs.push_back({{Sbp::split(int64_t(d))}, {Sbp::split(int64_t(e))}});
         break;
       }
       before_out *= to[e];
@@ -173,7 +192,7 @@ std::vector<SbpSignature> view_rule(const TensorList& in, const std::vector<Shap
 }
 
 // expand(size): dims that are not expanded keep their split.
-std::vector<SbpSignature> expand_rule(const TensorList& in, const std::vector<Shape>& outs, const Attrs&) {
+std::vector<SbpSignature> expand_rule(const TensorList& in, const std::vector<Shape>& outs, const Attrs&, int64_t) {
   const Tensor& x = in[0];
   const int64_t nd = int64_t(outs[0].size());
   std::vector<SbpSignature> sigs;
@@ -274,16 +293,17 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
   for (const Tensor& t : inputs) {
     current.push_back(t.defined() && t.is_global() ? sbp_of(t) : NdSbp(size_t(axes), Sbp::broadcast()));
   }
-  std::vector<SbpSignature> candidates;
   auto rule = rules().find(op.name);
-  if (rule != rules().end() && !r.out_shapes.empty()) candidates = rule->second(r.metas, r.out_shapes, attrs);
-  candidates.push_back({std::vector<Sbp>(inputs.size(), Sbp::broadcast()),
-                        std::vector<Sbp>(r.out_shapes.size(), Sbp::broadcast())});
 
   r.in_sbp.assign(inputs.size(), NdSbp(size_t(axes), Sbp::broadcast()));
   r.out_sbp.assign(r.out_shapes.size(), NdSbp(size_t(axes), Sbp::broadcast()));
   for (int64_t a = 0; a < axes; ++a) {
     const double m = double(p.hierarchy()[size_t(a)]);
+    std::vector<SbpSignature> candidates;
+    if (rule != rules().end() && !r.out_shapes.empty())
+      candidates = rule->second(r.metas, r.out_shapes, attrs, p.hierarchy()[size_t(a)]);
+    candidates.push_back({std::vector<Sbp>(inputs.size(), Sbp::broadcast()),
+                          std::vector<Sbp>(r.out_shapes.size(), Sbp::broadcast())});
     double best = std::numeric_limits<double>::infinity();
     const SbpSignature* chosen = nullptr;
     bool keeps_self = false;

@@ -72,7 +72,8 @@ class Block(mf.nn.Module):
         return self.layer(x, src_mask=self.mask)
 
 
-check(Block().to_global(mesh, B), Block(), x_np, mesh, (S(0),))
+out = check(Block().to_global(mesh, B), Block(), x_np, mesh, (S(0),))
+assert out.sbp == (S(0),), out.sbp  # the batch stays split through attention, norms and the MLP
 
 # 2-D: data parallel along mesh axis 0, tensor parallel along mesh axis 1.
 if world == 4:
