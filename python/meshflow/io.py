@@ -47,17 +47,21 @@ def load(f):
 _GLOBAL_KEY = "__meshflow_global_checkpoint__"
 
 
-def _global_tensors(obj, key=""):
+def _global_tensors(obj, key="", depth=0):
+    """(dotted key, tensor) of the global tensors in obj. Stops at a depth
+    beyond what save accepts, which then reports the nesting itself."""
     from meshflow import Tensor
+    if depth > 64:
+        return
     if isinstance(obj, Tensor):
         if obj.is_global:
             yield key, obj
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            yield from _global_tensors(v, f"{key}.{k}" if key else str(k))
+            yield from _global_tensors(v, f"{key}.{k}" if key else str(k), depth + 1)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            yield from _global_tensors(v, f"{key}.{i}" if key else str(i))
+            yield from _global_tensors(v, f"{key}.{i}" if key else str(i), depth + 1)
 
 
 def _split_range(n, parts, index):
