@@ -203,6 +203,19 @@ std::vector<SbpSignature> expand_rule(const TensorList& in, const std::vector<Sh
   return sigs;
 }
 
+// cross_entropy_backward(grad, logits (N, C), target (N), weight (C), lse (N),
+// total_weight): each row's gradient needs only its own row, the loss's
+// normaliser comes in as total_weight, so the rows can be split.
+std::vector<SbpSignature> cross_entropy_backward_rule(const TensorList& in, const std::vector<Shape>&, const Attrs&,
+                                                      int64_t) {
+  const int64_t rows = in[1].size(0);
+  auto rowwise = [&](const Tensor& t) {
+    return t.defined() && t.dim() >= 1 && t.size(0) == rows ? Sbp::split(0) : Sbp::broadcast();
+  };
+  return {{{rowwise(in[0]), Sbp::split(0), Sbp::split(0), Sbp::broadcast(), rowwise(in[4]), Sbp::broadcast()},
+           {Sbp::split(0)}}};
+}
+
 const std::unordered_map<std::string, SbpRule>& rules() {
   static const std::unordered_map<std::string, SbpRule> table = [] {
     std::unordered_map<std::string, SbpRule> t;
@@ -213,7 +226,10 @@ const std::unordered_map<std::string, SbpRule>& rules() {
     for (const char* name : {"relu", "gelu", "gelu_backward", "silu", "leaky_relu", "elu", "softplus", "clamp", "abs",
                              "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh",
                              "sigmoid", "erf", "pow", "pow_scalar", "maximum", "minimum", "atan2", "where",
-                             "masked_fill", "lerp", "addcmul", "addcdiv", "cast", "clone", "remainder", "div_rounding"})
+                             "masked_fill", "lerp", "addcmul", "addcdiv", "cast", "clone", "remainder", "div_rounding",
+                             "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                             "logical_not", "isnan", "isinf", "isfinite", "bitwise_and", "bitwise_or", "bitwise_xor",
+                             "bitwise_not", "floor", "ceil", "round", "trunc"})
       t[name] = elementwise(Partial::None);
     t["matmul"] = matmul_rule(false);
     t["addmm"] = matmul_rule(true);
@@ -222,6 +238,7 @@ const std::unordered_map<std::string, SbpRule>& rules() {
     t["permute"] = permute_rule;
     t["view"] = view_rule;
     t["expand"] = expand_rule;
+    t["cross_entropy_backward"] = cross_entropy_backward_rule;
     return t;
   }();
   return table;
