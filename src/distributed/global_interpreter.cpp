@@ -221,12 +221,13 @@ const std::unordered_map<std::string, SbpRule>& rules() {
     std::unordered_map<std::string, SbpRule> t;
     for (const char* name : {"add", "sub"}) t[name] = elementwise(Partial::All);
     t["neg"] = elementwise(Partial::All);
+    t["clone"] = elementwise(Partial::All);  // linear: a partial sum stays one
     t["mul"] = elementwise(Partial::One);
     t["div"] = elementwise(Partial::One, 0);
     for (const char* name : {"relu", "gelu", "gelu_backward", "silu", "leaky_relu", "elu", "softplus", "clamp", "abs",
                              "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh",
                              "sigmoid", "erf", "pow", "pow_scalar", "maximum", "minimum", "atan2", "where",
-                             "masked_fill", "lerp", "addcmul", "addcdiv", "cast", "clone", "remainder", "div_rounding",
+                             "masked_fill", "lerp", "addcmul", "addcdiv", "cast", "remainder", "div_rounding",
                              "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                              "logical_not", "isnan", "isinf", "isfinite", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "floor", "ceil", "round", "trunc"})

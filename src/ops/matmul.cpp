@@ -6,6 +6,7 @@
 #include "meshflow/ops/linalg.h"
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -75,9 +76,12 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) { return dispatch::apply
 
 Tensor scaled(const Tensor& t, Scalar s) { return s.to_double() == 1.0 ? t : mul(t, s); }
 
-// True for the transpose of a contiguous matrix (weight.t() in linear).
+// True for the transpose of a contiguous matrix (weight.t() in linear). A
+// global tensor's own metadata is contiguous; its shard has the layout.
 bool is_transposed_matrix(const Tensor& t) {
-  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
+  const Tensor& m = t.is_global() ? t.impl()->global()->local : t;
+  return m.defined() && m.dim() == 2 && m.size(0) > 1 && m.size(1) > 1 && m.stride(0) == 1 &&
+         m.stride(1) == m.size(0);
 }
 
 // Gradients of alpha * (a @ b) for a and b, summed over broadcast batch dims.
