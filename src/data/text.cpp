@@ -9,6 +9,7 @@
 #include <iterator>
 #include <optional>
 
+#include "core/utf8.h"
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
@@ -25,69 +26,8 @@ std::string read_file(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// The code points of UTF-8 text, or nothing when it is not valid UTF-8
-// (overlong forms, surrogates and values past U+10FFFF are invalid); on
-// failure *bad_offset is the offset of the first bad byte.
-std::optional<std::vector<char32_t>> decode_utf8(const std::string& text, size_t* bad_offset = nullptr) {
-  std::vector<char32_t> out;
-  out.reserve(text.size());
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  auto fail = [&] {
-    if (bad_offset != nullptr) *bad_offset = i;
-    return std::nullopt;
-  };
-  while (i < n) {
-    const unsigned char c = s[i];
-    int extra;
-    char32_t cp;
-    if (c < 0x80) {
-      out.push_back(c);
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3, cp = c & 0x07;
-    } else {
-      return fail();
-    }
-    if (i + size_t(extra) >= n) return fail();  // truncated sequence
-    for (int k = 1; k <= extra; ++k) {
-      if ((s[i + size_t(k)] & 0xC0) != 0x80) return fail();
-      cp = (cp << 6) | (s[i + size_t(k)] & 0x3F);
-    }
-    static constexpr char32_t kMinimum[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMinimum[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return fail();
-    out.push_back(cp);
-    i += size_t(extra) + 1;
-  }
-  return out;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
 bool is_text(const std::string& contents) {
-  return contents.find('\0') == std::string::npos && decode_utf8(contents).has_value();
+  return contents.find('\0') == std::string::npos && utf8::decode(contents).has_value();
 }
 
 // A file's contents, or the concatenation of a folder's text files.
@@ -123,7 +63,7 @@ TextDataset::TextDataset(const std::string& path, int64_t block_size, const std:
     for (size_t i = 0; i < text.size(); ++i) ids[i] = int64_t(static_cast<unsigned char>(text[i]));
   } else {
     size_t bad = 0;
-    auto code_points = decode_utf8(text, &bad);
+    auto code_points = utf8::decode(text, &bad);
     MF_CHECK(code_points.has_value(), ValueError, "TextDataset: '", path, "' is not valid UTF-8 (byte ", bad,
              "); use mode='byte' for arbitrary bytes");
     vocab_ = *code_points;
@@ -168,13 +108,13 @@ Tensor TextDataset::encode(const std::string& text) const {
     for (char c : text) ids.push_back(int64_t(static_cast<unsigned char>(c)));
   } else {
     size_t bad = 0;
-    auto code_points = decode_utf8(text, &bad);
+    auto code_points = utf8::decode(text, &bad);
     MF_CHECK(code_points.has_value(), ValueError, "TextDataset.encode: the text is not valid UTF-8 (byte ", bad, ")");
     for (char32_t cp : *code_points) {
       auto it = std::lower_bound(vocab_.begin(), vocab_.end(), cp);
       if (it == vocab_.end() || *it != cp) {
         std::string ch;
-        append_utf8(ch, cp);
+        utf8::append(ch, cp);
         throw ValueError(detail::concat("TextDataset.encode: character '", ch, "' (U+", std::hex, std::uppercase,
                                         uint32_t(cp), ") is not in the vocabulary"));
       }
@@ -197,7 +137,7 @@ std::string TextDataset::decode(const Tensor& ids) const {
     if (mode_ == "byte")
       text += char(static_cast<unsigned char>(p[i]));
     else
-      append_utf8(text, vocab_[size_t(p[i])]);
+      utf8::append(text, vocab_[size_t(p[i])]);
   }
   return text;
 }

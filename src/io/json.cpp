@@ -4,55 +4,11 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "core/utf8.h"
 #include "meshflow/error.h"
 
 namespace mf::io::json {
 namespace {
-
-// Length of the UTF-8 sequence at s[i], or 0 when it is not a valid one
-// (overlong forms, surrogates and code points above U+10FFFF are invalid).
-size_t utf8_sequence_length(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char b0 = byte(i);
-  if (b0 < 0x80) return 1;
-  size_t n;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (b0 >= 0xC2 && b0 <= 0xDF) n = 2;
-  else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k)
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  return n;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -213,14 +169,14 @@ class Parser {
               if (low < 0xDC00 || low > 0xDFFF) fail("high surrogate not followed by a low one");
               cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
             }
-            append_utf8(out, cp);
+            utf8::append(out, cp);
             break;
           }
           default: --pos_; fail("invalid escape in a string");
         }
         continue;
       }
-      const size_t n = utf8_sequence_length(text_, pos_);
+      const size_t n = utf8::sequence_length(text_, pos_);
       if (n == 0) fail("invalid UTF-8");
       out.append(text_.substr(pos_, n));
       pos_ += n;
@@ -285,14 +241,6 @@ const char* type_name(const Json& j) {
 
 Json parse(std::string_view text, int max_depth) { return Parser(text, max_depth).parse_document(); }
 
-bool is_valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = utf8_sequence_length(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
 
 void append_string(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";

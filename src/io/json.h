@@ -37,8 +37,6 @@ const char* type_name(const Json& j);
 // mf::Error with the byte position and the problem.
 Json parse(std::string_view text, int max_depth);
 
-bool is_valid_utf8(std::string_view s);
-
 // Compact JSON text (no spaces), strings escaped as serde_json does: '"', '\\'
 // and control characters only. Strings must be valid UTF-8 (checked by the
 // callers that take user text); doubles are written shortest-round-trip and

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "io/file.h"
+#include "core/utf8.h"
 #include "io/json.h"
 #include "meshflow/io.h"
 #include "meshflow/ops/shape.h"
@@ -173,7 +174,7 @@ void save_file(const std::map<std::string, Tensor>& tensors, const std::string& 
                const std::map<std::string, std::string>& metadata) {
   std::vector<std::pair<const std::string*, const Tensor*>> order;
   for (const auto& [name, t] : tensors) {
-    MF_CHECK(json::is_valid_utf8(name), ValueError, "save_file: tensor name ", quoted(name), " is not valid UTF-8");
+    MF_CHECK(utf8::is_valid(name), ValueError, "save_file: tensor name ", quoted(name), " is not valid UTF-8");
     MF_CHECK(name != kMetadataKey, ValueError, "save_file: \"", kMetadataKey,
              "\" is reserved for metadata and cannot name a tensor");
     MF_CHECK(t.defined(), ValueError, "save_file: tensor ", quoted(name), " is undefined");
@@ -183,7 +184,7 @@ void save_file(const std::map<std::string, Tensor>& tensors, const std::string& 
     order.emplace_back(&name, &t);
   }
   for (const auto& [key, value] : metadata)
-    MF_CHECK(json::is_valid_utf8(key) && json::is_valid_utf8(value), ValueError, "save_file: metadata entry ",
+    MF_CHECK(utf8::is_valid(key) && utf8::is_valid(value), ValueError, "save_file: metadata entry ",
              quoted(key), " is not valid UTF-8");
   std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return layout_rank(a.second->dtype()) < layout_rank(b.second->dtype());

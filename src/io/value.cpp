@@ -20,6 +20,7 @@
 #include <limits>
 #include <set>
 
+#include "core/utf8.h"
 #include "io/json.h"
 #include "meshflow/io.h"
 
@@ -57,7 +58,7 @@ class Flattener {
         return json::Json{d};
       }
       case Value::Kind::String:
-        MF_CHECK(json::is_valid_utf8(v.as_string()), ValueError, "save: the string at ", shown(path),
+        MF_CHECK(utf8::is_valid(v.as_string()), ValueError, "save: the string at ", shown(path),
                  " is not valid UTF-8");
         return json::Json{v.as_string()};
       case Value::Kind::Tensor: {
@@ -77,7 +78,7 @@ class Flattener {
         check_depth(depth + 1, path);
         json::Json::Object members;
         for (const auto& [key, item] : v.as_map()) {
-          MF_CHECK(json::is_valid_utf8(key), ValueError, "save: map key ", quoted(key), " at ", shown(path),
+          MF_CHECK(utf8::is_valid(key), ValueError, "save: map key ", quoted(key), " at ", shown(path),
                    " is not valid UTF-8");
           members.emplace_back(key.starts_with('$') ? "$" + key : key,
                                skeleton(item, child(path, key, depth), depth + 1));

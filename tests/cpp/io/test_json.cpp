@@ -2,6 +2,7 @@
 #include <bit>
 #include <random>
 
+#include "core/utf8.h"
 #include "io/json.h"
 #include "test_util.h"
 
@@ -67,11 +68,11 @@ TEST(Json, DepthLimit) {
 }
 
 TEST(Json, ValidUtf8) {
-  EXPECT_TRUE(json::is_valid_utf8("plain \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf"));
-  EXPECT_TRUE(json::is_valid_utf8(std::string("\0", 1)));
+  EXPECT_TRUE(utf8::is_valid("plain \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf"));
+  EXPECT_TRUE(utf8::is_valid(std::string("\0", 1)));
   for (const char* bad : {"\x80", "\xc1\xbf", "\xe0\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",
                           "\xc3", "\xe2\x82", "\xff"})
-    EXPECT_FALSE(json::is_valid_utf8(bad)) << bad;
+    EXPECT_FALSE(utf8::is_valid(bad)) << bad;
 }
 
 }  // namespace
