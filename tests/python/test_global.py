@@ -12,19 +12,34 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), "dist_scripts")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-def mpirun(n, script, timeout=300):
+def mpirun(n, script, *args, timeout=300):
+    """Runs dist_scripts/<script> on n ranks; fails the test unless every
+    rank ends well and prints its "OK" line."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
-           os.path.join(SCRIPTS, script)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_every_boxing_transition_round_trips(ranks):
-    out = mpirun(ranks, "global_boxing.py")
+           os.path.join(SCRIPTS, script), *args]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("transitions OK") == ranks  # ranks' lines may interleave
+    return out.stdout
+
+
+needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
+
+# script -> the text each rank prints when all its checks passed (ranks' lines
+# may interleave, so they are counted, not split).
+SCRIPTS_AND_MARKERS = {
+    "global_boxing.py": "transitions OK",      # every boxing transition round-trips
+    "global_ops.py": "layouts OK",             # ops and backward equal one process
+    "data_parallel.py": "data parallel OK",    # MLP data-parallel equals one process
+    "tensor_parallel.py": "tensor parallel OK",  # TP / DP / 2-D blocks equal one process
+}
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+@pytest.mark.parametrize("script", sorted(SCRIPTS_AND_MARKERS))
+def test_distributed_script_equals_one_process(script, ranks):
+    assert mpirun(ranks, script).count(SCRIPTS_AND_MARKERS[script]) == ranks
 
 
 def test_placement_and_sbp_values():
@@ -39,14 +54,6 @@ def test_placement_and_sbp_values():
         mf.placement("cpu", [[0, 1], [2]])
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_global_ops_and_backward_equal_one_process(ranks):
-    out = mpirun(ranks, "global_ops.py")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("layouts OK") == ranks
-
-
 def test_global_tensor_data_needs_to_local():
     g = mf.ones(4, placement=mf.placement("cpu", [0]), sbp=mf.sbp.broadcast)
     assert g.is_global and not mf.ones(2).is_global
@@ -55,35 +62,11 @@ def test_global_tensor_data_needs_to_local():
     assert (g + 1).to_local().tolist() == [2.0, 2.0, 2.0, 2.0]
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_data_parallel_mlp_equals_one_process(ranks):
-    out = mpirun(ranks, "data_parallel.py")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("data parallel OK") == ranks
-
-
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_tensor_parallel_blocks_equal_one_process(ranks):
-    out = mpirun(ranks, "tensor_parallel.py")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("tensor parallel OK") == ranks
-
-
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
+@needs_mpi
 @pytest.mark.parametrize("saved_on", [2, 4])
 def test_global_checkpoint_loads_on_other_world_sizes(tmp_path, saved_on):
-    def run(n, *args):
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
-               os.path.join(SCRIPTS, "global_checkpoint.py"), *args]
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        assert out.stdout.count("OK") == n
-
-    run(saved_on, "save", str(tmp_path))
+    assert mpirun(saved_on, "global_checkpoint.py", "save", str(tmp_path)).count("OK") == saved_on
     assert (tmp_path / "model.safetensors").exists()
     assert sorted(p.name for p in tmp_path.glob("model.safetensors.shard*"))  # one file per writing rank
     for n in (1, 2, 4):
-        run(n, "load", str(tmp_path), str(saved_on))
+        assert mpirun(n, "global_checkpoint.py", "load", str(tmp_path), str(saved_on)).count("OK") == n
