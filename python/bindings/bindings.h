@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "meshflow/distributed/placement.h"
 #include "meshflow/meshflow.h"
 
 namespace py = pybind11;
@@ -45,6 +46,9 @@ py::handle size_type();
 py::handle values_indices_type();
 // A Python list for TensorList results that PyTorch returns as tuples.
 py::tuple to_tuple(const TensorList& tensors);
+// An sbp argument (one sbp or a tuple of them) for placement; a single sbp
+// on an n-D mesh stands for that sbp on every axis.
+NdSbp nd_sbp_arg(py::handle sbp, const Placement& placement);
 // Throws unless t's data is readable on the host (not a global or traced
 // tensor); op names the caller.
 void check_host_data(const Tensor& t, const char* op);

@@ -57,24 +57,30 @@ NdSbp to_nd_sbp(py::handle sbp) {
 py::object sbp_tuple(const NdSbp& sbp) {
   py::tuple t(sbp.size());
   for (size_t i = 0; i < sbp.size(); ++i) t[i] = py::cast(sbp[i]);
-  return std::move(t);
+  return t;
 }
 
-// A 1-D sbp on a 2-D mesh means that sbp on every axis, as in OneFlow.
-NdSbp fit(NdSbp sbp, const Placement& p) {
-  if (sbp.size() == 1 && p.ndim() > 1) sbp.assign(size_t(p.ndim()), sbp[0]);
-  return sbp;
+
+}  // namespace
+
+NdSbp nd_sbp_arg(py::handle sbp, const Placement& placement) {
+  NdSbp nd = to_nd_sbp(sbp);
+  // A single sbp on an n-D mesh means that sbp on every axis, as in OneFlow.
+  if (nd.size() == 1 && placement.ndim() > 1) nd.assign(size_t(placement.ndim()), nd[0]);
+  return nd;
 }
+
+namespace {
 
 Tensor to_global(const Tensor& t, std::optional<Placement> placement, py::handle sbp) {
   if (t.is_global()) {
     Placement p = placement.value_or(placement_of(t));
-    NdSbp s = sbp.is_none() ? sbp_of(t) : fit(to_nd_sbp(sbp), p);
+    NdSbp s = sbp.is_none() ? sbp_of(t) : nd_sbp_arg(sbp, p);
     return global_to_global(t, p, s);
   }
   MF_CHECK(placement.has_value(), ValueError, "to_global: a local tensor needs a placement");
   MF_CHECK(!sbp.is_none(), ValueError, "to_global: a local tensor needs an sbp");
-  return local_to_global(t, *placement, fit(to_nd_sbp(sbp), *placement));
+  return local_to_global(t, *placement, nd_sbp_arg(sbp, *placement));
 }
 
 }  // namespace
@@ -122,7 +128,7 @@ void init_global(py::module_& m) {
       });
 
   m.def("_global_from_full", [](const Tensor& full, const Placement& p, py::handle sbp) {
-    return global_from_full(full, p, fit(to_nd_sbp(sbp), p));
+    return global_from_full(full, p, nd_sbp_arg(sbp, p));
   }, py::arg("full"), py::arg("placement"), py::arg("sbp"));
 }
 

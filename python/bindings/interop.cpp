@@ -282,7 +282,7 @@ Tensor tensor_from_data(py::handle data, std::optional<DType> dtype) {
   nested.values.reserve(size_t(shape_numel(nested.shape)));
   nested.collect(data, 0);
   const DType out_dtype = dtype.value_or(nested.dtype.value_or(default_dtype()));
-  Tensor out = empty(nested.shape, {.dtype = out_dtype});
+  Tensor out = empty(nested.shape, {.dtype = out_dtype, .device = Device()});
   dispatch_dtype(out_dtype, [&]<typename T>() {
     T* p = static_cast<T*>(out.data_ptr());
     for (size_t i = 0; i < nested.values.size(); ++i) p[i] = nested.values[i].template to<T>();

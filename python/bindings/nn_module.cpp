@@ -429,9 +429,7 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
       .def("bfloat16", &convert<DType::BFloat16>)
       .def("cpu", [](py::object self) { return self; })
       .def("to_global", [](py::object self, const Placement& placement, py::handle sbp) {
-        NdSbp nd = py::isinstance<py::sequence>(sbp) ? sbp.cast<NdSbp>() : NdSbp{sbp.cast<Sbp>()};
-        if (nd.size() == 1 && placement.ndim() > 1) nd.assign(size_t(placement.ndim()), nd[0]);
-        self.cast<Module&>().to_global(placement, nd);
+        self.cast<Module&>().to_global(placement, nd_sbp_arg(sbp, placement));
         return self;
       }, py::arg("placement"), py::arg("sbp"))
       .def("apply", [](py::object self, py::object fn) {

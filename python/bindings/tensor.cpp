@@ -86,7 +86,7 @@ void add_index(std::vector<TensorIndex>& out, py::handle h) {
   } else if (PyIndex_Check(o) && !PySequence_Check(o)) {  // NumPy integers
     out.emplace_back(h.cast<int64_t>());
   } else if (PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o)) {  // lists, NumPy arrays
-    out.emplace_back(PySequence_Size(o) == 0 ? empty({0}, {.dtype = DType::Int64})
+    out.emplace_back(PySequence_Size(o) == 0 ? empty({0}, {.dtype = DType::Int64, .device = Device()})
                                              : tensor_from_data(h, std::nullopt));
   } else {
     throw TypeError(detail::concat(

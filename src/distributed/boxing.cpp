@@ -299,25 +299,16 @@ const std::vector<BoxingStep>& boxing_plan(const Shape& global_shape, const Plac
   return it->second;
 }
 
-double boxing_cost(const Shape& global_shape, DType dtype, const Placement& from_placement, const NdSbp& from,
-                   const Placement& to_placement, const NdSbp& to) {
-  double cost = 0;
-  for (const BoxingStep& s : boxing_plan(global_shape, from_placement, from, to_placement, to)) {
-    const Placement& p = s.mesh_axis < 0 || s.to.is_broadcast() ? from_placement : to_placement;
-    double bytes = double(shape_numel(global_shape)) * double(itemsize(dtype));
-    if (s.mesh_axis < 0) {
-      cost += bytes;
-      continue;
-    }
-    // The sub-tensor one axis group handles: the global tensor over the
-    // parts of the other mesh axes.
-    const double m = double(p.hierarchy()[size_t(s.mesh_axis)]);
-    const double sub = bytes * m / double(p.size());
-    if (s.collective == "all_reduce") cost += 2 * sub * (m - 1) / m;
-    else if (s.collective == "reduce_scatter" || s.collective == "all_gather") cost += sub * (m - 1) / m;
-    else if (s.collective == "all_to_all") cost += sub * (m - 1) / (m * m);
+double transition_cost(const Sbp& from, const Sbp& to, double bytes, int64_t parts) {
+  if (from == to) return 0;
+  const double m = double(parts);
+  double moved = 0;
+  if (from.is_partial_sum()) {
+    moved = to.is_broadcast() ? 2 * bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / m : 0;
+  } else if (from.is_split()) {
+    moved = to.is_broadcast() ? bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / (m * m) : bytes * (m - 1);
   }
-  return cost;
+  return moved + 1;
 }
 
 Tensor box(const Tensor& local, const Shape& global_shape, DType dtype, const Placement& from_placement,

@@ -245,22 +245,6 @@ const std::unordered_map<std::string, SbpRule>& rules() {
   return table;
 }
 
-// Cost of converting an input of `bytes` from `from` to `to` on a mesh axis
-// of m ranks: the bytes its boxing moves per rank (boxing.h's table), plus
-// the zeros S -> P adds to a shard, plus one byte for any change, so that
-// among equally cheap signatures the one keeping the inputs as they are wins
-// (a broadcast weight stays broadcast rather than being sliced for free).
-double step_cost(const Sbp& from, const Sbp& to, double bytes, double m) {
-  if (from == to) return 0;
-  double moved = 0;
-  if (from.is_partial_sum()) {
-    moved = to.is_broadcast() ? 2 * bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / m : 0;
-  } else if (from.is_split()) {
-    moved = to.is_broadcast() ? bytes * (m - 1) / m : to.is_split() ? bytes * (m - 1) / (m * m) : bytes * (m - 1);
-  }
-  return moved + 1;
-}
-
 std::vector<Shape> output_shapes(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   std::vector<Shape> shapes;
   if (op.view) {
@@ -316,7 +300,6 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
   r.in_sbp.assign(inputs.size(), NdSbp(size_t(axes), Sbp::broadcast()));
   r.out_sbp.assign(r.out_shapes.size(), NdSbp(size_t(axes), Sbp::broadcast()));
   for (int64_t a = 0; a < axes; ++a) {
-    const double m = double(p.hierarchy()[size_t(a)]);
     std::vector<SbpSignature> candidates;
     if (rule != rules().end() && !r.out_shapes.empty())
       candidates = rule->second(r.metas, r.out_shapes, attrs, p.hierarchy()[size_t(a)]);
@@ -332,7 +315,7 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
       for (size_t i = 0; i < inputs.size(); ++i) {
         if (!inputs[i].defined()) continue;
         const double bytes = double(inputs[i].numel()) * double(itemsize(inputs[i].dtype()));
-        cost += step_cost(current[i][size_t(a)], sig.inputs[i], bytes, m);
+        cost += transition_cost(current[i][size_t(a)], sig.inputs[i], bytes, p.hierarchy()[size_t(a)]);
       }
       if (cost < best) {
         best = cost;

@@ -37,9 +37,12 @@ struct BoxingStep {
 const std::vector<BoxingStep>& boxing_plan(const Shape& global_shape, const Placement& from_placement,
                                            const NdSbp& from, const Placement& to_placement, const NdSbp& to);
 
-// Estimated bytes a rank moves for the plan (the table above).
-double boxing_cost(const Shape& global_shape, DType dtype, const Placement& from_placement, const NdSbp& from,
-                   const Placement& to_placement, const NdSbp& to);
+// Cost of converting a (sub-)tensor of `bytes` from `from` to `to` along one
+// mesh axis of `parts` ranks: the bytes a rank moves (the table above), plus
+// the zeros S -> P adds to a shard, plus one byte for any change, so that
+// among otherwise equal choices the one that keeps a layout wins. The
+// global interpreter ranks SBP signatures by it.
+double transition_cost(const Sbp& from, const Sbp& to, double bytes, int64_t parts);
 
 // This rank's local tensor under the target layout, from its local tensor
 // under the source layout (undefined on ranks outside the source placement;
