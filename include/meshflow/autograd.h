@@ -35,6 +35,7 @@ struct AutogradMeta {
   std::weak_ptr<Node> grad_accumulator;  // leaves only
   // Tensor hooks of a leaf (non-leaf hooks live on grad_fn, per output).
   std::vector<std::pair<int, TensorHook>> hooks;
+  std::vector<std::pair<int, PostAccumulateGradHook>> post_accumulate_hooks;
 };
 
 // What backward needs to know about a forward input or output.
@@ -151,6 +152,11 @@ namespace autograd {
 // .grad. An undefined grad_output is allowed for a one-element output.
 void backward(const TensorList& outputs, const TensorList& grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
+
+// Runs fn when the backward pass running on this thread finishes (after
+// its last node), or throws; fn runs once. Outside a backward pass it
+// throws Error. DistributedDataParallel waits for its reductions there.
+void queue_callback(std::function<void()> fn);
 
 // Returns the gradients of outputs w.r.t. inputs without touching .grad.
 // retain_graph defaults to create_graph, as in PyTorch.

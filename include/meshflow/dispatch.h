@@ -17,6 +17,28 @@ Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs =
 // Bumps the version counter and rebases inputs[0]'s autograd history.
 Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
 
+// One op call as it reached the dispatcher (CallRecorder).
+struct RecordedCall {
+  const OpDef* op = nullptr;
+  TensorList inputs;  // copies taken before the call
+  Attrs attrs;
+  bool inplace = false;
+};
+
+// While alive, records every op call on local tensors made on this thread,
+// in order (the per-signature tests replay them on global tensors).
+class CallRecorder {
+ public:
+  CallRecorder();
+  ~CallRecorder();
+  CallRecorder(const CallRecorder&) = delete;
+  CallRecorder& operator=(const CallRecorder&) = delete;
+  std::vector<RecordedCall> calls;
+
+ private:
+  CallRecorder* prev_;
+};
+
 // Looks the op up once: `static const OpDef& op = dispatch::op("add");`
 const OpDef& op(std::string_view name);
 

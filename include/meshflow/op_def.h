@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshflow/autograd.h"
+#include "meshflow/distributed/placement.h"
 #include "meshflow/tensor.h"
 
 namespace mf {
@@ -91,6 +92,18 @@ using ViewFn = std::function<TensorList(const TensorList& inputs, const Attrs& a
 // Returns one gradient per forward input (undefined: none).
 using BackwardFn = std::function<TensorList(const BackwardContext& ctx)>;
 
+// One way to run an op on one mesh axis of a global placement: the Sbp of
+// each input and of each output (Note [SBP signatures] in
+// meshflow/distributed/sbp_rules.h).
+struct SbpSignature {
+  std::vector<Sbp> inputs;
+  std::vector<Sbp> outputs;
+};
+// The signatures of an op for metadata stand-ins of its global inputs, its
+// global output shapes, and `parts` ranks on the mesh axis.
+using SbpRuleFn = std::function<std::vector<SbpSignature>(const TensorList& inputs, const std::vector<Shape>& outputs,
+                                                          const Attrs& attrs, int64_t parts)>;
+
 struct OpDef {
   std::string name;
   // Input names, for error messages; their count is the op's arity unless
@@ -110,6 +123,15 @@ struct OpDef {
   // The kernel accepts outputs[0] aliasing inputs[0] with any strides, so
   // the op has an in-place form (add_, mul_, ...).
   bool inplace = false;
+  // The op's SBP signatures (meshflow/distributed/sbp_rules.h); required
+  // for every op with inputs.
+  SbpRuleFn sbp;
+  // An attr holding output 0's shape (view's "size", a backward's
+  // "input_sizes"): on a shard the op gets the shard's shape there.
+  std::string output_shape_attr;
+  // The output shapes depend on the input values (nonzero, masked_select):
+  // infer needs inputs with data.
+  bool shape_depends_on_data = false;
 
   // Filled by the registry: kernels[device type], cpu_kernel included.
   std::array<KernelFn, kNumDeviceTypes> kernels;
@@ -127,8 +149,9 @@ class OpRegistry {
   const OpDef& get(std::string_view name);
   const OpDef* find(std::string_view name);
   std::vector<const OpDef*> all();
-  // Checks that every op is complete: infer, a view or CPU kernel, and a
-  // backward unless declared non-differentiable. Throws on the first gap.
+  // Checks that every op is complete: infer, a view or CPU kernel, a
+  // backward unless declared non-differentiable, and SBP rules unless it
+  // has no inputs. Throws on the first gap.
   void validate() const;
 
  private:

@@ -88,6 +88,8 @@ DType default_dtype();
 void set_default_dtype(DType dtype);
 
 using TensorHook = std::function<Tensor(const Tensor& grad)>;
+// Runs with a leaf after a gradient was accumulated into its .grad.
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 class Tensor {
  public:
@@ -157,6 +159,10 @@ class Tensor {
   // return value replaces the gradient. Returns a handle for remove_hook.
   int register_hook(TensorHook hook) const;
   void remove_hook(int handle) const;
+  // hook(leaf) runs after each gradient is accumulated into this leaf's
+  // .grad (PyTorch's register_post_accumulate_grad_hook); remove_hook
+  // removes it. Throws Error for a non-leaf or a tensor without grad.
+  int register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const;
   // Counter of in-place writes to the storage.
   uint32_t version() const { return storage()->version(); }
   void bump_version() const { storage()->bump_version(); }

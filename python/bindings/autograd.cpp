@@ -64,6 +64,9 @@ void init_autograd(py::module_& m) {
       .def("register_hook", [](const Tensor& t, py::function hook) {
         return RemovableHandle{t, t.register_hook(python_hook(std::move(hook)))};
       }, py::arg("hook"))
+      .def("register_post_accumulate_grad_hook", [](const Tensor& t, py::function hook) {
+        return RemovableHandle{t, t.register_post_accumulate_grad_hook([hook](const Tensor& leaf) { hook(leaf); })};
+      }, py::arg("hook"))
       .def("backward", [](const Tensor& t, const Tensor& gradient, std::optional<bool> retain_graph,
                           bool create_graph) {
         t.backward(gradient, retain_graph.value_or(create_graph), create_graph);

@@ -3,6 +3,7 @@
 // releases the GIL, so other Python threads run while a rank waits.
 #include "bindings.h"
 #include "meshflow/distributed/communicator.h"
+#include "meshflow/distributed/reducer.h"
 
 namespace mf::python {
 
@@ -36,6 +37,15 @@ void init_distributed(py::module_& parent) {
       .def("recv", &Communicator::recv, py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, release_gil())
       .def("barrier", &Communicator::barrier, release_gil())
       .def("subgroup", &Communicator::subgroup, py::arg("ranks"), release_gil());
+
+  py::class_<distributed::GradientReducer>(m, "GradientReducer",
+                                            "Bucketed gradient averaging of DistributedDataParallel.")
+      .def(py::init<TensorList, int64_t, distributed::Communicator*>(), py::arg("params"),
+           py::arg("bucket_cap_bytes"), py::arg("comm") = nullptr)
+      .def_property("sync", &distributed::GradientReducer::sync, &distributed::GradientReducer::set_sync)
+      .def_property_readonly("bucket_params", &distributed::GradientReducer::bucket_params);
+  m.def("broadcast_tensors", &distributed::broadcast_tensors, py::arg("tensors"), py::arg("root") = 0,
+        py::arg("comm") = nullptr, release_gil());
 
   m.def("world", &distributed::world, py::return_value_policy::reference, release_gil());
   m.def("get_rank", &distributed::get_rank, release_gil());

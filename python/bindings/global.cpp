@@ -2,7 +2,9 @@
 // to_local / placement / sbp / is_global, and the conversion used by the
 // global factories.
 #include "bindings.h"
+#include "meshflow/dispatch.h"
 #include "meshflow/distributed/global.h"
+#include "meshflow/distributed/sbp_rules.h"
 
 namespace mf::python {
 namespace {
@@ -76,11 +78,11 @@ Tensor to_global(const Tensor& t, std::optional<Placement> placement, py::handle
   if (t.is_global()) {
     Placement p = placement.value_or(placement_of(t));
     NdSbp s = sbp.is_none() ? sbp_of(t) : nd_sbp_arg(sbp, p);
-    return global_to_global(t, p, s);
+    return mf::to_global(t, p, s);
   }
   MF_CHECK(placement.has_value(), ValueError, "to_global: a local tensor needs a placement");
   MF_CHECK(!sbp.is_none(), ValueError, "to_global: a local tensor needs an sbp");
-  return local_to_global(t, *placement, nd_sbp_arg(sbp, *placement));
+  return mf::to_global(t, *placement, nd_sbp_arg(sbp, *placement));
 }
 
 }  // namespace
@@ -124,8 +126,43 @@ void init_global(py::module_& m) {
       .def("to_global", &to_global, py::arg("placement") = py::none(), py::arg("sbp") = py::none())
       .def("to_local", [](const Tensor& t) {
         MF_CHECK(t.is_global(), ValueError, "to_local: the tensor is not global");
-        return global_to_local(t);
+        return mf::to_local(t);
       });
+
+  // For the per-signature tests (tests/python/dist_scripts/sbp_matrix.py):
+  // the op calls a function makes, replayed on global inputs with each of
+  // the op's SBP signatures forced.
+  py::class_<dispatch::RecordedCall>(m, "_RecordedCall")
+      .def_property_readonly("op", [](const dispatch::RecordedCall& c) { return c.op->name; })
+      .def_property_readonly("attrs", [](const dispatch::RecordedCall& c) { return c.attrs.str(); })
+      .def_readonly("inputs", &dispatch::RecordedCall::inputs)
+      .def_readonly("inplace", &dispatch::RecordedCall::inplace)
+      .def_property_readonly("differentiable", [](const dispatch::RecordedCall& c) { return c.op->differentiable; })
+      .def("signatures",
+           [](const dispatch::RecordedCall& c, int64_t parts) {
+             py::list out;
+             for (const SbpSignature& sig : distributed::sbp_candidates(*c.op, c.inputs, c.attrs, parts))
+               out.append(py::make_tuple(sbp_tuple(sig.inputs), sbp_tuple(sig.outputs)));
+             return out;
+           },
+           py::arg("parts"))
+      .def(
+          "run",
+          [](const dispatch::RecordedCall& c, const TensorList& inputs, std::optional<std::vector<size_t>> force) {
+            std::optional<distributed::ForceSignature> guard;
+            if (force) guard.emplace(*c.op, *force);
+            if (c.inplace) return TensorList{dispatch::apply_inplace(*c.op, inputs, c.attrs)};
+            return dispatch::apply(*c.op, inputs, c.attrs);
+          },
+          py::arg("inputs"), py::arg("force") = py::none());
+  m.def(
+      "_record_calls",
+      [](const py::function& fn) {
+        dispatch::CallRecorder recorder;
+        fn();
+        return std::move(recorder.calls);
+      },
+      py::arg("fn"));
 
   m.def("_global_from_full", [](const Tensor& full, const Placement& p, py::handle sbp) {
     return global_from_full(full, p, nd_sbp_arg(sbp, p));

@@ -1,5 +1,6 @@
 // The backward engine: runs the graph below the given outputs in reverse
 // topological order, summing gradients that meet at a node.
+#include <functional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -55,12 +56,30 @@ std::vector<Node*> post_order(Node* root, std::unordered_map<Node*, int>& depend
   return order;
 }
 
+// Callbacks queued by queue_callback, one list per running execute() of
+// this thread (a hook may start a nested backward).
+thread_local std::vector<std::vector<std::function<void()>>> callback_stack;
+
+// Pushes this pass's callback list and pops it on exit; run() runs the
+// callbacks (a callback may queue more).
+struct CallbackScope {
+  CallbackScope() { callback_stack.emplace_back(); }
+  ~CallbackScope() { callback_stack.pop_back(); }
+  void run() {
+    for (size_t i = 0; i < callback_stack.back().size(); ++i) {
+      std::function<void()> fn = std::move(callback_stack.back()[i]);
+      fn();
+    }
+  }
+};
+
 // Runs the graph. With captures (autograd::grad), the gradients arriving at
 // the captured (node, input) pairs are returned and leaves are not touched.
 TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, bool retain_graph,
                    bool create_graph, const std::unordered_map<Node*, std::vector<Capture>>& captures,
                    size_t num_results) {
   const bool capture_mode = num_results > 0 || !captures.empty();
+  CallbackScope callbacks;
   auto root = std::make_shared<GraphRoot>(root_edges, std::move(root_grads));
   std::unordered_map<Node*, int> dependencies;
   std::vector<Node*> order = post_order(root.get(), dependencies);
@@ -119,6 +138,7 @@ TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, b
       if (--dependencies[child] == 0) ready.push(edge.fn);
     }
   }
+  callbacks.run();
   return results;
 }
 
@@ -152,6 +172,11 @@ void make_root_grads(const TensorList& outputs, const TensorList& grad_outputs, 
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  MF_CHECK(!callback_stack.empty(), Error, "queue_callback: no backward pass is running on this thread");
+  callback_stack.back().push_back(std::move(fn));
+}
 
 void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph,
               bool create_graph) {

@@ -1,6 +1,7 @@
 #include <atomic>
 
 #include "meshflow/autograd.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
 
@@ -66,6 +67,12 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     Tensor replaced = hook(grad);
     if (replaced.defined()) grad = checked_hook_result(replaced, grad);
   }
+  if (const auto& global = variable_->global()) {
+    // A global leaf's gradient has the leaf's layout (a partial sum is
+    // reduced, a local zero-filled gradient laid out).
+    grad = grad.is_global() ? to_global(grad, global->placement, global->sbp)
+                            : global_from_full(grad, global->placement, global->sbp);
+  }
   if (!meta.grad.defined()) {
     // Keep the gradient's graph only when differentiating twice; otherwise
     // store a detached copy so .grad never aliases another tensor's memory.
@@ -74,6 +81,12 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     meta.grad = add(meta.grad, grad);
   } else {
     add_(meta.grad, grad);
+  }
+  if (!meta.post_accumulate_hooks.empty()) {
+    const Tensor leaf(variable_);
+    // A hook may remove itself: iterate over a copy.
+    auto hooks = meta.post_accumulate_hooks;
+    for (const auto& [handle, hook] : hooks) hook(leaf);
   }
   return {};
 }

@@ -245,10 +245,19 @@ int Tensor::register_hook(TensorHook hook) const {
   return grad_fn()->add_tensor_hook(output_nr(), std::move(hook));
 }
 
+int Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const {
+  MF_CHECK(requires_grad() && is_leaf(), Error,
+           "register_post_accumulate_grad_hook: only leaf tensors that require grad accumulate gradients");
+  int handle = next_hook_handle();
+  checked()->ensure_autograd().post_accumulate_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
 void Tensor::remove_hook(int handle) const {
   auto* meta = checked()->autograd();
   if (!meta) return;
   std::erase_if(meta->hooks, [&](const auto& h) { return h.first == handle; });
+  std::erase_if(meta->post_accumulate_hooks, [&](const auto& h) { return h.first == handle; });
   if (meta->grad_fn) meta->grad_fn->remove_tensor_hook(handle);
 }
 

@@ -75,10 +75,30 @@ bool any_global(const TensorList& inputs) {
   return false;
 }
 
+thread_local CallRecorder* recorder = nullptr;
+
+void record_call(const OpDef& op, const TensorList& inputs, const Attrs& attrs, bool inplace) {
+  if (any_global(inputs)) return;
+  CallRecorder* r = recorder;
+  recorder = nullptr;  // the copies below are not calls of the program
+  RecordedCall call{&op, {}, attrs, inplace};
+  {
+    NoGradGuard no_grad;
+    for (const Tensor& t : inputs)
+      call.inputs.push_back(t.defined() && t.storage()->has_data() ? clone(t.detach()) : t);
+  }
+  recorder = r;
+  r->calls.push_back(std::move(call));
+}
+
 }  // namespace
+
+CallRecorder::CallRecorder() : prev_(recorder) { recorder = this; }
+CallRecorder::~CallRecorder() { recorder = prev_; }
 
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   check_inputs(op, inputs);
+  if (recorder) record_call(op, inputs, attrs, false);
   TensorList outputs = any_global(inputs) ? distributed::interpret_global(op, inputs, attrs) : interpret(op, inputs, attrs);
   if (needs_grad(op, inputs)) {
     auto node = std::make_shared<OpNode>(op, attrs);
@@ -98,14 +118,10 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
   check_inputs(op, inputs);
   MF_CHECK(op.inplace, Error, op.name, ": has no in-place form");
   MF_CHECK(!inputs.empty() && inputs[0].defined(), Error, op.name, "_: the tensor to write is undefined");
+  if (recorder) record_call(op, inputs, attrs, true);
   const Tensor& self = inputs[0];
   const bool grad = needs_grad(op, inputs);
-  if (any_global(inputs)) {
-    MF_CHECK(!grad, Error, op.name, "_: in-place ops on global tensors that need grad are not differentiable yet");
-    distributed::interpret_global_inplace(op, inputs, attrs);
-    self.bump_version();
-    return self;
-  }
+  const bool global = any_global(inputs);
   if (grad) {
     MF_CHECK(!(self.is_leaf() && self.requires_grad()), Error, op.name,
              "_: a leaf tensor that requires grad is being used in an in-place operation");
@@ -113,7 +129,13 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
              "_: in-place operations on views are not differentiable in meshflow yet; use the out-of-place ",
              op.name, " (or clone() the view first)");
   }
-  std::vector<TensorMeta> metas = op.infer(inputs, attrs);
+  // Global inputs are checked at their global shapes.
+  TensorList checked = inputs;
+  if (global) {
+    for (Tensor& t : checked)
+      if (t.defined() && t.is_global()) t = make_meta(t.shape(), t.dtype(), t.device());
+  }
+  std::vector<TensorMeta> metas = op.infer(checked, attrs);
   MF_CHECK(metas.size() == 1 && metas[0].sizes == self.sizes(), ShapeError, op.name,
            "_: output with shape ", shape_str(self.sizes()), " doesn't match the broadcast shape ",
            shape_str(metas.empty() ? Shape{} : metas[0].sizes));
@@ -127,7 +149,9 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
     Tensor old_self = (op.save_inputs & 1u) ? clone(self.detach()) : Tensor();
     node->record_inputs(inputs, old_self);
   }
-  if (has_data(inputs)) {
+  if (global) {
+    distributed::interpret_global_inplace(op, inputs, attrs);
+  } else if (has_data(inputs)) {
     const KernelFn& kernel = op.kernels[size_t(self.device().type())];
     MF_CHECK(bool(kernel), Error, op.name, ": no kernel for device ", self.device());
     TensorList outputs{self};

@@ -45,6 +45,7 @@ std::string transition_name(const Sbp& from, const Sbp& to) {
 std::vector<BoxingStep> make_plan(const Placement& from_p, const NdSbp& from, const Placement& to_p,
                                   const NdSbp& to) {
   std::vector<BoxingStep> steps;
+  if (from_p == to_p && from == to) return steps;  // the shard stays as it is
   if (from_p == to_p) {
     bool direct = true;
     NdSbp state = from;

@@ -17,9 +17,47 @@ const GlobalMeta& meta_of(const Tensor& t, const char* op) {
   return *t.impl()->global();
 }
 
-void check_no_autograd(const Tensor& t, const char* op) {
-  MF_CHECK(!(GradMode::is_enabled() && t.requires_grad()), Error, op,
-           ": autograd through global conversions is not built yet; convert t.detach() (or under no_grad)");
+// Note [Conversion gradients]: to_global and to_local change the layout,
+// not the value, so a gradient passes through them converted back: to the
+// source's placement and SBP, with a partial sum replaced by broadcast (each
+// rank's part of a sum gets the whole gradient); through to_local the local
+// gradients are taken as shards of the input's layout, as OneFlow does.
+class ConversionNode final : public Node {
+ public:
+  ConversionNode(const char* name, std::function<Tensor(const Tensor&)> backward)
+      : name_(name), backward_(std::move(backward)) {}
+  TensorList apply(TensorList&& grads) override {
+    return {grads.at(0).defined() ? backward_(grads[0]) : Tensor()};
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  const char* name_;
+  std::function<Tensor(const Tensor&)> backward_;
+};
+
+void record_conversion(const char* name, const Tensor& input, const Tensor& output,
+                       std::function<Tensor(const Tensor&)> backward) {
+  if (!(GradMode::is_enabled() && input.defined() && input.requires_grad() && output.defined())) return;
+  auto node = std::make_shared<ConversionNode>(name, std::move(backward));
+  node->mutable_next_edges().push_back(gradient_edge(input));
+  node->output_metas().push_back(TensorMeta{output.sizes(), output.dtype(), output.device()});
+  auto& meta = output.impl()->ensure_autograd();
+  meta.requires_grad = true;
+  meta.grad_fn = node;
+  meta.output_nr = 0;
+}
+
+NdSbp gradient_sbp(NdSbp sbp) {
+  for (Sbp& s : sbp)
+    if (s.is_partial_sum()) s = Sbp::broadcast();
+  return sbp;
+}
+
+// A gradient as a global tensor on p: the engine zero-fills a missing one
+// as a local tensor of the global shape.
+Tensor as_global(const Tensor& grad, const Placement& p) {
+  return grad.is_global() ? grad : global_from_full(grad, p, NdSbp(size_t(p.ndim()), Sbp::broadcast()));
 }
 
 Tensor wrap(Tensor local, const Shape& global_shape, DType dtype, const Placement& placement, const NdSbp& sbp) {
@@ -66,7 +104,6 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
     MF_CHECK(local.device().type() == placement.type(), ValueError, op, ": a ", local.device().str(),
              " tensor can't be placed on ", placement.str());
     MF_CHECK(local.dim() <= kMaxDims, ValueError, op, ": tensors of more than ", kMaxDims, " dims are not supported");
-    check_no_autograd(local, op);
   }
   auto shapes = gather_shapes(local, member);
   // The verdict below depends only on the gathered table: every rank agrees.
@@ -112,12 +149,40 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
 Tensor global_to_global(const Tensor& global, const Placement& placement, const NdSbp& sbp) {
   const GlobalMeta& m = meta_of(global, "to_global");
   check_nd_sbp(sbp, placement, global.dim(), "to_global");
-  check_no_autograd(global, "to_global");
   Tensor local = distributed::box(m.local, global.shape(), global.dtype(), m.placement, m.sbp, placement, sbp);
   return wrap(std::move(local), global.shape(), global.dtype(), placement, sbp);
 }
 
 Tensor global_to_local(const Tensor& global) { return meta_of(global, "to_local").local; }
+
+Tensor to_global(const Tensor& t, const Placement& placement, const NdSbp& sbp) {
+  MF_CHECK(t.defined() || !placement.contains(distributed::get_rank()), ValueError,
+           "to_global: the tensor is None");
+  if (t.defined() && t.is_global()) {
+    const GlobalMeta& from = *t.impl()->global();
+    Tensor out = global_to_global(t, placement, sbp);
+    record_conversion("ToGlobalBackward", t, out,
+                      [p = from.placement, s = gradient_sbp(from.sbp), to_p = placement](const Tensor& g) {
+                        return to_global(as_global(g, to_p), p, s);
+                      });
+    return out;
+  }
+  Tensor out = local_to_global(t, placement, sbp);
+  record_conversion("ToGlobalBackward", t, out, [placement, s = gradient_sbp(sbp)](const Tensor& g) {
+    return to_local(to_global(as_global(g, placement), placement, s));
+  });
+  return out;
+}
+
+Tensor to_local(const Tensor& global) {
+  const GlobalMeta& m = meta_of(global, "to_local");
+  // A shard of its own, so that the conversion's autograd is not attached
+  // to the global tensor's storage.
+  Tensor out = m.local.defined() ? m.local.detach() : Tensor();
+  record_conversion("ToLocalBackward", global, out,
+                    [p = m.placement, s = m.sbp](const Tensor& g) { return to_global(g, p, s); });
+  return out;
+}
 
 Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp) {
   check_nd_sbp(sbp, placement, full.dim(), "global factory");

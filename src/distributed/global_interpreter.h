@@ -1,9 +1,9 @@
-// The eager global interpreter (Note [SBP signatures] in
-// global_interpreter.cpp). dispatch::apply sends an op here when one of its
-// inputs is a global tensor.
+// The eager global interpreter (global_interpreter.cpp; Note [SBP
+// signatures] in meshflow/distributed/sbp_rules.h). dispatch::apply sends
+// an op here when one of its inputs is a global tensor.
 #pragma once
 
-#include "meshflow/op_def.h"
+#include "meshflow/distributed/sbp_rules.h"
 
 namespace mf::distributed {
 

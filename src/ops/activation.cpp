@@ -2,6 +2,7 @@
 // clamp (scalar and tensor bounds), and the in-place relu_ / clamp_.
 #include <cmath>
 
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
 #include "ops/kernels/cpu/math.h"
@@ -50,6 +51,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_outputs = 0b1,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 // gelu(x) = x Phi(x), Phi the standard normal CDF; "tanh" approximates Phi
@@ -80,6 +82,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{gelu_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs.get_string("approximate"))};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 // gelu_backward(grad, x) = grad * gelu'(x) in one pass:
@@ -128,6 +131,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -145,6 +149,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(ctx.grad_outputs[0], mul(s, add(mul(x, rsub(s, 1.0)), 1.0)))};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -167,6 +172,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{where(gt(ctx.inputs[0], 0), g, mul(g, ctx.attrs.get_float("negative_slope")))};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -191,6 +197,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{where(gt(x, 0), g, mul(g, mul(exp(x), alpha)))};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 // softplus(x) = log(1 + exp(beta x)) / beta, and x where beta x > threshold.
@@ -215,6 +222,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{where(gt(bx, ctx.attrs.get_float("threshold")), g, mul(g, sigmoid(bx)))};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 // --- clamp ------------------------------------------------------------------------------
@@ -255,6 +263,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b1,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 // One tensor bound: kMin gives max(x, bound), else min(x, bound). The
@@ -282,6 +291,7 @@ OpDef clamp_tensor_op(const char* name) {
         return grads;
       },
       .save_inputs = 0b11,
+      .sbp = sbp::elementwise(),
   };
 }
 

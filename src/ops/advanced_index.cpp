@@ -12,6 +12,7 @@
 // non-adjacent advanced indices move their dims to the front. The plan is in
 // logical coordinates, so the same attrs apply to t and to its gradient.
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -120,6 +121,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{
           put_with_plan(zeros(m.sizes, {.dtype = m.dtype, .device = m.device}), ctx.attrs, ctx.grad_outputs[0], {}, false)};
     },
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -147,6 +149,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = kIndexInputsFrom1,
+    .sbp = sbp::broadcast_only(),
 });
 
 // index_put(self, value, indices...): self[plan, indices] = value (+= with
@@ -191,6 +194,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = kIndexInputsFrom2,
     .inplace = true,
+    .sbp = sbp::broadcast_only(),
 });
 
 Attrs plan_only(const Attrs& attrs) { return IndexPlan::from(attrs).attrs(); }

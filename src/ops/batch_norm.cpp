@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/nn.h"
@@ -298,6 +299,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b00011,
     .save_outputs = 0b110,
+    .sbp = sbp::broadcast_only(),
 });
 
 // Inputs (grad, x, mean, invstd, weight); outputs (dx, dweight, dbias),
@@ -314,6 +316,14 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = backward_kernel,
     .differentiable = false,
+    // Channels are normalised on their own: split channels (x dim 1, the
+    // per-channel tensors dim 0) split every output. The forward runs
+    // broadcast: it updates the running statistics in place.
+    .sbp = [](const TensorList&, const std::vector<Shape>&, const Attrs& attrs, int64_t) {
+      const Sbp c = Sbp::split(0), x = Sbp::split(1);
+      const Sbp gx = attrs.get_bool("need_input") ? x : Sbp::broadcast();
+      return std::vector<SbpSignature>{{{x, x, c, c, c}, {gx, c, c}}};
+    },
 });
 
 void check_channel_arg(const char* name, const Tensor& t, int64_t channels) {

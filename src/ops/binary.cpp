@@ -3,6 +3,7 @@
 // dtype.cpp).
 #include <cmath>
 
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
 
@@ -94,6 +95,7 @@ MF_REGISTER_OP(OpDef{
                         ctx.needs_input_grad[1] ? sum_to(g, ctx.input_metas[1].sizes) : Tensor()};
     },
     .inplace = true,
+    .sbp = sbp::elementwise(sbp::Partial::All),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -107,6 +109,7 @@ MF_REGISTER_OP(OpDef{
                         ctx.needs_input_grad[1] ? sum_to(neg(g), ctx.input_metas[1].sizes) : Tensor()};
     },
     .inplace = true,
+    .sbp = sbp::elementwise(sbp::Partial::All),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -127,6 +130,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b11,
     .inplace = true,
+    .sbp = sbp::elementwise(sbp::Partial::One),
 });
 
 // True division of floating tensors (the functional API casts integers).
@@ -155,6 +159,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b11,
     .inplace = true,
+    .sbp = sbp::elementwise(sbp::Partial::One, 0),
 });
 
 // Note [Integer division]: integer division by zero throws (PyTorch raises
@@ -258,6 +263,7 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .backward = zero_grads,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -285,6 +291,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -297,6 +304,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = unary_kernel("neg", [](auto a) { return -a; }),
     .backward = [](const BackwardContext& ctx) { return TensorList{neg(ctx.grad_outputs[0])}; },
     .inplace = true,
+    .sbp = sbp::elementwise(sbp::Partial::All),
 });
 
 const OpDef& op_add() { static const OpDef& op = dispatch::op("add"); return op; }

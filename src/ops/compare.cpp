@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "ops/elementwise_common.h"
+#include "meshflow/distributed/sbp_rules.h"
 
 namespace mf {
 
@@ -31,6 +32,7 @@ OpDef predicate_op(const char* name, F f) {
         });
       },
       .differentiable = false,
+      .sbp = sbp::elementwise(),
   };
 }
 
@@ -59,6 +61,7 @@ OpDef unary_predicate_op(const char* name, F f) {
         });
       },
       .differentiable = false,
+      .sbp = sbp::elementwise(),
   };
 }
 
@@ -101,6 +104,7 @@ OpDef bitwise_op(const char* name, KernelFn kernel) {
       },
       .cpu_kernel = std::move(kernel),
       .differentiable = false,
+      .sbp = sbp::elementwise(),
   };
 }
 
@@ -124,6 +128,7 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .differentiable = false,
+    .sbp = sbp::elementwise(),
 });
 
 // Both operands in their common dtype (a Scalar as a 0-d tensor of it).

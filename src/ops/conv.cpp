@@ -6,6 +6,7 @@
 #include "meshflow/ops/conv.h"
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -97,6 +98,37 @@ TensorList conv_backward_op(const Tensor& gy, const Tensor& x, const Tensor& w, 
   return outs;
 }
 
+// SBP rules. Forward y = conv(x, w) + b: split the batch (x S(0)), the
+// output channels (w and b S(0): y S(1)) or the input channels (x and w
+// S(1): y a partial sum, with b partial so that it is added once). The
+// backward splits the same ways: a split batch gives partial weight and
+// bias gradients, split output channels a partial input gradient. Channel
+// splits need groups == 1 (a shard of the channels is not a set of whole
+// groups). Outputs not asked for (empty) stay broadcast.
+SbpRuleFn conv_sbp(bool backward) {
+  return [backward](const TensorList&, const std::vector<Shape>&, const Attrs& attrs, int64_t) {
+    const Sbp s0 = Sbp::split(0), s1 = Sbp::split(1), b = Sbp::broadcast(), p = Sbp::partial_sum();
+    const bool channels = attrs.get_int("groups") == 1;
+    std::vector<SbpSignature> sigs;
+    if (!backward) {
+      sigs.push_back({{s0, b, b}, {s0}});
+      if (channels) {
+        sigs.push_back({{b, s0, s0}, {s1}});
+        sigs.push_back({{s1, s1, p}, {p}});
+      }
+      return sigs;
+    }
+    const Shape& mask = attrs.get_shape("output_mask");
+    auto outs = [&](Sbp gx, Sbp gw, Sbp gb) { return std::vector<Sbp>{mask[0] ? gx : b, mask[1] ? gw : b, mask[2] ? gb : b}; };
+    sigs.push_back({{s0, s0, b}, outs(s0, p, p)});
+    if (channels) {
+      sigs.push_back({{s1, b, s0}, outs(p, s0, s0)});
+      sigs.push_back({{b, s1, s1}, outs(s1, s1, b)});
+    }
+    return sigs;
+  };
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "conv2d",
     .inputs = {"x", "weight", "bias"},
@@ -113,6 +145,7 @@ MF_REGISTER_OP(OpDef{
                               ctx.attrs);
     },
     .save_inputs = 0b011,
+    .sbp = conv_sbp(false),
 });
 
 // Note [Convolution adjoints]: with y = conv(x, w), the gradients are
@@ -158,6 +191,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b111,
+    .sbp = conv_sbp(true),
 });
 
 }  // namespace

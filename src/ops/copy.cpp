@@ -1,5 +1,6 @@
 // Copies and casts: cast (to), copy_ and clone/contiguous.
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -21,6 +22,7 @@ MF_REGISTER_OP(OpDef{
     .backward = [](const BackwardContext& ctx) {
       return TensorList{to(ctx.grad_outputs[0], ctx.input_metas[0].dtype)};
     },
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -31,6 +33,7 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = copy_kernel,
     .backward = [](const BackwardContext& ctx) { return TensorList{ctx.grad_outputs[0]}; },
+    .sbp = sbp::elementwise(sbp::Partial::All),
 });
 
 // copy_(self, src): src broadcast to self's shape and cast to self's dtype.
@@ -52,6 +55,7 @@ MF_REGISTER_OP(OpDef{
       return grads;  // self is overwritten: no gradient reaches its old value
     },
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 }  // namespace

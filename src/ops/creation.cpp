@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/elementwise_common.h"
@@ -62,6 +63,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = fill_kernel,
     .backward = [](const BackwardContext&) { return TensorList(1); },
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 // --- ranges ------------------------------------------------------------------

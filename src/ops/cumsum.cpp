@@ -1,6 +1,7 @@
 // cumsum: inclusive prefix sums along a dim (or suffix sums, the "reverse"
 // form its backward uses). Floats accumulate in double, 16-bit floats in
 // float and integers in wrapping 64-bit, like PyTorch's CPU kernel.
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/kernels/cpu/loops.h"
 #include "ops/reduce_common.h"
@@ -139,6 +140,7 @@ MF_REGISTER_OP(OpDef{
           op, {ctx.grad_outputs[0]},
           {{"dim", ctx.attrs.get_int("dim")}, {"reverse", !ctx.attrs.get_bool("reverse")}})};
     },
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 }  // namespace

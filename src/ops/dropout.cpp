@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/generator.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/nn.h"
@@ -130,6 +131,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{dropout_backward(ctx.grad_outputs[0], ctx.outputs[1], p < 1 ? 1.0 / (1.0 - p) : 0.0)};
     },
     .save_outputs = 0b10,
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -146,6 +148,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{dropout_backward(ctx.grad_outputs[0], ctx.inputs[1], ctx.attrs.get_float("scale")), Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::elementwise(),
 });
 
 }  // namespace

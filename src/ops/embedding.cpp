@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/nn.h"
@@ -69,6 +70,27 @@ void embedding_backward_kernel(const TensorList& in, TensorList& out, const Attr
   });
 }
 
+// SBP rules: each index looks up its own row, so a split of the indices
+// splits the output; a weight split along the embedding dim splits the
+// output's last dim. Backward: split indices give a partial weight
+// gradient, a split embedding dim a split one.
+std::vector<SbpSignature> embedding_sbp(const TensorList& in, const std::vector<Shape>&, const Attrs&, int64_t) {
+  const int64_t nd = in[1].dim();
+  std::vector<SbpSignature> sigs;
+  for (int64_t d = 0; d < nd; ++d) sigs.push_back({{Sbp::broadcast(), Sbp::split(d)}, {Sbp::split(d)}});
+  sigs.push_back({{Sbp::split(1), Sbp::broadcast()}, {Sbp::split(nd)}});
+  return sigs;
+}
+
+std::vector<SbpSignature> embedding_backward_sbp(const TensorList& in, const std::vector<Shape>&, const Attrs&,
+                                                 int64_t) {
+  const int64_t nd = in[1].dim();
+  std::vector<SbpSignature> sigs;
+  for (int64_t d = 0; d < nd; ++d) sigs.push_back({{Sbp::split(d), Sbp::split(d)}, {Sbp::partial_sum()}});
+  sigs.push_back({{Sbp::split(nd), Sbp::broadcast()}, {Sbp::split(1)}});
+  return sigs;
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "embedding",
     .inputs = {"weight", "indices"},
@@ -88,6 +110,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b10,
+    .sbp = embedding_sbp,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -113,6 +136,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b10,
+    .sbp = embedding_backward_sbp,
 });
 
 }  // namespace

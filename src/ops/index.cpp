@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -53,6 +54,7 @@ MF_REGISTER_OP(OpDef{
                         Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -86,6 +88,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b010,
+    .sbp = sbp::broadcast_only(),
 });
 
 // 0-d tensors index like 1-d tensors of one element.
@@ -161,6 +164,7 @@ MF_REGISTER_OP(OpDef{
                         Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 enum class ScatterMode { Copy, Add, Fill };
@@ -250,6 +254,8 @@ MF_REGISTER_OP(OpDef{
       return TensorList{gather(ctx.grad_outputs[0], ctx.attrs.get_int("dim"), ctx.inputs[1]), Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::independent_of_attr("dim"),
+    .output_shape_attr = "input_sizes",
 });
 
 // The gradient of src: grad gathered at index, zero where src is not read.
@@ -284,6 +290,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b010,
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -295,6 +302,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{scatter(ctx.grad_outputs[0], ctx.attrs.get_int("dim"), ctx.inputs[1], Scalar(0)), Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -311,6 +319,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b010,
+    .sbp = sbp::broadcast_only(),
 });
 
 }  // namespace

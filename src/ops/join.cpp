@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
@@ -116,6 +117,7 @@ MF_REGISTER_OP(OpDef{
       }
       return grads;
     },
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/nn.h"
@@ -183,6 +184,37 @@ void check_no_weight_grad(const BackwardContext& ctx, const char* op) {
   MF_CHECK(!ctx.needs_input_grad[2], Error, op, ": the derivative for 'weight' is not implemented");
 }
 
+// SBP rules. Rows (dim 0 of the scores and of the target) are independent:
+// with reduction "none" the loss rows split, with "sum" the loss and the
+// total weight are partial sums. "mean" divides by the total weight of all
+// rows, so the forward runs broadcast; its backward gets that total as an
+// input (total_weight) and splits rows again.
+std::vector<SbpSignature> class_loss_sbp(const TensorList& in, const std::vector<Shape>& outs, const Attrs& attrs,
+                                         int64_t) {
+  const std::string& reduction = attrs.get_string("reduction");
+  if (reduction == "mean" || in[0].dim() < 2) return {};
+  const Sbp rows = Sbp::split(0);
+  std::vector<Sbp> out{reduction == "none" ? rows : Sbp::partial_sum()};
+  if (outs.size() == 3) out.push_back(rows);  // cross_entropy's log-sum-exp per row
+  out.push_back(Sbp::partial_sum());           // total weight
+  return {{{rows, rows, Sbp::broadcast()}, out}};
+}
+
+// (grad, scores, target, weight, [lse,] total_weight): grad and lse are
+// per row unless the loss was reduced.
+std::vector<SbpSignature> class_loss_backward_sbp(const TensorList& in, const std::vector<Shape>&, const Attrs&,
+                                                  int64_t) {
+  const int64_t rows = in[1].dim() >= 1 ? in[1].size(0) : -1;
+  if (in[2].dim() < 1 || rows < 0) return {};
+  std::vector<Sbp> sbp;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& t = in[i];
+    const bool per_row = i == 1 || i == 2 || (i != 3 && t.defined() && t.dim() >= 1 && t.size(0) == rows);
+    sbp.push_back(per_row ? Sbp::split(0) : Sbp::broadcast());
+  }
+  return {{sbp, {Sbp::split(0)}}};
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "nll_loss",
     .inputs = {"log_probs", "target", "weight"},
@@ -196,6 +228,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b110,
     .save_outputs = 0b10,
+    .sbp = class_loss_sbp,
 });
 
 // Linear in grad: its derivative w.r.t. grad is nll_loss of the incoming
@@ -216,6 +249,12 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b0110,
+    .sbp = [](const TensorList& in, const std::vector<Shape>&, const Attrs&, int64_t) {
+      if (in[1].dim() < 1) return std::vector<SbpSignature>{};
+      const Sbp rows = Sbp::split(0);
+      const Sbp grad = in[0].dim() >= 1 ? rows : Sbp::broadcast();
+      return std::vector<SbpSignature>{{{grad, rows, Sbp::broadcast(), Sbp::broadcast()}, {rows}}};
+    },
 });
 
 // --- cross_entropy -------------------------------------------------------------------
@@ -344,6 +383,10 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = ce_terms_kernel,
     .differentiable = false,
+    .sbp = [](const TensorList& in, const std::vector<Shape>&, const Attrs&, int64_t) {
+      if (in[0].dim() < 1) return std::vector<SbpSignature>{};
+      return std::vector<SbpSignature>{{{Sbp::split(0), Sbp::broadcast()}, {Sbp::split(0), Sbp::split(0)}}};
+    },
 });
 
 // cross_entropy's backward written with ops (twice differentiable), used
@@ -383,6 +426,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b111,
     .save_outputs = 0b110,
+    .sbp = class_loss_sbp,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -393,6 +437,7 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = ce_backward_kernel,
     .differentiable = false,
+    .sbp = class_loss_backward_sbp,
 });
 
 // --- functional ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/nn.h"
@@ -59,6 +60,23 @@ void mse_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// SBP rules: elementwise with reduction "none"; with "sum" each rank sums
+// its part (split along any dim of the broadcast shape) into a partial sum;
+// "mean" divides by the whole count and runs broadcast.
+std::vector<SbpSignature> pointwise_loss_sbp(const TensorList& in, const std::vector<Shape>& outs, const Attrs& attrs,
+                                             int64_t parts) {
+  static const SbpRuleFn each = sbp::elementwise();
+  const std::string& reduction = attrs.get_string("reduction");
+  if (reduction == "none") return each(in, outs, attrs, parts);
+  if (reduction == "mean") return {};
+  Shape shape = in[0].sizes();
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i].defined()) shape = broadcast_shapes(shape, in[i].sizes());
+  std::vector<SbpSignature> sigs = each(in, {shape}, attrs, parts);
+  for (SbpSignature& s : sigs) s.outputs = {Sbp::partial_sum()};
+  return sigs;
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "mse_loss",
     .inputs = {"input", "target"},
@@ -84,6 +102,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .sbp = pointwise_loss_sbp,
 });
 
 // --- binary_cross_entropy_with_logits ------------------------------------------------
@@ -192,6 +211,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b1111,
+    .sbp = sbp::elementwise(),
 });
 
 Tensor reduce_loss(const Tensor& loss, Reduction r) {

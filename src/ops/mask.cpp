@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
 #include "ops/kernels/cpu/index_kernels.h"
@@ -105,6 +106,8 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .differentiable = false,
+    .sbp = sbp::broadcast_only(),
+    .shape_depends_on_data = true,
 });
 
 void check_mask(const char* op, const Tensor& x, const Tensor& mask) {
@@ -144,6 +147,8 @@ MF_REGISTER_OP(OpDef{
       return TensorList{masked_select_backward(ctx.grad_outputs[0], ctx.inputs[1]), Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::broadcast_only(),
+    .shape_depends_on_data = true,
 });
 
 // Zeros of the mask's shape with grad's values, in order, where mask is true.
@@ -183,6 +188,8 @@ MF_REGISTER_OP(OpDef{
       return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0], ctx.inputs[1]}), Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::broadcast_only(),
+    .shape_depends_on_data = true,
 });
 
 Tensor masked_select_backward(const Tensor& grad, const Tensor& mask) {

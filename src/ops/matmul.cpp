@@ -3,6 +3,7 @@
 // broadcast batch dims, both operands at least 2-d) and "addmm"
 // (beta * t + alpha * a @ b); 1-d operands become matrices through views, so
 // their gradients come from the views' backward. Kernels: kernels/cpu/gemm.cpp.
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/linalg.h"
 
 #include "meshflow/dispatch.h"
@@ -119,6 +120,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) { cpu::matmul(in[0], in[1], out[0]); },
     .backward = [](const BackwardContext& ctx) { return matmul_grads(ctx, ctx.inputs[0], ctx.inputs[1], 0, 1, 1); },
     .save_inputs = 0b11,
+    .sbp = sbp::matmul(false),
 });
 
 // beta * t + alpha * (a @ b); t broadcasts to the product's shape.
@@ -148,6 +150,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b110,
+    .sbp = sbp::matmul(true),
 });
 
 void check_scalars(const char* op, DType dtype, Scalar beta, Scalar alpha) {

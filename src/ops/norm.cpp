@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/nn.h"
@@ -320,6 +321,28 @@ TensorList norm_backward(const BackwardContext& ctx, const OpDef& backward_op) {
           ctx.needs_input_grad[2] ? g[2] : Tensor()};
 }
 
+// SBP rules: rows are normalised on their own, so a split of a dim before
+// the normalised ones (group_norm: the batch dim) splits the output and the
+// statistics; the weight and bias gradients of split rows are partial sums.
+// Outputs not asked for (empty) stay broadcast.
+SbpRuleFn norm_sbp(bool backward) {
+  return [backward](const TensorList& in, const std::vector<Shape>&, const Attrs& attrs, int64_t) {
+    const Tensor& x = in[backward ? 1 : 0];
+    const int64_t free = attrs.has("num_groups") ? 1 : x.dim() - attrs.get_int("normalized_ndim");
+    std::vector<SbpSignature> sigs;
+    for (int64_t d = 0; d < free; ++d) {
+      const Sbp s = Sbp::split(d);
+      if (!backward) {
+        sigs.push_back({{s, Sbp::broadcast(), Sbp::broadcast()}, {s, s, s}});
+      } else {
+        const Sbp gx = attrs.get_bool("need_input") ? s : Sbp::broadcast();
+        sigs.push_back({{s, s, s, s, Sbp::broadcast()}, {gx, Sbp::partial_sum(), Sbp::partial_sum()}});
+      }
+    }
+    return sigs;
+  };
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "layer_norm",
     .inputs = {"input", "weight", "bias"},
@@ -331,6 +354,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b011,
     .save_outputs = 0b110,
+    .sbp = norm_sbp(false),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -339,6 +363,7 @@ MF_REGISTER_OP(OpDef{
     .infer = infer_backward,
     .cpu_kernel = backward_kernel,
     .differentiable = false,
+    .sbp = norm_sbp(true),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -352,6 +377,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b011,
     .save_outputs = 0b110,
+    .sbp = norm_sbp(false),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -360,6 +386,7 @@ MF_REGISTER_OP(OpDef{
     .infer = infer_backward,
     .cpu_kernel = backward_kernel,
     .differentiable = false,
+    .sbp = norm_sbp(true),
 });
 
 // weight/bias checked against `expected` and cast to x's dtype.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/shape.h"
 #include "ops/kernels/cpu/pool.h"
@@ -114,6 +115,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{max_scatter(ctx.grad_outputs[0], ctx.outputs[1], ctx.input_metas[0].sizes)};
     },
     .save_outputs = 0b10,
+    .sbp = sbp::leading_dims(2),
 });
 
 // grad_x = grad_y scattered (summed) to the max positions.
@@ -128,6 +130,8 @@ MF_REGISTER_OP(OpDef{
       return TensorList{max_gather(ctx.grad_outputs[0], ctx.inputs[1]), Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::leading_dims(2),
+    .output_shape_attr = "input_sizes",
 });
 
 MF_REGISTER_OP(OpDef{
@@ -141,6 +145,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{max_scatter(ctx.grad_outputs[0], ctx.inputs[1], ctx.input_metas[0].sizes), Tensor()};
     },
     .save_inputs = 0b10,
+    .sbp = sbp::leading_dims(2),
 });
 
 // --- avg_pool2d -----------------------------------------------------------------------
@@ -166,6 +171,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{
           dispatch::apply_one(op, {ctx.grad_outputs[0]}, with_input_sizes(ctx.attrs, ctx.input_metas[0].sizes))};
     },
+    .sbp = sbp::leading_dims(2),
 });
 
 // The adjoint of avg_pool2d (it is linear, so this is its gradient).
@@ -177,6 +183,8 @@ MF_REGISTER_OP(OpDef{
       cpu::avg_pool2d_backward(in[0], out[0], params_of(attrs));
     },
     .backward = [](const BackwardContext& ctx) { return TensorList{avg_pool_op(ctx.grad_outputs[0], ctx.attrs)}; },
+    .sbp = sbp::leading_dims(2),
+    .output_shape_attr = "input_sizes",
 });
 
 // --- adaptive_avg_pool2d ----------------------------------------------------------------
@@ -203,6 +211,7 @@ MF_REGISTER_OP(OpDef{
       static const OpDef& op = dispatch::op("adaptive_avg_pool2d_backward");
       return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0]}, {{"input_sizes", ctx.input_metas[0].sizes}})};
     },
+    .sbp = sbp::leading_dims(2),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -216,6 +225,8 @@ MF_REGISTER_OP(OpDef{
       const Tensor& g = ctx.grad_outputs[0];
       return TensorList{adaptive_op(g, {ctx.input_metas[0].sizes[2], ctx.input_metas[0].sizes[3]})};
     },
+    .sbp = sbp::leading_dims(2),
+    .output_shape_attr = "input_sizes",
 });
 
 // Runs a pooling function on a 3-d (C, H, W) input as a batch of one.

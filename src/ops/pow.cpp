@@ -2,6 +2,7 @@
 // tensor ** scalar, scalar ** tensor), minimum, maximum, atan2.
 #include <cmath>
 
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
 #include "ops/kernels/cpu/math.h"
@@ -63,6 +64,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b11,
     .save_outputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 // x ** e for floating x with common exponents turned into cheaper forms (as
@@ -114,6 +116,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(g, mul(power, e))};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 // Elementwise max / min; NaN wins, like PyTorch. Gradients split evenly on
@@ -160,6 +163,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = extremum_kernel<true>,
     .backward = extremum_backward<true>,
     .save_inputs = 0b11,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -169,6 +173,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = extremum_kernel<false>,
     .backward = extremum_backward<false>,
     .save_inputs = 0b11,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -191,6 +196,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .sbp = sbp::elementwise(),
 });
 
 }  // namespace

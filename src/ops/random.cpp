@@ -18,6 +18,7 @@
 #include <numbers>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/generator.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
@@ -167,6 +168,7 @@ MF_REGISTER_OP(OpDef{
     },
     .backward = no_gradient,
     .inplace = true,
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -184,6 +186,7 @@ MF_REGISTER_OP(OpDef{
     },
     .backward = no_gradient,
     .inplace = true,
+    .sbp = sbp::broadcast_only(),
 });
 
 // Integers in [low, high): one word per element when the range fits in 32
@@ -210,6 +213,7 @@ MF_REGISTER_OP(OpDef{
     },
     .backward = no_gradient,
     .inplace = true,
+    .sbp = sbp::broadcast_only(),
 });
 
 // Elements per counter of a bernoulli draw into dtype: a double uniform for
@@ -239,6 +243,7 @@ MF_REGISTER_OP(OpDef{
     },
     .backward = no_gradient,
     .inplace = true,
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -269,6 +274,7 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .differentiable = false,
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{

@@ -1,8 +1,10 @@
 // Rearranging copies: tril, triu, flip, roll, pad, repeat,
 // repeat_interleave, one_hot.
 #include <cstring>
+#include <numeric>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
@@ -50,6 +52,7 @@ MF_REGISTER_OP(OpDef{
       const int64_t diagonal = ctx.attrs.get_int("diagonal");
       return TensorList{ctx.attrs.get_bool("upper") ? triu(g, diagonal) : tril(g, diagonal)};
     },
+    .sbp = sbp::independent([](const TensorList&, const Attrs&) { return std::vector<int64_t>{-2, -1}; }),
 });
 
 // --- flip / roll ----------------------------------------------------------------------
@@ -73,6 +76,7 @@ MF_REGISTER_OP(OpDef{
     .backward = [](const BackwardContext& ctx) {
       return TensorList{flip(ctx.grad_outputs[0], ctx.attrs.get_shape("dims"))};
     },
+    .sbp = sbp::independent_of_attr("dims"),
 });
 
 // out[(i + shift) mod n] = in[i] along each rolled dim: 2^k block copies.
@@ -112,6 +116,14 @@ MF_REGISTER_OP(OpDef{
       for (size_t j = 0; j < dims.size(); ++j) shifts[j] = -shifts[j];
       return TensorList{roll(ctx.grad_outputs[0], shifts, dims)};
     },
+    // Without dims, roll shifts the flattened tensor: every dim is coupled.
+    .sbp = sbp::independent([](const TensorList& in, const Attrs& attrs) {
+      const Shape& dims = attrs.get_shape("dims");
+      if (!dims.empty()) return std::vector<int64_t>(dims.begin(), dims.end());
+      std::vector<int64_t> all(size_t(in[0].dim()));
+      std::iota(all.begin(), all.end(), int64_t(0));
+      return all;
+    }),
 });
 
 // --- pad --------------------------------------------------------------------------------
@@ -169,6 +181,12 @@ MF_REGISTER_OP(OpDef{
       for (auto& p : pads) p = -p;
       return TensorList{pad(ctx.grad_outputs[0], pads, 0.0)};
     },
+    // "pad" holds (before, after) pairs from the last dim backwards.
+    .sbp = sbp::independent([](const TensorList&, const Attrs& attrs) {
+      std::vector<int64_t> padded;
+      for (size_t i = 0; i < attrs.get_shape("pad").size() / 2; ++i) padded.push_back(-1 - int64_t(i));
+      return padded;
+    }),
 });
 
 // --- one_hot ---------------------------------------------------------------------------
@@ -209,6 +227,12 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .differentiable = false,
+    // Each index's row is its own: a split index dim splits the output.
+    .sbp = [](const TensorList& in, const std::vector<Shape>&, const Attrs&, int64_t) {
+      std::vector<SbpSignature> sigs;
+      for (int64_t d = 0; d < in[0].dim(); ++d) sigs.push_back({{Sbp::split(d)}, {Sbp::split(d)}});
+      return sigs;
+    },
 });
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Sum-like reductions: sum, mean, prod, all, any, sum_to.
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/kernels/cpu/reduce.h"
@@ -61,6 +62,7 @@ MF_REGISTER_OP(OpDef{
       Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), int64_t(m.sizes.size()), "sum");
       return TensorList{expand_reduced_grad(ctx.grad_outputs[0], m.sizes, dims, ctx.attrs.get_bool("keepdim"))};
     },
+    .sbp = sbp::reduce(true, true),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -87,6 +89,7 @@ MF_REGISTER_OP(OpDef{
       Tensor g = div(ctx.grad_outputs[0], Scalar(double(reduced_count(m.sizes, dims))));
       return TensorList{expand_reduced_grad(g, m.sizes, dims, ctx.attrs.get_bool("keepdim"))};
     },
+    .sbp = sbp::reduce(false, true),
 });
 
 // Note [prod backward with zeros]: d prod / d x_i is the product of the
@@ -130,6 +133,7 @@ MF_REGISTER_OP(OpDef{
                                       ctx.attrs.get_bool("keepdim"))};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::reduce(false, false),
 });
 
 template <bool kAll>
@@ -157,6 +161,7 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = logical_kernel<true>,
     .differentiable = false,
+    .sbp = sbp::reduce(false, false),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -167,6 +172,7 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = logical_kernel<false>,
     .differentiable = false,
+    .sbp = sbp::reduce(false, false),
 });
 
 Shape optional_dim(std::optional<int64_t> dim) { return dim ? Shape{*dim} : Shape{}; }

@@ -1,6 +1,7 @@
 // Extremum reductions: amax, amin, max/min (over all, or over a dim with
 // indices), argmax, argmin. NaN propagates: it beats every number, and the
 // index of the first NaN is reported, as in PyTorch.
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/kernels/cpu/loops.h"
@@ -56,6 +57,7 @@ OpDef extremum_op(const char* name) {
       },
       .save_inputs = 0b1,
       .save_outputs = 0b1,
+      .sbp = sbp::reduce(false, false),
   };
 }
 
@@ -118,6 +120,7 @@ OpDef dim_extremum_op(const char* name, const char* error_name) {
             dim_extremum_backward(ctx.grad_outputs[0], ctx.outputs[1], m, dim, ctx.attrs.get_bool("keepdim"))};
       },
       .save_outputs = 0b10,
+      .sbp = sbp::reduce(false, false),
   };
 }
 
@@ -164,6 +167,7 @@ OpDef arg_op(const char* name) {
         argmax_kernel<kMax>(name, in, out, attrs);
       },
       .differentiable = false,
+      .sbp = sbp::reduce(false, false),
   };
 }
 

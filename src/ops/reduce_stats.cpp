@@ -3,6 +3,7 @@
 // it), which keeps them accurate without Welford's serial dependency.
 #include <cmath>
 
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/reduce_common.h"
@@ -118,6 +119,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{var_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs, "var")};
     },
     .save_inputs = 0b1,
+    .sbp = sbp::reduce(false, false),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -132,6 +134,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b1,
     .save_outputs = 0b1,
+    .sbp = sbp::reduce(false, false),
 });
 
 // --- norm -----------------------------------------------------------------------------
@@ -210,6 +213,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b1,
     .save_outputs = 0b1,
+    .sbp = sbp::reduce(false, false),
 });
 
 // --- logsumexp ------------------------------------------------------------------------
@@ -247,6 +251,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b1,
     .save_outputs = 0b1,
+    .sbp = sbp::reduce(false, false),
 });
 
 }  // namespace

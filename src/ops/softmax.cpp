@@ -9,6 +9,7 @@
 // Every kernel is two passes over the data for the statistics (max, then
 // the exp-sum) and one to write; 16-bit floats compute in float.
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/nn.h"
@@ -261,6 +262,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{softmax_backward(ctx.grad_outputs[0], ctx.outputs[0], ctx.attrs.get_int("dim"))};
     },
     .save_outputs = 0b1,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -272,6 +274,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{log_softmax_backward(ctx.grad_outputs[0], ctx.outputs[0], ctx.attrs.get_int("dim"))};
     },
     .save_outputs = 0b1,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 // The backward ops are differentiable (double backward), written with ops.
@@ -297,6 +300,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 // With p = exp(y) and S = sum(g) over dim, dx = g - p * S:
@@ -319,6 +323,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/kernels/cpu/index_kernels.h"
@@ -97,6 +98,7 @@ MF_REGISTER_OP(OpDef{
     },
     .backward = [](const BackwardContext& ctx) { return TensorList{scatter_to_indices(ctx)}; },
     .save_outputs = 0b10,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -124,6 +126,7 @@ MF_REGISTER_OP(OpDef{
     },
     .backward = [](const BackwardContext& ctx) { return TensorList{scatter_to_indices(ctx)}; },
     .save_outputs = 0b10,
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 ValuesIndices as_pair(TensorList outs) { return {std::move(outs[0]), std::move(outs[1])}; }

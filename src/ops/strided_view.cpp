@@ -1,5 +1,6 @@
 // Views with computed strides: as_strided and diagonal.
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/kernels/cpu/index_kernels.h"
@@ -43,6 +44,7 @@ MF_REGISTER_OP(OpDef{
       attrs.set("input_sizes", ctx.input_metas[0].sizes);
       return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0]}, attrs)};
     },
+    .sbp = sbp::broadcast_only(),
 });
 
 // Zeros of input_sizes with the diagonal set from grad.
@@ -64,6 +66,7 @@ MF_REGISTER_OP(OpDef{
       const Attrs& a = ctx.attrs;
       return TensorList{diagonal(ctx.grad_outputs[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"))};
     },
+    .sbp = sbp::broadcast_only(),
 });
 
 // --- as_strided ------------------------------------------------------------------------------
@@ -158,6 +161,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{as_strided_scatter_gather(ctx.grad_outputs[0], geometry(a, "dst"), geometry(a, "src"),
                                                   !a.get_bool("divide_by_dst"))};
     },
+    .sbp = sbp::broadcast_only(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -175,6 +179,7 @@ MF_REGISTER_OP(OpDef{
       Geometry input{ctx.input_metas[0].sizes, a.get_shape("input_strides"), a.get_int("input_offset")};
       return TensorList{as_strided_scatter_gather(ctx.grad_outputs[0], out, input, true)};
     },
+    .sbp = sbp::broadcast_only(),
 });
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Selection and three-operand ops: where, masked_fill, lerp, addcmul, addcdiv.
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
 
@@ -58,6 +59,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b1,
+    .sbp = sbp::elementwise(),
 });
 
 // --- masked_fill(input, mask, value) ---------------------------------------------------
@@ -93,6 +95,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b10,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 // --- lerp(start, end, weight) ----------------------------------------------------------
@@ -128,6 +131,7 @@ MF_REGISTER_OP(OpDef{
       if (ctx.needs_input_grad[1]) grads[1] = sum_to(mul(g, w), ctx.input_metas[1].sizes);
       return grads;
     },
+    .sbp = sbp::elementwise(),
 });
 
 // --- addcmul / addcdiv: input + value * t1 (* or /) t2 --------------------------------
@@ -170,6 +174,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b110,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -190,6 +195,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b110,
+    .sbp = sbp::elementwise(),
 });
 
 Tensor apply_addc(const OpDef& op, const Tensor& t, const Tensor& a, const Tensor& b, Scalar value) {

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -72,6 +73,69 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
 
 Tensor reshape_grad(const BackwardContext& ctx) { return reshape(ctx.grad_outputs[0], ctx.input_metas[0].sizes); }
 
+// SBP rules (Note [SBP signatures]). view(size): a split dim stays split
+// where the output has a dim that starts at the same offset (the product of
+// the dims before it) and either has the same size, or merges this dim with
+// the ones after it, or is the first of the dims this one unfolds into, when
+// the split divides evenly (each rank's part then stays one balanced block,
+// as when linear folds (N, T, E) into (N * T, E) and back).
+std::vector<SbpSignature> view_sbp(const TensorList& in, const std::vector<Shape>& outs, const Attrs&, int64_t parts) {
+  const Shape& from = in[0].shape();
+  const Shape& to = outs[0];
+  std::vector<SbpSignature> sigs;
+  int64_t before_in = 1;
+  for (size_t d = 0; d < from.size(); ++d) {
+    int64_t before_out = 1;
+    for (size_t e = 0; e < to.size(); ++e) {
+      if (before_out == before_in && from[d] > 1) {
+        int64_t merged = 1;
+        size_t last = d;
+        while (last < from.size() && merged * from[last] <= to[e] && to[e] % (merged * from[last]) == 0) {
+          merged *= from[last++];
+          if (merged == to[e]) break;
+        }
+        int64_t unfolded = 1;
+        for (size_t f = e; f < to.size() && unfolded < from[d]; ++f) unfolded *= to[f];
+        const bool same = to[e] == from[d];
+        const bool merges = last > d && merged == to[e] && from[d] % parts == 0;
+        const bool unfolds = unfolded == from[d] && to[e] % parts == 0;
+        if (same || merges || unfolds) sigs.push_back({{Sbp::split(int64_t(d))}, {Sbp::split(int64_t(e))}});
+        break;
+      }
+      before_out *= to[e];
+    }
+    before_in *= from[d];
+  }
+  sigs.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return sigs;
+}
+
+// permute(dims): a split follows its dim.
+std::vector<SbpSignature> permute_sbp(const TensorList& in, const std::vector<Shape>&, const Attrs& attrs, int64_t) {
+  const Shape& perm = attrs.get_shape("dims");
+  std::vector<SbpSignature> sigs;
+  for (size_t out_d = 0; out_d < perm.size(); ++out_d) {
+    const int64_t d = perm[out_d] < 0 ? perm[out_d] + in[0].dim() : perm[out_d];
+    sigs.push_back({{Sbp::split(d)}, {Sbp::split(int64_t(out_d))}});
+  }
+  sigs.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return sigs;
+}
+
+// expand(size): dims that are not expanded keep their split; a partial sum
+// stays one (each rank expands its part).
+std::vector<SbpSignature> expand_sbp(const TensorList& in, const std::vector<Shape>& outs, const Attrs&, int64_t) {
+  const Tensor& x = in[0];
+  const int64_t nd = int64_t(outs[0].size());
+  std::vector<SbpSignature> sigs;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t e = d + (nd - x.dim());
+    if (x.size(d) == outs[0][size_t(e)] && x.size(d) > 1) sigs.push_back({{Sbp::split(d)}, {Sbp::split(e)}});
+  }
+  sigs.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return sigs;
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "view",
     .inputs = {"input"},
@@ -88,6 +152,8 @@ MF_REGISTER_OP(OpDef{
       return TensorList{make_view(t, size, *strides, t.storage_offset())};
     },
     .backward = [](const BackwardContext& ctx) { return TensorList{reshape_grad(ctx)}; },
+    .sbp = view_sbp,
+    .output_shape_attr = "size",
 });
 
 MF_REGISTER_OP(OpDef{
@@ -122,6 +188,7 @@ MF_REGISTER_OP(OpDef{
       for (int64_t i = 0; i < n; ++i) inverse[size_t(wrap_dim(dims[i], n, "permute"))] = i;
       return TensorList{permute(ctx.grad_outputs[0], inverse)};
     },
+    .sbp = permute_sbp,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -157,6 +224,8 @@ MF_REGISTER_OP(OpDef{
     .backward = [](const BackwardContext& ctx) {
       return TensorList{sum_to(ctx.grad_outputs[0], ctx.input_metas[0].sizes)};
     },
+    .sbp = expand_sbp,
+    .output_shape_attr = "size",
 });
 
 // Gradient of a strided slice: zeros with the slice filled from grad.
@@ -181,6 +250,8 @@ MF_REGISTER_OP(OpDef{
       int64_t len = ctx.input_metas[0].sizes[size_t(a.get_int("dim"))];
       return TensorList{slice(ctx.grad_outputs[0], a.get_int("dim"), start, start + len * step, step)};
     },
+    .sbp = sbp::independent_of_attr("dim"),
+    .output_shape_attr = "input_sizes",
 });
 
 MF_REGISTER_OP(OpDef{
@@ -206,6 +277,7 @@ MF_REGISTER_OP(OpDef{
                                             {{"input_sizes", ctx.input_metas[0].sizes}, {"dim", a.get_int("dim")},
                                              {"start", a.get_int("start")}, {"step", a.get_int("step")}})};
     },
+    .sbp = sbp::independent_of_attr("dim"),
 });
 
 }  // namespace

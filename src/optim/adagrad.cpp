@@ -1,5 +1,6 @@
 // Adagrad: the fused "adagrad_update" op and torch.optim.Adagrad (PyTorch
 // 1.13, _single_tensor_adagrad, dense gradients).
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
@@ -62,6 +63,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = adagrad_kernel,
     .differentiable = false,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 }  // namespace

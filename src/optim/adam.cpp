@@ -2,6 +2,7 @@
 // torch.optim.Adam / AdamW (PyTorch 1.13, _single_tensor_adam(w)).
 #include <cmath>
 
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
@@ -104,6 +105,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = adam_kernel<false>,
     .differentiable = false,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 MF_REGISTER_OP(OpDef{
@@ -113,6 +115,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = adam_kernel<true>,
     .differentiable = false,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 void run_adam(const char* name, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

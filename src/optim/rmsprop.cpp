@@ -1,5 +1,6 @@
 // RMSprop: the fused "rmsprop_update" op and torch.optim.RMSprop (PyTorch
 // 1.13, _single_tensor_rmsprop).
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
@@ -86,6 +87,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = rmsprop_kernel,
     .differentiable = false,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 }  // namespace

@@ -1,5 +1,6 @@
 // SGD: the fused "sgd_update" op and torch.optim.SGD (PyTorch 1.13,
 // _single_tensor_sgd).
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
@@ -76,6 +77,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = sgd_kernel,
     .differentiable = false,
     .inplace = true,
+    .sbp = sbp::elementwise(),
 });
 
 }  // namespace

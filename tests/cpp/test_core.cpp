@@ -185,6 +185,23 @@ TEST(Autograd, HooksAndRetainGrad) {
   expect_values(x.grad(), {2, 2});
 }
 
+TEST(Autograd, PostAccumulateHooksAndCallbacksRunInOrder) {
+  Tensor x = from_vector({1, 2}, {2}).requires_grad_();
+  Tensor w = from_vector({3, 4}, {2}).requires_grad_();
+  std::vector<std::string> events;
+  x.register_post_accumulate_grad_hook([&](const Tensor& leaf) {
+    events.push_back("x");
+    expect_values(leaf.grad(), {3, 4});
+    autograd::queue_callback([&] { events.push_back("end"); });
+  });
+  w.register_post_accumulate_grad_hook([&](const Tensor&) { events.push_back("w"); });
+  sum(mul(x, w)).backward();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events.back(), "end");  // after every node of the pass
+  EXPECT_THROW(autograd::queue_callback([] {}), Error);  // no pass is running
+  EXPECT_THROW(mul(x, 2.0).register_post_accumulate_grad_hook([](const Tensor&) {}), Error);
+}
+
 TEST(Autograd, HooksMayNotChangeTheGradientsShapeOrDType) {
   Tensor x = from_vector({1, 2}, {2}).requires_grad_();
   x.register_hook([](const Tensor&) { return ones({3}); });

@@ -615,6 +615,7 @@ NOT_OPS = {
     "Tensor.size", "Tensor.stride", "Tensor.dim", "Tensor.ndimension", "Tensor.numel", "Tensor.nelement",
     "Tensor.storage_offset", "Tensor.is_contiguous", "Tensor.is_floating_point", "Tensor.element_size",
     "Tensor.data_ptr", "Tensor.item", "Tensor.tolist", "Tensor.numpy", "Tensor.backward", "Tensor.register_hook",
+    "Tensor.register_post_accumulate_grad_hook",
     "Tensor.retain_grad", "Tensor.requires_grad_", "Tensor.new_zeros", "Tensor.new_ones", "Tensor.new_empty",
     "Tensor.new_full", "Tensor.new_tensor",
     # properties

@@ -32,6 +32,7 @@ SCRIPTS_AND_MARKERS = {
     "global_ops.py": "layouts OK",             # ops and backward equal one process
     "data_parallel.py": "data parallel OK",    # MLP data-parallel equals one process
     "tensor_parallel.py": "tensor parallel OK",  # TP / DP / 2-D blocks equal one process
+    "ddp.py": "ddp OK",                        # DistributedDataParallel equals one process
 }
 
 
@@ -40,6 +41,13 @@ SCRIPTS_AND_MARKERS = {
 @pytest.mark.parametrize("script", sorted(SCRIPTS_AND_MARKERS))
 def test_distributed_script_equals_one_process(script, ranks):
     assert mpirun(ranks, script).count(SCRIPTS_AND_MARKERS[script]) == ranks
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks,mesh", [(2, "1d"), (4, "1d"), (4, "2x2")])
+def test_every_sbp_signature_of_every_op_equals_one_process(ranks, mesh):
+    out = mpirun(ranks, "sbp_matrix.py", "--mesh", mesh, timeout=900)
+    assert out.count("signatures OK") == ranks, out[-2000:]
 
 
 def test_placement_and_sbp_values():

@@ -590,6 +590,22 @@ def test_hooks():
         assert seen == [[6.0, 6.0]] and x.grad.tolist() == [30.0, 30.0]
 
 
+def test_post_accumulate_grad_hook():
+    # torch >= 2.1's Tensor.register_post_accumulate_grad_hook: runs with the
+    # leaf after its .grad was updated, once per backward.
+    x = mf.tensor([1.0, 2.0], requires_grad=True)
+    seen = []
+    handle = x.register_post_accumulate_grad_hook(lambda leaf: seen.append(leaf.grad.tolist()))
+    (x * 3).sum().backward()
+    (x * x).sum().backward()
+    assert seen == [[3.0, 3.0], [5.0, 7.0]]
+    handle.remove()
+    (x * 3).sum().backward()
+    assert len(seen) == 2
+    with pytest.raises(RuntimeError, match="leaf"):
+        (x * 2).register_post_accumulate_grad_hook(lambda leaf: None)
+
+
 def test_hook_errors_propagate():
     x = mf.ones(2, requires_grad=True)
 

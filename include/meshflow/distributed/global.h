@@ -6,9 +6,8 @@
 // sizes are the global shape (it holds no data), and `local` is this rank's
 // shard (undefined on ranks outside the placement). Conversions between
 // layouts run boxing (boxing.h) and are collective over the ranks involved.
-// Eager ops on global tensors and their autograd are not built yet: dispatch
-// refuses a global input with a clear error, and the conversions below
-// refuse a tensor that requires grad.
+// Ops on global tensors run through the global interpreter
+// (src/distributed/global_interpreter.cpp), recording autograd as usual.
 #pragma once
 
 #include <optional>
@@ -34,6 +33,11 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
 Tensor global_to_global(const Tensor& global, const Placement& placement, const NdSbp& sbp);
 // This rank's shard (undefined outside the placement).
 Tensor global_to_local(const Tensor& global);
+// The three above record no autograd; these do (Note [Conversion
+// gradients] in global.cpp): Tensor.to_global (from a local or a global
+// tensor) and Tensor.to_local.
+Tensor to_global(const Tensor& t, const Placement& placement, const NdSbp& sbp);
+Tensor to_local(const Tensor& global);
 
 // A global tensor holding `full` (the same value on every rank) laid out by
 // sbp: each rank keeps its slice; partial_sum keeps the value on the first

@@ -1,7 +1,7 @@
 """meshflow.nn: modules and layers (C++ mf::nn), Parameter, init, functional
 and utils, with torch.nn's names and signatures."""
 from meshflow._C import _modules
-from meshflow.nn import functional, init, utils
+from meshflow.nn import functional, init, parallel, utils
 from meshflow.nn.parameter import Parameter
 
 _LAYERS = [
@@ -17,4 +17,4 @@ for _name in _LAYERS:
     globals()[_name] = _cls
 del _name, _cls
 
-__all__ = ["functional", "init", "utils", "Parameter"] + _LAYERS
+__all__ = ["functional", "init", "parallel", "utils", "Parameter"] + _LAYERS

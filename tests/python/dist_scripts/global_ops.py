@@ -51,6 +51,50 @@ for p in meshes:
             np.testing.assert_allclose(whole(g.grad, p), ref.grad.numpy(), rtol=1e-12, atol=1e-12)
         checked += 1
 
+# Autograd through the conversions (Note [Conversion gradients]) and through
+# in-place ops on global tensors.
+mesh = meshes[0]
+full = np.arange(2.0 * world * 3).reshape(2 * world, 3)
+mine = mf.tensor(full[2 * rank:2 * rank + 2]).requires_grad_()   # this rank's shard
+g = mine.to_global(placement=mesh, sbp=S(0))
+assert g.requires_grad and g.grad_fn is not None
+(g * g).sum().backward()
+np.testing.assert_allclose(mine.grad.numpy(), 2 * full[2 * rank:2 * rank + 2])
+
+x = mf.tensor(full, placement=mesh, sbp=B).requires_grad_()
+weights = mf.tensor(full + 1.0)
+(x.to_global(sbp=S(1)) * weights).sum().backward()
+assert x.grad.sbp == (B,)
+np.testing.assert_allclose(whole(x.grad, mesh), full + 1.0)
+
+x = mf.tensor(full, placement=mesh, sbp=S(0)).requires_grad_()
+local = x.to_local()
+(local * local).sum().backward()
+assert x.grad.sbp == (S(0),)
+np.testing.assert_allclose(whole(x.grad, mesh), 2 * full)
+
+x = mf.tensor(full, placement=mesh, sbp=S(0)).requires_grad_()
+y = x * 1.0
+y.mul_(mf.tensor(full, placement=mesh, sbp=B))
+y.add_(2.0)
+(y * 3.0).sum().backward()
+np.testing.assert_allclose(whole(x.grad, mesh), 3 * full)
+checked += 1
+
+# Bad input: a clear error on every rank, no hang.
+m = mf.tensor(np.ones((3, 4)), placement=mesh, sbp=S(0))
+for bad, error, text in [
+        (lambda: mf.matmul(m, mf.tensor(np.ones((5, 2)), placement=mesh, sbp=B)), RuntimeError, "matmul"),
+        (lambda: m.to_global(sbp=S(2)), (IndexError, ValueError), "split"),
+        (lambda: m.sum(dim=3), IndexError, "dim"),
+]:
+    try:
+        bad()
+    except error as err:
+        assert text in str(err), str(err)
+    else:
+        raise AssertionError(f"no error ({text})")
+
 # Inputs on different placements: a clear error on every rank.
 if world >= 2:
     a = mf.ones(4, placement=mf.placement("cpu", [0]), sbp=B)

@@ -1,0 +1,230 @@
+// GradientReducer: Note [Gradient buckets] in meshflow/distributed/reducer.h.
+#include "meshflow/distributed/reducer.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "meshflow/autograd.h"
+#include "meshflow/error.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
+
+namespace mf::distributed {
+namespace {
+
+// One thread that runs submitted jobs in order (the all-reduces).
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  std::future<void> submit(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    std::future<void> done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        task = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct Bucket {
+  std::vector<size_t> params;
+  std::vector<int64_t> offsets;  // of each parameter in buffer
+  Tensor buffer;                 // flat, the parameters' dtype
+  size_t pending = 0;            // parameters not yet copied in this pass
+  std::future<void> reduced;
+};
+
+}  // namespace
+
+struct GradientReducer::State {
+  TensorList params;
+  Communicator* comm = nullptr;
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;  // per parameter
+  std::vector<bool> ready;        // per parameter, this pass
+  std::vector<int> hooks;
+  bool sync = true;
+  bool in_pass = false;
+  size_t next_launch = 0;
+  std::unique_ptr<Worker> worker;
+
+  void start_pass() {
+    in_pass = true;
+    next_launch = 0;
+    std::fill(ready.begin(), ready.end(), false);
+    for (Bucket& b : buckets) b.pending = b.params.size();
+  }
+
+  void fill(size_t i, const Tensor& grad) {
+    Bucket& b = buckets[bucket_of[i]];
+    const size_t k = size_t(std::find(b.params.begin(), b.params.end(), i) - b.params.begin());
+    Tensor slot = narrow(b.buffer, 0, b.offsets[k], params[i].numel());
+    NoGradGuard no_grad;
+    if (grad.defined()) {
+      copy_(slot, reshape(grad.detach(), {-1}));
+    } else {
+      zero_(slot);
+    }
+  }
+
+  // Hands complete buckets to the worker, in bucket order.
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+      Bucket& b = buckets[next_launch++];
+      b.reduced = worker->submit([this, buffer = b.buffer]() mutable { comm->all_reduce(buffer); });
+    }
+  }
+
+  void on_grad(size_t i) {
+    if (!sync) return;
+    if (!in_pass) {
+      start_pass();
+      autograd::queue_callback([this] { finish_pass(); });
+    }
+    ready[i] = true;
+    Bucket& b = buckets[bucket_of[i]];
+    fill(i, params[i].grad());
+    if (--b.pending == 0) launch_ready();
+  }
+
+  void finish_pass() {
+    in_pass = false;
+    // Parameters that got no gradient on this rank contribute their .grad
+    // (zeros without one).
+    for (size_t i = 0; i < params.size(); ++i) {
+      Bucket& b = buckets[bucket_of[i]];
+      if (!ready[i]) {
+        ready[i] = true;
+        fill(i, params[i].grad());
+        --b.pending;
+      }
+    }
+    launch_ready();
+    for (Bucket& b : buckets) b.reduced.get();
+    const double scale = 1.0 / double(comm->size());
+    NoGradGuard no_grad;
+    for (const Bucket& b : buckets) {
+      for (size_t k = 0; k < b.params.size(); ++k) {
+        const Tensor& p = params[b.params[k]];
+        Tensor mean = mul(reshape(narrow(b.buffer, 0, b.offsets[k], p.numel()), p.shape()), Scalar(scale));
+        if (p.grad().defined()) {
+          Tensor g = p.grad();
+          copy_(g, mean);
+        } else {
+          p.set_grad(mean);
+        }
+      }
+    }
+  }
+};
+
+GradientReducer::GradientReducer(TensorList params, int64_t bucket_cap_bytes, Communicator* comm)
+    : state_(std::make_shared<State>()) {
+  MF_CHECK(bucket_cap_bytes > 0, ValueError, "DistributedDataParallel: bucket_cap_mb must be positive, got ",
+           bucket_cap_bytes, " bytes");
+  State& s = *state_;
+  s.comm = comm ? comm : &world();
+  s.params = std::move(params);
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const Tensor& p = s.params[i];
+    MF_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), ValueError,
+             "DistributedDataParallel: parameter ", i, " is not a leaf tensor that requires grad");
+    MF_CHECK(!p.is_global(), ValueError, "DistributedDataParallel: parameter ", i,
+             " is global; a global model is data-parallel through its SBP (Module.to_global)");
+    MF_CHECK(p.device().type() == DeviceType::CPU, ValueError, "DistributedDataParallel: parameter ", i, " is on ",
+             p.device(), "; the reducer runs on CPU tensors");
+  }
+  // Reverse order, grouped per dtype, capped per bucket.
+  s.bucket_of.assign(s.params.size(), 0);
+  std::vector<int64_t> open(kNumDTypes, -1);
+  std::vector<int64_t> bytes(kNumDTypes, 0);
+  for (size_t r = s.params.size(); r-- > 0;) {
+    const Tensor& p = s.params[r];
+    const size_t d = size_t(p.dtype());
+    const int64_t n = p.numel() * int64_t(itemsize(p.dtype()));
+    if (open[d] < 0 || (bytes[d] > 0 && bytes[d] + n > bucket_cap_bytes)) {
+      open[d] = int64_t(s.buckets.size());
+      bytes[d] = 0;
+      s.buckets.emplace_back();
+    }
+    Bucket& b = s.buckets[size_t(open[d])];
+    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + s.params[b.params.back()].numel());
+    b.params.push_back(r);
+    s.bucket_of[r] = size_t(open[d]);
+    bytes[d] += n;
+  }
+  for (Bucket& b : s.buckets) {
+    const Tensor& last = s.params[b.params.back()];
+    b.buffer = zeros({b.offsets.back() + last.numel()}, {.dtype = last.dtype()});
+  }
+  s.ready.assign(s.params.size(), false);
+  s.worker = std::make_unique<Worker>();
+  std::weak_ptr<State> weak = state_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.hooks.push_back(s.params[i].register_post_accumulate_grad_hook([weak, i](const Tensor&) {
+      if (auto state = weak.lock()) state->on_grad(i);
+    }));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (size_t i = 0; i < state_->params.size(); ++i) state_->params[i].remove_hook(state_->hooks[i]);
+}
+
+void GradientReducer::set_sync(bool sync) { state_->sync = sync; }
+bool GradientReducer::sync() const { return state_->sync; }
+
+std::vector<std::vector<size_t>> GradientReducer::bucket_params() const {
+  std::vector<std::vector<size_t>> out;
+  for (const Bucket& b : state_->buckets) out.push_back(b.params);
+  return out;
+}
+
+void broadcast_tensors(const TensorList& tensors, int root, Communicator* comm) {
+  Communicator& c = comm ? *comm : world();
+  NoGradGuard no_grad;
+  for (const Tensor& t : tensors) {
+    MF_CHECK(t.defined() && t.is_contiguous() && !t.is_global(), ValueError,
+             "broadcast_tensors: expected contiguous local tensors");
+    Tensor target = t.detach();
+    c.broadcast(target, root);
+  }
+}
+
+}  // namespace mf::distributed
