@@ -1,0 +1,37 @@
+// Graph passes: each rewrites a Graph in place and returns how many nodes it
+// removed or replaced. optimize() runs the default list.
+#pragma once
+
+#include <string>
+
+#include "meshflow/graph/ir.h"
+
+namespace mf::graph {
+
+// Removes nodes whose outputs nothing reads. In-place nodes stay: they
+// write memory that outlives them (a variable, or a buffer a later node
+// reads through another value).
+int eliminate_dead_code(Graph& graph);
+
+// Merges nodes that run the same op with the same attributes on the same
+// values, when no in-place write reached those values (or the first node's
+// outputs) in between. Random and in-place nodes are never merged.
+int eliminate_common_subexpressions(Graph& graph);
+
+// Runs nodes whose inputs are all constants (factories such as arange or
+// full, and ops on their results) once at compile time; their outputs
+// become constants. Random and in-place nodes are not folded.
+int fold_constants(Graph& graph);
+
+// Note [Clone forwarding]
+// clone(x) whose source is an intermediate that nothing reads or writes
+// after the clone is replaced by x (AccumulateGrad clones every gradient
+// it stores, which a traced step does not need). The clone must produce
+// x's layout, and no in-place node may write x afterwards.
+int forward_clones(Graph& graph);
+
+// The default pipeline: constant folding, CSE, clone forwarding, DCE.
+// Returns a one-line summary ("fold_constants 2, cse 5, ...").
+std::string optimize(Graph& graph);
+
+}  // namespace mf::graph

@@ -1,0 +1,186 @@
+// Static memory planning, lowering and the runtime; see Note [Plans] and
+// Note [Static memory planning] in executor.h.
+#include "meshflow/graph/executor.h"
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "meshflow/generator.h"
+#include "meshflow/optim/optimizer.h"
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf::graph {
+
+namespace {
+
+int64_t align_up(int64_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+// Whether value id owns a buffer that the plan places in the arena.
+bool is_planned(const Graph& graph, ValueId id) {
+  const Value& v = graph.value(id);
+  if (v.root != id) return false;
+  return v.kind == ValueKind::Input || v.kind == ValueKind::Intermediate;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Graph& graph) {
+  const auto& values = graph.values();
+  const auto& nodes = graph.nodes();
+  const auto end_of_run = int32_t(nodes.size());
+  MemoryPlan plan;
+  plan.offsets.assign(values.size(), -1);
+  plan.lifetimes.assign(values.size(), {INT_MAX, -1});
+  // Times: graph inputs are written at -1, node i runs at i, outputs are
+  // read at end_of_run.
+  auto touch = [&](ValueId id, int32_t time) {
+    if (id == kNoValue) return;
+    auto& life = plan.lifetimes[size_t(graph.value(id).root)];
+    life.first = std::min(life.first, time);
+    life.second = std::max(life.second, time);
+  };
+  for (ValueId id : graph.inputs()) touch(id, -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (ValueId id : nodes[i].inputs) touch(id, int32_t(i));
+    for (ValueId id : nodes[i].outputs) touch(id, int32_t(i));
+  }
+  for (ValueId id : graph.outputs()) touch(id, end_of_run);
+
+  struct Placed {
+    int64_t offset, size;
+    int32_t first, last;
+  };
+  std::vector<ValueId> order;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (is_planned(graph, ValueId(i)) && plan.lifetimes[i].second >= 0) order.push_back(ValueId(i));
+  std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {
+    const int64_t sa = values[size_t(a)].nbytes(), sb = values[size_t(b)].nbytes();
+    if (sa != sb) return sa > sb;
+    return plan.lifetimes[size_t(a)].first < plan.lifetimes[size_t(b)].first;
+  });
+  std::vector<Placed> placed;
+  std::vector<const Placed*> conflicts;
+  for (ValueId id : order) {
+    const auto [first, last] = plan.lifetimes[size_t(id)];
+    const int64_t size = align_up(values[size_t(id)].nbytes());
+    plan.total_bytes += size;
+    conflicts.clear();
+    for (const Placed& p : placed)
+      if (p.first <= last && first <= p.last) conflicts.push_back(&p);
+    std::sort(conflicts.begin(), conflicts.end(), [](const Placed* a, const Placed* b) { return a->offset < b->offset; });
+    int64_t offset = 0;
+    for (const Placed* c : conflicts) {
+      if (offset + size <= c->offset) break;
+      offset = std::max(offset, c->offset + c->size);
+    }
+    placed.push_back({offset, size, first, last});
+    plan.offsets[size_t(id)] = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
+  }
+  return plan;
+}
+
+Executable::Executable(Graph graph) : graph_(std::move(graph)) {
+  for (const Value& v : graph_.values())
+    MF_CHECK(v.device.is_cpu(), Error, "graph: only CPU graphs can be compiled yet (a value is on ", v.device, ")");
+  plan_ = plan_memory(graph_);
+  lower();
+}
+
+void Executable::lower() {
+  const auto& values = graph_.values();
+  arena_ = make_empty({std::max<int64_t>(plan_.arena_bytes, 1)}, DType::UInt8);
+  tensors_.assign(values.size(), Tensor());
+  variable_storages_.clear();
+  auto arena_tensor = [&](ValueId id) {
+    const Value& v = values[size_t(id)];
+    const int64_t offset = plan_.offsets[size_t(id)];
+    MF_CHECK(offset % int64_t(itemsize(v.dtype)) == 0, Error, "internal: misaligned arena offset");
+    return Tensor(std::make_shared<TensorImpl>(arena_.storage(), v.sizes, v.strides,
+                                               v.offset + offset / int64_t(itemsize(v.dtype)), v.dtype));
+  };
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Value& v = values[i];
+    if (v.kind == ValueKind::Variable || v.kind == ValueKind::Constant) tensors_[i] = v.tensor;
+    if (v.kind == ValueKind::Variable) variable_storages_.push_back(v.tensor.storage().get());
+    if (v.kind == ValueKind::Input) tensors_[i] = arena_tensor(ValueId(i));
+  }
+  steps_.clear();
+  for (const Node& node : graph_.nodes()) {
+    TensorList inputs;
+    inputs.reserve(node.inputs.size());
+    for (ValueId id : node.inputs) inputs.push_back(id == kNoValue ? Tensor() : tensors_[size_t(id)]);
+    if (node.is_view()) {
+      TensorList outs = node.op->view(inputs, node.attrs);
+      for (size_t i = 0; i < outs.size(); ++i) tensors_[size_t(node.outputs[i])] = outs[i];
+      continue;
+    }
+    Step step{.inputs = std::move(inputs), .attrs = node.attrs, .lr_group = node.lr_group,
+              .random_counters = node.random_counters};
+    if (node.inplace) {
+      tensors_[size_t(node.outputs[0])] = step.inputs[0];
+      step.outputs.push_back(step.inputs[0]);
+    } else {
+      for (ValueId id : node.outputs) {
+        tensors_[size_t(id)] = arena_tensor(id);
+        step.outputs.push_back(tensors_[size_t(id)]);
+      }
+    }
+    const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
+    step.kernel = &node.op->kernels[size_t(device.type())];
+    MF_CHECK(bool(*step.kernel), Error, node.op->name, ": no kernel for device ", device);
+    steps_.push_back(std::move(step));
+  }
+}
+
+bool Executable::variables_moved() const {
+  size_t k = 0;
+  for (const Value& v : graph_.values())
+    if (v.kind == ValueKind::Variable && v.tensor.storage().get() != variable_storages_[k++]) return true;
+  return false;
+}
+
+TensorList Executable::run(const TensorList& inputs) {
+  const auto& graph_inputs = graph_.inputs();
+  MF_CHECK(inputs.size() == graph_inputs.size(), ValueError, "graph: expected ", graph_inputs.size(),
+           " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& v = graph_.value(graph_inputs[i]);
+    MF_CHECK(inputs[i].defined(), ValueError, "graph: input ", i, " is undefined");
+    MF_CHECK(inputs[i].sizes() == v.sizes && inputs[i].dtype() == v.dtype && inputs[i].device() == v.device,
+             ShapeError, "graph: input ", i, " has ", dtype_name(inputs[i].dtype()), shape_str(inputs[i].sizes()),
+             " but the graph was compiled for ", dtype_name(v.dtype), shape_str(v.sizes));
+  }
+  if (variables_moved()) lower();
+  for (size_t i = 0; i < inputs.size(); ++i) cpu::copy_cast(tensors_[size_t(graph_inputs[i])], inputs[i]);
+  Generator& generator = default_generator();
+  for (Step& step : steps_) {
+    if (step.lr_group >= 0) {
+      const LrSource& source = graph_.lr_sources[size_t(step.lr_group)];
+      step.attrs.set("lr", source.optimizer->param_groups()[source.group].lr());
+    }
+    if (step.random_counters) {
+      step.attrs.set("seed", int64_t(generator.seed()));
+      step.attrs.set("offset", int64_t(generator.reserve(step.random_counters)));
+    }
+    (*step.kernel)(step.inputs, step.outputs, step.attrs);
+  }
+  TensorList outputs;
+  for (ValueId id : graph_.outputs()) {
+    const Tensor& src = tensors_[size_t(id)];
+    Tensor out = make_empty(src.sizes(), src.dtype(), src.device());
+    cpu::copy_cast(out, src);
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+std::string Executable::str() const {
+  std::ostringstream os;
+  os << graph_.str() << "\n" << steps_.size() << " kernel steps; planned memory " << plan_.arena_bytes
+     << " bytes (" << plan_.total_bytes << " without reuse)";
+  return os.str();
+}
+
+}  // namespace mf::graph

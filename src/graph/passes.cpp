@@ -1,0 +1,154 @@
+// Dead-code elimination, CSE, constant folding and clone forwarding; see
+// passes.h.
+#include "meshflow/graph/passes.h"
+
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "meshflow/dispatch.h"
+
+namespace mf::graph {
+
+int eliminate_dead_code(Graph& graph) {
+  auto& nodes = graph.nodes();
+  std::vector<bool> live_value(graph.values().size(), false);
+  for (ValueId id : graph.outputs()) live_value[size_t(id)] = true;
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t i = nodes.size(); i-- > 0;) {
+    const Node& n = nodes[i];
+    bool live = n.inplace;
+    for (ValueId out : n.outputs) live = live || live_value[size_t(out)];
+    if (!live) {
+      removed[i] = true;
+      ++count;
+      continue;
+    }
+    for (ValueId in : n.inputs)
+      if (in != kNoValue) live_value[size_t(in)] = true;
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int eliminate_common_subexpressions(Graph& graph) {
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  // writes[root]: how many in-place nodes so far wrote the buffer of root.
+  std::vector<int32_t> writes(values.size(), 0);
+  struct Seen {
+    size_t node;
+    std::vector<int32_t> output_writes;
+  };
+  std::unordered_map<std::string, Seen> seen;
+  std::vector<bool> removed(nodes.size(), false);
+  auto root_writes = [&](ValueId id) { return writes[size_t(values[size_t(id)].root)]; };
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (n.inplace) {
+      ++writes[size_t(values[size_t(n.inputs[0])].root)];
+      continue;
+    }
+    if (n.random_counters || n.outputs.empty()) continue;
+    std::ostringstream key;
+    key << n.op->name << '(' << n.attrs.str() << ')';
+    for (ValueId in : n.inputs) key << ' ' << in << '@' << (in == kNoValue ? 0 : root_writes(in));
+    std::vector<int32_t> output_writes;
+    for (ValueId out : n.outputs) output_writes.push_back(root_writes(out));
+    auto [it, inserted] = seen.try_emplace(key.str(), Seen{i, output_writes});
+    if (inserted) continue;
+    const Node& first = nodes[it->second.node];
+    std::vector<int32_t> first_now;
+    for (ValueId out : first.outputs) first_now.push_back(root_writes(out));
+    if (first_now != it->second.output_writes) {
+      // The earlier outputs were written since: this node is the new original.
+      it->second = Seen{i, output_writes};
+      continue;
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) graph.replace_uses(n.outputs[k], first.outputs[k]);
+    removed[i] = true;
+    ++count;
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int fold_constants(Graph& graph) {
+  auto& nodes = graph.nodes();
+  // A buffer written in place is state, not a constant.
+  std::vector<bool> written(graph.values().size(), false);
+  for (const Node& n : nodes)
+    if (n.inplace) written[size_t(graph.value(n.inputs[0]).root)] = true;
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node n = nodes[i];
+    if (n.inplace || n.random_counters) continue;
+    bool constant = true;
+    for (ValueId out : n.outputs) constant = constant && !written[size_t(graph.value(out).root)];
+    TensorList inputs;
+    for (ValueId in : n.inputs) {
+      if (in == kNoValue) {
+        inputs.emplace_back();
+        continue;
+      }
+      const Value& v = graph.value(in);
+      constant = constant && v.kind == ValueKind::Constant;
+      inputs.push_back(v.tensor);
+    }
+    if (!constant) continue;
+    TensorList outputs = dispatch::apply(*n.op, inputs, n.attrs);
+    for (size_t k = 0; k < outputs.size(); ++k) graph.replace_uses(n.outputs[k], graph.add_constant(outputs[k]));
+    removed[i] = true;
+    ++count;
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int forward_clones(Graph& graph) {
+  static const OpDef& clone_op = dispatch::op("clone");
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  // Last node reading or writing each buffer (graph outputs: past the end).
+  std::vector<int64_t> last_use(values.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (ValueId in : nodes[i].inputs)
+      if (in != kNoValue) last_use[size_t(values[size_t(in)].root)] = int64_t(i);
+    for (ValueId out : nodes[i].outputs) last_use[size_t(values[size_t(out)].root)] = int64_t(i);
+  }
+  for (ValueId out : graph.outputs()) last_use[size_t(values[size_t(out)].root)] = int64_t(nodes.size());
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op != &clone_op) continue;
+    const ValueId source = n.inputs[0];
+    const Value& src = values[size_t(source)];
+    const Value& dst = values[size_t(n.outputs[0])];
+    const bool owner = src.kind == ValueKind::Intermediate && src.root == source;
+    if (!owner || last_use[size_t(source)] != int64_t(i) || src.strides != dst.strides || src.offset != dst.offset)
+      continue;
+    graph.replace_uses(n.outputs[0], source);
+    removed[i] = true;
+    ++count;
+    // The source now lives as long as the clone did.
+    last_use[size_t(source)] = last_use[size_t(n.outputs[0])];
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+std::string optimize(Graph& graph) {
+  std::ostringstream os;
+  os << "fold_constants " << fold_constants(graph);
+  os << ", cse " << eliminate_common_subexpressions(graph);
+  os << ", forward_clones " << forward_clones(graph);
+  os << ", dce " << eliminate_dead_code(graph);
+  return os.str();
+}
+
+}  // namespace mf::graph
