@@ -93,12 +93,13 @@ void Executable::lower() {
   arena_ = make_empty({std::max<int64_t>(plan_.arena_bytes, 1)}, DType::UInt8);
   tensors_.assign(values.size(), Tensor());
   variable_storages_.clear();
+  // Each buffer gets a storage of its own over its arena bytes, so kernels
+  // see an output as eager gives it: offset 0 in its own storage.
   auto arena_tensor = [&](ValueId id) {
     const Value& v = values[size_t(id)];
-    const int64_t offset = plan_.offsets[size_t(id)];
-    MF_CHECK(offset % int64_t(itemsize(v.dtype)) == 0, Error, "internal: misaligned arena offset");
-    return Tensor(std::make_shared<TensorImpl>(arena_.storage(), v.sizes, v.strides,
-                                               v.offset + offset / int64_t(itemsize(v.dtype)), v.dtype));
+    char* data = static_cast<char*>(arena_.data_ptr()) + plan_.offsets[size_t(id)];
+    auto storage = std::make_shared<StorageImpl>(data, size_t(v.nbytes()), arena_.device(), [](void*) {}, nullptr);
+    return Tensor(std::make_shared<TensorImpl>(std::move(storage), v.sizes, v.strides, v.offset, v.dtype));
   };
   for (size_t i = 0; i < values.size(); ++i) {
     const Value& v = values[i];

@@ -129,14 +129,15 @@ int forward_clones(Graph& graph) {
     const ValueId source = n.inputs[0];
     const Value& src = values[size_t(source)];
     const Value& dst = values[size_t(n.outputs[0])];
-    const bool owner = src.kind == ValueKind::Intermediate && src.root == source;
-    if (!owner || last_use[size_t(source)] != int64_t(i) || src.strides != dst.strides || src.offset != dst.offset)
+    const ValueId root = src.root;
+    if (values[size_t(root)].kind != ValueKind::Intermediate || last_use[size_t(root)] != int64_t(i) ||
+        src.strides != dst.strides || src.offset != dst.offset)
       continue;
     graph.replace_uses(n.outputs[0], source);
     removed[i] = true;
     ++count;
-    // The source now lives as long as the clone did.
-    last_use[size_t(source)] = last_use[size_t(n.outputs[0])];
+    // The source's buffer now lives as long as the clone's did.
+    last_use[size_t(root)] = last_use[size_t(n.outputs[0])];
   }
   if (count) graph.remove_nodes(removed);
   return count;

@@ -33,9 +33,9 @@ Tracer::Tracer() {
   active_ = true;
 }
 
-Tracer::~Tracer() { leave(); }
+Tracer::~Tracer() { close(); }
 
-void Tracer::leave() {
+void Tracer::close() {
   if (!active_) return;
   active_ = false;
   tls_tracer = nullptr;
@@ -177,7 +177,7 @@ Graph Tracer::finish(const TensorList& outputs) {
     ids.push_back(value_of(t, nullptr));
   }
   graph_.set_outputs(std::move(ids));
-  leave();
+  close();
   return std::move(graph_);
 }
 

@@ -24,10 +24,10 @@ int eliminate_common_subexpressions(Graph& graph);
 int fold_constants(Graph& graph);
 
 // Note [Clone forwarding]
-// clone(x) whose source is an intermediate that nothing reads or writes
-// after the clone is replaced by x (AccumulateGrad clones every gradient
-// it stores, which a traced step does not need). The clone must produce
-// x's layout, and no in-place node may write x afterwards.
+// clone(x) is replaced by x when x lies in a kernel output's buffer that
+// nothing reads or writes after the clone, and x already has the clone's
+// layout (contiguous from offset 0). AccumulateGrad clones every gradient
+// it stores, which a traced step does not need.
 int forward_clones(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE.

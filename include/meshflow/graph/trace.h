@@ -46,6 +46,9 @@ class Tracer {
   void name_variable(const Tensor& t, std::string name);
   // Ends the trace with these graph outputs and returns the graph.
   Graph finish(const TensorList& outputs);
+  // Abandons the trace (as the destructor does): leaves lazy mode and
+  // restores the state the trace touched.
+  void close();
 
   // The lazy layer of dispatch (dispatch.h) calls these.
   TensorList record(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
@@ -57,7 +60,6 @@ class Tracer {
   ValueId alias_of(const Tensor& t) const;
   void bind(const Tensor& t, ValueId id);
   void shield_grad(const Tensor& t);
-  void leave();
 
   Graph graph_;
   std::unordered_map<const TensorImpl*, ValueId> ids_;
