@@ -13,6 +13,14 @@ Value value_from(const Tensor& t) {
   return Value{.sizes = t.sizes(), .strides = t.strides(), .offset = t.storage_offset(), .dtype = t.dtype(),
                .device = t.device()};
 }
+// Counters a random op reserved (Note [Counter-based random ops]): the op
+// has just reserved them, so they end at the generator's offset.
+uint64_t random_counters(const Attrs& attrs) {
+  if (!attrs.has("seed") || !attrs.has("offset")) return 0;
+  const auto first = uint64_t(attrs.get_int("offset"));
+  const uint64_t end = default_generator().offset();
+  return end > first ? end - first : 0;
+}
 }  // namespace
 
 Tracer* current_tracer() { return tls_tracer; }
@@ -132,12 +140,7 @@ ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
 TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   Node node{.op = &op, .attrs = attrs};
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
-  if (attrs.has("seed") && attrs.has("offset")) {
-    // The op has just reserved its counters: they end at the generator's offset.
-    const auto first = uint64_t(attrs.get_int("offset"));
-    const uint64_t end = default_generator().offset();
-    node.random_counters = end > first ? end - first : 0;
-  }
+  node.random_counters = random_counters(attrs);
   TensorList outputs;
   std::vector<Value> values;
   if (op.view) {
@@ -159,7 +162,7 @@ TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs
 }
 
 void Tracer::record_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  Node node{.op = &op, .attrs = attrs, .inplace = true};
+  Node node{.op = &op, .attrs = attrs, .inplace = true, .random_counters = random_counters(attrs)};
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
   if (attrs.has("lr"))
     if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) node.lr_group = it->second;
