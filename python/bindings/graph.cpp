@@ -40,7 +40,10 @@ void init_graph(py::module_& parent) {
       .def_property_readonly("graph", &Executable::graph, py::return_value_policy::reference_internal)
       .def_property_readonly("num_steps", &Executable::num_steps)
       .def_property_readonly("planned_bytes", [](const Executable& e) { return e.memory_plan().arena_bytes; })
+      .def_property_readonly("live_peak_bytes", [](const Executable& e) { return e.memory_plan().live_peak_bytes; })
       .def_property_readonly("unplanned_bytes", [](const Executable& e) { return e.memory_plan().total_bytes; })
+      .def("profile", &Executable::profile, py::arg("inputs"), py::arg("runs") = 10,
+           py::call_guard<py::gil_scoped_release>())
       .def("__str__", &Executable::str);
 }
 

@@ -3,7 +3,9 @@
 #include "meshflow/graph/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <map>
 #include <sstream>
 
 #include "meshflow/generator.h"
@@ -78,6 +80,17 @@ MemoryPlan plan_memory(const Graph& graph) {
     plan.offsets[size_t(id)] = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
   }
+  // Live bytes over time (lifetimes are inclusive: a buffer counts from its
+  // first node to its last).
+  std::vector<int64_t> delta(nodes.size() + 3, 0);
+  for (ValueId id : order) {
+    const auto [first, last] = plan.lifetimes[size_t(id)];
+    const int64_t size = align_up(values[size_t(id)].nbytes());
+    delta[size_t(first + 1)] += size;
+    delta[size_t(last + 2)] -= size;
+  }
+  int64_t live = 0;
+  for (int64_t d : delta) plan.live_peak_bytes = std::max(plan.live_peak_bytes, live += d);
   return plan;
 }
 
@@ -117,7 +130,7 @@ void Executable::lower() {
       for (size_t i = 0; i < outs.size(); ++i) tensors_[size_t(node.outputs[i])] = outs[i];
       continue;
     }
-    Step step{.inputs = std::move(inputs), .attrs = node.attrs, .lr_group = node.lr_group,
+    Step step{.op = node.op, .inputs = std::move(inputs), .attrs = node.attrs, .lr_group = node.lr_group,
               .random_counters = node.random_counters};
     if (node.inplace) {
       tensors_[size_t(node.outputs[0])] = step.inputs[0];
@@ -142,7 +155,7 @@ bool Executable::variables_moved() const {
   return false;
 }
 
-TensorList Executable::run(const TensorList& inputs) {
+void Executable::bind_inputs(const TensorList& inputs) {
   const auto& graph_inputs = graph_.inputs();
   MF_CHECK(inputs.size() == graph_inputs.size(), ValueError, "graph: expected ", graph_inputs.size(),
            " inputs, got ", inputs.size());
@@ -155,16 +168,24 @@ TensorList Executable::run(const TensorList& inputs) {
   }
   if (variables_moved()) lower();
   for (size_t i = 0; i < inputs.size(); ++i) cpu::copy_cast(tensors_[size_t(graph_inputs[i])], inputs[i]);
-  Generator& generator = default_generator();
+}
+
+void Executable::refresh_attrs(Step& step) {
+  if (step.lr_group >= 0) {
+    const LrSource& source = graph_.lr_sources[size_t(step.lr_group)];
+    step.attrs.set("lr", source.optimizer->param_groups()[source.group].lr());
+  }
+  if (step.random_counters) {
+    Generator& generator = default_generator();
+    step.attrs.set("seed", int64_t(generator.seed()));
+    step.attrs.set("offset", int64_t(generator.reserve(step.random_counters)));
+  }
+}
+
+TensorList Executable::run(const TensorList& inputs) {
+  bind_inputs(inputs);
   for (Step& step : steps_) {
-    if (step.lr_group >= 0) {
-      const LrSource& source = graph_.lr_sources[size_t(step.lr_group)];
-      step.attrs.set("lr", source.optimizer->param_groups()[source.group].lr());
-    }
-    if (step.random_counters) {
-      step.attrs.set("seed", int64_t(generator.seed()));
-      step.attrs.set("offset", int64_t(generator.reserve(step.random_counters)));
-    }
+    if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
     (*step.kernel)(step.inputs, step.outputs, step.attrs);
   }
   TensorList outputs;
@@ -177,10 +198,35 @@ TensorList Executable::run(const TensorList& inputs) {
   return outputs;
 }
 
+std::string Executable::profile(const TensorList& inputs, int runs) {
+  std::map<std::string, std::pair<double, int64_t>> per_op;  // seconds, calls
+  double total = 0;
+  for (int r = 0; r < runs; ++r) {
+    bind_inputs(inputs);
+    for (Step& step : steps_) {
+      if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
+      const auto begin = std::chrono::steady_clock::now();
+      (*step.kernel)(step.inputs, step.outputs, step.attrs);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      auto& entry = per_op[step.op->name];
+      entry.first += s;
+      entry.second += 1;
+      total += s;
+    }
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(per_op.begin(), per_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::ostringstream os;
+  os << "op  ms/run  calls/run  (total " << 1e3 * total / runs << " ms/run)\n";
+  for (const auto& [name, entry] : rows)
+    os << name << "  " << 1e3 * entry.first / runs << "  " << entry.second / runs << "\n";
+  return os.str();
+}
+
 std::string Executable::str() const {
   std::ostringstream os;
   os << graph_.str() << "\n" << steps_.size() << " kernel steps; planned memory " << plan_.arena_bytes
-     << " bytes (" << plan_.total_bytes << " without reuse)";
+     << " bytes (at most " << plan_.live_peak_bytes << " live at once, " << plan_.total_bytes << " without reuse)";
   return os.str();
 }
 

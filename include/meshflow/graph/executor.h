@@ -36,6 +36,8 @@ struct MemoryPlan {
   int64_t arena_bytes = 0;
   // What the same buffers would take without reuse.
   int64_t total_bytes = 0;
+  // The most bytes live at one time: no placement can need less.
+  int64_t live_peak_bytes = 0;
   // [first, last] node index of each planned buffer's lifetime.
   std::vector<std::pair<int32_t, int32_t>> lifetimes;
 };
@@ -56,9 +58,13 @@ class Executable {
   int64_t num_steps() const { return int64_t(steps_.size()); }
   // The graph followed by the memory plan's summary.
   std::string str() const;
+  // Runs the plan `runs` times and returns a table of kernel time per op
+  // type, slowest first (what to fuse or speed up next).
+  std::string profile(const TensorList& inputs, int runs);
 
  private:
   struct Step {
+    const OpDef* op = nullptr;
     const KernelFn* kernel = nullptr;
     TensorList inputs;
     TensorList outputs;
@@ -68,6 +74,8 @@ class Executable {
   };
   void lower();
   bool variables_moved() const;
+  void bind_inputs(const TensorList& inputs);
+  void refresh_attrs(Step& step);
 
   Graph graph_;
   MemoryPlan plan_;
