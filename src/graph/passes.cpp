@@ -143,12 +143,53 @@ int forward_clones(Graph& graph) {
   return count;
 }
 
+namespace {
+bool is_whole_buffer(const Value& v, ValueId id) {
+  return v.kind == ValueKind::Intermediate && v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
+}
+}  // namespace
+
+int run_in_place(Graph& graph) {
+  auto& nodes = graph.nodes();
+  auto& values = graph.values();
+  std::vector<int64_t> last_use(values.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (ValueId in : nodes[i].inputs)
+      if (in != kNoValue) last_use[size_t(values[size_t(in)].root)] = int64_t(i);
+    for (ValueId out : nodes[i].outputs) last_use[size_t(values[size_t(out)].root)] = int64_t(i);
+  }
+  for (ValueId out : graph.outputs()) last_use[size_t(values[size_t(out)].root)] = int64_t(nodes.size());
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (!n.op->inplace || n.inplace || n.is_view() || n.outputs.size() != 1 || n.inputs.empty() ||
+        n.inputs[0] == kNoValue)
+      continue;
+    const ValueId x = n.inputs[0], out = n.outputs[0];
+    const Value& xv = values[size_t(x)];
+    const Value& ov = values[size_t(out)];
+    bool safe = is_whole_buffer(xv, x) && is_whole_buffer(ov, out) && last_use[size_t(x)] == int64_t(i) &&
+                xv.sizes == ov.sizes && xv.dtype == ov.dtype;
+    for (size_t k = 1; k < n.inputs.size() && safe; ++k)
+      safe = n.inputs[k] == kNoValue || values[size_t(n.inputs[k])].root != x;
+    if (!safe) continue;
+    n.inplace = true;
+    // The output and every view of it now live in x's buffer.
+    for (Value& v : values)
+      if (v.root == out) v.root = x;
+    last_use[size_t(x)] = last_use[size_t(out)];
+    ++count;
+  }
+  return count;
+}
+
 std::string optimize(Graph& graph) {
   std::ostringstream os;
   os << "fold_constants " << fold_constants(graph);
   os << ", cse " << eliminate_common_subexpressions(graph);
   os << ", forward_clones " << forward_clones(graph);
   os << ", dce " << eliminate_dead_code(graph);
+  os << ", in_place " << run_in_place(graph);
   return os.str();
 }
 

@@ -30,8 +30,15 @@ int fold_constants(Graph& graph);
 // it stores, which a traced step does not need.
 int forward_clones(Graph& graph);
 
-// The default pipeline: constant folding, CSE, clone forwarding, DCE.
-// Returns a one-line summary ("fold_constants 2, cse 5, ...").
+// Note [In place where safe]
+// A node of an op with an in-place form whose input 0 is a kernel output's
+// whole buffer, read by nothing after this node, with the output's shape
+// and dtype, writes its result over that input instead of into a buffer of
+// its own; one buffer fewer is live at that point.
+int run_in_place(Graph& graph);
+
+// The default pipeline: constant folding, CSE, clone forwarding, DCE,
+// in place where safe. Returns a one-line summary ("fold_constants 2, ...").
 std::string optimize(Graph& graph);
 
 }  // namespace mf::graph

@@ -149,6 +149,38 @@ TEST(GraphPasses, ClonesOfDyingBuffersAreForwarded) {
   expect_values(out[1], {0, -2, -4, -6});
 }
 
+// --- in place where safe -------------------------------------------------------------
+
+TEST(GraphPasses, InPlaceWhenTheInputDiesHere) {
+  Graph g;
+  ValueId x = g.add_input(f32({16}));
+  ValueId a = g.add_node(op("exp"), {x})[0];
+  ValueId b = g.add_node(op("mul"), {a, x})[0];       // a dies here: b overwrites it
+  ValueId c = g.add_node(op("add"), {b, b})[0];       // b is also input 1: not in place
+  ValueId d = g.add_node(op("neg"), {c})[0];          // c is read later: not in place
+  ValueId e = g.add_node(op("sub"), {c, d})[0];       // c dies here: e overwrites it
+  ValueId keep = g.add_node(op("exp"), {x})[0];
+  ValueId f = g.add_node(op("mul"), {keep, x})[0];    // keep is a graph output: not overwritten
+  ValueId from_input = g.add_node(op("mul"), {x, x})[0];  // graph inputs are never overwritten
+  g.set_outputs({e, keep, f, from_input});
+  EXPECT_EQ(graph::run_in_place(g), 2);
+  std::vector<bool> in_place;
+  for (const auto& n : g.nodes()) in_place.push_back(n.inplace);
+  EXPECT_EQ(in_place, (std::vector<bool>{false, true, false, false, true, false, false, false}));
+  EXPECT_EQ(g.value(b).root, a);
+  EXPECT_EQ(g.value(e).root, c);
+  graph::MemoryPlan plan = graph::plan_memory(g);
+  EXPECT_EQ(plan.offsets[size_t(b)], -1);
+
+  graph::Executable exe(std::move(g));
+  Tensor xs = random_tensor({16}, 9, -1, 1, DType::Float32);
+  TensorList out = exe.run({xs});
+  Tensor cs = add(mul(exp(xs), xs), mul(exp(xs), xs));
+  expect_values(out[0], values(sub(cs, neg(cs))), 1e-6);
+  expect_values(out[1], values(exp(xs)), 1e-6);
+  expect_values(out[2], values(mul(exp(xs), xs)), 1e-6);
+}
+
 // --- memory planning ----------------------------------------------------------------
 
 TEST(GraphMemoryPlan, ReusesBuffersWhoseLifetimesDoNotOverlap) {
