@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "meshflow/generator.h"
+#include "meshflow/graph/fusion.h"
 #include "meshflow/optim/optimizer.h"
 #include "ops/kernels/cpu/loops.h"
 
@@ -142,8 +143,8 @@ void Executable::lower() {
       }
     }
     const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
-    step.kernel = &node.op->kernels[size_t(device.type())];
-    MF_CHECK(bool(*step.kernel), Error, node.op->name, ": no kernel for device ", device);
+    step.kernel = node.fused ? fused_kernel(node.fused) : node.op->kernels[size_t(device.type())];
+    MF_CHECK(bool(step.kernel), Error, node.op->name, ": no kernel for device ", device);
     steps_.push_back(std::move(step));
   }
 }
@@ -186,7 +187,7 @@ TensorList Executable::run(const TensorList& inputs) {
   bind_inputs(inputs);
   for (Step& step : steps_) {
     if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
-    (*step.kernel)(step.inputs, step.outputs, step.attrs);
+    step.kernel(step.inputs, step.outputs, step.attrs);
   }
   TensorList outputs;
   for (ValueId id : graph_.outputs()) {
@@ -206,7 +207,7 @@ std::string Executable::profile(const TensorList& inputs, int runs) {
     for (Step& step : steps_) {
       if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
       const auto begin = std::chrono::steady_clock::now();
-      (*step.kernel)(step.inputs, step.outputs, step.attrs);
+      step.kernel(step.inputs, step.outputs, step.attrs);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
       auto& entry = per_op[step.op->name];
       entry.first += s;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/graph/fusion.h"
 
 namespace mf::graph {
 
@@ -189,6 +190,7 @@ std::string optimize(Graph& graph) {
   os << ", cse " << eliminate_common_subexpressions(graph);
   os << ", forward_clones " << forward_clones(graph);
   os << ", dce " << eliminate_dead_code(graph);
+  os << ", fuse_elementwise " << fuse_elementwise(graph);
   os << ", in_place " << run_in_place(graph);
   return os.str();
 }

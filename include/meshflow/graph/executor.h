@@ -65,7 +65,7 @@ class Executable {
  private:
   struct Step {
     const OpDef* op = nullptr;
-    const KernelFn* kernel = nullptr;
+    KernelFn kernel;
     TensorList inputs;
     TensorList outputs;
     Attrs attrs;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ class Optimizer;
 }
 
 namespace mf::graph {
+
+struct FusedProgram;  // fusion.h
 
 // Parameter group `group` of an optimizer.
 struct LrSource {
@@ -75,6 +78,8 @@ struct Node {
   // An optimizer update: the learning rate is read from this parameter
   // group before every run (-1: none). Indexes Graph::lr_sources.
   int32_t lr_group = -1;
+  // A fused node's program (fusion.h); its op is fused_elementwise_op().
+  std::shared_ptr<const FusedProgram> fused;
 
   bool is_view() const { return bool(op->view); }
 };

@@ -38,7 +38,7 @@ int forward_clones(Graph& graph);
 int run_in_place(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
-// in place where safe. Returns a one-line summary ("fold_constants 2, ...").
+// elementwise fusion (fusion.h), in place where safe. Returns a one-line summary ("fold_constants 2, ...").
 std::string optimize(Graph& graph);
 
 }  // namespace mf::graph
