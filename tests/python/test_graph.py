@@ -31,11 +31,15 @@ def batch(name, rng):
     return mf.tensor(x), mf.tensor(y)
 
 
-def twin_models(name):
-    a = models.build(name, mf, **SMALL[name]["kwargs"])
-    b = models.build(name, mf, **SMALL[name]["kwargs"])
+def twin_models_of(name, **kwargs):
+    a = models.build(name, mf, **kwargs)
+    b = models.build(name, mf, **kwargs)
     models.copy_state(a, b, mf)
     return a, b
+
+
+def twin_models(name):
+    return twin_models_of(name, **SMALL[name]["kwargs"])
 
 
 class TrainGraph(mf.nn.Graph):
@@ -193,3 +197,47 @@ def test_build_must_return_tensors():
         graph(mf.ones(3))
     with pytest.raises(TypeError, match="graph inputs must be tensors"):
         graph(3)
+
+
+def test_dropout_masks_and_batch_norm_statistics_match_eager():
+    # fashion_cnn has BatchNorm (running statistics written by the kernel)
+    # and Dropout (fresh Philox counters reserved on every run, in eager's order).
+    eager, traced = twin_models_of("fashion_cnn")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.05, momentum=0.9)
+    graph = TrainGraph("fashion_cnn", traced, opt_g)
+    rng = np.random.default_rng(5)
+    for step in range(3):
+        x, y = models.random_batch("fashion_cnn", 4, rng)
+        x, y = mf.tensor(x), mf.tensor(y)
+        mf.manual_seed(100 + step)
+        loss_e = eager_step("fashion_cnn", eager, opt_e, x, y)
+        mf.manual_seed(100 + step)
+        assert graph(x, y).item() == loss_e.item(), f"step {step}"
+    assert_same_state(eager, traced)
+
+
+class ClippedGraph(TrainGraph):
+    def build(self, x, y):
+        loss = models.loss_fn(self.name, mf, self.model(x), y)
+        loss.backward()
+        mf.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
+        return loss
+
+
+def test_gradient_clipping_is_traced():
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.1)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.1)
+    graph = ClippedGraph("mlp", traced, opt_g)
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        x, y = batch("mlp", rng)
+        opt_e.zero_grad()
+        loss = models.loss_fn("mlp", mf, eager(x), y)
+        loss.backward()
+        mf.nn.utils.clip_grad_norm_(eager.parameters(), 0.5)
+        opt_e.step()
+        assert graph(x, y).item() == loss.item()
+    assert_same_state(eager, traced)
+    assert "norm" in str(graph)
