@@ -149,11 +149,28 @@ void Executable::lower() {
   }
 }
 
-bool Executable::variables_moved() const {
+bool Executable::refresh_variables() {
+  bool changed = false;
+  for (const StateBinding& b : graph_.state_bindings) {
+    const optim::StateValue::Dict& state = b.optimizer->state(b.param);
+    auto it = state.find(b.key);
+    MF_CHECK(it != state.end() && it->second.is_tensor(), Error, "graph: the optimizer state '", b.key,
+             "' of a parameter of shape ", shape_str(b.param.sizes()),
+             " that this graph updates is gone; trace the graph again");
+    Value& v = graph_.values()[size_t(b.value)];
+    const Tensor& now = it->second.to_tensor();
+    if (now.is_same(v.tensor)) continue;
+    MF_CHECK(now.sizes() == v.sizes && now.strides() == v.strides && now.storage_offset() == v.offset &&
+                 now.dtype() == v.dtype,
+             Error, "graph: the optimizer state '", b.key, "' was replaced by a tensor of another layout (",
+             dtype_name(now.dtype()), shape_str(now.sizes()), "); trace the graph again");
+    v.tensor = now;
+    changed = true;
+  }
   size_t k = 0;
   for (const Value& v : graph_.values())
-    if (v.kind == ValueKind::Variable && v.tensor.storage().get() != variable_storages_[k++]) return true;
-  return false;
+    if (v.kind == ValueKind::Variable && v.tensor.storage().get() != variable_storages_[k++]) changed = true;
+  return changed;
 }
 
 void Executable::bind_inputs(const TensorList& inputs) {
@@ -167,7 +184,7 @@ void Executable::bind_inputs(const TensorList& inputs) {
              ShapeError, "graph: input ", i, " has ", dtype_name(inputs[i].dtype()), shape_str(inputs[i].sizes()),
              " but the graph was compiled for ", dtype_name(v.dtype), shape_str(v.sizes));
   }
-  if (variables_moved()) lower();
+  if (refresh_variables()) lower();
   for (size_t i = 0; i < inputs.size(); ++i) cpu::copy_cast(tensors_[size_t(graph_inputs[i])], inputs[i]);
 }
 

@@ -53,6 +53,7 @@ void Tracer::close() {
   seen_.clear();
   ids_.clear();
   by_storage_.clear();
+  state_of_.clear();
 }
 
 TensorList Tracer::add_inputs(const TensorList& examples) {
@@ -84,6 +85,11 @@ void Tracer::add_optimizer(optim::Optimizer& optimizer) {
     for (const Tensor& p : groups[g].params) {
       lr_group_of_[p.impl()] = int32_t(graph_.lr_sources.size() - 1);
       shield_grad(p);
+      for (const auto& [key, entry] : optimizer.state(p)) {
+        const auto* name = std::get_if<std::string>(&key);
+        if (name && entry.is_tensor() && entry.to_tensor().defined())
+          state_of_[entry.to_tensor().impl()] = StateBinding{&optimizer, p, *name};
+      }
     }
   }
 }
@@ -130,8 +136,16 @@ ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
            ": global tensors inside graph mode are not supported yet");
   MF_CHECK(t.storage()->has_data(), Error, op ? op->name : std::string("graph"),
            ": got a traced tensor that this trace did not produce (a tensor kept from another graph's build()?)");
-  auto name = names_.find(t.impl());
-  const ValueId id = graph_.add_variable(t, name == names_.end() ? std::string() : name->second);
+  std::string name;
+  if (auto it = names_.find(t.impl()); it != names_.end()) name = it->second;
+  auto state = state_of_.find(t.impl());
+  if (state != state_of_.end() && name.empty())
+    if (auto it = names_.find(state->second.param.impl()); it != names_.end()) name = it->second + "." + state->second.key;
+  const ValueId id = graph_.add_variable(t, std::move(name));
+  if (state != state_of_.end()) {
+    graph_.state_bindings.push_back(state->second);
+    graph_.state_bindings.back().value = id;
+  }
   shield_grad(t);
   bind(t, id);
   return id;

@@ -241,3 +241,23 @@ def test_gradient_clipping_is_traced():
         assert graph(x, y).item() == loss.item()
     assert_same_state(eager, traced)
     assert "norm" in str(graph)
+
+
+def test_optimizer_state_dict_loaded_after_compiling_is_used():
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.Adam(eager.parameters(), lr=1e-3)
+    opt_g = mf.optim.Adam(traced.parameters(), lr=1e-3)
+    graph = TrainGraph("mlp", traced, opt_g)
+    rng = np.random.default_rng(7)
+    x, y = batch("mlp", rng)
+    graph(x, y)  # compiled with opt_g's first state tensors
+    eager_step("mlp", eager, opt_e, x, y)
+    eager_step("mlp", eager, opt_e, x, y)
+    # Both sides continue from eager's state: the graph follows the new tensors.
+    traced.load_state_dict(eager.state_dict())
+    opt_g.load_state_dict(opt_e.state_dict())
+    for _ in range(2):
+        x, y = batch("mlp", rng)
+        assert graph(x, y).item() == eager_step("mlp", eager, opt_e, x, y).item()
+    assert_same_state(eager, traced)
+    assert "model.1.weight.exp_avg" in str(graph)

@@ -10,8 +10,9 @@
 // their arena slots, refreshes the attributes that change between runs
 // (learning rates, random offsets), calls the kernels in order and copies
 // the outputs out: no allocation and no op lookup per step. A variable whose
-// memory was replaced since (Module.to(dtype), `p.data = x`) is noticed and
-// the views are built again.
+// memory was replaced since (Module.to(dtype), `p.data = x`), or optimizer
+// state replaced by Optimizer::load_state_dict, is noticed and the plan's
+// tensors are built again.
 #pragma once
 
 #include <cstdint>
@@ -73,7 +74,9 @@ class Executable {
     uint64_t random_counters = 0;
   };
   void lower();
-  bool variables_moved() const;
+  // Rebinds optimizer state replaced since the last run; true if a
+  // variable's tensor or memory changed (the plan must be lowered again).
+  bool refresh_variables();
   void bind_inputs(const TensorList& inputs);
   void refresh_attrs(Step& step);
 

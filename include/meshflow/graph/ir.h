@@ -39,6 +39,16 @@ struct LrSource {
 using ValueId = int32_t;
 constexpr ValueId kNoValue = -1;  // an undefined optional input
 
+// A variable that is the state tensor `key` of a parameter in an optimizer:
+// the executor rebinds it when the optimizer's entry is replaced
+// (Optimizer::load_state_dict makes new tensors).
+struct StateBinding {
+  optim::Optimizer* optimizer = nullptr;
+  Tensor param;
+  std::string key;
+  ValueId value = kNoValue;
+};
+
 enum class ValueKind {
   Input,         // a graph input: data copied in for every run
   Variable,      // a captured tensor (parameter, buffer, optimizer state), bound by reference
@@ -122,6 +132,7 @@ class Graph {
   // Where update nodes read their learning rate (Node::lr_group indexes
   // this); the executor refreshes their "lr" attribute before every run.
   std::vector<LrSource> lr_sources;
+  std::vector<StateBinding> state_bindings;
 
  private:
   ValueId add_value(Value v);
