@@ -216,3 +216,31 @@ TEST(GraphTrace, ReplacedParameterMemoryIsFollowed) {
 
 }  // namespace
 }  // namespace mf::testing
+
+namespace mf::testing {
+namespace {
+
+TEST(GraphTrace, OptimizerStateIsCreatedBeforeTheTrace) {
+  Tensor w = zeros({3}).requires_grad_(true);
+  optim::Adam adam({w}, {.lr = 0.1, .amsgrad = true});
+  adam.init_state();
+  const auto& state = adam.state(w);
+  for (const char* key : {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}) {
+    ASSERT_TRUE(state.contains(std::string(key))) << key;
+    expect_values(state.at(std::string(key)).to_tensor(), key == std::string("step") ? std::vector<double>{0}
+                                                                                      : std::vector<double>{0, 0, 0});
+  }
+  optim::SGD plain({w}, {.lr = 0.1});
+  plain.init_state();
+  EXPECT_TRUE(plain.state(w).at(std::string("momentum_buffer")).is_none());
+  optim::SGD damped({w}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1});
+  EXPECT_THROW(damped.init_state(), ValueError);
+  {
+    graph::Tracer tracer;
+    EXPECT_THROW(tracer.add_optimizer(damped), ValueError);
+  }
+  EXPECT_FALSE(graph::is_tracing());
+}
+
+}  // namespace
+}  // namespace mf::testing
