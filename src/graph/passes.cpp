@@ -2,6 +2,7 @@
 // passes.h.
 #include "meshflow/graph/passes.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 #include <unordered_map>
@@ -184,6 +185,44 @@ int run_in_place(Graph& graph) {
   return count;
 }
 
+int schedule_updates_early(Graph& graph) {
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  auto root_of = [&](ValueId id) { return values[size_t(id)].root; };
+  std::vector<size_t> order;  // node indices in their new order
+  order.reserve(nodes.size());
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    const bool update = n.inplace && values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable;
+    if (!update) {
+      order.push_back(i);
+      continue;
+    }
+    std::vector<ValueId> roots;
+    for (ValueId in : n.inputs)
+      if (in != kNoValue) roots.push_back(root_of(in));
+    auto touches = [&](const Node& m) {
+      for (const auto* list : {&m.inputs, &m.outputs})
+        for (ValueId v : *list)
+          if (v != kNoValue && std::find(roots.begin(), roots.end(), root_of(v)) != roots.end()) return true;
+      return false;
+    };
+    size_t at = order.size();
+    while (at > 0 && !touches(nodes[order[at - 1]])) --at;
+    if (at < order.size()) ++count;
+    order.insert(order.begin() + std::ptrdiff_t(at), i);
+  }
+  if (count) {
+    std::vector<Node> reordered;
+    reordered.reserve(nodes.size());
+    for (size_t i : order) reordered.push_back(std::move(nodes[i]));
+    nodes = std::move(reordered);
+    graph.remove_nodes(std::vector<bool>(nodes.size(), false));
+  }
+  return count;
+}
+
 std::string optimize(Graph& graph) {
   std::ostringstream os;
   os << "fold_constants " << fold_constants(graph);
@@ -192,6 +231,7 @@ std::string optimize(Graph& graph) {
   os << ", dce " << eliminate_dead_code(graph);
   os << ", fuse_elementwise " << fuse_elementwise(graph);
   os << ", in_place " << run_in_place(graph);
+  os << ", early_updates " << schedule_updates_early(graph);
   return os.str();
 }
 

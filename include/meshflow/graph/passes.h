@@ -37,8 +37,16 @@ int forward_clones(Graph& graph);
 // its own; one buffer fewer is live at that point.
 int run_in_place(Graph& graph);
 
+// Note [Early updates]
+// An in-place node that writes a variable (an optimizer update, a buffer's
+// counter) moves up to just after the last earlier node that reads or
+// writes any buffer it reads: a parameter is updated as soon as backward
+// no longer needs its old value, so its gradient dies there instead of
+// living to the end of the step. What every node computes is unchanged.
+int schedule_updates_early(Graph& graph);
+
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
-// elementwise fusion (fusion.h), in place where safe. Returns a one-line summary ("fold_constants 2, ...").
+// elementwise fusion (fusion.h), in place where safe, early updates. Returns a one-line summary ("fold_constants 2, ...").
 std::string optimize(Graph& graph);
 
 }  // namespace mf::graph

@@ -181,6 +181,30 @@ TEST(GraphPasses, InPlaceWhenTheInputDiesHere) {
   expect_values(out[2], values(mul(exp(xs), xs)), 1e-6);
 }
 
+// --- early updates ------------------------------------------------------------------
+
+TEST(GraphPasses, UpdatesMoveUpToTheLastUseOfTheirBuffers) {
+  Graph g;
+  ValueId x = g.add_input(f32({4}));
+  ValueId w = g.add_variable(full({4}, 2.0), "w");
+  ValueId v = g.add_variable(full({4}, 3.0), "v");
+  ValueId gw = g.add_node(op("mul"), {x, w})[0];   // 0: last read of w, makes w's "gradient"
+  ValueId gv = g.add_node(op("mul"), {x, v})[0];   // 1
+  ValueId y = g.add_node(op("add"), {gv, v})[0];   // 2: last read of v
+  ValueId z = g.add_node(op("exp"), {y})[0];       // 3
+  ValueId w2 = g.add_inplace_node(op("sub"), {w, gw});  // 4: w -= gw, may run right after node 0
+  ValueId v2 = g.add_inplace_node(op("sub"), {v, gv});  // 5: v -= gv, after node 2
+  g.set_outputs({z, w2, v2});
+  EXPECT_EQ(graph::schedule_updates_early(g), 2);
+  EXPECT_EQ(op_names(g), (std::vector<std::string>{"mul", "sub_", "mul", "add", "sub_", "exp"}));
+  EXPECT_EQ(g.value(z).producer, 5);
+  graph::Executable exe(std::move(g));
+  TensorList out = exe.run({from_vector({1, 2, 3, 4}, {4}, {.dtype = DType::Float32})});
+  expect_values(out[0], values(exp(from_vector({6, 9, 12, 15}, {4}))), 1e-6);
+  expect_values(out[1], {0, -2, -4, -6});
+  expect_values(out[2], {0, -3, -6, -9});
+}
+
 // --- memory planning ----------------------------------------------------------------
 
 TEST(GraphMemoryPlan, ReusesBuffersWhoseLifetimesDoNotOverlap) {
