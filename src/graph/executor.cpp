@@ -71,7 +71,8 @@ MemoryPlan plan_memory(const Graph& graph) {
     conflicts.clear();
     for (const Placed& p : placed)
       if (p.first <= last && first <= p.last) conflicts.push_back(&p);
-    std::sort(conflicts.begin(), conflicts.end(), [](const Placed* a, const Placed* b) { return a->offset < b->offset; });
+    std::sort(conflicts.begin(), conflicts.end(),
+              [](const Placed* a, const Placed* b) { return a->offset < b->offset; });
     int64_t offset = 0;
     for (const Placed* c : conflicts) {
       if (offset + size <= c->offset) break;

@@ -160,9 +160,10 @@ int fuse_elementwise(Graph& graph) {
       text << (k ? "; " : "") << "s" << k << " = " << m.op->name << "(";
       for (size_t a = 0; a < m.inputs.size(); ++a) {
         auto member = step_of.find(m.inputs[a]);
+        const auto external = std::find(externals.begin(), externals.end(), m.inputs[a]);
         const int32_t arg = member != step_of.end() && member->second < int32_t(k)
                                 ? ~member->second
-                                : int32_t(std::find(externals.begin(), externals.end(), m.inputs[a]) - externals.begin());
+                                : int32_t(external - externals.begin());
         step.args.push_back(arg);
         text << (a ? ", " : "") << (arg < 0 ? "s" + std::to_string(~arg) : "in" + std::to_string(arg));
       }

@@ -140,7 +140,8 @@ ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
   if (auto it = names_.find(t.impl()); it != names_.end()) name = it->second;
   auto state = state_of_.find(t.impl());
   if (state != state_of_.end() && name.empty())
-    if (auto it = names_.find(state->second.param.impl()); it != names_.end()) name = it->second + "." + state->second.key;
+    if (auto it = names_.find(state->second.param.impl()); it != names_.end())
+      name = it->second + "." + state->second.key;
   const ValueId id = graph_.add_variable(t, std::move(name));
   if (state != state_of_.end()) {
     graph_.state_bindings.push_back(state->second);

@@ -46,7 +46,8 @@ int run_in_place(Graph& graph);
 int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
-// elementwise fusion (fusion.h), in place where safe, early updates. Returns a one-line summary ("fold_constants 2, ...").
+// elementwise fusion (fusion.h), in place where safe, early updates.
+// Returns a one-line summary ("fold_constants 2, cse 5, ...").
 std::string optimize(Graph& graph);
 
 }  // namespace mf::graph
