@@ -145,6 +145,70 @@ int forward_clones(Graph& graph) {
   return count;
 }
 
+int merge_slice_gradients(Graph& graph) {
+  static const OpDef& add_op = dispatch::op("add");
+  static const OpDef& slice_backward_op = dispatch::op("slice_backward");
+  static const OpDef& cat_op = dispatch::op("cat");
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  const std::vector<int32_t> uses = graph.use_counts();
+  std::vector<bool> is_output(values.size(), false);
+  for (ValueId id : graph.outputs()) is_output[size_t(id)] = true;
+  auto single_use = [&](ValueId v) { return uses[size_t(v)] == 1 && !is_output[size_t(v)]; };
+  auto producer = [&](ValueId v) -> const Node* {
+    const int32_t p = values[size_t(v)].producer;
+    return p < 0 ? nullptr : &nodes[size_t(p)];
+  };
+  auto is_sum = [&](const Node* n) { return n && n->op == &add_op && !n->inplace && n->attrs.items().empty(); };
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!is_sum(&nodes[i]) || removed[i]) continue;
+    // The leaves of the tree of single-use adds rooted here.
+    std::vector<const Node*> slices, sums{&nodes[i]};
+    bool ok = true;
+    for (size_t k = 0; k < sums.size() && ok; ++k)
+      for (ValueId in : sums[k]->inputs) {
+        const Node* p = producer(in);
+        ok = ok && p && single_use(in);
+        if (!ok) break;
+        if (is_sum(p)) sums.push_back(p);
+        else if (p->op == &slice_backward_op && p->attrs.get_int("step") == 1) slices.push_back(p);
+        else ok = false;
+      }
+    if (!ok) continue;
+    const int64_t dim = slices[0]->attrs.get_int("dim");
+    const Shape& full = slices[0]->attrs.get_shape("input_sizes");
+    std::sort(slices.begin(), slices.end(),
+              [](const Node* a, const Node* b) { return a->attrs.get_int("start") < b->attrs.get_int("start"); });
+    int64_t next = 0;
+    for (const Node* s : slices) {
+      ok = ok && s->attrs.get_int("dim") == dim && s->attrs.get_shape("input_sizes") == full &&
+           s->attrs.get_int("start") == next;
+      next += values[size_t(s->inputs[0])].sizes[size_t(dim)];
+    }
+    if (!ok || next != full[size_t(dim)]) continue;
+    // The cat reads the slice gradients where the root add was: nothing in
+    // between may write them.
+    size_t first = i;
+    for (const Node* s : slices) first = std::min(first, size_t(s - nodes.data()));
+    for (size_t j = first; j < i && ok; ++j)
+      for (const Node* s : slices)
+        ok = ok && !(nodes[j].inplace && values[size_t(nodes[j].inputs[0])].root == values[size_t(s->inputs[0])].root);
+    if (!ok) continue;
+    Node cat{.op = &cat_op, .attrs = {{"dim", dim}}, .outputs = nodes[i].outputs};
+    for (const Node* s : slices) {
+      cat.inputs.push_back(s->inputs[0]);
+      removed[size_t(s - nodes.data())] = true;
+    }
+    for (size_t k = 1; k < sums.size(); ++k) removed[size_t(sums[k] - nodes.data())] = true;
+    nodes[i] = std::move(cat);
+    count += int(slices.size() + sums.size());
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
 namespace {
 bool is_whole_buffer(const Value& v, ValueId id) {
   return v.kind == ValueKind::Intermediate && v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
@@ -229,6 +293,7 @@ std::string optimize(Graph& graph) {
   os << ", cse " << eliminate_common_subexpressions(graph);
   os << ", forward_clones " << forward_clones(graph);
   os << ", dce " << eliminate_dead_code(graph);
+  os << ", merge_slice_gradients " << merge_slice_gradients(graph);
   os << ", fuse_elementwise " << fuse_elementwise(graph);
   os << ", in_place " << run_in_place(graph);
   os << ", early_updates " << schedule_updates_early(graph);

@@ -30,6 +30,14 @@ int fold_constants(Graph& graph);
 // it stores, which a traced step does not need.
 int forward_clones(Graph& graph);
 
+// Note [Slice gradients]
+// The gradient of a tensor split into slices (q, k, v = chunk(qkv, 3)) is
+// a sum of slice_backward results, each a zero tensor with one slice
+// filled. When those slices tile the dimension exactly once, the sum is
+// the concatenation of the slice gradients: one cat replaces the zero
+// fills, copies and adds (and their buffers).
+int merge_slice_gradients(Graph& graph);
+
 // Note [In place where safe]
 // A node of an op with an in-place form whose input 0 is a kernel output's
 // whole buffer, read by nothing after this node, with the output's shape
@@ -46,7 +54,8 @@ int run_in_place(Graph& graph);
 int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
-// elementwise fusion (fusion.h), in place where safe, early updates.
+// slice-gradient merging, elementwise fusion (fusion.h), in place where
+// safe, early updates.
 // Returns a one-line summary ("fold_constants 2, cse 5, ...").
 std::string optimize(Graph& graph);
 

@@ -149,6 +149,36 @@ TEST(GraphPasses, ClonesOfDyingBuffersAreForwarded) {
   expect_values(out[1], {0, -2, -4, -6});
 }
 
+// --- slice gradients ----------------------------------------------------------------
+
+Attrs slice_grad(int64_t start) {
+  return {{"input_sizes", Shape{2, 6}}, {"dim", int64_t(1)}, {"start", start}, {"step", int64_t(1)}};
+}
+
+TEST(GraphPasses, SlicesTilingADimensionSumToACat) {
+  Graph g;
+  ValueId q = g.add_input(f32({2, 2})), k = g.add_input(f32({2, 2})), v = g.add_input(f32({2, 2}));
+  ValueId sv = g.add_node(op("slice_backward"), {v}, slice_grad(4))[0];
+  ValueId sq = g.add_node(op("slice_backward"), {q}, slice_grad(0))[0];
+  ValueId sum = g.add_node(op("add"), {sv, sq})[0];
+  ValueId sk = g.add_node(op("slice_backward"), {k}, slice_grad(2))[0];
+  ValueId total = g.add_node(op("add"), {sum, sk})[0];
+  // Two slices that leave a gap are a sum, not a cat.
+  ValueId a = g.add_node(op("slice_backward"), {q}, slice_grad(0))[0];
+  ValueId b = g.add_node(op("slice_backward"), {v}, slice_grad(4))[0];
+  ValueId gap = g.add_node(op("add"), {a, b})[0];
+  g.set_outputs({total, gap});
+  EXPECT_EQ(graph::merge_slice_gradients(g), 5);
+  EXPECT_EQ(op_names(g), (std::vector<std::string>{"cat", "slice_backward", "slice_backward", "add"}));
+  EXPECT_EQ(g.nodes()[0].inputs, (std::vector<ValueId>{q, k, v}));
+  graph::Executable exe(std::move(g));
+  Tensor qs = random_tensor({2, 2}, 10, -1, 1, DType::Float32), ks = random_tensor({2, 2}, 11, -1, 1, DType::Float32),
+         vs = random_tensor({2, 2}, 12, -1, 1, DType::Float32);
+  TensorList out = exe.run({qs, ks, vs});
+  expect_values(out[0], values(cat({qs, ks, vs}, 1)));
+  expect_values(out[1], values(cat({qs, zeros({2, 2}), vs}, 1)));
+}
+
 // --- in place where safe -------------------------------------------------------------
 
 TEST(GraphPasses, InPlaceWhenTheInputDiesHere) {
