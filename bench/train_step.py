@@ -130,7 +130,9 @@ def worker(lib_name, workload, steps):
         step()
     if lib_name.startswith("meshflow"):
         # Memory a step needs beyond parameters and optimizer state: eager's
-        # measured peak, and the graph's planned arena (allocated once).
+        # measured peak (gradients included: they are dropped first), and the
+        # graph's planned arena (allocated once).
+        optimizer.zero_grad()
         resting = lib.memory_allocated()
         lib.reset_peak_memory_stats()
         step()
