@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "meshflow/dispatch.h"
 #include "meshflow/parallel.h"
 
 namespace mf::graph {
@@ -41,38 +42,77 @@ const OpDef& fused_elementwise_op() {
 
 namespace {
 
-// A 1-D view of elements [begin, begin + length) of a contiguous tensor.
-Tensor flat_block(const Tensor& t, int64_t begin, int64_t length) {
-  return make_view(t, {length}, {1}, t.storage_offset() + begin);
+// Elements [begin, begin + length) of a contiguous tensor as a block of
+// shape (length / unit, trailing...), unit = numel(trailing).
+Tensor block_of(const Tensor& t, int64_t begin, int64_t length, const Shape& trailing) {
+  Shape sizes{length / std::max<int64_t>(1, shape_numel(trailing))};
+  sizes.insert(sizes.end(), trailing.begin(), trailing.end());
+  return make_view(t, sizes, contiguous_strides(sizes), t.storage_offset() + begin);
+}
+
+// An input broadcast over the leading dims, without its leading 1s.
+Tensor trailing_view(const Tensor& t) {
+  size_t lead = 0;
+  while (lead < t.sizes().size() && t.sizes()[lead] == 1) ++lead;
+  const Shape sizes(t.sizes().begin() + std::ptrdiff_t(lead), t.sizes().end());
+  const Shape strides(t.strides().begin() + std::ptrdiff_t(lead), t.strides().end());
+  return make_view(t, sizes, strides, t.storage_offset());
 }
 
 void run_program(const FusedProgram& program, const TensorList& inputs, Tensor& output) {
   const int64_t n = output.numel();
-  const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
+  const int64_t unit = shape_numel(program.trailing);
+  const int64_t block_size = unit * std::max<int64_t>(1, kFusedBlock / unit);
+  const int64_t blocks = (n + block_size - 1) / block_size;
   const size_t last = program.steps.size() - 1;
+  TensorList broadcast(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].dim() > 0 && inputs[i].numel() != n) broadcast[i] = trailing_view(inputs[i]);
   parallel_for(0, blocks, 1, [&](int64_t first_block, int64_t end_block) {
     // This thread's buffers for the intermediate results of one block.
     TensorList scratch(last);
-    for (size_t k = 0; k < last; ++k) scratch[k] = make_empty({kFusedBlock}, program.steps[k].dtype);
+    for (size_t k = 0; k < last; ++k) scratch[k] = make_empty({block_size}, program.steps[k].dtype);
     TensorList args, outs(1);
     for (int64_t block = first_block; block < end_block; ++block) {
-      const int64_t begin = block * kFusedBlock, length = std::min(kFusedBlock, n - begin);
-      auto intermediate = [&](size_t k) {
-        return length == kFusedBlock ? scratch[k] : make_view(scratch[k], {length}, {1}, 0);
-      };
+      const int64_t begin = block * block_size, length = std::min(block_size, n - begin);
       for (size_t k = 0; k <= last; ++k) {
         const FusedStep& step = program.steps[k];
         args.clear();
         for (int32_t a : step.args) {
-          if (a < 0) args.push_back(intermediate(size_t(~a)));
+          if (a < 0) args.push_back(block_of(scratch[size_t(~a)], 0, length, program.trailing));
           else if (inputs[size_t(a)].dim() == 0) args.push_back(inputs[size_t(a)]);
-          else args.push_back(flat_block(inputs[size_t(a)], begin, length));
+          else if (broadcast[size_t(a)].defined()) args.push_back(broadcast[size_t(a)]);
+          else args.push_back(block_of(inputs[size_t(a)], begin, length, program.trailing));
         }
-        outs[0] = k == last ? flat_block(output, begin, length) : intermediate(k);
+        outs[0] = k == last ? block_of(output, begin, length, program.trailing)
+                            : block_of(scratch[k], 0, length, program.trailing);
         step.op->kernels[size_t(DeviceType::CPU)](args, outs, step.attrs);
       }
     }
   });
+}
+
+// How input v of a node with output shape `out` reaches the fused blocks:
+// 0 for the whole shape or 0-d, k for a contiguous tensor broadcast over all
+// but the last k dims of out (an attention mask), -1 if it cannot.
+int64_t trailing_dims(const Value& v, const Shape& out) {
+  if (v.sizes.empty() || (v.sizes == out && v.strides == contiguous_strides(v.sizes))) return 0;
+  size_t lead = 0;
+  while (lead < v.sizes.size() && v.sizes[lead] == 1) ++lead;
+  const Shape tail(v.sizes.begin() + std::ptrdiff_t(lead), v.sizes.end());
+  const Shape tail_strides(v.strides.begin() + std::ptrdiff_t(lead), v.strides.end());
+  if (tail.empty() || tail.size() >= out.size() || tail_strides != contiguous_strides(tail)) return -1;
+  if (!std::equal(tail.begin(), tail.end(), out.end() - std::ptrdiff_t(tail.size()))) return -1;
+  return int64_t(tail.size());
+}
+
+// softmax over the last dim: rows are whole in every block, so it can end a
+// group (Note [Elementwise fusion]).
+bool is_row_softmax(const Node& n, const std::vector<Value>& values) {
+  static const OpDef& softmax = dispatch::op("softmax");
+  if (n.op != &softmax || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  const int64_t dim = n.attrs.get_int("dim"), ndim = int64_t(values[size_t(n.outputs[0])].sizes.size());
+  return ndim > 0 && (dim == -1 || dim == ndim - 1);
 }
 
 bool is_whole_buffer(const Value& v, ValueId id) {
@@ -110,15 +150,23 @@ int fuse_elementwise(Graph& graph) {
         ok = false;
         break;
       }
-      const Value& v = values[size_t(in)];
-      ok = v.sizes.empty() || (v.sizes == out.sizes && v.strides == contiguous_strides(v.sizes));
+      ok = trailing_dims(values[size_t(in)], out.sizes) >= 0;
     }
     fusible[i] = ok;
+  }
+  // A softmax over the last dim may end a group, never continue one.
+  std::vector<bool> row_root(nodes.size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.fused || n.inplace || !is_row_softmax(n, values)) continue;
+    const Value& out = values[size_t(n.outputs[0])];
+    row_root[i] = out.device.is_cpu() && is_whole_buffer(out, n.outputs[0]) &&
+                  shape_numel(out.sizes) >= kMinFusedElements;
   }
   // Groups grow backwards from their last member through single-use inputs.
   std::vector<int32_t> group(nodes.size(), -1);
   for (size_t i = nodes.size(); i-- > 0;) {
-    if (!fusible[i]) continue;
+    if (!fusible[i] && !row_root[i]) continue;
     if (group[i] < 0) group[i] = int32_t(i);
     const Shape& shape = values[size_t(nodes[i].outputs[0])].sizes;
     for (ValueId in : nodes[i].inputs) {
@@ -153,10 +201,15 @@ int fuse_elementwise(Graph& graph) {
       }
     if (hazard) continue;
     auto program = std::make_shared<FusedProgram>();
+    const Shape& shape = values[size_t(nodes[size_t(root)].outputs[0])].sizes;
+    int64_t trailing = row_root[size_t(root)] ? 1 : 0;
+    for (ValueId in : externals) trailing = std::max(trailing, trailing_dims(values[size_t(in)], shape));
+    program->trailing.assign(shape.end() - trailing, shape.end());
     std::ostringstream text;
     for (size_t k = 0; k < list.size(); ++k) {
       const Node& m = nodes[list[k]];
       FusedStep step{.op = m.op, .attrs = m.attrs, .dtype = values[size_t(m.outputs[0])].dtype};
+      if (row_root[list[k]]) step.attrs.set("dim", int64_t(-1));  // blocks have their own rank
       text << (k ? "; " : "") << "s" << k << " = " << m.op->name << "(";
       for (size_t a = 0; a < m.inputs.size(); ++a) {
         auto member = step_of.find(m.inputs[a]);
@@ -167,7 +220,7 @@ int fuse_elementwise(Graph& graph) {
         step.args.push_back(arg);
         text << (a ? ", " : "") << (arg < 0 ? "s" + std::to_string(~arg) : "in" + std::to_string(arg));
       }
-      if (!m.attrs.items().empty()) text << "; " << m.attrs.str();
+      if (!step.attrs.items().empty()) text << "; " << step.attrs.str();
       text << ")";
       program->steps.push_back(std::move(step));
     }

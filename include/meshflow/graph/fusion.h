@@ -4,17 +4,22 @@
 // Note [Elementwise fusion]
 // A node of an elementwise op (element i of the output depends only on
 // element i of each input) whose only reader is another elementwise node of
-// the same output shape joins that reader's group; a group of two or more
-// becomes one "fused_elementwise" node at the position of its last member.
-// The fused kernel walks the output in blocks of kFusedBlock elements and
-// runs every member's kernel on that block, the intermediate results in
-// small per-thread buffers that stay in cache, so the intermediates never
-// exist at full size (no memory, no round trip through DRAM) and the
-// results are the bits the separate kernels give. Inputs from outside the
-// group must be contiguous with the output's shape, or 0-d. A group is not
-// formed when an in-place node between a member and the group's last member
-// writes one of the member's inputs, and tensors under kMinFusedElements
-// are left alone (per-block overhead would outweigh the saving).
+// the same output shape joins that reader's group; so does the input chain
+// of a softmax over the last dim, which ends its group (scaled and masked
+// softmax: softmax(scores * scale + mask)). A group of two or more becomes
+// one "fused_elementwise" node at the position of its last member. The
+// fused kernel walks the output in blocks of about kFusedBlock elements
+// and runs every member's own kernel on each block, the intermediate
+// results in small per-thread buffers that stay in cache, so the
+// intermediates never exist at full size (no memory, no round trip through
+// DRAM) and the results are the bits the separate kernels give. Inputs
+// from outside the group are contiguous with the output's shape, 0-d, or
+// contiguous and broadcast over leading dims only (a (L, S) mask of
+// (N, H, L, S) scores); blocks then hold whole (L, S) matrices, and whole
+// rows for a softmax. A group is not formed when an in-place node between
+// a member and the group's last member writes one of the member's inputs,
+// and tensors under kMinFusedElements are left alone (per-block overhead
+// would outweigh the saving).
 #pragma once
 
 #include <memory>
@@ -37,6 +42,9 @@ struct FusedStep {
 
 struct FusedProgram {
   std::vector<FusedStep> steps;  // the last one writes the node's output
+  // Blocks have shape (m, trailing...): the output dims that broadcast
+  // inputs span (and the softmax row); empty: flat blocks.
+  Shape trailing;
 };
 
 // The op of fused nodes (not in the registry: its kernel is per node).

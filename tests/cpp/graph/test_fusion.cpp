@@ -56,6 +56,32 @@ TEST(GraphFusion, ChainBecomesOneNodeWithTheSameBits) {
   expect_close(got, sigmoid(where(gt(x, 0.0), exp(mul(x, y)), y)), 1e-6, 1e-6);
 }
 
+TEST(GraphFusion, ScaledMaskedSoftmaxIsOneNode) {
+  const Shape scores_shape{4, 2, 64, 64};  // (N, H, L, S)
+  auto build = [&](Graph& g) {
+    ValueId scores = g.add_input(f32(scores_shape));
+    ValueId mask = g.add_input(f32({64, 64}));  // additive, broadcast over (N, H)
+    ValueId scale = g.add_constant(full({}, 0.125));
+    ValueId scaled = g.add_node(op("mul"), {scores, scale})[0];
+    ValueId masked = g.add_node(op("add"), {scaled, mask})[0];
+    ValueId probs = g.add_node(op("softmax"), {masked}, {{"dim", int64_t(3)}})[0];
+    g.set_outputs({probs});
+  };
+  Graph plain, fused;
+  build(plain);
+  build(fused);
+  EXPECT_EQ(graph::fuse_elementwise(fused), 3);
+  ASSERT_EQ(op_names(fused), (std::vector<std::string>{"fused_elementwise"}));
+  EXPECT_NE(fused.str().find("s2 = softmax(s1; dim=-1)"), std::string::npos) << fused.str();
+
+  Tensor scores = random_tensor(scores_shape, 4, -4, 4, DType::Float32);
+  Tensor mask = triu(full({64, 64}, -INFINITY), 1);
+  graph::Executable a(std::move(plain)), b(std::move(fused));
+  const Tensor want = a.run({scores, mask})[0], got = b.run({scores, mask})[0];
+  EXPECT_EQ(values(want), values(got));
+  expect_close(got, softmax(add(mul(scores, 0.125), mask), -1), 1e-6, 1e-5);
+}
+
 TEST(GraphFusion, StopsAtSharedValuesOutputsAndOtherShapes) {
   Graph g;
   ValueId x = g.add_input(f32({kN}));
