@@ -209,6 +209,102 @@ int merge_slice_gradients(Graph& graph) {
   return count;
 }
 
+int recompute_elementwise(Graph& graph) {
+  auto& nodes = graph.nodes();
+  auto& values = graph.values();
+  const size_t n_nodes = nodes.size();
+  auto root_of = [&](ValueId id) { return values[size_t(id)].root; };
+  // Per buffer: the non-view nodes reading it (through any view), its last
+  // reader, and the in-place nodes writing it.
+  std::vector<std::vector<size_t>> readers(values.size()), writes(values.size());
+  std::vector<int64_t> last_use(values.size(), -1);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    for (ValueId in : nodes[i].inputs) {
+      if (in == kNoValue) continue;
+      const ValueId root = root_of(in);
+      last_use[size_t(root)] = int64_t(i);
+      if (!nodes[i].is_view() && (readers[size_t(root)].empty() || readers[size_t(root)].back() != i))
+        readers[size_t(root)].push_back(i);
+    }
+    if (nodes[i].inplace) writes[size_t(root_of(nodes[i].inputs[0]))].push_back(i);
+  }
+  std::vector<bool> output_buffer(values.size(), false);
+  for (ValueId id : graph.outputs()) output_buffer[size_t(root_of(id))] = true;
+
+  // A recomputation of value (made by node producer) before node `before`.
+  struct Plan {
+    size_t before, producer;
+    ValueId value;
+  };
+  std::vector<Plan> plans;
+  for (size_t p = 0; p < n_nodes; ++p) {
+    const Node& n = nodes[p];
+    if (n.fused || n.inplace || n.random_counters || n.outputs.size() != 1 || !is_elementwise(*n.op)) continue;
+    const ValueId v = n.outputs[0];
+    const std::vector<size_t>& uses = readers[size_t(v)];
+    if (uses.size() < 2 || output_buffer[size_t(v)] || root_of(v) != v || !writes[size_t(v)].empty()) continue;
+    // The earliest reader from which on the inputs are still alive and
+    // unwritten: the readers from there on get the recomputed value.
+    size_t split = uses.size();
+    for (size_t k = uses.size(); k-- > 1;) {
+      bool alive = true;
+      for (ValueId in : n.inputs) {
+        if (in == kNoValue) continue;
+        const ValueId root = root_of(in);
+        const ValueKind kind = values[size_t(root)].kind;
+        if (kind == ValueKind::Intermediate || kind == ValueKind::Input)
+          alive = alive && last_use[size_t(root)] >= int64_t(uses[k]);
+        for (size_t w : writes[size_t(root)]) alive = alive && (w < p || w > uses[k]);
+      }
+      if (!alive) break;
+      split = k;
+    }
+    // Worth it only across a long gap (forward to backward), where the
+    // buffer would otherwise be held.
+    if (split == uses.size() || uses[split] - uses[split - 1] < std::max<size_t>(2, n_nodes / 8)) continue;
+    plans.push_back({uses[split], p, v});
+  }
+  if (plans.empty()) return 0;
+  std::sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) { return a.before < b.before; });
+  const std::vector<Node> original = nodes;  // nodes[] is moved from below
+  std::vector<Node> rebuilt;
+  rebuilt.reserve(n_nodes + 2 * plans.size());
+  size_t next_plan = 0;
+  for (size_t i = 0; i < n_nodes; ++i) {
+    for (; next_plan < plans.size() && plans[next_plan].before == i; ++next_plan) {
+      const Plan& plan = plans[next_plan];
+      // The producer again, then the views of its result that readers from
+      // here on use; those readers are renamed to the new values.
+      std::unordered_map<ValueId, ValueId> renamed;
+      auto recreate = [&](const Node& original) {
+        Node copy = original;
+        for (ValueId& in : copy.inputs)
+          if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+        for (ValueId& out : copy.outputs) {
+          Value value = values[size_t(out)];
+          const auto id = ValueId(values.size());
+          value.root = original.is_view() ? values[size_t(copy.inputs[0])].root : id;
+          values.push_back(value);
+          renamed[out] = id;
+          out = id;
+        }
+        rebuilt.push_back(std::move(copy));
+      };
+      recreate(original[plan.producer]);
+      for (size_t k = plan.producer + 1; k < i; ++k)
+        if (original[k].is_view() && renamed.contains(original[k].inputs[0])) recreate(original[k]);
+      for (size_t r : readers[size_t(plan.value)])
+        if (r >= i)
+          for (ValueId& in : nodes[r].inputs)
+            if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+    }
+    rebuilt.push_back(std::move(nodes[i]));
+  }
+  nodes = std::move(rebuilt);
+  graph.remove_nodes(std::vector<bool>(nodes.size(), false));
+  return int(plans.size());
+}
+
 namespace {
 bool is_whole_buffer(const Value& v, ValueId id) {
   return v.kind == ValueKind::Intermediate && v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
@@ -294,6 +390,7 @@ std::string optimize(Graph& graph) {
   os << ", forward_clones " << forward_clones(graph);
   os << ", dce " << eliminate_dead_code(graph);
   os << ", merge_slice_gradients " << merge_slice_gradients(graph);
+  os << ", recompute " << recompute_elementwise(graph);
   os << ", fuse_elementwise " << fuse_elementwise(graph);
   os << ", in_place " << run_in_place(graph);
   os << ", early_updates " << schedule_updates_early(graph);

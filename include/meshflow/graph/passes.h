@@ -38,6 +38,15 @@ int forward_clones(Graph& graph);
 // fills, copies and adds (and their buffers).
 int merge_slice_gradients(Graph& graph);
 
+// Note [Recomputation]
+// An elementwise result that a step keeps from the forward to its backward
+// (GELU's output, read again by the weight gradient of the next linear) is
+// computed a second time just before its late readers when its own inputs
+// are still alive there (GELU's input is: gelu_backward reads it later), so
+// the result's buffer dies after its forward readers. The same kernel on the
+// same inputs gives the same bits; the cost is one more elementwise pass.
+int recompute_elementwise(Graph& graph);
+
 // Note [In place where safe]
 // A node of an op with an in-place form whose input 0 is a kernel output's
 // whole buffer, read by nothing after this node, with the output's shape
@@ -54,8 +63,8 @@ int run_in_place(Graph& graph);
 int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
-// slice-gradient merging, elementwise fusion (fusion.h), in place where
-// safe, early updates.
+// slice-gradient merging, recomputation, elementwise fusion (fusion.h), in
+// place where safe, early updates.
 // Returns a one-line summary ("fold_constants 2, cse 5, ...").
 std::string optimize(Graph& graph);
 

@@ -179,6 +179,35 @@ TEST(GraphPasses, SlicesTilingADimensionSumToACat) {
   expect_values(out[1], values(cat({qs, zeros({2, 2}), vs}, 1)));
 }
 
+// --- recomputation -------------------------------------------------------------------
+
+TEST(GraphPasses, ElementwiseResultsReadMuchLaterAreRecomputed) {
+  Graph g;
+  ValueId x = g.add_input(f32({4, 4}));
+  ValueId h = g.add_node(op("exp"), {x})[0];
+  ValueId a = g.add_node(op("tanh"), {h})[0];  // read early and, through a view, late
+  ValueId c = g.add_node(op("neg"), {a})[0];
+  for (int k = 0; k < 10; ++k) c = g.add_node(op("neg"), {c})[0];
+  ValueId t = g.add_node(op("permute"), {a}, {{"dims", Shape{1, 0}}})[0];
+  ValueId e = g.add_node(op("add"), {t, c})[0];
+  ValueId f = g.add_node(op("mul"), {h, e})[0];  // h is alive until here
+  g.set_outputs({f});
+  EXPECT_EQ(graph::recompute_elementwise(g), 1);
+  std::vector<std::string> names = op_names(g);
+  ASSERT_EQ(names.size(), 18u);
+  EXPECT_EQ(std::vector<std::string>(names.end() - 5, names.end()),
+            (std::vector<std::string>{"permute", "tanh", "permute", "add", "mul"}));
+  EXPECT_EQ(graph::eliminate_dead_code(g), 1);  // the first permute
+  // a's buffer now dies at its first reader.
+  EXPECT_EQ(graph::plan_memory(g).lifetimes[size_t(a)].second, 2);
+
+  graph::Executable exe(std::move(g));
+  Tensor xs = random_tensor({4, 4}, 13, -1, 1, DType::Float32);
+  Tensor cs = tanh(exp(xs));
+  for (int k = 0; k < 11; ++k) cs = neg(cs);
+  expect_values(exe.run({xs})[0], values(mul(exp(xs), add(mf::t(tanh(exp(xs))), cs))), 1e-6);
+}
+
 // --- in place where safe -------------------------------------------------------------
 
 TEST(GraphPasses, InPlaceWhenTheInputDiesHere) {
