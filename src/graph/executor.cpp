@@ -242,6 +242,37 @@ std::string Executable::profile(const TensorList& inputs, int runs) {
   return os.str();
 }
 
+std::string Executable::memory_report(int max_rows) const {
+  const auto& values = graph_.values();
+  const auto& nodes = graph_.nodes();
+  // The time with the most live bytes.
+  std::vector<int64_t> live(nodes.size() + 2, 0);
+  std::vector<ValueId> planned;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (plan_.offsets[i] < 0) continue;
+    planned.push_back(ValueId(i));
+    const auto [first, last] = plan_.lifetimes[i];
+    for (int32_t t = first; t <= last; ++t) live[size_t(t + 1)] += values[i].nbytes();
+  }
+  const auto peak = int32_t(std::max_element(live.begin(), live.end()) - live.begin()) - 1;
+  std::vector<ValueId> at_peak;
+  for (ValueId id : planned)
+    if (plan_.lifetimes[size_t(id)].first <= peak && peak <= plan_.lifetimes[size_t(id)].second) at_peak.push_back(id);
+  std::sort(at_peak.begin(), at_peak.end(),
+            [&](ValueId a, ValueId b) { return values[size_t(a)].nbytes() > values[size_t(b)].nbytes(); });
+  std::ostringstream os;
+  os << "peak before node " << peak << " (" << (peak >= 0 && peak < int32_t(nodes.size()) ? nodes[size_t(peak)].op->name : "")
+     << "): " << live[size_t(peak + 1)] << " bytes in " << at_peak.size() << " buffers\n";
+  for (size_t k = 0; k < at_peak.size() && int(k) < max_rows; ++k) {
+    const Value& v = values[size_t(at_peak[k])];
+    const std::string writer = v.kind == ValueKind::Input ? "input" : nodes[size_t(v.producer)].op->name;
+    os << "  " << value_name(graph_, at_peak[k]) << " " << dtype_name(v.dtype) << shape_str(v.sizes) << " "
+       << v.nbytes() << " bytes, from " << writer << ", live over nodes " << plan_.lifetimes[size_t(at_peak[k])].first
+       << ".." << plan_.lifetimes[size_t(at_peak[k])].second << "\n";
+  }
+  return os.str();
+}
+
 std::string Executable::str() const {
   std::ostringstream os;
   os << graph_.str() << "\n" << steps_.size() << " kernel steps; planned memory " << plan_.arena_bytes

@@ -236,10 +236,15 @@ int recompute_elementwise(Graph& graph) {
     size_t before, producer;
     ValueId value;
   };
+  static const OpDef& clone_op = dispatch::op("clone");
+  static const OpDef& layer_norm_op = dispatch::op("layer_norm");
+  // A buffer may live this many nodes longer to feed a recomputation.
+  const auto slack = int64_t(n_nodes / 64);
   std::vector<Plan> plans;
   for (size_t p = 0; p < n_nodes; ++p) {
     const Node& n = nodes[p];
-    if (n.fused || n.inplace || n.random_counters || n.outputs.size() != 1 || !is_elementwise(*n.op)) continue;
+    const bool cheap = is_elementwise(*n.op) || n.op == &clone_op || n.op == &layer_norm_op;
+    if (n.fused || n.inplace || n.random_counters || n.outputs.empty() || !cheap) continue;
     const ValueId v = n.outputs[0];
     const std::vector<size_t>& uses = readers[size_t(v)];
     if (uses.size() < 2 || output_buffer[size_t(v)] || root_of(v) != v || !writes[size_t(v)].empty()) continue;
@@ -253,7 +258,7 @@ int recompute_elementwise(Graph& graph) {
         const ValueId root = root_of(in);
         const ValueKind kind = values[size_t(root)].kind;
         if (kind == ValueKind::Intermediate || kind == ValueKind::Input)
-          alive = alive && last_use[size_t(root)] >= int64_t(uses[k]);
+          alive = alive && last_use[size_t(root)] + slack >= int64_t(uses[k]);
         for (size_t w : writes[size_t(root)]) alive = alive && (w < p || w > uses[k]);
       }
       if (!alive) break;
@@ -293,10 +298,11 @@ int recompute_elementwise(Graph& graph) {
       recreate(original[plan.producer]);
       for (size_t k = plan.producer + 1; k < i; ++k)
         if (original[k].is_view() && renamed.contains(original[k].inputs[0])) recreate(original[k]);
-      for (size_t r : readers[size_t(plan.value)])
-        if (r >= i)
-          for (ValueId& in : nodes[r].inputs)
-            if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+      for (ValueId out : original[plan.producer].outputs)
+        for (size_t r : readers[size_t(out)])
+          if (r >= i)
+            for (ValueId& in : nodes[r].inputs)
+              if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
     }
     rebuilt.push_back(std::move(nodes[i]));
   }

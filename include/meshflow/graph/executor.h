@@ -59,6 +59,10 @@ class Executable {
   int64_t num_steps() const { return int64_t(steps_.size()); }
   // The graph followed by the memory plan's summary.
   std::string str() const;
+  // The buffers live when the most bytes are live (the memory plan's bound),
+  // largest first, with the node that writes each: what to recompute or
+  // fuse to lower the peak.
+  std::string memory_report(int max_rows = 20) const;
   // Runs the plan `runs` times and returns a table of kernel time per op
   // type, slowest first (what to fuse or speed up next).
   std::string profile(const TensorList& inputs, int runs);

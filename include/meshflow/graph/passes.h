@@ -39,12 +39,13 @@ int forward_clones(Graph& graph);
 int merge_slice_gradients(Graph& graph);
 
 // Note [Recomputation]
-// An elementwise result that a step keeps from the forward to its backward
-// (GELU's output, read again by the weight gradient of the next linear) is
-// computed a second time just before its late readers when its own inputs
-// are still alive there (GELU's input is: gelu_backward reads it later), so
-// the result's buffer dies after its forward readers. The same kernel on the
-// same inputs gives the same bits; the cost is one more elementwise pass.
+// A cheap result (elementwise ops, clone, layer_norm) that a step keeps from
+// the forward to its backward (GELU's output, read again by the weight
+// gradient of the next linear) is computed a second time just before its
+// late readers when its own inputs are still alive there, or within a few
+// nodes of it (GELU's input is: gelu_backward reads it later), so the
+// result's buffer dies after its forward readers. The same kernel on the
+// same inputs gives the same bits; the cost is one more pass over memory.
 int recompute_elementwise(Graph& graph);
 
 // Note [In place where safe]
