@@ -1,5 +1,6 @@
-// Dead-code elimination, CSE, constant folding and clone forwarding; see
-// passes.h.
+// The graph passes of passes.h (elementwise fusion is in fusion.cpp): DCE,
+// CSE, constant folding, clone forwarding, slice-gradient merging,
+// recomputation, in place where safe and early updates.
 #include "meshflow/graph/passes.h"
 
 #include <algorithm>
