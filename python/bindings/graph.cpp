@@ -28,6 +28,7 @@ void init_graph(py::module_& parent) {
       .def("add_inputs", &Tracer::add_inputs, py::arg("examples"))
       .def("add_optimizer", &Tracer::add_optimizer, py::arg("optimizer"))
       .def("name_variable", &Tracer::name_variable, py::arg("tensor"), py::arg("name"))
+      .def("num_updates", &Tracer::num_updates)
       .def("finish", &Tracer::finish, py::arg("outputs"))
       .def("close", &Tracer::close);
 

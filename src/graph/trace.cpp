@@ -1,6 +1,8 @@
 // The tracer; see Note [Tracing a train step] in trace.h.
 #include "meshflow/graph/trace.h"
 
+#include <algorithm>
+
 #include "meshflow/generator.h"
 #include "meshflow/optim/optimizer.h"
 
@@ -185,6 +187,10 @@ void Tracer::record_inplace(const OpDef& op, const TensorList& inputs, const Att
   const int32_t index = graph_.append_node(std::move(node), {written});
   // Later reads of the written tensor see the new value.
   bind(inputs[0], graph_.nodes()[size_t(index)].outputs[0]);
+}
+
+int64_t Tracer::num_updates() const {
+  return std::count_if(graph_.nodes().begin(), graph_.nodes().end(), [](const Node& n) { return n.lr_group >= 0; });
 }
 
 Graph Tracer::finish(const TensorList& outputs) {

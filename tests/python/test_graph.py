@@ -294,3 +294,22 @@ def test_profile_lists_the_kernels():
     graph(x)
     table = graph.profile(x, runs=2)
     assert "addmm" in table and "ms/run" in table
+
+
+class SteppingGraph(TrainGraph):
+    def build(self, x, y):
+        loss = super().build(x, y)
+        self._optimizers[0][0].step()
+        return loss
+
+
+def test_stepping_the_optimizer_in_build_is_refused():
+    model = models.build("mlp", mf)
+    opt = mf.optim.SGD(model.parameters(), lr=0.1)
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    graph = SteppingGraph("mlp", model, opt)
+    with pytest.raises(RuntimeError, match="called an optimizer's step"):
+        graph(*batch("mlp", np.random.default_rng(9)))
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+    assert repr(EvalGraph(model)) == "EvalGraph (not traced yet)"

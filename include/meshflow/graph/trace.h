@@ -44,6 +44,8 @@ class Tracer {
   void add_optimizer(optim::Optimizer& optimizer);
   // A name for the variable made from t (state-dict keys, for printing).
   void name_variable(const Tensor& t, std::string name);
+  // How many optimizer updates of add_optimizer's parameters were traced.
+  int64_t num_updates() const;
   // Ends the trace with these graph outputs and returns the graph.
   Graph finish(const TensorList& outputs);
   // Abandons the trace (as the destructor does): leaves lazy mode and

@@ -75,6 +75,9 @@ class Graph:
                     tracer.name_variable(t, f"{prefix}.{name}")
             placeholders = tracer.add_inputs(list(args))
             outputs, rebuild = _flatten(self.build(*placeholders))
+            if tracer.num_updates():
+                raise RuntimeError(f"{type(self).__name__}.build() called an optimizer's step(); the graph steps the "
+                                   "optimizers given to add_optimizer itself after build(): remove the call")
             if self._optimizers:
                 for optimizer, _ in self._optimizers:
                     optimizer.step()
