@@ -86,7 +86,7 @@ def worker(lib_name, workload, steps):
     import numpy as np
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import models
-    if lib_name == "meshflow":
+    if lib_name.startswith("meshflow"):
         sys.path.insert(0, os.path.join(ROOT, "python"))
         import meshflow as lib
     else:
@@ -108,8 +108,37 @@ def worker(lib_name, workload, steps):
         optimizer.step()
         return loss.item()
 
+    extra = {}
+    if lib_name == "meshflow-graph":
+        class TrainGraph(lib.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+                self.add_optimizer(optimizer)
+
+            def build(self, x, y):
+                loss = models.loss_fn(name, lib, self.model(x), y)
+                loss.backward()
+                return loss
+
+        graph = TrainGraph()
+
+        def step():  # noqa: F811
+            return graph(x, y).item()
+
     for _ in range(3):
         step()
+    if lib_name.startswith("meshflow"):
+        # Memory a step needs beyond parameters and optimizer state: eager's
+        # measured peak (gradients included: they are dropped first), and the
+        # graph's planned arena (allocated once).
+        optimizer.zero_grad()
+        resting = lib.memory_allocated()
+        lib.reset_peak_memory_stats()
+        step()
+        extra["step_peak_mb"] = (lib.max_memory_allocated() - resting) / 2 ** 20
+        if lib_name == "meshflow-graph":
+            extra["planned_mb"] = graph.planned_peak_bytes / 2 ** 20
     times = []
     for _ in range(steps):
         begin = time.perf_counter()
@@ -126,7 +155,7 @@ def worker(lib_name, workload, steps):
     gflops = 2 * 2048 ** 3 / best / 1e9
     version = getattr(lib, "__version__", "?")
     print(json.dumps({"ms": 1000 * statistics.median(times), "min_ms": 1000 * min(times), "sgemm_gflops": gflops,
-                      "version": str(version)}))
+                      "version": str(version), **extra}))
 
 
 def run_child(python, lib_name, workload, steps, policy="PASSIVE"):
@@ -178,36 +207,48 @@ def main():
         steps = args.steps or STEPS[workload]
         name, batch, _, kwargs = WORKLOADS[workload]
         flops = 3 * forward_flops(name, batch, kwargs)
-        configs = [("/usr/bin/python3", "meshflow")] + [(python, "torch") for python in peers]
-        mine, *theirs = measure(configs, workload, steps, args.rounds)
-        rows.append((workload, flops, mine, theirs))
-        print(workload, json.dumps({"meshflow": mine, "torch": theirs}), flush=True)
+        configs = [("/usr/bin/python3", "meshflow"), ("/usr/bin/python3", "meshflow-graph")] + [
+            (python, "torch") for python in peers]
+        mine, graph, *theirs = measure(configs, workload, steps, args.rounds)
+        rows.append((workload, flops, mine, graph, theirs))
+        print(workload, json.dumps({"meshflow": mine, "graph": graph, "torch": theirs}), flush=True)
 
     def fmt(r):
         return f"{r['ms']:.1f} ({r['policy'][0].lower()})"
 
-    versions = [t["best"]["version"] for t in rows[0][3]]
-    print("\nEach at its best OpenMP wait policy (p: passive, a: active):\n")
-    print("| workload | meshflow ms | " + " | ".join(f"torch {v} ms | ratio" for v in versions) + " | meshflow MFU |")
-    print("|---|---:|" + "---:|---:|" * len(versions) + "---:|")
-    for workload, flops, mine, theirs in rows:
-        best = mine["best"]
-        cells = [workload, fmt(best)]
+    versions = [t["best"]["version"] for t in rows[0][4]]
+    print("\nEach at its best OpenMP wait policy (p: passive, a: active); graph = meshflow.nn.Graph:\n")
+    print("| workload | meshflow ms | graph ms | " +
+          " | ".join(f"torch {v} ms | ratio | graph ratio" for v in versions) + " | meshflow MFU |")
+    print("|---|---:|---:|" + "---:|---:|---:|" * len(versions) + "---:|")
+    for workload, flops, mine, graph, theirs in rows:
+        best, best_graph = mine["best"], graph["best"]
+        cells = [workload, fmt(best), fmt(best_graph)]
         for t in theirs:
-            cells += [fmt(t["best"]), f"{best['ms'] / t['best']['ms']:.2f}"]
+            cells += [fmt(t["best"]), f"{best['ms'] / t['best']['ms']:.2f}", f"{best_graph['ms'] / t['best']['ms']:.2f}"]
         # Utilisation against the sgemm rate measured under the passive policy
         # (active waiting halves OpenBLAS's rate here).
         peak = mine["PASSIVE"]["sgemm_gflops"] * 1e9
         cells.append(f"{100 * flops / (best['ms'] / 1000) / peak:.1f}%")
         print("| " + " | ".join(cells) + " |")
     print("\nBoth with OMP_WAIT_POLICY=PASSIVE:\n")
-    print("| workload | meshflow ms | " + " | ".join(f"torch {v} ms | ratio" for v in versions) + " |")
-    print("|---|---:|" + "---:|---:|" * len(versions))
-    for workload, flops, mine, theirs in rows:
-        cells = [workload, f"{mine['PASSIVE']['ms']:.1f}"]
+    print("| workload | meshflow ms | graph ms | " +
+          " | ".join(f"torch {v} ms | ratio | graph ratio" for v in versions) + " |")
+    print("|---|---:|---:|" + "---:|---:|---:|" * len(versions))
+    for workload, flops, mine, graph, theirs in rows:
+        cells = [workload, f"{mine['PASSIVE']['ms']:.1f}", f"{graph['PASSIVE']['ms']:.1f}"]
         for t in theirs:
-            cells += [f"{t['PASSIVE']['ms']:.1f}", f"{mine['PASSIVE']['ms'] / t['PASSIVE']['ms']:.2f}"]
+            cells += [f"{t['PASSIVE']['ms']:.1f}", f"{mine['PASSIVE']['ms'] / t['PASSIVE']['ms']:.2f}",
+                      f"{graph['PASSIVE']['ms'] / t['PASSIVE']['ms']:.2f}"]
         print("| " + " | ".join(cells) + " |")
+    print("\nMemory a step needs beyond parameters and optimizer state (MiB): eager meshflow's measured "
+          "peak, the graph's planned arena, and what the graph allocated besides it:\n")
+    print("| workload | eager peak | graph planned | planned / eager | graph other |")
+    print("|---|---:|---:|---:|---:|")
+    for workload, flops, mine, graph, theirs in rows:
+        eager_mb, planned_mb = mine["PASSIVE"]["step_peak_mb"], graph["PASSIVE"]["planned_mb"]
+        print(f"| {workload} | {eager_mb:.1f} | {planned_mb:.1f} | {planned_mb / eager_mb:.2f} | "
+              f"{graph['PASSIVE']['step_peak_mb']:.1f} |")
 
 
 if __name__ == "__main__":

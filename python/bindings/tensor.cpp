@@ -3,6 +3,7 @@
 
 #include "bindings.h"
 #include "meshflow/distributed/global.h"
+#include "meshflow/graph/trace.h"
 
 namespace mf::python {
 
@@ -10,6 +11,7 @@ void check_host_data(const Tensor& t, const char* op) {
   MF_CHECK(!t.is_global(), Error, op,
            ": a global tensor holds no data of its own; use to_local() for this rank's shard, or "
            "to_global(sbp=broadcast).to_local() for the whole value");
+  graph::check_traceable(t, op);
   MF_CHECK(t.device().is_cpu() && t.storage()->has_data(), Error, op,
            ": the tensor has no host data (it is on ", t.device(), " or is a traced graph tensor)");
 }

@@ -5,6 +5,7 @@
 
 #include "meshflow/autograd.h"
 #include "meshflow/backend.h"
+#include "meshflow/graph/trace.h"
 #include "meshflow/ops/elementwise.h"
 
 namespace mf {
@@ -137,6 +138,7 @@ Scalar Tensor::item() const {
   MF_CHECK(numel() == 1, ValueError, "Tensor.item: only a tensor with one element can be converted ",
            "to a number, got shape ", shape_str(sizes()));
   MF_CHECK(device().is_cpu(), Error, "Tensor.item: copy the tensor to the CPU first (it is on ", device(), ")");
+  graph::check_traceable(*this, "Tensor.item()");
   MF_CHECK(data_ptr() != nullptr, Error, "Tensor.item: the tensor has no data (is it a traced graph tensor?)");
   return dispatch_dtype(dtype(), [&]<typename T>() -> Scalar {
     T v = *static_cast<const T*>(data_ptr());

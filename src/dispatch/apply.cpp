@@ -3,6 +3,7 @@
 
 #include "autograd/op_node.h"
 #include "distributed/global_interpreter.h"
+#include "meshflow/graph/trace.h"
 #include "meshflow/ops/shape.h"
 
 namespace mf::dispatch {
@@ -99,7 +100,10 @@ CallRecorder::~CallRecorder() { recorder = prev_; }
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   check_inputs(op, inputs);
   if (recorder) record_call(op, inputs, attrs, false);
-  TensorList outputs = any_global(inputs) ? distributed::interpret_global(op, inputs, attrs) : interpret(op, inputs, attrs);
+  TensorList outputs;
+  if (graph::Tracer* tracer = graph::current_tracer()) outputs = tracer->record(op, inputs, attrs);
+  else if (any_global(inputs)) outputs = distributed::interpret_global(op, inputs, attrs);
+  else outputs = interpret(op, inputs, attrs);
   if (needs_grad(op, inputs)) {
     auto node = std::make_shared<OpNode>(op, attrs);
     node->record_inputs(inputs);
@@ -149,7 +153,9 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
     Tensor old_self = (op.save_inputs & 1u) ? clone(self.detach()) : Tensor();
     node->record_inputs(inputs, old_self);
   }
-  if (global) {
+  if (graph::Tracer* tracer = graph::current_tracer()) {
+    tracer->record_inplace(op, inputs, attrs);
+  } else if (global) {
     distributed::interpret_global_inplace(op, inputs, attrs);
   } else if (has_data(inputs)) {
     const KernelFn& kernel = op.kernels[size_t(self.device().type())];

@@ -34,7 +34,7 @@ struct Chunks {
 
 Chunks count_chunks(const Tensor& t, const char* op) {
   MF_CHECK(t.storage()->has_data(), Error, op,
-           ": the output shape depends on the data, so it cannot run on a tensor without data (tracing)");
+           " is not traceable in graph mode: its output shape depends on the input's values");
   Chunks c;
   const int64_t n = t.numel();
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), n / kGrainSize));

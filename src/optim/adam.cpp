@@ -192,6 +192,13 @@ void Adam::validate_group(const ParamGroup& group) const {
   group.get_bool("maximize");  // throws unless a bool
 }
 
+void Adam::init_param_state(const ParamGroup& group, const Tensor& p, StateValue::Dict& state) {
+  state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
+  state["exp_avg"] = zeros_like(p);
+  state["exp_avg_sq"] = zeros_like(p);
+  if (group.get_bool("amsgrad")) state["max_exp_avg_sq"] = zeros_like(p);
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
   for (ParamGroup& group : param_groups()) {
@@ -207,12 +214,7 @@ void Adam::step() {
       const Tensor grad = p.grad();
       if (!grad.defined()) continue;
       StateValue::Dict& state = this->state(p);
-      if (state.empty()) {
-        state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
-        state["exp_avg"] = zeros_like(p);
-        state["exp_avg_sq"] = zeros_like(p);
-        if (args.amsgrad) state["max_exp_avg_sq"] = zeros_like(p);
-      }
+      if (state.empty()) init_param_state(group, p, state);
       const Tensor max_exp_avg_sq = args.amsgrad ? state_tensor(p, "max_exp_avg_sq") : Tensor();
       (decoupled_weight_decay_ ? adamw_update_ : adam_update_)(p, grad, state_tensor(p, "exp_avg"),
                                                                 state_tensor(p, "exp_avg_sq"), max_exp_avg_sq,

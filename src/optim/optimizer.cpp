@@ -115,6 +115,15 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 StateValue::Dict& Optimizer::state(const Tensor& param) { return state_[param.impl()]; }
 
+void Optimizer::init_state() {
+  NoGradGuard no_grad;
+  for (const ParamGroup& group : param_groups_)
+    for (const Tensor& p : group.params) {
+      StateValue::Dict& entry = state(p);
+      if (entry.empty()) init_param_state(group, p, entry);
+    }
+}
+
 bool Optimizer::has_state(const Tensor& param) const {
   auto it = state_.find(param.impl());
   return it != state_.end() && !it->second.empty();

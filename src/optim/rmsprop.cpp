@@ -134,6 +134,13 @@ void RMSprop::validate_group(const ParamGroup& group) const {
   group.get_bool("maximize");  // throws unless a bool
 }
 
+void RMSprop::init_param_state(const ParamGroup& group, const Tensor& p, StateValue::Dict& state) {
+  state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
+  state["square_avg"] = zeros_like(p);
+  if (group.get_double("momentum") > 0) state["momentum_buffer"] = zeros_like(p);
+  if (group.get_bool("centered")) state["grad_avg"] = zeros_like(p);
+}
+
 void RMSprop::step() {
   NoGradGuard no_grad;
   for (ParamGroup& group : param_groups()) {
@@ -148,12 +155,7 @@ void RMSprop::step() {
       const Tensor grad = p.grad();
       if (!grad.defined()) continue;
       StateValue::Dict& state = this->state(p);
-      if (state.empty()) {
-        state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
-        state["square_avg"] = zeros_like(p);
-        if (args.momentum > 0) state["momentum_buffer"] = zeros_like(p);
-        if (args.centered) state["grad_avg"] = zeros_like(p);
-      }
+      if (state.empty()) init_param_state(group, p, state);
       rmsprop_update_(p, grad, state_tensor(p, "square_avg"),
                       args.centered ? state_tensor(p, "grad_avg") : Tensor(),
                       args.momentum > 0 ? state_tensor(p, "momentum_buffer") : Tensor(), state_step(p), args);

@@ -132,6 +132,22 @@ void SGD::validate_group(const ParamGroup& group) const {
   group.get_bool("maximize");  // throws unless a bool
 }
 
+// Note [Momentum buffer before the first step]
+// PyTorch's first step takes d itself as the buffer. A zero buffer gives the
+// same bits when dampening is 0 (momentum * 0 + 1 * d == d), so graph mode
+// can trace a step that finds an existing buffer; with dampening the first
+// step has no such form.
+void SGD::init_param_state(const ParamGroup& group, const Tensor& p, StateValue::Dict& state) {
+  const double momentum = group.get_double("momentum"), dampening = group.get_double("dampening");
+  if (momentum == 0) {
+    state["momentum_buffer"] = StateValue();
+    return;
+  }
+  MF_CHECK(dampening == 0, ValueError, "SGD: a momentum buffer with dampening ", dampening,
+           " cannot be created before the first step (graph mode needs it); run one eager step first");
+  state["momentum_buffer"] = zeros_like(p);
+}
+
 void SGD::step() {
   NoGradGuard no_grad;
   for (ParamGroup& group : param_groups()) {

@@ -68,6 +68,10 @@ class Optimizer {
   StateValue::Dict& state(const Tensor& param);
   // Whether param has any state yet.
   bool has_state(const Tensor& param) const;
+  // Creates the state of every parameter that has none, as its first step
+  // would, so that a traced step (graph mode) updates existing tensors in
+  // place. Throws ValueError where a first step cannot start from such state.
+  void init_state();
 
   // {"state": {index: {...}}, "param_groups": [{..., "params": [index, ...]}]}
   // with parameters numbered across groups in order. State tensors are
@@ -94,6 +98,9 @@ class Optimizer {
   // Called for the parameters of each newly added group (Adagrad fills its
   // state eagerly, as PyTorch does).
   virtual void init_group_state(ParamGroup& group) {}
+  // Fills the empty state of param before its first step (step() and
+  // init_state() call it).
+  virtual void init_param_state(const ParamGroup& group, const Tensor& param, StateValue::Dict& state) {}
   // The state entry `key` of param as a tensor of param's shape; a missing
   // entry or another shape throws (a loaded state dict may lack it).
   Tensor state_tensor(const Tensor& param, const char* key);
@@ -132,6 +139,7 @@ class SGD : public Optimizer {
 
  protected:
   void validate_group(const ParamGroup& group) const override;
+  void init_param_state(const ParamGroup& group, const Tensor& param, StateValue::Dict& state) override;
 };
 
 // --- Adam and AdamW -----------------------------------------------------------------
@@ -166,6 +174,7 @@ class Adam : public Optimizer {
  protected:
   Adam(std::string name, StateValue::Dict defaults, bool decoupled);
   void validate_group(const ParamGroup& group) const override;
+  void init_param_state(const ParamGroup& group, const Tensor& param, StateValue::Dict& state) override;
 
  private:
   bool decoupled_weight_decay_;
@@ -200,6 +209,7 @@ class RMSprop : public Optimizer {
 
  protected:
   void validate_group(const ParamGroup& group) const override;
+  void init_param_state(const ParamGroup& group, const Tensor& param, StateValue::Dict& state) override;
 };
 
 // --- Adagrad -----------------------------------------------------------------------

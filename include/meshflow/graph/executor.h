@@ -1,0 +1,95 @@
+// Lowering a graph to a plan and running it.
+//
+// Note [Plans]
+// Every buffer a run needs is fixed when the graph is compiled: kernel
+// outputs and graph inputs get offsets in one arena (plan_memory), variables
+// are the captured tensors themselves, constants are tensors made at compile
+// time. So the tensor of every value, views included (a view of a fixed
+// buffer is a fixed view), is built once, and a step is a kernel with its
+// input and output tensors already in place. A run copies the inputs into
+// their arena slots, refreshes the attributes that change between runs
+// (learning rates, random offsets), calls the kernels in order and copies
+// the outputs out: no allocation and no op lookup per step. A variable whose
+// memory was replaced since (Module.to(dtype), `p.data = x`), or optimizer
+// state replaced by Optimizer::load_state_dict, is noticed and the plan's
+// tensors are built again.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshflow/graph/ir.h"
+
+namespace mf::graph {
+
+// Note [Static memory planning]
+// A buffer lives from the node that writes it to the last node that reads
+// it or any view or in-place successor of it (graph outputs live to the
+// end). Buffers are placed largest first at the lowest arena offset free
+// over their whole lifetime, so buffers whose lifetimes do not overlap
+// share memory.
+struct MemoryPlan {
+  // Byte offset in the arena of each value that owns a planned buffer
+  // (graph inputs and kernel outputs), -1 for the others.
+  std::vector<int64_t> offsets;
+  // Arena size: the planned peak of the intermediate memory.
+  int64_t arena_bytes = 0;
+  // What the same buffers would take without reuse.
+  int64_t total_bytes = 0;
+  // The most bytes live at one time: no placement can need less.
+  int64_t live_peak_bytes = 0;
+  // [first, last] node index of each planned buffer's lifetime.
+  std::vector<std::pair<int32_t, int32_t>> lifetimes;
+};
+
+constexpr int64_t kArenaAlignment = 64;
+
+MemoryPlan plan_memory(const Graph& graph);
+
+class Executable {
+ public:
+  explicit Executable(Graph graph);
+  // Runs the plan; inputs must match the traced inputs' shapes, dtypes and
+  // devices. Returns fresh tensors holding the graph outputs.
+  TensorList run(const TensorList& inputs);
+
+  const Graph& graph() const { return graph_; }
+  const MemoryPlan& memory_plan() const { return plan_; }
+  int64_t num_steps() const { return int64_t(steps_.size()); }
+  // The graph followed by the memory plan's summary.
+  std::string str() const;
+  // The buffers live when the most bytes are live (the memory plan's bound),
+  // largest first, with the node that writes each: what to recompute or
+  // fuse to lower the peak.
+  std::string memory_report(int max_rows = 20) const;
+  // Runs the plan `runs` times and returns a table of kernel time per op
+  // type, slowest first (what to fuse or speed up next).
+  std::string profile(const TensorList& inputs, int runs);
+
+ private:
+  struct Step {
+    const OpDef* op = nullptr;
+    KernelFn kernel;
+    TensorList inputs;
+    TensorList outputs;
+    Attrs attrs;
+    int32_t lr_group = -1;
+    uint64_t random_counters = 0;
+  };
+  void lower();
+  // Rebinds optimizer state replaced since the last run; true if a
+  // variable's tensor or memory changed (the plan must be lowered again).
+  bool refresh_variables();
+  void bind_inputs(const TensorList& inputs);
+  void refresh_attrs(Step& step);
+
+  Graph graph_;
+  MemoryPlan plan_;
+  Tensor arena_;
+  std::vector<Tensor> tensors_;  // per value
+  std::vector<Step> steps_;
+  std::vector<const StorageImpl*> variable_storages_;
+};
+
+}  // namespace mf::graph

@@ -1,0 +1,148 @@
+// The graph IR of graph mode: values with metadata, nodes that are op calls
+// (OpDef + Attrs + input and output values), graph inputs, variables and
+// outputs. A traced train step (forward, backward, optimizer update) and a
+// hand-built test graph are the same kind of object; passes (passes.h)
+// rewrite it and the executor (executor.h) lowers it to a plan.
+//
+// Note [Values and memory]
+// Every value is a tensor: its sizes, strides, element offset and dtype are
+// those the tracer saw. A value either owns a buffer (a kernel output, a
+// graph input, a constant, a variable) or aliases the buffer of another
+// value: the outputs of view ops and of in-place nodes alias input 0.
+// `root` names the value that owns the buffer. An in-place node consumes its
+// input 0 and produces a new value with the same root, so the IR stays in
+// SSA form: a read after the write names the new value, and two reads of a
+// buffer with a write between them never look alike to CSE.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshflow/op_def.h"
+
+namespace mf::optim {
+class Optimizer;
+}
+
+namespace mf::graph {
+
+struct FusedProgram;  // fusion.h
+
+// Parameter group `group` of an optimizer.
+struct LrSource {
+  optim::Optimizer* optimizer = nullptr;
+  size_t group = 0;
+};
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;  // an undefined optional input
+
+// A variable that is the state tensor `key` of a parameter in an optimizer:
+// the executor rebinds it when the optimizer's entry is replaced
+// (Optimizer::load_state_dict makes new tensors).
+struct StateBinding {
+  optim::Optimizer* optimizer = nullptr;
+  Tensor param;
+  std::string key;
+  ValueId value = kNoValue;
+};
+
+enum class ValueKind {
+  Input,         // a graph input: data copied in for every run
+  Variable,      // a captured tensor (parameter, buffer, optimizer state), bound by reference
+  Constant,      // a tensor computed once at compile time (constant folding)
+  Intermediate,  // the output of a node
+};
+
+struct Value {
+  ValueKind kind = ValueKind::Intermediate;
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;
+  DType dtype = DType::Float32;
+  Device device;
+  ValueId root = kNoValue;   // the value owning the buffer (itself for owners)
+  int32_t producer = -1;     // node index for intermediates
+  int32_t output_index = 0;  // which output of the producer
+  int32_t input_index = -1;  // position among the graph inputs
+  // The tensor of a variable or constant.
+  Tensor tensor;
+  // A name for printing (parameter names when the front end knows them).
+  std::string name;
+
+  int64_t nbytes() const;  // bytes of the buffer an owner needs
+};
+
+struct Node {
+  const OpDef* op = nullptr;
+  Attrs attrs;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  // Output 0 is input 0 written in place (Note [Values and memory]).
+  bool inplace = false;
+  // A random op: this many Philox counters are reserved afresh before every
+  // run and written to the "offset" attribute.
+  uint64_t random_counters = 0;
+  // An optimizer update: the learning rate is read from this parameter
+  // group before every run (-1: none). Indexes Graph::lr_sources.
+  int32_t lr_group = -1;
+  // A fused node's program (fusion.h); its op is fused_elementwise_op().
+  std::shared_ptr<const FusedProgram> fused;
+
+  bool is_view() const { return bool(op->view); }
+};
+
+class Graph {
+ public:
+  ValueId add_input(const TensorMeta& meta, std::string name = {});
+  ValueId add_variable(const Tensor& tensor, std::string name = {});
+  ValueId add_constant(const Tensor& tensor);
+  // Appends a node; its output values are created from infer (or, for a
+  // view op, from the view function run on metadata).
+  std::vector<ValueId> add_node(const OpDef& op, std::vector<ValueId> inputs, Attrs attrs = {});
+  // Appends a node writing input 0 in place; returns the new value of it.
+  ValueId add_inplace_node(const OpDef& op, std::vector<ValueId> inputs, Attrs attrs = {});
+  // Appends a node whose output metadata are given (the tracer knows them).
+  int32_t append_node(Node node, const std::vector<Value>& outputs);
+  void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
+
+  const std::vector<Value>& values() const { return values_; }
+  std::vector<Value>& values() { return values_; }
+  const Value& value(ValueId id) const { return values_.at(size_t(id)); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& nodes() { return nodes_; }
+  const std::vector<ValueId>& inputs() const { return inputs_; }
+  const std::vector<ValueId>& outputs() const { return outputs_; }
+
+  // The value's metadata as a metadata-only tensor (for infer and views).
+  Tensor meta_tensor(ValueId id) const;
+  // Replaces every use of `from` (node inputs and graph outputs) by `to`.
+  void replace_uses(ValueId from, ValueId to);
+  // Removes the nodes whose flag is set; values stay (unreferenced).
+  void remove_nodes(const std::vector<bool>& removed);
+  // Number of uses of each value by nodes and graph outputs.
+  std::vector<int32_t> use_counts() const;
+
+  // One line per input, variable, node and output:
+  //   %7 = matmul(%3, %w1)  # float32 (64, 1024)
+  std::string str() const;
+
+  // Where update nodes read their learning rate (Node::lr_group indexes
+  // this); the executor refreshes their "lr" attribute before every run.
+  std::vector<LrSource> lr_sources;
+  std::vector<StateBinding> state_bindings;
+
+ private:
+  ValueId add_value(Value v);
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<ValueId> inputs_;
+  std::vector<ValueId> outputs_;
+};
+
+// "%7" or "%w1" for printing.
+std::string value_name(const Graph& graph, ValueId id);
+
+}  // namespace mf::graph

@@ -1,0 +1,72 @@
+// Graph passes: each rewrites a Graph in place and returns how many nodes it
+// removed or replaced. optimize() runs the default list.
+#pragma once
+
+#include <string>
+
+#include "meshflow/graph/ir.h"
+
+namespace mf::graph {
+
+// Removes nodes whose outputs nothing reads. In-place nodes stay: they
+// write memory that outlives them (a variable, or a buffer a later node
+// reads through another value).
+int eliminate_dead_code(Graph& graph);
+
+// Merges nodes that run the same op with the same attributes on the same
+// values, when no in-place write reached those values (or the first node's
+// outputs) in between. Random and in-place nodes are never merged.
+int eliminate_common_subexpressions(Graph& graph);
+
+// Runs nodes whose inputs are all constants (factories such as arange or
+// full, and ops on their results) once at compile time; their outputs
+// become constants. Random and in-place nodes are not folded.
+int fold_constants(Graph& graph);
+
+// Note [Clone forwarding]
+// clone(x) is replaced by x when x lies in a kernel output's buffer that
+// nothing reads or writes after the clone, and x already has the clone's
+// layout (contiguous from offset 0). AccumulateGrad clones every gradient
+// it stores, which a traced step does not need.
+int forward_clones(Graph& graph);
+
+// Note [Slice gradients]
+// The gradient of a tensor split into slices (q, k, v = chunk(qkv, 3)) is
+// a sum of slice_backward results, each a zero tensor with one slice
+// filled. When those slices tile the dimension exactly once, the sum is
+// the concatenation of the slice gradients: one cat replaces the zero
+// fills, copies and adds (and their buffers).
+int merge_slice_gradients(Graph& graph);
+
+// Note [Recomputation]
+// A cheap result (elementwise ops, clone, layer_norm) that a step keeps from
+// the forward to its backward (GELU's output, read again by the weight
+// gradient of the next linear) is computed a second time just before its
+// late readers when its own inputs are still alive there, or within a few
+// nodes of it (GELU's input is: gelu_backward reads it later), so the
+// result's buffer dies after its forward readers. The same kernel on the
+// same inputs gives the same bits; the cost is one more pass over memory.
+int recompute_elementwise(Graph& graph);
+
+// Note [In place where safe]
+// A node of an op with an in-place form whose input 0 is a kernel output's
+// whole buffer, read by nothing after this node, with the output's shape
+// and dtype, writes its result over that input instead of into a buffer of
+// its own; one buffer fewer is live at that point.
+int run_in_place(Graph& graph);
+
+// Note [Early updates]
+// An in-place node that writes a variable (an optimizer update, a buffer's
+// counter) moves up to just after the last earlier node that reads or
+// writes any buffer it reads: a parameter is updated as soon as backward
+// no longer needs its old value, so its gradient dies there instead of
+// living to the end of the step. What every node computes is unchanged.
+int schedule_updates_early(Graph& graph);
+
+// The default pipeline: constant folding, CSE, clone forwarding, DCE,
+// slice-gradient merging, recomputation, elementwise fusion (fusion.h), in
+// place where safe, early updates.
+// Returns a one-line summary ("fold_constants 2, cse 5, ...").
+std::string optimize(Graph& graph);
+
+}  // namespace mf::graph

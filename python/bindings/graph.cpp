@@ -1,0 +1,52 @@
+// meshflow._C._graph: the tracer, the graph IR, passes and compiled plans
+// (include/meshflow/graph/*.h); meshflow.nn.Graph is built on these.
+#include "bindings.h"
+#include "meshflow/graph/executor.h"
+#include "meshflow/graph/passes.h"
+#include "meshflow/graph/trace.h"
+#include "meshflow/optim.h"
+
+namespace mf::python {
+
+void init_graph(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_graph", "graph mode: tracer, IR, passes, compiled plans");
+  using graph::Executable;
+  using graph::Graph;
+  using graph::Tracer;
+
+  py::class_<Graph>(m, "GraphIR")
+      .def_property_readonly("num_nodes", [](const Graph& g) { return g.nodes().size(); })
+      .def("op_names", [](const Graph& g) {
+        std::vector<std::string> names;
+        for (const auto& n : g.nodes()) names.push_back(n.op->name + (n.inplace ? "_" : ""));
+        return names;
+      })
+      .def("__str__", &Graph::str);
+
+  py::class_<Tracer>(m, "Tracer")
+      .def(py::init<>())
+      .def("add_inputs", &Tracer::add_inputs, py::arg("examples"))
+      .def("add_optimizer", &Tracer::add_optimizer, py::arg("optimizer"))
+      .def("name_variable", &Tracer::name_variable, py::arg("tensor"), py::arg("name"))
+      .def("num_updates", &Tracer::num_updates)
+      .def("finish", &Tracer::finish, py::arg("outputs"))
+      .def("close", &Tracer::close);
+
+  m.def("optimize", &graph::optimize, py::arg("graph"));
+  m.def("is_tracing", &graph::is_tracing);
+
+  py::class_<Executable>(m, "Executable")
+      .def(py::init([](Graph& g) { return std::make_unique<Executable>(std::move(g)); }), py::arg("graph"))
+      .def("run", &Executable::run, py::arg("inputs"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("graph", &Executable::graph, py::return_value_policy::reference_internal)
+      .def_property_readonly("num_steps", &Executable::num_steps)
+      .def_property_readonly("planned_bytes", [](const Executable& e) { return e.memory_plan().arena_bytes; })
+      .def_property_readonly("live_peak_bytes", [](const Executable& e) { return e.memory_plan().live_peak_bytes; })
+      .def_property_readonly("unplanned_bytes", [](const Executable& e) { return e.memory_plan().total_bytes; })
+      .def("memory_report", &Executable::memory_report, py::arg("max_rows") = 20)
+      .def("profile", &Executable::profile, py::arg("inputs"), py::arg("runs") = 10,
+           py::call_guard<py::gil_scoped_release>())
+      .def("__str__", &Executable::str);
+}
+
+}  // namespace mf::python

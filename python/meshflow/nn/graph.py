@@ -1,0 +1,139 @@
+"""meshflow.nn.Graph: graph mode, as OneFlow's nn.Graph.
+
+    class TrainGraph(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt, lr_sch=scheduler)
+
+        def build(self, x, y):
+            loss = loss_fn(self.model(x), y)
+            loss.backward()
+            return loss
+
+    g = TrainGraph()
+    loss = g(x, y)          # the first call per input signature traces and compiles
+
+build() runs once per input signature (shapes, dtypes, devices, the
+modules' training flags) in lazy mode: every op, its backward, and the
+update of each optimizer given to add_optimizer are recorded into a graph
+IR (the optimizers' step() and zero_grad() are called by the graph, not in
+build()). The IR is optimized and lowered to a plan that later calls run
+without Python. Parameters, buffers and optimizer state stay in the
+modules and optimizers, so eager steps and graph steps can alternate.
+See docs/graph.md.
+"""
+from meshflow._C import Tensor, _graph
+from meshflow._C import _modules
+
+__all__ = ["Graph"]
+
+
+def _flatten(result):
+    """(tensors, rebuild) for a build() result: a tensor or a tuple/list of tensors."""
+    if isinstance(result, Tensor):
+        return [result], lambda outs: outs[0]
+    if isinstance(result, (tuple, list)) and all(isinstance(t, Tensor) for t in result):
+        kind = type(result)
+        return list(result), lambda outs: kind(outs)
+    raise TypeError("Graph.build() must return a tensor or a tuple or list of tensors, got "
+                    f"{type(result).__name__}")
+
+
+class Graph:
+    def __init__(self):
+        object.__setattr__(self, "_optimizers", [])
+        object.__setattr__(self, "_plans", {})
+        object.__setattr__(self, "_last", None)
+
+    def add_optimizer(self, optimizer, *, lr_sch=None):
+        """Traces optimizer.step() after build() on every training call and
+        steps lr_sch (if given) after every run, as OneFlow's graph does."""
+        self._optimizers.append((optimizer, lr_sch))
+
+    def build(self, *args):
+        raise NotImplementedError(f"{type(self).__name__}.build() is not defined")
+
+    def _modules(self):
+        return [(name, value) for name, value in vars(self).items() if isinstance(value, _modules.Module)]
+
+    def _signature(self, args):
+        for i, a in enumerate(args):
+            if not isinstance(a, Tensor):
+                raise TypeError(f"{type(self).__name__}: graph inputs must be tensors, argument {i} is "
+                                f"{type(a).__name__}")
+        return (tuple((tuple(a.shape), str(a.dtype), str(a.device)) for a in args),
+                tuple(m.training for _, m in self._modules()))
+
+    def _compile(self, args):
+        tracer = _graph.Tracer()
+        try:
+            for optimizer, _ in self._optimizers:
+                tracer.add_optimizer(optimizer)
+            for prefix, module in self._modules():
+                for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+                    tracer.name_variable(t, f"{prefix}.{name}")
+            placeholders = tracer.add_inputs(list(args))
+            outputs, rebuild = _flatten(self.build(*placeholders))
+            if tracer.num_updates():
+                raise RuntimeError(f"{type(self).__name__}.build() called an optimizer's step(); the graph steps the "
+                                   "optimizers given to add_optimizer itself after build(): remove the call")
+            if self._optimizers:
+                for optimizer, _ in self._optimizers:
+                    optimizer.step()
+            ir = tracer.finish(outputs)
+        finally:
+            tracer.close()
+        passes = _graph.optimize(ir)
+        return _Plan(_graph.Executable(ir), rebuild, passes)
+
+    def __call__(self, *args):
+        key = self._signature(args)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._compile(args)
+            self._plans[key] = plan
+        object.__setattr__(self, "_last", plan)
+        outputs = plan.executable.run(list(args))
+        for _, scheduler in self._optimizers:
+            if scheduler is not None:
+                scheduler.step()
+        return plan.rebuild(outputs)
+
+    @property
+    def num_compiled(self):
+        """How many input signatures have been traced."""
+        return len(self._plans)
+
+    @property
+    def planned_peak_bytes(self):
+        """The planned peak of the last run plan's intermediate memory
+        (static memory planning), or None before the first call."""
+        return None if self._last is None else self._last.executable.planned_bytes
+
+    def profile(self, *args, runs=10):
+        """Runs the plan for these inputs `runs` times and returns a table of
+        kernel time per op type (the inputs' signature must be compiled)."""
+        plan = self._plans.get(self._signature(args))
+        if plan is None:
+            raise ValueError(f"{type(self).__name__}.profile: no plan for these inputs yet; call the graph first")
+        return plan.executable.profile(list(args), runs)
+
+    def debug(self):
+        """Prints the IR of the last plan, the passes run and its memory plan."""
+        print(self._describe())
+
+    def _describe(self):
+        if self._last is None:
+            return f"{type(self).__name__} (not traced yet)"
+        return f"{type(self).__name__}: passes: {self._last.passes}\n{self._last.executable}"
+
+    def __repr__(self):
+        return self._describe()
+
+
+class _Plan:
+    __slots__ = ("executable", "rebuild", "passes")
+
+    def __init__(self, executable, rebuild, passes):
+        self.executable, self.rebuild, self.passes = executable, rebuild, passes

@@ -1,0 +1,283 @@
+// Static memory planning, lowering and the runtime; see Note [Plans] and
+// Note [Static memory planning] in executor.h.
+#include "meshflow/graph/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <map>
+#include <sstream>
+
+#include "meshflow/generator.h"
+#include "meshflow/graph/fusion.h"
+#include "meshflow/optim/optimizer.h"
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf::graph {
+
+namespace {
+
+int64_t align_up(int64_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+// Whether value id owns a buffer that the plan places in the arena.
+bool is_planned(const Graph& graph, ValueId id) {
+  const Value& v = graph.value(id);
+  if (v.root != id) return false;
+  return v.kind == ValueKind::Input || v.kind == ValueKind::Intermediate;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Graph& graph) {
+  const auto& values = graph.values();
+  const auto& nodes = graph.nodes();
+  const auto end_of_run = int32_t(nodes.size());
+  MemoryPlan plan;
+  plan.offsets.assign(values.size(), -1);
+  plan.lifetimes.assign(values.size(), {INT_MAX, -1});
+  // Times: graph inputs are written at -1, node i runs at i, outputs are
+  // read at end_of_run.
+  auto touch = [&](ValueId id, int32_t time) {
+    if (id == kNoValue) return;
+    auto& life = plan.lifetimes[size_t(graph.value(id).root)];
+    life.first = std::min(life.first, time);
+    life.second = std::max(life.second, time);
+  };
+  for (ValueId id : graph.inputs()) touch(id, -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (ValueId id : nodes[i].inputs) touch(id, int32_t(i));
+    for (ValueId id : nodes[i].outputs) touch(id, int32_t(i));
+  }
+  for (ValueId id : graph.outputs()) touch(id, end_of_run);
+
+  struct Placed {
+    int64_t offset, size;
+    int32_t first, last;
+  };
+  std::vector<ValueId> order;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (is_planned(graph, ValueId(i)) && plan.lifetimes[i].second >= 0) order.push_back(ValueId(i));
+  std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {
+    const int64_t sa = values[size_t(a)].nbytes(), sb = values[size_t(b)].nbytes();
+    if (sa != sb) return sa > sb;
+    return plan.lifetimes[size_t(a)].first < plan.lifetimes[size_t(b)].first;
+  });
+  std::vector<Placed> placed;
+  std::vector<const Placed*> conflicts;
+  for (ValueId id : order) {
+    const auto [first, last] = plan.lifetimes[size_t(id)];
+    const int64_t size = align_up(values[size_t(id)].nbytes());
+    plan.total_bytes += size;
+    conflicts.clear();
+    for (const Placed& p : placed)
+      if (p.first <= last && first <= p.last) conflicts.push_back(&p);
+    std::sort(conflicts.begin(), conflicts.end(),
+              [](const Placed* a, const Placed* b) { return a->offset < b->offset; });
+    int64_t offset = 0;
+    for (const Placed* c : conflicts) {
+      if (offset + size <= c->offset) break;
+      offset = std::max(offset, c->offset + c->size);
+    }
+    placed.push_back({offset, size, first, last});
+    plan.offsets[size_t(id)] = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
+  }
+  // Live bytes over time (lifetimes are inclusive: a buffer counts from its
+  // first node to its last).
+  std::vector<int64_t> delta(nodes.size() + 3, 0);
+  for (ValueId id : order) {
+    const auto [first, last] = plan.lifetimes[size_t(id)];
+    const int64_t size = align_up(values[size_t(id)].nbytes());
+    delta[size_t(first + 1)] += size;
+    delta[size_t(last + 2)] -= size;
+  }
+  int64_t live = 0;
+  for (int64_t d : delta) plan.live_peak_bytes = std::max(plan.live_peak_bytes, live += d);
+  return plan;
+}
+
+Executable::Executable(Graph graph) : graph_(std::move(graph)) {
+  for (const Value& v : graph_.values())
+    MF_CHECK(v.device.is_cpu(), Error, "graph: only CPU graphs can be compiled yet (a value is on ", v.device, ")");
+  plan_ = plan_memory(graph_);
+  lower();
+}
+
+void Executable::lower() {
+  const auto& values = graph_.values();
+  arena_ = make_empty({std::max<int64_t>(plan_.arena_bytes, 1)}, DType::UInt8);
+  tensors_.assign(values.size(), Tensor());
+  variable_storages_.clear();
+  // Each buffer gets a storage of its own over its arena bytes, so kernels
+  // see an output as eager gives it: offset 0 in its own storage.
+  auto arena_tensor = [&](ValueId id) {
+    const Value& v = values[size_t(id)];
+    char* data = static_cast<char*>(arena_.data_ptr()) + plan_.offsets[size_t(id)];
+    auto storage = std::make_shared<StorageImpl>(data, size_t(v.nbytes()), arena_.device(), [](void*) {}, nullptr);
+    return Tensor(std::make_shared<TensorImpl>(std::move(storage), v.sizes, v.strides, v.offset, v.dtype));
+  };
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Value& v = values[i];
+    if (v.kind == ValueKind::Variable || v.kind == ValueKind::Constant) tensors_[i] = v.tensor;
+    if (v.kind == ValueKind::Variable) variable_storages_.push_back(v.tensor.storage().get());
+    if (v.kind == ValueKind::Input) tensors_[i] = arena_tensor(ValueId(i));
+  }
+  steps_.clear();
+  for (const Node& node : graph_.nodes()) {
+    TensorList inputs;
+    inputs.reserve(node.inputs.size());
+    for (ValueId id : node.inputs) inputs.push_back(id == kNoValue ? Tensor() : tensors_[size_t(id)]);
+    if (node.is_view()) {
+      TensorList outs = node.op->view(inputs, node.attrs);
+      for (size_t i = 0; i < outs.size(); ++i) tensors_[size_t(node.outputs[i])] = outs[i];
+      continue;
+    }
+    Step step{.op = node.op, .inputs = std::move(inputs), .attrs = node.attrs, .lr_group = node.lr_group,
+              .random_counters = node.random_counters};
+    if (node.inplace) {
+      tensors_[size_t(node.outputs[0])] = step.inputs[0];
+      step.outputs.push_back(step.inputs[0]);
+    } else {
+      for (ValueId id : node.outputs) {
+        tensors_[size_t(id)] = arena_tensor(id);
+        step.outputs.push_back(tensors_[size_t(id)]);
+      }
+    }
+    const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
+    step.kernel = node.fused ? fused_kernel(node.fused) : node.op->kernels[size_t(device.type())];
+    MF_CHECK(bool(step.kernel), Error, node.op->name, ": no kernel for device ", device);
+    steps_.push_back(std::move(step));
+  }
+}
+
+bool Executable::refresh_variables() {
+  bool changed = false;
+  for (const StateBinding& b : graph_.state_bindings) {
+    const optim::StateValue::Dict& state = b.optimizer->state(b.param);
+    auto it = state.find(b.key);
+    MF_CHECK(it != state.end() && it->second.is_tensor(), Error, "graph: the optimizer state '", b.key,
+             "' of a parameter of shape ", shape_str(b.param.sizes()),
+             " that this graph updates is gone; trace the graph again");
+    Value& v = graph_.values()[size_t(b.value)];
+    const Tensor& now = it->second.to_tensor();
+    if (now.is_same(v.tensor)) continue;
+    MF_CHECK(now.sizes() == v.sizes && now.strides() == v.strides && now.storage_offset() == v.offset &&
+                 now.dtype() == v.dtype,
+             Error, "graph: the optimizer state '", b.key, "' was replaced by a tensor of another layout (",
+             dtype_name(now.dtype()), shape_str(now.sizes()), "); trace the graph again");
+    v.tensor = now;
+    changed = true;
+  }
+  size_t k = 0;
+  for (const Value& v : graph_.values())
+    if (v.kind == ValueKind::Variable && v.tensor.storage().get() != variable_storages_[k++]) changed = true;
+  return changed;
+}
+
+void Executable::bind_inputs(const TensorList& inputs) {
+  const auto& graph_inputs = graph_.inputs();
+  MF_CHECK(inputs.size() == graph_inputs.size(), ValueError, "graph: expected ", graph_inputs.size(),
+           " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& v = graph_.value(graph_inputs[i]);
+    MF_CHECK(inputs[i].defined(), ValueError, "graph: input ", i, " is undefined");
+    MF_CHECK(inputs[i].sizes() == v.sizes && inputs[i].dtype() == v.dtype && inputs[i].device() == v.device,
+             ShapeError, "graph: input ", i, " has ", dtype_name(inputs[i].dtype()), shape_str(inputs[i].sizes()),
+             " but the graph was compiled for ", dtype_name(v.dtype), shape_str(v.sizes));
+  }
+  if (refresh_variables()) lower();
+  for (size_t i = 0; i < inputs.size(); ++i) cpu::copy_cast(tensors_[size_t(graph_inputs[i])], inputs[i]);
+}
+
+void Executable::refresh_attrs(Step& step) {
+  if (step.lr_group >= 0) {
+    const LrSource& source = graph_.lr_sources[size_t(step.lr_group)];
+    step.attrs.set("lr", source.optimizer->param_groups()[source.group].lr());
+  }
+  if (step.random_counters) {
+    Generator& generator = default_generator();
+    step.attrs.set("seed", int64_t(generator.seed()));
+    step.attrs.set("offset", int64_t(generator.reserve(step.random_counters)));
+  }
+}
+
+TensorList Executable::run(const TensorList& inputs) {
+  bind_inputs(inputs);
+  for (Step& step : steps_) {
+    if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
+    step.kernel(step.inputs, step.outputs, step.attrs);
+  }
+  TensorList outputs;
+  for (ValueId id : graph_.outputs()) {
+    const Tensor& src = tensors_[size_t(id)];
+    Tensor out = make_empty(src.sizes(), src.dtype(), src.device());
+    cpu::copy_cast(out, src);
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+std::string Executable::profile(const TensorList& inputs, int runs) {
+  std::map<std::string, std::pair<double, int64_t>> per_op;  // seconds, calls
+  double total = 0;
+  for (int r = 0; r < runs; ++r) {
+    bind_inputs(inputs);
+    for (Step& step : steps_) {
+      if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
+      const auto begin = std::chrono::steady_clock::now();
+      step.kernel(step.inputs, step.outputs, step.attrs);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      auto& entry = per_op[step.op->name];
+      entry.first += s;
+      entry.second += 1;
+      total += s;
+    }
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(per_op.begin(), per_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::ostringstream os;
+  os << "op  ms/run  calls/run  (total " << 1e3 * total / runs << " ms/run)\n";
+  for (const auto& [name, entry] : rows)
+    os << name << "  " << 1e3 * entry.first / runs << "  " << entry.second / runs << "\n";
+  return os.str();
+}
+
+std::string Executable::memory_report(int max_rows) const {
+  const auto& values = graph_.values();
+  const auto& nodes = graph_.nodes();
+  // The time with the most live bytes.
+  std::vector<int64_t> live(nodes.size() + 2, 0);
+  std::vector<ValueId> planned;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (plan_.offsets[i] < 0) continue;
+    planned.push_back(ValueId(i));
+    const auto [first, last] = plan_.lifetimes[i];
+    for (int32_t t = first; t <= last; ++t) live[size_t(t + 1)] += values[i].nbytes();
+  }
+  const auto peak = int32_t(std::max_element(live.begin(), live.end()) - live.begin()) - 1;
+  std::vector<ValueId> at_peak;
+  for (ValueId id : planned)
+    if (plan_.lifetimes[size_t(id)].first <= peak && peak <= plan_.lifetimes[size_t(id)].second) at_peak.push_back(id);
+  std::sort(at_peak.begin(), at_peak.end(),
+            [&](ValueId a, ValueId b) { return values[size_t(a)].nbytes() > values[size_t(b)].nbytes(); });
+  std::ostringstream os;
+  os << "peak before node " << peak << " (" << (peak >= 0 && peak < int32_t(nodes.size()) ? nodes[size_t(peak)].op->name : "")
+     << "): " << live[size_t(peak + 1)] << " bytes in " << at_peak.size() << " buffers\n";
+  for (size_t k = 0; k < at_peak.size() && int(k) < max_rows; ++k) {
+    const Value& v = values[size_t(at_peak[k])];
+    const std::string writer = v.kind == ValueKind::Input ? "input" : nodes[size_t(v.producer)].op->name;
+    os << "  " << value_name(graph_, at_peak[k]) << " " << dtype_name(v.dtype) << shape_str(v.sizes) << " "
+       << v.nbytes() << " bytes, from " << writer << ", live over nodes " << plan_.lifetimes[size_t(at_peak[k])].first
+       << ".." << plan_.lifetimes[size_t(at_peak[k])].second << "\n";
+  }
+  return os.str();
+}
+
+std::string Executable::str() const {
+  std::ostringstream os;
+  os << graph_.str() << "\n" << steps_.size() << " kernel steps; planned memory " << plan_.arena_bytes
+     << " bytes (at most " << plan_.live_peak_bytes << " live at once, " << plan_.total_bytes << " without reuse)";
+  return os.str();
+}
+
+}  // namespace mf::graph

@@ -1,0 +1,237 @@
+// Elementwise fusion; see Note [Elementwise fusion] in fusion.h.
+#include "meshflow/graph/fusion.h"
+
+#include <algorithm>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/parallel.h"
+
+namespace mf::graph {
+
+bool is_elementwise(const OpDef& op) {
+  static const std::unordered_set<std::string_view> names{
+      // unary math
+      "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid",
+      "erf", "neg",
+      // arithmetic and comparisons
+      "add", "sub", "mul", "div", "maximum", "minimum", "pow", "pow_scalar", "eq", "ne", "lt", "le", "gt", "ge",
+      "logical_and", "logical_or", "logical_xor", "logical_not",
+      // activations and their gradients
+      "relu", "gelu", "gelu_backward", "silu", "leaky_relu", "elu", "softplus",
+      // selection
+      "where", "masked_fill", "lerp", "addcmul", "addcdiv"};
+  return names.contains(op.name);
+}
+
+const OpDef& fused_elementwise_op() {
+  static const OpDef op{
+      .name = "fused_elementwise",
+      .inputs = {"inputs"},
+      .variadic = true,
+      .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
+        throw Error("fused_elementwise: made by the graph fusion pass only; it has no eager form");
+      },
+      .differentiable = false,
+  };
+  return op;
+}
+
+namespace {
+
+// Elements [begin, begin + length) of a contiguous tensor as a block of
+// shape (length / unit, trailing...), unit = numel(trailing).
+Tensor block_of(const Tensor& t, int64_t begin, int64_t length, const Shape& trailing) {
+  Shape sizes{length / std::max<int64_t>(1, shape_numel(trailing))};
+  sizes.insert(sizes.end(), trailing.begin(), trailing.end());
+  return make_view(t, sizes, contiguous_strides(sizes), t.storage_offset() + begin);
+}
+
+// An input broadcast over the leading dims, without its leading 1s.
+Tensor trailing_view(const Tensor& t) {
+  size_t lead = 0;
+  while (lead < t.sizes().size() && t.sizes()[lead] == 1) ++lead;
+  const Shape sizes(t.sizes().begin() + std::ptrdiff_t(lead), t.sizes().end());
+  const Shape strides(t.strides().begin() + std::ptrdiff_t(lead), t.strides().end());
+  return make_view(t, sizes, strides, t.storage_offset());
+}
+
+void run_program(const FusedProgram& program, const TensorList& inputs, Tensor& output) {
+  const int64_t n = output.numel();
+  const int64_t unit = shape_numel(program.trailing);
+  const int64_t block_size = unit * std::max<int64_t>(1, kFusedBlock / unit);
+  const int64_t blocks = (n + block_size - 1) / block_size;
+  const size_t last = program.steps.size() - 1;
+  TensorList broadcast(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].dim() > 0 && inputs[i].numel() != n) broadcast[i] = trailing_view(inputs[i]);
+  parallel_for(0, blocks, 1, [&](int64_t first_block, int64_t end_block) {
+    // This thread's buffers for the intermediate results of one block.
+    TensorList scratch(last);
+    for (size_t k = 0; k < last; ++k) scratch[k] = make_empty({block_size}, program.steps[k].dtype);
+    TensorList args, outs(1);
+    for (int64_t block = first_block; block < end_block; ++block) {
+      const int64_t begin = block * block_size, length = std::min(block_size, n - begin);
+      for (size_t k = 0; k <= last; ++k) {
+        const FusedStep& step = program.steps[k];
+        args.clear();
+        for (int32_t a : step.args) {
+          if (a < 0) args.push_back(block_of(scratch[size_t(~a)], 0, length, program.trailing));
+          else if (inputs[size_t(a)].dim() == 0) args.push_back(inputs[size_t(a)]);
+          else if (broadcast[size_t(a)].defined()) args.push_back(broadcast[size_t(a)]);
+          else args.push_back(block_of(inputs[size_t(a)], begin, length, program.trailing));
+        }
+        outs[0] = k == last ? block_of(output, begin, length, program.trailing)
+                            : block_of(scratch[k], 0, length, program.trailing);
+        step.op->kernels[size_t(DeviceType::CPU)](args, outs, step.attrs);
+      }
+    }
+  });
+}
+
+// How input v of a node with output shape `out` reaches the fused blocks:
+// 0 for the whole shape or 0-d, k for a contiguous tensor broadcast over all
+// but the last k dims of out (an attention mask), -1 if it cannot.
+int64_t trailing_dims(const Value& v, const Shape& out) {
+  if (v.sizes.empty() || (v.sizes == out && v.strides == contiguous_strides(v.sizes))) return 0;
+  size_t lead = 0;
+  while (lead < v.sizes.size() && v.sizes[lead] == 1) ++lead;
+  const Shape tail(v.sizes.begin() + std::ptrdiff_t(lead), v.sizes.end());
+  const Shape tail_strides(v.strides.begin() + std::ptrdiff_t(lead), v.strides.end());
+  if (tail.empty() || tail.size() >= out.size() || tail_strides != contiguous_strides(tail)) return -1;
+  if (!std::equal(tail.begin(), tail.end(), out.end() - std::ptrdiff_t(tail.size()))) return -1;
+  return int64_t(tail.size());
+}
+
+// softmax over the last dim: rows are whole in every block, so it can end a
+// group (Note [Elementwise fusion]).
+bool is_row_softmax(const Node& n, const std::vector<Value>& values) {
+  static const OpDef& softmax = dispatch::op("softmax");
+  if (n.op != &softmax || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  const int64_t dim = n.attrs.get_int("dim"), ndim = int64_t(values[size_t(n.outputs[0])].sizes.size());
+  return ndim > 0 && (dim == -1 || dim == ndim - 1);
+}
+
+bool is_whole_buffer(const Value& v, ValueId id) {
+  return v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
+}
+
+}  // namespace
+
+KernelFn fused_kernel(std::shared_ptr<const FusedProgram> program) {
+  return [program](const TensorList& inputs, TensorList& outputs, const Attrs&) {
+    run_program(*program, inputs, outputs[0]);
+  };
+}
+
+int fuse_elementwise(Graph& graph) {
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  const std::vector<int32_t> uses = graph.use_counts();
+  std::vector<int32_t> aliases(values.size(), 0);
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].root != ValueId(i)) ++aliases[size_t(values[i].root)];
+  std::vector<bool> is_output(values.size(), false);
+  for (ValueId id : graph.outputs()) is_output[size_t(id)] = true;
+
+  std::vector<bool> fusible(nodes.size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.fused || n.inplace || n.is_view() || n.random_counters || n.outputs.size() != 1 || !is_elementwise(*n.op))
+      continue;
+    const Value& out = values[size_t(n.outputs[0])];
+    bool ok = out.device.is_cpu() && is_whole_buffer(out, n.outputs[0]) && shape_numel(out.sizes) >= kMinFusedElements;
+    for (ValueId in : n.inputs) {
+      if (!ok) break;
+      if (in == kNoValue) {
+        ok = false;
+        break;
+      }
+      ok = trailing_dims(values[size_t(in)], out.sizes) >= 0;
+    }
+    fusible[i] = ok;
+  }
+  // A softmax over the last dim may end a group, never continue one.
+  std::vector<bool> row_root(nodes.size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.fused || n.inplace || !is_row_softmax(n, values)) continue;
+    const Value& out = values[size_t(n.outputs[0])];
+    row_root[i] = out.device.is_cpu() && is_whole_buffer(out, n.outputs[0]) &&
+                  shape_numel(out.sizes) >= kMinFusedElements;
+  }
+  // Groups grow backwards from their last member through single-use inputs.
+  std::vector<int32_t> group(nodes.size(), -1);
+  for (size_t i = nodes.size(); i-- > 0;) {
+    if (!fusible[i] && !row_root[i]) continue;
+    if (group[i] < 0) group[i] = int32_t(i);
+    const Shape& shape = values[size_t(nodes[i].outputs[0])].sizes;
+    for (ValueId in : nodes[i].inputs) {
+      const int32_t p = values[size_t(in)].producer;
+      if (p < 0 || !fusible[size_t(p)] || group[size_t(p)] >= 0 || uses[size_t(in)] != 1 ||
+          is_output[size_t(in)] || aliases[size_t(in)] != 0 || values[size_t(in)].sizes != shape)
+        continue;
+      group[size_t(p)] = group[i];
+    }
+  }
+  std::unordered_map<int32_t, std::vector<size_t>> members;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (group[i] >= 0) members[group[i]].push_back(i);
+
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (auto& [root, list] : members) {
+    if (list.size() < 2) continue;
+    std::sort(list.begin(), list.end());
+    std::unordered_map<ValueId, int32_t> step_of;  // member output -> step index
+    for (size_t k = 0; k < list.size(); ++k) step_of[nodes[list[k]].outputs[0]] = int32_t(k);
+    // External inputs, and whether an in-place node before the last member
+    // writes one of them after the member reading it.
+    std::vector<ValueId> externals;
+    bool hazard = false;
+    for (size_t k = 0; k < list.size() && !hazard; ++k)
+      for (ValueId in : nodes[list[k]].inputs) {
+        if (step_of.contains(in)) continue;
+        if (std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
+        for (size_t j = list[k] + 1; j < size_t(root) && !hazard; ++j)
+          hazard = nodes[j].inplace && values[size_t(nodes[j].inputs[0])].root == values[size_t(in)].root;
+      }
+    if (hazard) continue;
+    auto program = std::make_shared<FusedProgram>();
+    const Shape& shape = values[size_t(nodes[size_t(root)].outputs[0])].sizes;
+    int64_t trailing = row_root[size_t(root)] ? 1 : 0;
+    for (ValueId in : externals) trailing = std::max(trailing, trailing_dims(values[size_t(in)], shape));
+    program->trailing.assign(shape.end() - trailing, shape.end());
+    std::ostringstream text;
+    for (size_t k = 0; k < list.size(); ++k) {
+      const Node& m = nodes[list[k]];
+      FusedStep step{.op = m.op, .attrs = m.attrs, .dtype = values[size_t(m.outputs[0])].dtype};
+      if (row_root[list[k]]) step.attrs.set("dim", int64_t(-1));  // blocks have their own rank
+      text << (k ? "; " : "") << "s" << k << " = " << m.op->name << "(";
+      for (size_t a = 0; a < m.inputs.size(); ++a) {
+        auto member = step_of.find(m.inputs[a]);
+        const auto external = std::find(externals.begin(), externals.end(), m.inputs[a]);
+        const int32_t arg = member != step_of.end() && member->second < int32_t(k)
+                                ? ~member->second
+                                : int32_t(external - externals.begin());
+        step.args.push_back(arg);
+        text << (a ? ", " : "") << (arg < 0 ? "s" + std::to_string(~arg) : "in" + std::to_string(arg));
+      }
+      if (!step.attrs.items().empty()) text << "; " << step.attrs.str();
+      text << ")";
+      program->steps.push_back(std::move(step));
+    }
+    Node fused{.op = &fused_elementwise_op(), .attrs = {{"program", text.str()}}, .inputs = externals,
+               .outputs = nodes[size_t(root)].outputs, .fused = program};
+    nodes[size_t(root)] = std::move(fused);
+    for (size_t k = 0; k + 1 < list.size(); ++k) removed[list[k]] = true;
+    count += int(list.size());
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+}  // namespace mf::graph

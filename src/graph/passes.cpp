@@ -1,0 +1,407 @@
+// The graph passes of passes.h (elementwise fusion is in fusion.cpp): DCE,
+// CSE, constant folding, clone forwarding, slice-gradient merging,
+// recomputation, in place where safe and early updates.
+#include "meshflow/graph/passes.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/graph/fusion.h"
+
+namespace mf::graph {
+
+int eliminate_dead_code(Graph& graph) {
+  auto& nodes = graph.nodes();
+  std::vector<bool> live_value(graph.values().size(), false);
+  for (ValueId id : graph.outputs()) live_value[size_t(id)] = true;
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t i = nodes.size(); i-- > 0;) {
+    const Node& n = nodes[i];
+    bool live = n.inplace;
+    for (ValueId out : n.outputs) live = live || live_value[size_t(out)];
+    if (!live) {
+      removed[i] = true;
+      ++count;
+      continue;
+    }
+    for (ValueId in : n.inputs)
+      if (in != kNoValue) live_value[size_t(in)] = true;
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int eliminate_common_subexpressions(Graph& graph) {
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  // writes[root]: how many in-place nodes so far wrote the buffer of root.
+  std::vector<int32_t> writes(values.size(), 0);
+  struct Seen {
+    size_t node;
+    std::vector<int32_t> output_writes;
+  };
+  std::unordered_map<std::string, Seen> seen;
+  std::vector<bool> removed(nodes.size(), false);
+  auto root_writes = [&](ValueId id) { return writes[size_t(values[size_t(id)].root)]; };
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (n.inplace) {
+      ++writes[size_t(values[size_t(n.inputs[0])].root)];
+      continue;
+    }
+    if (n.random_counters || n.outputs.empty()) continue;
+    std::ostringstream key;
+    key << n.op->name << '(' << n.attrs.str() << ')';
+    for (ValueId in : n.inputs) key << ' ' << in << '@' << (in == kNoValue ? 0 : root_writes(in));
+    std::vector<int32_t> output_writes;
+    for (ValueId out : n.outputs) output_writes.push_back(root_writes(out));
+    auto [it, inserted] = seen.try_emplace(key.str(), Seen{i, output_writes});
+    if (inserted) continue;
+    const Node& first = nodes[it->second.node];
+    std::vector<int32_t> first_now;
+    for (ValueId out : first.outputs) first_now.push_back(root_writes(out));
+    if (first_now != it->second.output_writes) {
+      // The earlier outputs were written since: this node is the new original.
+      it->second = Seen{i, output_writes};
+      continue;
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) graph.replace_uses(n.outputs[k], first.outputs[k]);
+    removed[i] = true;
+    ++count;
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int fold_constants(Graph& graph) {
+  auto& nodes = graph.nodes();
+  // A buffer written in place is state, not a constant.
+  std::vector<bool> written(graph.values().size(), false);
+  for (const Node& n : nodes)
+    if (n.inplace) written[size_t(graph.value(n.inputs[0]).root)] = true;
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node n = nodes[i];
+    if (n.inplace || n.random_counters) continue;
+    bool constant = true;
+    for (ValueId out : n.outputs) constant = constant && !written[size_t(graph.value(out).root)];
+    TensorList inputs;
+    for (ValueId in : n.inputs) {
+      if (in == kNoValue) {
+        inputs.emplace_back();
+        continue;
+      }
+      const Value& v = graph.value(in);
+      constant = constant && v.kind == ValueKind::Constant;
+      inputs.push_back(v.tensor);
+    }
+    if (!constant) continue;
+    TensorList outputs = dispatch::apply(*n.op, inputs, n.attrs);
+    for (size_t k = 0; k < outputs.size(); ++k) graph.replace_uses(n.outputs[k], graph.add_constant(outputs[k]));
+    removed[i] = true;
+    ++count;
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int forward_clones(Graph& graph) {
+  static const OpDef& clone_op = dispatch::op("clone");
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  // Last node reading or writing each buffer (graph outputs: past the end).
+  std::vector<int64_t> last_use(values.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (ValueId in : nodes[i].inputs)
+      if (in != kNoValue) last_use[size_t(values[size_t(in)].root)] = int64_t(i);
+    for (ValueId out : nodes[i].outputs) last_use[size_t(values[size_t(out)].root)] = int64_t(i);
+  }
+  for (ValueId out : graph.outputs()) last_use[size_t(values[size_t(out)].root)] = int64_t(nodes.size());
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op != &clone_op) continue;
+    const ValueId source = n.inputs[0];
+    const Value& src = values[size_t(source)];
+    const Value& dst = values[size_t(n.outputs[0])];
+    const ValueId root = src.root;
+    if (values[size_t(root)].kind != ValueKind::Intermediate || last_use[size_t(root)] != int64_t(i) ||
+        src.strides != dst.strides || src.offset != dst.offset)
+      continue;
+    graph.replace_uses(n.outputs[0], source);
+    removed[i] = true;
+    ++count;
+    // The source's buffer now lives as long as the clone's did.
+    last_use[size_t(root)] = last_use[size_t(n.outputs[0])];
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int merge_slice_gradients(Graph& graph) {
+  static const OpDef& add_op = dispatch::op("add");
+  static const OpDef& slice_backward_op = dispatch::op("slice_backward");
+  static const OpDef& cat_op = dispatch::op("cat");
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  const std::vector<int32_t> uses = graph.use_counts();
+  std::vector<bool> is_output(values.size(), false);
+  for (ValueId id : graph.outputs()) is_output[size_t(id)] = true;
+  auto single_use = [&](ValueId v) { return uses[size_t(v)] == 1 && !is_output[size_t(v)]; };
+  auto producer = [&](ValueId v) -> const Node* {
+    const int32_t p = values[size_t(v)].producer;
+    return p < 0 ? nullptr : &nodes[size_t(p)];
+  };
+  auto is_sum = [&](const Node* n) { return n && n->op == &add_op && !n->inplace && n->attrs.items().empty(); };
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!is_sum(&nodes[i]) || removed[i]) continue;
+    // The leaves of the tree of single-use adds rooted here.
+    std::vector<const Node*> slices, sums{&nodes[i]};
+    bool ok = true;
+    for (size_t k = 0; k < sums.size() && ok; ++k)
+      for (ValueId in : sums[k]->inputs) {
+        const Node* p = producer(in);
+        ok = ok && p && single_use(in);
+        if (!ok) break;
+        if (is_sum(p)) sums.push_back(p);
+        else if (p->op == &slice_backward_op && p->attrs.get_int("step") == 1) slices.push_back(p);
+        else ok = false;
+      }
+    if (!ok) continue;
+    const int64_t dim = slices[0]->attrs.get_int("dim");
+    const Shape& full = slices[0]->attrs.get_shape("input_sizes");
+    std::sort(slices.begin(), slices.end(),
+              [](const Node* a, const Node* b) { return a->attrs.get_int("start") < b->attrs.get_int("start"); });
+    int64_t next = 0;
+    for (const Node* s : slices) {
+      ok = ok && s->attrs.get_int("dim") == dim && s->attrs.get_shape("input_sizes") == full &&
+           s->attrs.get_int("start") == next;
+      next += values[size_t(s->inputs[0])].sizes[size_t(dim)];
+    }
+    if (!ok || next != full[size_t(dim)]) continue;
+    // The cat reads the slice gradients where the root add was: nothing in
+    // between may write them.
+    size_t first = i;
+    for (const Node* s : slices) first = std::min(first, size_t(s - nodes.data()));
+    for (size_t j = first; j < i && ok; ++j)
+      for (const Node* s : slices)
+        ok = ok && !(nodes[j].inplace && values[size_t(nodes[j].inputs[0])].root == values[size_t(s->inputs[0])].root);
+    if (!ok) continue;
+    Node cat{.op = &cat_op, .attrs = {{"dim", dim}}, .outputs = nodes[i].outputs};
+    for (const Node* s : slices) {
+      cat.inputs.push_back(s->inputs[0]);
+      removed[size_t(s - nodes.data())] = true;
+    }
+    for (size_t k = 1; k < sums.size(); ++k) removed[size_t(sums[k] - nodes.data())] = true;
+    nodes[i] = std::move(cat);
+    count += int(slices.size() + sums.size());
+  }
+  if (count) graph.remove_nodes(removed);
+  return count;
+}
+
+int recompute_elementwise(Graph& graph) {
+  auto& nodes = graph.nodes();
+  auto& values = graph.values();
+  const size_t n_nodes = nodes.size();
+  auto root_of = [&](ValueId id) { return values[size_t(id)].root; };
+  // Per buffer: the non-view nodes reading it (through any view), its last
+  // reader, and the in-place nodes writing it.
+  std::vector<std::vector<size_t>> readers(values.size()), writes(values.size());
+  std::vector<int64_t> last_use(values.size(), -1);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    for (ValueId in : nodes[i].inputs) {
+      if (in == kNoValue) continue;
+      const ValueId root = root_of(in);
+      last_use[size_t(root)] = int64_t(i);
+      if (!nodes[i].is_view() && (readers[size_t(root)].empty() || readers[size_t(root)].back() != i))
+        readers[size_t(root)].push_back(i);
+    }
+    if (nodes[i].inplace) writes[size_t(root_of(nodes[i].inputs[0]))].push_back(i);
+  }
+  std::vector<bool> output_buffer(values.size(), false);
+  for (ValueId id : graph.outputs()) output_buffer[size_t(root_of(id))] = true;
+
+  // A recomputation of value (made by node producer) before node `before`.
+  struct Plan {
+    size_t before, producer;
+    ValueId value;
+  };
+  static const OpDef& clone_op = dispatch::op("clone");
+  static const OpDef& layer_norm_op = dispatch::op("layer_norm");
+  // A buffer may live this many nodes longer to feed a recomputation.
+  const auto slack = int64_t(n_nodes / 64);
+  std::vector<Plan> plans;
+  for (size_t p = 0; p < n_nodes; ++p) {
+    const Node& n = nodes[p];
+    const bool cheap = is_elementwise(*n.op) || n.op == &clone_op || n.op == &layer_norm_op;
+    if (n.fused || n.inplace || n.random_counters || n.outputs.empty() || !cheap) continue;
+    const ValueId v = n.outputs[0];
+    const std::vector<size_t>& uses = readers[size_t(v)];
+    if (uses.size() < 2 || output_buffer[size_t(v)] || root_of(v) != v || !writes[size_t(v)].empty()) continue;
+    // The earliest reader from which on the inputs are still alive and
+    // unwritten: the readers from there on get the recomputed value.
+    size_t split = uses.size();
+    for (size_t k = uses.size(); k-- > 1;) {
+      bool alive = true;
+      for (ValueId in : n.inputs) {
+        if (in == kNoValue) continue;
+        const ValueId root = root_of(in);
+        const ValueKind kind = values[size_t(root)].kind;
+        if (kind == ValueKind::Intermediate || kind == ValueKind::Input)
+          alive = alive && last_use[size_t(root)] + slack >= int64_t(uses[k]);
+        for (size_t w : writes[size_t(root)]) alive = alive && (w < p || w > uses[k]);
+      }
+      if (!alive) break;
+      split = k;
+    }
+    // Worth it only across a long gap (forward to backward), where the
+    // buffer would otherwise be held.
+    if (split == uses.size() || uses[split] - uses[split - 1] < std::max<size_t>(2, n_nodes / 8)) continue;
+    plans.push_back({uses[split], p, v});
+  }
+  if (plans.empty()) return 0;
+  std::sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) { return a.before < b.before; });
+  const std::vector<Node> original = nodes;  // nodes[] is moved from below
+  std::vector<Node> rebuilt;
+  rebuilt.reserve(n_nodes + 2 * plans.size());
+  size_t next_plan = 0;
+  for (size_t i = 0; i < n_nodes; ++i) {
+    for (; next_plan < plans.size() && plans[next_plan].before == i; ++next_plan) {
+      const Plan& plan = plans[next_plan];
+      // The producer again, then the views of its result that readers from
+      // here on use; those readers are renamed to the new values.
+      std::unordered_map<ValueId, ValueId> renamed;
+      auto recreate = [&](const Node& original) {
+        Node copy = original;
+        for (ValueId& in : copy.inputs)
+          if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+        for (ValueId& out : copy.outputs) {
+          Value value = values[size_t(out)];
+          const auto id = ValueId(values.size());
+          value.root = original.is_view() ? values[size_t(copy.inputs[0])].root : id;
+          values.push_back(value);
+          renamed[out] = id;
+          out = id;
+        }
+        rebuilt.push_back(std::move(copy));
+      };
+      recreate(original[plan.producer]);
+      for (size_t k = plan.producer + 1; k < i; ++k)
+        if (original[k].is_view() && renamed.contains(original[k].inputs[0])) recreate(original[k]);
+      for (ValueId out : original[plan.producer].outputs)
+        for (size_t r : readers[size_t(out)])
+          if (r >= i)
+            for (ValueId& in : nodes[r].inputs)
+              if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+    }
+    rebuilt.push_back(std::move(nodes[i]));
+  }
+  nodes = std::move(rebuilt);
+  graph.remove_nodes(std::vector<bool>(nodes.size(), false));
+  return int(plans.size());
+}
+
+namespace {
+bool is_whole_buffer(const Value& v, ValueId id) {
+  return v.kind == ValueKind::Intermediate && v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
+}
+}  // namespace
+
+int run_in_place(Graph& graph) {
+  auto& nodes = graph.nodes();
+  auto& values = graph.values();
+  std::vector<int64_t> last_use(values.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (ValueId in : nodes[i].inputs)
+      if (in != kNoValue) last_use[size_t(values[size_t(in)].root)] = int64_t(i);
+    for (ValueId out : nodes[i].outputs) last_use[size_t(values[size_t(out)].root)] = int64_t(i);
+  }
+  for (ValueId out : graph.outputs()) last_use[size_t(values[size_t(out)].root)] = int64_t(nodes.size());
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (!n.op->inplace || n.inplace || n.is_view() || n.outputs.size() != 1 || n.inputs.empty() ||
+        n.inputs[0] == kNoValue)
+      continue;
+    const ValueId x = n.inputs[0], out = n.outputs[0];
+    const Value& xv = values[size_t(x)];
+    const Value& ov = values[size_t(out)];
+    bool safe = is_whole_buffer(xv, x) && is_whole_buffer(ov, out) && last_use[size_t(x)] == int64_t(i) &&
+                xv.sizes == ov.sizes && xv.dtype == ov.dtype;
+    for (size_t k = 1; k < n.inputs.size() && safe; ++k)
+      safe = n.inputs[k] == kNoValue || values[size_t(n.inputs[k])].root != x;
+    if (!safe) continue;
+    n.inplace = true;
+    // The output and every view of it now live in x's buffer.
+    for (Value& v : values)
+      if (v.root == out) v.root = x;
+    last_use[size_t(x)] = last_use[size_t(out)];
+    ++count;
+  }
+  return count;
+}
+
+int schedule_updates_early(Graph& graph) {
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  auto root_of = [&](ValueId id) { return values[size_t(id)].root; };
+  std::vector<size_t> order;  // node indices in their new order
+  order.reserve(nodes.size());
+  int count = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    const bool update = n.inplace && values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable;
+    if (!update) {
+      order.push_back(i);
+      continue;
+    }
+    std::vector<ValueId> roots;
+    for (ValueId in : n.inputs)
+      if (in != kNoValue) roots.push_back(root_of(in));
+    auto touches = [&](const Node& m) {
+      for (const auto* list : {&m.inputs, &m.outputs})
+        for (ValueId v : *list)
+          if (v != kNoValue && std::find(roots.begin(), roots.end(), root_of(v)) != roots.end()) return true;
+      return false;
+    };
+    size_t at = order.size();
+    while (at > 0 && !touches(nodes[order[at - 1]])) --at;
+    if (at < order.size()) ++count;
+    order.insert(order.begin() + std::ptrdiff_t(at), i);
+  }
+  if (count) {
+    std::vector<Node> reordered;
+    reordered.reserve(nodes.size());
+    for (size_t i : order) reordered.push_back(std::move(nodes[i]));
+    nodes = std::move(reordered);
+    graph.remove_nodes(std::vector<bool>(nodes.size(), false));
+  }
+  return count;
+}
+
+std::string optimize(Graph& graph) {
+  std::ostringstream os;
+  os << "fold_constants " << fold_constants(graph);
+  os << ", cse " << eliminate_common_subexpressions(graph);
+  os << ", forward_clones " << forward_clones(graph);
+  os << ", dce " << eliminate_dead_code(graph);
+  os << ", merge_slice_gradients " << merge_slice_gradients(graph);
+  os << ", recompute " << recompute_elementwise(graph);
+  os << ", fuse_elementwise " << fuse_elementwise(graph);
+  os << ", in_place " << run_in_place(graph);
+  os << ", early_updates " << schedule_updates_early(graph);
+  return os.str();
+}
+
+}  // namespace mf::graph

@@ -1,0 +1,208 @@
+// The tracer; see Note [Tracing a train step] in trace.h.
+#include "meshflow/graph/trace.h"
+
+#include <algorithm>
+
+#include "meshflow/generator.h"
+#include "meshflow/optim/optimizer.h"
+
+namespace mf::graph {
+
+namespace {
+thread_local Tracer* tls_tracer = nullptr;
+
+Value value_from(const Tensor& t) {
+  return Value{.sizes = t.sizes(), .strides = t.strides(), .offset = t.storage_offset(), .dtype = t.dtype(),
+               .device = t.device()};
+}
+// Counters a random op reserved (Note [Counter-based random ops]): the op
+// has just reserved them, so they end at the generator's offset.
+uint64_t random_counters(const Attrs& attrs) {
+  if (!attrs.has("seed") || !attrs.has("offset")) return 0;
+  const auto first = uint64_t(attrs.get_int("offset"));
+  const uint64_t end = default_generator().offset();
+  return end > first ? end - first : 0;
+}
+}  // namespace
+
+Tracer* current_tracer() { return tls_tracer; }
+
+void check_traceable(const Tensor& t, const char* what) {
+  MF_CHECK(tls_tracer == nullptr || t.storage()->has_data(), Error, what,
+           " is not traceable in graph mode: a traced tensor has no values until the compiled graph runs; "
+           "return the tensor from build() and read it from the graph's output");
+}
+
+Tracer::Tracer() {
+  MF_CHECK(tls_tracer == nullptr, Error, "graph: a trace is already active on this thread (build() of one graph "
+                                         "called another graph)");
+  Generator& gen = default_generator();
+  generator_seed_ = gen.seed();
+  generator_offset_ = gen.offset();
+  tls_tracer = this;
+  active_ = true;
+}
+
+Tracer::~Tracer() { close(); }
+
+void Tracer::close() {
+  if (!active_) return;
+  active_ = false;
+  tls_tracer = nullptr;
+  for (auto& [t, grad] : saved_grads_) t.set_grad(grad);
+  saved_grads_.clear();
+  default_generator().set_state(generator_seed_, generator_offset_);
+  seen_.clear();
+  ids_.clear();
+  by_storage_.clear();
+  state_of_.clear();
+}
+
+TensorList Tracer::add_inputs(const TensorList& examples) {
+  TensorList placeholders;
+  for (const Tensor& t : examples) {
+    MF_CHECK(t.defined(), ValueError, "graph: input ", placeholders.size(), " is undefined");
+    MF_CHECK(!t.is_global(), Error, "graph: global tensors as graph inputs are not supported yet");
+    const ValueId id = graph_.add_input({t.sizes(), t.dtype(), t.device()});
+    Tensor placeholder = make_meta(t.sizes(), t.dtype(), t.device());
+    bind(placeholder, id);
+    placeholders.push_back(placeholder);
+  }
+  return placeholders;
+}
+
+void Tracer::add_optimizer(optim::Optimizer& optimizer) {
+  {
+    // The state is real memory that the graph will update: make it eagerly.
+    tls_tracer = nullptr;
+    struct Resume {
+      Tracer* tracer;
+      ~Resume() { tls_tracer = tracer; }
+    } resume{this};
+    optimizer.init_state();
+  }
+  auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    graph_.lr_sources.push_back({&optimizer, g});
+    for (const Tensor& p : groups[g].params) {
+      lr_group_of_[p.impl()] = int32_t(graph_.lr_sources.size() - 1);
+      shield_grad(p);
+      for (const auto& [key, entry] : optimizer.state(p)) {
+        const auto* name = std::get_if<std::string>(&key);
+        if (name && entry.is_tensor() && entry.to_tensor().defined())
+          state_of_[entry.to_tensor().impl()] = StateBinding{&optimizer, p, *name};
+      }
+    }
+  }
+}
+
+void Tracer::name_variable(const Tensor& t, std::string name) {
+  if (t.defined()) names_[t.impl()] = std::move(name);
+}
+
+void Tracer::shield_grad(const Tensor& t) {
+  if (!t.requires_grad() || !t.is_leaf()) return;
+  for (const auto& [seen, grad] : saved_grads_)
+    if (seen.is_same(t)) return;
+  saved_grads_.emplace_back(t, t.grad());
+  t.set_grad(Tensor());
+}
+
+void Tracer::bind(const Tensor& t, ValueId id) {
+  ids_[t.impl()] = id;
+  auto& same_storage = by_storage_[t.storage().get()];
+  if (same_storage.empty() || same_storage.back() != id) same_storage.push_back(id);
+  seen_.push_back(t);
+}
+
+ValueId Tracer::alias_of(const Tensor& t) const {
+  auto it = by_storage_.find(t.storage().get());
+  if (it == by_storage_.end()) return kNoValue;
+  for (auto id = it->second.rbegin(); id != it->second.rend(); ++id) {
+    const Value& v = graph_.value(*id);
+    if (v.sizes == t.sizes() && v.strides == t.strides() && v.offset == t.storage_offset() && v.dtype == t.dtype())
+      return *id;
+  }
+  return kNoValue;
+}
+
+ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
+  if (!t.defined()) return kNoValue;
+  if (auto it = ids_.find(t.impl()); it != ids_.end()) return it->second;
+  // Another handle of a tensor already seen (detach(), a saved tensor).
+  if (const ValueId id = alias_of(t); id != kNoValue) {
+    bind(t, id);
+    return id;
+  }
+  MF_CHECK(!t.is_global(), Error, op ? op->name : std::string("graph"),
+           ": global tensors inside graph mode are not supported yet");
+  MF_CHECK(t.storage()->has_data(), Error, op ? op->name : std::string("graph"),
+           ": got a traced tensor that this trace did not produce (a tensor kept from another graph's build()?)");
+  std::string name;
+  if (auto it = names_.find(t.impl()); it != names_.end()) name = it->second;
+  auto state = state_of_.find(t.impl());
+  if (state != state_of_.end() && name.empty())
+    if (auto it = names_.find(state->second.param.impl()); it != names_.end())
+      name = it->second + "." + state->second.key;
+  const ValueId id = graph_.add_variable(t, std::move(name));
+  if (state != state_of_.end()) {
+    graph_.state_bindings.push_back(state->second);
+    graph_.state_bindings.back().value = id;
+  }
+  shield_grad(t);
+  bind(t, id);
+  return id;
+}
+
+TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  Node node{.op = &op, .attrs = attrs};
+  for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
+  node.random_counters = random_counters(attrs);
+  TensorList outputs;
+  std::vector<Value> values;
+  if (op.view) {
+    outputs = op.view(inputs, attrs);
+    for (Tensor& t : outputs) {
+      t.impl()->set_is_view(true);
+      values.push_back(value_from(t));
+    }
+  } else {
+    for (const TensorMeta& m : op.infer(inputs, attrs)) {
+      outputs.push_back(make_meta(m.sizes, m.dtype, m.device));
+      values.push_back(value_from(outputs.back()));
+    }
+  }
+  const int32_t index = graph_.append_node(std::move(node), values);
+  const auto& out_ids = graph_.nodes()[size_t(index)].outputs;
+  for (size_t i = 0; i < outputs.size(); ++i) bind(outputs[i], out_ids[i]);
+  return outputs;
+}
+
+void Tracer::record_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  Node node{.op = &op, .attrs = attrs, .inplace = true, .random_counters = random_counters(attrs)};
+  for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
+  if (attrs.has("lr"))
+    if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) node.lr_group = it->second;
+  const Value written = graph_.value(node.inputs[0]);
+  const int32_t index = graph_.append_node(std::move(node), {written});
+  // Later reads of the written tensor see the new value.
+  bind(inputs[0], graph_.nodes()[size_t(index)].outputs[0]);
+}
+
+int64_t Tracer::num_updates() const {
+  return std::count_if(graph_.nodes().begin(), graph_.nodes().end(), [](const Node& n) { return n.lr_group >= 0; });
+}
+
+Graph Tracer::finish(const TensorList& outputs) {
+  MF_CHECK(active_, Error, "graph: finish() called twice on one trace");
+  std::vector<ValueId> ids;
+  for (const Tensor& t : outputs) {
+    MF_CHECK(t.defined(), ValueError, "graph: build() returned an undefined tensor (output ", ids.size(), ")");
+    ids.push_back(value_of(t, nullptr));
+  }
+  graph_.set_outputs(std::move(ids));
+  close();
+  return std::move(graph_);
+}
+
+}  // namespace mf::graph

@@ -1,0 +1,315 @@
+"""Graph mode (meshflow.nn.Graph): traced train steps equal eager ones on the
+example models, eval graphs, retracing, alternating with eager steps, and
+clear errors for code that cannot be traced."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import meshflow as mf
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import models  # noqa: E402
+
+SMALL = {
+    "mlp": dict(kwargs={}, batch=32),  # (32, 1024) activations: big enough to fuse
+    "lenet": dict(kwargs={}, batch=4),
+    "resnet18": dict(kwargs={}, batch=2),
+    # (2, 2, 64, 64) attention scores: big enough for the masked softmax to fuse
+    "gpt": dict(kwargs=dict(vocab=64, d_model=32, heads=2, layers=2, seq=64), batch=2),
+}
+
+
+def batch(name, rng):
+    cfg = SMALL[name]
+    if name == "gpt":
+        x, y = models.random_batch(name, cfg["batch"], rng, vocab=cfg["kwargs"]["vocab"], seq=cfg["kwargs"]["seq"])
+    else:
+        x, y = models.random_batch(name, cfg["batch"], rng)
+    if name == "resnet18":
+        x = np.ascontiguousarray(x[:, :, :16, :16])
+    return mf.tensor(x), mf.tensor(y)
+
+
+def twin_models_of(name, **kwargs):
+    a = models.build(name, mf, **kwargs)
+    b = models.build(name, mf, **kwargs)
+    models.copy_state(a, b, mf)
+    return a, b
+
+
+def twin_models(name):
+    return twin_models_of(name, **SMALL[name]["kwargs"])
+
+
+class TrainGraph(mf.nn.Graph):
+    def __init__(self, name, model, optimizer, scheduler=None):
+        super().__init__()
+        self.name = name
+        self.model = model
+        self.add_optimizer(optimizer, lr_sch=scheduler)
+
+    def build(self, x, y):
+        loss = models.loss_fn(self.name, mf, self.model(x), y)
+        loss.backward()
+        return loss
+
+
+class EvalGraph(mf.nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
+
+
+def eager_step(name, model, optimizer, x, y):
+    optimizer.zero_grad()
+    loss = models.loss_fn(name, mf, model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def assert_same_state(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        np.testing.assert_array_equal(sa[k].numpy(), sb[k].numpy(), err_msg=k)
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet18", "gpt"])
+def test_train_steps_equal_eager(name):
+    eager, traced = twin_models(name)
+    make = (lambda p: mf.optim.AdamW(p, lr=1e-3)) if name == "gpt" else (
+        lambda p: mf.optim.SGD(p, lr=0.05, momentum=0.9))
+    opt_e, opt_g = make(eager.parameters()), make(traced.parameters())
+    graph = TrainGraph(name, traced, opt_g)
+    rng = np.random.default_rng(0)
+    for step in range(5):
+        x, y = batch(name, rng)
+        loss_e = eager_step(name, eager, opt_e, x, y)
+        loss_g = graph(x, y)
+        assert loss_g.item() == loss_e.item(), f"step {step}"
+    assert graph.num_compiled == 1
+    assert_same_state(eager, traced)
+    if name == "mlp":  # the ReLU gradients (gt, where) run fused, with the same bits
+        assert "fused_elementwise" in str(graph)
+    if name == "gpt":  # so do the causal mask and the softmax
+        assert "s1 = softmax(s0; dim=-1)" in str(graph)
+
+
+def test_scheduler_steps_after_each_run():
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.1)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.1)
+    sch_e = mf.optim.lr_scheduler.StepLR(opt_e, step_size=1, gamma=0.5)
+    sch_g = mf.optim.lr_scheduler.StepLR(opt_g, step_size=1, gamma=0.5)
+    graph = TrainGraph("mlp", traced, opt_g, sch_g)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x, y = batch("mlp", rng)
+        eager_step("mlp", eager, opt_e, x, y)
+        sch_e.step()
+        graph(x, y)
+        assert opt_g.param_groups[0]["lr"] == opt_e.param_groups[0]["lr"]
+    assert_same_state(eager, traced)
+
+
+def test_eval_graph_and_retrace_on_new_batch_size():
+    model = models.build("lenet", mf)
+    model.eval()
+    graph = EvalGraph(model)
+    rng = np.random.default_rng(2)
+    for n in (3, 3, 5):
+        x = mf.tensor(rng.standard_normal((n, 3, 32, 32)).astype(np.float32))
+        with mf.no_grad():
+            expected = model(x)
+        np.testing.assert_array_equal(graph(x).numpy(), expected.numpy())
+    assert graph.num_compiled == 2
+    assert "conv2d" in str(graph)
+    assert graph.planned_peak_bytes > 0
+
+
+def test_eager_and_graph_steps_alternate():
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.Adam(eager.parameters(), lr=1e-3)
+    opt_g = mf.optim.Adam(traced.parameters(), lr=1e-3)
+    graph = TrainGraph("mlp", traced, opt_g)
+    rng = np.random.default_rng(3)
+    for step in range(4):
+        x, y = batch("mlp", rng)
+        eager_step("mlp", eager, opt_e, x, y)
+        if step % 2:
+            eager_step("mlp", traced, opt_g, x, y)
+        else:
+            graph(x, y)
+    assert_same_state(eager, traced)
+    state_e, state_g = opt_e.state_dict()["state"], opt_g.state_dict()["state"]
+    for i in state_e:
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            np.testing.assert_array_equal(state_e[i][key].numpy(), state_g[i][key].numpy())
+
+
+def test_trace_leaves_eager_model_unchanged():
+    model = models.build("mlp", mf)
+    opt = mf.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch("mlp", np.random.default_rng(4))
+    eager_step("mlp", model, opt, x, y)
+    grads = [p.grad.numpy().copy() for p in model.parameters()]
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    graph = TrainGraph("mlp", model, opt)
+    graph._compile([x, y])  # trace and compile without running
+    for p, g in zip(model.parameters(), grads):
+        np.testing.assert_array_equal(p.grad.numpy(), g)
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+
+
+class ItemGraph(mf.nn.Graph):
+    def __init__(self, call):
+        super().__init__()
+        self.call = call
+
+    def build(self, x):
+        return self.call(x)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda x: x.sum() * x.sum().item(), "Tensor.item()"),
+    (lambda x: mf.tensor(x.numpy()), "Tensor.numpy"),
+    (lambda x: mf.tensor(x.tolist()), "Tensor.tolist"),
+    (lambda x: mf.nonzero(x), "nonzero is not traceable"),
+    (lambda x: mf.masked_select(x, x > 0), "masked_select is not traceable"),
+])
+def test_untraceable_calls_raise_naming_the_op(call, name):
+    graph = ItemGraph(call)
+    with pytest.raises(RuntimeError, match="not traceable in graph mode") as info:
+        graph(mf.ones(3))
+    assert name in str(info.value)
+    assert not mf._C._graph.is_tracing()
+    # Eager code works again after the failed trace.
+    assert mf.ones(2).sum().item() == 2.0
+
+
+def test_build_must_return_tensors():
+    graph = ItemGraph(lambda x: 3)
+    with pytest.raises(TypeError, match="must return a tensor"):
+        graph(mf.ones(3))
+    with pytest.raises(TypeError, match="graph inputs must be tensors"):
+        graph(3)
+
+
+def test_dropout_masks_and_batch_norm_statistics_match_eager():
+    # fashion_cnn has BatchNorm (running statistics written by the kernel)
+    # and Dropout (fresh Philox counters reserved on every run, in eager's order).
+    eager, traced = twin_models_of("fashion_cnn")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.05, momentum=0.9)
+    graph = TrainGraph("fashion_cnn", traced, opt_g)
+    rng = np.random.default_rng(5)
+    for step in range(3):
+        x, y = models.random_batch("fashion_cnn", 4, rng)
+        x, y = mf.tensor(x), mf.tensor(y)
+        mf.manual_seed(100 + step)
+        loss_e = eager_step("fashion_cnn", eager, opt_e, x, y)
+        mf.manual_seed(100 + step)
+        assert graph(x, y).item() == loss_e.item(), f"step {step}"
+    assert_same_state(eager, traced)
+
+
+class ClippedGraph(TrainGraph):
+    def build(self, x, y):
+        loss = models.loss_fn(self.name, mf, self.model(x), y)
+        loss.backward()
+        mf.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
+        return loss
+
+
+def test_gradient_clipping_is_traced():
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.1)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.1)
+    graph = ClippedGraph("mlp", traced, opt_g)
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        x, y = batch("mlp", rng)
+        opt_e.zero_grad()
+        loss = models.loss_fn("mlp", mf, eager(x), y)
+        loss.backward()
+        mf.nn.utils.clip_grad_norm_(eager.parameters(), 0.5)
+        opt_e.step()
+        assert graph(x, y).item() == loss.item()
+    assert_same_state(eager, traced)
+    assert "norm" in str(graph)
+
+
+def test_optimizer_state_dict_loaded_after_compiling_is_used():
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.Adam(eager.parameters(), lr=1e-3)
+    opt_g = mf.optim.Adam(traced.parameters(), lr=1e-3)
+    graph = TrainGraph("mlp", traced, opt_g)
+    rng = np.random.default_rng(7)
+    x, y = batch("mlp", rng)
+    graph(x, y)  # compiled with opt_g's first state tensors
+    eager_step("mlp", eager, opt_e, x, y)
+    eager_step("mlp", eager, opt_e, x, y)
+    # Both sides continue from eager's state: the graph follows the new tensors.
+    traced.load_state_dict(eager.state_dict())
+    opt_g.load_state_dict(opt_e.state_dict())
+    for _ in range(2):
+        x, y = batch("mlp", rng)
+        assert graph(x, y).item() == eager_step("mlp", eager, opt_e, x, y).item()
+    assert_same_state(eager, traced)
+    assert "model.1.weight.exp_avg" in str(graph)
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet"])
+def test_steady_state_runs_take_no_new_memory(name):
+    eager, traced = twin_models(name)
+    opt = mf.optim.SGD(traced.parameters(), lr=0.01, momentum=0.9)
+    graph = TrainGraph(name, traced, opt)
+    x, y = batch(name, np.random.default_rng(8))
+    graph(x, y)
+    graph(x, y)
+    before = mf.memory_stats()
+    for _ in range(3):
+        graph(x, y)
+    after = mf.memory_stats()
+    # Buffers come from the plan; what kernels allocate inside (scratch, the
+    # returned loss) is served by the allocator's cache.
+    assert after["reserved_bytes"] == before["reserved_bytes"]
+    assert after["num_allocations"] - before["num_allocations"] == after["num_cache_hits"] - before["num_cache_hits"]
+
+
+def test_profile_lists_the_kernels():
+    model = models.build("mlp", mf)
+    model.eval()
+    graph = EvalGraph(model)
+    x = mf.randn(2, 784)
+    with pytest.raises(ValueError, match="no plan for these inputs"):
+        graph.profile(x)
+    graph(x)
+    table = graph.profile(x, runs=2)
+    assert "addmm" in table and "ms/run" in table
+
+
+class SteppingGraph(TrainGraph):
+    def build(self, x, y):
+        loss = super().build(x, y)
+        self._optimizers[0][0].step()
+        return loss
+
+
+def test_stepping_the_optimizer_in_build_is_refused():
+    model = models.build("mlp", mf)
+    opt = mf.optim.SGD(model.parameters(), lr=0.1)
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    graph = SteppingGraph("mlp", model, opt)
+    with pytest.raises(RuntimeError, match="called an optimizer's step"):
+        graph(*batch("mlp", np.random.default_rng(9)))
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+    assert repr(EvalGraph(model)) == "EvalGraph (not traced yet)"
