@@ -72,6 +72,7 @@ void init_nn_module(py::module_& m);
 void init_global(py::module_& m);
 void init_data(py::module_& m);
 void init_distributed(py::module_& m);
+void init_amp(py::module_& m);
 
 }  // namespace mf::python
 

@@ -317,4 +317,5 @@ PYBIND11_MODULE(_C, m) {
   init_global(m);
   init_data(m);
   init_distributed(m);
+  init_amp(m);
 }

@@ -3,6 +3,7 @@
 
 #include "autograd/op_node.h"
 #include "distributed/global_interpreter.h"
+#include "meshflow/autocast.h"
 #include "meshflow/ops/shape.h"
 
 namespace mf::dispatch {
@@ -77,7 +78,10 @@ bool any_global(const TensorList& inputs) {
 
 }  // namespace
 
-TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+namespace {
+
+// The layers below autocast: autograd, then the local or global interpreter.
+TensorList apply_below_autocast(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   check_inputs(op, inputs);
   TensorList outputs = any_global(inputs) ? distributed::interpret_global(op, inputs, attrs) : interpret(op, inputs, attrs);
   if (needs_grad(op, inputs)) {
@@ -86,6 +90,16 @@ TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) 
     node->record_outputs(outputs);
   }
   return outputs;
+}
+
+}  // namespace
+
+TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  if (autocast::any_enabled() && op.autocast != AutocastPolicy::Follow) [[unlikely]] {
+    TensorList cast = autocast::cast_inputs(op, inputs);
+    return apply_below_autocast(op, cast, attrs);
+  }
+  return apply_below_autocast(op, inputs, attrs);
 }
 
 Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {

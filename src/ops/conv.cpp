@@ -113,6 +113,7 @@ MF_REGISTER_OP(OpDef{
                               ctx.attrs);
     },
     .save_inputs = 0b011,
+    .autocast = AutocastPolicy::LowPrecision,
 });
 
 // Note [Convolution adjoints]: with y = conv(x, w), the gradients are

@@ -84,6 +84,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .autocast = AutocastPolicy::Fp32,
 });
 
 // --- binary_cross_entropy_with_logits ------------------------------------------------
@@ -192,6 +193,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b1111,
+    .autocast = AutocastPolicy::Fp32,
 });
 
 Tensor reduce_loss(const Tensor& loss, Reduction r) {
