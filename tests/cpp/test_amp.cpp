@@ -198,6 +198,33 @@ TEST(LowPrecisionKernels, AccumulateInFloat32) {
   }
 }
 
+// bfloat16 conv2d weight gradients on small images run as one GEMM (Note
+// [bfloat16 weight gradient by GEMM]); against float64 on the same rounded
+// values, strided, padded and 1x1 included.
+TEST(LowPrecisionKernels, Conv2dWeightGradBFloat16) {
+  struct Case {
+    Shape x, w;
+    Conv2dArgs args;
+  };
+  const std::vector<Case> cases{{{4, 8, 6, 6}, {16, 8, 3, 3}, {.padding = {1, 1}}},
+                                {{3, 5, 9, 9}, {7, 5, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},
+                                {{2, 16, 4, 4}, {8, 16, 1, 1}, {.stride = {2, 2}}},
+                                {{2, 4, 5, 7}, {6, 4, 3, 2}, {.dilation = {1, 2}}}};
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    const Tensor x = to(rand_f32(c.x, seed++), kBFloat16);
+    Tensor w = to(rand_f32(c.w, seed++), kBFloat16).requires_grad_();
+    Tensor y = conv2d(x, w, Tensor(), c.args);
+    const Tensor g = to(rand_f32(y.sizes(), seed++), kBFloat16);
+    const Tensor gw = autograd::grad({y}, {w}, {g})[0];
+    EXPECT_EQ(gw.dtype(), kBFloat16);
+    Tensor w64 = to(w.detach(), kFloat64).requires_grad_();
+    Tensor y64 = conv2d(to(x, kFloat64), w64, Tensor(), c.args);
+    const Tensor gw64 = autograd::grad({y64}, {w64}, {to(g, kFloat64)})[0];
+    expect_close(gw, gw64, 0.05, 0.01);
+  }
+}
+
 // --- gradient scaling ---------------------------------------------------------------
 
 TEST(AmpUnscale, UnscalesAndFindsNonFinite) {
