@@ -3,6 +3,7 @@
 // The float32 and float16 fallbacks run here in float32.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "meshflow/autograd.h"
@@ -58,10 +59,17 @@ void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p, int6
             continue;
           }
           const T* in = image + (c * g.h + iy) * g.w;
-          for (int64_t x = 0; x < g.ow; ++x) {
-            const int64_t ix = x * p.stride[1] - p.padding[1] + j * p.dilation[1];
-            out[x] = ix >= 0 && ix < g.w ? in[ix] : T(0);
+          // Output columns x reading inside the row: 0 <= x * stride + off < w.
+          const int64_t stride = p.stride[1], off = j * p.dilation[1] - p.padding[1];
+          const int64_t lo = off >= 0 ? 0 : std::min(g.ow, (stride - 1 - off) / stride);
+          const int64_t hi = std::max(lo, std::min(g.ow, g.w - off <= 0 ? 0 : (g.w - off + stride - 1) / stride));
+          std::fill(out, out + lo, T(0));
+          if (stride == 1) {
+            std::copy(in + lo + off, in + hi + off, out + lo);
+          } else {
+            for (int64_t x = lo; x < hi; ++x) out[x] = in[x * stride + off];
           }
+          std::fill(out + hi, out + g.ow, T(0));
         }
       }
 }
