@@ -250,6 +250,23 @@ def test_backward_grads_are_float32_on_float32_params():
         assert p.dtype == mf.float32 and p.grad.dtype == mf.float32
 
 
+def test_global_tensors_are_autocast():
+    # The layer sits above the global interpreter: one-rank global tensors.
+    placement, broadcast = mf.placement("cpu", [0]), mf.sbp.broadcast
+    x = mf.tensor(A).to_global(placement=placement, sbp=broadcast)
+    w = mf.tensor(W).to_global(placement=placement, sbp=broadcast).requires_grad_()
+    target = mf.tensor(TARGET % 6).to_global(placement=placement, sbp=broadcast)
+    with mf.autocast("cpu"):
+        y = mf.nn.functional.linear(x, w)
+        loss = mf.nn.functional.cross_entropy(y, target)
+    assert y.is_global and y.dtype == mf.bfloat16
+    assert loss.dtype == mf.float32
+    loss.backward()
+    assert w.grad.is_global and w.grad.dtype == mf.float32
+    ref = run_op(torch, "linear_nobias").float().numpy()
+    np.testing.assert_allclose(y.to_local().float().numpy(), ref, rtol=2e-2, atol=5e-2)
+
+
 def test_bad_arguments():
     with pytest.raises(TypeError, match="float32"):
         mf.autocast("cpu", dtype=mf.float32)
