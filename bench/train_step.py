@@ -1,6 +1,7 @@
 """Training-step time of meshflow against PyTorch, measured in the same run.
 
     PYTHONPATH=python /usr/bin/python3 bench/train_step.py [--workloads mlp,gpt] [--steps 10]
+    PYTHONPATH=python /usr/bin/python3 bench/train_step.py --amp [--workloads mlp,resnet18,gpt]
 
 For each workload (examples/models.py) and each library, a fresh process
 builds the model, runs warm-up steps, then times forward + backward +
@@ -15,7 +16,13 @@ has installed it, the newest PyTorch release (bench/.venv-torch).
 Also printed: model-FLOP utilisation, the training FLOPs of a step (3x the
 forward's matmul/conv/attention FLOPs) per second over the sgemm rate
 measured in the same run.
+
+--amp: mixed precision instead. The forward and the loss run under bfloat16
+autocast (mf.autocast / torch.autocast on "cpu"); parameters, gradients and
+the optimizer stay float32. Measured in the same run: meshflow float32,
+meshflow bfloat16 autocast and each PyTorch under bfloat16 autocast.
 """
+import contextlib
 import argparse
 import json
 import os
@@ -81,7 +88,13 @@ def forward_flops(name, batch, kwargs):
     return total[0]
 
 
-def worker(lib_name, workload, steps):
+def autocast(lib, precision):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return lib.autocast("cpu", dtype=lib.bfloat16)
+
+
+def worker(lib_name, workload, steps, precision="fp32"):
     """Runs in the child process: prints one JSON line."""
     import numpy as np
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -103,7 +116,8 @@ def worker(lib_name, workload, steps):
 
     def step():
         optimizer.zero_grad()
-        loss = models.loss_fn(name, lib, model(x), y)
+        with autocast(lib, precision):
+            loss = models.loss_fn(name, lib, model(x), y)
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -158,9 +172,10 @@ def worker(lib_name, workload, steps):
                       "version": str(version), **extra}))
 
 
-def run_child(python, lib_name, workload, steps, policy="PASSIVE"):
+def run_child(python, lib_name, workload, steps, policy="PASSIVE", precision="fp32"):
     env = dict(os.environ, OMP_WAIT_POLICY=policy, OMP_NUM_THREADS="2")
-    cmd = [python, os.path.abspath(__file__), "--worker", lib_name, "--workloads", workload, "--steps", str(steps)]
+    cmd = [python, os.path.abspath(__file__), "--worker", lib_name, "--workloads", workload, "--steps", str(steps),
+           "--precision", precision]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{lib_name} {workload} failed:\n{out.stderr[-2000:]}")
@@ -170,7 +185,7 @@ def run_child(python, lib_name, workload, steps, policy="PASSIVE"):
 
 
 def measure(configs, workload, steps, rounds):
-    """Median step time of each (python, library) under OpenMP's passive and
+    """Median step time of each (python, library[, precision]) under OpenMP's passive and
     active waiting: the best of `rounds` processes, the rounds interleaved
     across configurations so that a slow spell of the machine (its noise
     only ever adds time) does not favour one of them."""
@@ -178,7 +193,7 @@ def measure(configs, workload, steps, rounds):
     for _ in range(rounds):
         for key in configs:
             for policy in ("PASSIVE", "ACTIVE"):
-                r = run_child(key[0], key[1], workload, steps, policy)
+                r = run_child(*key[:2], workload, steps, policy, *key[2:])
                 best = runs.setdefault(key, {}).get(policy)
                 if best is None or r["ms"] < best["ms"]:
                     runs[key][policy] = r
@@ -194,14 +209,19 @@ def main():
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--no-new-torch", action="store_true", help="skip the newest-PyTorch venv")
     p.add_argument("--rounds", type=int, default=3, help="processes per library and policy (the best counts)")
+    p.add_argument("--amp", action="store_true", help="bfloat16 autocast columns (see the module docstring)")
+    p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        worker(args.worker, args.workloads, args.steps)
+        worker(args.worker, args.workloads, args.steps, args.precision)
         return
 
     peers = ["/usr/bin/python3"]
     if not args.no_new_torch and os.path.exists(VENV_PYTHON):
         peers.append(VENV_PYTHON)
+    if args.amp:
+        amp_main(args, peers)
+        return
     rows = []
     for workload in args.workloads.split(","):
         steps = args.steps or STEPS[workload]
@@ -249,6 +269,32 @@ def main():
         eager_mb, planned_mb = mine["PASSIVE"]["step_peak_mb"], graph["PASSIVE"]["planned_mb"]
         print(f"| {workload} | {eager_mb:.1f} | {planned_mb:.1f} | {planned_mb / eager_mb:.2f} | "
               f"{graph['PASSIVE']['step_peak_mb']:.1f} |")
+
+
+def amp_main(args, peers):
+    workloads = args.workloads if args.workloads != ",".join(WORKLOADS) else "mlp,resnet18,gpt"
+    rows = []
+    for workload in workloads.split(","):
+        steps = args.steps or STEPS[workload]
+        configs = [("/usr/bin/python3", "meshflow", "fp32"), ("/usr/bin/python3", "meshflow", "bf16")]
+        configs += [(python, "torch", "bf16") for python in peers]
+        fp32, bf16, *theirs = measure(configs, workload, steps, args.rounds)
+        rows.append((workload, fp32, bf16, theirs))
+        print(workload, json.dumps({"meshflow_fp32": fp32, "meshflow_bf16": bf16, "torch_bf16": theirs}), flush=True)
+
+    def fmt(r):
+        return f"{r['ms']:.1f} ({r['policy'][0].lower()})"
+
+    versions = [t["best"]["version"] for t in rows[0][3]]
+    print("\nbfloat16 autocast, each at its best OpenMP wait policy (p: passive, a: active):\n")
+    print("| workload | meshflow fp32 ms | meshflow bf16 ms | bf16 speedup | "
+          + " | ".join(f"torch {v} bf16 ms | meshflow / torch" for v in versions) + " |")
+    print("|---|---:|---:|---:|" + "---:|---:|" * len(versions))
+    for workload, fp32, bf16, theirs in rows:
+        cells = [workload, fmt(fp32["best"]), fmt(bf16["best"]), f"{fp32['best']['ms'] / bf16['best']['ms']:.2f}x"]
+        for t in theirs:
+            cells += [fmt(t["best"]), f"{bf16['best']['ms'] / t['best']['ms']:.2f}"]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 // The one door every op goes through:
 //   dispatch::apply(op, inputs, attrs)
+//     -> autocast layer (casts floating inputs per op.autocast inside an
+//        autocast region; Note [Autocast] in autocast.h)
 //     -> autograd layer (records a Node when an input requires grad)
-//     -> interpreter (runs the device kernel, or the view function)
-// Later layers (autocast, global and lazy interpreters) slot in here.
+//     -> interpreter (local: runs the device kernel or the view function;
+//        global: distributed::interpret_global)
 #pragma once
 
 #include "meshflow/op_def.h"

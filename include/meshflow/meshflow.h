@@ -2,6 +2,8 @@
 #pragma once
 
 #include "meshflow/allocator.h"
+#include "meshflow/amp.h"
+#include "meshflow/autocast.h"
 #include "meshflow/autograd.h"
 #include "meshflow/backend.h"
 #include "meshflow/device.h"

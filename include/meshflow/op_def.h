@@ -92,6 +92,14 @@ using ViewFn = std::function<TensorList(const TensorList& inputs, const Attrs& a
 // Returns one gradient per forward input (undefined: none).
 using BackwardFn = std::function<TensorList(const BackwardContext& ctx)>;
 
+// What the autocast layer of dispatch does with an op's floating inputs
+// inside an autocast region (Note [Autocast] in autocast.h).
+enum class AutocastPolicy : uint8_t {
+  Follow,        // nothing: the op runs in its inputs' (promoted) dtype
+  LowPrecision,  // float32 inputs are cast to the region's 16-bit dtype
+  Fp32,          // 16-bit floating inputs are cast to float32
+};
+
 // One way to run an op on one mesh axis of a global placement: the Sbp of
 // each input and of each output (Note [SBP signatures] in
 // meshflow/distributed/sbp_rules.h).
@@ -123,6 +131,7 @@ struct OpDef {
   // The kernel accepts outputs[0] aliasing inputs[0] with any strides, so
   // the op has an in-place form (add_, mul_, ...).
   bool inplace = false;
+  AutocastPolicy autocast = AutocastPolicy::Follow;
   // The op's SBP signatures (meshflow/distributed/sbp_rules.h); required
   // for every op with inputs.
   SbpRuleFn sbp;

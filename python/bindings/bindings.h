@@ -73,6 +73,7 @@ void init_global(py::module_& m);
 void init_data(py::module_& m);
 void init_distributed(py::module_& m);
 void init_graph(py::module_& m);
+void init_amp(py::module_& m);
 
 }  // namespace mf::python
 

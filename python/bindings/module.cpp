@@ -318,4 +318,5 @@ PYBIND11_MODULE(_C, m) {
   init_data(m);
   init_distributed(m);
   init_graph(m);
+  init_amp(m);
 }

@@ -19,6 +19,8 @@ from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
 from meshflow import autograd, datasets, errors, io, nn, optim, return_types, utils  # noqa: F401
 from meshflow import distributed, env  # noqa: F401
+from meshflow import amp, cpu  # noqa: F401
+from meshflow.amp import autocast  # noqa: F401
 from meshflow.io import load, save  # noqa: F401
 from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
     conv2d, group_norm, layer_norm, log_softmax, max_pool2d, softmax,

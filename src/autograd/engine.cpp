@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "meshflow/autocast.h"
 #include "meshflow/autograd.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
@@ -78,6 +79,13 @@ struct CallbackScope {
 TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, bool retain_graph,
                    bool create_graph, const std::unordered_map<Node*, std::vector<Capture>>& captures,
                    size_t num_results) {
+  // Backward ops run in the dtypes their forward ops ran in, not autocast's
+  // (Note [Autocast] in autocast.h).
+  std::optional<AutocastGuard> no_autocast_cpu, no_autocast_cuda;
+  if (autocast::any_enabled()) {
+    no_autocast_cpu.emplace(DeviceType::CPU, std::nullopt, false);
+    no_autocast_cuda.emplace(DeviceType::CUDA, std::nullopt, false);
+  }
   const bool capture_mode = num_results > 0 || !captures.empty();
   CallbackScope callbacks;
   auto root = std::make_shared<GraphRoot>(root_edges, std::move(root_grads));

@@ -3,6 +3,7 @@
 
 #include "autograd/op_node.h"
 #include "distributed/global_interpreter.h"
+#include "meshflow/autocast.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/ops/shape.h"
 
@@ -97,7 +98,11 @@ void record_call(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
 CallRecorder::CallRecorder() : prev_(recorder) { recorder = this; }
 CallRecorder::~CallRecorder() { recorder = prev_; }
 
-TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+namespace {
+
+// The layers below autocast: autograd, then the lazy, global or local
+// interpreter.
+TensorList apply_below_autocast(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   check_inputs(op, inputs);
   if (recorder) record_call(op, inputs, attrs, false);
   TensorList outputs;
@@ -110,6 +115,16 @@ TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) 
     node->record_outputs(outputs);
   }
   return outputs;
+}
+
+}  // namespace
+
+TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  if (autocast::any_enabled() && op.autocast != AutocastPolicy::Follow) [[unlikely]] {
+    TensorList cast = autocast::cast_inputs(op, inputs);
+    return apply_below_autocast(op, cast, attrs);
+  }
+  return apply_below_autocast(op, inputs, attrs);
 }
 
 Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {

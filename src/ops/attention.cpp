@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "meshflow/autocast.h"
+#include "meshflow/dispatch.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/linalg.h"
@@ -13,9 +15,14 @@
 
 namespace mf {
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                                    double dropout_p, bool is_causal, std::optional<double> scale) {
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale) {
   const char* op = "scaled_dot_product_attention";
+  // Under autocast, q, k and v run in the matmuls' low precision.
+  static const OpDef& matmul_op = dispatch::op("matmul");
+  const Tensor q = autocast::cast_for(matmul_op, q_in), k = autocast::cast_for(matmul_op, k_in),
+               v = autocast::cast_for(matmul_op, v_in);
   MF_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, ShapeError, op,
            ": expected q (..., L, E), k (..., S, E) and v (..., S, Ev), got shapes ", shape_str(q.sizes()), ", ",
            shape_str(k.sizes()), " and ", shape_str(v.sizes()));

@@ -104,10 +104,8 @@ void channel_affine(const ChannelLayout& l, const T* a, const T* b, T* out, cons
         const T* br = b ? b + n * l.c + c0 : nullptr;
         T* orow = out + n * l.c + c0;
         if (br) {
-#pragma omp simd
           for (int64_t c = 0; c < c1 - c0; ++c) orow[c] = T(A(ar[c]) * al[c] + A(br[c]) * be[c] + ga[c]);
         } else {
-#pragma omp simd
           for (int64_t c = 0; c < c1 - c0; ++c) orow[c] = T(A(ar[c]) * al[c] + ga[c]);
         }
       }
@@ -121,10 +119,8 @@ void channel_affine(const ChannelLayout& l, const T* a, const T* b, T* out, cons
       const T* br = b ? b + off : nullptr;
       T* orow = out + off;
       if (br) {
-#pragma omp simd
         for (int64_t i = 0; i < l.s; ++i) orow[i] = T(A(ar[i]) * al + A(br[i]) * be + ga);
       } else {
-#pragma omp simd
         for (int64_t i = 0; i < l.s; ++i) orow[i] = T(A(ar[i]) * al + ga);
       }
     }

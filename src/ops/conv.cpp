@@ -145,6 +145,7 @@ MF_REGISTER_OP(OpDef{
                               ctx.attrs);
     },
     .save_inputs = 0b011,
+    .autocast = AutocastPolicy::LowPrecision,
     .sbp = conv_sbp(false),
 });
 

@@ -15,6 +15,7 @@
 // per-row lse) for their fused backward ops.
 #include <cmath>
 
+#include "meshflow/autocast.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
@@ -228,6 +229,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b110,
     .save_outputs = 0b10,
+    .autocast = AutocastPolicy::Fp32,
     .sbp = class_loss_sbp,
 });
 
@@ -426,6 +428,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b111,
     .save_outputs = 0b110,
+    .autocast = AutocastPolicy::Fp32,
     .sbp = class_loss_sbp,
 });
 
@@ -526,9 +529,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
   return r == Reduction::None ? reshape(loss, flat.loss_shape) : loss;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                      const std::string& reduction, double label_smoothing) {
   static const OpDef& op = dispatch::op("cross_entropy");
+  // Probability targets take a composite path: float32 under autocast too.
+  const Tensor logits = autocast::cast_for(op, logits_in);
   const Reduction r = parse_reduction("cross_entropy", reduction);
   MF_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
            "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);

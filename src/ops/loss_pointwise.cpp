@@ -102,6 +102,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .autocast = AutocastPolicy::Fp32,
     .sbp = pointwise_loss_sbp,
 });
 
@@ -211,6 +212,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b1111,
+    .autocast = AutocastPolicy::Fp32,
     .sbp = sbp::elementwise(),
 });
 

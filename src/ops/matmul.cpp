@@ -6,6 +6,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/linalg.h"
 
+#include "meshflow/autocast.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/ops/creation.h"
@@ -75,6 +76,15 @@ const OpDef& op_addmm() {
 // a @ b through the "matmul" op (both at least 2-d).
 Tensor batched_matmul(const Tensor& a, const Tensor& b) { return dispatch::apply_one(op_matmul(), {a, b}); }
 
+// Operands as the autocast layer hands them to op, cast before the views the
+// functions below take of them (Note [Autocast] in autocast.h).
+Tensor autocast_operand(const OpDef& op, const Tensor& t) { return autocast::cast_for(op, t); }
+
+// mv and dot follow their inputs' dtype under autocast, as in PyTorch.
+void follow_inputs(std::optional<AutocastGuard>& guard, const Tensor& t) {
+  if (autocast::any_enabled()) guard.emplace(t.device().type(), std::nullopt, false);
+}
+
 Tensor scaled(const Tensor& t, Scalar s) { return s.to_double() == 1.0 ? t : mul(t, s); }
 
 // True for the transpose of a contiguous matrix (weight.t() in linear). A
@@ -120,6 +130,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) { cpu::matmul(in[0], in[1], out[0]); },
     .backward = [](const BackwardContext& ctx) { return matmul_grads(ctx, ctx.inputs[0], ctx.inputs[1], 0, 1, 1); },
     .save_inputs = 0b11,
+    .autocast = AutocastPolicy::LowPrecision,
     .sbp = sbp::matmul(false),
 });
 
@@ -150,6 +161,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b110,
+    .autocast = AutocastPolicy::LowPrecision,
     .sbp = sbp::matmul(true),
 });
 
@@ -182,9 +194,10 @@ Tensor fold_rows(const Tensor& t) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  MF_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: both arguments need to be at least 1-d, but they are ",
-           a.dim(), "-d and ", b.dim(), "-d");
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  MF_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, ShapeError,
+           "matmul: both arguments need to be at least 1-d, but they are ", a_in.dim(), "-d and ", b_in.dim(), "-d");
+  const Tensor a = autocast_operand(op_matmul(), a_in), b = autocast_operand(op_matmul(), b_in);
   check_dtypes("matmul", a, b);
   check_inner("matmul", a, b);
   const int64_t da = a.dim(), db = b.dim();
@@ -204,15 +217,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return product;
 }
 
-Tensor mm(const Tensor& a, const Tensor& b) {
-  MF_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "mm: expected 2-d matrices, got shapes ", shape_str(a.sizes()),
-           " and ", shape_str(b.sizes()));
+Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+  MF_CHECK(a_in.dim() == 2 && b_in.dim() == 2, ShapeError, "mm: expected 2-d matrices, got shapes ",
+           shape_str(a_in.sizes()), " and ", shape_str(b_in.sizes()));
+  const Tensor a = autocast_operand(op_matmul(), a_in), b = autocast_operand(op_matmul(), b_in);
   check_dtypes("mm", a, b);
   check_inner("mm", a, b);
   return batched_matmul(a, b);
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast_operand(op_matmul(), a_in), b = autocast_operand(op_matmul(), b_in);
   MF_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "bmm: expected 3-d tensors, got shapes ", shape_str(a.sizes()),
            " and ", shape_str(b.sizes()));
   MF_CHECK(a.size(0) == b.size(0), ShapeError, "bmm: a and b must have the same batch size, got ", a.size(0),
@@ -226,6 +241,8 @@ Tensor mv(const Tensor& a, const Tensor& v) {
   MF_CHECK(a.dim() == 2 && v.dim() == 1, ShapeError, "mv: expected a matrix and a vector, got shapes ",
            shape_str(a.sizes()), " and ", shape_str(v.sizes()));
   check_dtypes("mv", a, v);
+  std::optional<AutocastGuard> follow;
+  follow_inputs(follow, a);
   check_inner("mv", a, v);
   return squeeze(batched_matmul(a, unsqueeze(v, 1)), 1);
 }
@@ -234,6 +251,8 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   MF_CHECK(a.dim() == 1 && b.dim() == 1, ShapeError, "dot: expected 1-d tensors, got shapes ", shape_str(a.sizes()),
            " and ", shape_str(b.sizes()));
   check_dtypes("dot", a, b);
+  std::optional<AutocastGuard> follow;
+  follow_inputs(follow, a);
   MF_CHECK(a.size(0) == b.size(0), ShapeError, "dot: a and b must have the same number of elements, got ", a.size(0),
            " and ", b.size(0));
   return view(batched_matmul(unsqueeze(a, 0), unsqueeze(b, 1)), {});
@@ -261,7 +280,9 @@ Tensor baddbmm(const Tensor& t, const Tensor& a, const Tensor& b, Scalar beta, S
   return addmm_op(t, a, b, beta, alpha);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = autocast_operand(op_addmm(), x_in), weight = autocast_operand(op_addmm(), weight_in),
+               bias = autocast_operand(op_addmm(), bias_in);
   MF_CHECK(x.dim() >= 1, ShapeError, "linear: x must be at least 1-d, got a 0-d tensor");
   MF_CHECK(weight.dim() == 2, ShapeError, "linear: weight must be 2-d (out_features, in_features), got shape ",
            shape_str(weight.sizes()));

@@ -1,5 +1,6 @@
 // Sum-like reductions: sum, mean, prod, all, any, sum_to.
 #include "meshflow/distributed/sbp_rules.h"
+#include "meshflow/autocast.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/kernels/cpu/reduce.h"
@@ -133,6 +134,7 @@ MF_REGISTER_OP(OpDef{
                                       ctx.attrs.get_bool("keepdim"))};
     },
     .save_inputs = 0b1,
+    .autocast = AutocastPolicy::Fp32,
     .sbp = sbp::reduce(false, false),
 });
 
@@ -190,8 +192,9 @@ Tensor mean(const Tensor& t, const Shape& dims, bool keepdim) {
   return dispatch::apply_one(op, {t}, {{"dims", dims}, {"keepdim", keepdim}});
 }
 
-Tensor prod(const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+Tensor prod(const Tensor& t_in, std::optional<int64_t> dim, bool keepdim) {
   static const OpDef& op = dispatch::op("prod");
+  const Tensor t = autocast::cast_for(op, t_in);  // the output dtype follows the autocast input
   DType out = is_floating(t.dtype()) ? t.dtype() : DType::Int64;
   return dispatch::apply_one(op, {t}, {{"dims", optional_dim(dim)}, {"keepdim", keepdim}, {"dtype", out}});
 }

@@ -624,6 +624,10 @@ NOT_OPS = {
     "Tensor.requires_grad", "Tensor.output_nr", "Tensor.retains_grad",
     # the global view's conversions and metadata (tests/python/test_global.py)
     "Tensor.is_global", "Tensor.placement", "Tensor.sbp", "Tensor.to_global", "Tensor.to_local",
+    # autocast state (tests/python/test_amp.py)
+    "is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype",
+    "is_autocast_cache_enabled", "set_autocast_cache_enabled", "autocast_increment_nesting",
+    "autocast_decrement_nesting", "clear_autocast_cache",
 }
 
 

@@ -3,12 +3,15 @@
 // The float32 and float16 fallbacks run here in float32.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "meshflow/autograd.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "ops/kernels/cpu/conv.h"
 #include "ops/kernels/cpu/conv_internal.h"
+#include "ops/kernels/cpu/gemm.h"
 #include "ops/kernels/cpu/loops.h"
 
 namespace mf::cpu {
@@ -41,12 +44,13 @@ Geometry geometry_of(const Tensor& x, const Tensor& w, const ConvParams& p) {
 }
 
 // col (C_g*KH*KW, OH*OW) from image (C_g, H, W); zero outside the image.
+// Row r of col starts at col + r * ld (ld = OH*OW when col is its own matrix).
 template <typename T>
-void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p) {
+void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p, int64_t ld) {
   for (int64_t c = 0; c < g.c_group(); ++c)
     for (int64_t i = 0; i < g.kh; ++i)
       for (int64_t j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * g.pixels();
+        T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         for (int64_t y = 0; y < g.oh; ++y) {
           const int64_t iy = y * p.stride[0] - p.padding[0] + i * p.dilation[0];
           T* out = row + y * g.ow;
@@ -55,10 +59,17 @@ void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p) {
             continue;
           }
           const T* in = image + (c * g.h + iy) * g.w;
-          for (int64_t x = 0; x < g.ow; ++x) {
-            const int64_t ix = x * p.stride[1] - p.padding[1] + j * p.dilation[1];
-            out[x] = ix >= 0 && ix < g.w ? in[ix] : T(0);
+          // Output columns x reading inside the row: 0 <= x * stride + off < w.
+          const int64_t stride = p.stride[1], off = j * p.dilation[1] - p.padding[1];
+          const int64_t lo = off >= 0 ? 0 : std::min(g.ow, (stride - 1 - off) / stride);
+          const int64_t hi = std::max(lo, std::min(g.ow, g.w - off <= 0 ? 0 : (g.w - off + stride - 1) / stride));
+          std::fill(out, out + lo, T(0));
+          if (stride == 1) {
+            std::copy(in + lo + off, in + hi + off, out + lo);
+          } else {
+            for (int64_t x = lo; x < hi; ++x) out[x] = in[x * stride + off];
           }
+          std::fill(out + hi, out + g.ow, T(0));
         }
       }
 }
@@ -98,7 +109,7 @@ void forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tens
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         const T* image = xp + (n * g.c + grp * g.c_group()) * g.h * g.w;
         T* out = yp + (n * g.o + grp * g.o_group()) * g.pixels();
-        im2col(image, col.data(), g, p);
+        im2col(image, col.data(), g, p, g.pixels());
         gemm<T>(false, false, g.o_group(), g.pixels(), g.col_rows(), T(1), wp + grp * g.o_group() * g.col_rows(),
                 g.col_rows(), col.data(), g.pixels(), T(0), out, g.pixels());
         if (bp)
@@ -142,7 +153,7 @@ void backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in, Tenso
     std::vector<T> col(static_cast<size_t>(g.col_rows() * g.pixels()));
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        im2col(xp + (n * g.c + grp * g.c_group()) * g.h * g.w, col.data(), g, p);
+        im2col(xp + (n * g.c + grp * g.c_group()) * g.h * g.w, col.data(), g, p, g.pixels());
         // gW_g (O_g, C_g*KH*KW) += gy_g (O_g, OH*OW) @ col^T
         gemm<T>(false, true, g.o_group(), g.col_rows(), g.pixels(), T(1),
                 gyp + (n * g.o + grp * g.o_group()) * g.pixels(), g.pixels(), col.data(), g.pixels(), T(1),
@@ -180,6 +191,36 @@ void im2col_conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor&
                   grad_w ? &gw32 : nullptr, p);
   if (grad_x) copy_cast(*grad_x, gx32);
   if (grad_w) copy_cast(*grad_w, gw32);
+}
+
+// Note [bfloat16 weight gradient by GEMM]: oneDNN 2.6's bfloat16
+// weight-gradient kernel reduces over the batch with barriers between its
+// threads; on small images (deep ResNet layers) it took 10 to 40 times the
+// float32 kernel's time whenever a core was shared with another process. As
+// one GEMM, gW (O, C*KH*KW) = gy (O, N*OH*OW) @ cols (C*KH*KW, N*OH*OW)^T
+// runs on the bfloat16 matmul (float32 accumulation) at its usual rate.
+bool gemm_conv2d_weight_grad(const Tensor& grad_y, const Tensor& x_in, Tensor& grad_w, const ConvParams& p) {
+  const Geometry g = geometry_of(x_in, grad_w, p);
+  const DType dtype = grad_w.dtype();
+  if (g.groups != 1 || (dtype != DType::BFloat16 && dtype != DType::Float16)) return false;
+  NoGradGuard no_grad;
+  const int64_t np = g.n * g.pixels();
+  const Tensor x = contiguous(x_in.detach());
+  Tensor cols = make_empty({g.col_rows(), np}, dtype);
+  dispatch_floating(dtype, "conv2d", [&]<typename T>() {
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      const T* xp = x.data<T>();
+      T* cp = cols.data<T>();
+      parallel_for(0, g.n, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t n = lo; n < hi; ++n) im2col(xp + n * g.c * g.h * g.w, cp + n * g.pixels(), g, p, np);
+      });
+    }
+  });
+  const Tensor gy = reshape(contiguous(permute(reshape(grad_y.detach(), {g.n, g.o, g.pixels()}), {1, 0, 2})),
+                            {g.o, np});
+  Tensor gw = make_view(grad_w, {g.o, g.col_rows()}, {g.col_rows(), 1}, grad_w.storage_offset());
+  matmul(gy, transpose(cols, 0, 1), gw);
+  return true;
 }
 
 }  // namespace mf::cpu

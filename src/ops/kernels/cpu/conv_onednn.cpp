@@ -206,6 +206,10 @@ bool onednn_backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in
   return true;
 }
 
+// Output sizes (OH * OW) up to which the bfloat16 weight gradient runs as a
+// GEMM rather than through oneDNN's convolution kernel.
+constexpr int64_t kGemmWeightGradPixels = 256;
+
 void fill_zero(Tensor& t) {
   if (t.numel() > 0) std::memset(t.data_ptr(), 0, size_t(t.numel()) * t.element_size());
 }
@@ -254,6 +258,13 @@ void conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Ten
     if (grad_x) fill_zero(*grad_x);
     if (grad_w) fill_zero(*grad_w);
     return;
+  }
+  // Small images: the bfloat16 weight gradient as one GEMM (Note [bfloat16
+  // weight gradient by GEMM] in conv_im2col.cpp).
+  if (grad_w && grad_y.dtype() == DType::BFloat16 && grad_y.size(2) * grad_y.size(3) <= kGemmWeightGradPixels &&
+      gemm_conv2d_weight_grad(grad_y, x, *grad_w, p)) {
+    grad_w = nullptr;
+    if (!grad_x) return;
   }
   if (grad_y.dtype() != DType::Float64 && onednn_backward(grad_y, x, w, grad_x, grad_w, p)) return;
   im2col_conv2d_backward(grad_y, x, w, grad_x, grad_w, p);

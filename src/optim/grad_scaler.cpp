@@ -1,0 +1,194 @@
+// Gradient scaling for mixed precision: the fused unscale-and-check op, the
+// scale update op and GradScaler (PyTorch 1.13's torch.cuda.amp.GradScaler).
+#include <atomic>
+#include <cmath>
+
+#include "meshflow/amp.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "optim/update_common.h"
+
+namespace mf::amp {
+namespace {
+
+void check_one_element(const char* op, const char* name, const Tensor& t, DType dtype) {
+  MF_CHECK(t.defined(), ValueError, op, ": ", name, " is undefined");
+  MF_CHECK(t.numel() == 1 && t.dtype() == dtype, TypeError, op, ": ", name, " must be a one-element ",
+           dtype_name(dtype), " tensor, got shape ", shape_str(t.sizes()), " and dtype ", dtype_name(t.dtype()));
+}
+
+// grad *= inv_scale; found_inf = 1 when grad held an inf or NaN. One pass.
+void unscale_kernel(const TensorList& in, TensorList& out, const Attrs&) {
+  const float inv_scale = *static_cast<const float*>(in[2].data_ptr());
+  std::atomic<bool> found{false};
+  optim::detail::FlatOperands flat;
+  dispatch_floating(out[0].dtype(), "amp_unscale", [&]<typename T>() {
+    using A = acc_type<T>;
+    T* __restrict g = flat.written<T>(out[0]);
+    const A s = A(inv_scale);
+    parallel_for(0, out[0].numel(), kGrainSize, [&](int64_t begin, int64_t end) {
+      int bad = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        const A v = A(g[i]);
+        bad |= !(v - v == A(0));  // inf - inf and NaN - NaN are NaN
+        g[i] = T(v * s);
+      }
+      if (bad) found.store(true, std::memory_order_relaxed);
+    });
+  });
+  flat.write_back();
+  if (found.load()) *static_cast<float*>(in[1].data_ptr()) = 1.0f;
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "amp_unscale",
+    .inputs = {"grad", "found_inf", "inv_scale"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      MF_CHECK(in[0].defined() && is_floating(in[0].dtype()), TypeError,
+               "amp_unscale: expected a floating-point gradient, got ",
+               in[0].defined() ? dtype_name(in[0].dtype()) : "an undefined tensor");
+      check_one_element("amp_unscale", "found_inf", in[1], kFloat32);
+      check_one_element("amp_unscale", "inv_scale", in[2], kFloat32);
+      return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = unscale_kernel,
+    .differentiable = false,
+    .inplace = true,
+});
+
+void update_scale_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  float& scale = *static_cast<float*>(out[0].data_ptr());
+  int32_t& tracker = *static_cast<int32_t*>(in[1].data_ptr());
+  const float found_inf = *static_cast<const float*>(in[2].data_ptr());
+  if (found_inf != 0.0f) {
+    scale *= float(attrs.get_float("backoff_factor"));
+    tracker = 0;
+    return;
+  }
+  const int32_t successful = tracker + 1;
+  if (successful == attrs.get_int("growth_interval")) {
+    const float grown = scale * float(attrs.get_float("growth_factor"));
+    if (std::isfinite(grown)) scale = grown;
+    tracker = 0;
+  } else {
+    tracker = successful;
+  }
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "amp_update_scale",
+    .inputs = {"scale", "growth_tracker", "found_inf"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      check_one_element("amp_update_scale", "scale", in[0], kFloat32);
+      check_one_element("amp_update_scale", "growth_tracker", in[1], kInt32);
+      check_one_element("amp_update_scale", "found_inf", in[2], kFloat32);
+      return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = update_scale_kernel,
+    .differentiable = false,
+    .inplace = true,
+});
+
+}  // namespace
+
+void non_finite_check_and_unscale_(const TensorList& grads, const Tensor& found_inf, const Tensor& inv_scale) {
+  static const OpDef& op = dispatch::op("amp_unscale");
+  for (const Tensor& g : grads) optim::detail::apply_update(op, {g, found_inf, inv_scale}, {}, {found_inf});
+}
+
+void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                   double growth_factor, double backoff_factor, int64_t growth_interval) {
+  static const OpDef& op = dispatch::op("amp_update_scale");
+  optim::detail::apply_update(op, {scale, growth_tracker, found_inf},
+                              {{"growth_factor", growth_factor},
+                               {"backoff_factor", backoff_factor},
+                               {"growth_interval", growth_interval}},
+                              {growth_tracker});
+}
+
+// --- GradScaler ---------------------------------------------------------------
+
+GradScaler::GradScaler(const GradScalerOptions& options) : options_(options) {
+  if (!options_.enabled) return;
+  MF_CHECK(options_.growth_factor > 1.0, ValueError, "GradScaler: growth_factor must be > 1.0, got ",
+           options_.growth_factor);
+  MF_CHECK(options_.backoff_factor < 1.0, ValueError, "GradScaler: backoff_factor must be < 1.0, got ",
+           options_.backoff_factor);
+}
+
+void GradScaler::lazy_init() {
+  if (scale_.defined()) return;
+  scale_ = full({1}, options_.init_scale, {.dtype = kFloat32});
+  growth_tracker_ = zeros({1}, {.dtype = kInt32});
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!options_.enabled) return loss;
+  lazy_init();
+  return mul(loss, scale_);
+}
+
+void GradScaler::unscale_(optim::Optimizer& optimizer) {
+  if (!options_.enabled) return;
+  OptimizerState& state = states_[&optimizer];
+  MF_CHECK(state.stage != Stage::Unscaled, Error,
+           "GradScaler: unscale_() has already been called on this optimizer since the last update()");
+  MF_CHECK(state.stage != Stage::Stepped, Error, "GradScaler: unscale_() is being called after step()");
+  MF_CHECK(scale_.defined(), Error,
+           "GradScaler: unscale_ was called before scale(); scale the loss first in this iteration");
+  NoGradGuard no_grad;
+  const Tensor inv_scale = full({1}, float(1.0 / scale_.item<double>()), {.dtype = kFloat32});
+  state.found_inf = zeros({1}, {.dtype = kFloat32});
+  TensorList grads;
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params)
+      if (p.grad().defined()) {
+        MF_CHECK(p.grad().dtype() != kFloat16, ValueError, "GradScaler: attempting to unscale float16 gradients");
+        grads.push_back(p.grad());
+      }
+  non_finite_check_and_unscale_(grads, state.found_inf, inv_scale);
+  state.stage = Stage::Unscaled;
+}
+
+bool GradScaler::step(optim::Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    return true;
+  }
+  OptimizerState& state = states_[&optimizer];
+  MF_CHECK(state.stage != Stage::Stepped, Error,
+           "GradScaler: step() has already been called since the last update()");
+  if (state.stage == Stage::Ready) unscale_(optimizer);
+  const bool finite = states_[&optimizer].found_inf.item<float>() == 0.0f;
+  if (finite) optimizer.step();
+  states_[&optimizer].stage = Stage::Stepped;
+  return finite;
+}
+
+void GradScaler::update(std::optional<double> new_scale) {
+  if (!options_.enabled) return;
+  MF_CHECK(scale_.defined(), Error,
+           "GradScaler: update() was called before scale(); scale the loss first in this iteration");
+  if (new_scale) {
+    fill_(scale_, *new_scale);
+  } else {
+    Tensor found_inf;
+    for (const auto& [opt, state] : states_)
+      if (state.found_inf.defined()) found_inf = found_inf.defined() ? add(found_inf, state.found_inf) : state.found_inf;
+    MF_CHECK(found_inf.defined(), Error, "GradScaler: no inf checks were recorded prior to update()");
+    update_scale_(scale_, growth_tracker_, found_inf, options_.growth_factor, options_.backoff_factor,
+                  options_.growth_interval);
+  }
+  states_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  return scale_.defined() ? scale_.item<double>() : options_.init_scale;
+}
+
+int64_t GradScaler::growth_tracker() const {
+  return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : 0;
+}
+
+}  // namespace mf::amp
