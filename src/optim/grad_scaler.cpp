@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "meshflow/amp.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "optim/update_common.h"
@@ -54,6 +55,8 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = unscale_kernel,
     .differentiable = false,
     .inplace = true,
+    // found_inf is written too: every rank checks the whole gradient.
+    .sbp = sbp::broadcast_only(),
 });
 
 void update_scale_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
@@ -87,6 +90,8 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = update_scale_kernel,
     .differentiable = false,
     .inplace = true,
+    // found_inf is written too: every rank checks the whole gradient.
+    .sbp = sbp::broadcast_only(),
 });
 
 }  // namespace
