@@ -1,13 +1,18 @@
 """Data-parallel training step: the MLP (784-1024-1024-10, global batch 256,
 SGD momentum) on 2 ranks x 1 thread against 1 rank x 2 threads, in the same
-run.
+run, two ways:
+
+* global: the single-process model made global (parameters broadcast, batch
+  split along dim 0); its weight gradients come out as partial sums and are
+  all-reduced as they reach the parameters' .grad (during backward, on the
+  main thread);
+* ddp: mf.nn.parallel.DistributedDataParallel, each rank a local replica
+  fed its half of the batch; gradients are all-reduced in buckets on a
+  communication thread while backward goes on.
 
     PYTHONPATH=python /usr/bin/python3 bench/dp_step.py
 
-The data-parallel model is the single-process model made global
-(parameters broadcast, batch split along dim 0); its weight gradients come
-out as partial sums and are all-reduced when the optimizer update boxes
-them (no overlap with backward yet).
+DDP_BUCKET_MB sets DistributedDataParallel's bucket cap (default 25).
 """
 import os
 import statistics
@@ -19,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def worker(steps):
+def worker(mode, steps):
     sys.path.insert(0, os.path.join(ROOT, "python"))
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import numpy as np
@@ -29,7 +34,12 @@ def worker(steps):
     mf.manual_seed(0)
     model = models.mlp(mf)
     x_np, y_np = models.random_batch("mlp", 256, np.random.default_rng(0))
-    if world > 1:
+    if world > 1 and mode == "ddp":
+        rank = mf.env.get_rank()
+        rows = slice(rank * 256 // world, (rank + 1) * 256 // world)
+        model = mf.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=float(os.environ.get("DDP_BUCKET_MB", "25")))
+        x, y = mf.tensor(x_np[rows]), mf.tensor(y_np[rows])
+    elif world > 1:
         mesh = mf.placement("cpu", list(range(world)))
         model.to_global(mesh, mf.sbp.broadcast)
         x = mf.tensor(x_np, placement=mesh, sbp=mf.sbp.split(0))
@@ -51,10 +61,10 @@ def worker(steps):
         print(f"{1000 * statistics.median(times):.2f}", flush=True)
 
 
-def run(ranks, threads, steps):
+def run(mode, ranks, threads, steps):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
-           sys.executable, os.path.abspath(__file__), "--worker", str(steps)]
+           sys.executable, os.path.abspath(__file__), "--worker", mode, str(steps)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stdout[-2000:] + out.stderr[-2000:])
@@ -62,17 +72,24 @@ def run(ranks, threads, steps):
 
 
 def main():
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(int(sys.argv[2]))
+    if len(sys.argv) > 3 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], int(sys.argv[3]))
         return
     steps, rounds = 20, 3
-    one, two = [], []
+    times = {"one": [], "global": [], "ddp": []}
     for _ in range(rounds):  # interleaved; the best of each counts
-        one.append(run(1, 2, steps))
-        two.append(run(2, 1, steps))
-    print(f"1 rank x 2 threads: {min(one):.2f} ms/step (runs {', '.join(f'{v:.1f}' for v in one)})")
-    print(f"2 ranks x 1 thread: {min(two):.2f} ms/step (runs {', '.join(f'{v:.1f}' for v in two)})")
-    print(f"ratio (2 ranks / 1 rank): {min(two) / min(one):.2f}")
+        times["one"].append(run("one", 1, 2, steps))
+        times["global"].append(run("global", 2, 1, steps))
+        times["ddp"].append(run("ddp", 2, 1, steps))
+
+    def runs(key):
+        return ", ".join(f"{v:.1f}" for v in times[key])
+
+    one = min(times["one"])
+    print(f"1 rank x 2 threads:            {one:.2f} ms/step (runs {runs('one')})")
+    for key in ("global", "ddp"):
+        best = min(times[key])
+        print(f"2 ranks x 1 thread, {key:6s}:    {best:.2f} ms/step (runs {runs(key)}), ratio {best / one:.2f}")
 
 
 if __name__ == "__main__":

@@ -21,12 +21,28 @@ IR (the optimizers' step() and zero_grad() are called by the graph, not in
 build()). The IR is optimized and lowered to a plan that later calls run
 without Python. Parameters, buffers and optimizer state stay in the
 modules and optimizers, so eager steps and graph steps can alternate.
+`g.config.enable_amp(True, dtype=mf.bfloat16)` traces build() under
+autocast, so the IR holds the casts of the autocast lists (docs/amp.md).
 See docs/graph.md.
 """
-from meshflow._C import Tensor, _graph
-from meshflow._C import _modules
+from meshflow._C import Tensor, _graph, _modules, bfloat16, float16
 
-__all__ = ["Graph"]
+__all__ = ["Graph", "GraphConfig"]
+
+
+class GraphConfig:
+    """A graph's options (OneFlow's graph.config)."""
+
+    def __init__(self):
+        self.amp_dtype = None
+
+    def enable_amp(self, mode=True, *, dtype=bfloat16):
+        """Mixed precision: build() is traced inside autocast("cpu", dtype),
+        so matmul, linear, conv and attention run in dtype and the rest by
+        the autocast lists; parameters and optimizer state stay float32."""
+        if dtype not in (bfloat16, float16):
+            raise TypeError(f"enable_amp: dtype must be meshflow.bfloat16 or meshflow.float16, got {dtype!r}")
+        self.amp_dtype = dtype if mode else None
 
 
 def _flatten(result):
@@ -45,6 +61,7 @@ class Graph:
         object.__setattr__(self, "_optimizers", [])
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_last", None)
+        object.__setattr__(self, "config", GraphConfig())
 
     def add_optimizer(self, optimizer, *, lr_sch=None):
         """Traces optimizer.step() after build() on every training call and
@@ -63,7 +80,7 @@ class Graph:
                 raise TypeError(f"{type(self).__name__}: graph inputs must be tensors, argument {i} is "
                                 f"{type(a).__name__}")
         return (tuple((tuple(a.shape), str(a.dtype), str(a.device)) for a in args),
-                tuple(m.training for _, m in self._modules()))
+                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype))
 
     def _compile(self, args):
         tracer = _graph.Tracer()
@@ -74,7 +91,11 @@ class Graph:
                 for name, t in list(module.named_parameters()) + list(module.named_buffers()):
                     tracer.name_variable(t, f"{prefix}.{name}")
             placeholders = tracer.add_inputs(list(args))
-            outputs, rebuild = _flatten(self.build(*placeholders))
+            # Autocast as configured, whatever region the caller is in.
+            from meshflow.amp import autocast
+            amp = self.config.amp_dtype
+            with autocast("cpu", dtype=amp, enabled=amp is not None):
+                outputs, rebuild = _flatten(self.build(*placeholders))
             if tracer.num_updates():
                 raise RuntimeError(f"{type(self).__name__}.build() called an optimizer's step(); the graph steps the "
                                    "optimizers given to add_optimizer itself after build(): remove the call")
