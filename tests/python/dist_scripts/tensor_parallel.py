@@ -1,8 +1,8 @@
 """Run under mpirun: a tensor-parallel MLP block (column-parallel Linear with
 weight split on dim 0, row-parallel Linear with weight split on dim 1, as in
-Megatron) and a data-parallel transformer block equal the single-process
-blocks, forward and backward; on 4 ranks also a 2x2 mesh combining data
-(mesh axis 0) and tensor (mesh axis 1) parallelism."""
+Megatron), a tensor-parallel and a data-parallel transformer (GPT) block
+equal the single-process blocks, forward and backward; on 4 ranks also a 2x2
+mesh combining data (mesh axis 0) and tensor (mesh axis 1) parallelism."""
 import numpy as np
 
 import meshflow as mf
@@ -74,6 +74,19 @@ class Block(mf.nn.Module):
 
 out = check(Block().to_global(mesh, B), Block(), x_np, mesh, (S(0),))
 assert out.sbp == (S(0),), out.sbp  # the batch stays split through attention, norms and the MLP
+
+# Tensor parallel transformer block: the attention's input projection and
+# the first MLP layer column-parallel, the output projection and the second
+# MLP layer row-parallel.
+tp_block = Block().to_global(mesh, B)
+attn, layer = tp_block.layer.self_attn, tp_block.layer
+shard(attn, "in_proj_weight", S(0))
+shard(attn, "in_proj_bias", S(0))
+shard(attn.out_proj, "weight", S(1))
+shard(layer.linear1, "weight", S(0))
+shard(layer.linear1, "bias", S(0))
+shard(layer.linear2, "weight", S(1))
+check(tp_block, Block(), x_np, mesh, (B,))
 
 # 2-D: data parallel along mesh axis 0, tensor parallel along mesh axis 1.
 if world == 4:
