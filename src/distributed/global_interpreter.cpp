@@ -30,12 +30,8 @@
 namespace mf::distributed {
 namespace {
 
-// The signature forced by a ForceSignature guard of this thread.
-struct Forced {
-  const OpDef* op = nullptr;
-  std::vector<size_t> per_axis;
-};
-thread_local Forced* forced = nullptr;
+// The innermost ForceSignature guard of this thread.
+thread_local ForceSignature* forced = nullptr;
 
 std::vector<Shape> output_shapes(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   std::vector<Shape> shapes;
@@ -81,13 +77,17 @@ std::vector<SbpSignature> sbp_candidates(const OpDef& op, const TensorList& inpu
                         attrs, parts);
 }
 
-ForceSignature::ForceSignature(const OpDef& op, std::vector<size_t> per_axis) : prev_(forced) {
-  forced = new Forced{&op, std::move(per_axis)};
+ForceSignature::ForceSignature(const OpDef& op, std::vector<size_t> per_axis)
+    : op_(&op), per_axis_(std::move(per_axis)), prev_(forced) {
+  forced = this;
 }
 
-ForceSignature::~ForceSignature() {
-  delete forced;
-  forced = static_cast<Forced*>(prev_);
+ForceSignature::~ForceSignature() { forced = prev_; }
+
+std::optional<std::vector<size_t>> ForceSignature::take(const OpDef& op) {
+  if (!forced || forced->op_ != &op) return std::nullopt;
+  forced->op_ = nullptr;  // the op's first call only
+  return std::move(forced->per_axis_);
 }
 
 namespace {
@@ -128,9 +128,8 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
   }
   // A forced signature applies to the first call of its op only.
   std::vector<size_t> force;
-  if (forced && forced->op == &op) {
-    force = std::move(forced->per_axis);
-    forced->op = nullptr;
+  if (auto taken = ForceSignature::take(op)) {
+    force = std::move(*taken);
     MF_CHECK(int64_t(force.size()) == axes, ValueError, op.name, ": a forced signature needs one index per mesh axis (",
              axes, "), got ", force.size());
   }

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "meshflow/op_def.h"
@@ -79,9 +80,13 @@ class ForceSignature {
   ~ForceSignature();
   ForceSignature(const ForceSignature&) = delete;
   ForceSignature& operator=(const ForceSignature&) = delete;
+  // The forced indices for this call of op (once per guard), or none.
+  static std::optional<std::vector<size_t>> take(const OpDef& op);
 
  private:
-  void* prev_;
+  const OpDef* op_;
+  std::vector<size_t> per_axis_;
+  ForceSignature* prev_;
 };
 
 }  // namespace mf::distributed
