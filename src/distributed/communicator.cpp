@@ -32,37 +32,31 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-std::string format_ranks(const std::vector<int>& ranks) {
+namespace {
+
+// "[0, 1, 2]"
+template <typename T>
+std::string format_list(const std::vector<T>& values) {
   std::ostringstream os;
   os << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  for (size_t i = 0; i < values.size(); ++i) os << (i ? ", " : "") << values[i];
   os << "]";
   return os.str();
 }
+
+}  // namespace
+
+std::string format_ranks(const std::vector<int>& ranks) { return format_list(ranks); }
 
 namespace {
 
-std::string format_shape(const Shape& shape) {
-  std::ostringstream os;
-  os << "(";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << (shape.size() == 1 ? ",)" : ")");
-  return os.str();
-}
-
-std::string format_counts(const std::vector<int64_t>& counts) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < counts.size(); ++i) os << (i ? ", " : "") << counts[i];
-  os << "]";
-  return os.str();
-}
+std::string format_counts(const std::vector<int64_t>& counts) { return format_list(counts); }
 
 void check_tensor(const char* op, const char* arg, const Tensor& t) {
   MF_CHECK(t.defined(), ValueError, op, ": ", arg, " is an undefined tensor");
   MF_CHECK(t.device().is_cpu(), ValueError, op, ": ", arg, " must be a CPU tensor, got device ", t.device().str());
   MF_CHECK(t.is_contiguous(), ValueError, op, ": ", arg,
-           " must be contiguous (call .contiguous() first), got a tensor of shape ", format_shape(t.sizes()));
+           " must be contiguous (call .contiguous() first), got a tensor of shape ", shape_str(t.sizes()));
 }
 
 void check_same_dtype(const char* op, const Tensor& in, const Tensor& out) {
@@ -82,14 +76,14 @@ int64_t check_counts(const char* op, const char* arg, const std::vector<int64_t>
 void check_rows(const char* op, const char* arg, const Tensor& t, int64_t rows, const char* why) {
   MF_CHECK(t.dim() >= 1, ShapeError, op, ": ", arg, " must have at least one dimension (rows along dim 0), got a 0-d tensor");
   MF_CHECK(t.size(0) == rows, ShapeError, op, ": ", arg, ".shape[0] must be ", why, " (", rows, "), got shape ",
-           format_shape(t.sizes()));
+           shape_str(t.sizes()));
 }
 
 void check_row_shapes(const char* op, const Tensor& in, const Tensor& out) {
   bool same = in.dim() == out.dim();
   for (int64_t d = 1; same && d < in.dim(); ++d) same = in.size(d) == out.size(d);
   MF_CHECK(same, ShapeError, op, ": input and output must agree beyond dim 0, got shapes ",
-           format_shape(in.sizes()), " and ", format_shape(out.sizes()));
+           shape_str(in.sizes()), " and ", shape_str(out.sizes()));
 }
 
 void check_peer(const char* op, const char* arg, int peer, const Communicator& comm) {

@@ -112,11 +112,13 @@ int fold_constants(Graph& graph) {
   return count;
 }
 
-int forward_clones(Graph& graph) {
-  static const OpDef& clone_op = dispatch::op("clone");
-  auto& nodes = graph.nodes();
+namespace {
+
+// The last node reading or writing each buffer (indexed by root value;
+// graph outputs: past the end; -1: never used).
+std::vector<int64_t> last_uses(const Graph& graph) {
+  const auto& nodes = graph.nodes();
   const auto& values = graph.values();
-  // Last node reading or writing each buffer (graph outputs: past the end).
   std::vector<int64_t> last_use(values.size(), -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
     for (ValueId in : nodes[i].inputs)
@@ -124,6 +126,16 @@ int forward_clones(Graph& graph) {
     for (ValueId out : nodes[i].outputs) last_use[size_t(values[size_t(out)].root)] = int64_t(i);
   }
   for (ValueId out : graph.outputs()) last_use[size_t(values[size_t(out)].root)] = int64_t(nodes.size());
+  return last_use;
+}
+
+}  // namespace
+
+int forward_clones(Graph& graph) {
+  static const OpDef& clone_op = dispatch::op("clone");
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  std::vector<int64_t> last_use = last_uses(graph);
   std::vector<bool> removed(nodes.size(), false);
   int count = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -321,13 +333,7 @@ bool is_whole_buffer(const Value& v, ValueId id) {
 int run_in_place(Graph& graph) {
   auto& nodes = graph.nodes();
   auto& values = graph.values();
-  std::vector<int64_t> last_use(values.size(), -1);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (ValueId in : nodes[i].inputs)
-      if (in != kNoValue) last_use[size_t(values[size_t(in)].root)] = int64_t(i);
-    for (ValueId out : nodes[i].outputs) last_use[size_t(values[size_t(out)].root)] = int64_t(i);
-  }
-  for (ValueId out : graph.outputs()) last_use[size_t(values[size_t(out)].root)] = int64_t(nodes.size());
+  std::vector<int64_t> last_use = last_uses(graph);
   int count = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes[i];

@@ -59,16 +59,16 @@ void Tracer::close() {
 }
 
 TensorList Tracer::add_inputs(const TensorList& examples) {
-  TensorList placeholders;
+  TensorList stand_ins;
   for (const Tensor& t : examples) {
-    MF_CHECK(t.defined(), ValueError, "graph: input ", placeholders.size(), " is undefined");
+    MF_CHECK(t.defined(), ValueError, "graph: input ", stand_ins.size(), " is undefined");
     MF_CHECK(!t.is_global(), Error, "graph: global tensors as graph inputs are not supported yet");
     const ValueId id = graph_.add_input({t.sizes(), t.dtype(), t.device()});
-    Tensor placeholder = make_meta(t.sizes(), t.dtype(), t.device());
-    bind(placeholder, id);
-    placeholders.push_back(placeholder);
+    Tensor stand_in = make_meta(t.sizes(), t.dtype(), t.device());
+    bind(stand_in, id);
+    stand_ins.push_back(stand_in);
   }
-  return placeholders;
+  return stand_ins;
 }
 
 void Tracer::add_optimizer(optim::Optimizer& optimizer) {

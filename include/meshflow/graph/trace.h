@@ -3,7 +3,7 @@
 // graph IR (ir.h) and returns metadata-only tensors; no kernel runs.
 //
 // Note [Tracing a train step]
-// Graph inputs become placeholders without data. A tensor with data that a
+// Graph inputs become stand-ins without data. A tensor with data that a
 // traced op reads (a parameter, a buffer, optimizer state, a tensor made in
 // build()) becomes a variable, captured by identity and later bound by
 // reference, so a run updates the model's own tensors. Autograd runs

@@ -90,12 +90,12 @@ class Graph:
             for prefix, module in self._modules():
                 for name, t in list(module.named_parameters()) + list(module.named_buffers()):
                     tracer.name_variable(t, f"{prefix}.{name}")
-            placeholders = tracer.add_inputs(list(args))
+            traced_inputs = tracer.add_inputs(list(args))
             # Autocast as configured, whatever region the caller is in.
             from meshflow.amp import autocast
             amp = self.config.amp_dtype
             with autocast("cpu", dtype=amp, enabled=amp is not None):
-                outputs, rebuild = _flatten(self.build(*placeholders))
+                outputs, rebuild = _flatten(self.build(*traced_inputs))
             if tracer.num_updates():
                 raise RuntimeError(f"{type(self).__name__}.build() called an optimizer's step(); the graph steps the "
                                    "optimizers given to add_optimizer itself after build(): remove the call")
