@@ -122,15 +122,19 @@ def broadcast(tensor, src, group=None):
     comm.broadcast(tensor, _group_rank(comm, src, "broadcast", "src"))
 
 
+def _check_whole(op, name, whole, part_numel, ranks):
+    """whole must hold one part of part_numel elements per rank."""
+    if whole.numel() != ranks * part_numel:
+        raise ValueError(f"{op}: {name} must hold {ranks} x {part_numel} elements, got shape {tuple(whole.shape)}")
+
+
 def all_gather_into_tensor(output_tensor, input_tensor, group=None):
     """output_tensor = every rank's input_tensor, concatenated along dim 0 or
     stacked (output numel = world size x input numel), in rank order."""
     comm = _group(group, "all_gather_into_tensor")
     flat_in = _flat(input_tensor, "all_gather_into_tensor", "input_tensor")
     flat_out = _flat(output_tensor, "all_gather_into_tensor", "output_tensor")
-    if flat_out.numel() != comm.size() * flat_in.numel():
-        raise ValueError(f"all_gather_into_tensor: output_tensor must hold {comm.size()} x {flat_in.numel()} "
-                         f"elements, got shape {tuple(output_tensor.shape)}")
+    _check_whole("all_gather_into_tensor", "output_tensor", output_tensor, flat_in.numel(), comm.size())
     comm.all_gather(flat_in, flat_out, [flat_in.numel()] * comm.size())
 
 
@@ -157,9 +161,7 @@ def reduce_scatter_tensor(output, input, op="sum", group=None):
     comm = _group(group, "reduce_scatter_tensor")
     flat_in = _flat(input, "reduce_scatter_tensor", "input")
     flat_out = _flat(output, "reduce_scatter_tensor", "output")
-    if flat_in.numel() != comm.size() * flat_out.numel():
-        raise ValueError(f"reduce_scatter_tensor: input must hold {comm.size()} x {flat_out.numel()} elements, "
-                         f"got shape {tuple(input.shape)}")
+    _check_whole("reduce_scatter_tensor", "input", input, flat_out.numel(), comm.size())
     comm.reduce_scatter(flat_in, flat_out, [flat_out.numel()] * comm.size(), _reduce_op(op, "reduce_scatter"))
 
 
