@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libopenblas-dev libopenblas0-openmp libdnnl-dev
-  libgtest-dev zlib1g-dev openmpi-bin libopenmpi-dev
+  libgtest-dev zlib1g-dev openmpi-bin libopenmpi-dev procps
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   python3-tqdm python3-matplotlib
   dataset-fashion-mnist fortunes
