@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "meshflow/distributed/communicator.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/generator.h"
 #include "meshflow/optim/optimizer.h"
 
@@ -17,6 +19,16 @@ Value value_from(const Tensor& t) {
 }
 // Counters a random op reserved (Note [Counter-based random ops]): the op
 // has just reserved them, so they end at the generator's offset.
+// The tensor a graph binds for t: a global tensor's local tensor.
+Tensor bound_tensor(const Tensor& t) { return t.is_global() ? global_to_local(t) : t; }
+
+void check_member(const Tensor& t, const char* what) {
+  const Placement& p = placement_of(t);
+  MF_CHECK(p.contains(distributed::get_rank()), Error, what, ": rank ", distributed::get_rank(),
+           " is outside the placement ", p.str(),
+           " of a global tensor; in graph mode every rank must be in the placement of every global tensor");
+}
+
 uint64_t random_counters(const Attrs& attrs) {
   if (!attrs.has("seed") || !attrs.has("offset")) return 0;
   const auto first = uint64_t(attrs.get_int("offset"));
@@ -62,11 +74,20 @@ TensorList Tracer::add_inputs(const TensorList& examples) {
   TensorList stand_ins;
   for (const Tensor& t : examples) {
     MF_CHECK(t.defined(), ValueError, "graph: input ", stand_ins.size(), " is undefined");
-    MF_CHECK(!t.is_global(), Error, "graph: global tensors as graph inputs are not supported yet");
-    const ValueId id = graph_.add_input({t.sizes(), t.dtype(), t.device()});
-    Tensor stand_in = make_meta(t.sizes(), t.dtype(), t.device());
+    if (!t.is_global()) {
+      const ValueId id = graph_.add_input({t.sizes(), t.dtype(), t.device()});
+      Tensor stand_in = make_meta(t.sizes(), t.dtype(), t.device());
+      bind(stand_in, id);
+      stand_ins.push_back(stand_in);
+      continue;
+    }
+    check_member(t, "graph input");
+    const Tensor& local = global_to_local(t);
+    const GlobalLayout layout{placement_of(t), sbp_of(t), t.sizes()};
+    const ValueId id = graph_.add_input({local.sizes(), local.dtype(), local.device()}, {}, layout);
+    Tensor stand_in = make_meta(local.sizes(), local.dtype(), local.device());
     bind(stand_in, id);
-    stand_ins.push_back(stand_in);
+    stand_ins.push_back(make_global(stand_in, t.sizes(), t.dtype(), layout.placement, layout.sbp));
   }
   return stand_ins;
 }
@@ -90,14 +111,22 @@ void Tracer::add_optimizer(optim::Optimizer& optimizer) {
       for (const auto& [key, entry] : optimizer.state(p)) {
         const auto* name = std::get_if<std::string>(&key);
         if (name && entry.is_tensor() && entry.to_tensor().defined())
-          state_of_[entry.to_tensor().impl()] = StateBinding{&optimizer, p, *name};
+          state_of_[bound_tensor(entry.to_tensor()).impl()] = StateBinding{&optimizer, p, *name};
       }
     }
   }
 }
 
 void Tracer::name_variable(const Tensor& t, std::string name) {
-  if (t.defined()) names_[t.impl()] = std::move(name);
+  if (t.defined()) names_[bound_tensor(t).impl()] = std::move(name);
+}
+
+void Tracer::enter_global(const OpDef& op, const TensorList& inputs) {
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !t.is_global()) continue;
+    check_member(t, op.name.c_str());
+    shield_grad(t);
+  }
 }
 
 void Tracer::shield_grad(const Tensor& t) {
@@ -142,7 +171,7 @@ ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
   if (auto it = names_.find(t.impl()); it != names_.end()) name = it->second;
   auto state = state_of_.find(t.impl());
   if (state != state_of_.end() && name.empty())
-    if (auto it = names_.find(state->second.param.impl()); it != names_.end())
+    if (auto it = names_.find(bound_tensor(state->second.param).impl()); it != names_.end())
       name = it->second + "." + state->second.key;
   const ValueId id = graph_.add_variable(t, std::move(name));
   if (state != state_of_.end()) {
@@ -196,11 +225,19 @@ int64_t Tracer::num_updates() const {
 Graph Tracer::finish(const TensorList& outputs) {
   MF_CHECK(active_, Error, "graph: finish() called twice on one trace");
   std::vector<ValueId> ids;
+  std::vector<std::optional<GlobalLayout>> layouts;
   for (const Tensor& t : outputs) {
     MF_CHECK(t.defined(), ValueError, "graph: build() returned an undefined tensor (output ", ids.size(), ")");
-    ids.push_back(value_of(t, nullptr));
+    if (t.is_global()) {
+      check_member(t, "graph output");
+      ids.push_back(value_of(global_to_local(t), nullptr));
+      layouts.emplace_back(GlobalLayout{placement_of(t), sbp_of(t), t.sizes()});
+    } else {
+      ids.push_back(value_of(t, nullptr));
+      layouts.emplace_back();
+    }
   }
-  graph_.set_outputs(std::move(ids));
+  graph_.set_outputs(std::move(ids), std::move(layouts));
   close();
   return std::move(graph_);
 }
