@@ -4,6 +4,7 @@
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/error.h"
+#include "meshflow/graph/trace.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 
@@ -63,6 +64,8 @@ Tensor as_global(const Tensor& grad, const Placement& p) {
 // Every rank's (ndim, dtype, dims...) so that each rank checks the same
 // facts and reaches the same verdict (no rank waits on one that failed).
 std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member) {
+  // Shapes are metadata: exchanged now, also while a graph is traced.
+  graph::SuspendTracing eager;
   const int64_t world = distributed::get_world_size();
   Tensor mine = full({kMaxDims + 2}, Scalar(int64_t(-1)), {.dtype = DType::Int64});
   int64_t* m = mine.data<int64_t>();

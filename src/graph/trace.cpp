@@ -39,6 +39,9 @@ uint64_t random_counters(const Attrs& attrs) {
 
 Tracer* current_tracer() { return tls_tracer; }
 
+SuspendTracing::SuspendTracing() : suspended_(tls_tracer) { tls_tracer = nullptr; }
+SuspendTracing::~SuspendTracing() { tls_tracer = suspended_; }
+
 void check_traceable(const Tensor& t, const char* what) {
   MF_CHECK(tls_tracer == nullptr || t.storage()->has_data(), Error, what,
            " is not traceable in graph mode: a traced tensor has no values until the compiled graph runs; "
@@ -95,11 +98,7 @@ TensorList Tracer::add_inputs(const TensorList& examples) {
 void Tracer::add_optimizer(optim::Optimizer& optimizer) {
   {
     // The state is real memory that the graph will update: make it eagerly.
-    tls_tracer = nullptr;
-    struct Resume {
-      Tracer* tracer;
-      ~Resume() { tls_tracer = tracer; }
-    } resume{this};
+    SuspendTracing eager;
     optimizer.init_state();
   }
   auto& groups = optimizer.param_groups();

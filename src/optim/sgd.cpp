@@ -145,7 +145,7 @@ void SGD::init_param_state(const ParamGroup& group, const Tensor& p, StateValue:
   }
   MF_CHECK(dampening == 0, ValueError, "SGD: a momentum buffer with dampening ", dampening,
            " cannot be created before the first step (graph mode needs it); run one eager step first");
-  state["momentum_buffer"] = zeros_like(p);
+  state["momentum_buffer"] = detail::state_like(p);
 }
 
 void SGD::step() {

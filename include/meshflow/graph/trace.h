@@ -105,6 +105,20 @@ class Tracer {
 
 // The tracer of this thread, or null outside a trace.
 Tracer* current_tracer();
+
+// Leaves lazy mode on this thread while it lives: ops run eagerly (on
+// metadata that must be exchanged while tracing, such as the local shapes
+// to_global gathers, or on state created before the trace).
+class SuspendTracing {
+ public:
+  SuspendTracing();
+  ~SuspendTracing();
+  SuspendTracing(const SuspendTracing&) = delete;
+  SuspendTracing& operator=(const SuspendTracing&) = delete;
+
+ private:
+  Tracer* suspended_;
+};
 inline bool is_tracing() { return current_tracer() != nullptr; }
 
 // Throws mf::Error "<what> is not traceable in graph mode: ..." when a
