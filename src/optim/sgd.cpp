@@ -166,7 +166,8 @@ void SGD::step() {
       if (args.momentum != 0) {
         auto it = state.find("momentum_buffer");
         if (it == state.end() || it->second.is_none()) {
-          buffer = empty_like(p);
+          // The update fills it with the gradient.
+          buffer = detail::state_like(p);
           args.init_momentum_buffer = true;
         } else {
           buffer = state_tensor(p, "momentum_buffer");
