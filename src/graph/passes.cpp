@@ -365,9 +365,20 @@ int schedule_updates_early(Graph& graph) {
   std::vector<size_t> order;  // node indices in their new order
   order.reserve(nodes.size());
   int count = 0;
+  // Buffers written by collectives: an update reading one stays where it is.
+  std::vector<bool> communicated(values.size(), false);
+  for (const Node& n : nodes)
+    if (n.op->collective)
+      for (ValueId out : n.outputs) communicated[size_t(root_of(out))] = true;
+  auto reads_communicated = [&](const Node& n) {
+    for (ValueId in : n.inputs)
+      if (in != kNoValue && communicated[size_t(root_of(in))]) return true;
+    return false;
+  };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    const bool update = n.inplace && values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable;
+    const bool update = n.inplace && values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable &&
+                        !reads_communicated(n);
     if (!update) {
       order.push_back(i);
       continue;

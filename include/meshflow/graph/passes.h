@@ -71,6 +71,11 @@ int run_in_place(Graph& graph);
 // writes any buffer it reads: a parameter is updated as soon as backward
 // no longer needs its old value, so its gradient dies there instead of
 // living to the end of the step. What every node computes is unchanged.
+// An update that reads a collective's result (the all-reduced gradient of
+// a data-parallel parameter) stays where the trace put it, after backward:
+// moved up, it would wait for its collective at once, and the collective
+// could not overlap the rest of backward (Note [Overlapping communication]
+// in executor.h).
 int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
