@@ -172,6 +172,12 @@ if world == 4:
 
     batches2 = [(mf.tensor(rng.standard_normal((8, 5, E)).astype(np.float32), placement=mesh2, sbp=(S(0), B)),)
                 for _ in range(STEPS)]
+    # Data parallel over both mesh axes: the batch split along dim 0 by
+    # both (boxing through broadcast), parameters broadcast.
+    batches_dp2 = [(mf.tensor(rng.standard_normal((16, 32)).astype(np.float32), placement=mesh2, sbp=(S(0), S(0))),
+                    mf.tensor(rng.integers(0, 10, 16), placement=mesh2, sbp=(S(0), S(0)))) for _ in range(STEPS)]
+    compare_training(lambda: mlp(mesh2, (B, B)), sgd, cross_entropy, batches_dp2)
+
     g = compare_training(dp_tp_mlp, sgd, squares, batches2)
     names = op_names(g)
     assert "comm_all_reduce" in names, names
@@ -226,4 +232,15 @@ assert not out.is_global
 with mf.no_grad():
     expected = model(x_local.to_global(placement=mesh, sbp=S(0))).to_global(sbp=B).to_local()
 np.testing.assert_array_equal(out.numpy(), expected.numpy())
+# Every rank must be in the placements of a graph's global tensors: the
+# others get an error naming the placement instead of tracing another
+# program.
+if world > 1:
+    first = mf.placement("cpu", [0])
+    lone = mlp(first, B).eval()
+    try:
+        out = Predict(lone)(mf.tensor(np.ones((4, 32), np.float32), placement=first, sbp=B))
+        assert rank == 0 and out.to_local().shape == (4, 10)
+    except RuntimeError as e:
+        assert rank != 0 and "outside the placement" in str(e), e
 print(f"rank {rank}/{world}: graph global OK", flush=True)
