@@ -1,9 +1,11 @@
 """Run under mpirun: global models in graph mode (mf.nn.Graph) give the bits
 of the same models run eagerly: 5 training steps with the same seed of a
 data-parallel MLP (with and without overlapped communication), a
-tensor-parallel MLP, a tensor-parallel transformer block and, on 4 ranks, a
-2x2 mesh mixing data and tensor parallelism; a global eval graph; and
-to_global / to_local inside build()."""
+tensor-parallel MLP, a tensor-parallel transformer block and, on 4 ranks,
+data parallelism over a 2x2 mesh and a 2x2 mesh mixing data and tensor
+parallelism (also against one process); a global eval graph; to_global /
+to_local inside build(), every boxing transition; and the error of a rank
+outside a graph's placement."""
 import numpy as np
 
 import meshflow as mf
@@ -232,6 +234,29 @@ assert not out.is_global
 with mf.no_grad():
     expected = model(x_local.to_global(placement=mesh, sbp=S(0))).to_global(sbp=B).to_local()
 np.testing.assert_array_equal(out.numpy(), expected.numpy())
+# Each boxing transition inside build(): S -> S all-to-all, P -> S
+# reduce-scatter, P -> B all-reduce, S -> B all-gather, B -> S slice and
+# S -> P local zeroing give eager's values.
+class Boxing(mf.nn.Graph):
+    def build(self, x, p):
+        gathered = x.to_global(sbp=B)
+        return (x.to_global(sbp=S(1)), p.to_global(sbp=S(0)), p.to_global(sbp=B), gathered,
+                gathered.to_global(sbp=S(1)), x.to_global(sbp=P))
+
+
+x = mf.tensor(rng.standard_normal((8, 6)).astype(np.float32), placement=mesh, sbp=S(0))
+partial = mf.tensor(rng.standard_normal((8, 6)).astype(np.float32) * (rank + 1)).to_global(placement=mesh, sbp=P)
+boxing = Boxing()
+got = boxing(x, partial)
+expected = boxing.build(x, partial)
+for g, e in zip(got, expected):
+    assert g.is_global and g.sbp == e.sbp and g.shape == e.shape, (g, e)
+    np.testing.assert_array_equal(g.to_local().numpy(), e.to_local().numpy())
+    np.testing.assert_array_equal(whole(g), whole(e))
+names = op_names(boxing)
+for collective in ("comm_all_to_all", "comm_reduce_scatter", "comm_all_reduce", "comm_all_gather"):
+    assert collective in names, (collective, names)
+
 # Every rank must be in the placements of a graph's global tensors: the
 # others get an error naming the placement instead of tracing another
 # program.
