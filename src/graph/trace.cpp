@@ -109,8 +109,10 @@ void Tracer::add_optimizer(optim::Optimizer& optimizer) {
       shield_grad(p);
       for (const auto& [key, entry] : optimizer.state(p)) {
         const auto* name = std::get_if<std::string>(&key);
-        if (name && entry.is_tensor() && entry.to_tensor().defined())
-          state_of_[bound_tensor(entry.to_tensor()).impl()] = StateBinding{&optimizer, p, *name};
+        if (name && entry.is_tensor() && entry.to_tensor().defined()) {
+          const Tensor state = bound_tensor(entry.to_tensor());
+          state_of_[state.storage().get()] = {state, StateBinding{&optimizer, p, *name}};
+        }
       }
     }
   }
@@ -162,19 +164,26 @@ ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
     bind(t, id);
     return id;
   }
-  MF_CHECK(!t.is_global(), Error, op ? op->name : std::string("graph"),
-           ": global tensors inside graph mode are not supported yet");
+  MF_CHECK(!t.is_global(), Error, "internal: ", op ? op->name : std::string("graph"),
+           ": a global tensor reached the lazy layer (global ops are traced through the global interpreter)");
   MF_CHECK(t.storage()->has_data(), Error, op ? op->name : std::string("graph"),
            ": got a traced tensor that this trace did not produce (a tensor kept from another graph's build()?)");
   std::string name;
   if (auto it = names_.find(t.impl()); it != names_.end()) name = it->second;
-  auto state = state_of_.find(t.impl());
-  if (state != state_of_.end() && name.empty())
-    if (auto it = names_.find(bound_tensor(state->second.param).impl()); it != names_.end())
-      name = it->second + "." + state->second.key;
+  // Optimizer state, also through another handle of its memory (a global
+  // update takes a local step counter as broadcast: a detached handle).
+  const StateBinding* state = nullptr;
+  if (auto it = state_of_.find(t.storage().get()); it != state_of_.end()) {
+    const Tensor& s = it->second.first;
+    if (s.sizes() == t.sizes() && s.strides() == t.strides() && s.storage_offset() == t.storage_offset())
+      state = &it->second.second;
+  }
+  if (state && name.empty())
+    if (auto it = names_.find(bound_tensor(state->param).impl()); it != names_.end())
+      name = it->second + "." + state->key;
   const ValueId id = graph_.add_variable(t, std::move(name));
-  if (state != state_of_.end()) {
-    graph_.state_bindings.push_back(state->second);
+  if (state) {
+    graph_.state_bindings.push_back(*state);
     graph_.state_bindings.back().value = id;
   }
   shield_grad(t);

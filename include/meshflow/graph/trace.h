@@ -96,8 +96,9 @@ class Tracer {
   TensorList seen_;
   std::unordered_map<const TensorImpl*, std::string> names_;
   std::unordered_map<const TensorImpl*, int32_t> lr_group_of_;
-  // Optimizer state tensors: which parameter's entry they are.
-  std::unordered_map<const TensorImpl*, StateBinding> state_of_;
+  // Optimizer state tensors by memory: (the tensor, which parameter's entry
+  // it is).
+  std::unordered_map<const StorageImpl*, std::pair<Tensor, StateBinding>> state_of_;
   std::vector<std::pair<Tensor, Tensor>> saved_grads_;  // (tensor, its .grad before the trace)
   uint64_t generator_seed_ = 0, generator_offset_ = 0;
   bool active_ = false;

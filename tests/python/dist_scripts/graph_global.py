@@ -54,7 +54,8 @@ def compare_training(make_model, make_opt, loss_fn, batches, overlap=True):
         eager_opt.step()
         eager_losses.append(whole(loss))
     model = make_model()
-    graph = TrainGraph(model, make_opt(model), loss_fn, overlap)
+    graph_opt = make_opt(model)
+    graph = TrainGraph(model, graph_opt, loss_fn, overlap)
     graph_losses = []
     for batch in batches:
         loss = graph(*batch)
@@ -66,6 +67,16 @@ def compare_training(make_model, make_opt, loss_fn, batches, overlap=True):
     assert graph_losses[-1] < graph_losses[0], graph_losses
     for (key, e), (key2, g) in zip(eager.state_dict().items(), model.state_dict().items()):
         assert key == key2 and g.is_global and g.sbp == e.sbp, (key, key2)
+        np.testing.assert_array_equal(whole(g), whole(e), err_msg=key)
+    # The graph follows optimizer state replaced by load_state_dict (global
+    # state tensors, the step counters included).
+    graph_opt.load_state_dict(eager_opt.state_dict())
+    eager_opt.zero_grad()
+    loss = loss_fn(eager, *batches[0])
+    loss.backward()
+    eager_opt.step()
+    np.testing.assert_array_equal(whole(graph(*batches[0])), whole(loss))
+    for (key, e), g in zip(eager.state_dict().items(), model.state_dict().values()):
         np.testing.assert_array_equal(whole(g), whole(e), err_msg=key)
     return graph
 
