@@ -235,4 +235,11 @@ int get_world_size() { return world().size(); }
 int get_local_rank() { return world().backend() == "mpi" ? mpi_local_rank() : 0; }
 void barrier() { world().barrier(); }
 
+namespace {
+thread_local bool tls_yielding_waits = false;
+}  // namespace
+
+void set_yielding_waits(bool yielding) { tls_yielding_waits = yielding; }
+bool yielding_waits() { return tls_yielding_waits; }
+
 }  // namespace mf::distributed

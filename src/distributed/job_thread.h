@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "meshflow/distributed/communicator.h"
+
 namespace mf::distributed {
 
 class JobThread {
@@ -42,6 +44,8 @@ class JobThread {
 
  private:
   void loop() {
+    // Its waits share the cores with the compute of the submitting thread.
+    set_yielding_waits(true);
     for (;;) {
       std::packaged_task<void()> task;
       {

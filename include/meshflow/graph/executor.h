@@ -62,7 +62,9 @@ constexpr int64_t kArenaAlignment = 64;
 // buffer is placed over them meanwhile. The thread runs collectives in
 // program order, so every rank still issues them in the same order, and
 // each collective reads and writes the same bits as in a run without
-// overlap: the results do not change.
+// overlap: the results do not change. The thread's waits yield the core
+// at once (set_yielding_waits), so that on machines with as many ranks as
+// cores the polling does not take the compute's time.
 
 // Per node: for a collective node, the index of its wait node (the node
 // count: the end of the run); -1 for other nodes.
