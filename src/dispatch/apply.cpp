@@ -113,6 +113,7 @@ TensorList apply_below_autocast(const OpDef& op, const TensorList& inputs, const
   if (any_global(inputs)) {
     if (tracer) tracer->enter_global(op, inputs);
     outputs = distributed::interpret_global(op, inputs, attrs);
+    if (tracer) tracer->leave_global(outputs);
   } else if (tracer) {
     outputs = tracer->record(op, inputs, attrs);
   } else {
@@ -181,6 +182,7 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
   if (global) {
     if (tracer) tracer->enter_global(op, inputs);
     distributed::interpret_global_inplace(op, inputs, attrs);
+    if (tracer) tracer->leave_global({self});
   } else if (tracer) {
     tracer->record_inplace(op, inputs, attrs);
   } else if (has_data(inputs)) {

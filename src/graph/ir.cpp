@@ -176,7 +176,11 @@ std::string Graph::str() const {
     for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << value_name(*this, n.inputs[i]);
     if (!n.attrs.items().empty()) os << "; " << n.attrs.str();
     os << ")  # ";
-    for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << type_str(value(n.outputs[i]));
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const Value& v = value(n.outputs[i]);
+      os << (i ? ", " : "") << type_str(v);
+      if (v.global) os << " of global " << nd_sbp_str(v.global->sbp) << " " << shape_str(v.global->shape);
+    }
     if (n.is_view()) os << " view";
     os << "\n";
   }

@@ -73,6 +73,19 @@ void Tracer::close() {
   state_of_.clear();
 }
 
+void Tracer::leave_global(const TensorList& outputs) {
+  for (const Tensor& t : outputs) {
+    if (!t.defined() || !t.is_global()) continue;
+    const Tensor local = global_to_local(t);
+    if (!local.defined()) continue;
+    auto it = ids_.find(local.impl());
+    const ValueId id = it != ids_.end() ? it->second : alias_of(local);
+    if (id == kNoValue) continue;
+    Value& v = graph_.values()[size_t(id)];
+    if (v.kind == ValueKind::Intermediate && !v.global) v.global = GlobalLayout{placement_of(t), sbp_of(t), t.sizes()};
+  }
+}
+
 TensorList Tracer::add_inputs(const TensorList& examples) {
   TensorList stand_ins;
   for (const Tensor& t : examples) {

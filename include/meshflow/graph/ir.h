@@ -81,7 +81,9 @@ struct Value {
   Tensor tensor;
   // A name for printing (parameter names when the front end knows them).
   std::string name;
-  // A graph input that is the local tensor of a global input.
+  // The global tensor this value is the local tensor of: a global graph
+  // input's layout (checked at every run), or for printing the layout of
+  // the first global result the trace wrapped around a node's output.
   std::optional<GlobalLayout> global;
 
   int64_t nbytes() const;  // bytes of the buffer an owner needs

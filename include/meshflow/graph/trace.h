@@ -78,6 +78,9 @@ class Tracer {
   // global ops]): checks that this rank takes part and keeps the .grad of
   // global leaves out of the trace.
   void enter_global(const OpDef& op, const TensorList& inputs);
+  // After it: notes the layouts of the global results on the values of
+  // their local tensors (for printing).
+  void leave_global(const TensorList& outputs);
 
  private:
   ValueId value_of(const Tensor& t, const OpDef* op);

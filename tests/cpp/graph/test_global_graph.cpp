@@ -63,6 +63,7 @@ TEST(GraphGlobal, TracedGlobalOpRecordsItsBoxing) {
   ASSERT_TRUE(g.output_layouts()[0].has_value());
   EXPECT_EQ(g.output_layouts()[0]->sbp, (NdSbp{Sbp::broadcast()}));
   EXPECT_NE(g.str().find("global (S(0),) of (4, 3)"), std::string::npos) << g.str();
+  EXPECT_NE(g.str().find("# float32(4, 2) of global (S(0),) (4, 2)"), std::string::npos) << g.str();
 
   for (bool overlap : {true, false}) {
     Executable exe(graph::Graph(g), overlap);
