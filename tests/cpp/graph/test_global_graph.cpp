@@ -152,5 +152,27 @@ TEST(GraphGlobal, CollectiveBuffersLiveUntilTheWait) {
   }
 }
 
+// Note [Early updates]: an update reading a collective's result stays after
+// the compute it can overlap; one reading a local result moves up to its
+// last reader.
+TEST(GraphGlobal, UpdatesOfCommunicatedGradientsStayLate) {
+  graph::Graph g;
+  const auto w1 = g.add_variable(zeros({4}), "w1");
+  const auto w2 = g.add_variable(zeros({4}), "w2");
+  const auto a = g.add_input({{4}, DType::Float32, Device()});
+  const auto reduced = g.add_node(op("comm_all_reduce"), {a}, {{"group", Shape{0}}})[0];
+  const auto b = g.add_node(op("exp"), {a})[0];
+  const auto c = g.add_node(op("neg"), {b})[0];
+  const auto d = g.add_node(op("sin"), {c})[0];
+  g.add_inplace_node(op("add"), {w1, reduced});
+  g.add_inplace_node(op("add"), {w2, b});
+  g.set_outputs({d});
+  EXPECT_EQ(graph::schedule_updates_early(g), 1);
+  std::vector<std::string> order;
+  for (const auto& n : g.nodes())
+    order.push_back(n.op->name + (n.inplace ? "_" + g.value(n.inputs[0]).name : ""));
+  EXPECT_EQ(order, (std::vector<std::string>{"comm_all_reduce", "exp", "neg", "add_w2", "sin", "add_w1"})) << g.str();
+}
+
 }  // namespace
 }  // namespace mf::testing
