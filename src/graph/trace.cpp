@@ -17,8 +17,6 @@ Value value_from(const Tensor& t) {
   return Value{.sizes = t.sizes(), .strides = t.strides(), .offset = t.storage_offset(), .dtype = t.dtype(),
                .device = t.device()};
 }
-// Counters a random op reserved (Note [Counter-based random ops]): the op
-// has just reserved them, so they end at the generator's offset.
 // The tensor a graph binds for t: a global tensor's local tensor.
 Tensor bound_tensor(const Tensor& t) { return t.is_global() ? global_to_local(t) : t; }
 
@@ -29,6 +27,8 @@ void check_member(const Tensor& t, const char* what) {
            " of a global tensor; in graph mode every rank must be in the placement of every global tensor");
 }
 
+// Counters a random op reserved (Note [Counter-based random ops]): the op
+// has just reserved them, so they end at the generator's offset.
 uint64_t random_counters(const Attrs& attrs) {
   if (!attrs.has("seed") || !attrs.has("offset")) return 0;
   const auto first = uint64_t(attrs.get_int("offset"));
