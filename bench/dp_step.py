@@ -8,7 +8,10 @@ run, two ways:
   main thread);
 * ddp: mf.nn.parallel.DistributedDataParallel, each rank a local replica
   fed its half of the batch; gradients are all-reduced in buckets on a
-  communication thread while backward goes on.
+  communication thread while backward goes on;
+* graph: the global model's step as an mf.nn.Graph, its all-reduces run on
+  the plan's communication thread beside the rest of backward
+  (graph_in_order: the same plan with every step in order).
 
     PYTHONPATH=python /usr/bin/python3 bench/dp_step.py
 
@@ -47,14 +50,37 @@ def worker(mode, steps):
     else:
         x, y = mf.tensor(x_np), mf.tensor(y_np)
     opt = mf.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    times = []
-    for i in range(steps + 3):
-        begin = time.perf_counter()
+
+    def eager_step():
         opt.zero_grad()
         loss = mf.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        loss.item()
+        return loss
+
+    step = eager_step
+    if mode.startswith("graph"):
+        class TrainGraph(mf.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+                self.add_optimizer(opt)
+                self.config.overlap_communication = mode == "graph"
+
+            def build(self, x, y):
+                loss = mf.nn.functional.cross_entropy(self.model(x), y)
+                loss.backward()
+                return loss
+
+        graph = TrainGraph()
+
+        def step():
+            return graph(x, y)
+    times = []
+    for i in range(steps + 3):
+        begin = time.perf_counter()
+        loss = step()
+        (loss.to_local() if loss.is_global else loss).item()
         if i >= 3:
             times.append(time.perf_counter() - begin)
     if mf.env.get_rank() == 0:
@@ -76,20 +102,20 @@ def main():
         worker(sys.argv[2], int(sys.argv[3]))
         return
     steps, rounds = 20, 3
-    times = {"one": [], "global": [], "ddp": []}
+    times = {"one": [], "global": [], "ddp": [], "graph": [], "graph_in_order": []}
     for _ in range(rounds):  # interleaved; the best of each counts
         times["one"].append(run("one", 1, 2, steps))
-        times["global"].append(run("global", 2, 1, steps))
-        times["ddp"].append(run("ddp", 2, 1, steps))
+        for key in ("global", "ddp", "graph", "graph_in_order"):
+            times[key].append(run(key, 2, 1, steps))
 
     def runs(key):
         return ", ".join(f"{v:.1f}" for v in times[key])
 
     one = min(times["one"])
     print(f"1 rank x 2 threads:            {one:.2f} ms/step (runs {runs('one')})")
-    for key in ("global", "ddp"):
+    for key in ("global", "ddp", "graph", "graph_in_order"):
         best = min(times[key])
-        print(f"2 ranks x 1 thread, {key:6s}:    {best:.2f} ms/step (runs {runs(key)}), ratio {best / one:.2f}")
+        print(f"2 ranks x 1 thread, {key:14s}: {best:.2f} ms/step (runs {runs(key)}), ratio {best / one:.2f}")
 
 
 if __name__ == "__main__":

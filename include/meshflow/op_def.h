@@ -141,6 +141,13 @@ struct OpDef {
   // The output shapes depend on the input values (nonzero, masked_select):
   // infer needs inputs with data.
   bool shape_depends_on_data = false;
+  // A collective: the kernel exchanges data with other ranks (boxing's
+  // comm_* ops, Note [Communication ops] in src/distributed/comm_ops.h).
+  // Every rank must run the collectives of a program in the same order, so
+  // graph passes never remove, merge, fold or reorder such a node, and the
+  // executor may run it on its communication thread. Collectives work on
+  // local tensors only and have no SBP rule.
+  bool collective = false;
 
   // Filled by the registry: kernels[device type], cpu_kernel included.
   std::array<KernelFn, kNumDeviceTypes> kernels;
@@ -160,7 +167,7 @@ class OpRegistry {
   std::vector<const OpDef*> all();
   // Checks that every op is complete: infer, a view or CPU kernel, a
   // backward unless declared non-differentiable, and SBP rules unless it
-  // has no inputs. Throws on the first gap.
+  // has no inputs or is a collective. Throws on the first gap.
   void validate() const;
 
  private:

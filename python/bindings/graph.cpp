@@ -36,7 +36,8 @@ void init_graph(py::module_& parent) {
   m.def("is_tracing", &graph::is_tracing);
 
   py::class_<Executable>(m, "Executable")
-      .def(py::init([](Graph& g) { return std::make_unique<Executable>(std::move(g)); }), py::arg("graph"))
+      .def(py::init([](Graph& g, bool overlap) { return std::make_unique<Executable>(std::move(g), overlap); }),
+           py::arg("graph"), py::arg("overlap_communication") = true)
       .def("run", &Executable::run, py::arg("inputs"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("graph", &Executable::graph, py::return_value_policy::reference_internal)
       .def_property_readonly("num_steps", &Executable::num_steps)

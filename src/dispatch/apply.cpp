@@ -105,10 +105,20 @@ namespace {
 TensorList apply_below_autocast(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   check_inputs(op, inputs);
   if (recorder) record_call(op, inputs, attrs, false);
+  // A global op is interpreted globally whether or not a trace is active:
+  // while tracing, its boxing and local op reach the tracer as local ops
+  // (Note [Tracing global ops] in graph/trace.h).
   TensorList outputs;
-  if (graph::Tracer* tracer = graph::current_tracer()) outputs = tracer->record(op, inputs, attrs);
-  else if (any_global(inputs)) outputs = distributed::interpret_global(op, inputs, attrs);
-  else outputs = interpret(op, inputs, attrs);
+  graph::Tracer* tracer = graph::current_tracer();
+  if (any_global(inputs)) {
+    if (tracer) tracer->enter_global(op, inputs);
+    outputs = distributed::interpret_global(op, inputs, attrs);
+    if (tracer) tracer->leave_global(outputs);
+  } else if (tracer) {
+    outputs = tracer->record(op, inputs, attrs);
+  } else {
+    outputs = interpret(op, inputs, attrs);
+  }
   if (needs_grad(op, inputs)) {
     auto node = std::make_shared<OpNode>(op, attrs);
     node->record_inputs(inputs);
@@ -168,10 +178,13 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
     Tensor old_self = (op.save_inputs & 1u) ? clone(self.detach()) : Tensor();
     node->record_inputs(inputs, old_self);
   }
-  if (graph::Tracer* tracer = graph::current_tracer()) {
-    tracer->record_inplace(op, inputs, attrs);
-  } else if (global) {
+  graph::Tracer* tracer = graph::current_tracer();
+  if (global) {
+    if (tracer) tracer->enter_global(op, inputs);
     distributed::interpret_global_inplace(op, inputs, attrs);
+    if (tracer) tracer->leave_global({self});
+  } else if (tracer) {
+    tracer->record_inplace(op, inputs, attrs);
   } else if (has_data(inputs)) {
     const KernelFn& kernel = op.kernels[size_t(self.device().type())];
     MF_CHECK(bool(kernel), Error, op.name, ": no kernel for device ", self.device());

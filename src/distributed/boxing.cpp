@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <numeric>
 
+#include "distributed/comm_ops.h"
 #include "meshflow/autograd.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/error.h"
@@ -76,9 +76,11 @@ std::string plan_key(const Shape& shape, const Placement& from_p, const NdSbp& f
   return shape_str(shape) + from_p.str() + nd_sbp_str(from) + to_p.str() + nd_sbp_str(to);
 }
 
-// The communicator of one mesh axis's group, and this rank's coordinate.
+// The ranks of one mesh axis's group (ascending: communicator order), and
+// this rank's coordinate. The collectives are ops (Note [Communication ops]
+// in comm_ops.h), so that a traced boxing becomes communication nodes.
 struct AxisGroup {
-  std::shared_ptr<Communicator> comm;
+  std::vector<int> ranks;
   int64_t size = 1;
   int64_t index = 0;
   std::vector<int> coord_of_comm_rank;  // comm rank -> coordinate along the axis
@@ -89,7 +91,7 @@ AxisGroup axis_group(const Placement& p, int64_t axis) {
   std::vector<int> sorted = members;
   std::sort(sorted.begin(), sorted.end());
   AxisGroup g;
-  g.comm = world().subgroup(sorted);
+  g.ranks = sorted;
   g.size = int64_t(members.size());
   g.index = p.coords(get_rank())[size_t(axis)];
   for (int r : sorted) g.coord_of_comm_rank.push_back(int(std::find(members.begin(), members.end(), r) - members.begin()));
@@ -156,10 +158,7 @@ std::vector<int64_t> in_coord_order(const std::vector<int64_t>& comm_order, cons
 Tensor all_gather_dim(const AxisGroup& g, const Tensor& local, int64_t d, int64_t n) {
   std::vector<int64_t> counts = comm_counts(g, n);
   Tensor in = dim_first(local, d);
-  Shape out_shape = in.shape();
-  out_shape[0] = n;
-  Tensor out = empty(out_shape, {.dtype = local.dtype()});
-  g.comm->all_gather(in, out, counts);
+  Tensor out = comm_all_gather(in, g.ranks, counts);
   return dim_back(contiguous(reorder_blocks(out, counts, g.coord_of_comm_rank)), d);
 }
 
@@ -169,12 +168,7 @@ Tensor reduce_scatter_dim(const AxisGroup& g, const Tensor& local, int64_t d) {
   // Blocks of the input in coordinate order -> comm order.
   Tensor in = contiguous(reorder_blocks(dim_first(local, d), in_coord_order(counts, g.coord_of_comm_rank),
                                         inverse(g.coord_of_comm_rank)));
-  Shape out_shape = in.shape();
-  auto [b, e] = split_range(n, g.size, g.index);
-  out_shape[0] = e - b;
-  Tensor out = empty(out_shape, {.dtype = local.dtype()});
-  g.comm->reduce_scatter(in, out, counts);
-  return dim_back(out, d);
+  return dim_back(comm_reduce_scatter(in, g.ranks, counts), d);
 }
 
 // S(i) -> S(j) along one axis: every rank sends each peer the piece of its
@@ -197,10 +191,7 @@ Tensor all_to_all_dims(const AxisGroup& g, const Tensor& local, int64_t i, int64
     recv_counts.push_back(shape_numel(recv_shape));
   }
   Tensor in = send.empty() ? empty({0}, {.dtype = local.dtype()}) : cat(send, 0);
-  int64_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0));
-  Tensor out = empty({total}, {.dtype = local.dtype()});
-  Tensor out_rows = reshape(out, {-1, 1});
-  g.comm->all_to_all(reshape(in, {-1, 1}), send_counts, out_rows, recv_counts);
+  Tensor out = reshape(comm_all_to_all(reshape(in, {-1, 1}), g.ranks, send_counts, recv_counts), {-1});
   // Blocks arrive in comm order, each laid out dim i first; put them in
   // coordinate order along dim i.
   std::vector<Tensor> blocks(g.coord_of_comm_rank.size());
@@ -229,9 +220,7 @@ Tensor transition(const Tensor& local, const Shape& global, const Placement& p, 
   Tensor out;
   if (from.is_partial_sum()) {
     if (to.is_broadcast()) {
-      out = empty(local.shape(), {.dtype = local.dtype()});  // own contiguous memory, reduced in place
-      copy_(out, local);
-      g.comm->all_reduce(out);
+      out = comm_all_reduce(local, g.ranks);
     } else if (to.is_split()) {
       out = reduce_scatter_dim(g, local, to.axis());
     } else {
@@ -272,12 +261,8 @@ Tensor change_placement(const Tensor& full, const Shape& global, DType dtype, co
   const int root = from_p.ranks()[0];
   for (int r : to_p.ranks()) {
     if (from_p.contains(r)) continue;
-    if (me == root) world().send(contiguous(full), r, 17);
-    if (me == r) {
-      Tensor t = empty(global, {.dtype = dtype});
-      world().recv(t, root, 17);
-      return t;
-    }
+    if (me == root) comm_send(full, r, 17);
+    if (me == r) return comm_recv(global, dtype, root, 17);
   }
   return to_p.contains(me) ? full : Tensor();
 }

@@ -4,6 +4,7 @@
 // the backend's run_* function, which may assume the checks hold.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ class CheckedCommunicator : public Communicator {
   virtual int max_tag() const = 0;
 
  private:
+  std::mutex subgroups_mutex_;
   std::vector<std::pair<std::vector<int>, std::shared_ptr<Communicator>>> subgroups_;
 };
 

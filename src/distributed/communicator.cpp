@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -171,6 +172,8 @@ std::shared_ptr<Communicator> CheckedCommunicator::subgroup(const std::vector<in
   }
   MF_CHECK(std::find(ranks.begin(), ranks.end(), rank()) != ranks.end(), ValueError, "subgroup: this rank (",
            rank(), ") must be one of the ranks, got ", format_ranks(ranks));
+  // The graph executor's communication thread looks groups up too.
+  std::lock_guard<std::mutex> lock(subgroups_mutex_);
   for (const auto& [key, comm] : subgroups_)
     if (key == ranks) return comm;
   auto comm = create_subgroup(ranks);
@@ -231,5 +234,12 @@ int get_rank() { return world().rank(); }
 int get_world_size() { return world().size(); }
 int get_local_rank() { return world().backend() == "mpi" ? mpi_local_rank() : 0; }
 void barrier() { world().barrier(); }
+
+namespace {
+thread_local bool tls_yielding_waits = false;
+}  // namespace
+
+void set_yielding_waits(bool yielding) { tls_yielding_waits = yielding; }
+bool yielding_waits() { return tls_yielding_waits; }
 
 }  // namespace mf::distributed

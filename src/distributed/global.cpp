@@ -4,6 +4,7 @@
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/error.h"
+#include "meshflow/graph/trace.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 
@@ -60,15 +61,11 @@ Tensor as_global(const Tensor& grad, const Placement& p) {
   return grad.is_global() ? grad : global_from_full(grad, p, NdSbp(size_t(p.ndim()), Sbp::broadcast()));
 }
 
-Tensor wrap(Tensor local, const Shape& global_shape, DType dtype, const Placement& placement, const NdSbp& sbp) {
-  Tensor g = make_meta(global_shape, dtype);
-  g.impl()->set_global(std::make_shared<const GlobalMeta>(GlobalMeta{placement, sbp, std::move(local)}));
-  return g;
-}
-
 // Every rank's (ndim, dtype, dims...) so that each rank checks the same
 // facts and reaches the same verdict (no rank waits on one that failed).
 std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member) {
+  // Shapes are metadata: exchanged now, also while a graph is traced.
+  graph::SuspendTracing eager;
   const int64_t world = distributed::get_world_size();
   Tensor mine = full({kMaxDims + 2}, Scalar(int64_t(-1)), {.dtype = DType::Int64});
   int64_t* m = mine.data<int64_t>();
@@ -86,6 +83,13 @@ std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member
 }
 
 }  // namespace
+
+Tensor make_global(Tensor local, const Shape& global_shape, DType dtype, const Placement& placement,
+                   const NdSbp& sbp) {
+  Tensor g = make_meta(global_shape, dtype);
+  g.impl()->set_global(std::make_shared<const GlobalMeta>(GlobalMeta{placement, sbp, std::move(local)}));
+  return g;
+}
 
 const Placement& placement_of(const Tensor& global) { return meta_of(global, "placement").placement; }
 const NdSbp& sbp_of(const Tensor& global) { return meta_of(global, "sbp").sbp; }
@@ -143,14 +147,14 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
              "most one, larger parts first)");
   }
   const DType dtype = DType(first[1]);
-  return wrap(member ? contiguous(local.detach()) : Tensor(), global, dtype, placement, sbp);
+  return make_global(member ? contiguous(local.detach()) : Tensor(), global, dtype, placement, sbp);
 }
 
 Tensor global_to_global(const Tensor& global, const Placement& placement, const NdSbp& sbp) {
   const GlobalMeta& m = meta_of(global, "to_global");
   check_nd_sbp(sbp, placement, global.dim(), "to_global");
   Tensor local = distributed::box(m.local, global.shape(), global.dtype(), m.placement, m.sbp, placement, sbp);
-  return wrap(std::move(local), global.shape(), global.dtype(), placement, sbp);
+  return make_global(std::move(local), global.shape(), global.dtype(), placement, sbp);
 }
 
 Tensor global_to_local(const Tensor& global) { return meta_of(global, "to_local").local; }
@@ -187,7 +191,7 @@ Tensor to_local(const Tensor& global) {
 Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp) {
   check_nd_sbp(sbp, placement, full.dim(), "global factory");
   const int me = distributed::get_rank();
-  if (!placement.contains(me)) return wrap(Tensor(), full.shape(), full.dtype(), placement, sbp);
+  if (!placement.contains(me)) return make_global(Tensor(), full.shape(), full.dtype(), placement, sbp);
   const std::vector<int64_t> coords = placement.coords(me);
   Tensor local = full.detach();
   bool zero = false;
@@ -200,7 +204,7 @@ Tensor global_from_full(const Tensor& full, const Placement& placement, const Nd
     }
   }
   local = zero ? zeros(local.shape(), {.dtype = local.dtype()}) : contiguous(local);
-  return wrap(std::move(local), full.shape(), full.dtype(), placement, sbp);
+  return make_global(std::move(local), full.shape(), full.dtype(), placement, sbp);
 }
 
 }  // namespace mf

@@ -200,9 +200,7 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
 }
 
 Tensor wrap_output(const Prepared& r, size_t o, DType dtype, Tensor local) {
-  Tensor g = make_meta(r.out_shapes[o], dtype);
-  g.impl()->set_global(std::make_shared<const GlobalMeta>(GlobalMeta{*r.placement, r.out_sbp[o], std::move(local)}));
-  return g;
+  return make_global(std::move(local), r.out_shapes[o], dtype, *r.placement, r.out_sbp[o]);
 }
 
 }  // namespace

@@ -468,7 +468,8 @@ class MpiCommunicator final : public CheckedCommunicator {
   }
 
   // Note [Bounded waits]. Spins first (collectives on small tensors finish
-  // in microseconds), then yields the core, then sleeps between polls.
+  // in microseconds; a thread with yielding_waits() skips this), then
+  // yields the core, then sleeps between polls.
   MPI_Status wait(const char* name, MPI_Request& request, std::initializer_list<Tensor> buffers) {
     using Clock = std::chrono::steady_clock;
     MpiRuntime& r = runtime();
@@ -476,6 +477,7 @@ class MpiCommunicator final : public CheckedCommunicator {
              "; communication is no longer possible in this process");
     auto start = Clock::now();
     auto limit = std::chrono::duration<double>(r.timeout_s);
+    const bool yielding = yielding_waits();
     for (;;) {
       int done = 0;
       MPI_Status status;
@@ -493,7 +495,7 @@ class MpiCommunicator final : public CheckedCommunicator {
       }
       if (waited > std::chrono::seconds(1))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
-      else if (waited > std::chrono::milliseconds(1))
+      else if (yielding || waited > std::chrono::milliseconds(1))
         std::this_thread::yield();
     }
   }

@@ -2,13 +2,9 @@
 #include "meshflow/distributed/reducer.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <future>
-#include <mutex>
-#include <thread>
 
+#include "distributed/job_thread.h"
 #include "meshflow/autograd.h"
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
@@ -17,50 +13,6 @@
 
 namespace mf::distributed {
 namespace {
-
-// One thread that runs submitted jobs in order (the all-reduces).
-class Worker {
- public:
-  Worker() : thread_([this] { loop(); }) {}
-  ~Worker() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_one();
-    thread_.join();
-  }
-  std::future<void> submit(std::function<void()> job) {
-    std::packaged_task<void()> task(std::move(job));
-    std::future<void> done = task.get_future();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      jobs_.push_back(std::move(task));
-    }
-    wake_.notify_one();
-    return done;
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      std::packaged_task<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        task = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::packaged_task<void()>> jobs_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 struct Bucket {
   std::vector<size_t> params;
@@ -82,7 +34,7 @@ struct GradientReducer::State {
   bool sync = true;
   bool in_pass = false;
   size_t next_launch = 0;
-  std::unique_ptr<Worker> worker;
+  std::unique_ptr<JobThread> worker;
 
   void start_pass() {
     in_pass = true;
@@ -194,7 +146,7 @@ GradientReducer::GradientReducer(TensorList params, int64_t bucket_cap_bytes, Co
     b.buffer = zeros({b.offsets.back() + last.numel()}, {.dtype = last.dtype()});
   }
   s.ready.assign(s.params.size(), false);
-  s.worker = std::make_unique<Worker>();
+  s.worker = std::make_unique<JobThread>();
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     s.hooks.push_back(s.params[i].register_post_accumulate_grad_hook([weak, i](const Tensor&) {

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <future>
 #include <map>
 #include <sstream>
 
+#include "distributed/job_thread.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/generator.h"
 #include "meshflow/graph/fusion.h"
 #include "meshflow/optim/optimizer.h"
@@ -27,6 +30,36 @@ bool is_planned(const Graph& graph, ValueId id) {
 }
 
 }  // namespace
+
+std::vector<int32_t> communication_waits(const Graph& graph) {
+  const auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  auto root_of = [&](ValueId id) { return values[size_t(id)].root; };
+  std::vector<int32_t> waits(nodes.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& c = nodes[i];
+    if (!c.op->collective) continue;
+    std::vector<ValueId> read, written;
+    for (ValueId in : c.inputs)
+      if (in != kNoValue) read.push_back(root_of(in));
+    for (ValueId out : c.outputs) written.push_back(root_of(out));
+    auto among = [&](const std::vector<ValueId>& roots, ValueId id) {
+      return id != kNoValue && std::find(roots.begin(), roots.end(), root_of(id)) != roots.end();
+    };
+    waits[i] = int32_t(nodes.size());
+    for (size_t j = i + 1; j < nodes.size(); ++j) {
+      const Node& n = nodes[j];
+      if (n.is_view()) continue;  // views touch no data
+      bool conflict = n.inplace && (among(read, n.inputs[0]) || among(written, n.inputs[0]));
+      for (ValueId in : n.inputs) conflict = conflict || among(written, in);
+      if (conflict) {
+        waits[i] = int32_t(j);
+        break;
+      }
+    }
+  }
+  return waits;
+}
 
 MemoryPlan plan_memory(const Graph& graph) {
   const auto& values = graph.values();
@@ -49,6 +82,14 @@ MemoryPlan plan_memory(const Graph& graph) {
     for (ValueId id : nodes[i].outputs) touch(id, int32_t(i));
   }
   for (ValueId id : graph.outputs()) touch(id, end_of_run);
+  // A collective's buffers are in use until its wait node (Note
+  // [Overlapping communication]).
+  const std::vector<int32_t> waits = communication_waits(graph);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (waits[i] < 0) continue;
+    for (ValueId id : nodes[i].inputs) touch(id, waits[i]);
+    for (ValueId id : nodes[i].outputs) touch(id, waits[i]);
+  }
 
   struct Placed {
     int64_t offset, size;
@@ -96,12 +137,15 @@ MemoryPlan plan_memory(const Graph& graph) {
   return plan;
 }
 
-Executable::Executable(Graph graph) : graph_(std::move(graph)) {
+Executable::Executable(Graph graph, bool overlap_communication)
+    : graph_(std::move(graph)), overlap_communication_(overlap_communication) {
   for (const Value& v : graph_.values())
     MF_CHECK(v.device.is_cpu(), Error, "graph: only CPU graphs can be compiled yet (a value is on ", v.device, ")");
   plan_ = plan_memory(graph_);
   lower();
 }
+
+Executable::~Executable() = default;
 
 void Executable::lower() {
   const auto& values = graph_.values();
@@ -123,6 +167,8 @@ void Executable::lower() {
     if (v.kind == ValueKind::Input) tensors_[i] = arena_tensor(ValueId(i));
   }
   steps_.clear();
+  // Node index -> index of its step (views have none).
+  std::vector<int32_t> step_of(graph_.nodes().size() + 1, -1);
   for (const Node& node : graph_.nodes()) {
     TensorList inputs;
     inputs.reserve(node.inputs.size());
@@ -146,8 +192,23 @@ void Executable::lower() {
     const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
     step.kernel = node.fused ? fused_kernel(node.fused) : node.op->kernels[size_t(device.type())];
     MF_CHECK(bool(step.kernel), Error, node.op->name, ": no kernel for device ", device);
+    step_of[size_t(&node - graph_.nodes().data())] = int32_t(steps_.size());
     steps_.push_back(std::move(step));
   }
+  // Note [Overlapping communication]: each collective gets a slot that its
+  // wait node's step (or the end of the run) waits for.
+  final_waits_.clear();
+  num_slots_ = 0;
+  if (!overlap_communication_) return;
+  const std::vector<int32_t> waits = communication_waits(graph_);
+  for (size_t i = 0; i < waits.size(); ++i) {
+    if (waits[i] < 0) continue;
+    const int32_t slot = num_slots_++;
+    steps_[size_t(step_of[i])].async_slot = slot;
+    if (waits[i] == int32_t(waits.size())) final_waits_.push_back(slot);
+    else steps_[size_t(step_of[size_t(waits[i])])].waits.push_back(slot);
+  }
+  if (num_slots_ && !comm_thread_) comm_thread_ = std::make_unique<distributed::JobThread>();
 }
 
 bool Executable::refresh_variables() {
@@ -159,7 +220,8 @@ bool Executable::refresh_variables() {
              "' of a parameter of shape ", shape_str(b.param.sizes()),
              " that this graph updates is gone; trace the graph again");
     Value& v = graph_.values()[size_t(b.value)];
-    const Tensor& now = it->second.to_tensor();
+    const Tensor& entry = it->second.to_tensor();
+    const Tensor& now = entry.is_global() ? global_to_local(entry) : entry;
     if (now.is_same(v.tensor)) continue;
     MF_CHECK(now.sizes() == v.sizes && now.strides() == v.strides && now.storage_offset() == v.offset &&
                  now.dtype() == v.dtype,
@@ -178,15 +240,27 @@ void Executable::bind_inputs(const TensorList& inputs) {
   const auto& graph_inputs = graph_.inputs();
   MF_CHECK(inputs.size() == graph_inputs.size(), ValueError, "graph: expected ", graph_inputs.size(),
            " inputs, got ", inputs.size());
+  TensorList locals;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = graph_.value(graph_inputs[i]);
-    MF_CHECK(inputs[i].defined(), ValueError, "graph: input ", i, " is undefined");
-    MF_CHECK(inputs[i].sizes() == v.sizes && inputs[i].dtype() == v.dtype && inputs[i].device() == v.device,
-             ShapeError, "graph: input ", i, " has ", dtype_name(inputs[i].dtype()), shape_str(inputs[i].sizes()),
+    const Tensor& t = inputs[i];
+    MF_CHECK(t.defined(), ValueError, "graph: input ", i, " is undefined");
+    MF_CHECK(t.is_global() == v.global.has_value(), ValueError, "graph: input ", i, " is ",
+             t.is_global() ? "a global tensor" : "a local tensor", " but the graph was compiled for ",
+             v.global ? "a global one" : "a local one");
+    if (v.global) {
+      MF_CHECK(placement_of(t) == v.global->placement && sbp_of(t) == v.global->sbp && t.sizes() == v.global->shape,
+               ValueError, "graph: input ", i, " is global ", nd_sbp_str(sbp_of(t)), " of ", shape_str(t.sizes()),
+               " on ", placement_of(t).str(), " but the graph was compiled for ", v.global->str());
+    }
+    const Tensor& local = v.global ? global_to_local(t) : t;
+    MF_CHECK(local.sizes() == v.sizes && local.dtype() == v.dtype && local.device() == v.device, ShapeError,
+             "graph: input ", i, " has ", dtype_name(local.dtype()), shape_str(local.sizes()),
              " but the graph was compiled for ", dtype_name(v.dtype), shape_str(v.sizes));
+    locals.push_back(local);
   }
   if (refresh_variables()) lower();
-  for (size_t i = 0; i < inputs.size(); ++i) cpu::copy_cast(tensors_[size_t(graph_inputs[i])], inputs[i]);
+  for (size_t i = 0; i < locals.size(); ++i) cpu::copy_cast(tensors_[size_t(graph_inputs[i])], locals[i]);
 }
 
 void Executable::refresh_attrs(Step& step) {
@@ -201,17 +275,38 @@ void Executable::refresh_attrs(Step& step) {
   }
 }
 
+void Executable::run_steps() {
+  std::vector<std::future<void>> pending(static_cast<size_t>(num_slots_));
+  try {
+    for (Step& step : steps_) {
+      for (int32_t slot : step.waits) pending[size_t(slot)].get();
+      if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
+      if (step.async_slot >= 0) {
+        pending[size_t(step.async_slot)] =
+            comm_thread_->submit([&step] { step.kernel(step.inputs, step.outputs, step.attrs); });
+      } else {
+        step.kernel(step.inputs, step.outputs, step.attrs);
+      }
+    }
+    for (int32_t slot : final_waits_) pending[size_t(slot)].get();
+  } catch (...) {
+    // The communication thread may still use the plan's buffers.
+    for (auto& p : pending)
+      if (p.valid()) p.wait();
+    throw;
+  }
+}
+
 TensorList Executable::run(const TensorList& inputs) {
   bind_inputs(inputs);
-  for (Step& step : steps_) {
-    if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
-    step.kernel(step.inputs, step.outputs, step.attrs);
-  }
+  run_steps();
   TensorList outputs;
-  for (ValueId id : graph_.outputs()) {
-    const Tensor& src = tensors_[size_t(id)];
+  for (size_t i = 0; i < graph_.outputs().size(); ++i) {
+    const Tensor& src = tensors_[size_t(graph_.outputs()[i])];
     Tensor out = make_empty(src.sizes(), src.dtype(), src.device());
     cpu::copy_cast(out, src);
+    if (const auto& layout = graph_.output_layouts()[i])
+      out = make_global(std::move(out), layout->shape, src.dtype(), layout->placement, layout->sbp);
     outputs.push_back(std::move(out));
   }
   return outputs;

@@ -22,10 +22,14 @@ ValueId Graph::add_value(Value v) {
   return id;
 }
 
-ValueId Graph::add_input(const TensorMeta& meta, std::string name) {
+std::string GlobalLayout::str() const {
+  return "global " + nd_sbp_str(sbp) + " of " + shape_str(shape) + " on " + placement.str();
+}
+
+ValueId Graph::add_input(const TensorMeta& meta, std::string name, std::optional<GlobalLayout> global) {
   Value v{.kind = ValueKind::Input, .sizes = meta.sizes, .strides = contiguous_strides(meta.sizes),
           .dtype = meta.dtype, .device = meta.device, .input_index = int32_t(inputs_.size()),
-          .name = std::move(name)};
+          .name = std::move(name), .global = std::move(global)};
   const ValueId id = add_value(std::move(v));
   inputs_.push_back(id);
   return id;
@@ -51,6 +55,14 @@ Tensor Graph::meta_tensor(ValueId id) const {
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), v.sizes, v.strides, v.offset, v.dtype));
 }
 
+void Graph::set_outputs(std::vector<ValueId> outputs, std::vector<std::optional<GlobalLayout>> layouts) {
+  MF_CHECK(layouts.empty() || layouts.size() == outputs.size(), ValueError, "graph: ", outputs.size(),
+           " outputs but ", layouts.size(), " output layouts");
+  if (layouts.empty()) layouts.resize(outputs.size());
+  outputs_ = std::move(outputs);
+  output_layouts_ = std::move(layouts);
+}
+
 int32_t Graph::append_node(Node node, const std::vector<Value>& outputs) {
   const auto index = int32_t(nodes_.size());
   node.outputs.clear();
@@ -59,6 +71,7 @@ int32_t Graph::append_node(Node node, const std::vector<Value>& outputs) {
     v.kind = ValueKind::Intermediate;
     v.tensor = Tensor();
     v.name.clear();
+    v.global.reset();
     v.input_index = -1;
     v.producer = index;
     v.output_index = int32_t(i);
@@ -144,8 +157,11 @@ std::string type_str(const Value& v) {
 std::string Graph::str() const {
   std::ostringstream os;
   os << "graph(";
-  for (size_t i = 0; i < inputs_.size(); ++i)
-    os << (i ? ", " : "") << value_name(*this, inputs_[i]) << ": " << type_str(value(inputs_[i]));
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const Value& v = value(inputs_[i]);
+    os << (i ? ", " : "") << value_name(*this, inputs_[i]) << ": " << type_str(v);
+    if (v.global) os << " " << v.global->str();
+  }
   os << ") {\n";
   for (size_t i = 0; i < values_.size(); ++i) {
     const Value& v = values_[i];
@@ -160,12 +176,19 @@ std::string Graph::str() const {
     for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << value_name(*this, n.inputs[i]);
     if (!n.attrs.items().empty()) os << "; " << n.attrs.str();
     os << ")  # ";
-    for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << type_str(value(n.outputs[i]));
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const Value& v = value(n.outputs[i]);
+      os << (i ? ", " : "") << type_str(v);
+      if (v.global) os << " of global " << nd_sbp_str(v.global->sbp) << " " << shape_str(v.global->shape);
+    }
     if (n.is_view()) os << " view";
     os << "\n";
   }
   os << "  return ";
-  for (size_t i = 0; i < outputs_.size(); ++i) os << (i ? ", " : "") << value_name(*this, outputs_[i]);
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    os << (i ? ", " : "") << value_name(*this, outputs_[i]);
+    if (output_layouts_[i]) os << " (" << output_layouts_[i]->str() << ")";
+  }
   os << "\n}";
   return os.str();
 }

@@ -21,7 +21,7 @@ int eliminate_dead_code(Graph& graph) {
   int count = 0;
   for (size_t i = nodes.size(); i-- > 0;) {
     const Node& n = nodes[i];
-    bool live = n.inplace;
+    bool live = n.inplace || n.op->collective;
     for (ValueId out : n.outputs) live = live || live_value[size_t(out)];
     if (!live) {
       removed[i] = true;
@@ -54,7 +54,7 @@ int eliminate_common_subexpressions(Graph& graph) {
       ++writes[size_t(values[size_t(n.inputs[0])].root)];
       continue;
     }
-    if (n.random_counters || n.outputs.empty()) continue;
+    if (n.random_counters || n.outputs.empty() || n.op->collective) continue;
     std::ostringstream key;
     key << n.op->name << '(' << n.attrs.str() << ')';
     for (ValueId in : n.inputs) key << ' ' << in << '@' << (in == kNoValue ? 0 : root_writes(in));
@@ -89,7 +89,7 @@ int fold_constants(Graph& graph) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node n = nodes[i];
-    if (n.inplace || n.random_counters) continue;
+    if (n.inplace || n.random_counters || n.op->collective) continue;
     bool constant = true;
     for (ValueId out : n.outputs) constant = constant && !written[size_t(graph.value(out).root)];
     TensorList inputs;
@@ -365,9 +365,20 @@ int schedule_updates_early(Graph& graph) {
   std::vector<size_t> order;  // node indices in their new order
   order.reserve(nodes.size());
   int count = 0;
+  // Buffers written by collectives: an update reading one stays where it is.
+  std::vector<bool> communicated(values.size(), false);
+  for (const Node& n : nodes)
+    if (n.op->collective)
+      for (ValueId out : n.outputs) communicated[size_t(root_of(out))] = true;
+  auto reads_communicated = [&](const Node& n) {
+    for (ValueId in : n.inputs)
+      if (in != kNoValue && communicated[size_t(root_of(in))]) return true;
+    return false;
+  };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    const bool update = n.inplace && values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable;
+    const bool update = n.inplace && values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable &&
+                        !reads_communicated(n);
     if (!update) {
       order.push_back(i);
       continue;

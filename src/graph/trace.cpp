@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "meshflow/distributed/communicator.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/generator.h"
 #include "meshflow/optim/optimizer.h"
 
@@ -15,6 +17,16 @@ Value value_from(const Tensor& t) {
   return Value{.sizes = t.sizes(), .strides = t.strides(), .offset = t.storage_offset(), .dtype = t.dtype(),
                .device = t.device()};
 }
+// The tensor a graph binds for t: a global tensor's local tensor.
+Tensor bound_tensor(const Tensor& t) { return t.is_global() ? global_to_local(t) : t; }
+
+void check_member(const Tensor& t, const char* what) {
+  const Placement& p = placement_of(t);
+  MF_CHECK(p.contains(distributed::get_rank()), Error, what, ": rank ", distributed::get_rank(),
+           " is outside the placement ", p.str(),
+           " of a global tensor; in graph mode every rank must be in the placement of every global tensor");
+}
+
 // Counters a random op reserved (Note [Counter-based random ops]): the op
 // has just reserved them, so they end at the generator's offset.
 uint64_t random_counters(const Attrs& attrs) {
@@ -26,6 +38,9 @@ uint64_t random_counters(const Attrs& attrs) {
 }  // namespace
 
 Tracer* current_tracer() { return tls_tracer; }
+
+SuspendTracing::SuspendTracing() : suspended_(tls_tracer) { tls_tracer = nullptr; }
+SuspendTracing::~SuspendTracing() { tls_tracer = suspended_; }
 
 void check_traceable(const Tensor& t, const char* what) {
   MF_CHECK(tls_tracer == nullptr || t.storage()->has_data(), Error, what,
@@ -58,15 +73,37 @@ void Tracer::close() {
   state_of_.clear();
 }
 
+void Tracer::leave_global(const TensorList& outputs) {
+  for (const Tensor& t : outputs) {
+    if (!t.defined() || !t.is_global()) continue;
+    const Tensor local = global_to_local(t);
+    if (!local.defined()) continue;
+    auto it = ids_.find(local.impl());
+    const ValueId id = it != ids_.end() ? it->second : alias_of(local);
+    if (id == kNoValue) continue;
+    Value& v = graph_.values()[size_t(id)];
+    if (v.kind == ValueKind::Intermediate && !v.global) v.global = GlobalLayout{placement_of(t), sbp_of(t), t.sizes()};
+  }
+}
+
 TensorList Tracer::add_inputs(const TensorList& examples) {
   TensorList stand_ins;
   for (const Tensor& t : examples) {
     MF_CHECK(t.defined(), ValueError, "graph: input ", stand_ins.size(), " is undefined");
-    MF_CHECK(!t.is_global(), Error, "graph: global tensors as graph inputs are not supported yet");
-    const ValueId id = graph_.add_input({t.sizes(), t.dtype(), t.device()});
-    Tensor stand_in = make_meta(t.sizes(), t.dtype(), t.device());
+    if (!t.is_global()) {
+      const ValueId id = graph_.add_input({t.sizes(), t.dtype(), t.device()});
+      Tensor stand_in = make_meta(t.sizes(), t.dtype(), t.device());
+      bind(stand_in, id);
+      stand_ins.push_back(stand_in);
+      continue;
+    }
+    check_member(t, "graph input");
+    const Tensor& local = global_to_local(t);
+    const GlobalLayout layout{placement_of(t), sbp_of(t), t.sizes()};
+    const ValueId id = graph_.add_input({local.sizes(), local.dtype(), local.device()}, {}, layout);
+    Tensor stand_in = make_meta(local.sizes(), local.dtype(), local.device());
     bind(stand_in, id);
-    stand_ins.push_back(stand_in);
+    stand_ins.push_back(make_global(stand_in, t.sizes(), t.dtype(), layout.placement, layout.sbp));
   }
   return stand_ins;
 }
@@ -74,11 +111,7 @@ TensorList Tracer::add_inputs(const TensorList& examples) {
 void Tracer::add_optimizer(optim::Optimizer& optimizer) {
   {
     // The state is real memory that the graph will update: make it eagerly.
-    tls_tracer = nullptr;
-    struct Resume {
-      Tracer* tracer;
-      ~Resume() { tls_tracer = tracer; }
-    } resume{this};
+    SuspendTracing eager;
     optimizer.init_state();
   }
   auto& groups = optimizer.param_groups();
@@ -89,15 +122,25 @@ void Tracer::add_optimizer(optim::Optimizer& optimizer) {
       shield_grad(p);
       for (const auto& [key, entry] : optimizer.state(p)) {
         const auto* name = std::get_if<std::string>(&key);
-        if (name && entry.is_tensor() && entry.to_tensor().defined())
-          state_of_[entry.to_tensor().impl()] = StateBinding{&optimizer, p, *name};
+        if (name && entry.is_tensor() && entry.to_tensor().defined()) {
+          const Tensor state = bound_tensor(entry.to_tensor());
+          state_of_[state.storage().get()] = {state, StateBinding{&optimizer, p, *name}};
+        }
       }
     }
   }
 }
 
 void Tracer::name_variable(const Tensor& t, std::string name) {
-  if (t.defined()) names_[t.impl()] = std::move(name);
+  if (t.defined()) names_[bound_tensor(t).impl()] = std::move(name);
+}
+
+void Tracer::enter_global(const OpDef& op, const TensorList& inputs) {
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !t.is_global()) continue;
+    check_member(t, op.name.c_str());
+    shield_grad(t);
+  }
 }
 
 void Tracer::shield_grad(const Tensor& t) {
@@ -134,19 +177,26 @@ ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
     bind(t, id);
     return id;
   }
-  MF_CHECK(!t.is_global(), Error, op ? op->name : std::string("graph"),
-           ": global tensors inside graph mode are not supported yet");
+  MF_CHECK(!t.is_global(), Error, "internal: ", op ? op->name : std::string("graph"),
+           ": a global tensor reached the lazy layer (global ops are traced through the global interpreter)");
   MF_CHECK(t.storage()->has_data(), Error, op ? op->name : std::string("graph"),
            ": got a traced tensor that this trace did not produce (a tensor kept from another graph's build()?)");
   std::string name;
   if (auto it = names_.find(t.impl()); it != names_.end()) name = it->second;
-  auto state = state_of_.find(t.impl());
-  if (state != state_of_.end() && name.empty())
-    if (auto it = names_.find(state->second.param.impl()); it != names_.end())
-      name = it->second + "." + state->second.key;
+  // Optimizer state, also through another handle of its memory (a global
+  // update takes a local step counter as broadcast: a detached handle).
+  const StateBinding* state = nullptr;
+  if (auto it = state_of_.find(t.storage().get()); it != state_of_.end()) {
+    const Tensor& s = it->second.first;
+    if (s.sizes() == t.sizes() && s.strides() == t.strides() && s.storage_offset() == t.storage_offset())
+      state = &it->second.second;
+  }
+  if (state && name.empty())
+    if (auto it = names_.find(bound_tensor(state->param).impl()); it != names_.end())
+      name = it->second + "." + state->key;
   const ValueId id = graph_.add_variable(t, std::move(name));
-  if (state != state_of_.end()) {
-    graph_.state_bindings.push_back(state->second);
+  if (state) {
+    graph_.state_bindings.push_back(*state);
     graph_.state_bindings.back().value = id;
   }
   shield_grad(t);
@@ -196,11 +246,19 @@ int64_t Tracer::num_updates() const {
 Graph Tracer::finish(const TensorList& outputs) {
   MF_CHECK(active_, Error, "graph: finish() called twice on one trace");
   std::vector<ValueId> ids;
+  std::vector<std::optional<GlobalLayout>> layouts;
   for (const Tensor& t : outputs) {
     MF_CHECK(t.defined(), ValueError, "graph: build() returned an undefined tensor (output ", ids.size(), ")");
-    ids.push_back(value_of(t, nullptr));
+    if (t.is_global()) {
+      check_member(t, "graph output");
+      ids.push_back(value_of(global_to_local(t), nullptr));
+      layouts.emplace_back(GlobalLayout{placement_of(t), sbp_of(t), t.sizes()});
+    } else {
+      ids.push_back(value_of(t, nullptr));
+      layouts.emplace_back();
+    }
   }
-  graph_.set_outputs(std::move(ids));
+  graph_.set_outputs(std::move(ids), std::move(layouts));
   close();
   return std::move(graph_);
 }

@@ -155,7 +155,7 @@ void OpRegistry::validate() const {
              "' is differentiable but has no backward (declare differentiable = false if it has none)");
     MF_CHECK(!op->inplace || has_kernel, Error, "OpRegistry: op '", op->name,
              "' is marked in-place but has no kernel");
-    MF_CHECK(bool(op->sbp) || (op->inputs.empty() && !op->variadic), Error, "OpRegistry: op '", op->name,
+    MF_CHECK(bool(op->sbp) || op->collective || (op->inputs.empty() && !op->variadic), Error, "OpRegistry: op '", op->name,
              "' has inputs but no SBP rule (declare sbp = sbp::broadcast_only() if it runs only broadcast)");
   }
 }

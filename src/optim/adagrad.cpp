@@ -111,7 +111,7 @@ void Adagrad::validate_group(const ParamGroup& group) const {
 namespace {
 void init_adagrad_state(StateValue::Dict& state, const Tensor& p, double initial_accumulator_value) {
   state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
-  state["sum"] = full_like(p, initial_accumulator_value);
+  state["sum"] = detail::state_like(p, initial_accumulator_value);
 }
 }  // namespace
 

@@ -194,9 +194,9 @@ void Adam::validate_group(const ParamGroup& group) const {
 
 void Adam::init_param_state(const ParamGroup& group, const Tensor& p, StateValue::Dict& state) {
   state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
-  state["exp_avg"] = zeros_like(p);
-  state["exp_avg_sq"] = zeros_like(p);
-  if (group.get_bool("amsgrad")) state["max_exp_avg_sq"] = zeros_like(p);
+  state["exp_avg"] = detail::state_like(p);
+  state["exp_avg_sq"] = detail::state_like(p);
+  if (group.get_bool("amsgrad")) state["max_exp_avg_sq"] = detail::state_like(p);
 }
 
 void Adam::step() {

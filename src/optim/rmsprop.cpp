@@ -136,9 +136,9 @@ void RMSprop::validate_group(const ParamGroup& group) const {
 
 void RMSprop::init_param_state(const ParamGroup& group, const Tensor& p, StateValue::Dict& state) {
   state["step"] = zeros({}, {.dtype = kFloat32, .device = p.device()});
-  state["square_avg"] = zeros_like(p);
-  if (group.get_double("momentum") > 0) state["momentum_buffer"] = zeros_like(p);
-  if (group.get_bool("centered")) state["grad_avg"] = zeros_like(p);
+  state["square_avg"] = detail::state_like(p);
+  if (group.get_double("momentum") > 0) state["momentum_buffer"] = detail::state_like(p);
+  if (group.get_bool("centered")) state["grad_avg"] = detail::state_like(p);
 }
 
 void RMSprop::step() {

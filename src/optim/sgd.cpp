@@ -145,7 +145,7 @@ void SGD::init_param_state(const ParamGroup& group, const Tensor& p, StateValue:
   }
   MF_CHECK(dampening == 0, ValueError, "SGD: a momentum buffer with dampening ", dampening,
            " cannot be created before the first step (graph mode needs it); run one eager step first");
-  state["momentum_buffer"] = zeros_like(p);
+  state["momentum_buffer"] = detail::state_like(p);
 }
 
 void SGD::step() {
@@ -166,7 +166,8 @@ void SGD::step() {
       if (args.momentum != 0) {
         auto it = state.find("momentum_buffer");
         if (it == state.end() || it->second.is_none()) {
-          buffer = empty_like(p);
+          // The update fills it with the gradient.
+          buffer = detail::state_like(p);
           args.init_momentum_buffer = true;
         } else {
           buffer = state_tensor(p, "momentum_buffer");

@@ -1,6 +1,9 @@
 // Shared pieces of the fused optimizer update ops; see update_common.h.
 #include "optim/update_common.h"
 
+#include "meshflow/distributed/global.h"
+#include "meshflow/ops/creation.h"
+
 namespace mf::optim::detail {
 
 namespace {
@@ -105,6 +108,13 @@ double increment_step(const Tensor& step) {
     *p = T(acc_type<T>(*p) + acc_type<T>(1));
     return double(acc_type<T>(*p));
   });
+}
+
+Tensor state_like(const Tensor& p, Scalar value) {
+  if (!p.is_global()) return full_like(p, value);
+  const Tensor local = global_to_local(p);
+  return make_global(local.defined() ? full_like(local, value) : Tensor(), p.sizes(), p.dtype(), placement_of(p),
+                     sbp_of(p));
 }
 
 void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const TensorList& also_written) {

@@ -65,6 +65,13 @@ decltype(auto) dispatch_bool(bool b, F&& f) {
   return b ? f(std::true_type{}) : f(std::false_type{});
 }
 
+// A state tensor of parameter p filled with value, laid out as p: for a
+// global parameter a global tensor with p's placement and SBP, each rank
+// holding the state of its shard, so that the update, which runs on the
+// parameter's layout, writes the state in place (a local tensor of the
+// global shape would be sliced into a temporary copy on every step).
+Tensor state_like(const Tensor& p, Scalar value = Scalar(0.0));
+
 // Runs an update op into inputs[0] through the dispatcher with grad mode
 // off, then bumps the version counters of the other written inputs.
 void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const TensorList& also_written);

@@ -342,3 +342,32 @@ def test_graph_amp_equals_eager_amp(name):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
     with pytest.raises(TypeError, match="bfloat16"):
         g.config.enable_amp(True, dtype=mf.float32)
+
+
+def test_global_graph_on_one_rank_keeps_layouts_and_retraces_per_sbp():
+    p = mf.placement("cpu", [0])
+    B, S = mf.sbp.broadcast, mf.sbp.split
+    mf.manual_seed(0)
+    model = mf.nn.Linear(4, 3).to_global(p, B)
+
+    class Predict(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+
+    g = Predict()
+    x = mf.randn(6, 4)
+    for sbp in (S(0), B, S(0)):
+        xg = x.to_global(placement=p, sbp=sbp)
+        out = g(xg)
+        with mf.no_grad():
+            expected = model(xg)
+        assert out.is_global and out.sbp == expected.sbp == (sbp,) and out.placement == p
+        assert out.to_local().tolist() == expected.to_local().tolist()
+    assert g.num_compiled == 2
+    assert "global (S(0),) of (6, 4)" in str(g)  # the last call's plan
+    with pytest.raises(ValueError, match="compiled for a global one"):
+        g._last.executable.run([x])

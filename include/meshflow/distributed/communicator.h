@@ -72,6 +72,11 @@ int get_rank();
 int get_world_size();
 // The rank among the processes of this machine.
 int get_local_rank();
+// Waits for collectives issued by this thread yield the core from the
+// start instead of spinning for a millisecond first: for a communication
+// thread whose waits run beside compute on the same cores.
+void set_yielding_waits(bool yielding);
+bool yielding_waits();
 void barrier();
 
 }  // namespace mf::distributed

@@ -47,6 +47,13 @@ Tensor to_local(const Tensor& global);
 // or the world size.
 Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp);
 
+// The global tensor of this rank's shard `local` (undefined outside the
+// placement), which must already be the shard that (global_shape, sbp)
+// gives this rank: no communication and no check (the global interpreter's
+// and compiled graphs' results).
+Tensor make_global(Tensor local, const Shape& global_shape, DType dtype, const Placement& placement,
+                   const NdSbp& sbp);
+
 const Placement& placement_of(const Tensor& global);
 const NdSbp& sbp_of(const Tensor& global);
 

@@ -16,10 +16,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "meshflow/graph/ir.h"
+
+namespace mf::distributed {
+class JobThread;
+}
 
 namespace mf::graph {
 
@@ -45,13 +50,38 @@ struct MemoryPlan {
 
 constexpr int64_t kArenaAlignment = 64;
 
+// Note [Overlapping communication]
+// A collective node (OpDef::collective: boxing's communication, Note
+// [Communication ops] in src/distributed/comm_ops.h) is handed to the
+// plan's communication thread, and the steps after it go on while it runs.
+// The run waits for it just before its wait node (communication_waits):
+// the first later node that reads a buffer it writes (its outputs) or
+// writes a buffer it reads or writes (an in-place node), or the end of the
+// run. Until then its input and output buffers are in use on the other
+// thread, so the memory plan keeps them live up to the wait node: no other
+// buffer is placed over them meanwhile. The thread runs collectives in
+// program order, so every rank still issues them in the same order, and
+// each collective reads and writes the same bits as in a run without
+// overlap: the results do not change. The thread's waits yield the core
+// at once (set_yielding_waits), so that on machines with as many ranks as
+// cores the polling does not take the compute's time.
+
+// Per node: for a collective node, the index of its wait node (the node
+// count: the end of the run); -1 for other nodes.
+std::vector<int32_t> communication_waits(const Graph& graph);
+
 MemoryPlan plan_memory(const Graph& graph);
 
 class Executable {
  public:
-  explicit Executable(Graph graph);
+  // overlap_communication: run collectives on a communication thread
+  // (Note [Overlapping communication]); false runs every step in order.
+  explicit Executable(Graph graph, bool overlap_communication = true);
+  ~Executable();
   // Runs the plan; inputs must match the traced inputs' shapes, dtypes and
-  // devices. Returns fresh tensors holding the graph outputs.
+  // devices (a global input: its placement, SBP and global shape, and its
+  // local tensor is bound). Returns fresh tensors holding the graph
+  // outputs (global outputs as global tensors).
   TensorList run(const TensorList& inputs);
 
   const Graph& graph() const { return graph_; }
@@ -76,6 +106,11 @@ class Executable {
     Attrs attrs;
     int32_t lr_group = -1;
     uint64_t random_counters = 0;
+    // A collective run on the communication thread: its slot of pending
+    // work (-1: runs here).
+    int32_t async_slot = -1;
+    // Slots to wait for before this step.
+    std::vector<int32_t> waits;
   };
   void lower();
   // Rebinds optimizer state replaced since the last run; true if a
@@ -83,6 +118,7 @@ class Executable {
   bool refresh_variables();
   void bind_inputs(const TensorList& inputs);
   void refresh_attrs(Step& step);
+  void run_steps();
 
   Graph graph_;
   MemoryPlan plan_;
@@ -90,6 +126,11 @@ class Executable {
   std::vector<Tensor> tensors_;  // per value
   std::vector<Step> steps_;
   std::vector<const StorageImpl*> variable_storages_;
+  bool overlap_communication_ = true;
+  // Slots waited for at the end of the run.
+  std::vector<int32_t> final_waits_;
+  int32_t num_slots_ = 0;
+  std::unique_ptr<distributed::JobThread> comm_thread_;
 };
 
 }  // namespace mf::graph

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,15 @@ struct FusedProgram;  // fusion.h
 struct LrSource {
   optim::Optimizer* optimizer = nullptr;
   size_t group = 0;
+};
+
+// The layout of a global tensor whose local tensor a value is: a global
+// graph input or output (Note [Tracing global ops] in trace.h).
+struct GlobalLayout {
+  Placement placement;
+  NdSbp sbp;
+  Shape shape;  // the global shape
+  std::string str() const;  // "global (S(0)) of (64, 784) on placement(...)"
 };
 
 using ValueId = int32_t;
@@ -71,6 +81,10 @@ struct Value {
   Tensor tensor;
   // A name for printing (parameter names when the front end knows them).
   std::string name;
+  // The global tensor this value is the local tensor of: a global graph
+  // input's layout (checked at every run), or for printing the layout of
+  // the first global result the trace wrapped around a node's output.
+  std::optional<GlobalLayout> global;
 
   int64_t nbytes() const;  // bytes of the buffer an owner needs
 };
@@ -96,7 +110,9 @@ struct Node {
 
 class Graph {
  public:
-  ValueId add_input(const TensorMeta& meta, std::string name = {});
+  // A graph input; `global`: it is this rank's local tensor of a global
+  // input laid out so (meta: the local tensor's).
+  ValueId add_input(const TensorMeta& meta, std::string name = {}, std::optional<GlobalLayout> global = {});
   ValueId add_variable(const Tensor& tensor, std::string name = {});
   ValueId add_constant(const Tensor& tensor);
   // Appends a node; its output values are created from infer (or, for a
@@ -106,7 +122,9 @@ class Graph {
   ValueId add_inplace_node(const OpDef& op, std::vector<ValueId> inputs, Attrs attrs = {});
   // Appends a node whose output metadata are given (the tracer knows them).
   int32_t append_node(Node node, const std::vector<Value>& outputs);
-  void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
+  // layouts: per output, the global tensor it is the local tensor of (none:
+  // a local output); empty for all local.
+  void set_outputs(std::vector<ValueId> outputs, std::vector<std::optional<GlobalLayout>> layouts = {});
 
   const std::vector<Value>& values() const { return values_; }
   std::vector<Value>& values() { return values_; }
@@ -115,6 +133,7 @@ class Graph {
   std::vector<Node>& nodes() { return nodes_; }
   const std::vector<ValueId>& inputs() const { return inputs_; }
   const std::vector<ValueId>& outputs() const { return outputs_; }
+  const std::vector<std::optional<GlobalLayout>>& output_layouts() const { return output_layouts_; }
 
   // The value's metadata as a metadata-only tensor (for infer and views).
   Tensor meta_tensor(ValueId id) const;
@@ -140,6 +159,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<ValueId> inputs_;
   std::vector<ValueId> outputs_;
+  std::vector<std::optional<GlobalLayout>> output_layouts_;
 };
 
 // "%7" or "%w1" for printing.

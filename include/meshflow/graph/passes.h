@@ -1,5 +1,15 @@
 // Graph passes: each rewrites a Graph in place and returns how many nodes it
 // removed or replaced. optimize() runs the default list.
+//
+// Note [Collectives in passes]
+// Every rank runs its own graph, and their collectives (OpDef::collective)
+// must meet: the same collectives in the same order on every rank. So no
+// pass removes a collective (DCE keeps it even when nothing reads its
+// result: another rank's copy may be live), merges two (CSE), runs one at
+// compile time (constant folding), or moves one relative to another; the
+// passes that move nodes move only in-place updates (which stay after
+// every node touching their buffers) and single-use elementwise chains,
+// never a collective.
 #pragma once
 
 #include <string>
@@ -10,7 +20,7 @@ namespace mf::graph {
 
 // Removes nodes whose outputs nothing reads. In-place nodes stay: they
 // write memory that outlives them (a variable, or a buffer a later node
-// reads through another value).
+// reads through another value); so do collectives.
 int eliminate_dead_code(Graph& graph);
 
 // Merges nodes that run the same op with the same attributes on the same
@@ -61,6 +71,11 @@ int run_in_place(Graph& graph);
 // writes any buffer it reads: a parameter is updated as soon as backward
 // no longer needs its old value, so its gradient dies there instead of
 // living to the end of the step. What every node computes is unchanged.
+// An update that reads a collective's result (the all-reduced gradient of
+// a data-parallel parameter) stays where the trace put it, after backward:
+// moved up, it would wait for its collective at once, and the collective
+// could not overlap the rest of backward (Note [Overlapping communication]
+// in executor.h).
 int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,

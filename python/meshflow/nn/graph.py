@@ -23,6 +23,8 @@ without Python. Parameters, buffers and optimizer state stay in the
 modules and optimizers, so eager steps and graph steps can alternate.
 `g.config.enable_amp(True, dtype=mf.bfloat16)` traces build() under
 autocast, so the IR holds the casts of the autocast lists (docs/amp.md).
+Global tensors (placement + SBP) work as in eager mode: the IR holds the
+boxing's communication nodes, and global inputs and outputs stay global.
 See docs/graph.md.
 """
 from meshflow._C import Tensor, _graph, _modules, bfloat16, float16
@@ -35,6 +37,9 @@ class GraphConfig:
 
     def __init__(self):
         self.amp_dtype = None
+        # Run boxing's collectives on a communication thread, overlapping
+        # the compute that does not need their results (docs/graph.md).
+        self.overlap_communication = True
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -43,6 +48,13 @@ class GraphConfig:
         if dtype not in (bfloat16, float16):
             raise TypeError(f"enable_amp: dtype must be meshflow.bfloat16 or meshflow.float16, got {dtype!r}")
         self.amp_dtype = dtype if mode else None
+
+
+def _tensor_signature(t):
+    """A graph input's part of the signature: a global input adds its
+    placement and SBP (its shape is the global shape)."""
+    layout = (repr(t.placement), tuple(repr(s) for s in t.sbp)) if t.is_global else None
+    return tuple(t.shape), str(t.dtype), str(t.device), layout
 
 
 def _flatten(result):
@@ -79,7 +91,7 @@ class Graph:
             if not isinstance(a, Tensor):
                 raise TypeError(f"{type(self).__name__}: graph inputs must be tensors, argument {i} is "
                                 f"{type(a).__name__}")
-        return (tuple((tuple(a.shape), str(a.dtype), str(a.device)) for a in args),
+        return (tuple(_tensor_signature(a) for a in args),
                 tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype))
 
     def _compile(self, args):
@@ -106,7 +118,7 @@ class Graph:
         finally:
             tracer.close()
         passes = _graph.optimize(ir)
-        return _Plan(_graph.Executable(ir), rebuild, passes)
+        return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
 
     def __call__(self, *args):
         key = self._signature(args)

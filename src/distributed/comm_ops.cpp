@@ -1,0 +1,162 @@
+// The communication ops of boxing; Note [Communication ops] in comm_ops.h.
+#include "distributed/comm_ops.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "meshflow/dispatch.h"
+#include "meshflow/distributed/communicator.h"
+#include "ops/kernels/cpu/loops.h"
+
+namespace mf::distributed {
+namespace {
+
+std::vector<int> group_of(const Attrs& attrs) {
+  const Shape& g = attrs.get_shape("group");
+  return std::vector<int>(g.begin(), g.end());
+}
+
+Shape as_shape(const std::vector<int>& v) { return Shape(v.begin(), v.end()); }
+
+// This rank's position in the op's group.
+size_t group_index(const char* op, const Attrs& attrs) {
+  const Shape& g = attrs.get_shape("group");
+  auto it = std::find(g.begin(), g.end(), int64_t(get_rank()));
+  MF_CHECK(it != g.end(), ValueError, op, ": rank ", get_rank(), " is not in the group ", shape_str(g));
+  return size_t(it - g.begin());
+}
+
+Communicator& group_comm(const Attrs& attrs) { return *world().subgroup(group_of(attrs)); }
+
+// The communicator reads contiguous memory.
+Tensor contiguous_input(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
+  cpu::copy_cast(c, t);
+  return c;
+}
+
+// The shape of `in` with `rows` rows.
+std::vector<TensorMeta> with_rows(const char* op, const Tensor& in, int64_t rows) {
+  MF_CHECK(in.dim() >= 1, ShapeError, op, ": the input needs a dim 0 (rows), got a 0-d tensor");
+  Shape shape = in.sizes();
+  shape[0] = rows;
+  return {{shape, in.dtype(), in.device()}};
+}
+
+int64_t sum(const Shape& counts) { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
+
+MF_REGISTER_OP(OpDef{
+    .name = "comm_all_reduce",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      cpu::copy_cast(out[0], in[0]);
+      group_comm(attrs).all_reduce(out[0]);
+    },
+    .differentiable = false,
+    .collective = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "comm_all_gather",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return with_rows("comm_all_gather", in[0], sum(attrs.get_shape("counts")));
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      group_comm(attrs).all_gather(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
+    },
+    .differentiable = false,
+    .collective = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "comm_reduce_scatter",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      const Shape& counts = attrs.get_shape("counts");
+      return with_rows("comm_reduce_scatter", in[0], counts.at(group_index("comm_reduce_scatter", attrs)));
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      group_comm(attrs).reduce_scatter(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
+    },
+    .differentiable = false,
+    .collective = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "comm_all_to_all",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      return with_rows("comm_all_to_all", in[0], sum(attrs.get_shape("recv_counts")));
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      group_comm(attrs).all_to_all(contiguous_input(in[0]), attrs.get_shape("send_counts"), out[0],
+                                   attrs.get_shape("recv_counts"));
+    },
+    .differentiable = false,
+    .collective = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "comm_send",
+    .inputs = {"input"},
+    .infer = [](const TensorList&, const Attrs&) { return std::vector<TensorMeta>{}; },
+    .cpu_kernel = [](const TensorList& in, TensorList&, const Attrs& attrs) {
+      world().send(contiguous_input(in[0]), int(attrs.get_int("dst")), int(attrs.get_int("tag")));
+    },
+    .differentiable = false,
+    .collective = true,
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "comm_recv",
+    .inputs = {},
+    .infer = [](const TensorList&, const Attrs& attrs) {
+      return std::vector<TensorMeta>{{attrs.get_shape("shape"), attrs.get_dtype("dtype"), Device()}};
+    },
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      world().recv(out[0], int(attrs.get_int("src")), int(attrs.get_int("tag")));
+    },
+    .differentiable = false,
+    .collective = true,
+});
+
+}  // namespace
+
+Tensor comm_all_reduce(const Tensor& t, const std::vector<int>& group) {
+  static const OpDef& all_reduce = dispatch::op("comm_all_reduce");
+  return dispatch::apply_one(all_reduce, {t}, {{"group", as_shape(group)}});
+}
+
+Tensor comm_all_gather(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& counts) {
+  static const OpDef& all_gather = dispatch::op("comm_all_gather");
+  return dispatch::apply_one(all_gather, {in}, {{"group", as_shape(group)}, {"counts", Shape(counts)}});
+}
+
+Tensor comm_reduce_scatter(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& counts) {
+  static const OpDef& reduce_scatter = dispatch::op("comm_reduce_scatter");
+  return dispatch::apply_one(reduce_scatter, {in}, {{"group", as_shape(group)}, {"counts", Shape(counts)}});
+}
+
+Tensor comm_all_to_all(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& send_counts,
+                       const std::vector<int64_t>& recv_counts) {
+  static const OpDef& all_to_all = dispatch::op("comm_all_to_all");
+  return dispatch::apply_one(all_to_all, {in}, {{"group", as_shape(group)}, {"send_counts", Shape(send_counts)},
+                                                {"recv_counts", Shape(recv_counts)}});
+}
+
+void comm_send(const Tensor& t, int dst, int tag) {
+  static const OpDef& send = dispatch::op("comm_send");
+  dispatch::apply(send, {t}, {{"dst", dst}, {"tag", tag}});
+}
+
+Tensor comm_recv(const Shape& shape, DType dtype, int src, int tag) {
+  static const OpDef& recv = dispatch::op("comm_recv");
+  return dispatch::apply_one(recv, {}, {{"shape", shape}, {"dtype", dtype}, {"src", src}, {"tag", tag}});
+}
+
+}  // namespace mf::distributed

@@ -1,0 +1,68 @@
+// One thread that runs submitted jobs in the order they were submitted:
+// the communication thread of DistributedDataParallel's gradient buckets
+// and of the graph executor's collectives. Collectives handed to one
+// JobThread keep their order, so every rank still issues them in program
+// order. A job's exception reaches the caller through its future.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "meshflow/distributed/communicator.h"
+
+namespace mf::distributed {
+
+class JobThread {
+ public:
+  JobThread() : thread_([this] { loop(); }) {}
+  // Runs the jobs already submitted, then ends the thread.
+  ~JobThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  JobThread(const JobThread&) = delete;
+  JobThread& operator=(const JobThread&) = delete;
+
+  std::future<void> submit(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    std::future<void> done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    // Its waits share the cores with the compute of the submitting thread.
+    set_yielding_waits(true);
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        task = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+}  // namespace mf::distributed
