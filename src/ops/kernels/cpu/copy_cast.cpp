@@ -21,6 +21,18 @@ void copy_cast(Tensor& dst, const Tensor& src) {
     parallel_for(0, int64_t(nbytes), 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, size_t(e - b)); });
     return;
   }
+  if (dst.dtype() == src.dtype()) {
+    // A strided copy (contiguous() of a transposed view): the elements' bits
+    // as unsigned integers of their size, with no conversion through float.
+    auto copy_bits = [&]<typename U>() { elementwise<U, U>(dst, {&src}, [](U v) { return v; }); };
+    switch (dst.element_size()) {
+      case 1: return copy_bits.template operator()<uint8_t>();
+      case 2: return copy_bits.template operator()<uint16_t>();
+      case 4: return copy_bits.template operator()<uint32_t>();
+      case 8: return copy_bits.template operator()<uint64_t>();
+      default: break;
+    }
+  }
   const bool flat = dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes();
   dispatch_dtype(dst.dtype(), [&]<typename D>() {
     dispatch_dtype(src.dtype(), [&]<typename S>() {
