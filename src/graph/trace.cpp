@@ -126,7 +126,9 @@ void Tracer::set_grad_scaling(GradScaling scaling) {
     for (optim::Optimizer* optimizer : optimizers_)
       scaling_->found_infs.emplace_back(optimizer, zeros({1}, {.dtype = kFloat32}));
   });
-  for (auto& [optimizer, found_inf] : scaling_->found_infs) names_[found_inf.impl()] = "grad_scaler.found_inf";
+  const auto& flags = scaling_->found_infs;
+  for (size_t i = 0; i < flags.size(); ++i)
+    names_[flags[i].second.impl()] = "grad_scaler.found_inf" + (flags.size() > 1 ? "." + std::to_string(i) : "");
   names_[scaling_->state.scale.impl()] = "grad_scaler.scale";
   names_[scaling_->state.growth_tracker.impl()] = "grad_scaler.growth_tracker";
   scaling_->hook.scale = scaling_->state.scale;

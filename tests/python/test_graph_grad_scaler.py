@@ -254,3 +254,52 @@ def test_misuse_is_refused():
         np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
     scaler.scale(mf.tensor(1.0))  # usable again outside the trace
 
+
+
+class TwoBranchGraph(mf.nn.Graph):
+    def __init__(self, left, right, opt_left, opt_right):
+        super().__init__()
+        self.left, self.right = left, right
+        self.add_optimizer(opt_left)
+        self.add_optimizer(opt_right)
+
+    def build(self, a, b):
+        loss = self.left(a).square().mean() + self.right(b).square().mean()
+        loss.backward()
+        return loss
+
+
+def test_each_optimizer_skips_on_its_own_gradients():
+    """As eager GradScaler.step: an optimizer steps unless its own gradients
+    hold an inf or NaN; the scale backs off when any optimizer's did."""
+    mf.manual_seed(3)
+    nets = [mf.nn.Linear(8, 4) for _ in range(4)]
+    for eager, traced in ((nets[0], nets[2]), (nets[1], nets[3])):
+        traced.load_state_dict(eager.state_dict())
+    opts = [mf.optim.SGD(nets[0].parameters(), lr=0.1, momentum=0.9), mf.optim.Adam(nets[1].parameters(), lr=0.01),
+            mf.optim.SGD(nets[2].parameters(), lr=0.1, momentum=0.9), mf.optim.Adam(nets[3].parameters(), lr=0.01)]
+    scaler_e, scaler_g = mf.amp.GradScaler(init_scale=2.0**8), mf.amp.GradScaler(init_scale=2.0**8)
+    graph = TwoBranchGraph(nets[2], nets[3], opts[2], opts[3])
+    graph.set_grad_scaler(scaler_g)
+    rng = np.random.default_rng(4)
+    for step in range(4):
+        a, b = rng.standard_normal((5, 8)).astype(np.float32), rng.standard_normal((5, 8)).astype(np.float32)
+        if step == 1:
+            a[2, 3] = math.inf  # only the left branch overflows
+        a, b = mf.tensor(a), mf.tensor(b)
+        right_before = {k: v.numpy().copy() for k, v in nets[3].state_dict().items()}
+        for opt in opts[:2]:
+            opt.zero_grad()
+        loss = nets[0](a).square().mean() + nets[1](b).square().mean()
+        scaler_e.scale(loss).backward()
+        for opt in opts[:2]:
+            scaler_e.step(opt)
+        scaler_e.update()
+        graph(a, b)
+        assert scaler_g.get_scale() == scaler_e.get_scale(), f"step {step}"
+        for eager, traced in ((nets[0], nets[2]), (nets[1], nets[3])):
+            assert_same_state(eager, traced)
+        assert_same_optimizer_state(opts[1], opts[3])
+        if step == 1:  # the right optimizer stepped although the left one skipped
+            assert not np.array_equal(nets[3].weight.detach().numpy(), right_before["weight"])
+    assert scaler_g.get_scale() == 2.0**7
