@@ -45,6 +45,29 @@ def conv_case(n, c, hw, backward):
     return f"conv2d N={n} C={c} {hw}x{hw} 3x3, {'fwd+bwd' if backward else 'fwd'}", make
 
 
+def norm_case(op, rows, n):
+    """softmax / log_softmax over the last dim, or layer_norm: ops that
+    compute in float32 on bfloat16 data (Note [Vectorised bfloat16
+    conversion])."""
+    def make(dtype):
+        x = mf.randn(rows, n).to(dtype).requires_grad_()
+        g = mf.randn(rows, n).to(dtype)
+        if op == "layer_norm":
+            w = mf.randn(n).to(dtype).requires_grad_()
+            b = mf.randn(n).to(dtype).requires_grad_()
+            return lambda: mf.autograd.grad([F.layer_norm(x, (n,), w, b)], [x, w, b], [g])
+        fn = F.softmax if op == "softmax" else F.log_softmax
+        return lambda: mf.autograd.grad([fn(x, dim=-1)], [x], [g])
+    return f"{op} ({rows}, {n}), fwd+bwd", make
+
+
+def cast_case(n):
+    def make(dtype):
+        x = mf.randn(n, n)
+        return lambda: x.to(mf.bfloat16).to(mf.float32) if dtype == mf.bfloat16 else x.clone().clone()
+    return f"cast float32 -> bfloat16 -> float32 ({n}, {n}) (float32 column: two clones)", make
+
+
 def best_pair(make, rounds):
     fns = {d: make(d) for d in (mf.float32, mf.bfloat16)}
     best = {d: float("inf") for d in fns}
@@ -66,7 +89,8 @@ def main():
     mf.manual_seed(0)
     cases = [matmul_case(1024), matmul_case(2048), linear_case(1024, 256, 1024), linear_case(1024, 1024, 256),
              conv_case(32, 64, 32, False), conv_case(32, 64, 32, True), conv_case(32, 256, 8, True),
-             conv_case(32, 512, 4, True)]
+             conv_case(32, 512, 4, True), norm_case("softmax", 2048, 1024), norm_case("log_softmax", 2048, 1024),
+             norm_case("layer_norm", 2048, 1024), norm_case("softmax", 8192, 64), cast_case(2048)]
     print("| case | float32 ms | bfloat16 ms | speedup |")
     print("|---|---:|---:|---:|")
     for name, make in cases:

@@ -53,6 +53,12 @@ class GradScaler {
   void update(std::optional<double> new_scale = std::nullopt);
   double get_scale() const;
   int64_t growth_tracker() const;
+  // The scale (float32 (1,)) and growth tracker (int32 (1,)) tensors, made
+  // on first use. Graph mode (graph::Tracer::set_grad_scaler) reads and
+  // updates these in place, so eager and graph steps share them.
+  const Tensor& scale_tensor();
+  const Tensor& growth_tracker_tensor();
+  const GradScalerOptions& options() const { return options_; }
   bool is_enabled() const { return options_.enabled; }
 
  private:

@@ -158,6 +158,20 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {},
 // throws Error. DistributedDataParallel waits for its reductions there.
 void queue_callback(std::function<void()> fn);
 
+// Note [Loss scaling in backward]
+// Graph mode with a grad scaler (graph/trace.h) scales the loss where
+// OneFlow does: while a LossScaling is installed on this thread, backward()
+// multiplies each root gradient (ones for a scalar loss) by `scale`, which
+// gives the gradients of loss * scale bit for bit, and calls `finish` after
+// the pass (the graph unscales the gradients there). autograd::grad() is
+// not scaled.
+struct LossScaling {
+  Tensor scale;  // a one-element float32 tensor
+  std::function<void()> finish;
+};
+// Installs scaling (nullptr: none) for this thread; returns the previous one.
+LossScaling* set_loss_scaling(LossScaling* scaling);
+
 // Returns the gradients of outputs w.r.t. inputs without touching .grad.
 // retain_graph defaults to create_graph, as in PyTorch.
 TensorList grad(const TensorList& outputs, const TensorList& inputs,

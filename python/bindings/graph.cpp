@@ -27,6 +27,18 @@ void init_graph(py::module_& parent) {
       .def(py::init<>())
       .def("add_inputs", &Tracer::add_inputs, py::arg("examples"))
       .def("add_optimizer", &Tracer::add_optimizer, py::arg("optimizer"))
+      .def(
+          "set_grad_scaling",
+          [](Tracer& t, const Tensor& scale, const Tensor& growth_tracker, double growth_factor,
+             double backoff_factor, int64_t growth_interval) {
+            t.set_grad_scaling({.scale = scale,
+                                .growth_tracker = growth_tracker,
+                                .growth_factor = growth_factor,
+                                .backoff_factor = backoff_factor,
+                                .growth_interval = growth_interval});
+          },
+          py::arg("scale"), py::arg("growth_tracker"), py::arg("growth_factor"), py::arg("backoff_factor"),
+          py::arg("growth_interval"))
       .def("name_variable", &Tracer::name_variable, py::arg("tensor"), py::arg("name"))
       .def("num_updates", &Tracer::num_updates)
       .def("finish", &Tracer::finish, py::arg("outputs"))

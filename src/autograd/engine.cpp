@@ -4,11 +4,13 @@
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "meshflow/autocast.h"
 #include "meshflow/autograd.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
 
 namespace mf::autograd {
 namespace {
@@ -60,6 +62,7 @@ std::vector<Node*> post_order(Node* root, std::unordered_map<Node*, int>& depend
 // Callbacks queued by queue_callback, one list per running execute() of
 // this thread (a hook may start a nested backward).
 thread_local std::vector<std::vector<std::function<void()>>> callback_stack;
+thread_local LossScaling* tls_loss_scaling = nullptr;
 
 // Pushes this pass's callback list and pops it on exit; run() runs the
 // callbacks (a callback may queue more).
@@ -186,13 +189,24 @@ void queue_callback(std::function<void()> fn) {
   callback_stack.back().push_back(std::move(fn));
 }
 
+LossScaling* set_loss_scaling(LossScaling* scaling) { return std::exchange(tls_loss_scaling, scaling); }
+
 void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph,
               bool create_graph) {
   GradModeRestore restore;
   std::vector<Edge> edges;
   TensorList grads;
   make_root_grads(outputs, grad_outputs, "backward", edges, grads);
+  LossScaling* scaling = tls_loss_scaling;
+  if (scaling) {
+    // As the gradient of loss * scale: grad * scale in float32, then the
+    // output's shape and dtype.
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < grads.size(); ++i)
+      grads[i] = to(reshape(mul(grads[i], scaling->scale), outputs[i].sizes()), outputs[i].dtype());
+  }
   execute(edges, std::move(grads), retain_graph || create_graph, create_graph, {}, 0);
+  if (scaling && scaling->finish) scaling->finish();
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,

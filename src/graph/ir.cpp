@@ -112,6 +112,11 @@ ValueId Graph::add_inplace_node(const OpDef& op, std::vector<ValueId> inputs, At
 }
 
 void Graph::replace_uses(ValueId from, ValueId to) {
+  // What lived in from's buffer (its views, in-place writes of it) now
+  // lives in to's: the memory plan keeps that buffer alive for their reads.
+  if (values_.at(size_t(from)).root == from)
+    for (Value& v : values_)
+      if (v.root == from) v.root = values_.at(size_t(to)).root;
   for (Node& n : nodes_)
     for (ValueId& v : n.inputs)
       if (v == from) v = to;

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 
+#include "meshflow/amp.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/generator.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
 #include "meshflow/optim/optimizer.h"
 
 namespace mf::graph {
@@ -35,6 +38,7 @@ uint64_t random_counters(const Attrs& attrs) {
   const uint64_t end = default_generator().offset();
   return end > first ? end - first : 0;
 }
+
 }  // namespace
 
 Tracer* current_tracer() { return tls_tracer; }
@@ -64,6 +68,8 @@ void Tracer::close() {
   if (!active_) return;
   active_ = false;
   tls_tracer = nullptr;
+  if (scaling_) autograd::set_loss_scaling(scaling_->previous_hook);
+  scaling_.reset();
   for (auto& [t, grad] : saved_grads_) t.set_grad(grad);
   saved_grads_.clear();
   default_generator().set_state(generator_seed_, generator_offset_);
@@ -109,11 +115,14 @@ TensorList Tracer::add_inputs(const TensorList& examples) {
 }
 
 void Tracer::add_optimizer(optim::Optimizer& optimizer) {
+  MF_CHECK(!scaling_, Error, "graph: add_optimizer after set_grad_scaler: the scaler would not cover this "
+                             "optimizer; add every optimizer first");
   {
     // The state is real memory that the graph will update: make it eagerly.
     SuspendTracing eager;
     optimizer.init_state();
   }
+  optimizers_.push_back(&optimizer);
   auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     graph_.lr_sources.push_back({&optimizer, g});
@@ -129,6 +138,72 @@ void Tracer::add_optimizer(optim::Optimizer& optimizer) {
       }
     }
   }
+}
+
+void Tracer::set_grad_scaling(GradScaling scaling) {
+  MF_CHECK(!scaling_, Error, "graph: set_grad_scaler called twice on one trace");
+  MF_CHECK(!optimizers_.empty(), Error,
+           "graph: set_grad_scaler needs an optimizer to make conditional: call add_optimizer first (a grad "
+           "scaler scales a training step)");
+  MF_CHECK(scaling.scale.defined() && scaling.scale.numel() == 1 && scaling.scale.dtype() == kFloat32 &&
+               scaling.scale.storage()->has_data(),
+           TypeError, "graph: set_grad_scaler: the scale must be a one-element float32 tensor with data");
+  MF_CHECK(scaling.growth_tracker.defined() && scaling.growth_tracker.numel() == 1 &&
+               scaling.growth_tracker.dtype() == kInt32 && scaling.growth_tracker.storage()->has_data(),
+           TypeError, "graph: set_grad_scaler: the growth tracker must be a one-element int32 tensor with data");
+  scaling_ = std::make_unique<Scaling>();
+  scaling_->state = std::move(scaling);
+  {
+    // Flags the graph updates: real memory, made eagerly.
+    SuspendTracing eager;
+    for (optim::Optimizer* optimizer : optimizers_)
+      scaling_->found_infs.emplace_back(optimizer, zeros({1}, {.dtype = kFloat32}));
+  }
+  const auto& flags = scaling_->found_infs;
+  for (size_t i = 0; i < flags.size(); ++i)
+    names_[flags[i].second.impl()] = "grad_scaler.found_inf" + (flags.size() > 1 ? "." + std::to_string(i) : "");
+  names_[scaling_->state.scale.impl()] = "grad_scaler.scale";
+  names_[scaling_->state.growth_tracker.impl()] = "grad_scaler.growth_tracker";
+  scaling_->hook.scale = scaling_->state.scale;
+  scaling_->hook.finish = [this] { unscale_gradients(); };
+  scaling_->previous_hook = autograd::set_loss_scaling(&scaling_->hook);
+}
+
+void Tracer::set_grad_scaler(amp::GradScaler& scaler) {
+  MF_CHECK(scaler.is_enabled(), ValueError, "graph: set_grad_scaler got a disabled GradScaler");
+  const amp::GradScalerOptions& o = scaler.options();
+  Tensor scale, growth_tracker;
+  {
+    SuspendTracing eager;  // the scaler makes its tensors on first use
+    scale = scaler.scale_tensor();
+    growth_tracker = scaler.growth_tracker_tensor();
+  }
+  set_grad_scaling({.scale = scale,
+                    .growth_tracker = growth_tracker,
+                    .growth_factor = o.growth_factor,
+                    .backoff_factor = o.backoff_factor,
+                    .growth_interval = o.growth_interval});
+}
+
+void Tracer::unscale_gradients() {
+  MF_CHECK(!scaling_->unscaled, Error,
+           "graph: with a grad scaler build() may call backward() only once per step (the gradients are "
+           "unscaled when it ends)");
+  NoGradGuard no_grad;
+  const Tensor inv_scale = reciprocal(scaling_->state.scale);
+  for (auto& [optimizer, found_inf] : scaling_->found_infs) {
+    zero_(found_inf);
+    TensorList grads;
+    for (const auto& group : optimizer->param_groups())
+      for (const Tensor& p : group.params)
+        if (p.grad().defined()) {
+          MF_CHECK(p.grad().dtype() != kFloat16, ValueError,
+                   "graph: the grad scaler cannot unscale float16 gradients (keep the parameters float32)");
+          grads.push_back(p.grad());
+        }
+    amp::non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+  }
+  scaling_->unscaled = true;
 }
 
 void Tracer::name_variable(const Tensor& t, std::string name) {
@@ -232,11 +307,26 @@ void Tracer::record_inplace(const OpDef& op, const TensorList& inputs, const Att
   Node node{.op = &op, .attrs = attrs, .inplace = true, .random_counters = random_counters(attrs)};
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
   if (attrs.has("lr"))
-    if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) node.lr_group = it->second;
+    if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) {
+      node.lr_group = it->second;
+      if (scaling_) node.inputs.back() = skip_input(op, graph_.lr_sources[size_t(it->second)].optimizer);
+    }
   const Value written = graph_.value(node.inputs[0]);
   const int32_t index = graph_.append_node(std::move(node), {written});
   // Later reads of the written tensor see the new value.
   bind(inputs[0], graph_.nodes()[size_t(index)].outputs[0]);
+}
+
+ValueId Tracer::skip_input(const OpDef& op, const optim::Optimizer* optimizer) {
+  MF_CHECK(scaling_->unscaled, Error, op.name,
+           ": the graph's grad scaler found no gradients to unscale: build() must call loss.backward() before "
+           "the graph steps the optimizer");
+  MF_CHECK(op.inputs.back() == "found_inf", Error, op.name, ": an update of a parameter under a grad scaler must take "
+                                                         "a found_inf input to skip on");
+  // add_optimizer refuses optimizers after set_grad_scaler: every one has a flag.
+  auto it = std::find_if(scaling_->found_infs.begin(), scaling_->found_infs.end(),
+                         [&](const auto& entry) { return entry.first == optimizer; });
+  return value_of(it->second, &op);
 }
 
 int64_t Tracer::num_updates() const {
@@ -257,6 +347,15 @@ Graph Tracer::finish(const TensorList& outputs) {
       ids.push_back(value_of(t, nullptr));
       layouts.emplace_back();
     }
+  }
+  if (scaling_) {
+    MF_CHECK(scaling_->unscaled, Error,
+             "graph: a graph with a grad scaler must train: build() must call loss.backward()");
+    NoGradGuard no_grad;
+    Tensor found_inf = scaling_->found_infs[0].second;
+    for (size_t i = 1; i < scaling_->found_infs.size(); ++i) found_inf = add(found_inf, scaling_->found_infs[i].second);
+    const GradScaling& s = scaling_->state;
+    amp::update_scale_(s.scale, s.growth_tracker, found_inf, s.growth_factor, s.backoff_factor, s.growth_interval);
   }
   graph_.set_outputs(std::move(ids), std::move(layouts));
   close();

@@ -18,6 +18,7 @@
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
+#include "ops/kernels/cpu/convert.h"
 
 namespace mf {
 namespace {
@@ -61,6 +62,10 @@ inline double channel_term(T a, T b, double mean) {
   else return double(a) * (double(b) - mean);
 }
 
+// Runs of at most this many elements per (image, channel) are summed
+// position by position.
+constexpr int64_t kShortRun = 64;
+
 // sums[c] += the Kind term over every element of channel c.
 template <ChannelSum Kind, typename T>
 void channel_sums(const ChannelLayout& l, const T* a, const T* b, const double* mean, double* sums) {
@@ -78,11 +83,24 @@ void channel_sums(const ChannelLayout& l, const T* a, const T* b, const double* 
     const int64_t c = c0;
     const double m = mean ? mean[c] : 0.0;
     double acc = 0;
-    for (int64_t n = 0; n < l.n; ++n) {
-      const T* ar = a + (n * l.c + c) * l.s;
-      const T* br = kUsesB ? b + (n * l.c + c) * l.s : ar;
+    if (l.s <= kShortRun) {
+      // Short runs (the deep layers' 4x4 and 8x8 images): one partial sum
+      // per position, reduced once per channel rather than once per image.
+      double part[kShortRun] = {};
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* ar = a + (n * l.c + c) * l.s;
+        const T* br = kUsesB ? b + (n * l.c + c) * l.s : ar;
+#pragma omp simd
+        for (int64_t i = 0; i < l.s; ++i) part[i] += channel_term<Kind>(ar[i], br[i], m);
+      }
+      for (int64_t i = 0; i < l.s; ++i) acc += part[i];
+    } else {
+      for (int64_t n = 0; n < l.n; ++n) {
+        const T* ar = a + (n * l.c + c) * l.s;
+        const T* br = kUsesB ? b + (n * l.c + c) * l.s : ar;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < l.s; ++i) acc += channel_term<Kind>(ar[i], br[i], m);
+        for (int64_t i = 0; i < l.s; ++i) acc += channel_term<Kind>(ar[i], br[i], m);
+      }
     }
     sums[c] += acc;
   });
@@ -119,9 +137,10 @@ void channel_affine(const ChannelLayout& l, const T* a, const T* b, T* out, cons
       const T* br = b ? b + off : nullptr;
       T* orow = out + off;
       if (br) {
-        for (int64_t i = 0; i < l.s; ++i) orow[i] = T(A(ar[i]) * al + A(br[i]) * be + ga);
+        for (int64_t i = 0; i < l.s; ++i)
+          cpu::store_acc(orow, i, cpu::load_acc(ar, i) * al + cpu::load_acc(br, i) * be + ga);
       } else {
-        for (int64_t i = 0; i < l.s; ++i) orow[i] = T(A(ar[i]) * al + ga);
+        for (int64_t i = 0; i < l.s; ++i) cpu::store_acc(orow, i, cpu::load_acc(ar, i) * al + ga);
       }
     }
   });

@@ -24,7 +24,8 @@
 namespace mf {
 namespace {
 
-using cpu::AccRun;
+using cpu::load_acc;
+using cpu::store_acc;
 
 struct RowLayout {
   int64_t rows = 0, segments = 0, run = 1, groups = 1;
@@ -80,17 +81,16 @@ void forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, doubl
   auto [w, b] = affine_params<T>(weight, bias, l.num_weights());
   const int64_t n = l.row_size();
   parallel_for(0, l.rows, row_grain(l), [&](int64_t begin, int64_t end) {
-    AccRun<T> in, res;
     for (int64_t r = begin; r < end; ++r) {
-      const A* xa = in.load(xp + r * n, n);
-      A* ya = res.scratch(yp + r * n, n);
+      const T* xa = xp + r * n;
+      T* ya = yp + r * n;
       double s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < n; ++i) s += double(xa[i]);
+      for (int64_t i = 0; i < n; ++i) s += double(load_acc(xa, i));
       const double mean = n > 0 ? s / double(n) : 0.0;
       double ss = 0;
 #pragma omp simd reduction(+ : ss)
-      for (int64_t i = 0; i < n; ++i) ss += (double(xa[i]) - mean) * (double(xa[i]) - mean);
+      for (int64_t i = 0; i < n; ++i) ss += (double(load_acc(xa, i)) - mean) * (double(load_acc(xa, i)) - mean);
       const double rstd = 1.0 / std::sqrt((n > 0 ? ss / double(n) : 0.0) + eps);
       mean_p[r] = A(mean);
       rstd_p[r] = A(rstd);
@@ -99,17 +99,16 @@ void forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, doubl
       const A* br = b.data() + l.weight_base(r);
       if (l.run == 1) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) ya[i] = (xa[i] - m) * rs * wr[i] + br[i];
+        for (int64_t i = 0; i < n; ++i) store_acc(ya, i, (load_acc(xa, i) - m) * rs * wr[i] + br[i]);
       } else {
         for (int64_t k = 0; k < l.segments; ++k) {
           const A scale = rs * wr[k], shift = br[k] - m * scale;
-          const A* xk = xa + k * l.run;
-          A* yk = ya + k * l.run;
+          const T* xk = xa + k * l.run;
+          T* yk = ya + k * l.run;
 #pragma omp simd
-          for (int64_t i = 0; i < l.run; ++i) yk[i] = xk[i] * scale + shift;
+          for (int64_t i = 0; i < l.run; ++i) store_acc(yk, i, load_acc(xk, i) * scale + shift);
         }
       }
-      res.store(ya, yp + r * n, n);
     }
   });
 }
@@ -142,42 +141,41 @@ void backward(const TensorList& in, TensorList& out, const RowLayout& l, bool ne
   // Partial dw (first nw) and db (next nw) of each chunk.
   std::vector<double> partial(need_affine ? size_t(chunks * 2 * nw) : 0, 0.0);
   parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
-    AccRun<T> grad, val, res;
     std::vector<double> seg_g(size_t(l.segments)), seg_gx(size_t(l.segments));
     for (int64_t chunk = cb; chunk < ce; ++chunk) {
       double* dw = need_affine ? partial.data() + chunk * 2 * nw : nullptr;
       double* db = need_affine ? dw + nw : nullptr;
       for (int64_t r = l.rows * chunk / chunks; r < l.rows * (chunk + 1) / chunks; ++r) {
-        const A* ga = grad.load(gp + r * n, n);
-        const A* xa = val.load(xp + r * n, n);
+        const T* ga = gp + r * n;
+        const T* xa = xp + r * n;
         const A m = mean_p[r], rs = rstd_p[r];
         const A* wr = w.data() + l.weight_base(r);
         double sum_gw = 0, sum_gwx = 0;
         if (l.run == 1) {
 #pragma omp simd reduction(+ : sum_gw, sum_gwx)
           for (int64_t i = 0; i < n; ++i) {
-            const double gw = double(ga[i]) * double(wr[i]);
+            const double gw = double(load_acc(ga, i)) * double(wr[i]);
             sum_gw += gw;
-            sum_gwx += gw * double((xa[i] - m) * rs);
+            sum_gwx += gw * double((load_acc(xa, i) - m) * rs);
           }
           if (need_affine) {
             double* dwr = dw + l.weight_base(r);
             double* dbr = db + l.weight_base(r);
 #pragma omp simd
             for (int64_t i = 0; i < n; ++i) {
-              dwr[i] += double(ga[i]) * double((xa[i] - m) * rs);
-              dbr[i] += double(ga[i]);
+              dwr[i] += double(load_acc(ga, i)) * double((load_acc(xa, i) - m) * rs);
+              dbr[i] += double(load_acc(ga, i));
             }
           }
         } else {
           for (int64_t k = 0; k < l.segments; ++k) {
-            const A* gk = ga + k * l.run;
-            const A* xk = xa + k * l.run;
+            const T* gk = ga + k * l.run;
+            const T* xk = xa + k * l.run;
             double sg = 0, sgx = 0;
 #pragma omp simd reduction(+ : sg, sgx)
             for (int64_t i = 0; i < l.run; ++i) {
-              sg += double(gk[i]);
-              sgx += double(gk[i]) * double((xk[i] - m) * rs);
+              sg += double(load_acc(gk, i));
+              sgx += double(load_acc(gk, i)) * double((load_acc(xk, i) - m) * rs);
             }
             seg_g[size_t(k)] = sg, seg_gx[size_t(k)] = sgx;
             sum_gw += sg * double(wr[k]);
@@ -191,21 +189,20 @@ void backward(const TensorList& in, TensorList& out, const RowLayout& l, bool ne
         }
         if (!need_input) continue;
         const A a = A(sum_gw / double(n)), b = A(sum_gwx / double(n));
-        A* da = res.scratch(dxp + r * n, n);
+        T* da = dxp + r * n;
         if (l.run == 1) {
 #pragma omp simd
-          for (int64_t i = 0; i < n; ++i) da[i] = rs * (ga[i] * wr[i] - a - (xa[i] - m) * rs * b);
+          for (int64_t i = 0; i < n; ++i) store_acc(da, i, rs * (load_acc(ga, i) * wr[i] - a - (load_acc(xa, i) - m) * rs * b));
         } else {
           for (int64_t k = 0; k < l.segments; ++k) {
-            const A* gk = ga + k * l.run;
-            const A* xk = xa + k * l.run;
-            A* dk = da + k * l.run;
+            const T* gk = ga + k * l.run;
+            const T* xk = xa + k * l.run;
+            T* dk = da + k * l.run;
             const A wk = wr[k];
 #pragma omp simd
-            for (int64_t i = 0; i < l.run; ++i) dk[i] = rs * (gk[i] * wk - a - (xk[i] - m) * rs * b);
+            for (int64_t i = 0; i < l.run; ++i) store_acc(dk, i, rs * (load_acc(gk, i) * wk - a - (load_acc(xk, i) - m) * rs * b));
           }
         }
-        res.store(da, dxp + r * n, n);
       }
     }
   });

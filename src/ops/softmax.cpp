@@ -23,6 +23,8 @@ namespace {
 
 using cpu::AccRun;
 using cpu::exp_acc;
+using cpu::load_acc;
+using cpu::store_acc;
 
 constexpr int64_t kColumnBlock = 64;
 
@@ -64,34 +66,38 @@ void for_each_column_block(const DimLayout& l, const F& fn) {
 
 // --- forward -------------------------------------------------------------------------
 
+// Rows read and write T directly (Note [Vectorised bfloat16 conversion]);
+// only softmax's exp values wait in a float scratch row for 16-bit T.
 template <typename T, bool Log>
 void forward_rows(const T* x, T* y, const DimLayout& l) {
   using A = acc_type<T>;
   const int64_t n = l.n;
   parallel_for(0, l.outer, grain_for(n), [&](int64_t b, int64_t e) {
-    AccRun<T> in, out;
+    AccRun<T> exps;
     for (int64_t r = b; r < e; ++r) {
-      const A* xa = in.load(x + r * n, n);
-      A* ya = out.scratch(y + r * n, n);
-      const A m = cpu::max_run(xa, n);
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      A m = -std::numeric_limits<A>::infinity();
+#pragma omp simd reduction(max : m)
+      for (int64_t i = 0; i < n; ++i) m = load_acc(xr, i) > m ? load_acc(xr, i) : m;
       A s = 0;
       if constexpr (Log) {
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < n; ++i) s += exp_acc(xa[i] - m);
+        for (int64_t i = 0; i < n; ++i) s += exp_acc(load_acc(xr, i) - m);
         const A lse = m + std::log(s);
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) ya[i] = xa[i] - lse;
+        for (int64_t i = 0; i < n; ++i) store_acc(yr, i, load_acc(xr, i) - lse);
       } else {
+        A* ea = exps.scratch(yr, n);
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) {
-          ya[i] = exp_acc(xa[i] - m);
-          s += ya[i];
+          ea[i] = exp_acc(load_acc(xr, i) - m);
+          s += ea[i];
         }
         const A inv = A(1) / s;
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) ya[i] *= inv;
+        for (int64_t i = 0; i < n; ++i) store_acc(yr, i, ea[i] * inv);
       }
-      out.store(ya, y + r * n, n);
     }
   });
 }
@@ -107,14 +113,14 @@ void forward_columns(const T* x, T* y, const DimLayout& l) {
     for (int64_t d = 0; d < l.n; ++d) {
       const T* xd = x + base + d * l.inner;
 #pragma omp simd
-      for (int64_t c = 0; c < w; ++c) m[c] = A(xd[c]) > m[c] ? A(xd[c]) : m[c];
+      for (int64_t c = 0; c < w; ++c) m[c] = load_acc(xd, c) > m[c] ? load_acc(xd, c) : m[c];
     }
     for (int64_t d = 0; d < l.n; ++d) {
       const T* xd = x + base + d * l.inner;
       T* yd = y + base + d * l.inner;
 #pragma omp simd
       for (int64_t c = 0; c < w; ++c) {
-        const A ev = exp_acc(A(xd[c]) - m[c]);
+        const A ev = exp_acc(load_acc(xd, c) - m[c]);
         s[c] += ev;
         if constexpr (!Log && kDirect) yd[c] = ev;
       }
@@ -125,7 +131,7 @@ void forward_columns(const T* x, T* y, const DimLayout& l) {
         const T* xd = x + base + d * l.inner;
         T* yd = y + base + d * l.inner;
 #pragma omp simd
-        for (int64_t c = 0; c < w; ++c) yd[c] = T(A(xd[c]) - m[c]);
+        for (int64_t c = 0; c < w; ++c) store_acc(yd, c, load_acc(xd, c) - m[c]);
       }
     } else {
       for (int64_t c = 0; c < w; ++c) s[c] = A(1) / s[c];
@@ -135,7 +141,7 @@ void forward_columns(const T* x, T* y, const DimLayout& l) {
 #pragma omp simd
         for (int64_t c = 0; c < w; ++c) {
           if constexpr (kDirect) yd[c] *= s[c];
-          else yd[c] = T(exp_acc(A(xd[c]) - m[c]) * s[c]);
+          else store_acc(yd, c, exp_acc(load_acc(xd, c) - m[c]) * s[c]);
         }
       }
     }
@@ -165,21 +171,22 @@ void backward_rows(const T* g, const T* y, T* dx, const DimLayout& l) {
   using A = acc_type<T>;
   const int64_t n = l.n;
   parallel_for(0, l.outer, grain_for(n), [&](int64_t b, int64_t e) {
-    AccRun<T> grad, val, out;
     for (int64_t r = b; r < e; ++r) {
-      const A* ga = grad.load(g + r * n, n);
-      const A* ya = val.load(y + r * n, n);
-      A* da = out.scratch(dx + r * n, n);
+      const T* gr = g + r * n;
+      const T* yr = y + r * n;
+      T* dr = dx + r * n;
+      A s = 0;
       if constexpr (Log) {
-        const A s = cpu::sum_run(ga, n);
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; ++i) s += load_acc(gr, i);
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) da[i] = ga[i] - exp_acc(ya[i]) * s;
+        for (int64_t i = 0; i < n; ++i) store_acc(dr, i, load_acc(gr, i) - exp_acc(load_acc(yr, i)) * s);
       } else {
-        const A s = cpu::dot_run(ga, ya, n);
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; ++i) s += load_acc(gr, i) * load_acc(yr, i);
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) da[i] = ya[i] * (ga[i] - s);
+        for (int64_t i = 0; i < n; ++i) store_acc(dr, i, load_acc(yr, i) * (load_acc(gr, i) - s));
       }
-      out.store(da, dx + r * n, n);
     }
   });
 }
@@ -196,8 +203,8 @@ void backward_columns(const T* g, const T* y, T* dx, const DimLayout& l) {
       const T* yd = y + base + d * l.inner;
 #pragma omp simd
       for (int64_t c = 0; c < w; ++c) {
-        if constexpr (Log) s[c] += A(gd[c]);
-        else s[c] += A(gd[c]) * A(yd[c]);
+        if constexpr (Log) s[c] += load_acc(gd, c);
+        else s[c] += load_acc(gd, c) * load_acc(yd, c);
       }
     }
     for (int64_t d = 0; d < l.n; ++d) {
@@ -206,8 +213,8 @@ void backward_columns(const T* g, const T* y, T* dx, const DimLayout& l) {
       T* dd = dx + base + d * l.inner;
 #pragma omp simd
       for (int64_t c = 0; c < w; ++c) {
-        if constexpr (Log) dd[c] = T(A(gd[c]) - exp_acc(A(yd[c])) * s[c]);
-        else dd[c] = T(A(yd[c]) * (A(gd[c]) - s[c]));
+        if constexpr (Log) store_acc(dd, c, load_acc(gd, c) - exp_acc(load_acc(yd, c)) * s[c]);
+        else store_acc(dd, c, load_acc(yd, c) * (load_acc(gd, c) - s[c]));
       }
     }
   });

@@ -56,11 +56,11 @@ void adagrad_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
 
 MF_REGISTER_OP(OpDef{
     .name = "adagrad_update",
-    .inputs = {"param", "grad", "sum", "step"},
+    .inputs = {"param", "grad", "sum", "step", "found_inf"},
     .infer = [](const TensorList& in, const Attrs&) {
       return detail::infer_update("adagrad_update", in, {{2, true}}, 3);
     },
-    .cpu_kernel = adagrad_kernel,
+    .cpu_kernel = detail::skip_if_found_inf(adagrad_kernel),
     .differentiable = false,
     .inplace = true,
     .sbp = sbp::elementwise(),
@@ -71,7 +71,7 @@ MF_REGISTER_OP(OpDef{
 void adagrad_update_(const Tensor& param, const Tensor& grad, const Tensor& sum, const Tensor& step,
                      const AdagradUpdateArgs& args) {
   static const OpDef& op = dispatch::op("adagrad_update");
-  detail::apply_update(op, {param, grad, sum, step},
+  detail::apply_update(op, {param, grad, sum, step, args.found_inf},
                        {{"lr", args.lr},
                         {"lr_decay", args.lr_decay},
                         {"weight_decay", args.weight_decay},

@@ -100,9 +100,9 @@ std::vector<TensorMeta> infer_adam(const char* name, const TensorList& in, const
 
 MF_REGISTER_OP(OpDef{
     .name = "adam_update",
-    .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"},
+    .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step", "found_inf"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_adam("adam_update", in, attrs); },
-    .cpu_kernel = adam_kernel<false>,
+    .cpu_kernel = detail::skip_if_found_inf(adam_kernel<false>),
     .differentiable = false,
     .inplace = true,
     .sbp = sbp::elementwise(),
@@ -110,9 +110,9 @@ MF_REGISTER_OP(OpDef{
 
 MF_REGISTER_OP(OpDef{
     .name = "adamw_update",
-    .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"},
+    .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step", "found_inf"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_adam("adamw_update", in, attrs); },
-    .cpu_kernel = adam_kernel<true>,
+    .cpu_kernel = detail::skip_if_found_inf(adam_kernel<true>),
     .differentiable = false,
     .inplace = true,
     .sbp = sbp::elementwise(),
@@ -122,7 +122,7 @@ void run_adam(const char* name, const Tensor& param, const Tensor& grad, const T
               const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const Tensor& step,
               const AdamUpdateArgs& args) {
   const OpDef& op = dispatch::op(name);
-  detail::apply_update(op, {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step},
+  detail::apply_update(op, {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, args.found_inf},
                        {{"lr", args.lr},
                         {"beta1", args.beta1},
                         {"beta2", args.beta2},

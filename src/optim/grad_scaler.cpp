@@ -192,6 +192,16 @@ double GradScaler::get_scale() const {
   return scale_.defined() ? scale_.item<double>() : options_.init_scale;
 }
 
+const Tensor& GradScaler::scale_tensor() {
+  lazy_init();
+  return scale_;
+}
+
+const Tensor& GradScaler::growth_tracker_tensor() {
+  lazy_init();
+  return growth_tracker_;
+}
+
 int64_t GradScaler::growth_tracker() const {
   return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : 0;
 }

@@ -78,13 +78,13 @@ void rmsprop_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
 
 MF_REGISTER_OP(OpDef{
     .name = "rmsprop_update",
-    .inputs = {"param", "grad", "square_avg", "grad_avg", "momentum_buffer", "step"},
+    .inputs = {"param", "grad", "square_avg", "grad_avg", "momentum_buffer", "step", "found_inf"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return detail::infer_update("rmsprop_update", in,
                                   {{2, true}, {3, attrs.get_bool("centered")}, {4, attrs.get_float("momentum") > 0}},
                                   5);
     },
-    .cpu_kernel = rmsprop_kernel,
+    .cpu_kernel = detail::skip_if_found_inf(rmsprop_kernel),
     .differentiable = false,
     .inplace = true,
     .sbp = sbp::elementwise(),
@@ -95,7 +95,7 @@ MF_REGISTER_OP(OpDef{
 void rmsprop_update_(const Tensor& param, const Tensor& grad, const Tensor& square_avg, const Tensor& grad_avg,
                      const Tensor& momentum_buffer, const Tensor& step, const RMSpropUpdateArgs& args) {
   static const OpDef& op = dispatch::op("rmsprop_update");
-  detail::apply_update(op, {param, grad, square_avg, grad_avg, momentum_buffer, step},
+  detail::apply_update(op, {param, grad, square_avg, grad_avg, momentum_buffer, step, args.found_inf},
                        {{"lr", args.lr},
                         {"alpha", args.alpha},
                         {"eps", args.eps},

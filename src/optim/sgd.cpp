@@ -70,11 +70,11 @@ void sgd_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
 
 MF_REGISTER_OP(OpDef{
     .name = "sgd_update",
-    .inputs = {"param", "grad", "momentum_buffer"},
+    .inputs = {"param", "grad", "momentum_buffer", "found_inf"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return detail::infer_update("sgd_update", in, {{2, attrs.get_float("momentum") != 0}});
     },
-    .cpu_kernel = sgd_kernel,
+    .cpu_kernel = detail::skip_if_found_inf(sgd_kernel),
     .differentiable = false,
     .inplace = true,
     .sbp = sbp::elementwise(),
@@ -87,7 +87,7 @@ void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum
   MF_CHECK(!args.nesterov || (args.momentum > 0 && args.dampening == 0), ValueError,
            "sgd_update: Nesterov momentum requires a momentum and zero dampening, got momentum ", args.momentum,
            " and dampening ", args.dampening);
-  detail::apply_update(op, {param, grad, momentum_buffer},
+  detail::apply_update(op, {param, grad, momentum_buffer, args.found_inf},
                        {{"lr", args.lr},
                         {"momentum", args.momentum},
                         {"dampening", args.dampening},

@@ -74,6 +74,12 @@ std::vector<TensorMeta> infer_update(const std::string& op, const TensorList& in
     for (size_t b = a + 1; b < operands.size(); ++b)
       MF_CHECK(!overlaps(in[operands[a]], in[operands[b]]), ValueError, op, ": ", names[operands[a]], " and ",
                names[operands[b]], " overlap in memory; each must have its own storage");
+  const Tensor& found_inf = in.back();
+  MF_CHECK(names.back() == "found_inf", Error, op, ": an update op's last input must be found_inf");
+  if (found_inf.defined())
+    MF_CHECK(found_inf.numel() == 1 && found_inf.dtype() == kFloat32, TypeError, op,
+             ": found_inf must be a one-element float32 tensor, got shape ", shape_str(found_inf.sizes()),
+             " and dtype ", dtype_name(found_inf.dtype()));
   if (step_index >= 0) {
     const Tensor& step = in[size_t(step_index)];
     MF_CHECK(step.defined(), ValueError, op, ": step is undefined");
@@ -100,6 +106,14 @@ void FlatOperands::write_back() {
     cpu::copy_cast(dst, copy);
   }
   copies_.clear();
+}
+
+KernelFn skip_if_found_inf(KernelFn kernel) {
+  return [kernel = std::move(kernel)](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    const Tensor& found_inf = in.back();
+    if (found_inf.defined() && *static_cast<const float*>(found_inf.data_ptr()) != 0.0f) return;
+    kernel(in, out, attrs);
+  };
 }
 
 double increment_step(const Tensor& step) {

@@ -19,8 +19,9 @@ namespace mf::optim::detail {
 // infer of an update op: input 0 is the parameter, input 1 its gradient;
 // `state` lists the names of the inputs that must have the parameter's shape
 // and dtype (an empty name skips the input), each defined or not as
-// `required` says. Returns the parameter's metadata (the op's output is the
-// parameter itself).
+// `required` says. The last input is the optional found_inf (Note [Skipped
+// updates] in optimizer.h). Returns the parameter's metadata (the op's
+// output is the parameter itself).
 struct StateInput {
   size_t index;
   bool required;
@@ -58,6 +59,11 @@ class FlatOperands {
 // step += 1 in the step tensor's own dtype (a float32 counter, as PyTorch's
 // `step_t += 1`); returns the new value.
 double increment_step(const Tensor& step);
+
+// The kernel of an update op whose last input is found_inf (Note [Skipped
+// updates] in optimizer.h): runs `kernel` unless found_inf is defined and
+// nonzero.
+KernelFn skip_if_found_inf(KernelFn kernel);
 
 // Calls f(std::bool_constant<b>{}) so that loop bodies branch at compile time.
 template <typename F>

@@ -137,7 +137,8 @@ class Graph {
 
   // The value's metadata as a metadata-only tensor (for infer and views).
   Tensor meta_tensor(ValueId id) const;
-  // Replaces every use of `from` (node inputs and graph outputs) by `to`.
+  // Replaces every use of `from` (node inputs and graph outputs) by `to`;
+  // values in from's buffer (views, in-place results) move to to's buffer.
   void replace_uses(ValueId from, ValueId to);
   // Removes the nodes whose flag is set; values stay (unreferenced).
   void remove_nodes(const std::vector<bool>& removed);

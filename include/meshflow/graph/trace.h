@@ -34,15 +34,47 @@
 // global graph output is returned as a global tensor around the local
 // result. Every rank must be in the placement of every global tensor of
 // the trace (a rank outside one would trace another program).
+//
+// Note [Graph grad scaling]
+// With a grad scaling set (OneFlow's set_grad_scaler), a traced train step
+// is torch's GradScaler recipe with no host sync:
+//   1. backward() seeds the loss gradient with the scale (Note [Loss scaling
+//      in backward] in autograd.h): the gradients are those of loss * scale;
+//   2. when backward() ends, each optimizer's found_inf (a float32 (1,)
+//      variable the graph owns) is zeroed and its parameters' gradients are
+//      multiplied by reciprocal(scale) and checked (amp_unscale), so what
+//      build() does after backward() (gradient clipping) sees true values;
+//   3. every update node of that optimizer's parameters takes its found_inf
+//      as the skip input (Note [Skipped updates] in optim/optimizer.h);
+//   4. finish() appends amp_update_scale of the scale and growth tracker
+//      with the sum of the optimizers' flags.
+// The scale and growth tracker are the scaler's own tensors, bound as
+// variables, so eager and graph steps can alternate on one scaler.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "meshflow/autograd.h"
 #include "meshflow/graph/ir.h"
 
+namespace mf::amp {
+class GradScaler;
+}
+
 namespace mf::graph {
+
+// A grad scaler's state and factors (Note [Graph grad scaling]).
+struct GradScaling {
+  Tensor scale;           // float32 (1,)
+  Tensor growth_tracker;  // int32 (1,)
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
 
 class Tracer {
  public:
@@ -61,6 +93,11 @@ class Tracer {
   // its parameters' gradients for the trace, and makes the learning rate
   // of their update nodes follow the parameter groups at run time.
   void add_optimizer(optim::Optimizer& optimizer);
+  // Scales the traced step's loss and makes the updates of the optimizers
+  // added so far conditional (Note [Graph grad scaling]). Call after
+  // add_optimizer and before build()'s backward().
+  void set_grad_scaling(GradScaling scaling);
+  void set_grad_scaler(amp::GradScaler& scaler);
   // A name for the variable made from t (state-dict keys, for printing).
   void name_variable(const Tensor& t, std::string name);
   // How many optimizer updates of add_optimizer's parameters were traced.
@@ -88,6 +125,18 @@ class Tracer {
   ValueId alias_of(const Tensor& t) const;
   void bind(const Tensor& t, ValueId id);
   void shield_grad(const Tensor& t);
+  // The end of a scaled backward(): zero the flags, unscale and check.
+  void unscale_gradients();
+  // The found_inf value an update node of optimizer's parameter skips on.
+  ValueId skip_input(const OpDef& op, const optim::Optimizer* optimizer);
+
+  struct Scaling {
+    GradScaling state;
+    std::vector<std::pair<optim::Optimizer*, Tensor>> found_infs;  // per optimizer
+    autograd::LossScaling hook;
+    autograd::LossScaling* previous_hook = nullptr;
+    bool unscaled = false;
+  };
 
   Graph graph_;
   std::unordered_map<const TensorImpl*, ValueId> ids_;
@@ -99,6 +148,8 @@ class Tracer {
   TensorList seen_;
   std::unordered_map<const TensorImpl*, std::string> names_;
   std::unordered_map<const TensorImpl*, int32_t> lr_group_of_;
+  std::vector<optim::Optimizer*> optimizers_;
+  std::unique_ptr<Scaling> scaling_;
   // Optimizer state tensors by memory: (the tensor, which parameter's entry
   // it is).
   std::unordered_map<const StorageImpl*, std::pair<Tensor, StateBinding>> state_of_;

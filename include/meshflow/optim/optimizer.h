@@ -10,6 +10,17 @@
 // version counter of everything it writes. Graph mode traces a step as
 // these ops, like any other.
 //
+// Note [Skipped updates]
+// Every update op takes a last, optional input found_inf: a one-element
+// float32 tensor such as GradScaler's inf/NaN check. Where it is nonzero
+// the kernel returns at once, so the parameter, its state and the step
+// counter keep their values, as if step() had not been called (torch's
+// fused optimizers take found_inf the same way). The kernel reads the flag,
+// so a compiled step skips without a host sync: graph mode with a grad
+// scaler (docs/amp.md) gives each update node of a scaled optimizer that
+// optimizer's flag. Graph passes see found_inf as an ordinary input, so an
+// update is never moved before the unscale that writes its flag.
+//
 // Hyper-parameters live in each group's `options` dict under PyTorch's
 // names ("lr", "momentum", "betas", ...), so lr schedulers and the Python
 // front end read and write them the way torch.optim does.

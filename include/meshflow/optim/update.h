@@ -30,6 +30,9 @@ struct SGDUpdateArgs {
   // The buffer has no history yet: it takes d (PyTorch clones d on the
   // first step) instead of decaying.
   bool init_momentum_buffer = false;
+  // Skip input (Note [Skipped updates] in optimizer.h): undefined, or a
+  // one-element float32 tensor; the update does nothing when it is nonzero.
+  Tensor found_inf;
 };
 // momentum_buffer is undefined when momentum == 0.
 void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
@@ -49,6 +52,9 @@ struct AdamUpdateArgs {
   double weight_decay = 0.0;
   bool amsgrad = false;
   bool maximize = false;
+  // Skip input (Note [Skipped updates] in optimizer.h): undefined, or a
+  // one-element float32 tensor; the update does nothing when it is nonzero.
+  Tensor found_inf;
 };
 // max_exp_avg_sq is defined exactly when amsgrad is set.
 void adam_update_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
@@ -72,6 +78,9 @@ struct RMSpropUpdateArgs {
   double momentum = 0.0;
   bool centered = false;
   bool maximize = false;
+  // Skip input (Note [Skipped updates] in optimizer.h): undefined, or a
+  // one-element float32 tensor; the update does nothing when it is nonzero.
+  Tensor found_inf;
 };
 // grad_avg is defined exactly when centered, momentum_buffer exactly when
 // momentum > 0.
@@ -88,6 +97,9 @@ struct AdagradUpdateArgs {
   double weight_decay = 0.0;
   double eps = 1e-10;
   bool maximize = false;
+  // Skip input (Note [Skipped updates] in optimizer.h): undefined, or a
+  // one-element float32 tensor; the update does nothing when it is nonzero.
+  Tensor found_inf;
 };
 void adagrad_update_(const Tensor& param, const Tensor& grad, const Tensor& sum, const Tensor& step,
                      const AdagradUpdateArgs& args);

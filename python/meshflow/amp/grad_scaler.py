@@ -31,6 +31,9 @@ class GradScaler:
         self._scale = None
         self._growth_tracker = None
         self._per_optimizer_states = {}
+        # The name of the graph whose build() is being traced with this
+        # scaler set (nn.Graph.set_grad_scaler), which scales the loss itself.
+        self._graph_scaled = None
 
     def _lazy_init(self):
         if self._scale is None:
@@ -49,6 +52,9 @@ class GradScaler:
         """outputs * scale (a tensor, or tensors in nested lists/tuples)."""
         if not self._enabled:
             return outputs
+        if self._graph_scaled is not None:
+            raise RuntimeError(f"GradScaler.scale: {self._graph_scaled} has this scaler (set_grad_scaler) and scales "
+                               "the loss itself; call loss.backward() in build() without scale()")
         self._lazy_init()
 
         def apply(value):

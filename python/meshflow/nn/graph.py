@@ -22,7 +22,9 @@ build()). The IR is optimized and lowered to a plan that later calls run
 without Python. Parameters, buffers and optimizer state stay in the
 modules and optimizers, so eager steps and graph steps can alternate.
 `g.config.enable_amp(True, dtype=mf.bfloat16)` traces build() under
-autocast, so the IR holds the casts of the autocast lists (docs/amp.md).
+autocast, so the IR holds the casts of the autocast lists, and
+`g.set_grad_scaler(mf.amp.GradScaler())` scales the loss and skips the
+updates of steps with inf/NaN gradients inside the plan (docs/amp.md).
 Global tensors (placement + SBP) work as in eager mode: the IR holds the
 boxing's communication nodes, and global inputs and outputs stay global.
 See docs/graph.md.
@@ -73,12 +75,32 @@ class Graph:
         object.__setattr__(self, "_optimizers", [])
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_last", None)
+        object.__setattr__(self, "_grad_scaler", None)
         object.__setattr__(self, "config", GraphConfig())
 
     def add_optimizer(self, optimizer, *, lr_sch=None):
         """Traces optimizer.step() after build() on every training call and
         steps lr_sch (if given) after every run, as OneFlow's graph does."""
         self._optimizers.append((optimizer, lr_sch))
+
+    def set_grad_scaler(self, grad_scaler):
+        """Dynamic loss scaling, as OneFlow's nn.Graph.set_grad_scaler: build()
+        calls loss.backward() as usual; the graph scales the loss, unscales
+        the gradients when backward() ends, skips the optimizers' updates
+        (parameters and state) in a step whose gradients hold an inf or NaN,
+        and updates the scaler's scale, all inside the compiled step. The
+        scale and growth tracker stay the scaler's own tensors."""
+        from meshflow.amp import GradScaler
+        if not isinstance(grad_scaler, GradScaler):
+            raise TypeError(f"{type(self).__name__}.set_grad_scaler: expected a meshflow.amp.GradScaler, got "
+                            f"{type(grad_scaler).__name__}")
+        object.__setattr__(self, "_grad_scaler", grad_scaler)
+        self._plans.clear()
+
+    def _scaler(self):
+        """The grad scaler in effect (None when unset or disabled)."""
+        scaler = self._grad_scaler
+        return scaler if scaler is not None and scaler.is_enabled() else None
 
     def build(self, *args):
         raise NotImplementedError(f"{type(self).__name__}.build() is not defined")
@@ -91,14 +113,26 @@ class Graph:
             if not isinstance(a, Tensor):
                 raise TypeError(f"{type(self).__name__}: graph inputs must be tensors, argument {i} is "
                                 f"{type(a).__name__}")
+        scaler = self._scaler()
+        scaling = None if scaler is None else (scaler.get_growth_factor(), scaler.get_backoff_factor(),
+                                               scaler.get_growth_interval())
         return (tuple(_tensor_signature(a) for a in args),
-                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype))
+                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype), scaling)
 
     def _compile(self, args):
+        scaler = self._scaler()
+        if scaler is not None:
+            if not self._optimizers:
+                raise RuntimeError(f"{type(self).__name__}: set_grad_scaler needs an optimizer; a grad scaler "
+                                   "scales a training step (call add_optimizer)")
+            scaler._lazy_init()  # its state tensors, made before the trace
         tracer = _graph.Tracer()
         try:
             for optimizer, _ in self._optimizers:
                 tracer.add_optimizer(optimizer)
+            if scaler is not None:
+                tracer.set_grad_scaling(scaler._scale, scaler._growth_tracker, scaler.get_growth_factor(),
+                                        scaler.get_backoff_factor(), scaler.get_growth_interval())
             for prefix, module in self._modules():
                 for name, t in list(module.named_parameters()) + list(module.named_buffers()):
                     tracer.name_variable(t, f"{prefix}.{name}")
@@ -107,7 +141,13 @@ class Graph:
             from meshflow.amp import autocast
             amp = self.config.amp_dtype
             with autocast("cpu", dtype=amp, enabled=amp is not None):
-                outputs, rebuild = _flatten(self.build(*traced_inputs))
+                if scaler is not None:
+                    scaler._graph_scaled = type(self).__name__
+                try:
+                    outputs, rebuild = _flatten(self.build(*traced_inputs))
+                finally:
+                    if scaler is not None:
+                        scaler._graph_scaled = None
             if tracer.num_updates():
                 raise RuntimeError(f"{type(self).__name__}.build() called an optimizer's step(); the graph steps the "
                                    "optimizers given to add_optimizer itself after build(): remove the call")

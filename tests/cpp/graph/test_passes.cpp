@@ -149,6 +149,26 @@ TEST(GraphPasses, ClonesOfDyingBuffersAreForwarded) {
   expect_values(out[1], {0, -2, -4, -6});
 }
 
+// A gradient written in place after AccumulateGrad's clone (GradScaler's
+// unscale, clipping) lives in the forwarded buffer: the memory plan must keep
+// that buffer until the in-place result's last read.
+TEST(GraphPasses, InPlaceWritesOfAForwardedCloneKeepItsBuffer) {
+  Graph g;
+  ValueId x = g.add_input(f32({64}));
+  ValueId a = g.add_node(op("exp"), {x})[0];
+  ValueId copy = g.add_node(op("clone"), {a})[0];
+  ValueId scaled = g.add_inplace_node(op("mul"), {copy, g.add_input(f32({}))});
+  ValueId other = g.add_node(op("neg"), {x})[0];  // may not take a's memory
+  ValueId sum = g.add_node(op("add"), {other, scaled})[0];
+  g.set_outputs({sum});
+  EXPECT_EQ(graph::forward_clones(g), 1);
+  EXPECT_EQ(g.value(scaled).root, a);
+  graph::Executable exe(std::move(g));
+  Tensor xs = random_tensor({64}, 7, -1, 1, DType::Float32);
+  Tensor two = full({}, 2.0);
+  expect_values(exe.run({xs, two})[0], values(add(neg(xs), mul(exp(xs), two))), 1e-6);
+}
+
 // --- slice gradients ----------------------------------------------------------------
 
 Attrs slice_grad(int64_t start) {

@@ -2,6 +2,9 @@
 // the trace must leave untouched, and untraceable calls.
 #include <gtest/gtest.h>
 
+#include <limits>
+
+#include "meshflow/amp.h"
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/passes.h"
 #include "meshflow/graph/trace.h"
@@ -238,6 +241,88 @@ TEST(GraphTrace, OptimizerStateIsCreatedBeforeTheTrace) {
   {
     graph::Tracer tracer;
     EXPECT_THROW(tracer.add_optimizer(damped), ValueError);
+  }
+  EXPECT_FALSE(graph::is_tracing());
+}
+
+// Note [Graph grad scaling]: a compiled step with a grad scaler equals the
+// eager GradScaler recipe, skipped steps included.
+TEST(GraphTrace, GradScalerStepMatchesEager) {
+  Net eager, traced;
+  copy_parameters(eager, traced);
+  optim::Adam eager_opt(eager.parameters(), {.lr = 0.01});
+  optim::Adam graph_opt(traced.parameters(), {.lr = 0.01});
+  const amp::GradScalerOptions options{.init_scale = 256.0, .growth_interval = 2};
+  amp::GradScaler eager_scaler(options), graph_scaler(options);
+  const std::vector<bool> overflow{false, true, false, false, true, false};
+  std::vector<Tensor> xs, ys;
+  for (uint32_t s = 0; s < overflow.size(); ++s) {
+    xs.push_back(random_tensor({5, 6}, 30 + s, -1, 1, DType::Float32));
+    ys.push_back(random_tensor({5, 2}, 40 + s, -1, 1, DType::Float32));
+    if (overflow[s]) {
+      Tensor x = xs.back();
+      fill_(x, std::numeric_limits<double>::infinity());
+    }
+  }
+  graph::Graph g;
+  {
+    Tracer tracer;
+    tracer.add_optimizer(graph_opt);
+    tracer.set_grad_scaler(graph_scaler);
+    EXPECT_THROW(tracer.add_optimizer(eager_opt), Error);  // it would escape the scaler
+    TensorList in = tracer.add_inputs({xs[0], ys[0]});
+    Tensor loss = mse_loss(traced.forward(in[0]), in[1]);
+    loss.backward();
+    graph_opt.step();
+    g = tracer.finish({loss});
+  }
+  graph::optimize(g);
+  Executable exe(std::move(g));
+  for (size_t s = 0; s < xs.size(); ++s) {
+    eager_opt.zero_grad();
+    Tensor loss = mse_loss(eager.forward(xs[s]), ys[s]);
+    eager_scaler.scale(loss).backward();
+    EXPECT_EQ(eager_scaler.step(eager_opt), !overflow[s]);
+    eager_scaler.update();
+    const TensorList before = traced.parameters();
+    std::vector<std::vector<float>> old;
+    for (const Tensor& p : before) old.push_back(float_values(p));
+    Tensor graph_loss = exe.run({xs[s], ys[s]})[0];
+    if (!overflow[s]) EXPECT_EQ(float_values(graph_loss), float_values(loss)) << "step " << s;
+    EXPECT_EQ(graph_scaler.get_scale(), eager_scaler.get_scale()) << "step " << s;
+    EXPECT_EQ(graph_scaler.growth_tracker(), eager_scaler.growth_tracker()) << "step " << s;
+    TensorList a = eager.parameters(), b = traced.parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(float_values(a[i]), float_values(b[i])) << "step " << s;
+      if (overflow[s]) EXPECT_EQ(float_values(b[i]), old[i]) << "step " << s;
+      const auto& state_a = eager_opt.state(a[i]);
+      const auto& state_b = graph_opt.state(b[i]);
+      for (const char* key : {"step", "exp_avg", "exp_avg_sq"})
+        EXPECT_EQ(float_values(state_a.at(key).to_tensor()), float_values(state_b.at(key).to_tensor()))
+            << key << " step " << s;
+    }
+  }
+  EXPECT_EQ(graph_scaler.get_scale(), 128.0);  // 256, backed off twice, grown once
+}
+
+TEST(GraphTrace, GradScalerMisuse) {
+  Net net;
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  amp::GradScaler scaler;
+  {
+    Tracer tracer;
+    EXPECT_THROW(tracer.set_grad_scaler(scaler), Error);  // no optimizer
+  }
+  {
+    Tracer tracer;
+    tracer.add_optimizer(opt);
+    amp::GradScaler off({.enabled = false});
+    EXPECT_THROW(tracer.set_grad_scaler(off), ValueError);
+    tracer.set_grad_scaler(scaler);
+    EXPECT_THROW(tracer.set_grad_scaler(scaler), Error);
+    TensorList in = tracer.add_inputs({zeros({2, 6})});
+    Tensor out = net.forward(in[0]);
+    EXPECT_THROW(tracer.finish({out}), Error);  // no backward: nothing to scale
   }
   EXPECT_FALSE(graph::is_tracing());
 }

@@ -371,5 +371,48 @@ TEST(OptimTraining, EveryOptimizerFitsALinearRegression) {
   }
 }
 
+// Note [Skipped updates]: a nonzero found_inf leaves the parameter, every
+// state tensor and the step counter as they were; zero runs the update.
+TEST(OptimUpdates, FoundInfSkipsTheUpdate) {
+  auto vec = [](std::vector<double> v) { return from_vector(v, {int64_t(v.size())}, {.dtype = kFloat32}); };
+  auto snapshot = [](const TensorList& ts) {
+    std::vector<std::vector<double>> out;
+    for (const Tensor& t : ts) out.push_back(values(t));
+    return out;
+  };
+  using Update = std::function<void(const TensorList&, const Tensor&)>;
+  const std::vector<std::pair<std::string, Update>> updates{
+      {"sgd", [](const TensorList& t, const Tensor& f) {
+         sgd_update_(t[0], t[1], t[2], {.lr = 0.1, .momentum = 0.9, .found_inf = f});
+       }},
+      {"adam", [](const TensorList& t, const Tensor& f) {
+         adam_update_(t[0], t[1], t[2], t[3], Tensor(), t[4], {.found_inf = f});
+       }},
+      {"adamw", [](const TensorList& t, const Tensor& f) {
+         adamw_update_(t[0], t[1], t[2], t[3], Tensor(), t[4], {.weight_decay = 0.1, .found_inf = f});
+       }},
+      {"rmsprop", [](const TensorList& t, const Tensor& f) {
+         rmsprop_update_(t[0], t[1], t[2], Tensor(), t[3], t[4], {.momentum = 0.5, .found_inf = f});
+       }},
+      {"adagrad", [](const TensorList& t, const Tensor& f) {
+         adagrad_update_(t[0], t[1], t[2], t[4], {.found_inf = f});
+       }},
+  };
+  for (const auto& [name, update] : updates) {
+    // param, grad, two state tensors, step
+    TensorList t{vec({1, -2, 3}), vec({0.5, 0.25, -1}), vec({0.1, 0.2, 0.3}), vec({0.4, 0.5, 0.6}),
+                 zeros({}, {.dtype = kFloat32})};
+    const auto before = snapshot(t);
+    update(t, full({1}, 1.0, {.dtype = kFloat32}));
+    EXPECT_EQ(snapshot(t), before) << name;
+    update(t, full({1}, 0.0, {.dtype = kFloat32}));
+    EXPECT_NE(values(t[0]), before[0]) << name;
+    EXPECT_EQ(values(t[4])[0], 1.0) << name;
+  }
+  Tensor p = vec({1, 2}), g = vec({1, 1});
+  EXPECT_THROW(sgd_update_(p, g, Tensor(), {.lr = 0.1, .found_inf = zeros({2})}), TypeError);
+  EXPECT_THROW(sgd_update_(p, g, Tensor(), {.lr = 0.1, .found_inf = zeros({1}, {.dtype = kFloat64})}), TypeError);
+}
+
 }  // namespace
 }  // namespace mf

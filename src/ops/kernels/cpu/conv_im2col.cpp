@@ -43,8 +43,12 @@ Geometry geometry_of(const Tensor& x, const Tensor& w, const ConvParams& p) {
   return g;
 }
 
+// Output rows at least this wide are filled by memset and memmove.
+constexpr int64_t kLongRow = 32;
+
 // col (C_g*KH*KW, OH*OW) from image (C_g, H, W); zero outside the image.
 // Row r of col starts at col + r * ld (ld = OH*OW when col is its own matrix).
+
 template <typename T>
 void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p, int64_t ld) {
   for (int64_t c = 0; c < g.c_group(); ++c)
@@ -63,13 +67,19 @@ void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p, int6
           const int64_t stride = p.stride[1], off = j * p.dilation[1] - p.padding[1];
           const int64_t lo = off >= 0 ? 0 : std::min(g.ow, (stride - 1 - off) / stride);
           const int64_t hi = std::max(lo, std::min(g.ow, g.w - off <= 0 ? 0 : (g.w - off + stride - 1) / stride));
-          std::fill(out, out + lo, T(0));
-          if (stride == 1) {
+          if (stride == 1 && g.ow >= kLongRow) {
+            std::fill(out, out + lo, T(0));
             std::copy(in + lo + off, in + hi + off, out + lo);
+            std::fill(out + hi, out + g.ow, T(0));
           } else {
-            for (int64_t x = lo; x < hi; ++x) out[x] = in[x * stride + off];
+            // Short or strided rows in one pass without library calls: on
+            // 4- and 8-pixel rows a memset and a memmove per row cost more
+            // than the copy (the clamp keeps the unused reads in the row).
+            for (int64_t x = 0; x < g.ow; ++x) {
+              const int64_t ix = std::clamp<int64_t>(x * stride + off, 0, g.w - 1);
+              out[x] = x >= lo && x < hi ? in[ix] : T(0);
+            }
           }
-          std::fill(out + hi, out + g.ow, T(0));
         }
       }
 }

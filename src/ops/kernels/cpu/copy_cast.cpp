@@ -1,3 +1,4 @@
+#include "ops/kernels/cpu/convert.h"
 #include "ops/kernels/cpu/loops.h"
 
 namespace mf::cpu {
@@ -20,8 +21,31 @@ void copy_cast(Tensor& dst, const Tensor& src) {
     parallel_for(0, int64_t(nbytes), 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, size_t(e - b)); });
     return;
   }
+  if (dst.dtype() == src.dtype()) {
+    // A strided copy (contiguous() of a transposed view): the elements' bits
+    // as unsigned integers of their size, with no conversion through float.
+    auto copy_bits = [&]<typename U>() { elementwise<U, U>(dst, {&src}, [](U v) { return v; }); };
+    switch (dst.element_size()) {
+      case 1: return copy_bits.template operator()<uint8_t>();
+      case 2: return copy_bits.template operator()<uint16_t>();
+      case 4: return copy_bits.template operator()<uint32_t>();
+      case 8: return copy_bits.template operator()<uint64_t>();
+      default: break;
+    }
+  }
+  const bool flat = dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes();
   dispatch_dtype(dst.dtype(), [&]<typename D>() {
     dispatch_dtype(src.dtype(), [&]<typename S>() {
+      constexpr bool kBFloat16Float = (std::is_same_v<D, BFloat16> && std::is_same_v<S, float>) ||
+                                      (std::is_same_v<D, float> && std::is_same_v<S, BFloat16>);
+      if constexpr (kBFloat16Float) {
+        if (flat) {  // Note [Vectorised bfloat16 conversion]
+          D* d = static_cast<D*>(dst.data_ptr());
+          const S* s = static_cast<const S*>(src.data_ptr());
+          parallel_for(0, dst.numel(), kGrainSize, [&](int64_t b, int64_t e) { convert_run(s + b, d + b, e - b); });
+          return;
+        }
+      }
       elementwise<D, S>(dst, {&src}, [](S v) { return convert<D, S>(v); });
     });
   });
