@@ -32,7 +32,7 @@ void init_graph(py::module_& parent) {
       .def("finish", &Tracer::finish, py::arg("outputs"))
       .def("close", &Tracer::close);
 
-  m.def("optimize", &graph::optimize, py::arg("graph"));
+  m.def("optimize", &graph::optimize, py::arg("graph"), py::arg("exact") = false);
   m.def("is_tracing", &graph::is_tracing);
 
   py::class_<Executable>(m, "Executable")

@@ -325,8 +325,8 @@ int recompute_elementwise(Graph& graph) {
 }
 
 namespace {
-bool is_whole_buffer(const Value& v, ValueId id) {
-  return v.kind == ValueKind::Intermediate && v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
+bool is_whole_kernel_output(const Value& v, ValueId id) {
+  return v.kind == ValueKind::Intermediate && is_whole_buffer(v, id);
 }
 }  // namespace
 
@@ -343,7 +343,7 @@ int run_in_place(Graph& graph) {
     const ValueId x = n.inputs[0], out = n.outputs[0];
     const Value& xv = values[size_t(x)];
     const Value& ov = values[size_t(out)];
-    bool safe = is_whole_buffer(xv, x) && is_whole_buffer(ov, out) && last_use[size_t(x)] == int64_t(i) &&
+    bool safe = is_whole_kernel_output(xv, x) && is_whole_kernel_output(ov, out) && last_use[size_t(x)] == int64_t(i) &&
                 xv.sizes == ov.sizes && xv.dtype == ov.dtype;
     for (size_t k = 1; k < n.inputs.size() && safe; ++k)
       safe = n.inputs[k] == kNoValue || values[size_t(n.inputs[k])].root != x;
@@ -396,7 +396,7 @@ int schedule_updates_early(Graph& graph) {
   return count;
 }
 
-std::string optimize(Graph& graph) {
+std::string optimize(Graph& graph, bool exact) {
   std::ostringstream os;
   os << "fold_constants " << fold_constants(graph);
   os << ", cse " << eliminate_common_subexpressions(graph);
@@ -404,7 +404,10 @@ std::string optimize(Graph& graph) {
   os << ", dce " << eliminate_dead_code(graph);
   os << ", merge_slice_gradients " << merge_slice_gradients(graph);
   os << ", recompute " << recompute_elementwise(graph);
+  os << ", fuse_linear_activations " << fuse_linear_activations(graph);
+  os << ", fuse_add_layer_norms " << fuse_add_layer_norms(graph);
   os << ", fuse_elementwise " << fuse_elementwise(graph);
+  if (!exact) os << ", fuse_bias_gradients " << fuse_bias_gradients(graph);
   os << ", in_place " << run_in_place(graph);
   os << ", early_updates " << schedule_updates_early(graph);
   return os.str();

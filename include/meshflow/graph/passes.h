@@ -64,9 +64,12 @@ int run_in_place(Graph& graph);
 int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
-// slice-gradient merging, recomputation, elementwise fusion (fusion.h), in
-// place where safe, early updates.
+// slice-gradient merging, recomputation, the fusions of fusion.h (linear
+// epilogues, residual layer norms, elementwise chains, bias gradients), in
+// place where safe, early updates. exact: only the rewrites that keep the
+// bits eager mode gives (bias-gradient fusion, which sums in blocks, is
+// left out).
 // Returns a one-line summary ("fold_constants 2, cse 5, ...").
-std::string optimize(Graph& graph);
+std::string optimize(Graph& graph, bool exact = false);
 
 }  // namespace mf::graph

@@ -35,6 +35,7 @@ class GraphConfig:
 
     def __init__(self):
         self.amp_dtype = None
+        self.exact = False
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -43,6 +44,12 @@ class GraphConfig:
         if dtype not in (bfloat16, float16):
             raise TypeError(f"enable_amp: dtype must be meshflow.bfloat16 or meshflow.float16, got {dtype!r}")
         self.amp_dtype = dtype if mode else None
+
+    def enable_exact_mode(self, mode=True):
+        """Only the graph rewrites that give the bits of eager mode: the
+        bias-gradient fusion (which sums a gradient block by block, so in
+        another order than eager's sum) is left out (docs/graph.md)."""
+        self.exact = bool(mode)
 
 
 def _flatten(result):
@@ -80,7 +87,7 @@ class Graph:
                 raise TypeError(f"{type(self).__name__}: graph inputs must be tensors, argument {i} is "
                                 f"{type(a).__name__}")
         return (tuple((tuple(a.shape), str(a.dtype), str(a.device)) for a in args),
-                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype))
+                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype), self.config.exact)
 
     def _compile(self, args):
         tracer = _graph.Tracer()
@@ -105,7 +112,7 @@ class Graph:
             ir = tracer.finish(outputs)
         finally:
             tracer.close()
-        passes = _graph.optimize(ir)
+        passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir), rebuild, passes)
 
     def __call__(self, *args):
