@@ -162,6 +162,7 @@ std::string Graph::str() const {
     os << ")  # ";
     for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << type_str(value(n.outputs[i]));
     if (n.is_view()) os << " view";
+    if (n.overwrites >= 0) os << " over " << value_name(*this, n.inputs[size_t(n.overwrites)]);
     os << "\n";
   }
   os << "  return ";

@@ -139,13 +139,14 @@ class Graph:
         (static memory planning), or None before the first call."""
         return None if self._last is None else self._last.executable.planned_bytes
 
-    def profile(self, *args, runs=10):
+    def profile(self, *args, runs=10, by_shape=False):
         """Runs the plan for these inputs `runs` times and returns a table of
-        kernel time per op type (the inputs' signature must be compiled)."""
+        kernel time per op type, or per op and input shapes with by_shape
+        (the inputs' signature must be compiled)."""
         plan = self._plans.get(self._signature(args))
         if plan is None:
             raise ValueError(f"{type(self).__name__}.profile: no plan for these inputs yet; call the graph first")
-        return plan.executable.profile(list(args), runs)
+        return plan.executable.profile(list(args), runs, by_shape)
 
     def debug(self):
         """Prints the IR of the last plan, the passes run and its memory plan."""
