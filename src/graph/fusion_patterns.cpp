@@ -9,6 +9,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/graph/fusion.h"
 #include "meshflow/graph/passes.h"
+#include "ops/kernels/cpu/gemm.h"
 
 namespace mf::graph {
 namespace {
@@ -76,7 +77,77 @@ std::string program_text(const FusedProgram& program) {
   return os.str();
 }
 
+// p += alpha * (a @ b) with alpha = -lr (lr when maximizing): sgd_update
+// without momentum or weight decay, its gradient the product.
+void matmul_sgd_update_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const double lr = attrs.get_float("lr");
+  const Shape shape{in[1].size(0), in[2].size(1)};
+  Tensor param = make_view(out[0], shape, contiguous_strides(shape), out[0].storage_offset());
+  cpu::matmul(in[1], in[2], param, Scalar(attrs.get_bool("maximize") ? lr : -lr), Scalar(1));
+}
+
 }  // namespace
+
+const OpDef& matmul_sgd_update_op() {
+  static const OpDef op = [] {
+    OpDef def{
+        .name = "matmul_sgd_update",
+        .inputs = {"param", "a", "b"},
+        .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
+          throw Error("matmul_sgd_update: made by the graph fusion passes only; it has no eager form");
+        },
+        .differentiable = false,
+    };
+    def.kernels[size_t(DeviceType::CPU)] = matmul_sgd_update_kernel;
+    return def;
+  }();
+  return op;
+}
+
+int fuse_updates_into_gemms(Graph& graph) {
+  static const OpDef& sgd_update = dispatch::op("sgd_update");
+  static const OpDef& matmul = dispatch::op("matmul");
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  const BufferReaders readers(graph);
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t u = 0; u < nodes.size(); ++u) {
+    const Node& update = nodes[u];
+    if (update.op != &sgd_update || !update.inplace || update.inputs[2] != kNoValue ||
+        update.attrs.get_float("weight_decay") != 0.0)
+      continue;
+    const ValueId param = update.inputs[0], grad = update.inputs[1];
+    const Value& p = values[size_t(param)];
+    const Value& g = values[size_t(grad)];
+    const ValueId product = g.root;
+    const Value& mv = values[size_t(product)];
+    if (mv.producer < 0 || !p.device.is_cpu() || mv.sizes.size() != 2 || !is_whole_buffer(mv, product) ||
+        mv.dtype != p.dtype || readers.outputs[size_t(product)] > 0 || readers.nodes[size_t(product)].size() != 1 ||
+        g.sizes != p.sizes || g.strides != p.strides || g.offset != p.offset || p.strides != contiguous_strides(p.sizes))
+      continue;
+    const auto m = size_t(mv.producer);
+    const Node& mm = nodes[m];
+    if (mm.op != &matmul || mm.fused || mm.inplace || removed[m] || mm.outputs.size() != 1) continue;
+    // The parameter keeps its old value until the update: nothing between
+    // the product and the update may read or write it, and the product
+    // must not read it.
+    bool ok = true;
+    for (int32_t r : readers.nodes[size_t(p.root)]) ok = ok && (r <= int32_t(m) || r >= int32_t(u));
+    for (ValueId in : mm.inputs) ok = ok && values[size_t(in)].root != p.root;
+    if (!ok) continue;
+    Node fused{.op = &matmul_sgd_update_op(), .attrs = update.attrs, .inputs = {param, mm.inputs[0], mm.inputs[1]},
+               .outputs = update.outputs, .inplace = true, .lr_group = update.lr_group};
+    nodes[m] = std::move(fused);
+    removed[u] = true;
+    ++count;
+  }
+  if (count) {
+    graph.remove_nodes(removed);
+    eliminate_dead_code(graph);  // the views of the products
+  }
+  return count;
+}
 
 int fuse_linear_activations(Graph& graph) {
   static const OpDef& addmm = dispatch::op("addmm");

@@ -455,6 +455,7 @@ std::string optimize(Graph& graph, bool exact) {
   os << ", fuse_add_layer_norms " << fuse_add_layer_norms(graph);
   os << ", fuse_elementwise " << fuse_elementwise(graph);
   if (!exact) os << ", fuse_bias_gradients " << fuse_bias_gradients(graph);
+  if (!exact) os << ", fuse_updates_into_gemms " << fuse_updates_into_gemms(graph);
   os << ", in_place " << run_in_place(graph);
   os << ", early_updates " << schedule_updates_early(graph);
   return os.str();

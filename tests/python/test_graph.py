@@ -128,6 +128,26 @@ def test_default_fusions_match_eager(name):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-7, err_msg=k)
 
 
+def test_plain_sgd_updates_run_in_the_weight_gradient_gemm():
+    """Note [Updates in the GEMM]: with a scheduler, each run reads the new
+    learning rate."""
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.1)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.1)
+    sch_e = mf.optim.lr_scheduler.StepLR(opt_e, step_size=1, gamma=0.5)
+    sch_g = mf.optim.lr_scheduler.StepLR(opt_g, step_size=1, gamma=0.5)
+    graph = TrainGraph("mlp", traced, opt_g, sch_g, exact=False)
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        x, y = batch("mlp", rng)
+        loss_e = eager_step("mlp", eager, opt_e, x, y)
+        sch_e.step()
+        np.testing.assert_allclose(graph(x, y).item(), loss_e.item(), rtol=1e-6)
+    assert str(graph).count("matmul_sgd_update_") == 3
+    for (k, a), (_, b) in zip(eager.state_dict().items(), traced.state_dict().items()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-7, err_msg=k)
+
+
 def test_scheduler_steps_after_each_run():
     eager, traced = twin_models("mlp")
     opt_e = mf.optim.SGD(eager.parameters(), lr=0.1)

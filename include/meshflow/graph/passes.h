@@ -78,10 +78,11 @@ int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
 // slice-gradient merging, recomputation, the fusions of fusion.h (linear
-// epilogues, residual layer norms, elementwise chains, bias gradients), in
+// epilogues, residual layer norms, elementwise chains, bias gradients,
+// updates in GEMMs), in
 // place where safe, early updates. exact: only the rewrites that keep the
-// bits eager mode gives (bias-gradient fusion, which sums in blocks, is
-// left out).
+// bits eager mode gives (bias-gradient fusion, which sums in blocks, and
+// SGD updates folded into GEMMs are left out).
 // Returns a one-line summary ("fold_constants 2, cse 5, ...").
 std::string optimize(Graph& graph, bool exact = false);
 

@@ -48,7 +48,8 @@ class GraphConfig:
     def enable_exact_mode(self, mode=True):
         """Only the graph rewrites that give the bits of eager mode: the
         bias-gradient fusion (which sums a gradient block by block, so in
-        another order than eager's sum) is left out (docs/graph.md)."""
+        another order than eager's sum) and SGD updates inside the weight
+        gradient's GEMM are left out (docs/graph.md)."""
         self.exact = bool(mode)
 
 

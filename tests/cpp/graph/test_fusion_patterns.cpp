@@ -199,5 +199,60 @@ TEST(GraphFusionPatterns, ResidualAddAndLayerNormAreOneNodeWithTheSameBits) {
   }
 }
 
+Attrs plain_sgd(double lr, bool maximize) {
+  return {{"lr", lr},          {"momentum", 0.0},   {"dampening", 0.0},
+          {"weight_decay", 0.0}, {"nesterov", false}, {"maximize", maximize},
+          {"init_momentum_buffer", false}};
+}
+
+TEST(GraphFusionPatterns, PlainSgdUpdateRunsInsideTheWeightGradientGemm) {
+  const int64_t out = 48, in = 40, batch = 32;
+  for (const bool maximize : {false, true}) {
+    SCOPED_TRACE(maximize ? "maximize" : "minimize");
+    Tensor w0 = random_tensor({out, in}, 16, -1, 1, DType::Float32);
+    // weight -= lr * (g^T x), the gradient laid out as the weight through
+    // two transposes, as linear's backward gives it.
+    auto build = [&](Graph& g, const Tensor& weight) {
+      ValueId w = g.add_variable(weight);
+      ValueId grad_out = g.add_input(f32({batch, out}));
+      ValueId x = g.add_input(f32({batch, in}));
+      ValueId g_t = g.add_node(op("permute"), {grad_out}, {{"dims", Shape{1, 0}}})[0];
+      ValueId product = g.add_node(op("matmul"), {g_t, x})[0];
+      ValueId flipped = g.add_node(op("permute"), {product}, {{"dims", Shape{1, 0}}})[0];
+      ValueId grad = g.add_node(op("permute"), {flipped}, {{"dims", Shape{1, 0}}})[0];
+      ValueId updated = g.add_inplace_node(op("sgd_update"), {w, grad, graph::kNoValue}, plain_sgd(0.25, maximize));
+      g.set_outputs({updated});
+    };
+    Tensor w_plain = clone(w0), w_fused = clone(w0);
+    Graph plain, fused;
+    build(plain, w_plain);
+    build(fused, w_fused);
+    EXPECT_EQ(graph::fuse_updates_into_gemms(fused), 1);
+    ASSERT_EQ(op_names(fused), (std::vector<std::string>{"permute", "matmul_sgd_update"}));
+    EXPECT_TRUE(fused.nodes()[1].inplace);
+
+    Tensor g_out = random_tensor({batch, out}, 17, -1, 1, DType::Float32);
+    Tensor x = random_tensor({batch, in}, 18, -1, 1, DType::Float32);
+    graph::Executable a(std::move(plain)), b(std::move(fused));
+    a.run({g_out, x});
+    b.run({g_out, x});
+    const Tensor step = mul(matmul(t(g_out), x), maximize ? 0.25 : -0.25);
+    expect_close(w_fused, w_plain, 1e-6, 1e-6);
+    expect_close(w_fused, add(w0, step), 1e-6, 1e-6);
+  }
+}
+
+TEST(GraphFusionPatterns, SgdUpdateStaysWhenTheWeightIsReadAfterItsGradient) {
+  Graph g;
+  ValueId w = g.add_variable(random_tensor({8, 6}, 19, -1, 1, DType::Float32));
+  ValueId a = g.add_input(f32({8, 4}));
+  ValueId b = g.add_input(f32({4, 6}));
+  ValueId grad = g.add_node(op("matmul"), {a, b})[0];
+  ValueId read = g.add_node(op("mul"), {w, w})[0];  // the old weight, after the product
+  ValueId updated = g.add_inplace_node(op("sgd_update"), {w, grad, graph::kNoValue}, plain_sgd(0.1, false));
+  g.set_outputs({read, updated});
+  EXPECT_EQ(graph::fuse_updates_into_gemms(g), 0);
+}
+
 }  // namespace
 }  // namespace mf::testing
