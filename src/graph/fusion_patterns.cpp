@@ -77,13 +77,15 @@ std::string program_text(const FusedProgram& program) {
   return os.str();
 }
 
-// p += alpha * (a @ b) with alpha = -lr (lr when maximizing): sgd_update
-// without momentum or weight decay, its gradient the product.
+// sgd_update without momentum, its gradient the product a @ b:
+//   p = p - lr * (g + weight_decay * p) = (1 - lr * weight_decay) p - lr g
+// (+ lr g when maximizing), one sgemm with beta = 1 - lr * weight_decay.
 void matmul_sgd_update_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const double lr = attrs.get_float("lr");
   const Shape shape{in[1].size(0), in[2].size(1)};
   Tensor param = make_view(out[0], shape, contiguous_strides(shape), out[0].storage_offset());
-  cpu::matmul(in[1], in[2], param, Scalar(attrs.get_bool("maximize") ? lr : -lr), Scalar(1));
+  cpu::matmul(in[1], in[2], param, Scalar(attrs.get_bool("maximize") ? lr : -lr),
+              Scalar(1.0 - lr * attrs.get_float("weight_decay")));
 }
 
 }  // namespace
@@ -114,9 +116,7 @@ int fuse_updates_into_gemms(Graph& graph) {
   int count = 0;
   for (size_t u = 0; u < nodes.size(); ++u) {
     const Node& update = nodes[u];
-    if (update.op != &sgd_update || !update.inplace || update.inputs[2] != kNoValue ||
-        update.attrs.get_float("weight_decay") != 0.0)
-      continue;
+    if (update.op != &sgd_update || !update.inplace || update.inputs[2] != kNoValue) continue;
     const ValueId param = update.inputs[0], grad = update.inputs[1];
     const Value& p = values[size_t(param)];
     const Value& g = values[size_t(grad)];
@@ -254,7 +254,10 @@ int fuse_bias_gradients(Graph& graph) {
     removed[j] = true;
     ++count;
   }
-  if (count) graph.remove_nodes(removed);
+  if (count) {
+    graph.remove_nodes(removed);
+    eliminate_dead_code(graph);  // the views the sums read
+  }
   return count;
 }
 

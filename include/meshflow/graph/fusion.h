@@ -121,12 +121,12 @@ int fuse_bias_gradients(Graph& graph);
 int fuse_add_layer_norms(Graph& graph);
 
 // Note [Updates in the GEMM]
-// Plain SGD (no momentum, no weight decay) updates p -= lr * g, and a
+// SGD without momentum updates p -= lr * (g + weight_decay * p), and a
 // weight's gradient g is a product (g_out^T x) that nothing else reads. The
-// product then runs as sgemm with alpha = -lr and beta = 1 straight into
-// the parameter ("matmul_sgd_update", in place, its lr refreshed per run
-// like the update's): the gradient is never stored and the update's pass
-// over parameter and gradient goes. Only when nothing between the product
+// product then runs as sgemm with alpha = -lr and beta = 1 - lr *
+// weight_decay straight into the parameter ("matmul_sgd_update", in place,
+// its lr refreshed per run like the update's): the gradient is never
+// stored and the update's pass over parameter and gradient goes. Only when nothing between the product
 // and the update touches the parameter. Equal to the separate update up to
 // float rounding (the gradient is not rounded to float before it is
 // scaled). Returns the number of updates folded.
