@@ -56,8 +56,7 @@ const OpDef& fused_add_layer_norm_op() {
 const OpDef& fused_linear_op() {
   static const OpDef op{
       .name = "fused_linear",
-      .inputs = {"a", "b", "inputs"},
-      .variadic = true,
+      .inputs = {"bias", "a", "b"},
       .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
         throw Error("fused_linear: made by the graph fusion passes only; it has no eager form");
       },
@@ -164,7 +163,6 @@ bool is_row_softmax(const Node& n, const std::vector<Value>& values) {
   return ndim > 0 && (dim == -1 || dim == ndim - 1);
 }
 
-
 }  // namespace
 
 int64_t trailing_dims(const Value& v, const Shape& out) {
@@ -177,7 +175,6 @@ int64_t trailing_dims(const Value& v, const Shape& out) {
   if (!std::equal(tail.begin(), tail.end(), out.end() - std::ptrdiff_t(tail.size()))) return -1;
   return int64_t(tail.size());
 }
-
 
 bool is_whole_buffer(const Value& v, ValueId id) {
   return v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
