@@ -203,6 +203,59 @@ int fuse_linear_activations(Graph& graph) {
   return count;
 }
 
+int fuse_gelu_with_backward(Graph& graph) {
+  static const OpDef& gelu = dispatch::op("gelu");
+  static const OpDef& gelu_backward = dispatch::op("gelu_backward");
+  static const OpDef& both = dispatch::op("gelu_with_backward");
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  std::vector<bool> removed(nodes.size(), false);
+  int count = 0;
+  for (size_t b = 0; b < nodes.size(); ++b) {
+    const Node& back = nodes[b];
+    if (back.op != &gelu_backward || back.inplace || back.fused) continue;
+    const ValueId grad = back.inputs[0], x = back.inputs[1];
+    const ValueId grad_root = values[size_t(grad)].root, x_root = values[size_t(x)].root;
+    const Value& out = values[size_t(back.outputs[0])];
+    if (!out.device.is_cpu() || !is_whole_buffer(out, back.outputs[0]) || !covers_whole(values, grad, grad_root) ||
+        !covers_whole(values, x, x_root) || values[size_t(grad_root)].dtype != out.dtype ||
+        values[size_t(x_root)].dtype != out.dtype)
+      continue;
+    // The gradient's buffer as written by its producer (before the GELU
+    // below), unchanged until the gradient is read.
+    const int32_t grad_made = values[size_t(grad_root)].producer;
+    if (written_between(graph, grad_root, size_t(std::max(grad_made, 0)), b)) continue;
+    // The last GELU of the same input after the gradient exists: a
+    // recomputation (Note [Recomputation]).
+    for (size_t a = b; a-- > 0 && int32_t(a) > grad_made;) {
+      const Node& forward = nodes[a];
+      if (forward.op != &gelu || forward.inplace || forward.fused || removed[a] ||
+          forward.attrs.get_string("approximate") != back.attrs.get_string("approximate"))
+        continue;
+      const Value& y = values[size_t(forward.outputs[0])];
+      if (!covers_whole(values, forward.inputs[0], x_root) || !is_whole_buffer(y, forward.outputs[0]) ||
+          y.dtype != out.dtype)
+        continue;
+      if (written_between(graph, x_root, a, b)) break;
+      auto program = std::make_shared<FusedProgram>();
+      program->steps.push_back(
+          {.op = &both, .attrs = back.attrs, .args = {0, 1}, .outputs = {0, 1}, .dtype = out.dtype});
+      Node fused{.op = &fused_elementwise_op(), .attrs = {{"program", program_text(*program)}},
+                 .inputs = {grad_root, forward.inputs[0]}, .outputs = {back.outputs[0], forward.outputs[0]},
+                 .fused = std::move(program)};
+      nodes[a] = std::move(fused);
+      removed[b] = true;
+      ++count;
+      break;
+    }
+  }
+  if (count) {
+    graph.remove_nodes(removed);
+    eliminate_dead_code(graph);  // views of the gradient
+  }
+  return count;
+}
+
 int fuse_bias_gradients(Graph& graph) {
   static const OpDef& sum = dispatch::op("sum");
   auto& nodes = graph.nodes();
@@ -222,13 +275,14 @@ int fuse_bias_gradients(Graph& graph) {
       continue;
     const auto g = size_t(r.producer);
     const Node& producer = nodes[g];
-    if (producer.inplace || producer.random_counters || producer.outputs.size() != 1 ||
+    if (producer.inplace || producer.random_counters || producer.outputs[0] != root ||
         written_between(graph, root, g, j))
       continue;
     auto program = std::make_shared<FusedProgram>();
-    if (producer.op == &fused_elementwise_op() && producer.fused && producer.fused->column_sum_output < 0) {
+    if (producer.op == &fused_elementwise_op() && producer.fused && producer.fused->column_sum_output < 0 &&
+        producer.fused->steps.back().outputs[0] == 0) {
       *program = *producer.fused;
-    } else if (!producer.fused && is_elementwise(*producer.op)) {
+    } else if (!producer.fused && is_elementwise(*producer.op) && producer.outputs.size() == 1) {
       int64_t trailing = 0;
       FusedStep step{.op = producer.op, .attrs = producer.attrs, .outputs = {0}, .dtype = r.dtype};
       for (size_t a = 0; a < producer.inputs.size() && trailing >= 0; ++a) {
@@ -243,12 +297,14 @@ int fuse_bias_gradients(Graph& graph) {
       continue;
     }
     if (program->trailing.empty()) program->trailing = {r.sizes.back()};
-    program->column_sum_output = 1;
+    program->column_sum_output = int32_t(producer.outputs.size());
     program->column_sum_attrs = s.attrs;
+    std::vector<ValueId> outputs = producer.outputs;
+    outputs.push_back(s.outputs[0]);
     Node fused{.op = &fused_elementwise_op(),
                .attrs = {{"program", program_text(*program) + "; column sum"}},
                .inputs = producer.inputs,
-               .outputs = {root, s.outputs[0]},
+               .outputs = std::move(outputs),
                .fused = std::move(program)};
     nodes[g] = std::move(fused);
     removed[j] = true;

@@ -453,6 +453,7 @@ std::string optimize(Graph& graph, bool exact) {
   os << ", recompute " << recompute_elementwise(graph);
   os << ", fuse_linear_activations " << fuse_linear_activations(graph);
   os << ", fuse_add_layer_norms " << fuse_add_layer_norms(graph);
+  os << ", fuse_gelu_with_backward " << fuse_gelu_with_backward(graph);
   os << ", fuse_elementwise " << fuse_elementwise(graph);
   if (!exact) os << ", fuse_bias_gradients " << fuse_bias_gradients(graph);
   if (!exact) os << ", fuse_updates_into_gemms " << fuse_updates_into_gemms(graph);

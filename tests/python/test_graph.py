@@ -107,6 +107,7 @@ def test_train_steps_equal_eager(name):
         assert "s1 = softmax(s0; dim=-1)" in str(graph)
         assert "fused_add_layer_norm" in str(graph)
         assert "fused_linear" in str(graph)  # linear1 + GELU
+        assert "gelu_with_backward" in str(graph)  # the recomputed GELU with its gradient
 
 
 @pytest.mark.parametrize("name", ["mlp", "gpt"])

@@ -98,6 +98,16 @@ int fuse_elementwise(Graph& graph);
 // product while it is in cache.
 int fuse_linear_activations(Graph& graph);
 
+// Note [GELU with its gradient]
+// Recomputation (Note [Recomputation]) runs GELU again in backward, just
+// before the weight gradient of the next linear reads it, and the gradient
+// of the same GELU, gelu_backward(g, x), follows a little later, its g
+// already written. Both become one node running "gelu_with_backward",
+// which evaluates erf once for the two results (each with the bits of its
+// own op): the recomputation costs one store instead of a second pass of
+// erf over x. Returns the number of gelu_backward nodes folded.
+int fuse_gelu_with_backward(Graph& graph);
+
 // Note [Bias gradients]
 // The bias gradient of a linear is sum(g, dim 0) over the gradient g of its
 // output, and g is often the result of an elementwise node (gelu_backward,

@@ -78,8 +78,8 @@ int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
 // slice-gradient merging, recomputation, the fusions of fusion.h (linear
-// epilogues, residual layer norms, elementwise chains, bias gradients,
-// updates in GEMMs), in
+// epilogues, residual layer norms, GELU with its gradient, elementwise
+// chains, bias gradients, updates in GEMMs), in
 // place where safe, early updates. exact: only the rewrites that keep the
 // bits eager mode gives (bias-gradient fusion, which sums in blocks, and
 // SGD updates folded into GEMMs are left out).

@@ -113,6 +113,35 @@ TEST(GraphFusionPatterns, OnlyTheFirstReaderOfAProductOrSumIsFused) {
   EXPECT_EQ(graph::fuse_add_layer_norms(g), 0);
 }
 
+TEST(GraphFusionPatterns, RecomputedGeluRunsWithItsGradient) {
+  const Shape shape{3, 70, 200};  // several blocks, the last partial
+  for (const char* approximate : {"none", "tanh"}) {
+    SCOPED_TRACE(approximate);
+    const Attrs form{{"approximate", std::string(approximate)}};
+    auto build = [&](Graph& g) {
+      ValueId x = g.add_input(f32(shape));
+      ValueId upstream = g.add_input(f32({shape[0] * shape[1], shape[2]}));
+      ValueId pre = g.add_node(op("mul"), {x, x})[0];
+      ValueId y = g.add_node(op("gelu"), {pre}, form)[0];  // forward
+      ValueId grad = g.add_node(op("neg"), {upstream})[0];  // the gradient, written before...
+      ValueId again = g.add_node(op("gelu"), {pre}, form)[0];  // ...the recomputation
+      ValueId read = g.add_node(op("exp"), {again})[0];
+      ValueId grad3 = g.add_node(op("view"), {grad}, {{"size", shape}})[0];
+      ValueId dx = g.add_node(op("gelu_backward"), {grad3, pre}, form)[0];
+      g.set_outputs({y, read, dx});
+    };
+    Graph plain, fused;
+    build(plain);
+    build(fused);
+    EXPECT_EQ(graph::fuse_gelu_with_backward(fused), 1);
+    ASSERT_EQ(op_names(fused), (std::vector<std::string>{"mul", "gelu", "neg", "fused_elementwise", "exp"}));
+    EXPECT_NE(fused.str().find("gelu_with_backward"), std::string::npos) << fused.str();
+    Tensor x = random_tensor(shape, 20, -3, 3, DType::Float32);
+    Tensor upstream = random_tensor({shape[0] * shape[1], shape[2]}, 21, -1, 1, DType::Float32);
+    expect_same_bits(std::move(plain), std::move(fused), {x, upstream});
+  }
+}
+
 TEST(GraphFusionPatterns, BiasGradientIsSummedInTheProducersBlocks) {
   const int64_t n = 200, m = 300;  // four blocks of whole rows
   auto build = [&](Graph& g) {
