@@ -79,7 +79,7 @@ std::string program_text(const FusedProgram& program) {
 
 // sgd_update without momentum, its gradient the product a @ b:
 //   p = p - lr * (g + weight_decay * p) = (1 - lr * weight_decay) p - lr g
-// (+ lr g when maximizing), one sgemm with beta = 1 - lr * weight_decay.
+// (+ lr g when maximizing), one GEMM with beta = 1 - lr * weight_decay.
 void matmul_sgd_update_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const double lr = attrs.get_float("lr");
   const Shape shape{in[1].size(0), in[2].size(1)};

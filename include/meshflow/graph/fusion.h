@@ -85,8 +85,9 @@ int fuse_elementwise(Graph& graph);
 
 // Note [Linear epilogues]
 // linear is addmm(bias, x, w.t()): its kernel copies the bias into the
-// output and runs sgemm with beta = 1 over it (the bias add costs no pass
-// of its own: with beta = 0, OpenBLAS zero-fills the output instead). An
+// output and runs the GEMM with beta = 1 over it, so the bias add costs no
+// pass of its own (a GEMM with beta = 0 and a separate add would write the
+// output twice; OpenBLAS zero-fills it for beta = 0). An
 // addmm whose first reader is an activation (relu, gelu, silu, ...) of the
 // whole product becomes one "fused_linear" node: addmm's kernel, then the
 // activation's kernel over the product in blocks, in place when nothing
@@ -133,7 +134,7 @@ int fuse_add_layer_norms(Graph& graph);
 // Note [Updates in the GEMM]
 // SGD without momentum updates p -= lr * (g + weight_decay * p), and a
 // weight's gradient g is a product (g_out^T x) that nothing else reads. The
-// product then runs as sgemm with alpha = -lr and beta = 1 - lr *
+// product then runs as one GEMM with alpha = -lr and beta = 1 - lr *
 // weight_decay straight into the parameter ("matmul_sgd_update", in place,
 // its lr refreshed per run like the update's): the gradient is never
 // stored and the update's pass over parameter and gradient goes. Only when nothing between the product
