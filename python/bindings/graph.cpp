@@ -44,7 +44,7 @@ void init_graph(py::module_& parent) {
       .def("finish", &Tracer::finish, py::arg("outputs"))
       .def("close", &Tracer::close);
 
-  m.def("optimize", &graph::optimize, py::arg("graph"));
+  m.def("optimize", &graph::optimize, py::arg("graph"), py::arg("exact") = false);
   m.def("is_tracing", &graph::is_tracing);
 
   py::class_<Executable>(m, "Executable")
@@ -57,7 +57,7 @@ void init_graph(py::module_& parent) {
       .def_property_readonly("live_peak_bytes", [](const Executable& e) { return e.memory_plan().live_peak_bytes; })
       .def_property_readonly("unplanned_bytes", [](const Executable& e) { return e.memory_plan().total_bytes; })
       .def("memory_report", &Executable::memory_report, py::arg("max_rows") = 20)
-      .def("profile", &Executable::profile, py::arg("inputs"), py::arg("runs") = 10,
+      .def("profile", &Executable::profile, py::arg("inputs"), py::arg("runs") = 10, py::arg("by_shape") = false,
            py::call_guard<py::gil_scoped_release>())
       .def("__str__", &Executable::str);
 }

@@ -184,8 +184,14 @@ void Executable::lower() {
       tensors_[size_t(node.outputs[0])] = step.inputs[0];
       step.outputs.push_back(step.inputs[0]);
     } else {
-      for (ValueId id : node.outputs) {
-        tensors_[size_t(id)] = arena_tensor(id);
+      for (size_t k = 0; k < node.outputs.size(); ++k) {
+        const ValueId id = node.outputs[k];
+        const Value& v = values[size_t(id)];
+        tensors_[size_t(id)] =
+            k == 0 && node.overwrites >= 0
+                ? Tensor(std::make_shared<TensorImpl>(step.inputs[size_t(node.overwrites)].storage(), v.sizes,
+                                                      v.strides, v.offset, v.dtype))
+                : arena_tensor(id);
         step.outputs.push_back(tensors_[size_t(id)]);
       }
     }
@@ -312,7 +318,24 @@ TensorList Executable::run(const TensorList& inputs) {
   return outputs;
 }
 
-std::string Executable::profile(const TensorList& inputs, int runs) {
+namespace {
+
+// "matmul (1024, 256)T (256, 1024)": the op and its inputs' shapes, T for a
+// transposed matrix (strides of the last two dims swapped).
+std::string shape_key(const std::string& name, const TensorList& inputs) {
+  std::ostringstream os;
+  os << name;
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) continue;
+    os << " " << shape_str(t.sizes());
+    if (t.dim() >= 2 && t.stride(-2) == 1 && t.size(-2) > 1) os << "T";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::string Executable::profile(const TensorList& inputs, int runs, bool by_shape) {
   std::map<std::string, std::pair<double, int64_t>> per_op;  // seconds, calls
   double total = 0;
   for (int r = 0; r < runs; ++r) {
@@ -322,7 +345,7 @@ std::string Executable::profile(const TensorList& inputs, int runs) {
       const auto begin = std::chrono::steady_clock::now();
       step.kernel(step.inputs, step.outputs, step.attrs);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-      auto& entry = per_op[step.op->name];
+      auto& entry = per_op[by_shape ? shape_key(step.op->name, step.inputs) : step.op->name];
       entry.first += s;
       entry.second += 1;
       total += s;

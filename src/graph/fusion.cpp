@@ -9,6 +9,7 @@
 
 #include "meshflow/dispatch.h"
 #include "meshflow/parallel.h"
+#include "ops/kernels/cpu/loops.h"
 
 namespace mf::graph {
 
@@ -40,6 +41,30 @@ const OpDef& fused_elementwise_op() {
   return op;
 }
 
+const OpDef& fused_add_layer_norm_op() {
+  static const OpDef op{
+      .name = "fused_add_layer_norm",
+      .inputs = {"input", "other", "weight", "bias"},
+      .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
+        throw Error("fused_add_layer_norm: made by the graph fusion passes only; it has no eager form");
+      },
+      .differentiable = false,
+  };
+  return op;
+}
+
+const OpDef& fused_linear_op() {
+  static const OpDef op{
+      .name = "fused_linear",
+      .inputs = {"bias", "a", "b"},
+      .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
+        throw Error("fused_linear: made by the graph fusion passes only; it has no eager form");
+      },
+      .differentiable = false,
+  };
+  return op;
+}
+
 namespace {
 
 // Elements [begin, begin + length) of a contiguous tensor as a block of
@@ -59,51 +84,74 @@ Tensor trailing_view(const Tensor& t) {
   return make_view(t, sizes, strides, t.storage_offset());
 }
 
-void run_program(const FusedProgram& program, const TensorList& inputs, Tensor& output) {
-  const int64_t n = output.numel();
+// Elements [begin, begin + length) of the full-size result as a block of a
+// node output: the output itself for a full-size one, the block's rows for
+// a per-row output (layer_norm's mean and rstd).
+Tensor output_block(const Tensor& t, int64_t n, int64_t begin, int64_t length, const Shape& trailing) {
+  if (t.numel() == n) return block_of(t, begin, length, trailing);
+  const int64_t per_row = n / t.numel();
+  return make_view(t, {length / per_row}, {1}, t.storage_offset() + begin / per_row);
+}
+
+void run_program(const FusedProgram& program, const TensorList& inputs, TensorList& outputs) {
+  static const OpDef& sum_op = dispatch::op("sum");
+  const int64_t n = outputs[size_t(program.steps.back().outputs[0])].numel();
   const int64_t unit = shape_numel(program.trailing);
   const int64_t block_size = unit * std::max<int64_t>(1, kFusedBlock / unit);
   const int64_t blocks = (n + block_size - 1) / block_size;
-  const size_t last = program.steps.size() - 1;
+  const size_t count = program.steps.size();
   TensorList broadcast(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].dim() > 0 && inputs[i].numel() != n) broadcast[i] = trailing_view(inputs[i]);
+  // Note [Bias gradients]: one partial row sum per block.
+  const bool column_sum = program.column_sum_output >= 0;
+  const int64_t columns = column_sum ? program.trailing.back() : 0;
+  const bool keepdim = column_sum && program.column_sum_attrs.get_bool("keepdim");
+  // Partial sums of a low-precision gradient are kept in float32.
+  const DType sum_dtype = column_sum ? outputs[size_t(program.column_sum_output)].dtype() : DType::Float32;
+  const DType partial_dtype = sum_dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  Tensor partials;
+  if (column_sum) partials = make_empty({blocks, columns}, partial_dtype);
+  const KernelFn& sum_kernel = sum_op.kernels[size_t(DeviceType::CPU)];
   parallel_for(0, blocks, 1, [&](int64_t first_block, int64_t end_block) {
     // This thread's buffers for the intermediate results of one block.
-    TensorList scratch(last);
-    for (size_t k = 0; k < last; ++k) scratch[k] = make_empty({block_size}, program.steps[k].dtype);
-    TensorList args, outs(1);
+    TensorList scratch(count);
+    for (size_t k = 0; k < count; ++k)
+      if (program.steps[k].outputs[0] < 0) scratch[k] = make_empty({block_size}, program.steps[k].dtype);
+    TensorList args, outs, results(count);
     for (int64_t block = first_block; block < end_block; ++block) {
       const int64_t begin = block * block_size, length = std::min(block_size, n - begin);
-      for (size_t k = 0; k <= last; ++k) {
+      for (size_t k = 0; k < count; ++k) {
         const FusedStep& step = program.steps[k];
         args.clear();
         for (int32_t a : step.args) {
-          if (a < 0) args.push_back(block_of(scratch[size_t(~a)], 0, length, program.trailing));
+          if (a < 0) args.push_back(results[size_t(~a)]);
           else if (inputs[size_t(a)].dim() == 0) args.push_back(inputs[size_t(a)]);
           else if (broadcast[size_t(a)].defined()) args.push_back(broadcast[size_t(a)]);
           else args.push_back(block_of(inputs[size_t(a)], begin, length, program.trailing));
         }
-        outs[0] = k == last ? block_of(output, begin, length, program.trailing)
-                            : block_of(scratch[k], 0, length, program.trailing);
+        outs.clear();
+        for (int32_t o : step.outputs)
+          outs.push_back(o < 0 ? block_of(scratch[k], 0, length, program.trailing)
+                               : output_block(outputs[size_t(o)], n, begin, length, program.trailing));
         step.op->kernels[size_t(DeviceType::CPU)](args, outs, step.attrs);
+        results[k] = outs[0];
+      }
+      if (column_sum) {
+        const Tensor& last = results.back();
+        TensorList rows{make_view(last, {length / columns, columns}, {columns, 1}, last.storage_offset())};
+        TensorList partial{keepdim ? make_view(partials, {1, columns}, {columns, 1}, block * columns)
+                                   : make_view(partials, {columns}, {1}, block * columns)};
+        sum_kernel(rows, partial, program.column_sum_attrs);
       }
     }
   });
-}
-
-// How input v of a node with output shape `out` reaches the fused blocks:
-// 0 for the whole shape or 0-d, k for a contiguous tensor broadcast over all
-// but the last k dims of out (an attention mask), -1 if it cannot.
-int64_t trailing_dims(const Value& v, const Shape& out) {
-  if (v.sizes.empty() || (v.sizes == out && v.strides == contiguous_strides(v.sizes))) return 0;
-  size_t lead = 0;
-  while (lead < v.sizes.size() && v.sizes[lead] == 1) ++lead;
-  const Shape tail(v.sizes.begin() + std::ptrdiff_t(lead), v.sizes.end());
-  const Shape tail_strides(v.strides.begin() + std::ptrdiff_t(lead), v.strides.end());
-  if (tail.empty() || tail.size() >= out.size() || tail_strides != contiguous_strides(tail)) return -1;
-  if (!std::equal(tail.begin(), tail.end(), out.end() - std::ptrdiff_t(tail.size()))) return -1;
-  return int64_t(tail.size());
+  if (column_sum) {
+    Tensor& result = outputs[size_t(program.column_sum_output)];
+    TensorList total{sum_dtype == partial_dtype ? result : make_empty(result.sizes(), partial_dtype)};
+    sum_kernel({partials}, total, program.column_sum_attrs);
+    if (sum_dtype != partial_dtype) cpu::copy_cast(result, total[0]);
+  }
 }
 
 // softmax over the last dim: rows are whole in every block, so it can end a
@@ -115,15 +163,36 @@ bool is_row_softmax(const Node& n, const std::vector<Value>& values) {
   return ndim > 0 && (dim == -1 || dim == ndim - 1);
 }
 
+}  // namespace
+
+int64_t trailing_dims(const Value& v, const Shape& out) {
+  if (v.sizes.empty() || (v.sizes == out && v.strides == contiguous_strides(v.sizes))) return 0;
+  size_t lead = 0;
+  while (lead < v.sizes.size() && v.sizes[lead] == 1) ++lead;
+  const Shape tail(v.sizes.begin() + std::ptrdiff_t(lead), v.sizes.end());
+  const Shape tail_strides(v.strides.begin() + std::ptrdiff_t(lead), v.strides.end());
+  if (tail.empty() || tail.size() >= out.size() || tail_strides != contiguous_strides(tail)) return -1;
+  if (!std::equal(tail.begin(), tail.end(), out.end() - std::ptrdiff_t(tail.size()))) return -1;
+  return int64_t(tail.size());
+}
+
 bool is_whole_buffer(const Value& v, ValueId id) {
   return v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
 }
 
-}  // namespace
-
 KernelFn fused_kernel(std::shared_ptr<const FusedProgram> program) {
   return [program](const TensorList& inputs, TensorList& outputs, const Attrs&) {
-    run_program(*program, inputs, outputs[0]);
+    if (!program->product_first) return run_program(*program, inputs, outputs);
+    // Output 0 is the product (n, m) or, when only the epilogue's result is
+    // kept, that result in its own shape: addmm's kernel sees it as (n, m).
+    static const OpDef& addmm = dispatch::op("addmm");
+    static const Attrs unit_scales{{"beta", Scalar(1)}, {"alpha", Scalar(1)}};
+    const Shape shape{inputs[1].size(0), inputs[2].size(1)};
+    TensorList product{make_view(outputs[0], shape, contiguous_strides(shape), outputs[0].storage_offset())};
+    addmm.kernels[size_t(DeviceType::CPU)]({inputs[0], inputs[1], inputs[2]}, product, unit_scales);
+    TensorList program_inputs{outputs[0]};
+    program_inputs.insert(program_inputs.end(), inputs.begin() + 3, inputs.end());
+    run_program(*program, program_inputs, outputs);
   };
 }
 
@@ -210,6 +279,7 @@ int fuse_elementwise(Graph& graph) {
       const Node& m = nodes[list[k]];
       FusedStep step{.op = m.op, .attrs = m.attrs, .dtype = values[size_t(m.outputs[0])].dtype};
       if (row_root[list[k]]) step.attrs.set("dim", int64_t(-1));  // blocks have their own rank
+      if (k + 1 == list.size()) step.outputs = {0};
       text << (k ? "; " : "") << "s" << k << " = " << m.op->name << "(";
       for (size_t a = 0; a < m.inputs.size(); ++a) {
         auto member = step_of.find(m.inputs[a]);

@@ -187,6 +187,7 @@ std::string Graph::str() const {
       if (v.global) os << " of global " << nd_sbp_str(v.global->sbp) << " " << shape_str(v.global->shape);
     }
     if (n.is_view()) os << " view";
+    if (n.overwrites >= 0) os << " over " << value_name(*this, n.inputs[size_t(n.overwrites)]);
     os << "\n";
   }
   os << "  return ";

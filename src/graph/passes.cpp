@@ -278,8 +278,10 @@ int recompute_elementwise(Graph& graph) {
       split = k;
     }
     // Worth it only across a long gap (forward to backward), where the
-    // buffer would otherwise be held.
-    if (split == uses.size() || uses[split] - uses[split - 1] < std::max<size_t>(2, n_nodes / 8)) continue;
+    // buffer would otherwise be held; a thirty-second of the step still
+    // covers the last block, whose activations are live at the start of
+    // backward, where the memory peaks.
+    if (split == uses.size() || uses[split] - uses[split - 1] < std::max<size_t>(2, n_nodes / 32)) continue;
     plans.push_back({uses[split], p, v});
   }
   if (plans.empty()) return 0;
@@ -325,9 +327,41 @@ int recompute_elementwise(Graph& graph) {
 }
 
 namespace {
-bool is_whole_buffer(const Value& v, ValueId id) {
-  return v.kind == ValueKind::Intermediate && v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
+
+bool is_whole_kernel_output(const Value& v, ValueId id) {
+  return v.kind == ValueKind::Intermediate && is_whole_buffer(v, id);
 }
+
+// Whether the buffer of value x is a kernel output's, whole and in order,
+// that a node at index i is the last to touch.
+bool is_dying_whole_buffer(const std::vector<Value>& values, const std::vector<int64_t>& last_use, ValueId x,
+                           size_t i) {
+  const Value& xv = values[size_t(x)];
+  const Value& root = values[size_t(xv.root)];
+  return root.kind == ValueKind::Intermediate && is_whole_buffer(root, xv.root) && xv.offset == 0 &&
+         xv.strides == contiguous_strides(xv.sizes) && shape_numel(xv.sizes) == shape_numel(root.sizes) &&
+         last_use[size_t(xv.root)] == int64_t(i);
+}
+
+// The inputs whose buffer a node's kernel may write its output 0 over
+// (Note [Outputs over dead inputs]): every input of an elementwise node,
+// of a fused elementwise node that writes only its last step's result, and
+// the logits of cross_entropy_backward (row by row, each element read
+// before it is written).
+std::vector<size_t> overwritable_inputs(const Node& n) {
+  static const OpDef& cross_entropy_backward = dispatch::op("cross_entropy_backward");
+  if (n.op == &cross_entropy_backward) return {1};
+  bool elementwise = !n.fused && is_elementwise(*n.op);
+  if (n.fused && n.op == &fused_elementwise_op() && !n.fused->product_first) {
+    elementwise = true;
+    for (size_t k = 0; k + 1 < n.fused->steps.size(); ++k) elementwise = elementwise && n.fused->steps[k].outputs[0] < 0;
+  }
+  std::vector<size_t> inputs;
+  if (elementwise)
+    for (size_t k = 0; k < n.inputs.size(); ++k) inputs.push_back(k);
+  return inputs;
+}
+
 }  // namespace
 
 int run_in_place(Graph& graph) {
@@ -335,25 +369,38 @@ int run_in_place(Graph& graph) {
   auto& values = graph.values();
   std::vector<int64_t> last_use = last_uses(graph);
   int count = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    Node& n = nodes[i];
-    if (!n.op->inplace || n.inplace || n.is_view() || n.outputs.size() != 1 || n.inputs.empty() ||
-        n.inputs[0] == kNoValue)
-      continue;
-    const ValueId x = n.inputs[0], out = n.outputs[0];
+  // Input `input` of node n is replaced by its output 0; true if done.
+  auto try_input = [&](Node& n, size_t i, size_t input, bool inplace) {
+    const ValueId x = n.inputs[input], out = n.outputs[0];
+    if (x == kNoValue) return false;
     const Value& xv = values[size_t(x)];
     const Value& ov = values[size_t(out)];
-    bool safe = is_whole_buffer(xv, x) && is_whole_buffer(ov, out) && last_use[size_t(x)] == int64_t(i) &&
-                xv.sizes == ov.sizes && xv.dtype == ov.dtype;
-    for (size_t k = 1; k < n.inputs.size() && safe; ++k)
-      safe = n.inputs[k] == kNoValue || values[size_t(n.inputs[k])].root != x;
-    if (!safe) continue;
-    n.inplace = true;
+    const ValueId root = xv.root;
+    bool safe = is_dying_whole_buffer(values, last_use, x, i) && is_whole_kernel_output(ov, out) &&
+                xv.sizes == ov.sizes && xv.dtype == ov.dtype && (!inplace || root == x);
+    for (size_t k = 0; k < n.inputs.size() && safe; ++k)
+      safe = k == input || n.inputs[k] == kNoValue || values[size_t(n.inputs[k])].root != root;
+    if (!safe) return false;
+    if (inplace) n.inplace = true;
+    else n.overwrites = int32_t(input);
     // The output and every view of it now live in x's buffer.
     for (Value& v : values)
-      if (v.root == out) v.root = x;
-    last_use[size_t(x)] = last_use[size_t(out)];
-    ++count;
+      if (v.root == out) v.root = root;
+    last_use[size_t(root)] = last_use[size_t(out)];
+    return true;
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (n.inplace || n.is_view() || n.outputs.empty() || n.inputs.empty()) continue;
+    if (n.op->inplace && n.outputs.size() == 1 && try_input(n, i, 0, true)) {
+      ++count;
+      continue;
+    }
+    for (size_t k : overwritable_inputs(n))
+      if (try_input(n, i, k, false)) {
+        ++count;
+        break;
+      }
   }
   return count;
 }
@@ -407,7 +454,7 @@ int schedule_updates_early(Graph& graph) {
   return count;
 }
 
-std::string optimize(Graph& graph) {
+std::string optimize(Graph& graph, bool exact) {
   std::ostringstream os;
   os << "fold_constants " << fold_constants(graph);
   os << ", cse " << eliminate_common_subexpressions(graph);
@@ -415,7 +462,12 @@ std::string optimize(Graph& graph) {
   os << ", dce " << eliminate_dead_code(graph);
   os << ", merge_slice_gradients " << merge_slice_gradients(graph);
   os << ", recompute " << recompute_elementwise(graph);
+  os << ", fuse_linear_activations " << fuse_linear_activations(graph);
+  os << ", fuse_add_layer_norms " << fuse_add_layer_norms(graph);
+  os << ", fuse_gelu_with_backward " << fuse_gelu_with_backward(graph);
   os << ", fuse_elementwise " << fuse_elementwise(graph);
+  if (!exact) os << ", fuse_bias_gradients " << fuse_bias_gradients(graph);
+  if (!exact) os << ", fuse_updates_into_gemms " << fuse_updates_into_gemms(graph);
   os << ", in_place " << run_in_place(graph);
   os << ", early_updates " << schedule_updates_early(graph);
   return os.str();

@@ -4,6 +4,7 @@
 
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
+#include "meshflow/ops/shape.h"
 #include "ops/elementwise_common.h"
 #include "ops/kernels/cpu/math.h"
 
@@ -131,6 +132,63 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
+    .sbp = sbp::elementwise(),
+});
+
+// gelu(x) and gelu_backward(grad, x) in one pass, erf computed once:
+// (grad * gelu'(x), gelu(x)). Graph mode runs a recomputed GELU this
+// way together with its gradient (Note [GELU with its gradient] in
+// graph/fusion.h); each output has the bits of its own op.
+template <typename T>
+void gelu_with_backward_loop(const T* g, const T* x, T* dx, T* y, int64_t n, bool tanh_form) {
+  using A = acc_type<T>;
+  if (tanh_form) {
+    // gelu and gelu_backward round the cube differently, (c x) x x against
+    // c (x x) x: two tanh, one pass.
+    for (int64_t i = 0; i < n; ++i) {
+      const A v = A(x[i]), v2 = v * v;
+      y[i] = T(A(0.5) * v * (A(1) + cpu::math::tanh(A(kSqrt2OverPi) * (v + A(kGeluTanhCoeff) * v * v * v))));
+      const A th = cpu::math::tanh(A(kSqrt2OverPi) * (v + A(kGeluTanhCoeff) * v2 * v));
+      const A du = A(kSqrt2OverPi) * (A(1) + A(3 * kGeluTanhCoeff) * v2);
+      dx[i] = T(A(g[i]) * (A(0.5) * (A(1) + th) + A(0.5) * v * (A(1) - th * th) * du));
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const A v = A(x[i]);
+      const A e = cpu::math::erf(v * A(kSqrtHalf));
+      y[i] = T(A(0.5) * v * (A(1) + e));
+      const A cdf = A(0.5) * (A(1) + e);
+      const A pdf = cpu::math::exp(A(-0.5) * v * v) * A(kInvSqrt2Pi);
+      dx[i] = T(A(g[i]) * (cdf + v * pdf));
+    }
+  }
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "gelu_with_backward",
+    .inputs = {"grad", "input"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      MF_CHECK(in[0].sizes() == in[1].sizes() && in[0].dtype() == in[1].dtype() && is_floating(in[1].dtype()),
+               ShapeError, "gelu_with_backward: grad ", dtype_name(in[0].dtype()), shape_str(in[0].sizes()),
+               " and input ", dtype_name(in[1].dtype()), shape_str(in[1].sizes()),
+               " must have the same shape and floating-point dtype");
+      const TensorMeta meta{in[1].sizes(), in[1].dtype(), in[1].device()};
+      return std::vector<TensorMeta>{meta, meta};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const bool tanh_form = attrs.get_string("approximate") == "tanh";
+      const Tensor g = contiguous(in[0].detach()), x = contiguous(in[1].detach());
+      dispatch_floating(x.dtype(), "gelu_with_backward", [&]<typename T>() {
+        const T* gp = static_cast<const T*>(g.data_ptr());
+        const T* xp = static_cast<const T*>(x.data_ptr());
+        T* dxp = static_cast<T*>(out[0].data_ptr());
+        T* yp = static_cast<T*>(out[1].data_ptr());
+        parallel_for(0, x.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+          gelu_with_backward_loop<T>(gp + b, xp + b, dxp + b, yp + b, e - b, tanh_form);
+        });
+      });
+    },
+    .differentiable = false,
     .sbp = sbp::elementwise(),
 });
 

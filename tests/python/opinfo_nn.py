@@ -14,9 +14,11 @@ def matmul_samples(rng, dtype):
     def x(shape):
         return make(rng, shape, dtype, -1, 1)
 
+    # The last two are large enough for oneDNN's float32 path (Note [oneDNN
+    # for float32 GEMMs] in kernels/cpu/gemm.cpp), their gradients too.
     return [S(x((3, 4)), x((4, 5))), S(x((2, 3, 4)), x((4, 2))), S(x((4,)), x((4,))), S(x((3, 4)), x((4,))),
             S(x((4,)), x((2, 4, 3))), S(x((2, 1, 3, 4)), x((5, 4, 2))), S(x((0, 4)), x((4, 3))),
-            S(x((3, 0)), x((0, 2)))]
+            S(x((3, 0)), x((0, 2))), S(x((64, 128)), x((128, 512))), S(x((2, 2, 64, 64)), x((2, 64, 256)))]
 
 
 op("matmul", matmul_samples, method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
@@ -38,12 +40,16 @@ op("outer", lambda rng, dtype: [S(make(rng, (3,), dtype), make(rng, (4,), dtype)
 op("addmm", lambda rng, dtype: [S(make(rng, (3, 5), dtype, -1, 1), make(rng, (3, 4), dtype, -1, 1),
                                   make(rng, (4, 5), dtype, -1, 1)),
                                 S(make(rng, (5,), dtype, -1, 1), make(rng, (2, 4), dtype, -1, 1),
-                                  make(rng, (4, 5), dtype, -1, 1), beta=0.5, alpha=2)],
+                                  make(rng, (4, 5), dtype, -1, 1), beta=0.5, alpha=2),
+                                S(make(rng, (512,), dtype, -1, 1), make(rng, (64, 128), dtype, -1, 1),
+                                  make(rng, (128, 512), dtype, -1, 1), beta=0.5, alpha=2)],
    method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
 op("baddbmm", lambda rng, dtype: [S(make(rng, (2, 3, 5), dtype, -1, 1), make(rng, (2, 3, 4), dtype, -1, 1),
                                     make(rng, (2, 4, 5), dtype, -1, 1)),
                                   S(make(rng, (3, 1), dtype, -1, 1), make(rng, (2, 3, 4), dtype, -1, 1),
-                                    make(rng, (2, 4, 2), dtype, -1, 1), beta=2, alpha=0.5)],
+                                    make(rng, (2, 4, 2), dtype, -1, 1), beta=2, alpha=0.5),
+                                  S(make(rng, (4, 64, 256), dtype, -1, 1), make(rng, (4, 64, 64), dtype, -1, 1),
+                                    make(rng, (4, 64, 256), dtype, -1, 1), beta=2, alpha=0.5)],
    method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
 op("nn.functional.linear", lambda rng, dtype: [
     S(make(rng, (3, 4), dtype, -1, 1), make(rng, (5, 4), dtype, -1, 1), make(rng, (5,), dtype)),

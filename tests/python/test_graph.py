@@ -44,11 +44,15 @@ def twin_models(name):
 
 
 class TrainGraph(mf.nn.Graph):
-    def __init__(self, name, model, optimizer, scheduler=None):
+    """exact: only rewrites that keep eager's bits, so that graph steps can be
+    compared with eager ones bit for bit."""
+
+    def __init__(self, name, model, optimizer, scheduler=None, exact=True):
         super().__init__()
         self.name = name
         self.model = model
         self.add_optimizer(optimizer, lr_sch=scheduler)
+        self.config.enable_exact_mode(exact)
 
     def build(self, x, y):
         loss = models.loss_fn(self.name, mf, self.model(x), y)
@@ -97,8 +101,83 @@ def test_train_steps_equal_eager(name):
     assert_same_state(eager, traced)
     if name == "mlp":  # the ReLU gradients (gt, where) run fused, with the same bits
         assert "fused_elementwise" in str(graph)
-    if name == "gpt":  # so do the causal mask and the softmax
+    if name in ("mlp", "lenet"):  # linear + ReLU, with the same bits
+        assert "fused_linear" in str(graph)
+    if name == "gpt":  # so do the causal mask and the softmax, residual adds and layer norms
         assert "s1 = softmax(s0; dim=-1)" in str(graph)
+        assert "fused_add_layer_norm" in str(graph)
+        assert "fused_linear" in str(graph)  # linear1 + GELU
+        assert "gelu_with_backward" in str(graph)  # the recomputed GELU with its gradient
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt"])
+def test_default_fusions_match_eager(name):
+    """Bias-gradient fusion sums each gradient block by block: not eager's
+    bits, but within float rounding of them."""
+    eager, traced = twin_models(name)
+    make = (lambda p: mf.optim.AdamW(p, lr=1e-3)) if name == "gpt" else (
+        lambda p: mf.optim.SGD(p, lr=0.05, momentum=0.9))
+    opt_e, opt_g = make(eager.parameters()), make(traced.parameters())
+    graph = TrainGraph(name, traced, opt_g, exact=False)
+    rng = np.random.default_rng(0)
+    for step in range(5):
+        x, y = batch(name, rng)
+        loss_e = eager_step(name, eager, opt_e, x, y)
+        np.testing.assert_allclose(graph(x, y).item(), loss_e.item(), rtol=1e-6, err_msg=f"step {step}")
+    assert "column sum" in str(graph)
+    for (k, a), (_, b) in zip(eager.state_dict().items(), traced.state_dict().items()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-7, err_msg=k)
+
+
+def test_plain_sgd_updates_run_in_the_weight_gradient_gemm():
+    """Note [Updates in the GEMM]: with a scheduler, each run reads the new
+    learning rate."""
+    eager, traced = twin_models("mlp")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.1)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.1)
+    sch_e = mf.optim.lr_scheduler.StepLR(opt_e, step_size=1, gamma=0.5)
+    sch_g = mf.optim.lr_scheduler.StepLR(opt_g, step_size=1, gamma=0.5)
+    graph = TrainGraph("mlp", traced, opt_g, sch_g, exact=False)
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        x, y = batch("mlp", rng)
+        loss_e = eager_step("mlp", eager, opt_e, x, y)
+        sch_e.step()
+        np.testing.assert_allclose(graph(x, y).item(), loss_e.item(), rtol=1e-6)
+    assert str(graph).count("matmul_sgd_update_") == 3
+    for (k, a), (_, b) in zip(eager.state_dict().items(), traced.state_dict().items()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-7, err_msg=k)
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt"])
+def test_fused_graph_steps_match_torch(name):
+    """The fused plan (linear epilogues, residual layer norms, bias gradients,
+    SGD with weight decay inside the GEMMs) against PyTorch 1.13's steps."""
+    torch = pytest.importorskip("torch")
+    model = models.build(name, mf, **SMALL[name]["kwargs"])
+    reference = models.build(name, torch, **SMALL[name]["kwargs"])
+    models.copy_state(model, reference, torch)
+    # SGD: Adam would scale the noise in gradients that are zero in exact
+    # arithmetic (the key bias's: softmax ignores a constant per row) up to
+    # the learning rate.
+    opt = mf.optim.SGD(model.parameters(), lr=0.05, weight_decay=0.01)
+    opt_t = torch.optim.SGD(reference.parameters(), lr=0.05, weight_decay=0.01)
+    graph = TrainGraph(name, model, opt, exact=False)
+    rng = np.random.default_rng(12)
+    for _ in range(3):
+        x, y = batch(name, rng)
+        opt_t.zero_grad()
+        loss_t = models.loss_fn(name, torch, reference(torch.tensor(x.numpy())), torch.tensor(y.numpy()))
+        loss_t.backward()
+        opt_t.step()
+        np.testing.assert_allclose(graph(x, y).item(), loss_t.item(), rtol=1e-5)
+    text = str(graph)
+    assert "fused_linear" in text and "column sum" in text
+    assert "matmul_sgd_update_" in text
+    assert ("fused_add_layer_norm" in text) == (name == "gpt")
+    for k, v in reference.state_dict().items():
+        if v.is_floating_point():
+            np.testing.assert_allclose(model.state_dict()[k].numpy(), v.numpy(), rtol=1e-4, atol=1e-6, err_msg=k)
 
 
 def test_scheduler_steps_after_each_run():
@@ -323,7 +402,7 @@ def test_graph_amp_equals_eager_amp(name):
     eager_model, graph_model = twin_models(name)
     eager_opt = mf.optim.AdamW(eager_model.parameters(), lr=1e-3)
     graph_opt = mf.optim.AdamW(graph_model.parameters(), lr=1e-3)
-    g = TrainGraph(name, graph_model, graph_opt)
+    g = TrainGraph(name, graph_model, graph_opt, exact=False)
     g.config.enable_amp(True, dtype=mf.bfloat16)
     rng = np.random.default_rng(0)
     for _ in range(3):

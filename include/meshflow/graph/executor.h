@@ -94,8 +94,9 @@ class Executable {
   // fuse to lower the peak.
   std::string memory_report(int max_rows = 20) const;
   // Runs the plan `runs` times and returns a table of kernel time per op
-  // type, slowest first (what to fuse or speed up next).
-  std::string profile(const TensorList& inputs, int runs);
+  // type (by_shape: per op and input shapes), slowest first (what to fuse
+  // or speed up next).
+  std::string profile(const TensorList& inputs, int runs, bool by_shape = false);
 
  private:
   struct Step {

@@ -35,26 +35,113 @@ constexpr int64_t kMinFusedElements = 16384;
 struct FusedStep {
   const OpDef* op = nullptr;
   Attrs attrs;
-  // k >= 0: input k of the fused node; k < 0: the result of step ~k.
+  // k >= 0: input k of the program; k < 0: output 0 of step ~k.
   std::vector<int32_t> args;
-  DType dtype = DType::Float32;  // of this step's result
+  // Where each of the op's outputs goes: k >= 0 output k of the fused node
+  // (a per-row output, such as layer_norm's mean, gets the block's rows);
+  // -1 a per-thread scratch block (single-output steps only).
+  std::vector<int32_t> outputs{-1};
+  DType dtype = DType::Float32;  // of a scratch result
 };
 
 struct FusedProgram {
-  std::vector<FusedStep> steps;  // the last one writes the node's output
+  // The last one writes its result to a node output.
+  std::vector<FusedStep> steps;
   // Blocks have shape (m, trailing...): the output dims that broadcast
-  // inputs span (and the softmax row); empty: flat blocks.
+  // inputs span (and the normalised row); empty: flat blocks.
   Shape trailing;
+  // Note [Linear epilogues]: node inputs 0, 1, 2 are the bias, a and b of
+  // an addmm (beta = alpha = 1) whose kernel writes node output 0 first; the
+  // steps then see that output as program input 0 and node inputs 3, 4, ...
+  // as program inputs 1, 2, ...
+  bool product_first = false;
+  // Note [Bias gradients]: >= 0: this node output receives the sum over
+  // rows (all dims but the last) of the last step's result, computed by the
+  // "sum" kernel with these attributes block by block, then over the
+  // blocks' partial sums in block order.
+  int32_t column_sum_output = -1;
+  Attrs column_sum_attrs;
 };
 
-// The op of fused nodes (not in the registry: its kernel is per node).
+// The ops of fused nodes (not in the registry: their kernel is per node):
+// chains of elementwise ops, and a matrix product with its epilogue.
 const OpDef& fused_elementwise_op();
+const OpDef& fused_linear_op();
+const OpDef& fused_add_layer_norm_op();
 // The kernel of a fused node running program.
 KernelFn fused_kernel(std::shared_ptr<const FusedProgram> program);
 // Whether op is elementwise in the sense above.
 bool is_elementwise(const OpDef& op);
+// How value v reaches the blocks of a fused node with output shape out: 0
+// for the whole shape (contiguous) or 0-d, k for a contiguous tensor
+// broadcast over all but the last k dims of out (an attention mask, a
+// bias), -1 if it cannot.
+int64_t trailing_dims(const Value& v, const Shape& out);
+// Whether value id is a whole contiguous buffer of its own.
+bool is_whole_buffer(const Value& v, ValueId id);
 
 // The pass; returns the number of nodes folded into fused nodes.
 int fuse_elementwise(Graph& graph);
+
+// Note [Linear epilogues]
+// linear is addmm(bias, x, w.t()): its kernel copies the bias into the
+// output and runs the GEMM with beta = 1 over it, so the bias add costs no
+// pass of its own (a GEMM with beta = 0 and a separate add would write the
+// output twice; OpenBLAS zero-fills it for beta = 0). An
+// addmm whose first reader is an activation (relu, gelu, silu, ...) of the
+// whole product becomes one "fused_linear" node: addmm's kernel, then the
+// activation's kernel over the product in blocks, in place when nothing
+// else reads the pre-activation, else into an output of its own (GELU's
+// input is read again by gelu_backward). The kernels are the separate
+// nodes' kernels on the same data, so the bits are the same. The forward
+// gains little (the activation was already one pass, in place for relu);
+// what this buys is the node count and a place for epilogues that need the
+// product while it is in cache.
+int fuse_linear_activations(Graph& graph);
+
+// Note [GELU with its gradient]
+// Recomputation (Note [Recomputation]) runs GELU again in backward, just
+// before the weight gradient of the next linear reads it, and the gradient
+// of the same GELU, gelu_backward(g, x), follows a little later, its g
+// already written. Both become one node running "gelu_with_backward",
+// which evaluates erf once for the two results (each with the bits of its
+// own op): the recomputation costs one store instead of a second pass of
+// erf over x. Returns the number of gelu_backward nodes folded.
+int fuse_gelu_with_backward(Graph& graph);
+
+// Note [Bias gradients]
+// The bias gradient of a linear is sum(g, dim 0) over the gradient g of its
+// output, and g is often the result of an elementwise node (gelu_backward,
+// relu's where) that has just written it. Such a sum becomes a second
+// output of that node: each block of g, still in cache, is summed over its
+// rows by the "sum" kernel into a partial row, and the partial rows are
+// summed in block order at the end (deterministic for any thread count;
+// equal to the separate sum up to float rounding). Returns the number of
+// sums folded.
+int fuse_bias_gradients(Graph& graph);
+
+// Note [Residual layer norm]
+// A pre-norm transformer adds a residual and normalises the sum at once:
+// h = x + f(x); y = layer_norm(h). add followed by a layer_norm (over the
+// last dim) that is the first reader of the sum becomes one
+// "fused_add_layer_norm" node that adds and normalises block by block of
+// whole rows, writing the sum (when later nodes read it: the next residual,
+// layer_norm_backward), y, and the per-row mean and rstd that backward
+// reads. The same kernels run on the same rows, so the bits are those of
+// the separate nodes. Returns the number of nodes folded.
+int fuse_add_layer_norms(Graph& graph);
+
+// Note [Updates in the GEMM]
+// SGD without momentum updates p -= lr * (g + weight_decay * p), and a
+// weight's gradient g is a product (g_out^T x) that nothing else reads. The
+// product then runs as one GEMM with alpha = -lr and beta = 1 - lr *
+// weight_decay straight into the parameter ("matmul_sgd_update", in place,
+// its lr refreshed per run like the update's): the gradient is never
+// stored and the update's pass over parameter and gradient goes. Only when nothing between the product
+// and the update touches the parameter. Equal to the separate update up to
+// float rounding (the gradient is not rounded to float before it is
+// scaled). Returns the number of updates folded.
+int fuse_updates_into_gemms(Graph& graph);
+const OpDef& matmul_sgd_update_op();
 
 }  // namespace mf::graph

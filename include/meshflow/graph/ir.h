@@ -96,6 +96,9 @@ struct Node {
   std::vector<ValueId> outputs;
   // Output 0 is input 0 written in place (Note [Values and memory]).
   bool inplace = false;
+  // >= 0: output 0 is a fresh value whose kernel writes it over the buffer
+  // of input k, which dies here (Note [Outputs over dead inputs] in passes.h).
+  int32_t overwrites = -1;
   // A random op: this many Philox counters are reserved afresh before every
   // run and written to the "offset" attribute.
   uint64_t random_counters = 0;

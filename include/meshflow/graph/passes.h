@@ -54,8 +54,11 @@ int merge_slice_gradients(Graph& graph);
 // gradient of the next linear) is computed a second time just before its
 // late readers when its own inputs are still alive there, or within a few
 // nodes of it (GELU's input is: gelu_backward reads it later), so the
-// result's buffer dies after its forward readers. The same kernel on the
-// same inputs gives the same bits; the cost is one more pass over memory.
+// result's buffer dies after its forward readers. The gap between the two
+// uses must be at least a thirty-second of the step's nodes, which the last
+// block's GELU output (live at the start of backward, where a GPT's memory
+// peaks) also spans. The same kernel on the same inputs gives the same
+// bits; the cost is one more pass over memory.
 int recompute_elementwise(Graph& graph);
 
 // Note [In place where safe]
@@ -63,6 +66,16 @@ int recompute_elementwise(Graph& graph);
 // whole buffer, read by nothing after this node, with the output's shape
 // and dtype, writes its result over that input instead of into a buffer of
 // its own; one buffer fewer is live at that point.
+//
+// Note [Outputs over dead inputs]
+// The same holds for kernels without an in-place form whose output element
+// i depends on input element i only (elementwise ops, fused elementwise
+// chains; gelu_backward over the incoming gradient) or that read each
+// element before writing it (cross_entropy_backward over the logits, row
+// by row): the output stays a value of its own (Node::overwrites names
+// the input) but is placed in the dying input's buffer, whole and in
+// order. At the start of a GPT's backward the logits' gradient so takes
+// the logits' buffer.
 int run_in_place(Graph& graph);
 
 // Note [Early updates]
@@ -79,9 +92,13 @@ int run_in_place(Graph& graph);
 int schedule_updates_early(Graph& graph);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
-// slice-gradient merging, recomputation, elementwise fusion (fusion.h), in
-// place where safe, early updates.
+// slice-gradient merging, recomputation, the fusions of fusion.h (linear
+// epilogues, residual layer norms, GELU with its gradient, elementwise
+// chains, bias gradients, updates in GEMMs), in
+// place where safe, early updates. exact: only the rewrites that keep the
+// bits eager mode gives (bias-gradient fusion, which sums in blocks, and
+// SGD updates folded into GEMMs are left out).
 // Returns a one-line summary ("fold_constants 2, cse 5, ...").
-std::string optimize(Graph& graph);
+std::string optimize(Graph& graph, bool exact = false);
 
 }  // namespace mf::graph

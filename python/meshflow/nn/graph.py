@@ -42,6 +42,7 @@ class GraphConfig:
         # Run boxing's collectives on a communication thread, overlapping
         # the compute that does not need their results (docs/graph.md).
         self.overlap_communication = True
+        self.exact = False
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -50,6 +51,13 @@ class GraphConfig:
         if dtype not in (bfloat16, float16):
             raise TypeError(f"enable_amp: dtype must be meshflow.bfloat16 or meshflow.float16, got {dtype!r}")
         self.amp_dtype = dtype if mode else None
+
+    def enable_exact_mode(self, mode=True):
+        """Only the graph rewrites that give the bits of eager mode: the
+        bias-gradient fusion (which sums a gradient block by block, so in
+        another order than eager's sum) and SGD updates inside the weight
+        gradient's GEMM are left out (docs/graph.md)."""
+        self.exact = bool(mode)
 
 
 def _tensor_signature(t):
@@ -117,7 +125,8 @@ class Graph:
         scaling = None if scaler is None else (scaler.get_growth_factor(), scaler.get_backoff_factor(),
                                                scaler.get_growth_interval())
         return (tuple(_tensor_signature(a) for a in args),
-                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype), scaling)
+                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype), scaling,
+                self.config.exact)
 
     def _compile(self, args):
         scaler = self._scaler()
@@ -157,7 +166,7 @@ class Graph:
             ir = tracer.finish(outputs)
         finally:
             tracer.close()
-        passes = _graph.optimize(ir)
+        passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
 
     def __call__(self, *args):
@@ -184,13 +193,14 @@ class Graph:
         (static memory planning), or None before the first call."""
         return None if self._last is None else self._last.executable.planned_bytes
 
-    def profile(self, *args, runs=10):
+    def profile(self, *args, runs=10, by_shape=False):
         """Runs the plan for these inputs `runs` times and returns a table of
-        kernel time per op type (the inputs' signature must be compiled)."""
+        kernel time per op type, or per op and input shapes with by_shape
+        (the inputs' signature must be compiled)."""
         plan = self._plans.get(self._signature(args))
         if plan is None:
             raise ValueError(f"{type(self).__name__}.profile: no plan for these inputs yet; call the graph first")
-        return plan.executable.profile(list(args), runs)
+        return plan.executable.profile(list(args), runs, by_shape)
 
     def debug(self):
         """Prints the IR of the last plan, the passes run and its memory plan."""

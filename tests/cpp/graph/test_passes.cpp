@@ -260,6 +260,47 @@ TEST(GraphPasses, InPlaceWhenTheInputDiesHere) {
   expect_values(out[2], values(mul(exp(xs), xs)), 1e-6);
 }
 
+TEST(GraphPasses, OutputsTakeTheBuffersOfDyingInputsAtAnyPosition) {
+  // Note [Outputs over dead inputs]: kernels without an in-place form.
+  auto build = [](Graph& g) {
+    ValueId x = g.add_input(f32({8, 32}));
+    ValueId target = g.add_input({{8}, DType::Int64, Device()});
+    ValueId scale = g.add_constant(full({}, 2.0));
+    ValueId logits = g.add_node(op("mul"), {x, scale})[0];
+    const Attrs ce{{"ignore_index", int64_t(-100)}, {"reduction", std::string("mean")}, {"label_smoothing", 0.0}};
+    const auto loss = g.add_node(op("cross_entropy"), {logits, target, graph::kNoValue}, ce);
+    ValueId one = g.add_constant(full({}, 1.0));
+    ValueId dlogits = g.add_node(op("cross_entropy_backward"),
+                                 {one, logits, target, graph::kNoValue, loss[1], loss[2]}, ce)[0];
+    ValueId flat = g.add_node(op("view"), {dlogits}, {{"size", Shape{256}}})[0];
+    ValueId x_flat = g.add_node(op("view"), {x}, {{"size", Shape{256}}})[0];
+    ValueId dx = g.add_node(op("gelu_backward"), {flat, x_flat}, {{"approximate", std::string("none")}})[0];
+    g.set_outputs({loss[0], dx});
+    return std::pair{dlogits, dx};
+  };
+  Graph plain, g;
+  build(plain);
+  const auto [dlogits, dx] = build(g);
+  EXPECT_EQ(graph::run_in_place(g), 2);
+  std::vector<int32_t> overwrites;
+  for (const auto& n : g.nodes())
+    if (!n.is_view()) overwrites.push_back(n.overwrites);
+  // mul (its input is a graph input), cross_entropy, over the logits, over the gradient.
+  EXPECT_EQ(overwrites, (std::vector<int32_t>{-1, -1, 1, 0}));
+  const ValueId logits = g.nodes()[0].outputs[0];
+  EXPECT_EQ(g.value(dlogits).root, logits);
+  EXPECT_EQ(g.value(dx).root, logits);
+  EXPECT_EQ(graph::plan_memory(g).offsets[size_t(dlogits)], -1);
+  EXPECT_NE(g.str().find("over %"), std::string::npos) << g.str();
+
+  Tensor xs = random_tensor({8, 32}, 21, -2, 2, DType::Float32);
+  Tensor ts = from_vector({3, 0, 31, 7, 7, 12, 5, 30}, {8}, {.dtype = DType::Int64});
+  graph::Executable a(std::move(plain)), b(std::move(g));
+  const TensorList want = a.run({xs, ts}), got = b.run({xs, ts});
+  EXPECT_EQ(values(want[0]), values(got[0]));
+  EXPECT_EQ(values(want[1]), values(got[1]));
+}
+
 // --- early updates ------------------------------------------------------------------
 
 TEST(GraphPasses, UpdatesMoveUpToTheLastUseOfTheirBuffers) {

@@ -4,7 +4,7 @@
 // only operands with neither unit stride (e.g. a[:, ::2]) are copied. Batch
 // dims are walked by offset, and a broadcast batch dim is an offset step of
 // 0, so broadcasting never materialises a copy either. The same layouts go
-// to oneDNN's matmul for the 16-bit types.
+// to oneDNN's matmul for the 16-bit types and large float32 products.
 #include "ops/kernels/cpu/gemm.h"
 
 #include <cblas.h>
@@ -188,7 +188,7 @@ void integer_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, Scalar 
   });
 }
 
-// --- bfloat16 / float16: oneDNN ----------------------------------------------------------
+// --- bfloat16 / float16, and large float32 products: oneDNN ------------------------------
 
 // t's matrices as a descriptor of `ndims` dims: missing leading dims and
 // broadcast (stride 0) batch dims become size 1, oneDNN's broadcast.
@@ -265,6 +265,22 @@ void float32_matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha,
   copy_cast(out, out32);
 }
 
+// Note [oneDNN for float32 GEMMs]: oneDNN's float32 matmul (its brgemm
+// kernels) runs the products of training steps 10-20% faster than
+// OpenBLAS's sgemm on the AVX-512 machines here (the 2-d products of a GPT
+// or MLP step, and 15-20% on batched attention products, where OpenBLAS
+// makes one call per matrix), partly because it writes the output
+// directly where sgemm with beta = 0 first zero-fills it. Its call costs
+// about 10 us more, which loses on small products, and matrix-vector
+// shapes stay with BLAS's gemv: products of at least kOnednnMinWork
+// multiply-adds with both output dims above 1 go to oneDNN.
+constexpr int64_t kOnednnMinWork = int64_t(1) << 22;
+
+bool prefers_onednn(const Tensor& a, const Tensor& out) {
+  const int64_t n = out.size(-2), m = out.size(-1);
+  return n > 1 && m > 1 && out.numel() * a.size(-1) >= kOnednnMinWork;
+}
+
 }  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
@@ -275,6 +291,7 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar 
   }
   switch (out.dtype()) {
     case DType::Float32:
+      if (prefers_onednn(a, out) && onednn_matmul(a, b, out, alpha.to_double(), beta.to_double())) return;
       blas_matmul<float>(a, b, out, float(alpha.to_double()), float(beta.to_double()));
       return;
     case DType::Float64:

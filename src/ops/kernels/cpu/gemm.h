@@ -1,6 +1,7 @@
-// Batched, broadcasting matrix products on the CPU: OpenBLAS for float32 and
-// float64, oneDNN for bfloat16 (and float16 where the CPU has it), plain
-// loops for integers.
+// Batched, broadcasting matrix products on the CPU: oneDNN for large float32
+// products (Note [oneDNN for float32 GEMMs] in gemm.cpp), OpenBLAS for the
+// other float32 and the float64 ones, oneDNN for bfloat16 (and float16 where
+// the CPU has it), plain loops for integers.
 #pragma once
 
 #include "meshflow/tensor.h"
