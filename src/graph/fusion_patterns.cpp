@@ -289,9 +289,12 @@ int fuse_bias_gradients(Graph& graph) {
     } else if (!producer.fused && is_elementwise(*producer.op) && producer.outputs.size() == 1) {
       int64_t trailing = 0;
       FusedStep step{.op = producer.op, .attrs = producer.attrs, .outputs = {0}, .dtype = r.dtype};
+      // Every input must be the output's layout or broadcast over leading
+      // dims (trailing_dims -1: any other layout, such as an expanded scalar).
       for (size_t a = 0; a < producer.inputs.size() && trailing >= 0; ++a) {
         const ValueId input = producer.inputs[a];
-        trailing = input == kNoValue ? -1 : std::max(trailing, trailing_dims(values[size_t(input)], r.sizes));
+        const int64_t t = input == kNoValue ? -1 : trailing_dims(values[size_t(input)], r.sizes);
+        trailing = t < 0 ? -1 : std::max(trailing, t);
         step.args.push_back(int32_t(a));
       }
       if (trailing < 0) continue;

@@ -13,7 +13,7 @@ import meshflow as mf
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import models  # noqa: E402
-from test_graph import TrainGraph, assert_same_state, batch, twin_models  # noqa: E402
+from test_graph import ClippedGraph, TrainGraph, assert_same_state, batch, twin_models  # noqa: E402
 
 OPTIMIZERS = {
     "sgd_momentum": lambda p: mf.optim.SGD(p, lr=0.05, momentum=0.9),
@@ -149,14 +149,6 @@ def test_eager_and_graph_steps_share_the_scaler():
     graph(x, y)
     assert scaler_g.state_dict() == scaler_e.state_dict()
     assert_same_state(eager, traced)
-
-
-class ClippedGraph(TrainGraph):
-    def build(self, x, y):
-        loss = models.loss_fn(self.name, mf, self.model(x), y)
-        loss.backward()
-        mf.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
-        return loss
 
 
 def test_clipping_in_build_sees_unscaled_gradients():

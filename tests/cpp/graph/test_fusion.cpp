@@ -4,6 +4,7 @@
 
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/fusion.h"
+#include "graph/graph_test_util.h"
 #include "test_util.h"
 
 namespace mf::testing {
@@ -12,18 +13,8 @@ namespace {
 using graph::Graph;
 using graph::ValueId;
 
-const OpDef& op(const char* name) { return dispatch::op(name); }
-
-std::vector<std::string> op_names(const Graph& g) {
-  std::vector<std::string> names;
-  for (const auto& n : g.nodes()) names.push_back(n.op->name + (n.inplace ? "_" : ""));
-  return names;
-}
-
 // n elements: more than one block, with a partial last block.
 constexpr int64_t kN = 2 * graph::kFusedBlock + 1000;
-
-TensorMeta f32(Shape shape) { return {std::move(shape), DType::Float32, Device()}; }
 
 TEST(GraphFusion, ChainBecomesOneNodeWithTheSameBits) {
   auto build = [](Graph& g) {

@@ -8,6 +8,7 @@
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/passes.h"
 #include "meshflow/graph/trace.h"
+#include "graph/graph_test_util.h"
 #include "test_util.h"
 
 namespace mf::testing {
@@ -26,14 +27,6 @@ std::vector<float> float_values(const Tensor& t) {
   const float* p = c.data<float>();
   return std::vector<float>(p, p + c.numel());
 }
-
-std::vector<std::string> op_names(const graph::Graph& g) {
-  std::vector<std::string> names;
-  for (const auto& n : g.nodes()) names.push_back(n.op->name);
-  return names;
-}
-
-const OpDef& op(const char* name) { return dispatch::op(name); }
 
 TEST(GraphGlobal, TracedGlobalOpRecordsItsBoxing) {
   Tensor w = local_to_global(random_tensor({3, 2}, 1, -1, 1, DType::Float32), one_rank(), {Sbp::broadcast()});

@@ -3,6 +3,7 @@
 
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/passes.h"
+#include "graph/graph_test_util.h"
 #include "test_util.h"
 
 namespace mf::testing {
@@ -11,16 +12,6 @@ namespace {
 using graph::Graph;
 using graph::ValueId;
 using graph::ValueKind;
-
-const OpDef& op(const char* name) { return dispatch::op(name); }
-
-std::vector<std::string> op_names(const Graph& g) {
-  std::vector<std::string> names;
-  for (const auto& n : g.nodes()) names.push_back(n.op->name + (n.inplace ? "_" : ""));
-  return names;
-}
-
-TensorMeta f32(Shape shape) { return {std::move(shape), DType::Float32, Device()}; }
 
 // --- dead-code elimination ------------------------------------------------------
 

@@ -10,21 +10,12 @@ import numpy as np
 
 import meshflow as mf
 import meshflow.nn.functional as F
+from layouts import shard_mlp, shard_transformer_layer, whole
 
 rank, world = mf.env.get_rank(), mf.env.get_world_size()
 B, S, P = mf.sbp.broadcast, mf.sbp.split, mf.sbp.partial_sum
 mesh = mf.placement("cpu", list(range(world)))
 STEPS = 5
-
-
-def whole(t):
-    """The global tensor's value on every rank."""
-    nd = len(t.placement.hierarchy)
-    return t.detach().to_global(sbp=(B,) * nd).to_local().numpy()
-
-
-def shard(module, name, sbp):
-    setattr(module, name, mf.nn.Parameter(getattr(module, name).detach().to_global(sbp=sbp)))
 
 
 class TrainGraph(mf.nn.Graph):
@@ -128,11 +119,7 @@ E = 8
 
 def tp_mlp():
     mf.manual_seed(1)
-    block = mf.nn.Sequential(mf.nn.Linear(E, 4 * E), mf.nn.GELU(), mf.nn.Linear(4 * E, E)).to_global(mesh, B)
-    shard(block[0], "weight", S(0))
-    shard(block[0], "bias", S(0))
-    shard(block[2], "weight", S(1))
-    return block
+    return shard_mlp(mf.nn.Sequential(mf.nn.Linear(E, 4 * E), mf.nn.GELU(), mf.nn.Linear(4 * E, E)).to_global(mesh, B))
 
 
 def adam(model):
@@ -167,13 +154,7 @@ class Block(mf.nn.Module):
 
 def tp_block():
     block = Block().to_global(mesh, B)
-    attn, layer = block.layer.self_attn, block.layer
-    shard(attn, "in_proj_weight", S(0))
-    shard(attn, "in_proj_bias", S(0))
-    shard(attn.out_proj, "weight", S(1))
-    shard(layer.linear1, "weight", S(0))
-    shard(layer.linear1, "bias", S(0))
-    shard(layer.linear2, "weight", S(1))
+    shard_transformer_layer(block.layer)
     return block
 
 
@@ -191,10 +172,7 @@ if world == 4:
         mf.manual_seed(1)
         block = mf.nn.Sequential(mf.nn.Linear(E, 4 * E), mf.nn.GELU(),
                                  mf.nn.Linear(4 * E, E)).to_global(mesh2, (B, B))
-        shard(block[0], "weight", (B, S(0)))
-        shard(block[0], "bias", (B, S(0)))
-        shard(block[2], "weight", (B, S(1)))
-        return block
+        return shard_mlp(block, lead=(B,))
 
     batches2 = [(mf.tensor(rng.standard_normal((8, 5, E)).astype(np.float32), placement=mesh2, sbp=(S(0), B)),)
                 for _ in range(STEPS)]

@@ -6,7 +6,7 @@ mesh combining data (mesh axis 0) and tensor (mesh axis 1) parallelism."""
 import numpy as np
 
 import meshflow as mf
-import meshflow.nn.functional as F
+from layouts import shard_mlp, shard_transformer_layer, whole
 
 rank, world = mf.env.get_rank(), mf.env.get_world_size()
 B, S, P = mf.sbp.broadcast, mf.sbp.split, mf.sbp.partial_sum
@@ -18,40 +18,27 @@ def mlp_block():
     return mf.nn.Sequential(mf.nn.Linear(E, 4 * E), mf.nn.GELU(), mf.nn.Linear(4 * E, E)).double()
 
 
-def whole(t, nd):
-    return t.detach().to_global(sbp=(B,) * nd).to_local().numpy()
-
-
 def check(model, ref, x_np, mesh, x_sbp):
-    nd = len(mesh.hierarchy)
     xr = mf.tensor(x_np).requires_grad_()
     ref_out = ref(xr)
     (ref_out * ref_out).sum().backward()
     x = mf.tensor(x_np, placement=mesh, sbp=x_sbp).requires_grad_()
     out = model(x)
     (out * out).sum().backward()
-    np.testing.assert_allclose(whole(out, nd), ref_out.detach().numpy(), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(whole(x.grad, nd), xr.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(whole(out), ref_out.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(whole(x.grad), xr.grad.numpy(), rtol=1e-10, atol=1e-12)
     ref_params = dict(ref.named_parameters())
     for name, p in model.named_parameters():
-        np.testing.assert_allclose(whole(p.grad, nd), ref_params[name].grad.numpy(), rtol=1e-10, atol=1e-12,
+        np.testing.assert_allclose(whole(p.grad), ref_params[name].grad.numpy(), rtol=1e-10, atol=1e-12,
                                    err_msg=name)
     return out
-
-
-def shard(module, name, sbp):
-    param = getattr(module, name)
-    setattr(module, name, mf.nn.Parameter(param.detach().to_global(sbp=sbp)))
 
 
 x_np = np.random.default_rng(2).standard_normal((6, 5, E))
 
 # Tensor parallel on a 1-D mesh.
 mesh = mf.placement("cpu", list(range(world)))
-tp = mlp_block().to_global(mesh, B)
-shard(tp[0], "weight", S(0))
-shard(tp[0], "bias", S(0))
-shard(tp[2], "weight", S(1))
+tp = shard_mlp(mlp_block().to_global(mesh, B))
 out = check(tp, mlp_block(), x_np, mesh, (B,))
 assert world == 1 or out.sbp == (P,), out.sbp  # the row-parallel output is a partial sum
 
@@ -79,22 +66,13 @@ assert out.sbp == (S(0),), out.sbp  # the batch stays split through attention, n
 # the first MLP layer column-parallel, the output projection and the second
 # MLP layer row-parallel.
 tp_block = Block().to_global(mesh, B)
-attn, layer = tp_block.layer.self_attn, tp_block.layer
-shard(attn, "in_proj_weight", S(0))
-shard(attn, "in_proj_bias", S(0))
-shard(attn.out_proj, "weight", S(1))
-shard(layer.linear1, "weight", S(0))
-shard(layer.linear1, "bias", S(0))
-shard(layer.linear2, "weight", S(1))
+shard_transformer_layer(tp_block.layer)
 check(tp_block, Block(), x_np, mesh, (B,))
 
 # 2-D: data parallel along mesh axis 0, tensor parallel along mesh axis 1.
 if world == 4:
     mesh2 = mf.placement("cpu", [[0, 1], [2, 3]])
-    tp2 = mlp_block().to_global(mesh2, (B, B))
-    shard(tp2[0], "weight", (B, S(0)))
-    shard(tp2[0], "bias", (B, S(0)))
-    shard(tp2[2], "weight", (B, S(1)))
+    tp2 = shard_mlp(mlp_block().to_global(mesh2, (B, B)), lead=(B,))
     out2 = check(tp2, mlp_block(), x_np, mesh2, (S(0), B))
     assert out2.sbp == (S(0), P), out2.sbp  # batch split along axis 0, row-parallel partial sums along axis 1
 print(f"rank {rank}/{world}: tensor parallel OK", flush=True)

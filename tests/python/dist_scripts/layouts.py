@@ -1,0 +1,40 @@
+"""What the distributed test scripts share: a global tensor's whole value,
+and the tensor-parallel layouts of an MLP and of a transformer layer."""
+import meshflow as mf
+
+B, S = mf.sbp.broadcast, mf.sbp.split
+
+
+def whole(t):
+    """The global tensor's value, the same on every rank (numpy)."""
+    nd = len(t.placement.hierarchy)
+    return t.detach().to_global(sbp=(B,) * nd).to_local().numpy()
+
+
+def shard(module, name, sbp):
+    """Replaces the parameter module.<name> by itself laid out as sbp."""
+    setattr(module, name, mf.nn.Parameter(getattr(module, name).detach().to_global(sbp=sbp)))
+
+
+def shard_mlp(mlp, lead=()):
+    """Sequential(Linear, activation, Linear) tensor parallel along the last
+    mesh axis: the first layer column-parallel, the second row-parallel (its
+    output is a partial sum). lead: the SBP of the mesh axes before it."""
+    shard(mlp[0], "weight", lead + (S(0),))
+    shard(mlp[0], "bias", lead + (S(0),))
+    shard(mlp[2], "weight", lead + (S(1),))
+    return mlp
+
+
+def shard_transformer_layer(layer):
+    """A TransformerEncoderLayer tensor parallel on a 1-D mesh: attention's
+    input projection and the first MLP layer column-parallel, the output
+    projection and the second MLP layer row-parallel."""
+    attn = layer.self_attn
+    shard(attn, "in_proj_weight", (S(0),))
+    shard(attn, "in_proj_bias", (S(0),))
+    shard(attn.out_proj, "weight", (S(1),))
+    shard(layer.linear1, "weight", (S(0),))
+    shard(layer.linear1, "bias", (S(0),))
+    shard(layer.linear2, "weight", (S(1),))
+    return layer
