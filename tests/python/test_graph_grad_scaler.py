@@ -13,7 +13,7 @@ import meshflow as mf
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import models  # noqa: E402
-from test_graph import ClippedGraph, TrainGraph, assert_same_state, batch, twin_models  # noqa: E402
+from test_graph import ClippedGraph, EvalGraph, TrainGraph, assert_same_state, batch, twin_models  # noqa: E402
 
 OPTIMIZERS = {
     "sgd_momentum": lambda p: mf.optim.SGD(p, lr=0.05, momentum=0.9),
@@ -183,15 +183,6 @@ def test_disabled_scaler_changes_nothing():
     graph(x, y)
     assert_same_state(eager, traced)
     assert "amp_unscale" not in str(graph)
-
-
-class EvalGraph(mf.nn.Graph):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def build(self, x):
-        return self.model(x)
 
 
 class NoBackwardGraph(TrainGraph):
