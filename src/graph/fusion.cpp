@@ -28,40 +28,34 @@ bool is_elementwise(const OpDef& op) {
   return names.contains(op.name);
 }
 
-const OpDef& fused_elementwise_op() {
-  static const OpDef op{
-      .name = "fused_elementwise",
-      .inputs = {"inputs"},
-      .variadic = true,
-      .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
-        throw Error("fused_elementwise: made by the graph fusion pass only; it has no eager form");
+OpDef graph_only_op(std::string name, std::vector<std::string> inputs) {
+  std::string what = name + ": made by the graph passes only; it has no eager form";
+  return OpDef{
+      .name = std::move(name),
+      .inputs = std::move(inputs),
+      .infer = [what = std::move(what)](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
+        throw Error(what);
       },
       .differentiable = false,
   };
+}
+
+const OpDef& fused_elementwise_op() {
+  static const OpDef op = [] {
+    OpDef def = graph_only_op("fused_elementwise", {"inputs"});
+    def.variadic = true;
+    return def;
+  }();
   return op;
 }
 
 const OpDef& fused_add_layer_norm_op() {
-  static const OpDef op{
-      .name = "fused_add_layer_norm",
-      .inputs = {"input", "other", "weight", "bias"},
-      .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
-        throw Error("fused_add_layer_norm: made by the graph fusion passes only; it has no eager form");
-      },
-      .differentiable = false,
-  };
+  static const OpDef op = graph_only_op("fused_add_layer_norm", {"input", "other", "weight", "bias"});
   return op;
 }
 
 const OpDef& fused_linear_op() {
-  static const OpDef op{
-      .name = "fused_linear",
-      .inputs = {"bias", "a", "b"},
-      .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
-        throw Error("fused_linear: made by the graph fusion passes only; it has no eager form");
-      },
-      .differentiable = false,
-  };
+  static const OpDef op = graph_only_op("fused_linear", {"bias", "a", "b"});
   return op;
 }
 

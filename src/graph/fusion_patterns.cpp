@@ -88,18 +88,21 @@ void matmul_sgd_update_kernel(const TensorList& in, TensorList& out, const Attrs
               Scalar(1.0 - lr * attrs.get_float("weight_decay")));
 }
 
+// Removes the nodes a pattern pass replaced, then the views that only they
+// read (a rewritten node reads its inputs without them); returns count.
+int remove_rewritten(Graph& graph, const std::vector<bool>& removed, int count) {
+  if (count) {
+    graph.remove_nodes(removed);
+    eliminate_dead_code(graph);
+  }
+  return count;
+}
+
 }  // namespace
 
 const OpDef& matmul_sgd_update_op() {
   static const OpDef op = [] {
-    OpDef def{
-        .name = "matmul_sgd_update",
-        .inputs = {"param", "a", "b"},
-        .infer = [](const TensorList&, const Attrs&) -> std::vector<TensorMeta> {
-          throw Error("matmul_sgd_update: made by the graph fusion passes only; it has no eager form");
-        },
-        .differentiable = false,
-    };
+    OpDef def = graph_only_op("matmul_sgd_update", {"param", "a", "b"});
     def.kernels[size_t(DeviceType::CPU)] = matmul_sgd_update_kernel;
     return def;
   }();
@@ -146,11 +149,7 @@ int fuse_updates_into_gemms(Graph& graph) {
     removed[u] = true;
     ++count;
   }
-  if (count) {
-    graph.remove_nodes(removed);
-    eliminate_dead_code(graph);  // the views of the products
-  }
-  return count;
+  return remove_rewritten(graph, removed, count);
 }
 
 int fuse_linear_activations(Graph& graph) {
@@ -200,11 +199,7 @@ int fuse_linear_activations(Graph& graph) {
     removed[act] = true;
     count += 2;
   }
-  if (count) {
-    graph.remove_nodes(removed);
-    eliminate_dead_code(graph);  // views of a product that is no longer kept
-  }
-  return count;
+  return remove_rewritten(graph, removed, count);
 }
 
 int fuse_gelu_with_backward(Graph& graph) {
@@ -253,11 +248,7 @@ int fuse_gelu_with_backward(Graph& graph) {
       break;
     }
   }
-  if (count) {
-    graph.remove_nodes(removed);
-    eliminate_dead_code(graph);  // views of the gradient
-  }
-  return count;
+  return remove_rewritten(graph, removed, count);
 }
 
 int fuse_bias_gradients(Graph& graph) {
@@ -317,11 +308,7 @@ int fuse_bias_gradients(Graph& graph) {
     removed[j] = true;
     ++count;
   }
-  if (count) {
-    graph.remove_nodes(removed);
-    eliminate_dead_code(graph);  // the views the sums read
-  }
-  return count;
+  return remove_rewritten(graph, removed, count);
 }
 
 int fuse_add_layer_norms(Graph& graph) {

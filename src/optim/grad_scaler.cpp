@@ -90,7 +90,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = update_scale_kernel,
     .differentiable = false,
     .inplace = true,
-    // found_inf is written too: every rank checks the whole gradient.
+    // growth_tracker is written too: one scale, the same on every rank.
     .sbp = sbp::broadcast_only(),
 });
 

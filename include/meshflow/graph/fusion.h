@@ -23,6 +23,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "meshflow/graph/ir.h"
@@ -63,8 +64,11 @@ struct FusedProgram {
   Attrs column_sum_attrs;
 };
 
-// The ops of fused nodes (not in the registry: their kernel is per node):
-// chains of elementwise ops, and a matrix product with its epilogue.
+// An op that only graph passes make, outside the registry: no eager form
+// (its infer throws).
+OpDef graph_only_op(std::string name, std::vector<std::string> inputs);
+// The ops of fused nodes (their kernel is per node): chains of elementwise
+// ops, and a matrix product with its epilogue.
 const OpDef& fused_elementwise_op();
 const OpDef& fused_linear_op();
 const OpDef& fused_add_layer_norm_op();
