@@ -41,6 +41,11 @@ class CallRecorder {
   CallRecorder* prev_;
 };
 
+// op.infer with every output shape checked (Note [Checked sizes] in
+// checked_size.h): a negative or overflowing size is an error naming the op.
+// Every interpreter infers through here.
+std::vector<TensorMeta> infer(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
+
 // Looks the op up once: `static const OpDef& op = dispatch::op("add");`
 const OpDef& op(std::string_view name);
 

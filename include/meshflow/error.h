@@ -38,6 +38,12 @@ class DistributedError : public Error {
  public:
   using Error::Error;
 };
+// An allocation the device cannot serve (Python: OutOfMemoryError, a
+// RuntimeError, as torch.OutOfMemoryError).
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
 
 namespace detail {
 template <typename... Args>

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "meshflow/checked_size.h"
 #include "meshflow/device.h"
 #include "meshflow/dtype.h"
 #include "meshflow/scalar.h"
@@ -14,14 +15,13 @@
 
 namespace mf {
 
-using Shape = std::vector<int64_t>;
-
 class Node;
 class Tensor;
 struct AutogradMeta;
 struct GlobalMeta;  // distributed/global.h
 
 std::string shape_str(const Shape& shape);  // "(2, 3)"
+// checked_numel without an op name (Note [Checked sizes]).
 int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& sizes);
 
@@ -191,8 +191,9 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 // --- raw construction (no dispatch, no autograd) -----------------------------
 // An uninitialised contiguous tensor from the device's allocator.
 Tensor make_empty(const Shape& sizes, DType dtype, Device device = Device());
-// A view of t's storage with other sizes/strides/offset (no checks on bounds
-// beyond the storage size).
+// A view of t's storage with other sizes/strides/offset; throws ShapeError
+// unless every element it can address lies inside the storage (Note [View
+// bounds] in tensor.cpp).
 Tensor make_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset);
 // A tensor with metadata but no memory (graph tracing).
 Tensor make_meta(const Shape& sizes, DType dtype, Device device = Device());

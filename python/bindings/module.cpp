@@ -49,6 +49,7 @@ struct ErrorClasses {
   PyObject* index;
   PyObject* value;
   PyObject* distributed;
+  PyObject* out_of_memory;
 };
 ErrorClasses g_errors{};
 
@@ -75,6 +76,8 @@ void init_errors(py::module_& parent) {
                                    py::make_tuple(base(PyExc_ValueError), base(g_errors.error)));
   g_errors.distributed = new_error_class(m, "DistributedError", "A failure between processes.",
                                          py::make_tuple(base(g_errors.error)));
+  g_errors.out_of_memory = new_error_class(m, "OutOfMemoryError", "An allocation the device cannot serve.",
+                                           py::make_tuple(base(g_errors.error)));
 }
 
 void translate_error(std::exception_ptr p) {
@@ -90,8 +93,13 @@ void translate_error(std::exception_ptr p) {
     PyErr_SetString(g_errors.shape, e.what());
   } catch (const DistributedError& e) {
     PyErr_SetString(g_errors.distributed, e.what());
+  } catch (const OutOfMemoryError& e) {
+    PyErr_SetString(g_errors.out_of_memory, e.what());
   } catch (const Error& e) {
     PyErr_SetString(g_errors.error, e.what());
+  } catch (const std::bad_alloc& e) {
+    // Host memory for a kernel's own scratch or a container ran out.
+    PyErr_SetString(g_errors.out_of_memory, "CPU out of memory: a host allocation failed (std::bad_alloc)");
   }
 }
 

@@ -28,12 +28,17 @@ Shape conv_padding(py::handle padding, const Tensor& weight, const Shape& stride
   if (mode == "valid") return {0, 0};
   MF_CHECK(mode == "same", ValueError, "conv2d: padding must be an int, a pair, 'valid' or 'same', got '", mode, "'");
   MF_CHECK(weight.defined() && weight.dim() == 4, ShapeError, "conv2d: padding='same' needs a 4-d weight");
+  auto entry = [](const Shape& v, size_t i, const char* name) {
+    MF_CHECK(v.size() == 1 || v.size() == 2, ValueError, "conv2d: expected ", name, " to have 1 or 2 elements, got ",
+             shape_str(v));
+    return v.size() == 1 ? v[0] : v[i];
+  };
   Shape out(2);
   for (size_t i = 0; i < 2; ++i) {
-    const int64_t s = stride.size() == 1 ? stride[0] : stride[i];
-    const int64_t d = dilation.size() == 1 ? dilation[0] : dilation[i];
+    const int64_t s = entry(stride, i, "stride"), d = entry(dilation, i, "dilation");
     MF_CHECK(s == 1, ValueError, "conv2d: padding='same' is not supported for strided convolutions");
-    const int64_t total = d * (weight.size(int64_t(2 + i)) - 1);
+    MF_CHECK(d > 0, ValueError, "conv2d: dilation must be positive, got ", shape_str(dilation));
+    const int64_t total = checked_mul(d, weight.size(int64_t(2 + i)) - 1, "conv2d", "the padding");
     MF_CHECK(total % 2 == 0, ValueError, "conv2d: padding='same' needs an even total padding per dim, got ", total,
              " for kernel size ", weight.size(int64_t(2 + i)), " and dilation ", d);
     out[i] = total / 2;

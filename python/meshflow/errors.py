@@ -13,5 +13,6 @@ TypeError = _errors.TypeError
 IndexError = _errors.IndexError
 ValueError = _errors.ValueError
 DistributedError = _errors.DistributedError
+OutOfMemoryError = _errors.OutOfMemoryError
 
-__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "DistributedError"]
+__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "DistributedError", "OutOfMemoryError"]

@@ -19,18 +19,36 @@ std::string shape_str(const Shape& shape) {
   return os.str();
 }
 
-int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
+void throw_size_overflow(std::string_view op, std::string_view what, int64_t a, char sign, int64_t b) {
+  throw ShapeError(detail::concat(op, ": ", what, " overflows int64 (", a, " ", sign, " ", b, ")"));
 }
+
+int64_t checked_numel(const Shape& shape, std::string_view op) {
+  int64_t numel = 1, span = 1;
+  for (int64_t s : shape) {
+    MF_CHECK(s >= 0, ValueError, op, ": sizes must be non-negative, got ", shape_str(shape));
+    if (s == 0) numel = 0;
+    MF_CHECK(!__builtin_mul_overflow(span, std::max<int64_t>(s, 1), &span), ShapeError, op,
+             ": the number of elements of a tensor of size ", shape_str(shape), " overflows int64");
+  }
+  return numel == 0 ? 0 : span;
+}
+
+int64_t checked_nbytes(const Shape& shape, DType dtype, std::string_view op) {
+  int64_t nbytes;
+  MF_CHECK(!__builtin_mul_overflow(checked_numel(shape, op), int64_t(itemsize(dtype)), &nbytes), ShapeError, op,
+           ": the byte size of a ", dtype_name(dtype), " tensor of size ", shape_str(shape), " overflows int64");
+  return nbytes;
+}
+
+int64_t shape_numel(const Shape& shape) { return checked_numel(shape, "shape"); }
 
 Shape contiguous_strides(const Shape& sizes) {
   Shape strides(sizes.size());
   int64_t s = 1;
   for (int64_t i = int64_t(sizes.size()) - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    s = checked_mul(s, std::max<int64_t>(sizes[i], 1), "contiguous_strides", "the stride");
   }
   return strides;
 }
@@ -48,12 +66,45 @@ TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offs
   set_data(std::move(storage), std::move(sizes), std::move(strides), offset, dtype);
 }
 
+namespace {
+
+// Note [View bounds]: a tensor never addresses memory outside its storage.
+// Its elements lie between offset + sum of (size - 1) * stride over the
+// negative strides and offset + the same sum over the positive ones; both
+// are computed with overflow checks, and both must fall inside the storage
+// (a tensor without elements addresses nothing). Every tensor is built
+// through here, so no view op, `as_strided` or foreign buffer can reach
+// past its storage, however its sizes and strides were computed.
+void check_view_bounds(const StorageImpl& storage, const Shape& sizes, const Shape& strides, int64_t offset,
+                       DType dtype, int64_t numel) {
+  MF_CHECK(sizes.size() == strides.size(), ShapeError, "Tensor: ", sizes.size(), " sizes ", shape_str(sizes),
+           " but ", strides.size(), " strides ", shape_str(strides));
+  if (numel == 0) return;
+  auto fail = [&] {
+    throw ShapeError(detail::concat("Tensor: sizes ", shape_str(sizes), ", strides ", shape_str(strides),
+                                    " and storage offset ", offset, " address elements outside a storage of ",
+                                    storage.nbytes(), " bytes (", storage.nbytes() / itemsize(dtype), " ",
+                                    dtype_name(dtype), " elements)"));
+  };
+  int64_t lo = offset, hi = offset, step;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (__builtin_mul_overflow(sizes[d] - 1, strides[d], &step)) fail();
+    if (__builtin_add_overflow(step < 0 ? lo : hi, step, step < 0 ? &lo : &hi)) fail();
+  }
+  const int64_t elements = int64_t(storage.nbytes() / itemsize(dtype));
+  if (lo < 0 || hi >= elements) fail();
+}
+
+}  // namespace
+
 void TensorImpl::set_data(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype) {
+  const int64_t numel = checked_numel(sizes, "Tensor");
+  check_view_bounds(*storage, sizes, strides, offset, dtype, numel);
   storage_ = std::move(storage);
   sizes_ = std::move(sizes);
   strides_ = std::move(strides);
   offset_ = offset;
-  numel_ = shape_numel(sizes_);
+  numel_ = numel;
   dtype_ = dtype;
   is_contiguous_ = true;
   int64_t expected = 1;
@@ -101,15 +152,13 @@ void set_default_dtype(DType dtype) {
 // --- raw construction -----------------------------------------------------------
 
 Tensor make_empty(const Shape& sizes, DType dtype, Device device) {
-  for (int64_t s : sizes)
-    MF_CHECK(s >= 0, ValueError, "empty: sizes must be non-negative, got ", shape_str(sizes));
-  size_t nbytes = size_t(shape_numel(sizes)) * itemsize(dtype);
+  const size_t nbytes = size_t(checked_nbytes(sizes, dtype, "empty"));
   auto storage = std::make_shared<StorageImpl>(nbytes, device, &get_backend(device.type()).allocator(device.index()));
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
 }
 
 Tensor make_meta(const Shape& sizes, DType dtype, Device device) {
-  size_t nbytes = size_t(shape_numel(sizes)) * itemsize(dtype);
+  const size_t nbytes = size_t(checked_nbytes(sizes, dtype, "empty"));
   auto storage = std::make_shared<StorageImpl>(nbytes, device);
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
 }

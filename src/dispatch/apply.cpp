@@ -11,6 +11,12 @@ namespace mf::dispatch {
 
 const OpDef& op(std::string_view name) { return OpRegistry::instance().get(name); }
 
+std::vector<TensorMeta> infer(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  std::vector<TensorMeta> metas = op.infer(inputs, attrs);
+  for (const TensorMeta& m : metas) checked_nbytes(m.sizes, m.dtype, op.name);
+  return metas;
+}
+
 namespace {
 
 void check_inputs(const OpDef& op, const TensorList& inputs) {
@@ -56,7 +62,7 @@ TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& att
     for (auto& t : outs) t.impl()->set_is_view(true);
     return outs;
   }
-  std::vector<TensorMeta> metas = op.infer(inputs, attrs);
+  std::vector<TensorMeta> metas = infer(op, inputs, attrs);
   TensorList outputs;
   outputs.reserve(metas.size());
   if (!has_data(inputs)) {
@@ -151,6 +157,14 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
   const Tensor& self = inputs[0];
   const bool grad = needs_grad(op, inputs);
   const bool global = any_global(inputs);
+  // As PyTorch: a write through a view whose elements share memory (an
+  // expanded dim, stride 0) would race and give an order-dependent result.
+  if (!self.is_global() && self.numel() > 1)
+    for (int64_t d = 0; d < self.dim(); ++d)
+      MF_CHECK(self.stride(d) != 0 || self.size(d) <= 1, ValueError, op.name,
+               "_: unsupported operation: more than one element of the written-to tensor refers to a single "
+               "memory location (dim ", d, " has stride 0). Please clone() the tensor before performing the "
+               "operation.");
   if (grad) {
     MF_CHECK(!(self.is_leaf() && self.requires_grad()), Error, op.name,
              "_: a leaf tensor that requires grad is being used in an in-place operation");
@@ -164,7 +178,7 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
     for (Tensor& t : checked)
       if (t.defined() && t.is_global()) t = make_meta(t.shape(), t.dtype(), t.device());
   }
-  std::vector<TensorMeta> metas = op.infer(checked, attrs);
+  std::vector<TensorMeta> metas = infer(op, checked, attrs);
   MF_CHECK(metas.size() == 1 && metas[0].sizes == self.sizes(), ShapeError, op.name,
            "_: output with shape ", shape_str(self.sizes()), " doesn't match the broadcast shape ",
            shape_str(metas.empty() ? Shape{} : metas[0].sizes));

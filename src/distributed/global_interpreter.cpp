@@ -38,7 +38,7 @@ std::vector<Shape> output_shapes(const OpDef& op, const TensorList& inputs, cons
   if (op.view) {
     for (const Tensor& t : op.view(inputs, attrs)) shapes.push_back(t.shape());
   } else {
-    for (const TensorMeta& m : op.infer(inputs, attrs)) shapes.push_back(m.sizes);
+    for (const TensorMeta& m : dispatch::infer(op, inputs, attrs)) shapes.push_back(m.sizes);
   }
   return shapes;
 }
@@ -242,7 +242,7 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
   for (size_t o = 0; o < r.out_shapes.size(); ++o) {
     DType dtype = !local_outputs.empty() ? local_outputs[o].dtype()
                   : op.view              ? inputs[0].dtype()
-                                         : op.infer(r.metas, attrs)[o].dtype;
+                                         : dispatch::infer(op, r.metas, attrs)[o].dtype;
     outputs.push_back(wrap_output(r, o, dtype, local_outputs.empty() ? Tensor() : local_outputs[o]));
   }
   return outputs;

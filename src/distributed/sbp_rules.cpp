@@ -82,7 +82,10 @@ SbpRuleFn reduce(bool split_reduced_to_partial, bool partial_passes) {
     const Shape dims = attrs.has("dims") ? attrs.get_shape("dims") : Shape{};
     const bool keepdim = attrs.has("keepdim") && attrs.get_bool("keepdim");
     std::vector<bool> reduced(size_t(x.dim()), dims.empty());
-    for (int64_t d : dims) reduced[size_t(d < 0 ? d + x.dim() : d)] = true;
+    for (int64_t d : dims) {  // already checked by infer; a 0-d input's dim 0 names no dim
+      const int64_t n = d < 0 ? d + x.dim() : d;
+      if (n >= 0 && n < x.dim()) reduced[size_t(n)] = true;
+    }
     std::vector<SbpSignature> sigs;
     int64_t out_d = 0;
     for (int64_t d = 0; d < x.dim(); ++d) {

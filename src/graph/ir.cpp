@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "meshflow/dispatch.h"
+
 namespace mf::graph {
 
 int64_t Value::nbytes() const {
@@ -93,7 +95,7 @@ std::vector<ValueId> Graph::add_node(const OpDef& op, std::vector<ValueId> input
       outs.push_back(Value{.sizes = t.sizes(), .strides = t.strides(), .offset = t.storage_offset(),
                            .dtype = t.dtype(), .device = t.device()});
   } else {
-    for (const TensorMeta& m : op.infer(metas, attrs))
+    for (const TensorMeta& m : dispatch::infer(op, metas, attrs))
       outs.push_back(Value{.sizes = m.sizes, .strides = contiguous_strides(m.sizes), .dtype = m.dtype,
                            .device = m.device});
   }

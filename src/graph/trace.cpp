@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "meshflow/amp.h"
+#include "meshflow/dispatch.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/generator.h"
@@ -292,7 +293,7 @@ TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs
       values.push_back(value_from(t));
     }
   } else {
-    for (const TensorMeta& m : op.infer(inputs, attrs)) {
+    for (const TensorMeta& m : dispatch::infer(op, inputs, attrs)) {
       outputs.push_back(make_meta(m.sizes, m.dtype, m.device));
       values.push_back(value_from(outputs.back()));
     }

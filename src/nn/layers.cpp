@@ -85,12 +85,19 @@ namespace {
 // The options with a padding string resolved into its symmetric padding.
 Conv2dOptions resolved_padding(Conv2dOptions o, const Shape& kernel_size) {
   MF_CHECK(kernel_size.size() == 2, ValueError, "Conv2d: kernel_size must have 2 entries, got ", py_tuple(kernel_size));
+  for (const auto& [name, v] : {std::pair{"stride", &o.stride}, {"padding", &o.padding}, {"dilation", &o.dilation}})
+    MF_CHECK(v->size() == 2, ValueError, "Conv2d: ", name, " must have 2 entries, got ", py_tuple(*v));
+  for (size_t i = 0; i < 2; ++i) {
+    check_positive(kernel_size[i], "Conv2d", "kernel_size");
+    check_positive(o.dilation[i], "Conv2d", "dilation");
+  }
   MF_CHECK(o.padding_str.empty() || o.padding_str == "valid" || o.padding_str == "same", ValueError,
            "Conv2d: invalid padding string '", o.padding_str, "', should be one of {'valid', 'same'}");
   if (o.padding_str == "valid") o.padding = {0, 0};
   if (o.padding_str == "same") {
     MF_CHECK(o.stride == Shape({1, 1}), ValueError, "Conv2d: padding='same' is not supported for strided convolutions");
-    for (size_t i = 0; i < 2; ++i) o.padding[i] = o.dilation[i] * (kernel_size[i] - 1) / 2;
+    for (size_t i = 0; i < 2; ++i)
+      o.padding[i] = checked_mul(o.dilation[i], kernel_size[i] - 1, "Conv2d", "the padding") / 2;
   }
   return o;
 }

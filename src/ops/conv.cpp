@@ -48,8 +48,9 @@ Shape conv_output_shape(const Tensor& x, const Tensor& w, const Tensor& bias, co
              p.dilation[1], ")");
   }
   const int64_t out_channels = w.size(0);
-  MF_CHECK(x.size(1) == w.size(1) * p.groups, ShapeError, "conv2d: the input has ", x.size(1),
-           " channels but weight ", shape_str(w.sizes()), " with groups=", p.groups, " expects ", w.size(1) * p.groups,
+  const int64_t in_channels = checked_mul(w.size(1), p.groups, "conv2d", "weight.shape[1] * groups");
+  MF_CHECK(x.size(1) == in_channels, ShapeError, "conv2d: the input has ", x.size(1), " channels but weight ",
+           shape_str(w.sizes()), " with groups=", p.groups, " expects ", in_channels,
            " (weight.shape[1] * groups); input shape ", shape_str(x.sizes()));
   MF_CHECK(out_channels % p.groups == 0, ShapeError, "conv2d: out_channels (", out_channels,
            ") must be divisible by groups (", p.groups, "); weight shape ", shape_str(w.sizes()));
@@ -61,15 +62,17 @@ Shape conv_output_shape(const Tensor& x, const Tensor& w, const Tensor& bias, co
     MF_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, ShapeError, "conv2d: expected bias of shape (",
              out_channels, ") for weight ", shape_str(w.sizes()), ", got ", shape_str(bias.sizes()));
   }
-  Shape out{x.size(0), out_channels, 0, 0};
+  Shape out{x.size(0), out_channels, 0, 0}, padded(2), kernel(2);
   for (int i = 0; i < 2; ++i) {
-    const int64_t padded = x.size(2 + i) + 2 * p.padding[i];
-    const int64_t kernel = p.dilation[i] * (w.size(2 + i) - 1) + 1;
-    MF_CHECK(kernel <= padded, ShapeError, "conv2d: the kernel size (", w.size(2), ", ", w.size(3), ") (dilated: ",
-             p.dilation[0] * (w.size(2) - 1) + 1, ", ", p.dilation[1] * (w.size(3) - 1) + 1,
-             ") can't be greater than the padded input size (", x.size(2) + 2 * p.padding[0], ", ",
-             x.size(3) + 2 * p.padding[1], ")");
-    out[size_t(2 + i)] = (padded - kernel) / p.stride[i] + 1;
+    padded[i] = checked_add(x.size(2 + i), checked_mul(2, p.padding[i], "conv2d", "the padded input size"), "conv2d",
+                            "the padded input size");
+    kernel[i] = checked_mul(p.dilation[i], w.size(2 + i) - 1, "conv2d", "the dilated kernel size") + 1;
+  }
+  for (int i = 0; i < 2; ++i) {
+    MF_CHECK(kernel[i] <= padded[i], ShapeError, "conv2d: the kernel size (", w.size(2), ", ", w.size(3),
+             ") (dilated: ", kernel[0], ", ", kernel[1], ") can't be greater than the padded input size (", padded[0],
+             ", ", padded[1], ")");
+    out[size_t(2 + i)] = (padded[i] - kernel[i]) / p.stride[i] + 1;
   }
   return out;
 }

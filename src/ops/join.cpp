@@ -42,7 +42,7 @@ std::vector<TensorMeta> infer_cat(const TensorList& in, const Attrs& attrs) {
                "cat: sizes of tensors must match except in dimension ", dim, ". Expected size ",
                ref->sizes()[size_t(d)], " but got size ", t.sizes()[size_t(d)], " for tensor number ", i,
                " in the list");
-    out[size_t(dim)] += t.sizes()[size_t(dim)];
+    out[size_t(dim)] = checked_add(out[size_t(dim)], t.sizes()[size_t(dim)], "cat", "the concatenated size");
   }
   return {{out, in[0].dtype(), in[0].device()}};
 }
@@ -170,7 +170,7 @@ TensorList split(const Tensor& t, const Shape& split_sizes, int64_t dim) {
   int64_t total = 0;
   for (int64_t s : split_sizes) {
     MF_CHECK(s >= 0, ValueError, "split: split_sizes must be non-negative, got ", shape_str(split_sizes));
-    total += s;
+    total = checked_add(total, s, "split", "the sum of split_sizes");
   }
   MF_CHECK(total == n, ShapeError, "split: split_sizes ", shape_str(split_sizes), " must sum exactly to ", n,
            " (the input tensor's size at dimension ", d, ")");
@@ -183,13 +183,19 @@ TensorList split(const Tensor& t, const Shape& split_sizes, int64_t dim) {
   return out;
 }
 
+constexpr int64_t kMaxEmptyChunks = int64_t(1) << 20;
+
 TensorList chunk(const Tensor& t, int64_t chunks, int64_t dim) {
   MF_CHECK(t.dim() > 0, ShapeError, "chunk: expects at least a 1-dimensional tensor");
   MF_CHECK(chunks > 0, ValueError, "chunk: chunks must be greater than 0, got ", chunks);
   const int64_t d = wrap_dim(dim, t.dim(), "chunk");
   const int64_t n = t.sizes()[size_t(d)];
+  // An empty dim gives `chunks` empty views, as in PyTorch; a count no
+  // program could use is refused rather than filling memory with views.
+  MF_CHECK(n > 0 || chunks <= kMaxEmptyChunks, ValueError, "chunk: ", chunks,
+           " chunks of an empty dimension; at most ", kMaxEmptyChunks, " are made");
   if (n == 0) return split(t, Shape(size_t(chunks), 0), d);
-  return split(t, (n + chunks - 1) / chunks, d);
+  return split(t, n / chunks + (n % chunks != 0 ? 1 : 0), d);
 }
 
 TensorList unbind(const Tensor& t, int64_t dim) {

@@ -46,7 +46,10 @@ void check_input(const Tensor& x, const char* op) {
 // PyTorch's pooling_output_shape: with ceil_mode the last window must start
 // inside the input or its left padding.
 int64_t pooled_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
-  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  constexpr const char* kWhat = "the pooled size";
+  const int64_t padded = checked_add(in, checked_mul(2, pad, "pool2d", kWhat), "pool2d", kWhat);
+  const int64_t window = checked_mul(dilation, kernel - 1, "pool2d", kWhat);
+  const int64_t span = checked_add(padded - window - 1, ceil_mode ? stride - 1 : 0, "pool2d", kWhat);
   int64_t out = (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
   if (ceil_mode && (out - 1) * stride >= in + pad) --out;
   return out;

@@ -134,7 +134,13 @@ Shape padded_shape(const Shape& sizes, const Shape& pads) {
   const size_t nd = sizes.size();
   for (size_t p = 0; p < pads.size() / 2; ++p) {
     const size_t d = nd - 1 - p;
-    const int64_t n = sizes[d] + pads[2 * p] + pads[2 * p + 1];
+    // A negative pad crops; cropping more than the input has is refused, so
+    // the kernel's offsets stay inside both tensors.
+    MF_CHECK(pads[2 * p] >= -sizes[d] && pads[2 * p + 1] >= -sizes[d], ValueError, "pad: negative padding (",
+             pads[2 * p], ", ", pads[2 * p + 1], ") removes more than the input's size ", sizes[d], " at dimension ",
+             d);
+    const int64_t n = checked_add(checked_add(sizes[d], pads[2 * p], "pad", "the padded size"), pads[2 * p + 1],
+                                  "pad", "the padded size");
     MF_CHECK(n >= 0, ShapeError, "pad: the input size ", sizes[d], " plus padding ", pads[2 * p], " and ",
              pads[2 * p + 1], " resulted in a negative output size ", n, " at dimension ", d);
     out[d] = n;
@@ -307,7 +313,7 @@ Tensor repeat(const Tensor& t, const Shape& repeats) {
   for (size_t d = 0; d < repeats.size(); ++d) {
     pairs.insert(pairs.end(), {1, padded[d]});
     expanded.insert(expanded.end(), {repeats[d], padded[d]});
-    result.push_back(repeats[d] * padded[d]);
+    result.push_back(checked_mul(repeats[d], padded[d], "repeat", "the repeated size"));
   }
   Tensor out = reshape(expand(reshape(t, pairs), expanded), result);
   return out.shares_storage(t) ? clone(out) : out;  // always a new tensor, as in PyTorch
@@ -321,7 +327,7 @@ Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t
   Shape expanded = x.sizes();
   expanded.insert(expanded.begin() + d + 1, repeats);
   Shape result = x.sizes();
-  result[size_t(d)] *= repeats;
+  result[size_t(d)] = checked_mul(result[size_t(d)], repeats, "repeat_interleave", "the repeated size");
   Tensor out = reshape(expand(unsqueeze(x, d + 1), expanded), result);
   return out.shares_storage(t) ? clone(out) : out;
 }

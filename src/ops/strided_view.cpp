@@ -14,7 +14,10 @@ namespace {
 Tensor diagonal_view(const Tensor& t, int64_t offset, int64_t dim1, int64_t dim2) {
   const int64_t n1 = t.sizes()[size_t(dim1)], n2 = t.sizes()[size_t(dim2)];
   const int64_t s1 = t.strides()[size_t(dim1)], s2 = t.strides()[size_t(dim2)];
-  const int64_t length = std::max<int64_t>(0, offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2));
+  // An offset beyond the matrix leaves an empty diagonal (tested first, so
+  // that no huge offset is ever added to a size).
+  const int64_t length = offset >= 0 ? (offset < n2 ? std::min(n1, n2 - offset) : 0)
+                                     : (offset > -n1 ? std::min(n1 + offset, n2) : 0);
   int64_t start = t.storage_offset();
   if (length > 0) start += offset >= 0 ? offset * s2 : -offset * s1;
   Shape sizes, strides;
@@ -193,7 +196,9 @@ Tensor as_strided(const Tensor& t, const Shape& size, const Shape& stride, std::
   for (size_t d = 0; d < size.size(); ++d) {
     MF_CHECK(size[d] >= 0, ValueError, "as_strided: sizes must be non-negative, got ", shape_str(size));
     MF_CHECK(stride[d] >= 0, ValueError, "as_strided: negative strides are not supported, got ", shape_str(stride));
-    if (size[d] > 0) last += (size[d] - 1) * stride[d];
+    if (size[d] > 0)
+      last = checked_add(last, checked_mul(size[d] - 1, stride[d], "as_strided", "the storage size needed"),
+                         "as_strided", "the storage size needed");
   }
   const int64_t storage_elements = int64_t(t.storage()->nbytes() / t.element_size());
   MF_CHECK(shape_numel(size) == 0 || last < storage_elements, ShapeError, "as_strided: sizes ", shape_str(size),

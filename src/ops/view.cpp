@@ -24,7 +24,7 @@ Shape infer_size(const Shape& size, int64_t numel, const char* op) {
       infer_at = int64_t(i);
     } else {
       MF_CHECK(out[i] >= 0, ValueError, op, ": invalid shape dimension ", out[i], " in ", shape_str(size));
-      known *= out[i];
+      known = checked_mul(known, out[i], op, "the number of elements of the shape");
     }
   }
   if (infer_at >= 0) {
@@ -161,6 +161,8 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
       const Shape& dims = attrs.get_shape("dims");
+      MF_CHECK(int64_t(dims.size()) == in[0].dim(), ShapeError, "permute: number of dims in dims (", dims.size(),
+               ") doesn't match the tensor's number of dims (", in[0].dim(), ")");
       Shape size;
       for (int64_t d : dims) size.push_back(in[0].sizes()[wrap_dim(d, in[0].dim(), "permute")]);
       return std::vector<TensorMeta>{{size, in[0].dtype(), in[0].device()}};
@@ -240,7 +242,8 @@ MF_REGISTER_OP(OpDef{
       int64_t dim = attrs.get_int("dim"), start = attrs.get_int("start"), step = attrs.get_int("step");
       dispatch_dtype(o.dtype(), [&]<typename T>() { cpu::elementwise<T>(o, {}, []() { return T(0); }); });
       Shape stride = o.strides();
-      stride[size_t(dim)] *= step;
+      if (in[0].sizes()[size_t(dim)] > 1)
+        stride[size_t(dim)] = checked_mul(stride[size_t(dim)], step, "slice_backward", "the stride");
       Tensor dst = make_view(o, in[0].sizes(), stride, start * o.strides()[size_t(dim)]);
       cpu::copy_cast(dst, in[0]);
     },
@@ -267,7 +270,8 @@ MF_REGISTER_OP(OpDef{
       int64_t dim = attrs.get_int("dim"), start = attrs.get_int("start"), step = attrs.get_int("step");
       Shape size = t.sizes(), stride = t.strides();
       size[size_t(dim)] = attrs.get_int("length");
-      stride[size_t(dim)] *= step;
+      // A step past the end leaves one element, whose stride is never used.
+      if (size[size_t(dim)] > 1) stride[size_t(dim)] = checked_mul(stride[size_t(dim)], step, "slice", "the stride");
       return TensorList{make_view(t, size, stride, t.storage_offset() + start * t.strides()[size_t(dim)])};
     },
     .backward = [](const BackwardContext& ctx) {
@@ -395,13 +399,14 @@ Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
   if (s == e) return t;
   Shape size(t.sizes().begin(), t.sizes().begin() + s);
   int64_t n = 1;
-  for (int64_t d = s; d <= e; ++d) n *= t.sizes()[size_t(d)];
+  for (int64_t d = s; d <= e; ++d) n = checked_mul(n, t.sizes()[size_t(d)], "flatten", "the flattened size");
   size.push_back(n);
   size.insert(size.end(), t.sizes().begin() + e + 1, t.sizes().end());
   return reshape(t, size);
 }
 
 Tensor unflatten(const Tensor& t, int64_t dim, const Shape& sizes) {
+  MF_CHECK(t.dim() > 0, IndexError, "unflatten: dimension specified as ", dim, " but tensor has no dimensions");
   int64_t d = wrap_dim(dim, t.dim(), "unflatten");
   Shape inner = infer_size(sizes, t.sizes()[size_t(d)], "unflatten");
   Shape size(t.sizes().begin(), t.sizes().begin() + d);

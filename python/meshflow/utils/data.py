@@ -488,6 +488,12 @@ def _batches_of(iterable, batch_size, drop_last):
         yield batch
 
 
+# Workers are threads of this process: far more than any machine's cores is a
+# mistake, and starting them would exhaust the process first.
+_MAX_WORKERS = 1024
+_MAX_PREFETCH = 1 << 16
+
+
 class DataLoader:
     """Batches of a dataset, as torch.utils.data.DataLoader.
 
@@ -500,15 +506,23 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
                  collate_fn=None, drop_last=False, generator=None, *, prefetch_factor=None):
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int):
+            raise TypeError(f"DataLoader: num_workers must be an int, got {type(num_workers).__name__}")
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable workers.")
+        if num_workers > _MAX_WORKERS:
+            raise ValueError(f"DataLoader: num_workers={num_workers} is more than the {_MAX_WORKERS} worker threads "
+                             "a loader may start")
         if num_workers == 0 and prefetch_factor is not None:
             raise ValueError("prefetch_factor option could only be specified when num_workers > 0 "
                              "(it sets how many batches the workers build ahead).")
         if prefetch_factor is None:
             prefetch_factor = 2
-        if prefetch_factor < 1:
-            raise ValueError(f"prefetch_factor should be a positive integer, got {prefetch_factor}")
+        if isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int):
+            raise TypeError(f"DataLoader: prefetch_factor must be an int, got {type(prefetch_factor).__name__}")
+        if prefetch_factor < 1 or prefetch_factor > _MAX_PREFETCH:
+            raise ValueError(f"prefetch_factor should be a positive integer of at most {_MAX_PREFETCH}, "
+                             f"got {prefetch_factor}")
         iterable = isinstance(dataset, IterableDataset)
         if iterable:
             if shuffle not in (None, False):

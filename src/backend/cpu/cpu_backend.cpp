@@ -1,4 +1,7 @@
 // The CPU backend: host memory from a caching allocator, memcpy copies.
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -37,7 +40,7 @@ class CpuCachingAllocator final : public Allocator {
         release_cached_locked();
         ptr = std::aligned_alloc(kAlignment, rounded);
       }
-      MF_CHECK(ptr != nullptr, Error, "CPU allocator: out of memory allocating ", nbytes, " bytes");
+      if (!ptr) throw_out_of_memory(nbytes);
     }
     stats_.allocated_bytes += int64_t(rounded);
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
@@ -77,6 +80,20 @@ class CpuCachingAllocator final : public Allocator {
  private:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kMaxCachedBytes = size_t(1) << 30;
+
+  // PyTorch's message shape: what was asked, what the machine has, what
+  // meshflow holds. Called with the lock held.
+  [[noreturn]] void throw_out_of_memory(size_t nbytes) const {
+    const double total = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    throw OutOfMemoryError(detail::concat(
+        "CPU out of memory. Tried to allocate ", gib(double(nbytes)), " (", nbytes, " bytes); the machine has ",
+        gib(total), " of memory, of which meshflow holds ", gib(double(stats_.allocated_bytes)), " in tensors"));
+  }
+  static std::string gib(double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", bytes / double(size_t(1) << 30));
+    return text;
+  }
 
   static size_t round_size(size_t n) {
     if (n <= 512) return std::max<size_t>(64, (n + 63) & ~size_t(63));

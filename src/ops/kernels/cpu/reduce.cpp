@@ -31,7 +31,9 @@ ReduceGeometry geometry_of(const Shape& sizes, const Shape& strides, const Shape
   ReduceGeometry g;
   for (int64_t d = nd - 1, os = 1; d >= 0; --d) {
     if (reduced[size_t(d)]) {
-      g.num_reduced *= sizes[size_t(d)];
+      // Note [Broadcast reduced dims]: a reduced dim of stride 0 holds copies.
+      if (strides[size_t(d)] == 0 && sizes[size_t(d)] > 1) g.copies *= sizes[size_t(d)];
+      else g.num_reduced *= sizes[size_t(d)];
       continue;
     }
     out_strides[size_t(d)] = os;
@@ -42,6 +44,7 @@ ReduceGeometry geometry_of(const Shape& sizes, const Shape& strides, const Shape
   for (int64_t d = 0; d < nd; ++d) {
     if (sizes[size_t(d)] == 1) continue;
     Dim dim{sizes[size_t(d)], strides[size_t(d)], out_strides[size_t(d)]};
+    if (reduced[size_t(d)] && dim.stride == 0) continue;  // counted in g.copies
     (reduced[size_t(d)] ? red : kept).push_back(dim);
   }
   // Any order of the reduced dims reduces the same elements; ordering by

@@ -55,7 +55,25 @@ struct ReduceGeometry {
   Shape red_sizes, red_strides;
   int64_t num_outputs = 1;
   int64_t num_reduced = 1;
+  // Note [Broadcast reduced dims]: reduced dims of stride 0 (an expanded
+  // view) are left out of red_sizes: each output is the reduction of the
+  // other dims' elements combined with itself `copies` times, by repeated
+  // doubling (log2(copies) combines). A sum over an expanded dim of 2^62
+  // elements thus takes as long as one over a single element.
+  int64_t copies = 1;
 };
+
+// op.combine of `copies` copies of a, by doubling; identity for none.
+template <typename Op>
+typename Op::Acc combine_copies(const Op& op, typename Op::Acc a, int64_t copies) {
+  auto result = op.identity();
+  while (copies > 0) {
+    if (copies & 1) result = op.combine(result, a);
+    copies >>= 1;
+    if (copies > 0) a = op.combine(a, a);
+  }
+  return result;
+}
 
 // The geometry of reducing x over dims (sorted, wrapped); reduced dims are
 // sorted by stride. A layout that needs more than kMaxReduceDims coalesced
@@ -474,7 +492,12 @@ void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store
   Tensor copy;
   ReduceGeometry g = reduce_geometry(x, dims, copy);
   const T* data = static_cast<const T*>((copy.defined() ? copy : x).data_ptr());
-  StridedReducer<T, Op>(g, data, op).run(store);
+  if (g.copies == 1) {
+    StridedReducer<T, Op>(g, data, op).run(store);
+    return;
+  }
+  using Acc = typename Op::Acc;
+  StridedReducer<T, Op>(g, data, op).run([&](int64_t o, Acc a) { store(o, combine_copies(op, a, g.copies)); });
 }
 
 // Index-tracking reduction over one dim (max/min with dim, argmax, argmin):
