@@ -93,7 +93,9 @@ void init_elementwise(py::module_& m) {
   for (auto [name, f, g] : std::initializer_list<std::tuple<const char*, Binary, BinaryScalar>>{
            {"eq", &eq, &eq}, {"ne", &ne, &ne}, {"lt", &lt, &lt}, {"le", &le, &le}, {"gt", &gt, &gt},
            {"ge", &ge, &ge}, {"bitwise_and", &bitwise_and, &bitwise_and_scalar},
-           {"bitwise_or", &bitwise_or, &bitwise_or_scalar}, {"bitwise_xor", &bitwise_xor, &bitwise_xor_scalar}})
+           {"bitwise_or", &bitwise_or, &bitwise_or_scalar}, {"bitwise_xor", &bitwise_xor, &bitwise_xor_scalar},
+           {"bitwise_left_shift", &bitwise_left_shift, &bitwise_left_shift},
+           {"bitwise_right_shift", &bitwise_right_shift, &bitwise_right_shift}})
     def_binary(m, name, f, g);
   m.def("logical_and", &logical_and, py::arg("input"), py::arg("other"));
   m.def("logical_or", &logical_or, py::arg("input"), py::arg("other"));
@@ -114,7 +116,8 @@ void init_elementwise(py::module_& m) {
                        "atan2", "neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "square",
                        "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc",
                        "relu", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "clamp", "clip", "eq",
-                       "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and",
+                       "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+                       "bitwise_right_shift", "logical_and",
                        "logical_or", "logical_xor", "masked_fill", "lerp", "addcmul", "addcdiv"});
 
   auto tensor = py::reinterpret_borrow<py::class_<Tensor>>(cls);

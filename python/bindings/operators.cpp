@@ -1,5 +1,5 @@
 // Python operators on Tensor: + - * / // % ** @, reflected and in-place
-// forms, comparisons, unary - ~ abs, and & | ^.
+// forms, comparisons, unary - ~ abs, and & | ^ << >>.
 #include <pybind11/numpy.h>
 
 #include "bindings.h"
@@ -68,6 +68,10 @@ void init_operators(py::module_& m) {
                [](T a, Scalar b) { return bitwise_or(a, wrap_scalar(a, b)); });
   def_operator(cls, "__xor__", [](T a, T b) { return bitwise_xor(a, b); },
                [](T a, Scalar b) { return bitwise_xor(a, wrap_scalar(a, b)); });
+  def_operator(cls, "__lshift__", [](T a, T b) { return bitwise_left_shift(a, b); },
+               [](T a, Scalar b) { return bitwise_left_shift(a, b); });
+  def_operator(cls, "__rshift__", [](T a, T b) { return bitwise_right_shift(a, b); },
+               [](T a, Scalar b) { return bitwise_right_shift(a, b); });
   cls.def("__matmul__", [](T a, T b) -> py::object {
     if (!b.defined()) return not_implemented();
     return py::cast(matmul(a, b));
@@ -88,11 +92,19 @@ void init_operators(py::module_& m) {
                 [](T a, Scalar b) { return bitwise_or(wrap_scalar(a, b), a); });
   def_reflected(cls, "__rxor__", [](T a, T b) { return bitwise_xor(a, b); },
                 [](T a, Scalar b) { return bitwise_xor(wrap_scalar(a, b), a); });
+  def_reflected(cls, "__rlshift__", [](T a, T b) { return bitwise_left_shift(a, b); },
+                [](T a, Scalar b) { return bitwise_left_shift(wrap_scalar(a, b), a); });
+  def_reflected(cls, "__rrshift__", [](T a, T b) { return bitwise_right_shift(a, b); },
+                [](T a, Scalar b) { return bitwise_right_shift(wrap_scalar(a, b), a); });
 
   def_inplace(cls, "__iadd__", [](Tensor& a, T b) { add_(a, b); }, [](Tensor& a, Scalar b) { add_(a, b); });
   def_inplace(cls, "__isub__", [](Tensor& a, T b) { sub_(a, b); }, [](Tensor& a, Scalar b) { sub_(a, b); });
   def_inplace(cls, "__imul__", [](Tensor& a, T b) { mul_(a, b); }, [](Tensor& a, Scalar b) { mul_(a, b); });
   def_inplace(cls, "__itruediv__", [](Tensor& a, T b) { div_(a, b); }, [](Tensor& a, Scalar b) { div_(a, b); });
+  def_inplace(cls, "__ilshift__", [](Tensor& a, T b) { copy_(a, bitwise_left_shift(a, b)); },
+              [](Tensor& a, Scalar b) { copy_(a, bitwise_left_shift(a, b)); });
+  def_inplace(cls, "__irshift__", [](Tensor& a, T b) { copy_(a, bitwise_right_shift(a, b)); },
+              [](Tensor& a, Scalar b) { copy_(a, bitwise_right_shift(a, b)); });
 
   cls.def("__neg__", [](T a) { return neg(a); })
       .def("__pos__", [](T a) { return a; })

@@ -20,7 +20,17 @@ double norm_order(py::handle p) {
     MF_CHECK(name == "fro", ValueError, "norm: p='", name, "' is not supported (use a number or 'fro')");
     return 2.0;
   }
-  return p.cast<double>();
+  // PyTorch's p is a number or a string; anything else (a tensor passed
+  // positionally as p) is a TypeError naming the argument.
+  const auto wrong = [&] {
+    return TypeError(detail::concat("norm(): argument 'p' must be a number or 'fro', got ", Py_TYPE(p.ptr())->tp_name));
+  };
+  if (py::isinstance<Tensor>(p) || PyBool_Check(p.ptr())) throw wrong();
+  try {
+    return p.cast<double>();
+  } catch (const py::cast_error&) {
+    throw wrong();
+  }
 }
 
 using DimReduction = Tensor (*)(const Tensor&, const Shape&, int64_t, bool);

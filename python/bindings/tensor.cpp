@@ -1,5 +1,8 @@
 // mf.Tensor: metadata, conversions, Python protocols and indexing.
+#include <cmath>
+#include <cstring>
 #include <functional>
+#include <string_view>
 
 #include "bindings.h"
 #include "meshflow/distributed/global.h"
@@ -111,6 +114,49 @@ void set_item(Tensor self, py::handle index, py::handle value) {
   index_put_(self, indices, tensor_from_data(value, self.dtype()));
 }
 
+// round(t) and round(t, n): PyTorch's torch.round(t, decimals=n), halves to
+// even; integers are returned unchanged for n >= 0.
+Tensor round_digits(const Tensor& t, std::optional<int64_t> ndigits) {
+  if (!ndigits || *ndigits == 0) return round(t);
+  MF_CHECK(is_floating(t.dtype()), TypeError, "round: decimals are supported for floating-point tensors, got ",
+           dtype_name(t.dtype()));
+  MF_CHECK(*ndigits > -400 && *ndigits < 400, ValueError, "round: ndigits must be in (-400, 400), got ", *ndigits);
+  const double scale = std::pow(10.0, double(*ndigits));
+  return div(round(mul(t, scale)), scale);
+}
+
+// Note [Tensor pickle]: a tensor pickles as its raw little-endian bytes, its
+// dtype's name, its shape and requires_grad, rebuilt by _rebuild_tensor, which
+// checks that the bytes fit the shape exactly. Loading runs no other code than
+// that function, so a pickle from a stranger cannot make a tensor over memory
+// it does not own.
+py::tuple reduce_tensor(const Tensor& t, int /*protocol*/) {
+  check_host_data(t, "pickle");
+  const Tensor c = contiguous(t.detach());
+  const auto nbytes = size_t(c.numel()) * c.element_size();
+  py::bytes data(nbytes ? static_cast<const char*>(c.data_ptr()) : "", nbytes);
+  py::tuple shape(size_t(t.dim()));
+  for (int64_t d = 0; d < t.dim(); ++d) shape[size_t(d)] = py::int_(t.size(d));
+  return py::make_tuple(py::module_::import("meshflow").attr("_rebuild_tensor"),
+                        py::make_tuple(data, dtype_name(t.dtype()), shape, t.requires_grad()));
+}
+
+Tensor rebuild_tensor(const py::bytes& data, const std::string& dtype_text, const Shape& shape, bool requires_grad) {
+  const DType dtype = dtype_from_name(dtype_text);
+  const int64_t nbytes = checked_nbytes(shape, dtype, "unpickle");
+  const std::string_view bytes = data;
+  MF_CHECK(int64_t(bytes.size()) == nbytes, ValueError, "unpickle: a ", dtype_name(dtype), " tensor of shape ",
+           shape_str(shape), " needs ", nbytes, " bytes, the pickle holds ", bytes.size());
+  if (dtype == DType::Bool)
+    for (size_t i = 0; i < bytes.size(); ++i)
+      MF_CHECK(static_cast<unsigned char>(bytes[i]) <= 1, ValueError, "unpickle: bool element ", i, " is byte ",
+               int(static_cast<unsigned char>(bytes[i])), ", not 0 or 1");
+  Tensor t = make_empty(shape, dtype);
+  if (nbytes) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  if (requires_grad) t.requires_grad_(true);
+  return t;
+}
+
 }  // namespace
 
 std::vector<TensorIndex> to_indices(py::handle index) {
@@ -124,6 +170,8 @@ std::vector<TensorIndex> to_indices(py::handle index) {
 }
 
 void init_tensor(py::module_& m) {
+  m.def("_rebuild_tensor", &rebuild_tensor, py::arg("data"), py::arg("dtype"), py::arg("shape"),
+        py::arg("requires_grad"));
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
   cls.def_property_readonly("shape", [](const Tensor& t) { return size_of(t.sizes()); })
       .def("size", [](const Tensor& t, std::optional<int64_t> dim) -> py::object {
@@ -155,7 +203,15 @@ void init_tensor(py::module_& m) {
         return permute(t, dims);
       })
       .def_property_readonly("mT", [](const Tensor& t) { return transpose(t, -2, -1); })
-      .def_property_readonly("data", &Tensor::detach)
+      // `p.data = t` (PyTorch): p keeps its identity (optimizers and modules
+      // hold it) and takes t's data, shape and dtype.
+      .def_property("data", &Tensor::detach, [](const Tensor& t, const Tensor& src) {
+        MF_CHECK(src.defined(), TypeError, "Tensor.data: expected a Tensor");
+        t.set_data(src);
+      })
+      .def("__round__", [](const Tensor& t, std::optional<int64_t> ndigits) { return round_digits(t, ndigits); },
+           py::arg("ndigits") = py::none())
+      .def("__reduce_ex__", &reduce_tensor)
       .def("item", [](const Tensor& t) {
         // A global tensor's value is gathered first (collective: every rank
         // of the placement calls item(), as every rank computes the loss).

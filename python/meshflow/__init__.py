@@ -21,6 +21,7 @@ from meshflow import autograd, datasets, errors, io, nn, optim, return_types, ut
 from meshflow import distributed, env  # noqa: F401
 from meshflow import amp, cpu  # noqa: F401
 from meshflow.amp import autocast  # noqa: F401
+from meshflow.errors import OutOfMemoryError  # noqa: F401  (torch.OutOfMemoryError)
 from meshflow.io import load, save  # noqa: F401
 from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
     conv2d, group_norm, layer_norm, log_softmax, max_pool2d, softmax,
@@ -65,6 +66,7 @@ def _new_factory(factory):
         return factory(size, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
 
     new.__name__ = "new_" + factory.__name__
+    new.__qualname__ = "Tensor." + new.__name__
     return new
 
 
@@ -116,6 +118,15 @@ Tensor.new_ones = _new_factory(ones)
 Tensor.new_empty = _new_factory(empty)
 Tensor.new_full = _new_full
 Tensor.new_tensor = _new_tensor
+for _f, _n in ((_new_full, "new_full"), (_new_tensor, "new_tensor"), (_deepcopy, "__deepcopy__"),
+               (_format, "__format__")):
+    _f.__name__, _f.__qualname__ = _n, "Tensor." + _n
+del _f, _n
 Tensor.__module__ = "meshflow"
 
 __version__ = "0.1.0"
+
+
+def _rebuild_tensor(data, dtype, shape, requires_grad):
+    """Unpickles a tensor (Note [Tensor pickle] in python/bindings/tensor.cpp)."""
+    return _C._rebuild_tensor(data, dtype, shape, requires_grad)

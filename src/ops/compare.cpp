@@ -112,6 +112,52 @@ MF_REGISTER_OP(bitwise_op("bitwise_and", bitwise_kernel("bitwise_and", [](auto a
 MF_REGISTER_OP(bitwise_op("bitwise_or", bitwise_kernel("bitwise_or", [](auto a, auto b) { return a | b; })));
 MF_REGISTER_OP(bitwise_op("bitwise_xor", bitwise_kernel("bitwise_xor", [](auto a, auto b) { return a ^ b; })));
 
+// Shifts as PyTorch defines them for every amount (C++ leaves amounts that
+// are negative or not below the bit width undefined): such a left shift gives
+// 0, such a right shift fills with the sign bit.
+struct LeftShift {
+  template <typename T>
+  T operator()(T a, T b) const {
+    constexpr auto bits = int64_t(sizeof(T) * 8);
+    if (std::make_signed_t<T>(b) < 0 || int64_t(b) >= bits) return T(0);
+    return T(std::make_unsigned_t<T>(a) << b);
+  }
+};
+struct RightShift {
+  template <typename T>
+  T operator()(T a, T b) const {
+    constexpr auto max_shift = int64_t(sizeof(T) * 8) - int64_t(std::is_signed_v<T>);
+    if (std::make_signed_t<T>(b) < 0 || int64_t(b) >= max_shift) return T(a >> max_shift);
+    return T(a >> b);
+  }
+};
+
+// Integer-only: a shift of bools has no meaning.
+template <typename F>
+KernelFn shift_kernel(const char* name, F f) {
+  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+        binary_loop<T, T, T>(out[0], in[0], in[1], [&](T a, T b) { return f(a, b); });
+      else
+        throw TypeError(detail::concat(name, ": expected integer tensors, got ", dtype_name(in[0].dtype())));
+    });
+  };
+}
+
+OpDef shift_op(const char* name, KernelFn kernel) {
+  OpDef def = bitwise_op(name, std::move(kernel));
+  def.infer = [name](const TensorList& in, const Attrs&) {
+    MF_CHECK(is_integral(in[0].dtype()), TypeError, name, ": expected integer tensors, got ",
+             dtype_name(in[0].dtype()));
+    return infer_broadcast(name, in);
+  };
+  return def;
+}
+
+MF_REGISTER_OP(shift_op("bitwise_left_shift", shift_kernel("bitwise_left_shift", LeftShift{})));
+MF_REGISTER_OP(shift_op("bitwise_right_shift", shift_kernel("bitwise_right_shift", RightShift{})));
+
 MF_REGISTER_OP(OpDef{
     .name = "bitwise_not",
     .inputs = {"input"},
@@ -167,6 +213,8 @@ MF_DEFINE_BINARY(logical_xor)
 MF_DEFINE_BINARY(bitwise_and)
 MF_DEFINE_BINARY(bitwise_or)
 MF_DEFINE_BINARY(bitwise_xor)
+MF_DEFINE_COMPARISON(bitwise_left_shift)
+MF_DEFINE_COMPARISON(bitwise_right_shift)
 
 #undef MF_DEFINE_COMPARISON
 #undef MF_DEFINE_BINARY

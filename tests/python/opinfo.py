@@ -127,6 +127,8 @@ for _name in ("logical_and", "logical_or", "logical_xor"):
 for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
     op(_name, binary(0, 7, float_scalar=False, promote=False), dtypes=BOOL + INTS, method=True,
        differentiable=False)
+for _name in ("bitwise_left_shift", "bitwise_right_shift"):
+    op(_name, binary(0, 7, float_scalar=False, promote=False), dtypes=INTS, method=True, differentiable=False)
 
 
 def pow_scalar_base(rng, dtype):

@@ -97,6 +97,12 @@ Tensor bitwise_and(const Tensor& a, const Tensor& b);
 Tensor bitwise_or(const Tensor& a, const Tensor& b);
 Tensor bitwise_xor(const Tensor& a, const Tensor& b);
 Tensor bitwise_not(const Tensor& t);
+// a << b and a >> b of integer tensors (Scalar b: the same dtype as a when it
+// fits); PyTorch's results for amounts outside [0, bits).
+Tensor bitwise_left_shift(const Tensor& a, const Tensor& b);
+Tensor bitwise_left_shift(const Tensor& a, Scalar b);
+Tensor bitwise_right_shift(const Tensor& a, const Tensor& b);
+Tensor bitwise_right_shift(const Tensor& a, Scalar b);
 Tensor isnan(const Tensor& t);
 Tensor isinf(const Tensor& t);
 Tensor isfinite(const Tensor& t);
