@@ -33,9 +33,11 @@ void save_file(const std::map<std::string, Tensor>& tensors, const std::string& 
 // memory) and its "__metadata__". The whole file is checked before any tensor
 // is returned; a truncated, corrupt or malformed file throws Error naming the
 // path and the problem. dtypes meshflow lacks (U16, U32, U64, F8_*) are
-// rejected the same way.
+// rejected the same way. save_file stores a CRC-32C of every tensor and of
+// the metadata (Note [Checkpoint checksums] in src/io/safetensors.cpp);
+// verify checks them, and a mismatch throws Error naming the tensor.
 std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> load_file(
-    const std::string& path);
+    const std::string& path, bool verify = true);
 
 // A tree of checkpoint state: none, bool, int64, double, string, tensor, list
 // or string-keyed map, e.g. an optimizer's
@@ -106,6 +108,6 @@ void save(const Value& value, const std::string& path);
 // Loads what save wrote, with the same structure, kinds and values. A
 // safetensors file written by another tool loads as a map from tensor name to
 // tensor. Throws Error naming the path for a corrupt or malformed file.
-Value load(const std::string& path);
+Value load(const std::string& path, bool verify = true);
 
 }  // namespace mf::io

@@ -75,10 +75,11 @@ py::object from_value(const io::Value& v) {
 void init_io(py::module_& parent) {
   py::module_ m = parent.def_submodule("_io", "checkpoints (see meshflow.io)");
   m.def("save_file", &io::save_file, py::arg("tensors"), py::arg("filename"), py::arg("metadata"));
-  m.def("load_file", &io::load_file, py::arg("filename"));
+  m.def("load_file", &io::load_file, py::arg("filename"), py::arg("verify") = true);
   m.def("save", [](py::handle obj, const std::string& path) { io::save(to_value(obj, 0), path); }, py::arg("obj"),
         py::arg("f"));
-  m.def("load", [](const std::string& path) { return from_value(io::load(path)); }, py::arg("f"));
+  m.def("load", [](const std::string& path, bool verify) { return from_value(io::load(path, verify)); },
+        py::arg("f"), py::arg("verify") = true);
 }
 
 }  // namespace mf::python

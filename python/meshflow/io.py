@@ -7,6 +7,7 @@ plain safetensors files of named tensors, as the safetensors package does.
 Every save is atomic: the file holds either its old content or the new one.
 """
 import json
+import math
 import os
 
 from meshflow._C import _io
@@ -29,16 +30,18 @@ def save(obj, f):
     _save_global(obj, os.fspath(f))
 
 
-def load(f):
+def load(f, verify=True):
     """Loads what save wrote; a safetensors file from elsewhere loads as {name: tensor}.
 
     Global tensors of a checkpoint saved by several ranks come back as whole
     local tensors; load_state_dict lays them out like the module's
-    parameters.
+    parameters. save stores a CRC-32C of every tensor; with verify (the
+    default) a tensor whose bytes changed raises meshflow.errors.Error naming
+    it, and verify=False skips the check.
     """
-    obj = _io.load(os.fspath(f))
+    obj = _io.load(os.fspath(f), verify)
     if isinstance(obj, dict) and _GLOBAL_KEY in obj:
-        return _load_global(obj[_GLOBAL_KEY], os.fspath(f))
+        return _load_global(obj[_GLOBAL_KEY], os.fspath(f), verify)
     return obj
 
 
@@ -123,26 +126,113 @@ def _save_global(obj, path):
     mf.env.barrier()
 
 
-def _load_global(meta, path):
+# Shards per tensor a checkpoint may list (the exact-cover check is quadratic).
+_MAX_SHARDS = 4096
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_index(meta, path):
+    """The index of a global checkpoint, validated before anything is
+    allocated: JSON types, dtypes, shapes, and shard boxes that lie inside
+    the global shape and cover it exactly once. Raises meshflow.errors.Error
+    (never KeyError or JSONDecodeError) for anything else."""
     import meshflow as mf
-    index = json.loads(meta["index"])
-    files = {}
-    wholes = {}
+
+    def bad(*parts):
+        return mf.errors.Error(f"load: '{path}' is not a valid global checkpoint: " + "".join(map(str, parts)))
+
+    if not isinstance(meta, dict) or not isinstance(meta.get("index"), str) or "tree" not in meta:
+        raise bad("its entry must hold an index (a string) and a tree")
+    try:
+        index = json.loads(meta["index"])
+    except ValueError as e:  # JSONDecodeError, or a number too deep or too long
+        raise bad(f"the index is not valid JSON ({e})") from None
+    except RecursionError:
+        raise bad("the index is nested too deeply") from None
+    if not isinstance(index, dict):
+        raise bad(f"the index must be an object, got {type(index).__name__}")
+    dtypes = {str(d).replace("meshflow.", ""): d for d in (
+        mf.float32, mf.float64, mf.float16, mf.bfloat16, mf.int64, mf.int32, mf.int16, mf.int8, mf.uint8, mf.bool)}
+    out = {}
     for key, entry in index.items():
-        full = mf.empty(entry["shape"], dtype=getattr(mf, entry["dtype"]))
-        for rank, offsets, sizes in entry["shards"]:
-            if rank not in files:
-                files[rank] = load_file(f"{path}.shard{rank}")
-            part = full
+        where = f"tensor {key!r}: "
+        if not isinstance(entry, dict) or set(entry) != {"shape", "dtype", "shards"}:
+            raise bad(where, "an entry must be an object with exactly shape, dtype and shards")
+        shape, dtype, shards = entry["shape"], entry["dtype"], entry["shards"]
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape) or len(shape) > 64:
+            raise bad(where, f"shape must be a list of at most 64 non-negative integers, got {shape!r:.200}")
+        if dtype not in dtypes:
+            raise bad(where, f"unknown dtype {dtype!r:.50}")
+        if not isinstance(shards, list) or len(shards) > _MAX_SHARDS:
+            raise bad(where, f"shards must be a list of at most {_MAX_SHARDS} entries")
+        boxes = []
+        for s in shards:
+            if (not isinstance(s, list) or len(s) != 3 or not _is_int(s[0]) or s[0] < 0
+                    or not all(isinstance(v, list) and len(v) == len(shape) and all(_is_int(x) for x in v)
+                               for v in s[1:])):
+                raise bad(where, f"a shard must be [rank, offsets, sizes] with {len(shape)} offsets and sizes, "
+                          f"got {s!r:.200}")
+            rank, offsets, sizes = s
             for d, (o, n) in enumerate(zip(offsets, sizes)):
-                part = part.narrow(d, o, n)
-            part.copy_(files[rank][key])
+                if o < 0 or n < 0 or o + n > shape[d]:
+                    raise bad(where, f"the shard of rank {rank} spans [{o}, {o + n}) of dim {d}, outside "
+                              f"[0, {shape[d]})")
+            boxes.append((rank, offsets, sizes))
+        total = math.prod(shape)
+        covered = sum(math.prod(n) for _, _, n in boxes)
+        nonempty = [b for b in boxes if math.prod(b[2]) > 0]
+        for i, (ra, oa, na) in enumerate(nonempty):
+            for rb, ob, nb in nonempty[i + 1:]:
+                if all(x < y + m and y < x + n for x, n, y, m in zip(oa, na, ob, nb)):
+                    raise bad(where, f"the shards of ranks {ra} and {rb} overlap")
+        if covered != total:
+            raise bad(where, f"the shards cover {covered} of the tensor's {total} elements")
+        out[key] = (shape, dtypes[dtype], boxes)
+    return out
+
+
+def _load_global(meta, path, verify=True):
+    import meshflow as mf
+    index = _check_index(meta, path)
+
+    def bad(*parts):
+        return mf.errors.Error(f"load: '{path}' is not a valid global checkpoint: " + "".join(map(str, parts)))
+
+    files = {}
+    parts = {}
+    # Every shard is read and matched against its box before the whole
+    # tensors are allocated, so their size is bounded by the files' contents.
+    for key, (shape, dtype, boxes) in index.items():
+        for rank, offsets, sizes in boxes:
+            if rank not in files:
+                files[rank] = load_file(f"{path}.shard{rank}", verify=verify)
+            part = files[rank].get(key)
+            if part is None:
+                raise bad(f"tensor {key!r}: {path}.shard{rank} does not hold it")
+            if list(part.shape) != sizes or part.dtype != dtype:
+                raise bad(f"tensor {key!r}: {path}.shard{rank} holds a {part.dtype} shard of shape "
+                          f"{list(part.shape)}, the index says {dtype} {sizes}")
+            parts.setdefault(key, []).append((offsets, sizes, part))
+    wholes = {}
+    for key, (shape, dtype, _) in index.items():
+        full = mf.empty(shape, dtype=dtype)
+        for offsets, sizes, part in parts.get(key, ()):
+            view = full
+            for d, (o, n) in enumerate(zip(offsets, sizes)):
+                view = view.narrow(d, o, n)
+            view.copy_(part)
         wholes[key] = full
 
     def restore(value):
         if isinstance(value, dict):
             if set(value) == {"__global__"}:
-                return wholes[value["__global__"]]
+                key = value["__global__"]
+                if not isinstance(key, str) or key not in wholes:
+                    raise bad(f"the tree names global tensor {key!r:.100}, which the index lacks")
+                return wholes[key]
             return {k: restore(v) for k, v in value.items()}
         if isinstance(value, list):
             return [restore(v) for v in value]
@@ -156,12 +246,12 @@ def save_file(tensors, filename, metadata=None):
     _io.save_file(dict(tensors), os.fspath(filename), dict(metadata or {}))
 
 
-def load_file(filename):
-    """Reads a safetensors file into {name: tensor}."""
-    return _io.load_file(os.fspath(filename))[0]
+def load_file(filename, verify=True):
+    """Reads a safetensors file into {name: tensor}; verify as in load()."""
+    return _io.load_file(os.fspath(filename), verify)[0]
 
 
-def load_file_with_metadata(filename):
+def load_file_with_metadata(filename, verify=True):
     """Reads a safetensors file into ({name: tensor}, {str: str} metadata)."""
-    tensors, metadata = _io.load_file(os.fspath(filename))
+    tensors, metadata = _io.load_file(os.fspath(filename), verify)
     return tensors, metadata

@@ -1,12 +1,15 @@
 #include "io/file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "meshflow/error.h"
@@ -16,9 +19,33 @@ namespace {
 
 constexpr size_t kMaxChunk = size_t(1) << 30;  // per read/write call
 
+std::string temp_prefix(const std::string& base) { return detail::concat(".", base, ".tmp."); }
+
 std::string temp_name(const std::string& directory, const std::string& base) {
   static std::atomic<uint64_t> counter{0};
-  return detail::concat(directory, "/.", base, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  return detail::concat(directory, "/", temp_prefix(base), ::getpid(), ".", counter.fetch_add(1));
+}
+
+// Removes the temporary files of saves to base that were interrupted: those
+// whose writer process no longer exists (a live process, this one included,
+// may still be writing its own). Best effort: a file that cannot be removed
+// stays.
+void remove_stale_temps(const std::string& directory, const std::string& base) {
+  DIR* dir = ::opendir(directory.c_str());
+  if (!dir) return;
+  const std::string prefix = temp_prefix(base);
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const char* p = name.c_str() + prefix.size();
+    char* end = nullptr;
+    errno = 0;
+    const long pid = std::strtol(p, &end, 10);
+    if (errno != 0 || end == p || *end != '.' || pid <= 0) continue;
+    if (pid == ::getpid() || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+    ::unlinkat(::dirfd(dir), name.c_str(), 0);
+  }
+  ::closedir(dir);
 }
 
 }  // namespace
@@ -77,6 +104,8 @@ void AtomicFileWriter::commit() {
   if (::close(fd) != 0) fail("cannot close", temp_path_, errno);
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail("cannot rename the temporary file to", path_, errno);
   temp_path_.clear();
+  const size_t slash = path_.rfind('/');
+  remove_stale_temps(directory_, slash == std::string::npos ? path_ : path_.substr(slash + 1));
   const int dir_fd = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   const bool synced = dir_fd >= 0 && ::fsync(dir_fd) == 0;
   const int err = errno;

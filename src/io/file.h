@@ -14,7 +14,10 @@ namespace mf::io {
 // so the rename itself survives a crash. Until commit() succeeds the
 // destination is untouched; if anything fails, or the writer is destroyed
 // without commit(), the temporary file is removed. Readers therefore see the
-// old file or the complete new one, never a partial write.
+// old file or the complete new one, never a partial write. A process killed
+// mid-save leaves its temporary file (".<name>.tmp.<pid>.<n>"); the next
+// successful save to the same path removes those of processes that no
+// longer run.
 class AtomicFileWriter {
  public:
   // op names the calling function in error messages ("save_file").

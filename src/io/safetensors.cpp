@@ -9,6 +9,7 @@
 #include <optional>
 #include <tuple>
 
+#include "io/checksum.h"
 #include "io/file.h"
 #include "core/utf8.h"
 #include "io/json.h"
@@ -23,6 +24,15 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
+// Note [Checkpoint checksums]: save_file adds the metadata entry
+// "meshflow.crc32c", a JSON object mapping every tensor's name to the CRC-32C
+// of its bytes (8 lowercase hex digits) and "__metadata__" to the CRC-32C of
+// the other metadata entries (each key and value followed by a NUL, in key
+// order). The file stays a plain safetensors file. load_file(verify=true)
+// recomputes them: a changed byte, a renamed tensor or an edited metadata
+// value is an error naming what differs. Files without the entry (written by
+// other tools) load unchecked.
+constexpr const char* kChecksumKey = "meshflow.crc32c";
 // Root object, tensor entry, shape array: nothing valid nests deeper.
 constexpr int kMaxHeaderDepth = 3;
 
@@ -61,6 +71,23 @@ std::string quoted(const std::string& s) {
 }
 
 uint64_t nbytes_of(const Tensor& t) { return uint64_t(t.numel()) * itemsize(t.dtype()); }
+
+std::string hex32(uint32_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, v >>= 4) out[size_t(i)] = kDigits[v & 0xF];
+  return out;
+}
+
+uint32_t metadata_crc(const std::map<std::string, std::string>& metadata) {
+  uint32_t crc = 0;
+  for (const auto& [key, value] : metadata) {
+    if (key == kChecksumKey) continue;
+    crc = crc32c(key.data(), key.size() + 1, crc);  // with the terminating NUL
+    crc = crc32c(value.data(), value.size() + 1, crc);
+  }
+  return crc;
+}
 
 struct Entry {
   std::string name;
@@ -190,12 +217,28 @@ void save_file(const std::map<std::string, Tensor>& tensors, const std::string& 
     return layout_rank(a.second->dtype()) < layout_rank(b.second->dtype());
   });
 
+  std::map<std::string, std::string> full_metadata = metadata;
+  full_metadata.erase(kChecksumKey);
+  {
+    std::string sums = "{";
+    json::append_string(sums, kMetadataKey);
+    sums += ":\"" + hex32(metadata_crc(full_metadata)) + "\"";
+    for (const auto& [name, t] : order) {
+      const Tensor c = contiguous(t->detach());
+      sums += ',';
+      json::append_string(sums, *name);
+      sums += ":\"" + hex32(c.numel() > 0 ? crc32c(c.data_ptr(), nbytes_of(c)) : 0) + "\"";
+    }
+    sums += '}';
+    full_metadata.emplace(kChecksumKey, std::move(sums));
+  }
+
   std::string header = "{";
-  if (!metadata.empty()) {
+  {
     json::append_string(header, kMetadataKey);
     header += ":{";
     bool first = true;
-    for (const auto& [key, value] : metadata) {
+    for (const auto& [key, value] : full_metadata) {
       if (!first) header += ',';
       first = false;
       json::append_string(header, key);
@@ -237,7 +280,58 @@ void save_file(const std::map<std::string, Tensor>& tensors, const std::string& 
   file.commit();
 }
 
-std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> load_file(const std::string& path) {
+namespace {
+
+// Checks the tensors and metadata against Note [Checkpoint checksums].
+void verify_checksums(const HeaderReader& reader, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const auto it = metadata.find(kChecksumKey);
+  if (it == metadata.end()) return;
+  json::Json root;
+  try {
+    root = json::parse(it->second, 1);
+  } catch (const Error& e) {
+    reader.fail("the \"", kChecksumKey, "\" metadata is not valid JSON: ", e.what());
+  }
+  const auto* sums = root.as_object();
+  if (!sums) reader.fail("the \"", kChecksumKey, "\" metadata is ", json::type_name(root), ", not an object");
+  const std::string hint = " (the file is corrupt; load it with verify=False to read it anyway)";
+  bool has_metadata_sum = false;
+  size_t checked = 0;
+  for (const auto& [name, value] : *sums) {
+    const std::string* stored = value.as_string();
+    if (!stored) reader.fail("the checksum of ", quoted(name), " is ", json::type_name(value), ", not a string");
+    std::string computed;
+    if (name == kMetadataKey) {
+      has_metadata_sum = true;
+      computed = hex32(metadata_crc(metadata));
+      if (computed != *stored)
+        reader.fail("the metadata fails its checksum (stored crc32c ", *stored, ", computed ", computed, ")", hint);
+      continue;
+    }
+    const auto t = tensors.find(name);
+    if (t == tensors.end())
+      reader.fail("the checksums name tensor ", quoted(name), ", which the file does not hold (renamed?)", hint);
+    const Tensor& c = t->second;
+    computed = hex32(c.numel() > 0 ? crc32c(c.data_ptr(), nbytes_of(c)) : 0);
+    if (computed != *stored)
+      reader.fail("tensor ", quoted(name), " fails its checksum (stored crc32c ", *stored, ", computed ", computed,
+                  ")", hint);
+    ++checked;
+  }
+  if (!has_metadata_sum) reader.fail("the checksums lack the metadata's", hint);
+  if (checked != tensors.size())
+    for (const auto& [name, t] : tensors) {
+      bool found = false;
+      for (const auto& [n, v] : *sums) found = found || n == name;
+      if (!found) reader.fail("tensor ", quoted(name), " has no checksum (renamed?)", hint);
+    }
+}
+
+}  // namespace
+
+std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> load_file(const std::string& path,
+                                                                                       bool verify) {
   FileReader file(path, "load_file");
   HeaderReader reader(path);
   const uint64_t file_size = file.size();
@@ -295,6 +389,8 @@ std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> loa
     }
     tensors.emplace(e.name, std::move(t));
   }
+  if (verify) verify_checksums(reader, tensors, metadata);
+  metadata.erase(kChecksumKey);
   return {std::move(tensors), std::move(metadata)};
 }
 

@@ -206,8 +206,8 @@ void save(const Value& value, const std::string& path) {
   save_file(flattener.tensors, path, {{kSkeletonKey, text}});
 }
 
-Value load(const std::string& path) {
-  auto [tensors, metadata] = load_file(path);
+Value load(const std::string& path, bool verify) {
+  auto [tensors, metadata] = load_file(path, verify);
   const auto it = metadata.find(kSkeletonKey);
   if (it == metadata.end()) {
     Value::Map map;

@@ -1,4 +1,5 @@
 // save_file / load_file: round trips and the exact bytes of the format.
+#include "io/checksum.h"
 #include "io/json.h"
 #include "io_test_util.h"
 
@@ -125,22 +126,56 @@ TEST(SafeTensors, LoadedTensorsOwnTheirMemory) {
 // The reference implementation's own serialization examples, byte for byte:
 // compact JSON, fields in the order dtype, shape, data_offsets, the header
 // padded with spaces to a multiple of 8.
+// The reference writer's bytes plus meshflow's checksum entry in the
+// metadata (Note [Checkpoint checksums]): still a plain safetensors file.
 TEST(SafeTensors, WritesTheReferenceBytes) {
   ScratchDir dir;
   const std::string data = testing::le_bytes<float>({0, 1, 2, 3, 4, 5});
+  ASSERT_EQ(io::crc32c(data.data(), data.size()), 0x78743a5du);
   save_file({{"attn.0", from_vector({0, 1, 2, 3, 4, 5}, {1, 2, 3})}}, dir.file("a.safetensors"));
   EXPECT_EQ(read_bytes(dir.file("a.safetensors")),
-            u64_le(64) + R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})" + data);
+            u64_le(160) +
+                R"({"__metadata__":{"meshflow.crc32c":"{\"__metadata__\":\"00000000\",\"attn.0\":\"78743a5d\"}"},)"
+                R"("attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})" + "   " + data);
 
   save_file({{"attn0", from_vector({0, 1, 2, 3, 4, 5}, {1, 1, 2, 3})}}, dir.file("b.safetensors"));
   EXPECT_EQ(read_bytes(dir.file("b.safetensors")),
-            u64_le(72) + R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "       " + data);
+            u64_le(160) +
+                R"({"__metadata__":{"meshflow.crc32c":"{\"__metadata__\":\"00000000\",\"attn0\":\"78743a5d\"}"},)"
+                R"("attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "   " + data);
 
   save_file({}, dir.file("empty.safetensors"));
-  EXPECT_EQ(read_bytes(dir.file("empty.safetensors")), u64_le(8) + "{}      ");
+  EXPECT_EQ(read_bytes(dir.file("empty.safetensors")),
+            u64_le(72) + R"({"__metadata__":{"meshflow.crc32c":"{\"__metadata__\":\"00000000\"}"}})" + "  ");
 
+  // The metadata's checksum covers each key and value with a NUL after it.
   save_file({}, dir.file("meta.safetensors"), {{"framework", "pt"}});
-  EXPECT_EQ(read_bytes(dir.file("meta.safetensors")), u64_le(40) + R"({"__metadata__":{"framework":"pt"}})" + "     ");
+  EXPECT_EQ(read_bytes(dir.file("meta.safetensors")),
+            u64_le(88) + R"({"__metadata__":{"framework":"pt","meshflow.crc32c":"{\"__metadata__\":\"11ce344d\"}"}})" +
+                " ");
+  EXPECT_EQ(load_file(dir.file("meta.safetensors")).second, (std::map<std::string, std::string>{{"framework", "pt"}}));
+}
+
+TEST(SafeTensors, Crc32cKnownValues) {
+  EXPECT_EQ(io::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(io::crc32c("", 0), 0u);
+  // Incremental: the checksum of a concatenation from its parts, at any split.
+  const std::string text = "the quick brown fox jumps over the lazy dog, twice over";
+  const uint32_t whole = io::crc32c(text.data(), text.size());
+  for (size_t k = 0; k <= text.size(); ++k)
+    EXPECT_EQ(io::crc32c(text.data() + k, text.size() - k, io::crc32c(text.data(), k)), whole) << k;
+}
+
+TEST(SafeTensors, ChecksumsCatchChangedBytesUnlessVerifyIsOff) {
+  ScratchDir dir;
+  save_file({{"w", from_vector({1, 2, 3, 4}, {4})}}, dir.file("c.safetensors"));
+  std::string bytes = read_bytes(dir.file("c.safetensors"));
+  bytes[bytes.size() - 3] ^= 0x01;
+  write_bytes(dir.file("c.safetensors"), bytes);
+  const std::string msg = testing::error_of([&] { load_file(dir.file("c.safetensors")); });
+  EXPECT_NE(msg.find("tensor \"w\" fails its checksum"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("verify=False"), std::string::npos) << msg;
+  EXPECT_EQ(load_file(dir.file("c.safetensors"), /*verify=*/false).first.at("w").numel(), 4);
 }
 
 // Tensors are laid out by decreasing alignment, then by name, so each one
