@@ -52,6 +52,10 @@ void init_distributed(py::module_& parent) {
   m.def("get_world_size", &distributed::get_world_size, release_gil());
   m.def("get_local_rank", &distributed::get_local_rank, release_gil());
   m.def("barrier", &distributed::barrier, release_gil());
+  m.def("comm_timeout", &distributed::comm_timeout);
+  m.def("set_comm_timeout", &distributed::set_comm_timeout, py::arg("seconds"));
+  m.def("started_by_mpi", &distributed::started_by_mpi);
+  m.def("_abort_job", &distributed::abort_job, py::arg("code"));
 }
 
 }  // namespace mf::python

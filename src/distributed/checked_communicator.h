@@ -59,8 +59,6 @@ class CheckedCommunicator : public Communicator {
 std::unique_ptr<Communicator> make_single_communicator();
 // The world group over MPI (initialises MPI on first use).
 std::unique_ptr<Communicator> make_mpi_world();
-// True when this process was started by mpirun (or MPI is already running).
-bool started_by_mpi();
 // The rank among this machine's processes, for the MPI world.
 int mpi_local_rank();
 

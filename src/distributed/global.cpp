@@ -1,5 +1,7 @@
 #include "meshflow/distributed/global.h"
 
+#include "distributed/checked_communicator.h"
+
 #include "meshflow/autograd.h"
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
@@ -61,24 +63,40 @@ Tensor as_global(const Tensor& grad, const Placement& p) {
   return grad.is_global() ? grad : global_from_full(grad, p, NdSbp(size_t(p.ndim()), Sbp::broadcast()));
 }
 
-// Every rank's (ndim, dtype, dims...) so that each rank checks the same
-// facts and reaches the same verdict (no rank waits on one that failed).
-std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member) {
+// The column of gather_shapes' rows that holds layout_hash.
+constexpr int64_t kLayoutColumn = kMaxDims + 2;
+constexpr int64_t kRowSize = kMaxDims + 3;
+
+// A hash of the placement and SBP a rank passed: ranks that disagree about
+// either would build different communicators or boxings and wait on each
+// other forever, so to_global compares them with the shapes.
+int64_t layout_hash(const Placement& placement, const NdSbp& sbp) {
+  const std::string text = placement.str() + nd_sbp_str(sbp);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return int64_t(h >> 1);
+}
+
+// Every rank's (ndim, dtype, dims..., layout hash) so that each rank checks
+// the same facts and reaches the same verdict (no rank waits on one that
+// failed).
+std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member, int64_t layout) {
   // Shapes are metadata: exchanged now, also while a graph is traced.
   graph::SuspendTracing eager;
   const int64_t world = distributed::get_world_size();
-  Tensor mine = full({kMaxDims + 2}, Scalar(int64_t(-1)), {.dtype = DType::Int64});
+  Tensor mine = full({kRowSize}, Scalar(int64_t(-1)), {.dtype = DType::Int64});
   int64_t* m = mine.data<int64_t>();
   if (member) {
     m[0] = local.dim();
     m[1] = int64_t(local.dtype());
     for (int64_t d = 0; d < std::min(local.dim(), kMaxDims); ++d) m[d + 2] = local.size(d);
   }
-  Tensor all = empty({world, kMaxDims + 2}, {.dtype = DType::Int64});
-  distributed::world().all_gather(reshape(mine, {1, kMaxDims + 2}), all, std::vector<int64_t>(size_t(world), 1));
+  m[kLayoutColumn] = layout;
+  Tensor all = empty({world, kRowSize}, {.dtype = DType::Int64});
+  distributed::world().all_gather(reshape(mine, {1, kRowSize}), all, std::vector<int64_t>(size_t(world), 1));
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(world));
   const int64_t* a = all.data<int64_t>();
-  for (int64_t r = 0; r < world; ++r) out[size_t(r)].assign(a + r * (kMaxDims + 2), a + (r + 1) * (kMaxDims + 2));
+  for (int64_t r = 0; r < world; ++r) out[size_t(r)].assign(a + r * kRowSize, a + (r + 1) * kRowSize);
   return out;
 }
 
@@ -109,8 +127,14 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
              " tensor can't be placed on ", placement.str());
     MF_CHECK(local.dim() <= kMaxDims, ValueError, op, ": tensors of more than ", kMaxDims, " dims are not supported");
   }
-  auto shapes = gather_shapes(local, member);
+  auto shapes = gather_shapes(local, member, layout_hash(placement, sbp));
   // The verdict below depends only on the gathered table: every rank agrees.
+  std::vector<int> other_layout;
+  for (size_t r = 0; r < shapes.size(); ++r)
+    if (shapes[r][kLayoutColumn] != shapes[0][kLayoutColumn]) other_layout.push_back(int(r));
+  MF_CHECK(other_layout.empty(), ValueError, op, ": world ranks ", distributed::format_ranks(other_layout),
+           " pass another placement or sbp than world rank 0 (this rank, world rank ", me, ", passes ",
+           placement.str(), " and sbp ", nd_sbp_str(sbp), "); every rank must pass the same placement and sbp");
   const auto& first = shapes[size_t(placement.ranks()[0])];
   const int64_t ndim = first[0];
   for (int r : placement.ranks()) {

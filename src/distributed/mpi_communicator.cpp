@@ -12,13 +12,26 @@
 // A peer that dies: Open MPI's mpirun notices and terminates the job, and
 // every rank still waiting ends with it.
 // The first use of world() initialises MPI, which Open MPI makes collective
-// (every rank must get there; bounded by InitWatchdog); later subgroup()
-// calls are collective over their members and are the only calls without a
-// bounded wait.
+// (every rank must get there; bounded by a Watchdog), and so is
+// MPI_Finalize at exit (bounded the same way). subgroup() first exchanges
+// the member lists among the members with bounded waits (Note [Subgroup
+// handshake]), so mismatched placements fail instead of hanging in
+// MPI_Comm_create_group.
+//
+// Note [Timeout report]: when a wait times out, the rank asks every other
+// member, over the group's p2p communicator, which collective it is in; a
+// rank waiting in some meshflow call of the group answers from inside its
+// own wait loop. The DistributedError then names the ranks that did not
+// answer (stuck in user code, in another group, or dead) and those that are
+// in another collective, and the rank prints its flight record (the last
+// kFlightRecords calls of the group, as PyTorch's NCCL flight recorder) to
+// stderr.
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <deque>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -37,11 +50,14 @@ namespace {
 struct MpiRuntime {
   bool initialized_here = false;  // false when another library called MPI_Init
   bool broken = false;            // some operation timed out (Note [Bounded waits])
+  std::string broken_reason;      // what broke it, for later calls' errors
   double timeout_s = 300;
+  bool timeout_set = false;       // by set_comm_timeout, which MESHFLOW_COMM_TIMEOUT does not override
   int local_rank = 0;
   bool thread_multiple = true;  // MPI accepts calls from several threads at once
   std::mutex lock;
   std::vector<Tensor> abandoned;  // buffers of timed-out operations
+  std::deque<std::vector<int64_t>> message_buffers;  // of sends that are never waited for
 };
 
 MpiRuntime& runtime() {
@@ -72,40 +88,28 @@ int read_local_rank() {
   return rank;
 }
 
-void finalize_mpi() {
-  MpiRuntime& r = runtime();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!r.initialized_here || finalized) return;
-  if (r.broken) {
-    std::fprintf(stderr, "meshflow.distributed: a collective timed out on this rank; aborting the job\n");
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Finalize();
-}
-
 // MPI_Init waits for every rank of the job, and a rank that ends without
 // initialising MPI (a script that returns early, before any collective)
-// never comes, even to mpirun's notice. The wait has no timeout of its own,
-// so a watchdog thread ends the process after MESHFLOW_COMM_TIMEOUT seconds
-// with a message, and mpirun then ends the job (Note [Bounded waits]).
-class InitWatchdog {
+// never comes, even to mpirun's notice; MPI_Finalize waits for every rank
+// too. Neither wait has a timeout of its own, so a watchdog thread ends the
+// process after MESHFLOW_COMM_TIMEOUT seconds with a message, and mpirun then
+// ends the job (Note [Bounded waits]).
+class Watchdog {
  public:
-  explicit InitWatchdog(double timeout_s)
-      : thread_([this, timeout_s] {
+  Watchdog(double timeout_s, const char* what)
+      : thread_([this, timeout_s, what] {
           std::unique_lock<std::mutex> guard(mutex_);
           if (done_changed_.wait_for(guard, std::chrono::duration<double>(timeout_s), [this] { return done_; }))
             return;
           std::fprintf(stderr,
-                       "meshflow.distributed: MPI initialisation did not complete within %g s on this process: "
-                       "another rank of the job exited or never used meshflow.distributed (every rank must); "
+                       "meshflow.distributed: %s did not complete within %g s on this process: another rank of "
+                       "the job exited early, is stuck, or never used meshflow.distributed (every rank must); "
                        "MESHFLOW_COMM_TIMEOUT sets the limit in seconds\n",
-                       timeout_s);
+                       what, timeout_s);
           std::fflush(stderr);
           std::_Exit(1);
         }) {}
-  ~InitWatchdog() {
+  ~Watchdog() {
     {
       std::lock_guard<std::mutex> guard(mutex_);
       done_ = true;
@@ -121,11 +125,25 @@ class InitWatchdog {
   std::thread thread_;  // last: starts after the members it uses
 };
 
+void finalize_mpi() {
+  MpiRuntime& r = runtime();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!r.initialized_here || finalized) return;
+  if (r.broken) {
+    std::fprintf(stderr, "meshflow.distributed: %s on this rank; aborting the job\n", r.broken_reason.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  Watchdog watchdog(r.timeout_s, "MPI finalisation at exit");
+  MPI_Finalize();
+}
+
 void initialize_mpi() {
   static std::once_flag once;
   std::call_once(once, [] {
     MpiRuntime& r = runtime();
-    r.timeout_s = read_timeout();
+    if (!r.timeout_set) r.timeout_s = read_timeout();
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) {
@@ -145,7 +163,7 @@ void initialize_mpi() {
     int provided = 0;
     int code = 0;
     {
-      InitWatchdog watchdog(r.timeout_s);
+      Watchdog watchdog(r.timeout_s, "MPI initialisation");
       code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     }
     MF_CHECK(code == MPI_SUCCESS, DistributedError, "MPI_Init_thread failed with code ", code);
@@ -294,6 +312,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_all_reduce(Tensor& t, ReduceOp op) override {
     auto guard = serialize();
     const char* name = "all_reduce";
+    Call call(*this, name, true, describe(t) + " " + reduce_op_name(op));
     Tensor buffer = is_reduced_floating(t.dtype()) ? widen(t) : t;
     MPI_Request request;
     check(name, MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), element_count(name, buffer.numel()),
@@ -305,6 +324,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_broadcast(Tensor& t, int root) override {
     auto guard = serialize();
     const char* name = "broadcast";
+    Call call(*this, name, true, detail::concat(describe(t), " root ", root));
     MPI_Request request;
     check(name, MPI_Ibcast(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), root, comm_,
                            &request));
@@ -314,6 +334,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
     auto guard = serialize();
     const char* name = "all_gather";
+    Call call(*this, name, true, describe(in) + " -> " + describe(out));
     int64_t row = row_numel(out);
     std::vector<int> elements = element_counts(name, counts, row);
     std::vector<int> displacements = element_counts(name, row_offsets(counts), row);
@@ -336,6 +357,7 @@ class MpiCommunicator final : public CheckedCommunicator {
                           ReduceOp op) override {
     auto guard = serialize();
     const char* name = "reduce_scatter";
+    Call call(*this, name, true, describe(in) + " -> " + describe(out) + " " + reduce_op_name(op));
     const int n = size_;
     const int64_t row = row_numel(in);
     element_count(name, in.numel());
@@ -379,6 +401,7 @@ class MpiCommunicator final : public CheckedCommunicator {
                       const std::vector<int64_t>& recv_counts) override {
     auto guard = serialize();
     const char* name = "all_to_all";
+    Call call(*this, name, true, describe(in) + " -> " + describe(out));
     int64_t row = row_numel(in);
     std::vector<int> sends = element_counts(name, send_counts, row);
     std::vector<int> send_offsets = element_counts(name, row_offsets(send_counts), row);
@@ -396,6 +419,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_send(const Tensor& t, int dst, int tag) override {
     auto guard = serialize();
     const char* name = "send";
+    Call call(*this, name, false, detail::concat(describe(t), " to ", dst, " tag ", tag));
     MPI_Request request;
     check(name, MPI_Isend(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), dst, tag, comm_,
                           &request));
@@ -405,6 +429,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_recv(Tensor& t, int src, int tag) override {
     auto guard = serialize();
     const char* name = "recv";
+    Call call(*this, name, false, detail::concat(describe(t), " from ", src, " tag ", tag));
     MPI_Request request;
     int expected = element_count(name, t.numel());
     check(name, MPI_Irecv(t.data_ptr(), expected, mpi_type(t.dtype()), src, tag, comm_, &request));
@@ -418,6 +443,7 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   void run_barrier() override {
     auto guard = serialize();
+    Call call(*this, "barrier", true, "");
     MPI_Request request;
     check("barrier", MPI_Ibarrier(comm_, &request));
     wait("barrier", request, {});
@@ -425,6 +451,8 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   std::shared_ptr<Communicator> create_subgroup(const std::vector<int>& ranks) override {
     auto guard = serialize();
+    Call call(*this, "subgroup", false, format_ranks(ranks));
+    handshake_subgroup(ranks);
     MPI_Group group, members;
     check("subgroup", MPI_Comm_group(comm_, &group));
     check("subgroup", MPI_Group_incl(group, int(ranks.size()), ranks.data(), &members));
@@ -469,12 +497,11 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   // Note [Bounded waits]. Spins first (collectives on small tensors finish
   // in microseconds; a thread with yielding_waits() skips this), then
-  // yields the core, then sleeps between polls.
+  // yields the core, then sleeps between polls, answering other ranks'
+  // status requests (Note [Timeout report]) once the wait is long.
   MPI_Status wait(const char* name, MPI_Request& request, std::initializer_list<Tensor> buffers) {
-    using Clock = std::chrono::steady_clock;
     MpiRuntime& r = runtime();
-    MF_CHECK(!r.broken, DistributedError, name, ": an earlier collective timed out on ", where(),
-             "; communication is no longer possible in this process");
+    check_not_broken(name);
     auto start = Clock::now();
     auto limit = std::chrono::duration<double>(r.timeout_s);
     const bool yielding = yielding_waits();
@@ -485,18 +512,277 @@ class MpiCommunicator final : public CheckedCommunicator {
       if (done) return status;
       auto waited = Clock::now() - start;
       if (waited > limit) {
-        r.broken = true;
         r.abandoned.insert(r.abandoned.end(), buffers.begin(), buffers.end());
+        std::string report = timeout_report();
+        break_runtime(detail::concat(name, " timed out"));
         std::ostringstream message;
-        message << name << ": timed out after " << r.timeout_s << " s on " << where()
-                << ": another rank did not make the same call (or is stuck or dead); "
-                   "MESHFLOW_COMM_TIMEOUT sets the limit in seconds";
+        message << name << current_call_text() << ": timed out after " << r.timeout_s << " s on " << where() << ": "
+                << report << " (MESHFLOW_COMM_TIMEOUT or init_process_group(timeout=...) sets the limit; the "
+                << "flight record of this rank's last calls is on stderr)";
+        dump_flight_record();
         throw DistributedError(message.str());
       }
+      if (waited > std::chrono::milliseconds(50)) serve_status_requests();
       if (waited > std::chrono::seconds(1))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       else if (yielding || waited > std::chrono::milliseconds(1))
         std::this_thread::yield();
+    }
+  }
+
+  void check_not_broken(const char* name) const {
+    MpiRuntime& r = runtime();
+    MF_CHECK(!r.broken, DistributedError, name, ": ", r.broken_reason, " earlier on ", where(),
+             "; communication is no longer possible in this process");
+  }
+
+  static void break_runtime(std::string reason) {
+    MpiRuntime& r = runtime();
+    if (!r.broken) r.broken_reason = std::move(reason);
+    r.broken = true;
+  }
+
+  // --- the flight recorder ---------------------------------------------------------------------
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kFlightRecords = 32;
+
+  struct CallRecord {
+    uint64_t id = 0;   // 1 + the index of the record among all calls (0: slot unused)
+    uint64_t seq = 0;  // collectives of this group so far, this one included (0: not a collective)
+    const char* name = "";
+    std::string what;
+    Clock::time_point start;
+    double seconds = -1;  // -1 while in flight
+  };
+
+  // Records one call of this communicator for its lifetime (RAII).
+  class Call {
+   public:
+    Call(MpiCommunicator& comm, const char* name, bool collective, std::string what) : comm_(comm) {
+      std::lock_guard<std::mutex> guard(comm.records_mutex_);
+      id_ = ++comm.calls_;
+      CallRecord& rec = comm.records_[(id_ - 1) % kFlightRecords];
+      rec = CallRecord{id_, collective ? ++comm.collectives_ : 0, name, std::move(what), Clock::now(), -1};
+      comm.current_name_ = name;
+      comm.current_seq_ = rec.seq ? rec.seq : comm.collectives_;
+    }
+    ~Call() {
+      std::lock_guard<std::mutex> guard(comm_.records_mutex_);
+      CallRecord& rec = comm_.records_[(id_ - 1) % kFlightRecords];
+      if (rec.id == id_) rec.seconds = std::chrono::duration<double>(Clock::now() - rec.start).count();
+    }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    MpiCommunicator& comm_;
+    uint64_t id_ = 0;
+  };
+
+  static std::string describe(const Tensor& t) {
+    return detail::concat(dtype_name(t.dtype()), shape_str(t.sizes()));
+  }
+
+  std::string current_call_text() const {
+    std::lock_guard<std::mutex> guard(records_mutex_);
+    return current_seq_ ? detail::concat(" #", current_seq_) : std::string();
+  }
+
+  void dump_flight_record() const {
+    std::ostringstream out;
+    {
+      std::lock_guard<std::mutex> guard(records_mutex_);
+      const uint64_t first = calls_ > kFlightRecords ? calls_ - kFlightRecords + 1 : 1;
+      out << "meshflow.distributed flight record of " << where() << " (world rank " << world_ranks_[size_t(rank_)]
+          << "): the last " << (calls_ - first + 1) << " of its " << calls_ << " calls on this group, oldest first\n";
+      for (uint64_t id = first; id <= calls_; ++id) {
+        const CallRecord& rec = records_[(id - 1) % kFlightRecords];
+        if (rec.id != id) continue;
+        out << "  " << (rec.seq ? "#" + std::to_string(rec.seq) : std::string("p2p")) << " " << rec.name;
+        if (!rec.what.empty()) out << " " << rec.what;
+        if (rec.seconds >= 0)
+          out << ": done in " << rec.seconds << " s\n";
+        else
+          out << ": NOT COMPLETED after " << std::chrono::duration<double>(Clock::now() - rec.start).count()
+              << " s\n";
+      }
+    }
+    const std::string text = out.str();
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+  }
+
+  // --- status requests (Note [Timeout report]) ------------------------------------------------
+  static constexpr int kStatusRequestTag = 2;
+  static constexpr int kStatusReplyTag = 3;
+  static constexpr int kSubgroupTag = 4;
+  static constexpr const char* kCallNames[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                                               "all_to_all", "send", "recv", "barrier", "subgroup"};
+
+  static bool is_collective(const char* name) {
+    return std::strcmp(name, "send") != 0 && std::strcmp(name, "recv") != 0 && std::strcmp(name, "subgroup") != 0;
+  }
+
+  static int64_t name_id(const char* name) {
+    for (size_t i = 0; i < std::size(kCallNames); ++i)
+      if (std::strcmp(kCallNames[i], name) == 0) return int64_t(i);
+    return -1;
+  }
+
+  // A buffer that lives as long as the process (sends that are never
+  // waited for, receives that may never complete).
+  std::vector<int64_t>& keep(std::vector<int64_t> data) {
+    std::lock_guard<std::mutex> guard(records_mutex_);
+    MpiRuntime& r = runtime();
+    if (r.message_buffers.size() > 4096) r.message_buffers.pop_front();
+    return r.message_buffers.emplace_back(std::move(data));
+  }
+
+  void post_send(std::vector<int64_t> data, int to, int tag) {
+    std::vector<int64_t>& buffer = keep(std::move(data));
+    MPI_Request request;
+    if (MPI_Isend(buffer.data(), int(buffer.size()), MPI_INT64_T, to, tag, p2p_comm_, &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
+  }
+
+  void serve_status_requests() {
+    for (;;) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kStatusRequestTag, p2p_comm_, &flag, &status) != MPI_SUCCESS || !flag) return;
+      int64_t request[3];
+      if (MPI_Recv(request, 3, MPI_INT64_T, status.MPI_SOURCE, kStatusRequestTag, p2p_comm_, MPI_STATUS_IGNORE) !=
+          MPI_SUCCESS)
+        return;
+      int64_t seq = 0, id = -1;
+      {
+        std::lock_guard<std::mutex> guard(records_mutex_);
+        seq = int64_t(current_seq_);
+        id = name_id(current_name_);
+      }
+      post_send({seq, id}, status.MPI_SOURCE, kStatusReplyTag);
+    }
+  }
+
+  // Asks every other member where it is; a sentence for the error.
+  std::string timeout_report() {
+    const int n = size_;
+    std::vector<int64_t>& replies = keep(std::vector<int64_t>(size_t(2 * n), -2));
+    std::vector<MPI_Request> receives(size_t(n), MPI_REQUEST_NULL);
+    uint64_t my_seq = 0;
+    const char* my_name = "";
+    {
+      std::lock_guard<std::mutex> guard(records_mutex_);
+      my_seq = current_seq_;
+      my_name = current_name_;
+    }
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      post_send({int64_t(my_seq), name_id(my_name), 0}, peer, kStatusRequestTag);
+      MPI_Irecv(&replies[size_t(2 * peer)], 2, MPI_INT64_T, peer, kStatusReplyTag, p2p_comm_,
+                &receives[size_t(peer)]);
+    }
+    const auto deadline = Clock::now() + std::chrono::duration<double>(std::clamp(runtime().timeout_s / 4, 0.5, 3.0));
+    std::vector<bool> answered(size_t(n), false);
+    answered[size_t(rank_)] = true;
+    for (;;) {
+      serve_status_requests();
+      bool all = true;
+      for (int peer = 0; peer < n; ++peer) {
+        if (answered[size_t(peer)]) continue;
+        int done = 0;
+        MPI_Test(&receives[size_t(peer)], &done, MPI_STATUS_IGNORE);
+        answered[size_t(peer)] = done != 0;
+        all = all && done;
+      }
+      // Answered or not, this rank keeps answering until the deadline: the
+      // others time out about now too and ask it in turn.
+      if (Clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(all ? 5 : 1));
+    }
+    std::vector<int> silent, same;
+    std::vector<std::string> elsewhere;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      const int world_rank = world_ranks_[size_t(peer)];
+      if (!answered[size_t(peer)]) {
+        silent.push_back(world_rank);
+        continue;
+      }
+      const int64_t seq = replies[size_t(2 * peer)], id = replies[size_t(2 * peer + 1)];
+      const char* name = id >= 0 && id < int64_t(std::size(kCallNames)) ? kCallNames[id] : "?";
+      if (uint64_t(seq) == my_seq && std::strcmp(name, my_name) == 0)
+        same.push_back(world_rank);
+      else if (is_collective(name))
+        elsewhere.push_back(detail::concat("world rank ", world_rank, " is in ", name, " #", seq));
+      else
+        elsewhere.push_back(detail::concat("world rank ", world_rank, " is in ", name, ", after ", seq,
+                                           " collectives of this group"));
+    }
+    std::string out;
+    if (!silent.empty())
+      out += detail::concat("world ranks ", format_ranks(silent), " did not reach this call (no answer: busy outside ",
+                            "meshflow's calls of this group, e.g. stuck in Python code, waiting in another group, or ",
+                            "dead)");
+    for (const std::string& e : elsewhere) out += (out.empty() ? "" : "; ") + e;
+    if (!same.empty()) out += detail::concat(out.empty() ? "" : "; ", "world ranks ", format_ranks(same),
+                                             " are waiting in it too");
+    return out.empty() ? "no other rank answered" : out;
+  }
+
+  // Note [Subgroup handshake]: MPI_Comm_create_group waits, without a time
+  // limit, for every member to call it with the same group. So the members
+  // first send each other their member lists (p2p, bounded waits): a rank
+  // that names another group fails at once with both lists, one that never
+  // comes fails after the timeout. Either leaves unmatched messages behind,
+  // so the process cannot communicate afterwards.
+  void handshake_subgroup(const std::vector<int>& ranks) {
+    check_not_broken("subgroup");
+    std::vector<int64_t> mine(ranks.begin(), ranks.end());
+    for (int peer : ranks)
+      if (peer != rank_) post_send(mine, peer, kSubgroupTag);
+    const auto limit = std::chrono::duration<double>(runtime().timeout_s);
+    const auto start = Clock::now();
+    auto world_of = [&](const std::vector<int64_t>& group) {
+      std::vector<int> out;
+      for (int64_t g : group) out.push_back(g >= 0 && g < size_ ? world_ranks_[size_t(g)] : -1);
+      return format_ranks(out);
+    };
+    for (int peer : ranks) {
+      if (peer == rank_) continue;
+      for (;;) {
+        int flag = 0;
+        MPI_Status status;
+        check("subgroup", MPI_Iprobe(peer, kSubgroupTag, p2p_comm_, &flag, &status));
+        if (flag) {
+          int count = 0;
+          MPI_Get_count(&status, MPI_INT64_T, &count);
+          std::vector<int64_t> theirs(size_t(std::max(count, 0)));
+          check("subgroup", MPI_Recv(theirs.data(), count, MPI_INT64_T, peer, kSubgroupTag, p2p_comm_,
+                                     MPI_STATUS_IGNORE));
+          if (theirs != mine) {
+            break_runtime("a mismatched subgroup");
+            throw DistributedError(detail::concat(
+                "subgroup: world rank ", world_ranks_[size_t(peer)], " creates a group of world ranks ",
+                world_of(theirs), " while world rank ", world_ranks_[size_t(rank_)], " creates one of ",
+                world_of(mine), ": every member must create the same group at the same point (the same placement ",
+                "on every rank)"));
+          }
+          break;
+        }
+        if (Clock::now() - start > limit) {
+          break_runtime("subgroup creation timed out");
+          std::vector<int> missing;
+          for (int p : ranks)
+            if (p >= peer && p != rank_) missing.push_back(world_ranks_[size_t(p)]);
+          throw DistributedError(detail::concat(
+              "subgroup: creating the group of world ranks ", world_of(mine), " timed out after ",
+              runtime().timeout_s, " s on world rank ", world_ranks_[size_t(rank_)], ": world ranks ",
+              format_ranks(missing), " have not joined (they create another group, none, or are stuck)"));
+        }
+        serve_status_requests();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
     }
   }
 
@@ -508,6 +794,12 @@ class MpiCommunicator final : public CheckedCommunicator {
   int rank_ = 0;
   int size_ = 1;
   int max_tag_ = 32767;
+  mutable std::mutex records_mutex_;
+  std::array<CallRecord, kFlightRecords> records_{};
+  uint64_t calls_ = 0;
+  uint64_t collectives_ = 0;
+  uint64_t current_seq_ = 0;
+  const char* current_name_ = "";
 };
 
 }  // namespace
@@ -531,6 +823,29 @@ std::unique_ptr<Communicator> make_mpi_world() {
   for (int r = 0; r < size; ++r) ranks[size_t(r)] = r;
   runtime().local_rank = read_local_rank();
   return std::make_unique<MpiCommunicator>(comm, std::move(ranks));
+}
+
+void set_comm_timeout(double seconds) {
+  MF_CHECK(seconds > 0 && seconds < 1e9, ValueError, "init_process_group: timeout must be a positive number of "
+           "seconds below 1e9, got ", seconds);
+  MpiRuntime& r = runtime();
+  r.timeout_s = seconds;
+  r.timeout_set = true;
+}
+
+double comm_timeout() {
+  MpiRuntime& r = runtime();
+  return r.timeout_set ? r.timeout_s : read_timeout();
+}
+
+void abort_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 int mpi_local_rank() {

@@ -79,4 +79,15 @@ void set_yielding_waits(bool yielding);
 bool yielding_waits();
 void barrier();
 
+// The seconds a call waits for its peers before it throws DistributedError
+// (MESHFLOW_COMM_TIMEOUT, default 300, unless set_comm_timeout chose one;
+// see Note [Bounded waits] in src/distributed/mpi_communicator.cpp).
+double comm_timeout();
+void set_comm_timeout(double seconds);
+// Ends every process of the job at once: MPI_Abort under MPI (mpirun then
+// kills the other ranks), else _exit(code). For an uncaught exception.
+[[noreturn]] void abort_job(int code);
+// True when this process was started by mpirun (or MPI is already running).
+bool started_by_mpi();
+
 }  // namespace mf::distributed

@@ -70,9 +70,52 @@ def is_initialized():
     return True
 
 
-def init_process_group(backend=None, **kwargs):
-    """Accepted for PyTorch scripts; the world group needs no setup."""
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, **kwargs):
+    """Starts the world group (as in PyTorch; MPI needs no rendezvous).
+
+    timeout (a datetime.timedelta or seconds) bounds every collective's wait
+    for its peers, graph mode included: past it the call raises
+    meshflow.errors.DistributedError naming the collective and the ranks
+    that did not reach it. It overrides MESHFLOW_COMM_TIMEOUT (default 300 s).
+    world_size and rank, when given, must be what the launcher started.
+    """
+    if timeout is not None:
+        seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"init_process_group: timeout must be a datetime.timedelta or a number of seconds, "
+                            f"got {type(timeout).__name__}")
+        _dist.set_comm_timeout(float(seconds))
     _dist.world()
+    if world_size not in (-1, None) and world_size != get_world_size():
+        raise ValueError(f"init_process_group: world_size={world_size} but the launcher started "
+                         f"{get_world_size()} processes")
+    if rank not in (-1, None) and rank != get_rank():
+        raise ValueError(f"init_process_group: rank={rank} but this process is rank {get_rank()}")
+
+
+# Note [Uncaught exceptions]: under mpirun, a rank whose script raises would
+# run its exit handlers, MPI_Finalize among them, which waits for ranks that
+# are themselves waiting for it in a collective: the job would hang until the
+# timeout. Instead the rank prints its traceback and aborts the whole job at
+# once (MPI_Abort; mpirun then kills every rank), as mpirun does for a rank
+# that crashes.
+def _abort_on_uncaught_exception(exc_type, exc, tb):
+    import os
+    import sys
+    # The launcher's variable: asking MPI could start it, which is collective.
+    rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK") if v in os.environ), "?")
+    print(f"meshflow.distributed: world rank {rank} raised an uncaught exception; aborting the job",
+          file=sys.stderr)
+    _previous_excepthook(exc_type, exc, tb)
+    _dist._abort_job(1)
+
+
+_previous_excepthook = None
+if _dist.started_by_mpi():
+    import sys as _sys
+    _previous_excepthook = _sys.excepthook
+    _sys.excepthook = _abort_on_uncaught_exception
+    del _sys
 
 
 def destroy_process_group(group=None):
