@@ -1,9 +1,11 @@
 """Lets `pytest tests/python` find the meshflow package without PYTHONPATH."""
+import importlib.util
 import pathlib
 import sys
 
 _PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2] / "python"
-if str(_PACKAGE_ROOT) not in sys.path:
+# A meshflow on PYTHONPATH (tools/test.sh --sanitize runs another build) wins.
+if importlib.util.find_spec("meshflow") is None and str(_PACKAGE_ROOT) not in sys.path:
     sys.path.insert(0, str(_PACKAGE_ROOT))
 
 

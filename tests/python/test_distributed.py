@@ -17,7 +17,9 @@ import meshflow as mf
 import meshflow.distributed as dist
 from meshflow.distributed import launch
 
-PACKAGE = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+# The directory holding the meshflow package this run imports (tools/test.sh
+# --sanitize runs another build): the jobs import the same one.
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(mf.__file__)))
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (mpirun) is not installed")
 
 WORKER = textwrap.dedent("""
@@ -224,7 +226,7 @@ def test_a_skipped_collective_raises_on_the_others(tmp_path):
     """))
     result, _ = run_failing_job([sys.executable, "-m", "meshflow.distributed.launch", "--nproc-per-node", "3",
                                  script], extra_env={"MESHFLOW_COMM_TIMEOUT": "2"})
-    raised = re.findall(r"rank (\d) raised: all_reduce: timed out after 2 s on rank \d", result.stdout)
+    raised = re.findall(r"rank (\d) raised: all_reduce #2: timed out after 2 s on rank \d", result.stdout)
     assert sorted(raised) == ["1", "2"], result.stdout + result.stderr
     assert result.returncode != 0
 
@@ -282,6 +284,176 @@ def test_a_rank_that_never_starts_mpi_ends_the_job(tmp_path):
                                  script], timeout=30, extra_env={"MESHFLOW_COMM_TIMEOUT": "2"})
     assert result.returncode != 0
     assert "MPI initialisation did not complete within 2 s" in result.stderr, result.stderr
+
+
+def raised_messages(stdout):
+    """{rank: message} of the "rank R raised: ..." lines, which mpirun may interleave."""
+    return dict(re.findall(r"rank (\d) raised: (.*?)(?=rank \d raised: |\n|$)", stdout))
+
+
+def run_job(tmp_path, text, n, timeout=60, comm_timeout="120"):
+    """(result, seconds) of a job expected to fail (run_failing_job)."""
+    script = write(tmp_path, textwrap.dedent(text))
+    start = time.monotonic()
+    result, _ = run_failing_job([sys.executable, "-m", "meshflow.distributed.launch", "--nproc-per-node", str(n),
+                                 script], timeout=timeout, extra_env={"MESHFLOW_COMM_TIMEOUT": comm_timeout})
+    return result, time.monotonic() - start
+
+
+@pytest.mark.parametrize("mode", ["ddp", "global"])
+def test_an_uncaught_exception_on_one_rank_aborts_the_job_at_once(tmp_path, mode):
+    """Note [Uncaught exceptions]: no rank waits out the 120 s timeout; the
+    raising rank's traceback comes before Open MPI's abort notice."""
+    result, seconds = run_job(tmp_path, f"""
+        import meshflow as mf
+        import meshflow.distributed as dist
+        mode = {mode!r}
+        rank = dist.get_rank()
+        model = mf.nn.Linear(4, 2)
+        if mode == "ddp":
+            model = mf.nn.parallel.DistributedDataParallel(model)
+        else:
+            p = mf.placement("cpu", [0, 1, 2, 3])
+            model = model.to_global(placement=p, sbp=mf.sbp.broadcast)
+        for step in range(100):
+            x = mf.ones(8, 4) * rank
+            if mode == "global":
+                x = x.to_global(placement=p, sbp=mf.sbp.split(0))
+            if rank == 2 and step == 3:
+                raise ZeroDivisionError("rank 2 fails at step 3")
+            model(x).sum().backward()
+    """, 4)
+    assert result.returncode != 0
+    assert seconds < 40, (seconds, result.stderr[-3000:])
+    err = result.stderr
+    assert "ZeroDivisionError: rank 2 fails at step 3" in err, err[-3000:]
+    assert "world rank 2 raised an uncaught exception" in err
+    abort = err.find("MPI_ABORT")
+    assert abort == -1 or err.find("ZeroDivisionError") < abort, err[-3000:]
+
+
+def test_a_timeout_names_the_missing_rank_and_dumps_the_flight_record(tmp_path):
+    result, seconds = run_job(tmp_path, """
+        import datetime
+        import time
+        import meshflow as mf
+        import meshflow.distributed as dist
+        dist.init_process_group(timeout=datetime.timedelta(seconds=2))
+        t = mf.ones(3)
+        dist.all_reduce(t)
+        if dist.get_rank() == 2:
+            time.sleep(8)  # stuck in user code
+        else:
+            try:
+                dist.all_reduce(t)
+            except mf.errors.DistributedError as e:
+                print(f"rank {dist.get_rank()} raised: {e}", flush=True)
+                time.sleep(3)  # the first rank to exit ends the job: let the other one print
+    """, 3)
+    assert seconds < 45
+    raised = raised_messages(result.stdout)
+    assert sorted(raised) == ["0", "1"], result.stdout + result.stderr
+    for rank, message in raised.items():
+        assert message.startswith("all_reduce #2: timed out after 2 s"), message
+        assert "world ranks [2] did not reach this call" in message, message
+        other = "1" if rank == "0" else "0"
+        assert f"world ranks [{other}] are waiting in it too" in message, message
+    assert "flight record of rank 0" in result.stderr and "NOT COMPLETED" in result.stderr, result.stderr
+    assert re.search(r"#1 all_reduce float32\(3,\) sum: done in", result.stderr), result.stderr
+
+
+def test_a_rank_in_another_collective_is_named(tmp_path):
+    result, seconds = run_job(tmp_path, """
+        import time
+        import meshflow as mf
+        import meshflow.distributed as dist
+        dist.init_process_group(timeout=2)
+        t = mf.ones(3)
+        try:
+            if dist.get_rank() == 1:
+                dist.recv(t, src=0)  # a collective could match the other's messages
+            else:
+                dist.all_reduce(t)
+        except mf.errors.DistributedError as e:
+            print(f"rank {dist.get_rank()} raised: {e}", flush=True)
+            time.sleep(3)  # the first rank to exit ends the job: let the other one print
+    """, 2)
+    assert seconds < 45
+    raised = raised_messages(result.stdout)
+    assert sorted(raised) == ["0", "1"], result.stdout + result.stderr
+    assert "world rank 1 is in recv, after 0 collectives of this group" in raised["0"], raised
+    assert raised["1"].startswith("recv: timed out") and "world rank 0 is in all_reduce #1" in raised["1"], raised
+
+
+def test_mismatched_placements_fail_on_every_rank_at_once(tmp_path):
+    result, seconds = run_job(tmp_path, """
+        import meshflow as mf
+        import meshflow.distributed as dist
+        rank = dist.get_rank()
+        ranks = [0, 1] if rank == 0 else [0, 1, 2]
+        try:
+            mf.ones(4).to_global(placement=mf.placement("cpu", ranks), sbp=mf.sbp.broadcast)
+        except ValueError as e:
+            print(f"rank {rank} raised: {e}", flush=True)
+    """, 3)
+    assert seconds < 30
+    raised = raised_messages(result.stdout)
+    assert sorted(raised) == ["0", "1", "2"], result.stdout + result.stderr
+    assert all("world ranks [1, 2] pass another placement or sbp than world rank 0" in m for m in raised.values())
+
+
+def test_split_on_one_rank_and_broadcast_on_another_is_caught(tmp_path):
+    result, seconds = run_job(tmp_path, """
+        import meshflow as mf
+        import meshflow.distributed as dist
+        rank = dist.get_rank()
+        sbp = mf.sbp.split(0) if rank == 0 else mf.sbp.broadcast
+        try:
+            mf.ones(4).to_global(placement=mf.placement("cpu", [0, 1]), sbp=sbp)
+        except ValueError as e:
+            print(f"rank {rank} raised: {e}", flush=True)
+    """, 2)
+    assert seconds < 30
+    raised = raised_messages(result.stdout)
+    assert sorted(raised) == ["0", "1"], result.stdout + result.stderr
+    assert "world ranks [1] pass another placement or sbp" in raised["0"]
+
+
+def test_mismatched_groups_fail_in_bounded_time(tmp_path):
+    """Note [Subgroup handshake]: ranks 0 and 1 disagree about the group and
+    fail at once; rank 2, which rank 0 never contacts, after the timeout
+    (unless the job has ended first: a rank that cannot communicate any more
+    aborts the job when it exits)."""
+    result, seconds = run_job(tmp_path, """
+        import meshflow as mf
+        import meshflow.distributed as dist
+        rank = dist.get_rank()
+        comm = dist._dist.world()
+        try:
+            comm.subgroup([0, 1] if rank == 0 else [0, 1, 2])
+        except mf.errors.DistributedError as e:
+            print(f"rank {rank} raised: {e}", flush=True)
+    """, 3, comm_timeout="3")
+    assert seconds < 40
+    raised = raised_messages(result.stdout)
+    assert {"0", "1"} <= set(raised), result.stdout + result.stderr
+    assert "world rank 1 creates a group of world ranks [0, 1, 2] while world rank 0 creates one of [0, 1]" in \
+        raised["0"], raised
+    assert "2" not in raised or "timed out after 3 s" in raised["2"], raised
+
+
+def test_init_process_group_checks_its_arguments():
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        dist.init_process_group(timeout=-1)
+    with pytest.raises(TypeError, match="timedelta"):
+        dist.init_process_group(timeout="1")
+    with pytest.raises(ValueError, match="world_size=4"):
+        dist.init_process_group(world_size=4)
+    before = dist._dist.comm_timeout()
+    import datetime
+    dist.init_process_group(timeout=datetime.timedelta(minutes=7))
+    assert dist._dist.comm_timeout() == 420.0
+    dist._dist.set_comm_timeout(before)
 
 
 def command_for(*argv, cores=2, is_root=False):
