@@ -173,9 +173,21 @@ enum class ScatterMode { Copy, Add, Fill };
 // for Add; fill for Fill). Every index is checked before the first write.
 // Lines along dim run on one thread, in order, so repeated indices never
 // race and the last write wins.
-void scatter_into(Tensor& y, const Tensor* base, const Tensor& index, const Tensor* src, int64_t dim,
+void scatter_into(Tensor& y, const Tensor* base, const Tensor& full_index, const Tensor* src, int64_t dim,
                   ScatterMode mode, Scalar fill, const char* name) {
   const int64_t size = y.sizes()[size_t(dim)];
+  // An index (and src) expanded along dim (stride 0) writes one element
+  // `repeats` times: once for a copy or fill, its value times repeats for an
+  // add (only for huge repeats, where iterating could never finish; smaller
+  // ones add one by one, in PyTorch's order).
+  Tensor index = full_index;
+  int64_t repeats = 1;
+  if (index.dim() > 0 && index.strides()[size_t(dim)] == 0 && index.sizes()[size_t(dim)] > 1 &&
+      (!src || src->strides()[size_t(dim)] == 0) &&
+      (mode != ScatterMode::Add || index.sizes()[size_t(dim)] > (int64_t(1) << 20))) {
+    repeats = index.sizes()[size_t(dim)];
+    index = make_view(index, with_size(index.sizes(), dim, 1), index.strides(), index.storage_offset());
+  }
   const int64_t* ip = index.numel() ? index.data<int64_t>() : nullptr;
   StridedWalk<1> all(index.sizes(), {index.strides()});
   parallel_for(0, all.numel(), kGrainSize, [&](int64_t b, int64_t e) {
@@ -217,7 +229,9 @@ void scatter_into(Tensor& y, const Tensor* base, const Tensor& index, const Tens
               const T v = sp[o[2] + i * s[2] + k * src_step];
               if (mode == ScatterMode::Copy) dst = v;
               else if constexpr (std::is_same_v<T, bool>) dst = dst || v;
-              else dst = T(acc_type<T>(dst) + acc_type<T>(v));
+              else if constexpr (std::is_integral_v<T>)  // wraps, as repeated adds would
+                dst = T(uint64_t(int64_t(dst)) + uint64_t(int64_t(v)) * uint64_t(repeats));
+              else dst = T(acc_type<T>(dst) + acc_type<T>(v) * acc_type<T>(repeats));
             }
           }
         }

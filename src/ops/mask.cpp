@@ -32,9 +32,37 @@ struct Chunks {
   int64_t count() const { return int64_t(starts.size()); }
 };
 
-Chunks count_chunks(const Tensor& t, const char* op) {
+Chunks count_chunks(const Tensor& t, const char* op, bool total_only = false);
+
+// Note [Expanded counts]: the non-zeros of a tensor with expanded (stride 0)
+// dims are those of one copy times the number of copies, counted without
+// walking every element: shape inference (total_only) of nonzero over
+// zeros((), ...).expand(2**62) is immediate, and the kernel walks the copies
+// only once their output has been allocated.
+Chunks count_expanded(const Tensor& t, const char* op) {
+  Shape sizes = t.sizes();
+  int64_t copies = 1;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && sizes[size_t(d)] > 1) {
+      copies = checked_mul(copies, sizes[size_t(d)], op, "the number of elements");
+      sizes[size_t(d)] = 1;
+    }
+  Chunks one = count_chunks(make_view(t, sizes, t.strides(), t.storage_offset()), op);
+  Chunks c;
+  c.total = checked_mul(one.total, copies, op, "the number of non-zeros");
+  return c;
+}
+
+Chunks count_chunks(const Tensor& t, const char* op, bool total_only) {
   MF_CHECK(t.storage()->has_data(), Error, op,
            " is not traceable in graph mode: its output shape depends on the input's values");
+  if (total_only || t.numel() > (int64_t(1) << 20))
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.stride(d) == 0 && t.size(d) > 1) {
+        Chunks c = count_expanded(t, op);
+        if (total_only || c.total == 0) return c;
+        break;
+      }
   Chunks c;
   const int64_t n = t.numel();
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), n / kGrainSize));
@@ -78,7 +106,7 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{
-          {{count_chunks(in[0], "nonzero").total, in[0].dim()}, DType::Int64, in[0].device()}};
+          {{count_chunks(in[0], "nonzero", true).total, in[0].dim()}, DType::Int64, in[0].device()}};
     },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
       const Tensor& t = in[0];
@@ -124,7 +152,7 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input", "mask"},
     .infer = [](const TensorList& in, const Attrs&) {
       check_mask("masked_select", in[0], in[1]);
-      return std::vector<TensorMeta>{{{count_chunks(in[1], "masked_select").total}, in[0].dtype(), in[0].device()}};
+      return std::vector<TensorMeta>{{{count_chunks(in[1], "masked_select", true).total}, in[0].dtype(), in[0].device()}};
     },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
       const Tensor &x = in[0], &mask = in[1];
@@ -157,7 +185,7 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"grad", "mask"},
     .infer = [](const TensorList& in, const Attrs&) {
       MF_CHECK(in[1].dtype() == DType::Bool, TypeError, "masked_select_backward: expected a bool mask");
-      MF_CHECK(in[0].dim() == 1 && in[0].numel() == count_chunks(in[1], "masked_select_backward").total, ShapeError,
+      MF_CHECK(in[0].dim() == 1 && in[0].numel() == count_chunks(in[1], "masked_select_backward", true).total, ShapeError,
                "masked_select_backward: grad of shape ", shape_str(in[0].sizes()),
                " does not match the number of true elements of the mask");
       return std::vector<TensorMeta>{{in[1].sizes(), in[0].dtype(), in[0].device()}};

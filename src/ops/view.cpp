@@ -83,6 +83,11 @@ std::vector<SbpSignature> view_sbp(const TensorList& in, const std::vector<Shape
   const Shape& from = in[0].shape();
   const Shape& to = outs[0];
   std::vector<SbpSignature> sigs;
+  // An empty tensor has nothing to split (and a 0 size would divide below).
+  if (std::find(from.begin(), from.end(), 0) != from.end() || std::find(to.begin(), to.end(), 0) != to.end()) {
+    sigs.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+    return sigs;
+  }
   int64_t before_in = 1;
   for (size_t d = 0; d < from.size(); ++d) {
     int64_t before_out = 1;

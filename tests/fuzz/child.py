@@ -44,7 +44,10 @@ def main():
     base = {"__name__": "__fuzz__"}
     exec(compile(PRELUDE, "<prelude>", "exec"), base)
     mf = base["mf"]
-    documented = (mf.errors.Error, TypeError, ValueError, IndexError, RuntimeError, NotImplementedError)
+    # MemoryError: Python's own allocation failing under the address-space
+    # limit (a list of 2**31 indices); meshflow's allocations raise
+    # mf.OutOfMemoryError, a RuntimeError.
+    documented = (mf.errors.Error, TypeError, ValueError, IndexError, RuntimeError, NotImplementedError, MemoryError)
     send("ready")
     while True:
         src = recv()

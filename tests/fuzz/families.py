@@ -222,8 +222,8 @@ MODULE_ACTIONS = ("m.eval()", "m.train()", "m.double()", "m.half()", "m.bfloat16
                   "m.load_state_dict(m.state_dict())", "list(m.named_parameters())", "list(m.named_buffers())",
                   "m.to(mf.float64)", "m.to_global(mf.placement('cpu', [0]), mf.sbp.broadcast)")
 MODULE_BAD_ACTIONS = ("m.load_state_dict({'weight': mf.ones(1)})", "m.load_state_dict({}, strict=False)",
-                      "_attribute_error(lambda: m.get_parameter('nope'))",
-                      "_attribute_error(lambda: m.get_submodule('a.b'))", "m.register_parameter('a.b', None)",
+                      "_expect(AttributeError, lambda: m.get_parameter('nope'))",
+                      "_expect(AttributeError, lambda: m.get_submodule('a.b'))", "m.register_parameter('a.b', None)",
                       "m.register_buffer('', mf.ones(1))", "m.register_buffer('x', 5)", "m.train(None)",
                       "m.to('cuda')", "m.load_state_dict({k: v.reshape(-1)[:1] for k, v in m.state_dict().items()})",
                       "m.load_state_dict({k: v.double() for k, v in m.state_dict().items()})",
@@ -279,7 +279,7 @@ def _containers(g):
         called = "nn.ModuleList"
     elif kind == "ModuleDict":
         g.emit("md = nn.ModuleDict({" + ", ".join(f"'l{k}': {layer}" for k, layer in enumerate(layers)) + "})")
-        g.emit(g.choice(("pass", "md['extra'] = nn.Identity()", f"md[{a(g, 'str', repr('l0'))}]", "list(md.items())",
+        g.emit(g.choice(("pass", "md['extra'] = nn.Identity()", f"_expect(KeyError, lambda: md[{a(g, 'str', repr('l0'))}])", "list(md.items())",
                          "del md['l1']")))
         g.emit("m = nn.Sequential(*[md[k] for k in ('l0', 'l1', 'l2') if k in md])")
         called = "nn.ModuleDict"

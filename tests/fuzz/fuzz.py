@@ -10,7 +10,8 @@ Python source (api.py, families.py) that a long-lived child process
 (child.py) runs; the parent waits at most --timeout seconds for its answer.
 A call fails when the child dies (a signal or an exit), hangs, or raises an
 exception outside the documented classes (meshflow.errors.*, TypeError,
-ValueError, IndexError, RuntimeError, NotImplementedError). For each distinct
+ValueError, IndexError, RuntimeError, NotImplementedError, and Python's own
+MemoryError). For each distinct
 (kind, function) the first failure is minimised (the call alone in a fresh
 child, else delta debugging over the calls since the child started) and
 written to <out>/<kind>_<function>.py as a standalone script.
@@ -374,6 +375,11 @@ def reproducer_text(seed, failing, kind, out, calls, note):
         f"# failure: {kind}; {detail}".replace("\n", " "),
         f"# {note}",
         "# run: cd <repo> && PYTHONPATH=python /usr/bin/python3 " + "<this file>",
+    ]
+    if out.log.strip():
+        lines.append("# the child's last output (stderr):")
+        lines += ["#   " + line for line in out.log.strip().splitlines()[-40:]]
+    lines += [
         "",
         PRELUDE,
         "",

@@ -19,7 +19,9 @@ def touch(r, depth=0):
     out-of-bounds view or a bad kernel write shows up in this call."""
     if isinstance(r, mf.Tensor):
         if r.is_global:
-            r = r.to_local()
+            r = r.to_local()  # None on a rank outside the placement
+            if r is None:
+                return
         n = r.numel()
         if n <= 64:
             r.tolist()
@@ -39,11 +41,12 @@ def user_error(*args):
     raise ValueError("a user callback failed")
 
 
-def _attribute_error(fn):
-    """get_submodule/get_parameter raise AttributeError, as PyTorch's do."""
+def _expect(cls, fn):
+    """fn() where PyTorch's contract is to raise cls: get_submodule and
+    get_parameter raise AttributeError, ModuleDict[missing] KeyError."""
     try:
         return fn()
-    except AttributeError:
+    except cls:
         return None
 
 

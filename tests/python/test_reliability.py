@@ -342,3 +342,48 @@ def test_an_interrupted_save_leaves_no_temporary_file_behind(tmp_path):
     assert path.exists() and not stale.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.safetensors"]
     assert mf.load(path)["x"].tolist() == [1.0] * 4
+
+
+# --- found by the fuzzer ----------------------------------------------------------------------------
+
+def test_work_over_expanded_dims_is_bounded():
+    """Reductions, nonzero and scatter over stride-0 (expanded) dims of 2**62
+    elements answer at once (Note [Broadcast reduced dims], [Expanded counts])."""
+    z = mf.zeros(()).expand(2 ** 62)
+    assert z.sum().item() == 0 and mf.logsumexp(mf.zeros(()).expand(2 ** 31), 0).item() == pytest.approx(
+        31 * np.log(2))
+    assert mf.ones(3, 1).expand(3, 2 ** 40).sum(1).tolist() == [2.0 ** 40] * 3
+    assert mf.ones(3, 1).expand(3, 2 ** 40).argmax(1).tolist() == [0, 0, 0]
+    assert mf.std(mf.ones(()).expand(2 ** 62), -1).item() == 0
+    assert mf.nonzero(mf.zeros((), dtype=mf.bfloat16).expand(2 ** 31, 2)).shape == (0, 2)
+    assert mf.nonzero(mf.zeros(()).expand(2 ** 63 - 1), as_tuple=True)[0].shape == (0,)
+    with pytest.raises((mf.errors.ShapeError, mf.OutOfMemoryError)):
+        mf.nonzero(mf.ones(()).expand(2 ** 62))
+    assert mf.zeros(4, dtype=mf.int32).scatter(0, mf.tensor([2]).expand(2 ** 40), 7).tolist() == [0, 0, 7, 0]
+    t = torch.zeros(4).scatter_add(0, torch.tensor([1]).expand(2 ** 21), torch.ones(1).expand(2 ** 21))
+    m = mf.zeros(4).scatter_add(0, mf.tensor([1]).expand(2 ** 21), mf.ones(1).expand(2 ** 21))
+    assert m.tolist() == t.tolist()
+
+
+def test_in_place_writes_into_expanded_tensors_are_refused_as_in_pytorch():
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        mf.relu_(mf.zeros((), dtype=mf.int8).expand(2 ** 62))
+    with pytest.raises(RuntimeError, match="more than one element"):
+        mf.zeros(1).expand(3).add_(1)
+    mf.zeros(0, 1).expand(0, 3).add_(1)  # nothing to write: fine, as in PyTorch
+
+
+def test_global_ops_on_zero_size_and_zero_dim_tensors():
+    p = mf.placement("cpu", [0])
+    a = mf.randint(-5, 6, ()).to_global(placement=p, sbp=mf.sbp.partial_sum)
+    assert a.all(0, True).to_local() is not None
+    x = mf.randn(1, 1, 1, 3).expand(5, 3, 3, 3).to_global(placement=p, sbp=mf.sbp.partial_sum)
+    assert mf.repeat(x, (0, 2, 0, 3)).shape == (0, 6, 0, 9)
+
+
+def test_data_loader_validates_its_counts_and_indices():
+    ds = mf.utils.data.TensorDataset(mf.arange(8.0))
+    with pytest.raises(ValueError, match="num_workers"):
+        mf.utils.data.DataLoader(ds, num_workers=2 ** 62)
+    with pytest.raises(TypeError, match="sample indices must be integers"):
+        list(mf.utils.data.DataLoader(mf.utils.data.Subset(ds, [float("inf")]), batch_size=2))

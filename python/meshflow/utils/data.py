@@ -14,6 +14,7 @@ import bisect
 import collections.abc
 import itertools
 import math
+import operator
 import threading
 import warnings
 
@@ -123,7 +124,7 @@ class Subset(Dataset):
         base = _cpp_dataset_of(self.dataset)
         if base is None:
             return None
-        return _data.Subset(base, [int(i) for i in self.indices])
+        return _data.Subset(base, [_index_of(i, "Subset") for i in self.indices])
 
 
 def _cpp_dataset_of(dataset):
@@ -488,6 +489,15 @@ def _batches_of(iterable, batch_size, drop_last):
         yield batch
 
 
+def _index_of(i, where):
+    """A sample index as an int: ints, integer tensors and NumPy integers;
+    anything else (a float, inf) is a TypeError, as list indexing has it."""
+    try:
+        return operator.index(i)
+    except TypeError:
+        raise TypeError(f"{where}: sample indices must be integers, got {type(i).__name__} {i!r:.50}") from None
+
+
 # Workers are threads of this process: far more than any machine's cores is a
 # mistake, and starting them would exhaust the process first.
 _MAX_WORKERS = 1024
@@ -591,7 +601,7 @@ class DataLoader:
                         isinstance(self.sampler, (SequentialSampler, RandomSampler)):
                     batches = list(self.batch_sampler)  # Python ints already
                 else:
-                    batches = [[int(i) for i in batch] for batch in self.batch_sampler]
+                    batches = [[_index_of(i, "DataLoader") for i in batch] for batch in self.batch_sampler]
                 return _FastBatches(cpp, batches, self.num_workers, self.prefetch_factor)
             tasks = iter(self.batch_sampler)
             dataset, collate = self.dataset, self.collate_fn
