@@ -24,10 +24,13 @@ def save(obj, f):
     docs/distributed.md). load(f) reassembles the whole tensors, so the
     checkpoint loads under any placement, SBP or world size.
     """
+    path = os.fspath(f)
     if not any(True for _ in _global_tensors(obj)):
-        _io.save(obj, os.fspath(f))
+        _io.save(obj, path)
         return
-    _save_global(obj, os.fspath(f))
+    if not isinstance(path, str) or not path or path.endswith(os.sep) or os.path.isdir(path):
+        raise ValueError(f"save: {path!r} does not name a file")
+    _save_global(obj, path)
 
 
 def load(f, verify=True):

@@ -41,6 +41,8 @@ def main():
         (n,) = struct.unpack(">I", head)
         return inp.read(n).decode("utf-8") if n else None
 
+    if os.environ.get("MESHFLOW_FUZZ_TMP"):
+        os.chdir(os.environ["MESHFLOW_FUZZ_TMP"])  # relative paths a call writes land there
     base = {"__name__": "__fuzz__"}
     exec(compile(PRELUDE, "<prelude>", "exec"), base)
     mf = base["mf"]
