@@ -362,6 +362,48 @@ def test_a_timeout_names_the_missing_rank_and_dumps_the_flight_record(tmp_path):
     assert re.search(r"#1 all_reduce float32\(3,\) sum: done in", result.stderr), result.stderr
 
 
+def test_a_timeout_in_graph_mode_names_the_missing_rank(tmp_path):
+    result, seconds = run_job(tmp_path, """
+        import time
+        import numpy as np
+        import meshflow as mf
+        import meshflow.distributed as dist
+        import meshflow.nn.functional as F
+        dist.init_process_group(timeout=2)
+        rank = dist.get_rank()
+        mesh = mf.placement("cpu", [0, 1])
+
+        class TrainGraph(mf.nn.Graph):
+            def __init__(self, model, opt):
+                super().__init__()
+                self.model = model
+                self.add_optimizer(opt)
+
+            def build(self, x, y):
+                loss = F.cross_entropy(self.model(x), y)
+                loss.backward()
+                return loss
+
+        model = mf.nn.Linear(8, 4).to_global(mesh, mf.sbp.broadcast)
+        graph = TrainGraph(model, mf.optim.SGD(model.parameters(), lr=0.1))
+        x = mf.tensor(np.ones((4, 8), np.float32), placement=mesh, sbp=mf.sbp.split(0))
+        y = mf.tensor(np.zeros(4, np.int64), placement=mesh, sbp=mf.sbp.split(0))
+        graph(x, y)
+        try:
+            if rank == 1:
+                time.sleep(8)
+            else:
+                graph(x, y).to_local().item()
+        except mf.errors.DistributedError as e:
+            print(f"rank {rank} raised: {e}", flush=True)
+    """, 2)
+    assert seconds < 45
+    raised = raised_messages(result.stdout)
+    assert list(raised) == ["0"], result.stdout + result.stderr
+    assert re.match(r"all_gather #\d+: timed out after 2 s", raised["0"]), raised
+    assert "world ranks [1] did not reach this call" in raised["0"], raised
+
+
 def test_a_rank_in_another_collective_is_named(tmp_path):
     result, seconds = run_job(tmp_path, """
         import time
