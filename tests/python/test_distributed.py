@@ -427,6 +427,26 @@ def test_a_rank_in_another_collective_is_named(tmp_path):
     assert raised["1"].startswith("recv: timed out") and "world rank 0 is in all_reduce #1" in raised["1"], raised
 
 
+def test_mismatched_collectives_end_in_bounded_time(tmp_path):
+    """broadcast on one rank, all_reduce on the others: whatever MPI makes of
+    the mismatch, the job is over within the timeout plus the report."""
+    result, seconds = run_job(tmp_path, """
+        import meshflow as mf
+        import meshflow.distributed as dist
+        dist.init_process_group(timeout=3)
+        t = mf.ones(1000)
+        for step in range(3):
+            if dist.get_rank() == 0:
+                dist.broadcast(t, src=0)
+            else:
+                dist.all_reduce(t)
+    """, 3, timeout=90)
+    assert result.returncode != 0
+    assert seconds < 45, seconds
+    # MPI may notice (message truncated) or the waits time out: a DistributedError either way.
+    assert "meshflow.errors.DistributedError" in result.stderr, result.stderr[-3000:]
+
+
 def test_mismatched_placements_fail_on_every_rank_at_once(tmp_path):
     result, seconds = run_job(tmp_path, """
         import meshflow as mf
