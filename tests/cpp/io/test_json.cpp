@@ -4,7 +4,9 @@
 
 #include "core/utf8.h"
 #include "io/json.h"
-#include "test_util.h"
+#include "meshflow/error.h"
+
+#include <gtest/gtest.h>
 
 namespace mf {
 namespace {
