@@ -18,7 +18,7 @@ TensorHook python_hook(py::function fn) {
     py::object result = (*holder)(grad);
     if (result.is_none()) return Tensor();
     MF_CHECK(py::isinstance<Tensor>(result), TypeError, "register_hook: the hook must return a Tensor or None, got ",
-             Py_TYPE(result.ptr())->tp_name);
+             public_type_name(result.ptr()));
     return result.cast<Tensor>();
   };
 }

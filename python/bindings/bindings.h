@@ -27,6 +27,10 @@ struct PairArg {
   Shape values;
 };
 
+// The name of o's type for messages, as users spell it: "Tensor" for
+// meshflow's own types (never "meshflow._C.Tensor"), "numpy.ndarray", "str".
+std::string public_type_name(PyObject* o);
+
 // A size given as separate ints or as one sequence: view(2, 3), view((2, 3)).
 Shape shape_from_args(const py::args& args, const char* op);
 // A 0-d tensor holding s with the dtype `like op s` gives, so that an op

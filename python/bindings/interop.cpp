@@ -161,7 +161,7 @@ Tensor from_dlpack(py::object source) {
   if (!PyCapsule_CheckExact(source.ptr())) {
     MF_CHECK(py::hasattr(source, "__dlpack__"), TypeError,
              "from_dlpack: expected an object with __dlpack__ or a DLPack capsule, got ",
-             Py_TYPE(source.ptr())->tp_name);
+             public_type_name(source.ptr()));
     capsule = source.attr("__dlpack__")();
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
@@ -195,7 +195,7 @@ Scalar element_value(py::handle o) {
   if (py::isinstance<Tensor>(o)) return o.cast<const Tensor&>().item();
   py::detail::make_caster<Scalar> number;
   MF_CHECK(number.load(o, true), TypeError, "tensor: could not convert an element of type ",
-           Py_TYPE(o.ptr())->tp_name, " (expected a number, a sequence, a numpy array or a tensor)");
+           public_type_name(o.ptr()), " (expected a number, a sequence, a numpy array or a tensor)");
   return py::detail::cast_op<Scalar>(number);
 }
 
@@ -224,7 +224,7 @@ struct NestedData {
       return;
     }
     MF_CHECK(is_sequence(o), ValueError, "tensor: expected a sequence of length ", shape[dim], " at dim ", dim,
-             " but got ", Py_TYPE(o.ptr())->tp_name);
+             " but got ", public_type_name(o.ptr()));
     const Py_ssize_t n = PySequence_Size(o.ptr());
     if (n < 0) throw py::error_already_set();
     MF_CHECK(n == shape[dim], ValueError, "tensor: expected sequence of length ", shape[dim], " at dim ", dim,
@@ -246,7 +246,7 @@ Tensor copy_tensor(const Tensor& t, std::optional<DType> dtype) {
 }  // namespace
 
 Tensor tensor_from_numpy(py::handle h) {
-  MF_CHECK(py::isinstance<py::array>(h), TypeError, "from_numpy: expected np.ndarray, got ", Py_TYPE(h.ptr())->tp_name);
+  MF_CHECK(py::isinstance<py::array>(h), TypeError, "from_numpy: expected np.ndarray, got ", public_type_name(h.ptr()));
   auto array = py::reinterpret_borrow<py::array>(h);
   const DType dtype = dtype_from_numpy(array.dtype());
   const auto item = array.itemsize();

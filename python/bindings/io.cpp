@@ -29,7 +29,7 @@ io::Value to_value(py::handle o, int depth) {
       // int keys (an optimizer state dict's parameter indices) are stored as their text
       const bool int_key = PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr());
       MF_CHECK(PyUnicode_Check(key.ptr()) || int_key, TypeError, "save: dict keys must be str or int, got ",
-               Py_TYPE(key.ptr())->tp_name);
+               public_type_name(key.ptr()));
       map.emplace(int_key ? std::to_string(key.cast<int64_t>()) : key.cast<std::string>(), to_value(value, depth + 1));
     }
     return io::Value(std::move(map));
@@ -44,7 +44,7 @@ io::Value to_value(py::handle o, int depth) {
     const Scalar s = py::detail::cast_op<Scalar>(number);
     return s.is_bool() ? io::Value(s.to_bool()) : s.is_integral() ? io::Value(s.to_int()) : io::Value(s.to_double());
   }
-  throw TypeError(detail::concat("save: can't store an object of type ", Py_TYPE(p)->tp_name,
+  throw TypeError(detail::concat("save: can't store an object of type ", public_type_name(p),
                                  " (store None, bool, int, float, str, Tensor, list, tuple or dict)"));
 }
 

@@ -108,11 +108,19 @@ void translate_error(std::exception_ptr p) {
 py::handle size_type() { return registered_type(g_size_type, "the Size type"); }
 py::handle values_indices_type() { return registered_type(g_values_indices_type, "the (values, indices) type"); }
 
+std::string public_type_name(PyObject* o) {
+  const char* name = Py_TYPE(o)->tp_name;  // "module.Qualname" or a builtin's "name"
+  const std::string_view text(name);
+  const size_t dot = text.rfind('.');
+  if (text.rfind("meshflow.", 0) == 0 && dot != std::string_view::npos) return std::string(text.substr(dot + 1));
+  return std::string(text);
+}
+
 Shape shape_from_args(const py::args& args, const char* op) {
   if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) {
     py::detail::make_caster<Shape> sequence;
     MF_CHECK(sequence.load(args[0], true), TypeError, op, ": size must be a sequence of ints or ints, got ",
-             Py_TYPE(args[0].ptr())->tp_name);
+             public_type_name(args[0].ptr()));
     return py::detail::cast_op<Shape&&>(std::move(sequence));
   }
   Shape shape;
@@ -120,7 +128,7 @@ Shape shape_from_args(const py::args& args, const char* op) {
   for (size_t i = 0; i < args.size(); ++i) {
     py::detail::make_caster<int64_t> value;
     MF_CHECK(value.load(args[i], true), TypeError, op, ": size must be ints, got ",
-             Py_TYPE(args[i].ptr())->tp_name, " at position ", i);
+             public_type_name(args[i].ptr()), " at position ", i);
     shape.push_back(py::detail::cast_op<int64_t>(value));
   }
   return shape;

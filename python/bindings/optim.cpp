@@ -28,7 +28,7 @@ StateValue to_state(py::handle o, int depth) {
       StateValue::Key k;
       if (PyUnicode_Check(key.ptr())) k = key.cast<std::string>();
       else if (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr())) k = key.cast<int64_t>();
-      else throw TypeError(detail::concat("state dict: keys must be str or int, got ", Py_TYPE(key.ptr())->tp_name));
+      else throw TypeError(detail::concat("state dict: keys must be str or int, got ", public_type_name(key.ptr())));
       dict.emplace(std::move(k), to_state(value, depth + 1));
     }
     return StateValue(std::move(dict));
@@ -43,7 +43,7 @@ StateValue to_state(py::handle o, int depth) {
     const Scalar s = py::detail::cast_op<Scalar>(number);
     return s.is_bool() ? StateValue(s.to_bool()) : s.is_integral() ? StateValue(s.to_int()) : StateValue(s.to_double());
   }
-  throw TypeError(detail::concat("state dict: can't hold an object of type ", Py_TYPE(p)->tp_name));
+  throw TypeError(detail::concat("state dict: can't hold an object of type ", public_type_name(p)));
 }
 
 py::object from_key(const StateValue::Key& key) {
@@ -97,9 +97,9 @@ TensorList to_params(py::handle params, const char* what) {
            " should be an iterable of Tensors or dicts, but got a Tensor");
   TensorList out;
   if (!py::isinstance<py::iterable>(params))
-    throw TypeError(detail::concat(what, " should be an iterable of Tensors, got ", Py_TYPE(params.ptr())->tp_name));
+    throw TypeError(detail::concat(what, " should be an iterable of Tensors, got ", public_type_name(params.ptr())));
   for (py::handle p : params) {
-    MF_CHECK(py::isinstance<Tensor>(p), TypeError, what, " should contain Tensors, got ", Py_TYPE(p.ptr())->tp_name);
+    MF_CHECK(py::isinstance<Tensor>(p), TypeError, what, " should contain Tensors, got ", public_type_name(p.ptr()));
     out.push_back(p.cast<Tensor>());
   }
   return out;
@@ -111,7 +111,7 @@ ParamGroup to_group(const py::dict& group) {
   py::object params = group["params"];
   out.params = py::isinstance<Tensor>(params) ? TensorList{params.cast<Tensor>()} : to_params(params, "params");
   for (auto [key, value] : group) {
-    MF_CHECK(PyUnicode_Check(key.ptr()), TypeError, "param group: keys must be str, got ", Py_TYPE(key.ptr())->tp_name);
+    MF_CHECK(PyUnicode_Check(key.ptr()), TypeError, "param group: keys must be str, got ", public_type_name(key.ptr()));
     const auto name = key.cast<std::string>();
     if (name != "params") out.options.emplace(name, to_state(value, 0));
   }

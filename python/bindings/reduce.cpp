@@ -23,7 +23,7 @@ double norm_order(py::handle p) {
   // PyTorch's p is a number or a string; anything else (a tensor passed
   // positionally as p) is a TypeError naming the argument.
   const auto wrong = [&] {
-    return TypeError(detail::concat("norm(): argument 'p' must be a number or 'fro', got ", Py_TYPE(p.ptr())->tp_name));
+    return TypeError(detail::concat("norm(): argument 'p' must be a number or 'fro', got ", public_type_name(p.ptr())));
   };
   if (py::isinstance<Tensor>(p) || PyBool_Check(p.ptr())) throw wrong();
   try {

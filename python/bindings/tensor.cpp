@@ -66,7 +66,7 @@ Slice to_slice(py::handle h) {
     if (v.is_none()) return std::nullopt;
     py::detail::make_caster<int64_t> i;
     MF_CHECK(i.load(v, true), TypeError, "index: slice indices must be integers or None, got ",
-             Py_TYPE(v.ptr())->tp_name);
+             public_type_name(v.ptr()));
     return py::detail::cast_op<int64_t>(i);
   };
   Slice s{bound(h.attr("start")), bound(h.attr("stop")), 1};
@@ -96,7 +96,7 @@ void add_index(std::vector<TensorIndex>& out, py::handle h) {
   } else {
     throw TypeError(detail::concat(
         "index: only integers, slices (`:`), ellipsis (`...`), None, bools and integer or bool tensors "
-        "are valid indices, got ", Py_TYPE(o)->tp_name));
+        "are valid indices, got ", public_type_name(o)));
   }
 }
 

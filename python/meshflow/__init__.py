@@ -58,6 +58,9 @@ def numel(input):
 def _format(self, spec):
     if self.dim() == 0:
         return self.item().__format__(spec)
+    if spec:  # as torch: only a 0-d tensor takes a format spec
+        raise TypeError(f"unsupported format string passed to Tensor.__format__: {spec!r} (format a 0-d tensor, "
+                        "or t.item())")
     return object.__format__(self, spec)
 
 
