@@ -1,5 +1,8 @@
 // Joining and splitting: cat, stack, split, chunk, unbind. Splits are views
 // (narrow/select); cat copies, and its backward narrows the gradient.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "meshflow/dispatch.h"
@@ -150,6 +153,24 @@ Tensor stack(const TensorList& tensors, int64_t dim) {
   return cat(parts, d);
 }
 
+// Note [Many views]: split, chunk and unbind return one view per part, and
+// each view is a TensorImpl with sizes and strides of its own (a Python
+// wrapper adds more). A count whose metadata alone exceeds the memory this
+// process may use (the machine's, or a lower address-space limit) is refused
+// as an allocation of that size would be, before any view is made, rather
+// than filling memory one view at a time.
+constexpr int64_t kViewBytes = 256;
+
+void check_view_count(const char* op, int64_t count) {
+  double limit = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min(limit, double(as.rlim_cur));
+  const double bytes = double(count) * double(kViewBytes);
+  MF_CHECK(bytes <= limit, OutOfMemoryError, op, ": CPU out of memory. ", count, " views would need ",
+           bytes / double(int64_t(1) << 30), " GiB of metadata; this process may use ", limit / double(int64_t(1) << 30),
+           " GiB");
+}
+
 TensorList split(const Tensor& t, int64_t split_size, int64_t dim) {
   MF_CHECK(t.dim() > 0, ShapeError, "split: expects at least a 1-dimensional tensor");
   MF_CHECK(split_size >= 0, ValueError, "split: split_size must be non-negative, got ", split_size);
@@ -158,6 +179,7 @@ TensorList split(const Tensor& t, int64_t split_size, int64_t dim) {
   MF_CHECK(split_size > 0 || n == 0, ValueError, "split: split_size can only be 0 if dimension size is 0, but got ",
            "dimension size of ", n);
   if (n == 0) return {t};
+  check_view_count("split", n / split_size + (n % split_size != 0 ? 1 : 0));
   TensorList out;
   for (int64_t start = 0; start < n; start += split_size) out.push_back(narrow(t, d, start, std::min(split_size, n - start)));
   return out;
@@ -183,24 +205,23 @@ TensorList split(const Tensor& t, const Shape& split_sizes, int64_t dim) {
   return out;
 }
 
-constexpr int64_t kMaxEmptyChunks = int64_t(1) << 20;
-
 TensorList chunk(const Tensor& t, int64_t chunks, int64_t dim) {
   MF_CHECK(t.dim() > 0, ShapeError, "chunk: expects at least a 1-dimensional tensor");
   MF_CHECK(chunks > 0, ValueError, "chunk: chunks must be greater than 0, got ", chunks);
   const int64_t d = wrap_dim(dim, t.dim(), "chunk");
   const int64_t n = t.sizes()[size_t(d)];
-  // An empty dim gives `chunks` empty views, as in PyTorch; a count no
-  // program could use is refused rather than filling memory with views.
-  MF_CHECK(n > 0 || chunks <= kMaxEmptyChunks, ValueError, "chunk: ", chunks,
-           " chunks of an empty dimension; at most ", kMaxEmptyChunks, " are made");
-  if (n == 0) return split(t, Shape(size_t(chunks), 0), d);
+  // An empty dim gives `chunks` empty views, as in PyTorch (Note [Many views]).
+  if (n == 0) {
+    check_view_count("chunk", chunks);
+    return split(t, Shape(size_t(chunks), 0), d);
+  }
   return split(t, n / chunks + (n % chunks != 0 ? 1 : 0), d);
 }
 
 TensorList unbind(const Tensor& t, int64_t dim) {
   MF_CHECK(t.dim() > 0, IndexError, "unbind: dimension specified as ", dim, " but tensor has no dimensions");
   const int64_t d = wrap_dim(dim, t.dim(), "unbind");
+  check_view_count("unbind", t.sizes()[size_t(d)]);
   TensorList out;
   for (int64_t i = 0; i < t.sizes()[size_t(d)]; ++i) out.push_back(select(t, d, i));
   return out;

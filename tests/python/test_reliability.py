@@ -387,3 +387,13 @@ def test_data_loader_validates_its_counts_and_indices():
         mf.utils.data.DataLoader(ds, num_workers=2 ** 62)
     with pytest.raises(TypeError, match="sample indices must be integers"):
         list(mf.utils.data.DataLoader(mf.utils.data.Subset(ds, [float("inf")]), batch_size=2))
+
+
+def test_splits_into_more_views_than_memory_can_hold_are_refused():
+    with pytest.raises(mf.OutOfMemoryError, match="views would need"):
+        mf.split(mf.zeros((), dtype=mf.int8).expand(2 ** 63 - 1), 1, 0)
+    with pytest.raises(mf.OutOfMemoryError, match="views would need"):
+        mf.unbind(mf.zeros(()).expand(2 ** 31 - 1))
+    with pytest.raises(mf.OutOfMemoryError):
+        mf.zeros(0, 3).chunk(2 ** 31 - 1)
+    assert len(mf.zeros(0, 3).chunk(5)) == 5 and len(mf.zeros(1000).split(3)) == 334
