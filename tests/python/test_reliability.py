@@ -397,3 +397,12 @@ def test_splits_into_more_views_than_memory_can_hold_are_refused():
     with pytest.raises(mf.OutOfMemoryError):
         mf.zeros(0, 3).chunk(2 ** 31 - 1)
     assert len(mf.zeros(0, 3).chunk(5)) == 5 and len(mf.zeros(1000).split(3)) == 334
+
+
+def test_reductions_of_empty_tensors_with_many_dims():
+    """Size-0 dims do not merge: 40 of them once overflowed the reduction's
+    fixed dim arrays."""
+    for n in (13, 40, 100):
+        assert mf.empty([0] * n).sum().item() == 0
+        assert mf.empty([2] + [0] * n).sum(dim=0).shape == (0,) * n
+        assert mf.empty([0] * n + [3]).amax(dim=-1).shape == (0,) * n

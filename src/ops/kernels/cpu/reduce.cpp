@@ -66,6 +66,17 @@ ReduceGeometry geometry_of(const Shape& sizes, const Shape& strides, const Shape
 }  // namespace
 
 ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Tensor& copy) {
+  if (x.numel() == 0) {
+    // No element to read, however many dims (size-0 dims do not merge, so
+    // they could exceed kMaxReduceDims): one kept dim of the outputs, which
+    // each reduce an empty range (or nothing is written at all).
+    ReduceGeometry g;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      (std::find(dims.begin(), dims.end(), d) != dims.end() ? g.num_reduced : g.num_outputs) *= x.size(d);
+    if (g.num_outputs > 1) g.kept_sizes = {g.num_outputs}, g.kept_strides = {0}, g.kept_out_strides = {1};
+    if (g.num_reduced != 1) g.red_sizes = {g.num_reduced}, g.red_strides = {1};
+    return g;
+  }
   ReduceGeometry g = geometry_of(x.sizes(), x.strides(), dims);
   if (int64_t(g.kept_sizes.size()) <= kMaxReduceDims && int64_t(g.red_sizes.size()) <= kMaxReduceDims) return g;
   // Kept dims first, then reduced: both groups become one dim each.
