@@ -314,7 +314,9 @@ class Spec:
             g.protect = False
         kw = [f"{k}={p(g, c)}" for k, p in self.kwargs.items() if g.chance(0.5)]
         if g.adv and g.chance(0.04):
-            kw.append(g.choice(("bogus=1", "out=None", "dim=0", "dtype=mf.float64")))
+            extra = g.choice(("bogus=1", "out=None", "dim=0", "dtype=mf.float64"))
+            if not any(k.split("=")[0] == extra.split("=")[0] for k in kw):  # a repeat is a SyntaxError
+                kw.append(extra)
         if g.adv and g.chance(0.04):
             texts.append(g.bad("int"))
         if form in ("method", "prop"):

@@ -406,3 +406,29 @@ def test_reductions_of_empty_tensors_with_many_dims():
         assert mf.empty([0] * n).sum().item() == 0
         assert mf.empty([2] + [0] * n).sum(dim=0).shape == (0,) * n
         assert mf.empty([0] * n + [3]).amax(dim=-1).shape == (0,) * n
+
+
+# --- found by the sanitizer run ---------------------------------------------------------------------
+
+def test_max_pool_window_of_padding_only_matches_pytorch():
+    """A dilated window that covers only padding read (and its gradient
+    wrote) past the input plane: heap-buffer-overflow under ASan."""
+    a = np.random.default_rng(0).random((1, 2, 1, 5)).astype(np.float32)
+    tv, ti = torch.nn.functional.max_pool2d_with_indices(torch.tensor(a), [2, 3], (3, 3), 1, (2, 2))
+    x = mf.tensor(a, requires_grad=True)
+    mv, mi = F.max_pool2d_with_indices(x, [2, 3], (3, 3), 1, (2, 2))
+    assert mv.tolist() == tv.tolist() and mi.tolist() == ti.tolist()
+    mv.sum().backward()  # the padding window has no input element to receive gradient
+    assert x.grad.tolist() == np.zeros_like(a).tolist()
+
+
+def test_integer_arithmetic_wraps_around_as_in_pytorch():
+    """Note [Wrapping integers]: signed overflow in integer kernels is
+    defined (-fwrapv) and wraps, as PyTorch's results do."""
+    big = [2 ** 62, -2 ** 63, 2 ** 63 - 1]
+    m, t = mf.tensor(big), torch.tensor(big)
+    assert (m + m).tolist() == (t + t).tolist() and (m * 3).tolist() == (t * 3).tolist()
+    assert m.sum().item() == t.sum().item()
+    mi = mf.index_add(mf.tensor([-2 ** 63]), 0, mf.tensor([0, 0]), mf.tensor([-3, -5]), alpha=-1)
+    ti = torch.index_add(torch.tensor([-2 ** 63]), 0, torch.tensor([0, 0]), torch.tensor([-3, -5]), alpha=-1)
+    assert mi.tolist() == ti.tolist()

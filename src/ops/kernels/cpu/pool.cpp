@@ -153,9 +153,17 @@ void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParam
         // all -inf window); then take anything larger, or NaN, in
         // row-major order.
         const int64_t start = (h0 + kh_lo * p.dilation[0]) * g.w + w0 + kw_lo * p.dilation[1];
+        Positions a = Positions{} + Index(start);
+        if (kh_lo >= kh_hi || kw_lo >= kw_hi) {
+          // A dilated window that holds only padding: -inf, and PyTorch's
+          // index of its first dilated position (past the input: not read).
+          const Values b = Values{} - std::numeric_limits<A>::infinity();
+          std::memcpy(best.data() + (oh * g.ow + ow) * kLanes, &b, sizeof b);
+          std::memcpy(where.data() + (oh * g.ow + ow) * kLanes, &a, sizeof a);
+          continue;
+        }
         Values b;
         std::memcpy(&b, in_data + start * kLanes, sizeof b);
-        Positions a = Positions{} + Index(start);
         for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
           const int64_t row = (h0 + kh * p.dilation[0]) * g.w + w0;
           for (int64_t kw = kw_lo; kw < kw_hi; ++kw) {
@@ -190,7 +198,10 @@ void max_scatter(const Tensor& gy_in, const Tensor& indices_in, Tensor& gx) {
                    std::fill(acc.begin(), acc.end(), A(0));
                    const T* src = gyp + plane * g.out_size();
                    const int64_t* idx = ip + plane * g.out_size();
-                   for (int64_t i = 0; i < g.out_size(); ++i) acc[size_t(idx[i])] += A(src[i]);
+                   // A window of padding only (dilation) has PyTorch's index past
+                   // the input and no element to receive its gradient.
+                   for (int64_t i = 0; i < g.out_size(); ++i)
+                     if (idx[i] >= 0 && idx[i] < g.in_size()) acc[size_t(idx[i])] += A(src[i]);
                    T* dst = gxp + plane * g.in_size();
                    for (int64_t i = 0; i < g.in_size(); ++i) dst[i] = T(acc[size_t(i)]);
                  }
@@ -205,7 +216,8 @@ void max_gather(const Tensor& t_in, const Tensor& indices_in, Tensor& out) {
   const int64_t* ip = indices.data<int64_t>();
   T* op = out.data<T>();
   parallel_for(0, g.count * g.out_size(), kGrainSize, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) op[i] = tp[(i / g.out_size()) * g.in_size() + ip[i]];
+    for (int64_t i = lo; i < hi; ++i)
+      op[i] = ip[i] >= 0 && ip[i] < g.in_size() ? tp[(i / g.out_size()) * g.in_size() + ip[i]] : T(0);
   });
 }
 
