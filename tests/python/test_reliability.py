@@ -432,3 +432,25 @@ def test_integer_arithmetic_wraps_around_as_in_pytorch():
     mi = mf.index_add(mf.tensor([-2 ** 63]), 0, mf.tensor([0, 0]), mf.tensor([-3, -5]), alpha=-1)
     ti = torch.index_add(torch.tensor([-2 ** 63]), 0, torch.tensor([0, 0]), torch.tensor([-3, -5]), alpha=-1)
     assert mi.tolist() == ti.tolist()
+
+
+def test_onednn_kernels_near_the_memory_limit_raise_instead_of_crashing():
+    """Note [oneDNN headroom]: oneDNN crashed building a bf16 matmul kernel
+    when the address space ran out (found by the 2,000,000-call campaign)."""
+    script = ("import resource, meshflow as mf\n"
+              "a = mf.randn(3, 3, dtype=mf.bfloat16); a @ a\n"
+              "size = int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) * 1024\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (size + (4 << 20), size + (4 << 20)))\n"
+              "errors = 0\n"
+              "for n in range(2, 40):\n"
+              "    try:\n"
+              "        mf.mv(mf.randn(n, n + 1, dtype=mf.bfloat16), mf.randn(n + 1, dtype=mf.bfloat16)).sum().item()\n"
+              "        mf.bmm(mf.randn(2, n, 3, dtype=mf.bfloat16), mf.randn(2, 3, n, dtype=mf.bfloat16)).sum().item()\n"
+              "    except (mf.OutOfMemoryError, MemoryError):\n"
+              "        errors += 1\n"
+              "print('errors', errors)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.startswith("errors")

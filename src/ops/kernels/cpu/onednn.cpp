@@ -1,5 +1,6 @@
 #include "ops/kernels/cpu/onednn.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "meshflow/error.h"
@@ -75,6 +76,14 @@ void append_key(std::vector<int64_t>& key, const dnnl::memory::desc& desc) {
 dnnl::memory scratch_memory(const dnnl::memory::desc& desc, Tensor& buffer) {
   buffer = make_empty({int64_t(desc.get_size())}, DType::UInt8);
   return dnnl::memory(desc, engine(), buffer.data_ptr());
+}
+
+void ensure_headroom() {
+  constexpr size_t kHeadroom = size_t(256) << 20;
+  void* probe = std::malloc(kHeadroom);  // above glibc's mmap threshold: a mapping, unmapped by free
+  MF_CHECK(probe != nullptr, OutOfMemoryError, "CPU out of memory: fewer than ", kHeadroom >> 20,
+           " MiB of address space are left to build a oneDNN kernel");
+  std::free(probe);
 }
 
 namespace {

@@ -65,6 +65,13 @@ struct KeyHash {
   }
 };
 
+// Note [oneDNN headroom]: oneDNN's primitive creation (JIT code generation)
+// does not survive an allocation failure: near an address-space limit it
+// crashes instead of reporting it. So a primitive is only created while the
+// process can still allocate a generous margin (probed with one mapping,
+// released at once); otherwise OutOfMemoryError.
+void ensure_headroom();
+
 // A thread-safe map from key to Value with least-recently-used eviction.
 // See Note [oneDNN primitive cache].
 template <typename Value>
@@ -84,6 +91,7 @@ class PrimitiveCache {
         return it->second->second;
       }
     }
+    ensure_headroom();
     Value value = create();
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = index_.find(key);
