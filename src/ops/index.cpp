@@ -102,6 +102,9 @@ void check_scatter_gather(const char* op, const Tensor& t, int64_t dim, const Te
   MF_CHECK(index.dtype() == DType::Int64, TypeError, op, ": expected an int64 index, got ", dtype_name(index.dtype()));
   MF_CHECK(index.dim() == t.dim(), ShapeError, op, ": index tensor must have the same number of dimensions as the ",
            "input tensor (", index.dim(), " vs ", t.dim(), ")");
+  if (src)
+    MF_CHECK(src->dim() == index.dim(), ShapeError, op, ": index tensor must have the same number of dimensions as ",
+             "the src tensor (", index.dim(), " vs ", src->dim(), ")");
   for (int64_t d = 0; d < t.dim(); ++d) {
     int64_t n = index.sizes()[size_t(d)];
     MF_CHECK(d == dim || n <= t.sizes()[size_t(d)], ShapeError, op, ": size of index ", shape_str(index.sizes()),

@@ -454,3 +454,11 @@ def test_onednn_kernels_near_the_memory_limit_raise_instead_of_crashing():
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.startswith("errors")
+
+
+def test_scatter_with_a_src_of_fewer_dims_is_refused():
+    """ASan: check_scatter_gather read src's sizes past its dims."""
+    with pytest.raises(RuntimeError, match="same number of dimensions as the src"):
+        mf.rand(2, 1, 3).scatter(1, mf.zeros(2, 1, 3, dtype=mf.int64), mf.ones(2))
+    with pytest.raises(RuntimeError, match="same number of dimensions as the src"):
+        mf.scatter(mf.zeros(2, 2), -1, mf.zeros(0, 2, dtype=mf.int64), mf.zeros(()).expand(2 ** 31))
