@@ -54,6 +54,9 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 # The interpreter is not instrumented: the runtimes are preloaded for it.
 preload="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 LD_PRELOAD="$preload" PYTHONPATH="$package" /usr/bin/python3 -m pytest "$root/tests/python" -q -p no:cacheprovider
-LD_PRELOAD="$preload" MESHFLOW_FUZZ_NO_BUILD=1 MESHFLOW_FUZZ_NO_RLIMIT=1 MESHFLOW_PYTHONPATH="$package" \
+# The children cannot have an address-space limit (ASan's shadow memory):
+# ASan's own allocation cap stands in for it.
+ASAN_OPTIONS="max_allocation_size_mb=2048:$ASAN_OPTIONS" \
+  LD_PRELOAD="$preload" MESHFLOW_FUZZ_NO_BUILD=1 MESHFLOW_FUZZ_NO_RLIMIT=1 MESHFLOW_PYTHONPATH="$package" \
   bash "$root/tools/fuzz.sh" --calls "${MESHFLOW_SANITIZE_FUZZ_CALLS:-3000}" --seed 2 --timeout 60 \
   --out "$build/fuzz"

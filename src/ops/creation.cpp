@@ -2,6 +2,7 @@
 // (arange, linspace, eye) and host-data constructors. Random factories are
 // in random.cpp.
 #include <cmath>
+#include <cstring>
 
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
@@ -49,7 +50,11 @@ MF_REGISTER_OP(OpDef{
       check_size(size, "empty");
       return std::vector<TensorMeta>{{size, attrs.get_dtype("dtype"), attrs.get_device("device")}};
     },
-    .cpu_kernel = [](const TensorList&, TensorList&, const Attrs&) {},
+    // Uninitialised, except bool: a byte other than 0 or 1 read as a C++ bool
+    // is undefined behaviour in every later kernel, so bool tensors start false.
+    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs&) {
+      if (out[0].dtype() == DType::Bool && out[0].numel() > 0) std::memset(out[0].data_ptr(), 0, size_t(out[0].numel()));
+    },
     .differentiable = false,
 });
 

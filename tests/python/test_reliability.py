@@ -462,3 +462,9 @@ def test_scatter_with_a_src_of_fewer_dims_is_refused():
         mf.rand(2, 1, 3).scatter(1, mf.zeros(2, 1, 3, dtype=mf.int64), mf.ones(2))
     with pytest.raises(RuntimeError, match="same number of dimensions as the src"):
         mf.scatter(mf.zeros(2, 2), -1, mf.zeros(0, 2, dtype=mf.int64), mf.zeros(()).expand(2 ** 31))
+
+
+def test_empty_bool_tensors_hold_valid_bools():
+    """UBSan: reading an uninitialised byte as a C++ bool is undefined."""
+    assert mf.empty(2, 5, dtype=mf.bool).tolist() == [[False] * 5] * 2
+    assert mf.empty_like(mf.ones(3), dtype=mf.bool).tolist() == [False] * 3
