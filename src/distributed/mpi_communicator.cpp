@@ -24,7 +24,7 @@
 // own wait loop. The DistributedError then names the ranks that did not
 // answer (stuck in user code, in another group, or dead) and those that are
 // in another collective, and the rank prints its flight record (the last
-// kFlightRecords calls of the group, as PyTorch's NCCL flight recorder) to
+// FlightRecorder::kRecords calls of the group, as PyTorch's NCCL flight recorder) to
 // stderr.
 #include <mpi.h>
 
@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "distributed/checked_communicator.h"
+#include "distributed/flight_recorder.h"
 
 namespace mf::distributed {
 namespace {
@@ -312,7 +313,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_all_reduce(Tensor& t, ReduceOp op) override {
     auto guard = serialize();
     const char* name = "all_reduce";
-    Call call(*this, name, true, describe(t) + " " + reduce_op_name(op));
+    Call call(recorder_, name, true, describe(t) + " " + reduce_op_name(op));
     Tensor buffer = is_reduced_floating(t.dtype()) ? widen(t) : t;
     MPI_Request request;
     check(name, MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), element_count(name, buffer.numel()),
@@ -324,7 +325,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_broadcast(Tensor& t, int root) override {
     auto guard = serialize();
     const char* name = "broadcast";
-    Call call(*this, name, true, detail::concat(describe(t), " root ", root));
+    Call call(recorder_, name, true, detail::concat(describe(t), " root ", root));
     MPI_Request request;
     check(name, MPI_Ibcast(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), root, comm_,
                            &request));
@@ -334,7 +335,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
     auto guard = serialize();
     const char* name = "all_gather";
-    Call call(*this, name, true, describe(in) + " -> " + describe(out));
+    Call call(recorder_, name, true, describe(in) + " -> " + describe(out));
     int64_t row = row_numel(out);
     std::vector<int> elements = element_counts(name, counts, row);
     std::vector<int> displacements = element_counts(name, row_offsets(counts), row);
@@ -357,7 +358,7 @@ class MpiCommunicator final : public CheckedCommunicator {
                           ReduceOp op) override {
     auto guard = serialize();
     const char* name = "reduce_scatter";
-    Call call(*this, name, true, describe(in) + " -> " + describe(out) + " " + reduce_op_name(op));
+    Call call(recorder_, name, true, describe(in) + " -> " + describe(out) + " " + reduce_op_name(op));
     const int n = size_;
     const int64_t row = row_numel(in);
     element_count(name, in.numel());
@@ -401,7 +402,7 @@ class MpiCommunicator final : public CheckedCommunicator {
                       const std::vector<int64_t>& recv_counts) override {
     auto guard = serialize();
     const char* name = "all_to_all";
-    Call call(*this, name, true, describe(in) + " -> " + describe(out));
+    Call call(recorder_, name, true, describe(in) + " -> " + describe(out));
     int64_t row = row_numel(in);
     std::vector<int> sends = element_counts(name, send_counts, row);
     std::vector<int> send_offsets = element_counts(name, row_offsets(send_counts), row);
@@ -419,7 +420,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_send(const Tensor& t, int dst, int tag) override {
     auto guard = serialize();
     const char* name = "send";
-    Call call(*this, name, false, detail::concat(describe(t), " to ", dst, " tag ", tag));
+    Call call(recorder_, name, false, detail::concat(describe(t), " to ", dst, " tag ", tag));
     MPI_Request request;
     check(name, MPI_Isend(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), dst, tag, comm_,
                           &request));
@@ -429,7 +430,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   void run_recv(Tensor& t, int src, int tag) override {
     auto guard = serialize();
     const char* name = "recv";
-    Call call(*this, name, false, detail::concat(describe(t), " from ", src, " tag ", tag));
+    Call call(recorder_, name, false, detail::concat(describe(t), " from ", src, " tag ", tag));
     MPI_Request request;
     int expected = element_count(name, t.numel());
     check(name, MPI_Irecv(t.data_ptr(), expected, mpi_type(t.dtype()), src, tag, comm_, &request));
@@ -443,7 +444,7 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   void run_barrier() override {
     auto guard = serialize();
-    Call call(*this, "barrier", true, "");
+    Call call(recorder_, "barrier", true, "");
     MPI_Request request;
     check("barrier", MPI_Ibarrier(comm_, &request));
     wait("barrier", request, {});
@@ -451,7 +452,7 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   std::shared_ptr<Communicator> create_subgroup(const std::vector<int>& ranks) override {
     auto guard = serialize();
-    Call call(*this, "subgroup", false, format_ranks(ranks));
+    Call call(recorder_, "subgroup", false, format_ranks(ranks));
     handshake_subgroup(ranks);
     MPI_Group group, members;
     check("subgroup", MPI_Comm_group(comm_, &group));
@@ -544,70 +545,20 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   // --- the flight recorder ---------------------------------------------------------------------
   using Clock = std::chrono::steady_clock;
-  static constexpr size_t kFlightRecords = 32;
-
-  struct CallRecord {
-    uint64_t id = 0;   // 1 + the index of the record among all calls (0: slot unused)
-    uint64_t seq = 0;  // collectives of this group so far, this one included (0: not a collective)
-    const char* name = "";
-    std::string what;
-    Clock::time_point start;
-    double seconds = -1;  // -1 while in flight
-  };
-
-  // Records one call of this communicator for its lifetime (RAII).
-  class Call {
-   public:
-    Call(MpiCommunicator& comm, const char* name, bool collective, std::string what) : comm_(comm) {
-      std::lock_guard<std::mutex> guard(comm.records_mutex_);
-      id_ = ++comm.calls_;
-      CallRecord& rec = comm.records_[(id_ - 1) % kFlightRecords];
-      rec = CallRecord{id_, collective ? ++comm.collectives_ : 0, name, std::move(what), Clock::now(), -1};
-      comm.current_name_ = name;
-      comm.current_seq_ = rec.seq ? rec.seq : comm.collectives_;
-    }
-    ~Call() {
-      std::lock_guard<std::mutex> guard(comm_.records_mutex_);
-      CallRecord& rec = comm_.records_[(id_ - 1) % kFlightRecords];
-      if (rec.id == id_) rec.seconds = std::chrono::duration<double>(Clock::now() - rec.start).count();
-    }
-    Call(const Call&) = delete;
-    Call& operator=(const Call&) = delete;
-
-   private:
-    MpiCommunicator& comm_;
-    uint64_t id_ = 0;
-  };
+  using Call = FlightRecorder::Scope;
 
   static std::string describe(const Tensor& t) {
     return detail::concat(dtype_name(t.dtype()), shape_str(t.sizes()));
   }
 
   std::string current_call_text() const {
-    std::lock_guard<std::mutex> guard(records_mutex_);
-    return current_seq_ ? detail::concat(" #", current_seq_) : std::string();
+    const uint64_t seq = recorder_.current().first;
+    return seq ? detail::concat(" #", seq) : std::string();
   }
 
   void dump_flight_record() const {
-    std::ostringstream out;
-    {
-      std::lock_guard<std::mutex> guard(records_mutex_);
-      const uint64_t first = calls_ > kFlightRecords ? calls_ - kFlightRecords + 1 : 1;
-      out << "meshflow.distributed flight record of " << where() << " (world rank " << world_ranks_[size_t(rank_)]
-          << "): the last " << (calls_ - first + 1) << " of its " << calls_ << " calls on this group, oldest first\n";
-      for (uint64_t id = first; id <= calls_; ++id) {
-        const CallRecord& rec = records_[(id - 1) % kFlightRecords];
-        if (rec.id != id) continue;
-        out << "  " << (rec.seq ? "#" + std::to_string(rec.seq) : std::string("p2p")) << " " << rec.name;
-        if (!rec.what.empty()) out << " " << rec.what;
-        if (rec.seconds >= 0)
-          out << ": done in " << rec.seconds << " s\n";
-        else
-          out << ": NOT COMPLETED after " << std::chrono::duration<double>(Clock::now() - rec.start).count()
-              << " s\n";
-      }
-    }
-    const std::string text = out.str();
+    const std::string text =
+        recorder_.dump(detail::concat(where(), " (world rank ", world_ranks_[size_t(rank_)], ")"));
     std::fwrite(text.data(), 1, text.size(), stderr);
     std::fflush(stderr);
   }
@@ -631,8 +582,9 @@ class MpiCommunicator final : public CheckedCommunicator {
 
   // A buffer that lives as long as the process (sends that are never
   // waited for, receives that may never complete).
-  std::vector<int64_t>& keep(std::vector<int64_t> data) {
-    std::lock_guard<std::mutex> guard(records_mutex_);
+  static std::vector<int64_t>& keep(std::vector<int64_t> data) {
+    static std::mutex mutex;
+    std::lock_guard<std::mutex> guard(mutex);
     MpiRuntime& r = runtime();
     if (r.message_buffers.size() > 4096) r.message_buffers.pop_front();
     return r.message_buffers.emplace_back(std::move(data));
@@ -654,13 +606,8 @@ class MpiCommunicator final : public CheckedCommunicator {
       if (MPI_Recv(request, 3, MPI_INT64_T, status.MPI_SOURCE, kStatusRequestTag, p2p_comm_, MPI_STATUS_IGNORE) !=
           MPI_SUCCESS)
         return;
-      int64_t seq = 0, id = -1;
-      {
-        std::lock_guard<std::mutex> guard(records_mutex_);
-        seq = int64_t(current_seq_);
-        id = name_id(current_name_);
-      }
-      post_send({seq, id}, status.MPI_SOURCE, kStatusReplyTag);
+      const auto [seq, name] = recorder_.current();
+      post_send({int64_t(seq), name_id(name)}, status.MPI_SOURCE, kStatusReplyTag);
     }
   }
 
@@ -669,13 +616,7 @@ class MpiCommunicator final : public CheckedCommunicator {
     const int n = size_;
     std::vector<int64_t>& replies = keep(std::vector<int64_t>(size_t(2 * n), -2));
     std::vector<MPI_Request> receives(size_t(n), MPI_REQUEST_NULL);
-    uint64_t my_seq = 0;
-    const char* my_name = "";
-    {
-      std::lock_guard<std::mutex> guard(records_mutex_);
-      my_seq = current_seq_;
-      my_name = current_name_;
-    }
+    const auto [my_seq, my_name] = recorder_.current();
     for (int peer = 0; peer < n; ++peer) {
       if (peer == rank_) continue;
       post_send({int64_t(my_seq), name_id(my_name), 0}, peer, kStatusRequestTag);
@@ -794,12 +735,7 @@ class MpiCommunicator final : public CheckedCommunicator {
   int rank_ = 0;
   int size_ = 1;
   int max_tag_ = 32767;
-  mutable std::mutex records_mutex_;
-  std::array<CallRecord, kFlightRecords> records_{};
-  uint64_t calls_ = 0;
-  uint64_t collectives_ = 0;
-  uint64_t current_seq_ = 0;
-  const char* current_name_ = "";
+  FlightRecorder recorder_;
 };
 
 }  // namespace
