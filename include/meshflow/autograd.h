@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -177,6 +178,32 @@ LossScaling* set_loss_scaling(LossScaling* scaling);
 TensorList grad(const TensorList& outputs, const TensorList& inputs,
                 const TensorList& grad_outputs = {}, std::optional<bool> retain_graph = {},
                 bool create_graph = false, bool allow_unused = false);
+
+// A split backward (Note [Split backward] in src/autograd/engine.cpp), for
+// pipeline schedules that compute parameter gradients later than input
+// gradients. backward_input returns the gradients of `inputs` (leaves that
+// require grad) without touching any .grad, and a DeferredBackward whose
+// run() then accumulates every other leaf's gradient into its .grad, as
+// one backward(outputs, grad_outputs) would have done.
+class DeferredBackward {
+ public:
+  void run();
+  // run() has not been called yet.
+  bool pending() const;
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+  friend std::pair<TensorList, DeferredBackward> backward_input(const TensorList&, const TensorList&,
+                                                                const TensorList&);
+};
+std::pair<TensorList, DeferredBackward> backward_input(const TensorList& outputs, const TensorList& grad_outputs,
+                                                       const TensorList& inputs);
+
+// Internal (for Node implementations): while the engine applies a node,
+// the edges whose gradients the running pass needs (null: every valid
+// edge). OpNode passes it to the backward formula as needs_input_grad.
+const std::vector<bool>* current_edge_mask();
 
 }  // namespace autograd
 }  // namespace mf

@@ -21,7 +21,9 @@ class GraphRoot final : public Node {
   GraphRoot(std::vector<Edge> edges, TensorList grads) : grads_(std::move(grads)) {
     next_edges_ = std::move(edges);
   }
-  TensorList apply(TensorList&&) override { return std::move(grads_); }
+  // A copy: a split backward (Note [Split backward]) may apply the root twice.
+  TensorList apply(TensorList&&) override { return grads_; }
+  void release_variables() override { grads_.clear(); }
   std::string name() const override { return "GraphRoot"; }
 
  private:
@@ -77,11 +79,40 @@ struct CallbackScope {
   }
 };
 
-// Runs the graph. With captures (autograd::grad), the gradients arriving at
-// the captured (node, input) pairs are returned and leaves are not touched.
-TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, bool retain_graph,
-                   bool create_graph, const std::unordered_map<Node*, std::vector<Capture>>& captures,
-                   size_t num_results) {
+// What one pass over the graph runs. A plain backward runs every reached
+// node; autograd::grad runs only the nodes that lead to its inputs and
+// captures the gradients arriving there; the two halves of a split
+// backward (Note [Split backward]) run complementary parts.
+struct Pass {
+  bool retain_graph = false;
+  bool create_graph = false;
+  // Run only these nodes (null: every node reached).
+  const std::unordered_set<Node*>* only = nullptr;
+  // Per node, the edges this pass computes and follows (absent: all).
+  const std::unordered_map<Node*, std::vector<bool>>* edge_masks = nullptr;
+  // false: AccumulateGrad nodes do not run (leaves are not touched).
+  bool accumulate = true;
+  const std::unordered_map<Node*, std::vector<Capture>>* captures = nullptr;
+  size_t num_results = 0;
+  // Nodes whose variables survive this pass although retain_graph is off.
+  const std::unordered_set<Node*>* keep = nullptr;
+  // Called with each node of `keep` that ran and the gradients it got.
+  std::function<void(const std::shared_ptr<Node>&, const TensorList&)> kept;
+};
+
+thread_local const std::vector<bool>* tls_edge_mask = nullptr;
+
+struct EdgeMaskScope {
+  const std::vector<bool>* prev;
+  explicit EdgeMaskScope(const std::vector<bool>* mask) : prev(std::exchange(tls_edge_mask, mask)) {}
+  ~EdgeMaskScope() { tls_edge_mask = prev; }
+};
+
+// Runs a pass from seeds (nodes with their incoming gradients, hooks
+// already applied to them when seeded from an earlier pass), given the
+// number of parents each node waits for.
+TensorList run_pass(std::vector<std::pair<std::shared_ptr<Node>, TensorList>> seeds, bool seeds_hooked,
+                    std::unordered_map<Node*, int> dependencies, const Pass& pass) {
   // Backward ops run in the dtypes their forward ops ran in, not autocast's
   // (Note [Autocast] in autocast.h).
   std::optional<AutocastGuard> no_autocast_cpu, no_autocast_cuda;
@@ -89,26 +120,17 @@ TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, b
     no_autocast_cpu.emplace(DeviceType::CPU, std::nullopt, false);
     no_autocast_cuda.emplace(DeviceType::CUDA, std::nullopt, false);
   }
-  const bool capture_mode = num_results > 0 || !captures.empty();
   CallbackScope callbacks;
-  auto root = std::make_shared<GraphRoot>(root_edges, std::move(root_grads));
-  std::unordered_map<Node*, int> dependencies;
-  std::vector<Node*> order = post_order(root.get(), dependencies);
-
-  std::unordered_set<Node*> needed;
-  if (capture_mode) {
-    for (Node* n : order) {
-      bool need = captures.count(n) > 0;
-      for (const auto& e : n->next_edges()) need = need || (e.fn && needed.count(e.fn.get()));
-      if (need) needed.insert(n);
-    }
-  }
-
-  TensorList results(num_results);
+  TensorList results(pass.num_results);
   std::unordered_map<Node*, TensorList> buffers;
+  std::unordered_set<Node*> hooked;
   std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, CompareSeq> ready;
-  ready.push(root);
-  GradMode::set_enabled(create_graph);
+  for (auto& [node, grads] : seeds) {
+    buffers[node.get()] = std::move(grads);
+    if (seeds_hooked) hooked.insert(node.get());
+    ready.push(node);
+  }
+  GradMode::set_enabled(pass.create_graph);
 
   while (!ready.empty()) {
     std::shared_ptr<Node> node = ready.top();
@@ -119,26 +141,36 @@ TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, b
       buffers.erase(it);
     }
     inputs.resize(node->num_outputs());
-    bool any_defined = node.get() == root.get();
+    bool any_defined = dynamic_cast<GraphRoot*>(node.get()) != nullptr;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (node->has_tensor_hooks()) inputs[i] = node->run_tensor_hooks(uint32_t(i), inputs[i]);
+      if (node->has_tensor_hooks() && !hooked.count(node.get()))
+        inputs[i] = node->run_tensor_hooks(uint32_t(i), inputs[i]);
       any_defined = any_defined || inputs[i].defined();
     }
-    if (auto it = captures.find(node.get()); it != captures.end())
-      for (const Capture& c : it->second) results[c.result_index] = inputs[c.input_nr];
+    if (pass.captures)
+      if (auto it = pass.captures->find(node.get()); it != pass.captures->end())
+        for (const Capture& c : it->second) results[c.result_index] = inputs[c.input_nr];
 
+    const std::vector<bool>* mask = nullptr;
+    if (pass.edge_masks)
+      if (auto it = pass.edge_masks->find(node.get()); it != pass.edge_masks->end()) mask = &it->second;
     TensorList outputs;
-    bool run = any_defined && (!capture_mode || needed.count(node.get()));
-    if (capture_mode && dynamic_cast<AccumulateGrad*>(node.get())) run = false;
+    bool run = any_defined && (!pass.only || pass.only->count(node.get()));
+    if (!pass.accumulate && dynamic_cast<AccumulateGrad*>(node.get())) run = false;
     if (run) {
-      outputs = node->apply(std::move(inputs));
-      if (!retain_graph) node->release_variables();
+      const bool keep = pass.keep && pass.keep->count(node.get());
+      if (keep && pass.kept) pass.kept(node, inputs);
+      {
+        EdgeMaskScope scope(mask);
+        outputs = node->apply(std::move(inputs));
+      }
+      if (!pass.retain_graph && !keep) node->release_variables();
     }
     outputs.resize(node->next_edges().size());
 
     for (size_t i = 0; i < node->next_edges().size(); ++i) {
       const Edge& edge = node->next_edges()[i];
-      if (!edge.fn) continue;
+      if (!edge.fn || (mask && !(*mask)[i])) continue;
       Node* child = edge.fn.get();
       if (outputs[i].defined()) {
         TensorList& buf = buffers[child];
@@ -151,6 +183,44 @@ TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, b
   }
   callbacks.run();
   return results;
+}
+
+// The nodes of `order` (children first) from which a captured node can be
+// reached.
+std::unordered_set<Node*> nodes_leading_to(const std::vector<Node*>& order,
+                                           const std::unordered_map<Node*, std::vector<Capture>>& captures) {
+  std::unordered_set<Node*> needed;
+  for (Node* n : order) {
+    bool need = captures.count(n) > 0;
+    for (const auto& e : n->next_edges()) need = need || (e.fn && needed.count(e.fn.get()));
+    if (need) needed.insert(n);
+  }
+  return needed;
+}
+
+// Runs the graph. With captures (autograd::grad), the gradients arriving at
+// the captured (node, input) pairs are returned and leaves are not touched.
+TensorList execute(const std::vector<Edge>& root_edges, TensorList root_grads, bool retain_graph,
+                   bool create_graph, const std::unordered_map<Node*, std::vector<Capture>>& captures,
+                   size_t num_results) {
+  const bool capture_mode = num_results > 0 || !captures.empty();
+  auto root = std::make_shared<GraphRoot>(root_edges, std::move(root_grads));
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> order = post_order(root.get(), dependencies);
+  std::unordered_set<Node*> needed;
+  Pass pass;
+  pass.retain_graph = retain_graph;
+  pass.create_graph = create_graph;
+  if (capture_mode) {
+    needed = nodes_leading_to(order, captures);
+    pass.only = &needed;
+    pass.accumulate = false;
+    pass.captures = &captures;
+    pass.num_results = num_results;
+  }
+  std::vector<std::pair<std::shared_ptr<Node>, TensorList>> seeds;
+  seeds.emplace_back(root, TensorList{});
+  return run_pass(std::move(seeds), false, std::move(dependencies), pass);
 }
 
 // Restores grad mode when the engine returns or throws.
@@ -183,6 +253,8 @@ void make_root_grads(const TensorList& outputs, const TensorList& grad_outputs, 
 }
 
 }  // namespace
+
+const std::vector<bool>* current_edge_mask() { return tls_edge_mask; }
 
 void queue_callback(std::function<void()> fn) {
   MF_CHECK(!callback_stack.empty(), Error, "queue_callback: no backward pass is running on this thread");
@@ -232,6 +304,115 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
     if (result[i].defined() && !create_graph) result[i] = result[i].detach();
   }
   return result;
+}
+
+// Note [Split backward]
+// A pipeline's zero-bubble schedules split a stage's backward in two: the
+// gradients of the stage's inputs first (the previous stage waits for
+// them), the gradients of its parameters later, in time the schedule would
+// otherwise leave idle. backward_input runs the nodes that lead to the
+// inputs, each computing only the gradients of its edges towards them
+// (OpDef backward formulas honour needs_input_grad, so a matmul computes
+// dX but not dW). A node of that part with an edge into the rest of the
+// graph is a boundary: its incoming gradients and saved tensors are kept.
+// DeferredBackward::run applies the boundary nodes again, now for their
+// other edges only, and runs the rest of the graph, accumulating into the
+// leaves' .grad as backward() would. Each node's work is done once; the sum
+// of the two halves is backward()'s result.
+struct DeferredBackward::State {
+  std::shared_ptr<Node> root;
+  std::vector<std::pair<std::shared_ptr<Node>, TensorList>> boundary;
+  std::unordered_map<Node*, std::vector<bool>> masks;
+  std::unordered_map<Node*, int> dependencies;
+  bool done = false;
+};
+
+void DeferredBackward::run() {
+  MF_CHECK(state_, Error, "backward_weight: there is no deferred backward to run");
+  MF_CHECK(!state_->done, Error, "backward_weight: this deferred backward has already run");
+  state_->done = true;
+  GradModeRestore restore;
+  Pass pass;
+  pass.edge_masks = &state_->masks;
+  auto seeds = std::move(state_->boundary);
+  run_pass(std::move(seeds), true, std::move(state_->dependencies), pass);
+  state_.reset();
+}
+
+bool DeferredBackward::pending() const { return state_ && !state_->done; }
+
+std::pair<TensorList, DeferredBackward> backward_input(const TensorList& outputs, const TensorList& grad_outputs,
+                                                       const TensorList& inputs) {
+  GradModeRestore restore;
+  std::vector<Edge> edges;
+  TensorList grads;
+  make_root_grads(outputs, grad_outputs, "backward_input", edges, grads);
+  std::unordered_map<Node*, std::vector<Capture>> captures;
+  std::vector<std::shared_ptr<Node>> keep_alive;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    MF_CHECK(inputs[i].defined() && inputs[i].requires_grad(), Error, "backward_input: input ", i,
+             " does not require grad");
+    Edge e = gradient_edge(inputs[i]);
+    captures[e.fn.get()].push_back(Capture{e.input_nr, i});
+    keep_alive.push_back(e.fn);
+  }
+  auto root = std::make_shared<GraphRoot>(edges, std::move(grads));
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> order = post_order(root.get(), dependencies);
+  std::unordered_set<Node*> needed = nodes_leading_to(order, captures);
+
+  auto state = std::make_shared<DeferredBackward::State>();
+  state->root = root;
+  std::unordered_map<Node*, std::vector<bool>> input_masks;
+  std::unordered_set<Node*> boundary;
+  for (Node* n : order) {
+    const auto& next = n->next_edges();
+    if (needed.count(n)) {
+      std::vector<bool> towards_inputs(next.size()), elsewhere(next.size());
+      bool is_boundary = false;
+      for (size_t i = 0; i < next.size(); ++i) {
+        if (!next[i].fn) continue;
+        towards_inputs[i] = needed.count(next[i].fn.get()) > 0;
+        elsewhere[i] = !towards_inputs[i];
+        is_boundary = is_boundary || elsewhere[i];
+      }
+      input_masks.emplace(n, std::move(towards_inputs));
+      if (is_boundary) {
+        boundary.insert(n);
+        for (size_t i = 0; i < next.size(); ++i)
+          if (elsewhere[i]) state->dependencies[next[i].fn.get()]++;
+        state->masks.emplace(n, std::move(elsewhere));
+      }
+    } else {
+      for (const auto& e : next)
+        if (e.fn) state->dependencies[e.fn.get()]++;
+    }
+  }
+  TensorList results(inputs.size());
+  if (!needed.count(root.get())) {
+    // Nothing leads to the inputs: the whole backward is deferred.
+    state->boundary.emplace_back(root, TensorList{});
+    state->masks.clear();
+  } else {
+    Pass pass;
+    pass.only = &needed;
+    pass.edge_masks = &input_masks;
+    pass.accumulate = false;
+    pass.captures = &captures;
+    pass.num_results = inputs.size();
+    pass.keep = &boundary;
+    pass.kept = [&](const std::shared_ptr<Node>& node, const TensorList& in) {
+      state->boundary.emplace_back(node, in);
+    };
+    std::vector<std::pair<std::shared_ptr<Node>, TensorList>> seeds;
+    seeds.emplace_back(root, TensorList{});
+    results = run_pass(std::move(seeds), false, std::move(dependencies), pass);
+    for (auto& r : results)
+      if (r.defined()) r = r.detach();
+  }
+  DeferredBackward deferred;
+  deferred.state_ = std::move(state);
+  return {std::move(results), std::move(deferred)};
 }
 
 }  // namespace mf::autograd

@@ -81,13 +81,15 @@ TensorList OpNode::apply(TensorList&& grad_outputs) {
   for (size_t i = 0; i < saved_outputs_.size(); ++i)
     if (saved_outputs_[i].defined()) ctx.outputs[i] = saved_outputs_[i].unpack(self, op_->name.c_str(), int(i));
   ctx.needs_input_grad.resize(next_edges_.size());
-  for (size_t i = 0; i < next_edges_.size(); ++i) ctx.needs_input_grad[i] = next_edges_[i].valid();
+  const std::vector<bool>* mask = autograd::current_edge_mask();
+  for (size_t i = 0; i < next_edges_.size(); ++i)
+    ctx.needs_input_grad[i] = next_edges_[i].valid() && (!mask || (*mask)[i]);
 
   TensorList grads = op_->backward(ctx);
   MF_CHECK(grads.size() == next_edges_.size(), Error, "internal: backward of ", op_->name, " returned ",
            grads.size(), " gradients for ", next_edges_.size(), " inputs");
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!next_edges_[i].valid()) {
+    if (!ctx.needs_input_grad[i]) {
       grads[i] = Tensor();
       continue;
     }
