@@ -76,6 +76,15 @@ void init_autograd(py::module_& m) {
                                  std::optional<bool> retain_graph, bool create_graph) {
     autograd::backward(tensors, grad_tensors, retain_graph.value_or(create_graph), create_graph);
   }, py::arg("tensors"), py::arg("grad_tensors"), py::arg("retain_graph"), py::arg("create_graph"));
+  py::class_<autograd::DeferredBackward>(m, "_DeferredBackward",
+                                          "The weight-gradient half of a split backward (autograd.backward_input).")
+      .def("run", &autograd::DeferredBackward::run)
+      .def_property_readonly("pending", &autograd::DeferredBackward::pending);
+  m.def("_autograd_backward_input", [](const TensorList& outputs, const TensorList& grad_outputs,
+                                       const TensorList& inputs) {
+    auto [grads, deferred] = autograd::backward_input(outputs, grad_outputs, inputs);
+    return py::make_tuple(to_tuple(grads), std::move(deferred));
+  }, py::arg("outputs"), py::arg("grad_outputs"), py::arg("inputs"));
   m.def("_autograd_grad", [](const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
                              std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
     return to_tuple(autograd::grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused));

@@ -3,9 +3,67 @@
 // releases the GIL, so other Python threads run while a rank waits.
 #include "bindings.h"
 #include "meshflow/distributed/communicator.h"
+#include "meshflow/distributed/pipelining.h"
 #include "meshflow/distributed/reducer.h"
 
 namespace mf::python {
+
+namespace {
+
+// meshflow._C._distributed: the schedules of
+// include/meshflow/distributed/pipelining.h (see meshflow.distributed.pipelining).
+void init_pipelining(py::module_& m) {
+  namespace pp = distributed::pipelining;
+  py::enum_<pp::ActionType>(m, "ActionType", "The kinds of pipeline schedule actions.")
+      .value("FORWARD", pp::ActionType::Forward)
+      .value("FULL_BACKWARD", pp::ActionType::Backward)
+      .value("BACKWARD_INPUT", pp::ActionType::BackwardInput)
+      .value("BACKWARD_WEIGHT", pp::ActionType::BackwardWeight)
+      .value("SEND_F", pp::ActionType::SendForward)
+      .value("RECV_F", pp::ActionType::RecvForward)
+      .value("SEND_B", pp::ActionType::SendBackward)
+      .value("RECV_B", pp::ActionType::RecvBackward);
+  py::class_<pp::Action>(m, "Action", "One action of a pipeline schedule (stage, kind, micro-batch).")
+      .def_readonly("type", &pp::Action::type)
+      .def_readonly("stage_index", &pp::Action::stage)
+      .def_readonly("microbatch_index", &pp::Action::microbatch)
+      .def_property_readonly("tag", [](const pp::Action& a) { return pp::message_tag(a); })
+      .def("__eq__", [](const pp::Action& a, const pp::Action& b) { return a == b; })
+      .def("__hash__", [](const pp::Action& a) { return std::hash<std::string>()(a.str()); })
+      .def("__repr__", &pp::Action::str)
+      .def("__str__", &pp::Action::str);
+  py::class_<pp::TimedAction>(m, "TimedAction")
+      .def_readonly("action", &pp::TimedAction::action)
+      .def_readonly("start", &pp::TimedAction::start)
+      .def_readonly("end", &pp::TimedAction::end);
+  py::class_<pp::SimulationResult>(m, "SimulationResult", "What the schedule simulator reports.")
+      .def_readonly("step_time", &pp::SimulationResult::step_time)
+      .def_readonly("busy", &pp::SimulationResult::busy)
+      .def_readonly("rank_bubble", &pp::SimulationResult::rank_bubble)
+      .def_readonly("bubble_fraction", &pp::SimulationResult::bubble_fraction)
+      .def_readonly("peak_activations", &pp::SimulationResult::peak_activations)
+      .def_readonly("timeline", &pp::SimulationResult::timeline);
+  py::class_<pp::Schedule>(m, "PipelineSchedule", "Per-rank action lists of a pipeline schedule.")
+      .def_property_readonly("kind", [](const pp::Schedule& s) { return pp::schedule_kind_name(s.kind); })
+      .def_readonly("num_ranks", &pp::Schedule::num_ranks)
+      .def_readonly("num_stages", &pp::Schedule::num_stages)
+      .def_readonly("num_microbatches", &pp::Schedule::num_microbatches)
+      .def_readonly("stage_rank", &pp::Schedule::stage_rank)
+      .def_readonly("actions", &pp::Schedule::actions)
+      .def("stages_of", &pp::Schedule::stages_of, py::arg("rank"))
+      .def("describe", &pp::Schedule::describe)
+      .def("simulate", [](const pp::Schedule& s, double forward, double backward_input, double backward_weight,
+                          double latency) {
+        return pp::simulate(s, pp::SimulationCosts{forward, backward_input, backward_weight, latency});
+      }, py::arg("forward") = 1.0, py::arg("backward_input") = 1.0, py::arg("backward_weight") = 1.0,
+         py::arg("latency") = 0.0)
+      .def("formula_bubble", [](const pp::Schedule& s) { return pp::formula_bubble(s); });
+  m.def("make_pipeline_schedule", [](const std::string& kind, int num_ranks, int n_microbatches, int stages_per_rank) {
+    return pp::make_schedule(pp::parse_schedule_kind(kind), num_ranks, n_microbatches, stages_per_rank);
+  }, py::arg("kind"), py::arg("num_ranks"), py::arg("n_microbatches"), py::arg("stages_per_rank") = 1);
+}
+
+}  // namespace
 
 void init_distributed(py::module_& parent) {
   using distributed::Communicator;
@@ -18,6 +76,14 @@ void init_distributed(py::module_& parent) {
       .value("MAX", ReduceOp::Max)
       .value("MIN", ReduceOp::Min)
       .value("PRODUCT", ReduceOp::Prod);
+
+  py::class_<distributed::Work, std::shared_ptr<distributed::Work>>(
+      m, "Work", "A nonblocking send or receive (isend / irecv); wait() is bounded by the communicator's timeout.")
+      .def("wait", [](distributed::Work& w, py::object /*timeout*/) {
+        w.wait();
+        return true;
+      }, py::arg("timeout") = py::none(), release_gil())
+      .def("is_completed", &distributed::Work::is_completed, release_gil());
 
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator",
                                                           "A group of processes (see meshflow.distributed).")
@@ -35,6 +101,8 @@ void init_distributed(py::module_& parent) {
            py::arg("recv_counts"), release_gil())
       .def("send", &Communicator::send, py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, release_gil())
       .def("recv", &Communicator::recv, py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, release_gil())
+      .def("isend", &Communicator::isend, py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, release_gil())
+      .def("irecv", &Communicator::irecv, py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, release_gil())
       .def("barrier", &Communicator::barrier, release_gil())
       .def("subgroup", &Communicator::subgroup, py::arg("ranks"), release_gil());
 
@@ -46,6 +114,8 @@ void init_distributed(py::module_& parent) {
       .def_property_readonly("bucket_params", &distributed::GradientReducer::bucket_params);
   m.def("broadcast_tensors", &distributed::broadcast_tensors, py::arg("tensors"), py::arg("root") = 0,
         py::arg("comm") = nullptr, release_gil());
+
+  init_pipelining(m);
 
   m.def("world", &distributed::world, py::return_value_policy::reference, release_gil());
   m.def("get_rank", &distributed::get_rank, release_gil());

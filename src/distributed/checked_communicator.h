@@ -30,6 +30,8 @@ class CheckedCommunicator : public Communicator {
                   const std::vector<int64_t>& recv_counts) final;
   void send(const Tensor& t, int dst, int tag) final;
   void recv(Tensor& t, int src, int tag) final;
+  std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag) final;
+  std::shared_ptr<Work> irecv(Tensor& t, int src, int tag) final;
   void barrier() final;
   std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks) final;
 
@@ -43,6 +45,8 @@ class CheckedCommunicator : public Communicator {
                               const std::vector<int64_t>& recv_counts) = 0;
   virtual void run_send(const Tensor& t, int dst, int tag) = 0;
   virtual void run_recv(Tensor& t, int src, int tag) = 0;
+  virtual std::shared_ptr<Work> run_isend(const Tensor& t, int dst, int tag) = 0;
+  virtual std::shared_ptr<Work> run_irecv(Tensor& t, int src, int tag) = 0;
   virtual void run_barrier() = 0;
   // ranks: checked (ascending group ranks, this rank among them); the
   // result is cached by subgroup().
@@ -51,6 +55,7 @@ class CheckedCommunicator : public Communicator {
   virtual int max_tag() const = 0;
 
  private:
+  void check_point_to_point(const char* name, const Tensor& t, int peer, int tag);
   std::mutex subgroups_mutex_;
   std::vector<std::pair<std::vector<int>, std::shared_ptr<Communicator>>> subgroups_;
 };

@@ -144,20 +144,33 @@ void CheckedCommunicator::all_to_all(const Tensor& in, const std::vector<int64_t
   run_all_to_all(in, send_counts, out, recv_counts);
 }
 
+void CheckedCommunicator::check_point_to_point(const char* name, const Tensor& t, int peer, int tag) {
+  const bool sends = name[0] == 'i' ? name[1] == 's' : name[0] == 's';
+  const char* arg = sends ? "dst" : "src";
+  check_tensor(name, "tensor", t);
+  check_peer(name, arg, peer, *this);
+  MF_CHECK(peer != rank(), ValueError, name, ": ", arg, " must be another rank, got this rank (", peer, ")");
+  MF_CHECK(tag >= 0 && tag <= max_tag(), ValueError, name, ": tag must be in [0, ", max_tag(), "], got ", tag);
+}
+
 void CheckedCommunicator::send(const Tensor& t, int dst, int tag) {
-  check_tensor("send", "tensor", t);
-  check_peer("send", "dst", dst, *this);
-  MF_CHECK(dst != rank(), ValueError, "send: dst must be another rank, got this rank (", dst, ")");
-  MF_CHECK(tag >= 0 && tag <= max_tag(), ValueError, "send: tag must be in [0, ", max_tag(), "], got ", tag);
+  check_point_to_point("send", t, dst, tag);
   run_send(t, dst, tag);
 }
 
 void CheckedCommunicator::recv(Tensor& t, int src, int tag) {
-  check_tensor("recv", "tensor", t);
-  check_peer("recv", "src", src, *this);
-  MF_CHECK(src != rank(), ValueError, "recv: src must be another rank, got this rank (", src, ")");
-  MF_CHECK(tag >= 0 && tag <= max_tag(), ValueError, "recv: tag must be in [0, ", max_tag(), "], got ", tag);
+  check_point_to_point("recv", t, src, tag);
   run_recv(t, src, tag);
+}
+
+std::shared_ptr<Work> CheckedCommunicator::isend(const Tensor& t, int dst, int tag) {
+  check_point_to_point("isend", t, dst, tag);
+  return run_isend(t, dst, tag);
+}
+
+std::shared_ptr<Work> CheckedCommunicator::irecv(Tensor& t, int src, int tag) {
+  check_point_to_point("irecv", t, src, tag);
+  return run_irecv(t, src, tag);
 }
 
 void CheckedCommunicator::barrier() { run_barrier(); }
@@ -208,6 +221,10 @@ class SingleCommunicator final : public CheckedCommunicator {
   // The checks reject every peer of a group of one before these are reached.
   void run_send(const Tensor&, int, int) override { throw ValueError("send: a group of one has no peer"); }
   void run_recv(Tensor&, int, int) override { throw ValueError("recv: a group of one has no peer"); }
+  std::shared_ptr<Work> run_isend(const Tensor&, int, int) override {
+    throw ValueError("isend: a group of one has no peer");
+  }
+  std::shared_ptr<Work> run_irecv(Tensor&, int, int) override { throw ValueError("irecv: a group of one has no peer"); }
   void run_barrier() override {}
   std::shared_ptr<Communicator> create_subgroup(const std::vector<int>&) override {
     return std::make_shared<SingleCommunicator>();

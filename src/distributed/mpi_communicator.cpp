@@ -434,12 +434,81 @@ class MpiCommunicator final : public CheckedCommunicator {
     MPI_Request request;
     int expected = element_count(name, t.numel());
     check(name, MPI_Irecv(t.data_ptr(), expected, mpi_type(t.dtype()), src, tag, comm_, &request));
-    MPI_Status status = wait(name, request, {t});
+    check_received(name, wait(name, request, {t}), t, src, tag);
+  }
+
+  // Note [Nonblocking point-to-point]: isend/irecv post the MPI request and
+  // return; MpiWork::wait() then polls it as every call does (Note [Bounded
+  // waits]). A Work dropped unwaited is waited for by its destructor.
+  class MpiWork final : public Work {
+   public:
+    MpiWork(MpiCommunicator* comm, const char* name, MPI_Request request, Tensor tensor, int peer, int tag)
+        : comm_(comm), name_(name), request_(request), tensor_(std::move(tensor)), peer_(peer), tag_(tag) {}
+    ~MpiWork() override {
+      if (done_) return;
+      try {
+        wait();
+      } catch (...) {  // the error was the caller's to see; a destructor cannot throw
+      }
+    }
+    void wait() override {
+      if (done_) return;
+      auto guard = serialize();
+      Call call(comm_->recorder_, name_, false,
+                detail::concat("wait ", describe(tensor_), name_[1] == 's' ? " to " : " from ", peer_, " tag ", tag_));
+      MPI_Status status = comm_->wait(name_, request_, {tensor_});
+      done_ = true;
+      if (name_[1] == 'r') comm_->check_received(name_, status, tensor_, peer_, tag_);
+    }
+    bool is_completed() override {
+      if (done_) return true;
+      auto guard = serialize();
+      int flag = 0;
+      MPI_Status status;
+      comm_->check(name_, MPI_Test(&request_, &flag, &status));
+      if (!flag) return false;
+      done_ = true;
+      if (name_[1] == 'r') comm_->check_received(name_, status, tensor_, peer_, tag_);
+      return true;
+    }
+
+   private:
+    MpiCommunicator* comm_;
+    const char* name_;
+    MPI_Request request_;
+    Tensor tensor_;
+    int peer_, tag_;
+    bool done_ = false;
+  };
+
+  std::shared_ptr<Work> run_isend(const Tensor& t, int dst, int tag) override {
+    auto guard = serialize();
+    const char* name = "isend";
+    check_not_broken(name);
+    Call call(recorder_, name, false, detail::concat(describe(t), " to ", dst, " tag ", tag));
+    MPI_Request request;
+    check(name, MPI_Isend(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), dst, tag, comm_,
+                          &request));
+    return std::make_shared<MpiWork>(this, name, request, t, dst, tag);
+  }
+
+  std::shared_ptr<Work> run_irecv(Tensor& t, int src, int tag) override {
+    auto guard = serialize();
+    const char* name = "irecv";
+    check_not_broken(name);
+    Call call(recorder_, name, false, detail::concat(describe(t), " from ", src, " tag ", tag));
+    MPI_Request request;
+    check(name, MPI_Irecv(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), src, tag, comm_,
+                          &request));
+    return std::make_shared<MpiWork>(this, name, request, t, src, tag);
+  }
+
+  void check_received(const char* name, const MPI_Status& status, const Tensor& t, int src, int tag) const {
     int received = 0;
     MPI_Get_count(&status, mpi_type(t.dtype()), &received);
-    MF_CHECK(received == expected, DistributedError, "recv: rank ", rank_, " of group ", format_ranks(world_ranks_),
-             " expected ", expected, " elements from rank ", src, " (tag ", tag, "), got ", received,
-             "; the receiver's tensor must have the sender's shape and dtype");
+    MF_CHECK(received == int(t.numel()), DistributedError, name, ": rank ", rank_, " of group ",
+             format_ranks(world_ranks_), " expected ", t.numel(), " elements from rank ", src, " (tag ", tag,
+             "), got ", received, "; the receiver's tensor must have the sender's shape and dtype");
   }
 
   void run_barrier() override {
@@ -568,10 +637,13 @@ class MpiCommunicator final : public CheckedCommunicator {
   static constexpr int kStatusReplyTag = 3;
   static constexpr int kSubgroupTag = 4;
   static constexpr const char* kCallNames[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
-                                               "all_to_all", "send", "recv", "barrier", "subgroup"};
+                                               "all_to_all", "send", "recv", "barrier", "subgroup",
+                                               "isend", "irecv"};
 
   static bool is_collective(const char* name) {
-    return std::strcmp(name, "send") != 0 && std::strcmp(name, "recv") != 0 && std::strcmp(name, "subgroup") != 0;
+    for (const char* p2p : {"send", "recv", "isend", "irecv", "subgroup"})
+      if (std::strcmp(name, p2p) == 0) return false;
+    return true;
   }
 
   static int64_t name_id(const char* name) {

@@ -227,6 +227,43 @@ void test_send_recv(dist::Communicator& comm) {
   }
 }
 
+// isend/irecv: every rank posts its receive and its send at once (no
+// order can deadlock), several messages of one tag arrive in order, and a
+// receive into a tensor of the wrong size fails on wait().
+void test_nonblocking(dist::Communicator& comm) {
+  if (comm.size() < 2) return;
+  int next = (comm.rank() + 1) % comm.size(), prev = (comm.rank() + comm.size() - 1) % comm.size();
+  for (int64_t n : {int64_t(5), int64_t(300000)}) {
+    std::vector<Tensor> got, mine;
+    std::vector<std::shared_ptr<dist::Work>> works;
+    for (int k = 0; k < 3; ++k) {
+      got.push_back(mf::empty({n}, mf::TensorOptions{.dtype = DType::Float32}));
+      works.push_back(comm.irecv(got.back(), prev, 9));
+    }
+    for (int k = 0; k < 3; ++k) {
+      mine.push_back(make(input_values(comm.rank() + 10 * k, n, DType::Float32), {n}, DType::Float32));
+      works.push_back(comm.isend(mine.back(), next, 9));
+    }
+    for (auto& w : works) w->wait();
+    for (auto& w : works) EXPECT(w->is_completed(), "isend/irecv: is_completed() after wait()");
+    for (int k = 0; k < 3; ++k)
+      expect_values("isend/irecv", DType::Float32, got[size_t(k)], input_values(prev + 10 * k, n, DType::Float32));
+  }
+  Tensor small = mf::empty({2}, mf::TensorOptions{.dtype = DType::Float32});
+  Tensor three = mf::ones({3}, mf::TensorOptions{.dtype = DType::Float32});
+  auto receive = comm.irecv(small, prev, 11);
+  auto send = comm.isend(three, next, 11);
+  send->wait();
+  bool threw = false;
+  try {
+    receive->wait();
+  } catch (const mf::DistributedError&) {
+    threw = true;
+  }
+  // MPI reports a truncated message as an error of the receive.
+  EXPECT(threw, "irecv: a message larger than the tensor must fail on wait()");
+}
+
 void test_subgroups(dist::Communicator& world) {
   // Even and odd world ranks: each rank is in one of the two.
   std::vector<int> members;
@@ -349,6 +386,7 @@ int run_collectives() {
   test_reduce_scatter(world);
   test_all_to_all(world);
   test_send_recv(world);
+  test_nonblocking(world);
   test_subgroups(world);
   test_bad_arguments(world);
   world.barrier();

@@ -24,6 +24,18 @@ namespace mf::distributed {
 
 enum class ReduceOp { Sum, Max, Min, Prod };
 
+// A nonblocking send or receive (Communicator::isend / irecv). wait()
+// returns when it completed, or throws DistributedError after comm_timeout()
+// seconds (Note [Bounded waits]); the tensor must stay alive and unchanged
+// until then (the Work keeps a reference to it).
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  // True once it completed (a test that does not wait).
+  virtual bool is_completed() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -55,6 +67,11 @@ class Communicator {
   // shape and dtype; peers are group ranks.
   virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(Tensor& t, int src, int tag = 0) = 0;
+  // The same without waiting: messages between two ranks with one tag are
+  // received in the order they were sent. A Work that is dropped before
+  // its wait() is waited for by its destructor (bounded, errors dropped).
+  virtual std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual std::shared_ptr<Work> irecv(Tensor& t, int src, int tag = 0) = 0;
   virtual void barrier() = 0;
 
   // A communicator over some of this group's members (group ranks,

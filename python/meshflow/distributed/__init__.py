@@ -271,3 +271,29 @@ def recv(tensor, src, group=None, tag=0):
     comm = _group(group, "recv")
     comm.recv(tensor, _group_rank(comm, src, "recv", "src"), tag)
     return src
+
+
+Work = _dist.Work
+
+
+def isend(tensor, dst, group=None, tag=0):
+    """Starts sending tensor to world rank dst and returns a Work; its
+    wait() returns once the send completed (bounded by the timeout). The
+    tensor must not change before then."""
+    comm = _group(group, "isend")
+    return comm.isend(_flat(tensor, "isend", "tensor"), _group_rank(comm, dst, "isend", "dst"), tag)
+
+
+def irecv(tensor, src, group=None, tag=0):
+    """Starts receiving into tensor from world rank src; wait() on the
+    returned Work before reading it."""
+    comm = _group(group, "irecv")
+    return comm.irecv(_flat(tensor, "irecv", "tensor"), _group_rank(comm, src, "irecv", "src"), tag)
+
+
+def __getattr__(name):
+    # meshflow.distributed.pipelining loads on first use (it needs meshflow.nn).
+    if name == "pipelining":
+        import importlib
+        return importlib.import_module("meshflow.distributed.pipelining")
+    raise AttributeError(f"module 'meshflow.distributed' has no attribute {name!r}")
