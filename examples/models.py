@@ -108,6 +108,49 @@ def gpt(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
     return GPT()
 
 
+def gpt_sequential(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
+    """gpt()'s model as a Sequential whose children run one after another
+    (embed, block0 .. block{layers-1}, final), so that
+    meshflow.distributed.pipelining.pipeline can cut it between blocks."""
+    nn = lib.nn
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d_model)
+            self.pos = nn.Embedding(seq, d_model)
+
+        def forward(self, idx):
+            return self.tok(idx) + self.pos(lib.arange(idx.shape[1]))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, activation="gelu",
+                                                    batch_first=True, norm_first=True)
+            self.register_buffer("causal", lib.triu(lib.full((seq, seq), -math.inf), 1), persistent=False)
+
+        def forward(self, x):
+            t = x.shape[1]
+            return self.layer(x, src_mask=self.causal[:t, :t])
+
+    class Final(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = nn.LayerNorm(d_model)
+            self.head = nn.Linear(d_model, vocab, bias=False)
+
+        def forward(self, x):
+            return self.head(self.ln(x))
+
+    model = nn.Sequential()
+    model.add_module("embed", Embed())
+    for k in range(layers):
+        model.add_module(f"block{k}", Block())
+    model.add_module("final", Final())
+    return model
+
+
 BUILDERS = {"mlp": mlp, "lenet": lenet, "fashion_cnn": fashion_cnn, "resnet18": resnet18, "gpt": gpt}
 
 

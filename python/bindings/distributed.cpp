@@ -52,9 +52,21 @@ void init_pipelining(py::module_& m) {
       .def_readonly("actions", &pp::Schedule::actions)
       .def("stages_of", &pp::Schedule::stages_of, py::arg("rank"))
       .def("describe", &pp::Schedule::describe)
-      .def("simulate", [](const pp::Schedule& s, double forward, double backward_input, double backward_weight,
-                          double latency) {
-        return pp::simulate(s, pp::SimulationCosts{forward, backward_input, backward_weight, latency});
+      .def("simulate", [](const pp::Schedule& s, py::object forward, py::object backward_input,
+                          py::object backward_weight, double latency) {
+        // Each cost is a number for every stage or a list with one per stage.
+        pp::SimulationCosts c;
+        c.latency = latency;
+        auto set = [](py::object value, double& uniform, std::vector<double>& per_stage) {
+          if (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value))
+            uniform = value.cast<double>();
+          else
+            per_stage = value.cast<std::vector<double>>();
+        };
+        set(forward, c.forward, c.stage_forward);
+        set(backward_input, c.backward_input, c.stage_backward_input);
+        set(backward_weight, c.backward_weight, c.stage_backward_weight);
+        return pp::simulate(s, c);
       }, py::arg("forward") = 1.0, py::arg("backward_input") = 1.0, py::arg("backward_weight") = 1.0,
          py::arg("latency") = 0.0)
       .def("formula_bubble", [](const pp::Schedule& s) { return pp::formula_bubble(s); });

@@ -151,6 +151,12 @@ TEST(PipelineSchedule, LatencyDelaysReceives) {
   Schedule s = make_schedule(ScheduleKind::GPipe, 2, 1);
   SimulationResult r = simulate(s, SimulationCosts{.latency = 0.5});
   EXPECT_DOUBLE_EQ(r.step_time, 1 + 0.5 + 1 + 2 + 0.5 + 2);
+  // Stages of unequal cost: stage 1's forward takes 3.
+  SimulationCosts uneven;
+  uneven.stage_forward = {1, 3};
+  EXPECT_DOUBLE_EQ(simulate(s, uneven).step_time, 1 + 3 + 2 + 2);
+  uneven.stage_forward = {1, 3, 4};
+  EXPECT_THROW(simulate(s, uneven), ValueError);
 }
 
 TEST(PipelineSchedule, DescribeShowsTheTimeline) {

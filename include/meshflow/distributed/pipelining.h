@@ -76,6 +76,9 @@ struct SimulationCosts {
   double backward_input = 1;   // I; a whole backward B costs I + W
   double backward_weight = 1;  // W
   double latency = 0;          // from a send's start to the receive's end
+  // Per stage, where not empty (one entry per stage): these in place of
+  // the three above, for stages of unequal cost.
+  std::vector<double> stage_forward, stage_backward_input, stage_backward_weight;
 };
 
 struct TimedAction {

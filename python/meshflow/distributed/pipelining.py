@@ -21,6 +21,8 @@ twice, a batch that does not divide, inputs on the wrong rank) raises the
 same error on every rank; a rank that dies makes the others raise
 DistributedError within the communicator's timeout. See docs/pipeline.md.
 """
+import time as _time
+
 import meshflow as _mf
 from meshflow import _C
 from meshflow._C import _distributed as _dist
@@ -32,6 +34,7 @@ __all__ = ["PipelineStage", "ScheduleGPipe", "Schedule1F1B", "ScheduleInterleave
 
 ActionType = _dist.ActionType
 Action = _dist.Action
+_COMPUTE = (ActionType.FORWARD, ActionType.FULL_BACKWARD, ActionType.BACKWARD_INPUT, ActionType.BACKWARD_WEIGHT)
 
 
 def make_schedule(kind, num_ranks, n_microbatches, stages_per_rank=1):
@@ -228,6 +231,10 @@ class _PipelineSchedule:
         self._stage_rank = list(self._schedule.stage_rank)
         self._actions = list(self._schedule.actions[comm.rank()])
         self._tied_groups = self._exchange_ties(comm, stages)
+        # (action, start, end, bytes allocated after it) of this rank's
+        # compute actions in the last step, times in time.perf_counter()
+        # seconds (bench/pipeline.py reads it).
+        self.last_step_timeline = []
 
     # --- construction checks ---------------------------------------------------------------------
     def _check_layout(self, name, rows, ranks):
@@ -303,6 +310,7 @@ class _PipelineSchedule:
         before = [None if p.grad is None else p.grad.clone() for p, _ in self._tied_groups]
         state = {}
         sends = []
+        self.last_step_timeline = []
         for action in self._actions:
             self._run(action, state, chunks, targets, sends)
         for work in sends:
@@ -365,7 +373,13 @@ class _PipelineSchedule:
         if backward and not self._has_backward:
             return
         try:
+            start = _time.perf_counter()
             self._run_action(action, state, chunks, targets, sends)
+            if sends and action.type in (ActionType.SEND_F, ActionType.SEND_B):
+                # Sends that completed release their tensors now, not at the step's end.
+                sends[:] = [w for w in sends if not w.is_completed()]
+            if action.type in _COMPUTE:
+                self.last_step_timeline.append((str(action), start, _time.perf_counter(), _mf.memory_allocated()))
         except _mf.errors.DistributedError as e:
             raise _mf.errors.DistributedError(f"{type(self).__name__}.step: action {action} on rank "
                                               f"{self._comm.world_ranks()[self._comm.rank()]}: {e}") from e

@@ -22,11 +22,16 @@ namespace mf::distributed::pipelining {
 namespace {
 
 double cost(const Action& a, const SimulationCosts& c) {
+  auto pick = [&a](const std::vector<double>& per_stage, double uniform) {
+    return per_stage.empty() ? uniform : per_stage[size_t(a.stage)];
+  };
+  const double f = pick(c.stage_forward, c.forward), i = pick(c.stage_backward_input, c.backward_input),
+               w = pick(c.stage_backward_weight, c.backward_weight);
   switch (a.type) {
-    case ActionType::Forward: return c.forward;
-    case ActionType::Backward: return c.backward_input + c.backward_weight;
-    case ActionType::BackwardInput: return c.backward_input;
-    case ActionType::BackwardWeight: return c.backward_weight;
+    case ActionType::Forward: return f;
+    case ActionType::Backward: return i + w;
+    case ActionType::BackwardInput: return i;
+    case ActionType::BackwardWeight: return w;
     default: return 0;
   }
 }
@@ -51,6 +56,9 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
     MF_CHECK(schedule.stage_rank[size_t(s)] >= 0 && schedule.stage_rank[size_t(s)] < p, ValueError, name, ": stage ", s,
              " is on rank ", schedule.stage_rank[size_t(s)], ", expected one in [0, ", p, ")");
   auto rank_of = [&](int s) { return schedule.stage_rank[size_t(s)]; };
+  for (const auto* per_stage : {&costs.stage_forward, &costs.stage_backward_input, &costs.stage_backward_weight})
+    MF_CHECK(per_stage->empty() || int(per_stage->size()) == S, ValueError, name,
+             ": per-stage costs need one value per stage (", S, "), got ", per_stage->size());
 
   // Every action is well formed, on its stage's rank, and appears once.
   std::map<Key, int> seen;
