@@ -6,6 +6,15 @@ The model is examples/models.py's gpt (pre-norm transformer blocks with
 causal self-attention) over the characters of /usr/share/games/fortunes;
 AdamW with warm-up and cosine decay. Prints the training loss, the loss on
 held-out text, and sampled text.
+
+Pipelined over N processes (docs/pipeline.md), the blocks split evenly:
+
+    python -m meshflow.distributed.launch --nproc-per-node 2 examples/gpt.py \
+        --pipeline-stages 2 --schedule 1f1b --microbatches 4
+
+('interleaved_1f1b' and 'zbv' put two stages on each process.) The
+gradient norm is clipped over all stages; the last stage's process prints
+the losses; sampling needs the whole model in one process and is skipped.
 """
 import argparse
 import math
@@ -37,6 +46,10 @@ def parse_args(argv=None):
     p.add_argument("--sample-chars", type=int, default=300)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--prompt", default="The ")
+    p.add_argument("--pipeline-stages", type=int, default=1,
+                   help="processes of a pipeline (one per process of the job)")
+    p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b, zero_bubble, interleaved_1f1b or zbv")
+    p.add_argument("--microbatches", type=int, default=4)
     return p.parse_args(argv)
 
 
@@ -75,6 +88,8 @@ def main(argv=None):
     val_loader = DataLoader(val_set, batch_size=args.batch_size)
     print(f"{n} training windows of {args.seq} characters, vocabulary {text.vocab_size}")
 
+    if args.pipeline_stages > 1:
+        return train_pipelined(args, text, loader, val_loader)
     model = models.gpt(mf, vocab=text.vocab_size, d_model=args.d_model, heads=args.heads, layers=args.layers,
                        seq=args.seq)
     params = sum(p.numel() for p in model.parameters())
@@ -109,6 +124,85 @@ def main(argv=None):
                       np.random.default_rng(args.seed))
     print("sample:\n" + text_out)
     return losses
+
+
+def train_pipelined(args, text, loader, val_loader):
+    from meshflow.distributed import pipelining as pp
+    rank, world = mf.distributed.get_rank(), mf.distributed.get_world_size()
+    if world != args.pipeline_stages:
+        raise SystemExit(f"--pipeline-stages {args.pipeline_stages} needs as many processes, got {world} "
+                         f"(python -m meshflow.distributed.launch --nproc-per-node {args.pipeline_stages} ...)")
+    per_rank = 2 if args.schedule in ("interleaved_1f1b", "zbv") else 1
+    stages = world * per_rank
+    if args.layers < stages:
+        raise SystemExit(f"--layers {args.layers} cannot fill {stages} stages")
+    model = models.gpt_sequential(mf, vocab=text.vocab_size, d_model=args.d_model, heads=args.heads,
+                                  layers=args.layers, seq=args.seq)
+    pipe = pp.pipeline(model, split_points=[f"block{s * args.layers // stages}" for s in range(1, stages)])
+    layout = pp.make_schedule(args.schedule, world, world if args.schedule == "interleaved_1f1b" else 1,
+                              per_rank).stage_rank
+    mine = [pipe.build_stage(s) for s in range(stages) if layout[s] == rank]
+    cls = {"gpipe": pp.ScheduleGPipe, "1f1b": pp.Schedule1F1B, "zero_bubble": pp.ScheduleZeroBubble,
+           "interleaved_1f1b": pp.ScheduleInterleaved1F1B, "zbv": pp.ScheduleZBVZeroBubble}[args.schedule]
+
+    def loss_fn(logits, target):
+        return models.loss_fn("gpt", mf, logits, target)
+
+    schedule = cls(mine if per_rank > 1 else mine[0], args.microbatches, loss_fn=loss_fn)
+    holds_first = any(s.is_first for s in mine)
+    holds_last = any(s.is_last for s in mine)
+    params = list({p.data_ptr(): p for s in mine for p in s.submod.parameters()}.values())
+    optimizer = mf.optim.AdamW(params, lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    if holds_last:
+        print(f"GPT: {args.layers} layers over {stages} stages on {world} processes, schedule {args.schedule}, "
+              f"{args.microbatches} micro-batches", flush=True)
+
+    def run(schedule, x, y, losses=None):
+        kwargs = {"target": y, "losses": losses} if holds_last and losses is not None else {}
+        return schedule.step(*([x] if holds_first else []), **kwargs)
+
+    step, begin, history = 0, time.perf_counter(), []
+    while step < args.steps:
+        for x, y in loader:
+            if step >= args.steps:
+                break
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, args.steps, args.lr)
+            optimizer.zero_grad()
+            losses = []
+            run(schedule, x, y, losses)
+            # The gradient norm over every stage: each rank's sum of squares, summed.
+            squares = mf.zeros(1, dtype=mf.float64)
+            for p in params:
+                if p.grad is not None:
+                    squares += (p.grad.double() ** 2).sum()
+            mf.distributed.all_reduce(squares)
+            scale = min(1.0, 1.0 / (math.sqrt(squares.item()) + 1e-6))
+            for p in params:
+                if p.grad is not None and scale < 1.0:
+                    p.grad.mul_(scale)
+            optimizer.step()
+            step += 1
+            if holds_last:
+                history.append(sum(l.item() for l in losses) / len(losses))
+                if step % args.log_every == 0 or step == args.steps:
+                    elapsed = time.perf_counter() - begin
+                    recent = sum(history[-args.log_every:]) / len(history[-args.log_every:])
+                    print(f"step {step}/{args.steps}: loss {recent:.4f}  ({1000 * elapsed / step:.0f} ms/step)",
+                          flush=True)
+    for s in mine:
+        s.submod.eval()
+    forward_only = cls(mine if per_rank > 1 else mine[0], 1)
+    val = []
+    with mf.no_grad():
+        for x, y in val_loader:
+            out = run(forward_only, x, y)
+            if holds_last:
+                val.append(loss_fn(out, y).item())
+    if holds_last:
+        print(f"held-out loss {sum(val) / len(val):.4f}")
+        print("sampling needs the whole model in one process: skipped when pipelined")
+    return history
 
 
 if __name__ == "__main__":

@@ -55,3 +55,24 @@ def test_gpt_trains_and_samples(capsys):
 def test_fashion_mnist_missing_data_is_a_clear_error(tmp_path):
     with pytest.raises(mf.errors.Error, match="dataset-fashion-mnist"):
         fashion_mnist.main(fashion_args(tmp_path, 1, "--data", str(tmp_path / "absent")))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zbv"])
+def test_gpt_trains_pipelined_under_the_launcher(schedule):
+    """examples/gpt.py --pipeline-stages 2 on 2 processes (docs/pipeline.md)."""
+    import re
+    import shutil
+    import subprocess
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI is not installed")
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(mf.__file__))))
+    out = subprocess.run([sys.executable, "-m", "meshflow.distributed.launch", "--nproc-per-node", "2",
+                          os.path.join(EXAMPLES, "gpt.py"), "--pipeline-stages", "2", "--schedule", schedule,
+                          "--steps", "4", "--layers", "4", "--d-model", "32", "--heads", "2", "--seq", "32",
+                          "--log-every", "2", "--microbatches", "4"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    losses = [float(v) for v in re.findall(r"step \d+/4: loss ([0-9.]+)", out.stdout)]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses), out.stdout
+    assert "held-out loss" in out.stdout
