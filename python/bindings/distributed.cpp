@@ -91,10 +91,10 @@ void init_distributed(py::module_& parent) {
 
   py::class_<distributed::Work, std::shared_ptr<distributed::Work>>(
       m, "Work", "A nonblocking send or receive (isend / irecv); wait() is bounded by the communicator's timeout.")
-      .def("wait", [](distributed::Work& w, py::object /*timeout*/) {
+      .def("wait", [](distributed::Work& w) {
         w.wait();
         return true;
-      }, py::arg("timeout") = py::none(), release_gil())
+      }, release_gil())
       .def("is_completed", &distributed::Work::is_completed, release_gil());
 
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator",

@@ -122,3 +122,8 @@ def test_a_rank_that_fails_mid_schedule_ends_the_job(fault):
         assert raised, result.stdout + result.stderr
         assert "Schedule1F1B.step: action 0RECV_B1 on rank 0" in raised.group(1)
         assert "timed out after 3 s" in raised.group(1)
+
+
+@needs_mpi
+def test_isend_irecv():
+    assert mpirun(2, "p2p_nonblocking.py").count("p2p nonblocking OK") == 2
