@@ -46,8 +46,7 @@ def stage_worker(args):
         layout = pp.make_schedule(kind, p, p if kind == "interleaved_1f1b" else 1, v).stage_rank
         mine = [s for s in range(stages) if layout[s] == rank]
         built = [pipe.build_stage(s) for s in mine]
-        cls = {"gpipe": pp.ScheduleGPipe, "1f1b": pp.Schedule1F1B, "zero_bubble": pp.ScheduleZeroBubble,
-               "interleaved_1f1b": pp.ScheduleInterleaved1F1B, "zbv": pp.ScheduleZBVZeroBubble}[kind]
+        cls = pp.get_schedule_class(kind)
         schedule = cls(built if v > 1 else built[0], m, loss_fn=F.mse_loss)
         x = mf.randn(m * rows, width)
         y = mf.randn(m * rows, width)

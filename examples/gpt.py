@@ -61,6 +61,29 @@ def lr_at(step, total, peak):
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def training_steps(args, loader, optimizer):
+    """(step number from 1, x, y) for args.steps steps, cycling the loader;
+    sets the learning rate and zeroes the gradients first."""
+    step = 0
+    while step < args.steps:
+        for x, y in loader:
+            if step >= args.steps:
+                return
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, args.steps, args.lr)
+            optimizer.zero_grad()
+            step += 1
+            yield step, x, y
+
+
+def report(args, step, losses, begin):
+    """Prints the mean loss of the last args.log_every steps."""
+    if step % args.log_every == 0 or step == args.steps:
+        elapsed = time.perf_counter() - begin
+        recent = sum(losses[-args.log_every:]) / len(losses[-args.log_every:])
+        print(f"step {step}/{args.steps}: loss {recent:.4f}  ({1000 * elapsed / step:.0f} ms/step)", flush=True)
+
+
 def sample(model, dataset, prompt, length, temperature, seq, rng):
     model.eval()
     known = [c for c in prompt if dataset.encode(c).numel() == 1] or [dataset.decode(mf.tensor([0]))]
@@ -96,25 +119,14 @@ def main(argv=None):
     print(f"GPT: {args.layers} layers, d_model {args.d_model}, {args.heads} heads, {params / 1e6:.2f} M parameters")
     optimizer = mf.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
 
-    step, begin, losses = 0, time.perf_counter(), []
-    while step < args.steps:
-        for x, y in loader:
-            if step >= args.steps:
-                break
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, args.steps, args.lr)
-            optimizer.zero_grad()
-            loss = models.loss_fn("gpt", mf, model(x), y)
-            loss.backward()
-            mf.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            losses.append(loss.item())
-            step += 1
-            if step % args.log_every == 0 or step == args.steps:
-                elapsed = time.perf_counter() - begin
-                recent = sum(losses[-args.log_every:]) / len(losses[-args.log_every:])
-                print(f"step {step}/{args.steps}: loss {recent:.4f}  ({1000 * elapsed / step:.0f} ms/step)",
-                      flush=True)
+    losses, begin = [], time.perf_counter()
+    for step, x, y in training_steps(args, loader, optimizer):
+        loss = models.loss_fn("gpt", mf, model(x), y)
+        loss.backward()
+        mf.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+        report(args, step, losses, begin)
 
     model.eval()
     with mf.no_grad():
@@ -142,8 +154,7 @@ def train_pipelined(args, text, loader, val_loader):
     layout = pp.make_schedule(args.schedule, world, world if args.schedule == "interleaved_1f1b" else 1,
                               per_rank).stage_rank
     mine = [pipe.build_stage(s) for s in range(stages) if layout[s] == rank]
-    cls = {"gpipe": pp.ScheduleGPipe, "1f1b": pp.Schedule1F1B, "zero_bubble": pp.ScheduleZeroBubble,
-           "interleaved_1f1b": pp.ScheduleInterleaved1F1B, "zbv": pp.ScheduleZBVZeroBubble}[args.schedule]
+    cls = pp.get_schedule_class(args.schedule)
 
     def loss_fn(logits, target):
         return models.loss_fn("gpt", mf, logits, target)
@@ -161,35 +172,24 @@ def train_pipelined(args, text, loader, val_loader):
         kwargs = {"target": y, "losses": losses} if holds_last and losses is not None else {}
         return schedule.step(*([x] if holds_first else []), **kwargs)
 
-    step, begin, history = 0, time.perf_counter(), []
-    while step < args.steps:
-        for x, y in loader:
-            if step >= args.steps:
-                break
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, args.steps, args.lr)
-            optimizer.zero_grad()
-            losses = []
-            run(schedule, x, y, losses)
-            # The gradient norm over every stage: each rank's sum of squares, summed.
-            squares = mf.zeros(1, dtype=mf.float64)
-            for p in params:
-                if p.grad is not None:
-                    squares += (p.grad.double() ** 2).sum()
-            mf.distributed.all_reduce(squares)
-            scale = min(1.0, 1.0 / (math.sqrt(squares.item()) + 1e-6))
-            for p in params:
-                if p.grad is not None and scale < 1.0:
-                    p.grad.mul_(scale)
-            optimizer.step()
-            step += 1
-            if holds_last:
-                history.append(sum(l.item() for l in losses) / len(losses))
-                if step % args.log_every == 0 or step == args.steps:
-                    elapsed = time.perf_counter() - begin
-                    recent = sum(history[-args.log_every:]) / len(history[-args.log_every:])
-                    print(f"step {step}/{args.steps}: loss {recent:.4f}  ({1000 * elapsed / step:.0f} ms/step)",
-                          flush=True)
+    history, begin = [], time.perf_counter()
+    for step, x, y in training_steps(args, loader, optimizer):
+        losses = []
+        run(schedule, x, y, losses)
+        # The gradient norm over every stage: each rank's sum of squares, summed.
+        squares = mf.zeros(1, dtype=mf.float64)
+        for p in params:
+            if p.grad is not None:
+                squares += (p.grad.double() ** 2).sum()
+        mf.distributed.all_reduce(squares)
+        scale = min(1.0, 1.0 / (math.sqrt(squares.item()) + 1e-6))
+        for p in params:
+            if p.grad is not None and scale < 1.0:
+                p.grad.mul_(scale)
+        optimizer.step()
+        if holds_last:
+            history.append(sum(l.item() for l in losses) / len(losses))
+            report(args, step, history, begin)
     for s in mine:
         s.submod.eval()
     forward_only = cls(mine if per_rank > 1 else mine[0], 1)

@@ -481,26 +481,20 @@ class MpiCommunicator final : public CheckedCommunicator {
     bool done_ = false;
   };
 
-  std::shared_ptr<Work> run_isend(const Tensor& t, int dst, int tag) override {
-    auto guard = serialize();
-    const char* name = "isend";
-    check_not_broken(name);
-    Call call(recorder_, name, false, detail::concat(describe(t), " to ", dst, " tag ", tag));
-    MPI_Request request;
-    check(name, MPI_Isend(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), dst, tag, comm_,
-                          &request));
-    return std::make_shared<MpiWork>(this, name, request, t, dst, tag);
-  }
+  std::shared_ptr<Work> run_isend(const Tensor& t, int dst, int tag) override { return post(true, t, dst, tag); }
+  std::shared_ptr<Work> run_irecv(Tensor& t, int src, int tag) override { return post(false, t, src, tag); }
 
-  std::shared_ptr<Work> run_irecv(Tensor& t, int src, int tag) override {
+  // Starts an isend (or irecv) of t with peer and returns its Work.
+  std::shared_ptr<Work> post(bool send, const Tensor& t, int peer, int tag) {
     auto guard = serialize();
-    const char* name = "irecv";
+    const char* name = send ? "isend" : "irecv";
     check_not_broken(name);
-    Call call(recorder_, name, false, detail::concat(describe(t), " from ", src, " tag ", tag));
+    Call call(recorder_, name, false, detail::concat(describe(t), send ? " to " : " from ", peer, " tag ", tag));
     MPI_Request request;
-    check(name, MPI_Irecv(t.data_ptr(), element_count(name, t.numel()), mpi_type(t.dtype()), src, tag, comm_,
-                          &request));
-    return std::make_shared<MpiWork>(this, name, request, t, src, tag);
+    const int count = element_count(name, t.numel());
+    check(name, send ? MPI_Isend(t.data_ptr(), count, mpi_type(t.dtype()), peer, tag, comm_, &request)
+                     : MPI_Irecv(t.data_ptr(), count, mpi_type(t.dtype()), peer, tag, comm_, &request));
+    return std::make_shared<MpiWork>(this, name, request, t, peer, tag);
   }
 
   void check_received(const char* name, const MPI_Status& status, const Tensor& t, int src, int tag) const {

@@ -127,3 +127,11 @@ def test_a_rank_that_fails_mid_schedule_ends_the_job(fault):
 @needs_mpi
 def test_isend_irecv():
     assert mpirun(2, "p2p_nonblocking.py").count("p2p nonblocking OK") == 2
+
+
+def test_get_schedule_class():
+    assert pp.get_schedule_class("1f1b") is pp.Schedule1F1B
+    assert pp.get_schedule_class("ScheduleZBVZeroBubble") is pp.ScheduleZBVZeroBubble
+    assert pp.get_schedule_class("Interleaved1F1B") is pp.ScheduleInterleaved1F1B
+    with pytest.raises(ValueError, match="unknown schedule 'pipedream'"):
+        pp.get_schedule_class("pipedream")

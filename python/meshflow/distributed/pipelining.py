@@ -30,7 +30,7 @@ from meshflow.nn import Module as _Module
 
 __all__ = ["PipelineStage", "ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleZBVZeroBubble",
            "ScheduleZeroBubble", "PipelineScheduleSingle", "PipelineScheduleMulti", "pipeline", "Pipe", "SplitPoint",
-           "make_schedule", "ActionType", "Action"]
+           "make_schedule", "get_schedule_class", "ActionType", "Action"]
 
 ActionType = _dist.ActionType
 Action = _dist.Action
@@ -643,3 +643,16 @@ def pipeline(module, split_points=None, mb_args=None, mb_kwargs=None, split_spec
                 ties.setdefault(s, {})[tie] = p
             tie += 1
     return Pipe(stage_modules, ties)
+
+
+def get_schedule_class(schedule_name):
+    """The schedule class of a name, as torch's get_schedule_class: 'gpipe',
+    '1f1b', 'zero_bubble', 'interleaved_1f1b' or 'zbv' (any case; PyTorch's
+    class names too)."""
+    classes = [ScheduleGPipe, Schedule1F1B, ScheduleZeroBubble, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble]
+    key = str(schedule_name).lower()
+    for cls in classes:
+        if key in (cls._kind, cls.__name__.lower(), cls.__name__[len("Schedule"):].lower()):
+            return cls
+    raise ValueError(f"get_schedule_class: unknown schedule {schedule_name!r}; expected one of "
+                     f"{[c._kind for c in classes]}")

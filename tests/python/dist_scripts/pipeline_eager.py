@@ -103,8 +103,7 @@ def run(kind, build, split_points, x, y, loss_fn, m, steps=2, lr=0.1, check_whol
 
     model = build()
     pipe = pp.pipeline(model, split_points=split_points)
-    schedule_cls = {"gpipe": pp.ScheduleGPipe, "1f1b": pp.Schedule1F1B, "zero_bubble": pp.ScheduleZeroBubble,
-                    "interleaved_1f1b": pp.ScheduleInterleaved1F1B, "zbv": pp.ScheduleZBVZeroBubble}[kind]
+    schedule_cls = pp.get_schedule_class(kind)
     layout = pp.make_schedule(kind, p, p if kind == "interleaved_1f1b" else 1, pipe.num_stages // p).stage_rank
     mine = [s for s in range(pipe.num_stages) if layout[s] == rank]
     stages = [pipe.build_stage(s) for s in mine]
