@@ -41,6 +41,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -DMESHFLOW_PYTHON_PACKAGE_DIR="$package/meshflow"
 fi
 ninja -C "$build" -j"$(nproc)"
+# Links to sources that were moved or deleted since the last run go first.
+find "$package/meshflow" -maxdepth 1 -xtype l -delete
 for entry in "$root"/python/meshflow/*; do
   name="$(basename "$entry")"
   case "$name" in _C*.so|__pycache__) continue ;; esac

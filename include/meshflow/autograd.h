@@ -46,24 +46,47 @@ struct TensorMeta {
   Device device;
 };
 
+// Note [Saved tensor hooks]
+// While hooks are installed on a thread (innermost only, as PyTorch's
+// torch.autograd.graph.saved_tensors_hooks), every tensor an autograd node
+// saves for backward goes through pack(), and the node keeps what pack
+// returns instead of the tensor; backward gets the tensor back from
+// unpack(), which must return one of the saved shape and dtype. An op's own
+// output reaches pack() detached (keeping it would be a reference cycle
+// through the node). Activation checkpointing (meshflow.utils.checkpoint)
+// is built on them: its pack keeps nothing, its unpack recomputes.
+struct SavedTensorHooks {
+  std::function<std::shared_ptr<void>(const Tensor&)> pack;
+  std::function<Tensor(const std::shared_ptr<void>&)> unpack;
+};
+
 // A tensor kept for backward. It remembers the version of its storage when
 // saved, so a later in-place write is reported instead of silently giving a
 // wrong gradient. An op's own output is saved without its grad_fn (that
-// would be a reference cycle) and re-linked to the node on unpack.
+// would be a reference cycle) and re-linked to the node on unpack. Under
+// saved tensor hooks it keeps the packed value instead, and the gradient
+// edge of the tensor, so a backward with create_graph still reaches it.
 class SavedTensor {
  public:
   SavedTensor() = default;
   SavedTensor(const Tensor& t, bool is_output_of_node);
   Tensor unpack(const std::shared_ptr<Node>& node, const char* op_name, int index) const;
-  bool defined() const { return data_.defined(); }
-  void reset() { data_ = Tensor(); }
+  bool defined() const { return data_.defined() || hooks_ != nullptr; }
+  void reset();
 
  private:
+  Tensor relinked(Tensor t, const std::shared_ptr<Node>& node) const;
+
   Tensor data_;
   uint32_t version_ = 0;
   bool is_output_ = false;
   bool requires_grad_ = false;
   uint32_t output_nr_ = 0;
+  // Under hooks (Note [Saved tensor hooks]).
+  std::shared_ptr<const SavedTensorHooks> hooks_;
+  std::shared_ptr<void> packed_;
+  TensorMeta meta_;
+  Edge edge_;  // where the saved input's gradient flows (inputs that require grad)
 };
 
 class Node : public std::enable_shared_from_this<Node> {
@@ -199,6 +222,78 @@ class DeferredBackward {
 };
 std::pair<TensorList, DeferredBackward> backward_input(const TensorList& outputs, const TensorList& grad_outputs,
                                                        const TensorList& inputs);
+
+// Installs saved tensor hooks on this thread until the guard ends (Note
+// [Saved tensor hooks]); nested guards stack, the innermost applies.
+class SavedTensorHooksGuard {
+ public:
+  explicit SavedTensorHooksGuard(std::shared_ptr<const SavedTensorHooks> hooks);
+  ~SavedTensorHooksGuard();
+  SavedTensorHooksGuard(const SavedTensorHooksGuard&) = delete;
+  SavedTensorHooksGuard& operator=(const SavedTensorHooksGuard&) = delete;
+};
+// The same as two calls, for bindings whose scopes are not C++ scopes.
+void push_saved_tensor_hooks(std::shared_ptr<const SavedTensorHooks> hooks);
+void pop_saved_tensor_hooks();
+
+// While a guard lives on this thread, a forward is being recomputed for
+// backward (activation checkpointing): ops that update state as a side
+// effect of a training forward (batch_norm's running statistics) do not
+// update it a second time.
+class RecomputationGuard {
+ public:
+  RecomputationGuard();
+  ~RecomputationGuard();
+  RecomputationGuard(const RecomputationGuard&) = delete;
+  RecomputationGuard& operator=(const RecomputationGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+bool in_recomputation();
+
+// Note [Custom functions]
+// A differentiable function whose backward is a callable rather than ops'
+// formulas: Python's meshflow.autograd.Function, and C++ code with a
+// hand-written gradient. The forward has run already (without recording:
+// its outputs have no grad_fn); link() connects its outputs to a node on
+// its inputs whose apply() calls `backward`.
+struct CustomFunction {
+  std::string name;  // the node's name, "<Function>Backward"
+  // Gradients for the inputs (one per input; undefined: none) from the
+  // gradients of the outputs (zeros for unused ones while materialize_grads)
+  // and the saved tensors unpacked. needs_input_grad[i]: input i wants one.
+  std::function<TensorList(const TensorList& grad_outputs, const std::vector<bool>& needs_input_grad,
+                           const TensorList& saved)>
+      backward;
+  TensorList saved;  // save_for_backward: inputs, outputs or other tensors
+  std::vector<bool> non_differentiable;  // per output (absent: differentiable)
+  bool materialize_grads = true;
+};
+// Returns the outputs as the graph sees them: floating outputs not marked
+// non-differentiable require grad, with the function's node as grad_fn
+// (an output that is one of the inputs comes back as a new alias of it).
+// Without grad mode or an input that requires grad, the outputs unchanged.
+TensorList link(CustomFunction fn, const TensorList& inputs, const TensorList& outputs);
+
+// Note [Activation checkpointing]
+// checkpoint(fn, inputs) runs fn(inputs) with saved tensor hooks that keep
+// none of the tensors its ops save for backward, only their shapes and
+// dtypes. The first of them that backward unpacks recomputes fn on the
+// same inputs (detached, requires_grad as they were) under the state of
+// the first run: the default generator's Philox seed and offset (so
+// dropout draws the same masks), autocast's state, grad mode on and a
+// RecomputationGuard (no second update of running statistics). The
+// recomputation's saves, in the same order as the first run's, are then
+// handed out one by one and dropped when used. A recomputation that saves
+// other shapes or dtypes, or a different number of tensors, or inputs
+// written in place since the forward, throw CheckpointError.
+struct CheckpointOptions {
+  bool preserve_rng_state = true;
+  bool determinism_check = true;  // compare the recomputation's shapes and dtypes
+};
+TensorList checkpoint(std::function<TensorList(const TensorList&)> fn, const TensorList& inputs,
+                      const CheckpointOptions& options = {});
 
 // Internal (for Node implementations): while the engine applies a node,
 // the edges whose gradients the running pass needs (null: every valid

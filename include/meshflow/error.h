@@ -45,6 +45,14 @@ class OutOfMemoryError : public Error {
   using Error::Error;
 };
 
+// A recomputed forward that differs from the first one (activation
+// checkpointing; Python: meshflow.utils.checkpoint.CheckpointError, a
+// RuntimeError).
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {

@@ -50,6 +50,7 @@ struct ErrorClasses {
   PyObject* value;
   PyObject* distributed;
   PyObject* out_of_memory;
+  PyObject* checkpoint;
 };
 ErrorClasses g_errors{};
 
@@ -78,6 +79,8 @@ void init_errors(py::module_& parent) {
                                          py::make_tuple(base(g_errors.error)));
   g_errors.out_of_memory = new_error_class(m, "OutOfMemoryError", "An allocation the device cannot serve.",
                                            py::make_tuple(base(g_errors.error)));
+  g_errors.checkpoint = new_error_class(m, "CheckpointError", "A recomputed forward that differs from the first.",
+                                        py::make_tuple(base(g_errors.error)));
 }
 
 void translate_error(std::exception_ptr p) {
@@ -95,6 +98,8 @@ void translate_error(std::exception_ptr p) {
     PyErr_SetString(g_errors.distributed, e.what());
   } catch (const OutOfMemoryError& e) {
     PyErr_SetString(g_errors.out_of_memory, e.what());
+  } catch (const CheckpointError& e) {
+    PyErr_SetString(g_errors.checkpoint, e.what());
   } catch (const Error& e) {
     PyErr_SetString(g_errors.error, e.what());
   } catch (const std::bad_alloc& e) {

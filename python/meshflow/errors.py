@@ -14,5 +14,7 @@ IndexError = _errors.IndexError
 ValueError = _errors.ValueError
 DistributedError = _errors.DistributedError
 OutOfMemoryError = _errors.OutOfMemoryError
+CheckpointError = _errors.CheckpointError
 
-__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "DistributedError", "OutOfMemoryError"]
+__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "DistributedError", "OutOfMemoryError",
+           "CheckpointError"]

@@ -1,4 +1,6 @@
 #include <atomic>
+#include <utility>
+#include <vector>
 
 #include "meshflow/autograd.h"
 #include "meshflow/distributed/global.h"
@@ -102,34 +104,117 @@ Edge gradient_edge(const Tensor& t) {
   return Edge{acc, 0};
 }
 
+// --- saved tensor hooks (Note [Saved tensor hooks]) -------------------------------------
+
+namespace {
+thread_local std::vector<std::shared_ptr<const SavedTensorHooks>> t_saved_tensor_hooks;
+thread_local bool t_recomputing = false;
+
+// While a pack or unpack hook runs, no hooks apply: ops a hook records save
+// their tensors as usual (they would otherwise re-enter the hook).
+struct HooksSuspended {
+  std::vector<std::shared_ptr<const SavedTensorHooks>> stack = std::exchange(t_saved_tensor_hooks, {});
+  ~HooksSuspended() { t_saved_tensor_hooks = std::move(stack); }
+};
+}  // namespace
+
+namespace autograd {
+
+void push_saved_tensor_hooks(std::shared_ptr<const SavedTensorHooks> hooks) {
+  MF_CHECK(hooks && hooks->pack && hooks->unpack, ValueError, "saved_tensors_hooks: pack and unpack must be given");
+  t_saved_tensor_hooks.push_back(std::move(hooks));
+}
+
+void pop_saved_tensor_hooks() {
+  MF_CHECK(!t_saved_tensor_hooks.empty(), Error, "saved_tensors_hooks: no hooks are installed on this thread");
+  t_saved_tensor_hooks.pop_back();
+}
+
+SavedTensorHooksGuard::SavedTensorHooksGuard(std::shared_ptr<const SavedTensorHooks> hooks) {
+  push_saved_tensor_hooks(std::move(hooks));
+}
+SavedTensorHooksGuard::~SavedTensorHooksGuard() { pop_saved_tensor_hooks(); }
+
+RecomputationGuard::RecomputationGuard() : prev_(std::exchange(t_recomputing, true)) {}
+RecomputationGuard::~RecomputationGuard() { t_recomputing = prev_; }
+bool in_recomputation() { return t_recomputing; }
+
+}  // namespace autograd
+
 // --- SavedTensor ---------------------------------------------------------------------
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output_of_node)
     : version_(t.version()), is_output_(is_output_of_node) {
+  requires_grad_ = t.requires_grad();
+  if (!t_saved_tensor_hooks.empty()) {
+    hooks_ = t_saved_tensor_hooks.back();
+    meta_ = TensorMeta{t.sizes(), t.dtype(), t.device()};
+    if (is_output_of_node) {
+      output_nr_ = t.output_nr();
+    } else if (requires_grad_) {
+      edge_ = gradient_edge(t);
+    }
+    // The hook may save, recompute or drop; it runs last so that a throwing
+    // hook leaves nothing half-recorded.
+    HooksSuspended suspended;
+    packed_ = hooks_->pack(is_output_of_node ? t.detach() : t);
+    return;
+  }
   if (is_output_of_node) {
     // Note [Saved outputs]: keep the data without the grad_fn (the node owns
     // this SavedTensor; holding its own output would be a cycle).
     data_ = t.detach();
-    requires_grad_ = t.requires_grad();
     output_nr_ = t.output_nr();
   } else {
     data_ = t;
   }
 }
 
+void SavedTensor::reset() {
+  data_ = Tensor();
+  packed_.reset();
+  hooks_.reset();
+  edge_ = Edge{};
+}
+
+Tensor SavedTensor::relinked(Tensor t, const std::shared_ptr<Node>& node) const {
+  auto& meta = t.impl()->ensure_autograd();
+  meta.requires_grad = true;
+  if (is_output_) {
+    meta.grad_fn = node;
+    meta.output_nr = output_nr_;
+  } else {
+    meta.grad_fn = edge_.fn;
+    meta.output_nr = edge_.input_nr;
+  }
+  return t;
+}
+
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& node, const char* op_name, int index) const {
+  if (hooks_) {
+    Tensor t;
+    {
+      HooksSuspended suspended;
+      t = hooks_->unpack(packed_);
+    }
+    MF_CHECK(t.defined(), TypeError, "saved_tensors_hooks: the unpack hook must return a Tensor (", 
+             is_output_ ? "output " : "input ", index, " of ", op_name, ")");
+    MF_CHECK(t.sizes() == meta_.sizes, ShapeError, "saved_tensors_hooks: the unpack hook returned a tensor of shape ",
+             shape_str(t.sizes()), " for ", is_output_ ? "output " : "input ", index, " of ", op_name,
+             ", which was saved with shape ", shape_str(meta_.sizes));
+    MF_CHECK(t.dtype() == meta_.dtype, TypeError, "saved_tensors_hooks: the unpack hook returned a tensor of dtype ",
+             dtype_name(t.dtype()), " for ", is_output_ ? "output " : "input ", index, " of ", op_name,
+             ", which was saved with dtype ", dtype_name(meta_.dtype));
+    if (!requires_grad_) return t.detach();
+    return relinked(t.detach(), node);
+  }
   MF_CHECK(data_.version() == version_, Error,
            "backward: one of the tensors needed for gradient computation has been modified by an ",
            "in-place operation: ", is_output_ ? "output " : "input ", index, " of ", op_name,
            " is at version ", data_.version(), "; expected version ", version_,
            ". Hint: replace the in-place op (x.add_(...), x[...] = ...) by its out-of-place form.");
   if (!is_output_ || !requires_grad_) return data_;
-  Tensor t = data_.detach();
-  auto& meta = t.impl()->ensure_autograd();
-  meta.requires_grad = true;
-  meta.grad_fn = node;
-  meta.output_nr = output_nr_;
-  return t;
+  return relinked(data_.detach(), node);
 }
 
 }  // namespace mf

@@ -198,7 +198,9 @@ Tensor BatchNorm::forward(const Tensor& x) {
   const Tensor& running_mean = buffer_at(0);
   const Tensor& running_var = buffer_at(1);
   double factor = options.momentum.value_or(0.0);
-  if (is_training() && options.track_running_stats && buffer_at(2).defined()) {
+  // A recomputation for backward (activation checkpointing) counted this
+  // batch already; batch_norm leaves the running statistics alone then.
+  if (is_training() && options.track_running_stats && buffer_at(2).defined() && !autograd::in_recomputation()) {
     NoGradGuard no_grad;
     Tensor n = buffer_at(2);
     add_(n, Scalar(int64_t(1)));

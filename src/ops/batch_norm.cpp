@@ -11,6 +11,7 @@
 // a per-channel affine map out = a * alpha[c] + b * beta[c] + gamma[c].
 #include <cmath>
 
+#include "meshflow/autograd.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
@@ -375,11 +376,16 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     MF_CHECK(running_mean.defined(), ValueError, "batch_norm: running_mean and running_var must be defined in "
              "evaluation mode (training=false)");
   }
+  // A forward recomputed for backward (activation checkpointing) updated
+  // the running statistics already when it first ran.
+  const bool update = training && running_mean.defined() && !autograd::in_recomputation();
   TensorList out = dispatch::apply(op,
                                    {x, weight.defined() ? to(weight, x.dtype()) : weight,
-                                    bias.defined() ? to(bias, x.dtype()) : bias, running_mean, running_var},
+                                    bias.defined() ? to(bias, x.dtype()) : bias,
+                                    update || !training ? running_mean : Tensor(),
+                                    update || !training ? running_var : Tensor()},
                                    {{"training", training}, {"momentum", momentum}, {"eps", eps}});
-  if (training && running_mean.defined() && x.numel() > 0) {
+  if (update && x.numel() > 0) {
     running_mean.bump_version();
     running_var.bump_version();
   }

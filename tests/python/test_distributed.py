@@ -120,6 +120,26 @@ def run(command, timeout=60, extra_env=None):
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def child_states(pid):
+    """The states ("R", "S", "Z", ...) of pid's children, read from /proc (not
+    through ps, which a test run under a preloaded sanitizer runtime would
+    also load: ps then deadlocks in it)."""
+    states = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # the process has ended meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid:
+            states.append(fields[0])
+    return states
+
+
 def run_failing_job(command, timeout=60, extra_env=None, grace=10):
     """Runs a job that ends abnormally; returns (result, launcher_hung).
     After such a job Open MPI 4.1's mpirun (with Debian's PMIx) sometimes
@@ -134,8 +154,7 @@ def run_failing_job(command, timeout=60, extra_env=None, grace=10):
         while proc.poll() is None:
             now = time.monotonic()
             # The launcher execs mpirun, whose children are the ranks.
-            states = subprocess.run(["ps", "-o", "stat=", "--ppid", str(proc.pid)], capture_output=True,
-                                    text=True).stdout.split()
+            states = child_states(proc.pid)
             ranks_seen = ranks_seen or bool(states)
             if ranks_seen and all(state.startswith("Z") for state in states):
                 ranks_gone = ranks_gone or now

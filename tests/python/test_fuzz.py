@@ -25,10 +25,19 @@ def test_a_seed_reproduces_its_calls():
     assert fuzz.Generator(6).call(17).source != a.call(17).source
 
 
+def harness_env(**extra):
+    """The environment of a child that signals itself on purpose: under the
+    sanitizer run (tools/test.sh --sanitize) AddressSanitizer must leave
+    SIGSEGV and SIGFPE to the process, as in an uninstrumented build."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **extra)
+    if "ASAN_OPTIONS" in env:
+        env["ASAN_OPTIONS"] += ":handle_segv=0:handle_sigfpe=0"
+    return env
+
+
 @pytest.fixture
 def child(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", MESHFLOW_FUZZ_TMP=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = harness_env(OMP_NUM_THREADS="1", MESHFLOW_FUZZ_TMP=str(tmp_path))
     c = fuzz.start_child(env, str(tmp_path), "test")
     yield c
     c.close()
@@ -58,14 +67,15 @@ def test_a_campaign_writes_a_minimal_reproducer(tmp_path, monkeypatch):
         return fuzz.Call(i, "crasher" if i == 3 else "ok", src)
 
     monkeypatch.setattr(fuzz.Generator, "call", call)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    for key, value in harness_env().items():
+        monkeypatch.setenv(key, value)
     camp = fuzz.Campaign(8, 0, str(tmp_path), workers=1, timeout=10).run()
     failures = camp.results.failures
     assert list(failures) == [("SIGFPE", "crasher")]
     entry = failures[("SIGFPE", "crasher")]
     assert entry["note"] == "reproduces alone in a fresh process" and camp.results.calls == 8
     script = pathlib.Path(entry["file"])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env = harness_env()
     assert subprocess.run([sys.executable, str(script)], env=env, capture_output=True).returncode == -8
     assert "SIGFPE" in camp.summary()
 

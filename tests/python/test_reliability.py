@@ -198,6 +198,26 @@ def test_set_num_threads_validates_and_survives_large_counts():
     mf.set_num_threads(before)
 
 
+@pytest.mark.parametrize("first", ["meshflow", "torch"])
+def test_meshflow_and_torch_share_one_openblas_in_either_import_order(first):
+    """Note [One OpenBLAS] in CMakeLists.txt: importing meshflow before
+    PyTorch once gave PyTorch mismatched OpenBLAS variants, which deadlocked
+    in its first threaded GEMM."""
+    second = "torch" if first == "meshflow" else "meshflow"
+    script = (f"import {first}, {second}, torch, meshflow as mf\n"
+              "torch.set_num_threads(2)\n"
+              "mf.set_num_threads(2)\n"
+              "a, w = torch.randn(64, 256), torch.randn(512, 256)\n"
+              "for _ in range(3):\n"
+              "    torch.nn.functional.linear(a, w)\n"
+              "x = mf.randn(64, 256)\n"
+              "print(float((x @ x.t()).sum().isfinite()), flush=True)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "1.0"
+
+
 # --- checkpoints --------------------------------------------------------------------------------
 
 def _state():
