@@ -8,6 +8,7 @@ Each builder returns a fresh module with the library's default
 initialisation. The state-dict keys are the same for both libraries, so
 weights copy across (see copy_state).
 """
+import importlib
 import math
 
 
@@ -78,11 +79,15 @@ def resnet18(lib, classes=10):
     return ResNet()
 
 
-def gpt(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
+def gpt(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128, checkpoint=False):
     """A decoder-only transformer: token + position embeddings, pre-norm
     blocks with causal self-attention and a GELU MLP, a final LayerNorm and
-    a linear head. forward(idx (N, T) int64) -> logits (N, T, vocab)."""
+    a linear head. forward(idx (N, T) int64) -> logits (N, T, vocab).
+    checkpoint=True recomputes each block in backward instead of keeping
+    its activations (utils.checkpoint)."""
     nn = lib.nn
+    if checkpoint:
+        importlib.import_module(lib.__name__ + ".utils.checkpoint")  # torch does not import it itself
 
     class GPT(nn.Module):
         def __init__(self):
@@ -102,7 +107,10 @@ def gpt(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
             x = self.tok(idx) + self.pos(lib.arange(t))
             mask = self.causal[:t, :t]
             for block in self.blocks:
-                x = block(x, src_mask=mask)
+                if checkpoint and lib.is_grad_enabled():
+                    x = lib.utils.checkpoint.checkpoint(block, x, mask, use_reentrant=False)
+                else:
+                    x = block(x, src_mask=mask)
             return self.head(self.ln(x))
 
     return GPT()

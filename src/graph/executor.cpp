@@ -179,7 +179,7 @@ void Executable::lower() {
       continue;
     }
     Step step{.op = node.op, .inputs = std::move(inputs), .attrs = node.attrs, .lr_group = node.lr_group,
-              .random_counters = node.random_counters};
+              .random_counters = node.random_counters, .random_key = node.random_key};
     if (node.inplace) {
       tensors_[size_t(node.outputs[0])] = step.inputs[0];
       step.outputs.push_back(step.inputs[0]);
@@ -277,11 +277,15 @@ void Executable::refresh_attrs(Step& step) {
   if (step.random_counters) {
     Generator& generator = default_generator();
     step.attrs.set("seed", int64_t(generator.seed()));
-    step.attrs.set("offset", int64_t(generator.reserve(step.random_counters)));
+    // A recomputed random op draws what the forward's op drew this run.
+    auto [it, first] = drawn_.try_emplace(step.random_key, 0);
+    if (first || step.random_key == 0) it->second = int64_t(generator.reserve(step.random_counters));
+    step.attrs.set("offset", it->second);
   }
 }
 
 void Executable::run_steps() {
+  drawn_.clear();
   std::vector<std::future<void>> pending(static_cast<size_t>(num_slots_));
   try {
     for (Step& step : steps_) {
@@ -340,6 +344,7 @@ std::string Executable::profile(const TensorList& inputs, int runs, bool by_shap
   double total = 0;
   for (int r = 0; r < runs; ++r) {
     bind_inputs(inputs);
+    drawn_.clear();
     for (Step& step : steps_) {
       if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
       const auto begin = std::chrono::steady_clock::now();

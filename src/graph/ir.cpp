@@ -190,6 +190,7 @@ std::string Graph::str() const {
     }
     if (n.is_view()) os << " view";
     if (n.overwrites >= 0) os << " over " << value_name(*this, n.inputs[size_t(n.overwrites)]);
+    if (n.recomputed) os << " recomputed";
     os << "\n";
   }
   os << "  return ";

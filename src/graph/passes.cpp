@@ -54,7 +54,9 @@ int eliminate_common_subexpressions(Graph& graph) {
       ++writes[size_t(values[size_t(n.inputs[0])].root)];
       continue;
     }
-    if (n.random_counters || n.outputs.empty() || n.op->collective) continue;
+    // Note [Recomputed nodes]: merging a recomputation into the forward
+    // would keep the forward's activations alive until backward.
+    if (n.random_counters || n.outputs.empty() || n.op->collective || n.recomputed) continue;
     std::ostringstream key;
     key << n.op->name << '(' << n.attrs.str() << ')';
     for (ValueId in : n.inputs) key << ' ' << in << '@' << (in == kNoValue ? 0 : root_writes(in));

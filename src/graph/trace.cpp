@@ -40,6 +40,12 @@ uint64_t random_counters(const Attrs& attrs) {
   return end > first ? end - first : 0;
 }
 
+// Note [Recomputed nodes] in ir.h.
+void mark_recomputation(Node& node) {
+  node.recomputed = autograd::in_recomputation();
+  if (node.random_counters) node.random_key = uint64_t(node.attrs.get_int("offset")) + 1;
+}
+
 }  // namespace
 
 Tracer* current_tracer() { return tls_tracer; }
@@ -284,6 +290,7 @@ TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs
   Node node{.op = &op, .attrs = attrs};
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
   node.random_counters = random_counters(attrs);
+  mark_recomputation(node);
   TensorList outputs;
   std::vector<Value> values;
   if (op.view) {
@@ -306,6 +313,7 @@ TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs
 
 void Tracer::record_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   Node node{.op = &op, .attrs = attrs, .inplace = true, .random_counters = random_counters(attrs)};
+  mark_recomputation(node);
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
   if (attrs.has("lr"))
     if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "meshflow/graph/ir.h"
@@ -107,6 +108,7 @@ class Executable {
     Attrs attrs;
     int32_t lr_group = -1;
     uint64_t random_counters = 0;
+    uint64_t random_key = 0;  // Note [Recomputed nodes] in ir.h
     // A collective run on the communication thread: its slot of pending
     // work (-1: runs here).
     int32_t async_slot = -1;
@@ -126,6 +128,8 @@ class Executable {
   Tensor arena_;
   std::vector<Tensor> tensors_;  // per value
   std::vector<Step> steps_;
+  // This run's offsets per random_key (Note [Recomputed nodes] in ir.h).
+  std::unordered_map<uint64_t, int64_t> drawn_;
   std::vector<const StorageImpl*> variable_storages_;
   bool overlap_communication_ = true;
   // Slots waited for at the end of the run.

@@ -102,6 +102,14 @@ struct Node {
   // A random op: this many Philox counters are reserved afresh before every
   // run and written to the "offset" attribute.
   uint64_t random_counters = 0;
+  // Note [Recomputed nodes]: the nodes an activation checkpoint records
+  // while backward recomputes its forward (autograd::in_recomputation()).
+  // CSE never merges them with the forward's nodes (that would keep the
+  // activations alive again), and a recomputed random op draws the counters
+  // of the forward's op it repeats: both carry the same random_key (1 + the
+  // offset they drew while tracing), and a run reserves counters once per key.
+  bool recomputed = false;
+  uint64_t random_key = 0;
   // An optimizer update: the learning rate is read from this parameter
   // group before every run (-1: none). Indexes Graph::lr_sources.
   int32_t lr_group = -1;

@@ -29,9 +29,92 @@ Global tensors (placement + SBP) work as in eager mode: the IR holds the
 boxing's communication nodes, and global inputs and outputs stay global.
 See docs/graph.md.
 """
+import contextlib
+
 from meshflow._C import Tensor, _graph, _modules, bfloat16, float16
 
-__all__ = ["Graph", "GraphConfig"]
+__all__ = ["Graph", "GraphConfig", "GraphModule"]
+
+
+class GraphModule:
+    """The graph-mode settings of one submodule, as OneFlow's
+    nn.graph.GraphModule. In a Graph's __init__:
+
+        self.model.blocks[0].to(mf.nn.graph.GraphModule).activation_checkpointing = True
+
+    makes the traced step recompute that module's forward in backward
+    instead of keeping its activations (utils.checkpoint while tracing: the
+    recomputation is recorded just before the module's first backward op,
+    and the graph's passes keep it apart from the forward, Note [Recomputed
+    nodes] in include/meshflow/graph/ir.h). Settings live with the module
+    and apply to every Graph that runs it."""
+
+    def __init__(self, module):
+        self._module = module
+        self.activation_checkpointing = False
+
+    @property
+    def module(self):
+        return self._module
+
+    def __setattr__(self, name, value):
+        if name == "activation_checkpointing" and not isinstance(value, bool):
+            raise TypeError(f"GraphModule.activation_checkpointing must be a bool, got {type(value).__name__}")
+        if not name.startswith("_") and name not in ("activation_checkpointing",):
+            raise AttributeError(f"GraphModule has no setting {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __repr__(self):
+        return (f"GraphModule({type(self._module).__name__}, "
+                f"activation_checkpointing={self.activation_checkpointing})")
+
+
+def _settings(module, create=False):
+    settings = module.__dict__.get("_graph_module")
+    if settings is None and create:
+        settings = GraphModule(module)
+        module.__dict__["_graph_module"] = settings
+    return settings
+
+
+_module_to = _modules.Module.to
+
+
+def _to(self, *args, **kwargs):
+    """Module.to(GraphModule) gives the module's graph settings (OneFlow);
+    any other argument converts it as before."""
+    if len(args) == 1 and not kwargs and args[0] is GraphModule:
+        return _settings(self, create=True)
+    return _module_to(self, *args, **kwargs)
+
+
+_to.__doc__ = (_module_to.__doc__ or "") + "\n\nmodule.to(meshflow.nn.graph.GraphModule): its graph-mode settings."
+_modules.Module.to = _to
+
+
+@contextlib.contextmanager
+def _checkpointed_forwards(modules):
+    """While tracing: the forward of each (sub)module whose GraphModule asks
+    for activation checkpointing runs under utils.checkpoint."""
+    from meshflow.utils.checkpoint import checkpoint
+    patched = []
+    try:
+        for root in modules:
+            for module in root.modules():
+                settings = _settings(module)
+                if settings is None or not settings.activation_checkpointing or "forward" in module.__dict__:
+                    continue
+                forward = module.forward
+
+                def checkpointed(*args, _forward=forward, **kwargs):
+                    return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+                module.forward = checkpointed
+                patched.append(module)
+        yield
+    finally:
+        for module in patched:
+            del module.forward
 
 
 class GraphConfig:
@@ -149,7 +232,8 @@ class Graph:
             # Autocast as configured, whatever region the caller is in.
             from meshflow.amp import autocast
             amp = self.config.amp_dtype
-            with autocast("cpu", dtype=amp, enabled=amp is not None):
+            with autocast("cpu", dtype=amp, enabled=amp is not None), \
+                    _checkpointed_forwards([m for _, m in self._modules()]):
                 if scaler is not None:
                     scaler._graph_scaled = type(self).__name__
                 try:

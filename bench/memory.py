@@ -1,0 +1,114 @@
+"""Memory for training (docs/memory.md): the peak memory of one training
+step of a GPT with and without activation checkpointing (each block
+recomputed in backward, meshflow.utils.checkpoint), and what it costs in
+step time; PyTorch 2.15's step time with and without its checkpoint, in
+the same run, for the time ratio.
+
+    PYTHONPATH=python /usr/bin/python3 bench/memory.py [--layers 8] [--batch 8] [--seq 128]
+    [--torch-python .venv-torch/bin/python]   (bench/setup_torch_venv.sh)
+
+"Activations" is the step's peak allocation above what is held before it
+(parameters, gradients of the previous step are set to None, AdamW state),
+measured with mf.max_memory_allocated(). PyTorch keeps no allocator
+statistics on the CPU, so only its time is shown.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+
+
+def measure(lib_name, args, checkpoint):
+    import importlib
+    lib = importlib.import_module(lib_name)
+    import models
+    lib.manual_seed(0)
+    lib.set_num_threads(args.threads)
+    model = models.gpt(lib, vocab=args.vocab, d_model=args.d_model, heads=args.heads, layers=args.layers,
+                       seq=args.seq, checkpoint=checkpoint)
+    opt = lib.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = lib.randint(0, args.vocab, (args.batch, args.seq))
+    target = lib.randint(0, args.vocab, (args.batch, args.seq))
+    times, peaks = [], []
+    for step in range(args.steps + 1):
+        opt.zero_grad(set_to_none=True)
+        if lib_name == "meshflow":
+            lib.reset_peak_memory_stats()
+            base = lib.memory_allocated()
+        start = time.perf_counter()
+        logits = model(idx)
+        loss = lib.nn.functional.cross_entropy(logits.reshape(-1, args.vocab), target.reshape(-1))
+        loss.backward()
+        opt.step()
+        elapsed = time.perf_counter() - start
+        if step:  # the first step allocates the optimizer's state
+            times.append(elapsed)
+            if lib_name == "meshflow":
+                peaks.append(lib.max_memory_allocated() - base)
+    return {"ms": 1e3 * statistics.median(times), "peak_mib": max(peaks) / 2**20 if peaks else None,
+            "loss": float(loss.item())}
+
+
+def child(args):
+    out = {}
+    for checkpoint in (False, True):
+        out[str(checkpoint)] = measure(args.lib, args, checkpoint)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run(python, lib, args):
+    cmd = [python, os.path.abspath(__file__), "--child", "--lib", lib] + [
+        f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+        if k not in ("child", "lib", "torch_python")]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise SystemExit(f"{lib} run failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--torch-python", default=os.path.join(os.path.dirname(HERE), ".venv-torch", "bin", "python"))
+    p.add_argument("--child", action="store_true")
+    p.add_argument("--lib", default="meshflow")
+    args = p.parse_args()
+    if args.child:
+        child(args)
+        return
+    mf = run(sys.executable, "meshflow", args)
+    print(f"GPT, {args.layers} layers, d_model {args.d_model}, batch {args.batch} x seq {args.seq}, "
+          f"AdamW, {args.threads} threads")
+    print(f"{'':28s}{'step ms':>10s}{'activation peak MiB':>22s}")
+    for key, name in (("False", "meshflow"), ("True", "meshflow, checkpointed")):
+        r = mf[key]
+        print(f"{name:28s}{r['ms']:10.1f}{r['peak_mib']:22.1f}")
+    plain, ckpt = mf["False"], mf["True"]
+    print(f"checkpointed / plain: activation peak {ckpt['peak_mib'] / plain['peak_mib']:.2f}, "
+          f"step time {ckpt['ms'] / plain['ms']:.2f}x; losses equal: {plain['loss'] == ckpt['loss']}")
+    if os.path.exists(args.torch_python):
+        t = run(args.torch_python, "torch", args)
+        print(f"torch: {t['False']['ms']:.1f} ms, checkpointed {t['True']['ms']:.1f} ms "
+              f"({t['True']['ms'] / t['False']['ms']:.2f}x); meshflow/torch step time: plain "
+              f"{plain['ms'] / t['False']['ms']:.2f}, checkpointed {ckpt['ms'] / t['True']['ms']:.2f}")
+    else:
+        print(f"(no {args.torch_python}: run bench/setup_torch_venv.sh for PyTorch's times)")
+
+
+if __name__ == "__main__":
+    main()
