@@ -27,8 +27,8 @@ int get_num_threads() {
 
 void set_num_threads(int n) {
   MF_CHECK(n >= 1, ValueError, "set_num_threads: expected a positive number of threads, got ", n);
-  g_num_threads.store(n, std::memory_order_relaxed);
   MF_CHECK(n <= kMaxThreads, ValueError, "set_num_threads: expected at most ", kMaxThreads, " threads, got ", n);
+  g_num_threads.store(n, std::memory_order_relaxed);
   omp_set_num_threads(n);
   // OpenBLAS gives each of its threads a buffer of tens of MiB; more BLAS
   // threads than processors never help, and under a memory limit the

@@ -86,6 +86,12 @@ int fold_constants(Graph& graph) {
   std::vector<bool> written(graph.values().size(), false);
   for (const Node& n : nodes)
     if (n.inplace) written[size_t(graph.value(n.inputs[0]).root)] = true;
+  // Folding adds constants, and views of a folded value then have one as
+  // their root: values past the first count were never written.
+  auto is_written = [&](ValueId id) {
+    const auto root = size_t(graph.value(id).root);
+    return root < written.size() && written[root];
+  };
   std::vector<bool> removed(nodes.size(), false);
   int count = 0;
   NoGradGuard no_grad;
@@ -93,7 +99,7 @@ int fold_constants(Graph& graph) {
     const Node n = nodes[i];
     if (n.inplace || n.random_counters || n.op->collective) continue;
     bool constant = true;
-    for (ValueId out : n.outputs) constant = constant && !written[size_t(graph.value(out).root)];
+    for (ValueId out : n.outputs) constant = constant && !is_written(out);
     TensorList inputs;
     for (ValueId in : n.inputs) {
       if (in == kNoValue) {
