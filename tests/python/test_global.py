@@ -34,6 +34,7 @@ SCRIPTS_AND_MARKERS = {
     "tensor_parallel.py": "tensor parallel OK",  # TP / DP / 2-D blocks equal one process
     "ddp.py": "ddp OK",                        # DistributedDataParallel equals one process
     "graph_global.py": "graph global OK",      # global models in mf.nn.Graph give eager's bits (2x2 mesh on 4)
+    "zero_optimizer.py": "zero optimizer OK",  # ZeroRedundancyOptimizer (ZeRO-1) equals one process
 }
 
 

@@ -8,6 +8,8 @@ as in PyTorch. A collective that another rank never joins raises
 meshflow.errors.DistributedError after MESHFLOW_COMM_TIMEOUT seconds
 (default 300). See docs/distributed.md.
 """
+import pickle
+
 import meshflow as _mf
 from meshflow._C import _distributed as _dist
 
@@ -165,6 +167,47 @@ def broadcast(tensor, src, group=None):
     comm.broadcast(tensor, _group_rank(comm, src, "broadcast", "src"))
 
 
+def _object_bytes(obj):
+    import numpy as np
+    data = pickle.dumps(obj)
+    return _mf.from_numpy(np.frombuffer(data, dtype=np.uint8).copy())
+
+
+def broadcast_object_list(object_list, src=0, group=None):
+    """In place: object_list's items become world rank src's (pickled, as
+    in PyTorch: only for objects from the job's own ranks)."""
+    comm = _group(group, "broadcast_object_list")
+    root = _group_rank(comm, src, "broadcast_object_list", "src")
+    data = _object_bytes(list(object_list)) if comm.rank() == root else None
+    size = _mf.tensor([0 if data is None else data.numel()], dtype=_mf.int64)
+    comm.broadcast(size, root)
+    if data is None:
+        data = _mf.empty(int(size.item()), dtype=_mf.uint8)
+    comm.broadcast(data, root)
+    if comm.rank() != root:
+        object_list[:] = pickle.loads(data.numpy().tobytes())
+
+
+def all_gather_object(object_list, obj, group=None):
+    """object_list[r] becomes group rank r's obj (pickled, as in PyTorch)."""
+    comm = _group(group, "all_gather_object")
+    n = comm.size()
+    if len(object_list) != n:
+        raise ValueError(f"all_gather_object: object_list must have one slot per rank ({n}), got "
+                         f"{len(object_list)}")
+    data = _object_bytes(obj)
+    sizes = _mf.zeros(n, dtype=_mf.int64)
+    comm.all_gather(_mf.tensor([data.numel()], dtype=_mf.int64), sizes, [1] * n)
+    longest = int(sizes.max().item())
+    padded = _mf.zeros(longest, dtype=_mf.uint8)
+    padded[: data.numel()] = data
+    gathered = _mf.zeros(n * longest, dtype=_mf.uint8)
+    comm.all_gather(padded, gathered, [longest] * n)
+    raw = gathered.numpy().tobytes()
+    for r in range(n):
+        object_list[r] = pickle.loads(raw[r * longest: r * longest + int(sizes[r].item())])
+
+
 def _check_whole(op, name, whole, part_numel, ranks):
     """whole must hold one part of part_numel elements per rank."""
     if whole.numel() != ranks * part_numel:
@@ -293,7 +336,7 @@ def irecv(tensor, src, group=None, tag=0):
 
 def __getattr__(name):
     # meshflow.distributed.pipelining loads on first use (it needs meshflow.nn).
-    if name == "pipelining":
+    if name in ("pipelining", "optim"):
         import importlib
-        return importlib.import_module("meshflow.distributed.pipelining")
+        return importlib.import_module("meshflow.distributed." + name)
     raise AttributeError(f"module 'meshflow.distributed' has no attribute {name!r}")

@@ -1,0 +1,139 @@
+"""Run under mpirun: ZeroRedundancyOptimizer (ZeRO-1) equals one process.
+
+DistributedDataParallel + ZeroRedundancyOptimizer(AdamW), each rank on its
+slice of a global batch, gives after 10 steps the parameters and optimizer
+state of plain AdamW on the whole batch in one process (float64, rtol
+1e-10), with: a 53-element parameter (53 does not divide by the ranks), a
+layer used three times per forward, a parameter without a gradient for one
+step, gradient-norm clipping, and a GradScaler whose step 5 sees an
+injected inf (skipped on every rank). Then the consolidated state dict
+loads into a plain AdamW and back into ZeRO on every rank, and training
+continues equal. Each rank holds about 1/N of the optimizer state.
+"""
+import numpy as np
+
+import meshflow as mf
+import meshflow.nn.functional as F
+from meshflow.distributed.optim import ZeroRedundancyOptimizer
+from meshflow.nn.parallel import DistributedDataParallel as DDP
+
+dist = mf.distributed
+rank, world = mf.env.get_rank(), mf.env.get_world_size()
+BATCH = 24
+rng = np.random.default_rng(0)
+data = [(rng.standard_normal((BATCH, 6)), rng.standard_normal((BATCH, 6))) for _ in range(12)]
+lo, hi = rank * BATCH // world, (rank + 1) * BATCH // world
+
+
+class Net(mf.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = mf.nn.Linear(6, 53)
+        self.shared = mf.nn.Linear(53, 53)
+        self.down = mf.nn.Linear(53, 6)
+
+    def forward(self, x):
+        h = self.up(x).tanh()
+        for _ in range(3):
+            h = self.shared(h).tanh()
+        return self.down(h)
+
+
+def build():
+    mf.manual_seed(0)
+    return Net().double()
+
+
+def train(model, opt, scaler, rows, steps):
+    params = list(opt.param_groups[0]["params"])
+    for step in steps:
+        x, y = data[step]
+        opt.zero_grad()
+        # Each rank's mean; DistributedDataParallel averages them (equal slices).
+        loss = F.mse_loss(model(mf.tensor(x[rows])), mf.tensor(y[rows]))
+        if step == 5 and rows[0] == 0:
+            # An overflow on the rank holding row 0 only; the gradients'
+            # all-reduce carries it to every rank, which all skip the step.
+            loss = loss * float("inf")
+        scaler.scale(loss).backward()
+        if step == 3:  # a parameter without a gradient this step: its owner skips it
+            model_params(model).up.bias.grad = None
+        scaler.unscale_(opt)
+        mf.nn.utils.clip_grad_norm_(params, 1.0)
+        scaler.step(opt)
+        scaler.update()
+
+
+def model_params(model):
+    return model.module if isinstance(model, DDP) else model
+
+
+def check(a, b, what, rtol=1e-10):
+    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=rtol, atol=1e-12,
+                                   err_msg=f"{what}: {name}")
+
+
+def check_state(sd, ref, what):
+    assert sorted(sd["state"]) == sorted(ref["state"]), what
+    for k in ref["state"]:
+        for key, value in ref["state"][k].items():
+            np.testing.assert_allclose(np.asarray(sd["state"][k][key].numpy()), np.asarray(value.numpy()),
+                                       rtol=1e-10, atol=1e-14, err_msg=f"{what}: state {k} {key}")
+
+
+# One process, whole batch: the reference.
+ref = build()
+ref_opt = mf.optim.AdamW(ref.parameters(), lr=0.01, weight_decay=0.1)
+ref_scaler = mf.amp.GradScaler(init_scale=16.0, growth_interval=2)
+train(ref, ref_opt, ref_scaler, np.arange(BATCH), range(10))
+
+net = build()
+model = DDP(net)
+opt = ZeroRedundancyOptimizer(model.parameters(), mf.optim.AdamW, lr=0.01, weight_decay=0.1)
+scaler = mf.amp.GradScaler(init_scale=16.0, growth_interval=2)
+train(model, opt, scaler, np.arange(lo, hi), range(10))
+check(net, ref, "after 10 steps")
+assert scaler.get_scale() == ref_scaler.get_scale()
+
+# Each rank keeps the state of its share of the parameters only.
+total = sum(p.numel() for p in net.parameters())
+mine = sum(v.numel() for s in opt.state.values() for k, v in s.items() if k != "step")
+assert mine <= 2 * (total / world + 53 * 53), (mine, total)
+counts = [None] * world
+dist.all_gather_object(counts, mine)
+assert sum(counts) == 2 * total, counts
+
+# The consolidated state dict is the ordinary one.
+opt.consolidate_state_dict(to=0)
+if rank == 0:
+    sd = opt.state_dict()
+    check_state(sd, ref_opt.state_dict(), "consolidated")
+    plain = mf.optim.AdamW(build().parameters(), lr=0.01, weight_decay=0.1)
+    plain.load_state_dict(sd)
+    check_state(plain.state_dict(), ref_opt.state_dict(), "loaded into AdamW")
+else:
+    sd = None
+    try:
+        opt.state_dict()
+        raise AssertionError("state_dict() without consolidation was accepted")
+    except RuntimeError as e:
+        assert "consolidate_state_dict" in str(e)
+box = [sd]
+dist.broadcast_object_list(box, src=0)
+
+# Reload into a fresh ZeRO optimizer (and model) and continue.
+net2 = build()
+with mf.no_grad():
+    for p, q in zip(net2.parameters(), net.parameters()):
+        p.copy_(q)
+model2 = DDP(net2)
+opt2 = ZeroRedundancyOptimizer(model2.parameters(), mf.optim.AdamW, lr=0.5, weight_decay=0.0)
+opt2.load_state_dict(box[0])
+assert opt2.param_groups[0]["lr"] == 0.01
+scaler2 = mf.amp.GradScaler(init_scale=scaler.get_scale(), growth_interval=2)
+ref_scaler2 = mf.amp.GradScaler(init_scale=ref_scaler.get_scale(), growth_interval=2)
+train(model2, opt2, scaler2, np.arange(lo, hi), range(10, 12))
+train(ref, ref_opt, ref_scaler2, np.arange(BATCH), range(10, 12))
+check(net2, ref, "after reloading")
+print(f"zero optimizer OK (rank {rank} of {world})", flush=True)
