@@ -2,7 +2,11 @@
 step of a GPT with and without activation checkpointing (each block
 recomputed in backward, meshflow.utils.checkpoint), and what it costs in
 step time; PyTorch 2.15's step time with and without its checkpoint, in
-the same run, for the time ratio.
+the same run, for the time ratio. Then, on 1, 2 and 4 ranks (mpirun, one
+thread each), the per-rank bytes of parameters, gradients and AdamW state
+of a GPT of about 50M parameters with DistributedDataParallel + AdamW and
+with ZeroRedundancyOptimizer, next to ZeRO's formulas (16 and 8 + 8/N bytes
+per parameter).
 
     PYTHONPATH=python /usr/bin/python3 bench/memory.py [--layers 8] [--batch 8] [--seq 128]
     [--torch-python .venv-torch/bin/python]   (bench/setup_torch_venv.sh)
@@ -55,6 +59,68 @@ def measure(lib_name, args, checkpoint):
             "loss": float(loss.item())}
 
 
+def zero_child(args):
+    """Under mpirun: per-rank bytes of parameters + gradients + optimizer
+    state after a step, DDP + AdamW against DDP + ZeroRedundancyOptimizer."""
+    import meshflow as mf
+    import models
+    from meshflow.distributed.optim import ZeroRedundancyOptimizer
+    from meshflow.nn.parallel import DistributedDataParallel as DDP
+    dist = mf.distributed
+    mf.set_num_threads(1)
+    out = {}
+    for kind in ("ddp", "zero1"):
+        mf.manual_seed(0)
+        net = models.gpt(mf, vocab=args.zero_vocab, d_model=args.zero_d_model, heads=8, layers=args.zero_layers,
+                         seq=args.zero_seq)
+        numel = sum(p.numel() for p in net.parameters())
+        model = DDP(net, gradient_as_bucket_view=True)  # gradients held once, as ZeRO's formula counts
+        opt = (ZeroRedundancyOptimizer(model.parameters(), mf.optim.AdamW, lr=1e-4) if kind == "zero1"
+               else mf.optim.AdamW(model.parameters(), lr=1e-4))
+        idx = mf.randint(0, args.zero_vocab, (2, args.zero_seq))
+        times = []
+        for step in range(3):
+            opt.zero_grad(set_to_none=False)
+            dist.barrier()
+            start = time.perf_counter()
+            logits = model(idx)
+            mf.nn.functional.cross_entropy(logits.reshape(-1, args.zero_vocab), idx.reshape(-1)).backward()
+            opt.step()
+            times.append(time.perf_counter() - start)
+            del logits
+        held = [None] * dist.get_world_size()
+        dist.all_gather_object(held, mf.memory_allocated())
+        out[kind] = {"numel": numel, "max_bytes": max(held), "ms": 1e3 * statistics.median(times[1:])}
+        del model, net, opt
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_zero(args):
+    rows = {}
+    for n in args.zero_ranks:
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
+               os.path.abspath(__file__), "--zero-child"] + [
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+            if k.startswith("zero_") and k not in ("zero_ranks", "zero_child")]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        result = [json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if not result:
+            raise SystemExit(f"ZeRO run on {n} ranks failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+        rows[n] = result[0]
+    psi = next(iter(rows.values()))["ddp"]["numel"]
+    print(f"\nGPT of {psi / 1e6:.1f}M parameters, AdamW, float32: per-rank bytes of parameters + gradients + "
+          "optimizer state after a step (max over ranks)")
+    print(f"{'ranks':>5s} {'DDP MiB':>9s} {'formula':>8s} {'ZeRO-1 MiB':>11s} {'formula':>8s} {'ratio':>6s}"
+          f" {'DDP ms':>8s} {'ZeRO-1 ms':>10s}")
+    for n, r in rows.items():
+        ddp_formula, zero_formula = 16 * psi, 8 * psi + 8 * psi / n
+        print(f"{n:5d} {r['ddp']['max_bytes'] / 2**20:9.0f} {ddp_formula / 2**20:8.0f} "
+              f"{r['zero1']['max_bytes'] / 2**20:11.0f} {zero_formula / 2**20:8.0f} "
+              f"{r['zero1']['max_bytes'] / zero_formula:6.3f} {r['ddp']['ms']:8.0f} {r['zero1']['ms']:10.0f}")
+
+
 def child(args):
     out = {}
     for checkpoint in (False, True):
@@ -65,7 +131,7 @@ def child(args):
 def run(python, lib, args):
     cmd = [python, os.path.abspath(__file__), "--child", "--lib", lib] + [
         f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-        if k not in ("child", "lib", "torch_python")]
+        if k not in ("child", "lib", "torch_python", "zero_child") and not k.startswith("zero_")]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in out.stdout.splitlines():
@@ -85,11 +151,21 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--torch-python", default=os.path.join(os.path.dirname(HERE), ".venv-torch", "bin", "python"))
+    p.add_argument("--zero-ranks", type=int, nargs="*", default=[1, 2, 4],
+                   help="rank counts of the ZeRO table (none: skip it)")
+    p.add_argument("--zero-layers", type=int, default=14)
+    p.add_argument("--zero-d-model", type=int, default=512)
+    p.add_argument("--zero-vocab", type=int, default=8192)
+    p.add_argument("--zero-seq", type=int, default=32)
+    p.add_argument("--zero-child", action="store_true")
     p.add_argument("--child", action="store_true")
     p.add_argument("--lib", default="meshflow")
     args = p.parse_args()
     if args.child:
         child(args)
+        return
+    if args.zero_child:
+        zero_child(args)
         return
     mf = run(sys.executable, "meshflow", args)
     print(f"GPT, {args.layers} layers, d_model {args.d_model}, batch {args.batch} x seq {args.seq}, "
@@ -108,6 +184,8 @@ def main():
               f"{plain['ms'] / t['False']['ms']:.2f}, checkpointed {ckpt['ms'] / t['True']['ms']:.2f}")
     else:
         print(f"(no {args.torch_python}: run bench/setup_torch_venv.sh for PyTorch's times)")
+    if args.zero_ranks:
+        run_zero(args)
 
 
 if __name__ == "__main__":

@@ -120,8 +120,8 @@ void init_distributed(py::module_& parent) {
 
   py::class_<distributed::GradientReducer>(m, "GradientReducer",
                                             "Bucketed gradient averaging of DistributedDataParallel.")
-      .def(py::init<TensorList, int64_t, distributed::Communicator*>(), py::arg("params"),
-           py::arg("bucket_cap_bytes"), py::arg("comm") = nullptr)
+      .def(py::init<TensorList, int64_t, distributed::Communicator*, bool>(), py::arg("params"),
+           py::arg("bucket_cap_bytes"), py::arg("comm") = nullptr, py::arg("gradient_as_bucket_view") = false)
       .def_property("sync", &distributed::GradientReducer::sync, &distributed::GradientReducer::set_sync)
       .def_property_readonly("bucket_params", &distributed::GradientReducer::bucket_params);
   m.def("broadcast_tensors", &distributed::broadcast_tensors, py::arg("tensors"), py::arg("root") = 0,

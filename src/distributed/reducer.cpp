@@ -32,6 +32,7 @@ struct GradientReducer::State {
   std::vector<bool> ready;        // per parameter, this pass
   std::vector<int> hooks;
   bool sync = true;
+  bool as_view = false;  // gradient_as_bucket_view
   bool in_pass = false;
   size_t next_launch = 0;
   std::unique_ptr<JobThread> worker;
@@ -48,7 +49,9 @@ struct GradientReducer::State {
     const size_t k = size_t(std::find(b.params.begin(), b.params.end(), i) - b.params.begin());
     Tensor slot = narrow(b.buffer, 0, b.offsets[k], params[i].numel());
     NoGradGuard no_grad;
-    if (grad.defined()) {
+    if (grad.defined() && grad.data_ptr() == slot.data_ptr()) {
+      // The gradient is the bucket's view already (gradient_as_bucket_view).
+    } else if (grad.defined()) {
       copy_(slot, reshape(grad.detach(), {-1}));
     } else {
       zero_(slot);
@@ -91,6 +94,19 @@ struct GradientReducer::State {
     for (Bucket& b : buckets) b.reduced.get();
     const double scale = 1.0 / double(comm->size());
     NoGradGuard no_grad;
+    if (as_view) {
+      // Each .grad becomes its slice of the bucket: one copy of the
+      // gradients is held, not two.
+      for (Bucket& b : buckets) {
+        mul_(b.buffer, Scalar(scale));
+        for (size_t k = 0; k < b.params.size(); ++k) {
+          const Tensor& p = params[b.params[k]];
+          Tensor view = reshape(narrow(b.buffer, 0, b.offsets[k], p.numel()), p.shape());
+          if (!p.grad().defined() || p.grad().data_ptr() != view.data_ptr()) p.set_grad(view);
+        }
+      }
+      return;
+    }
     for (const Bucket& b : buckets) {
       for (size_t k = 0; k < b.params.size(); ++k) {
         const Tensor& p = params[b.params[k]];
@@ -106,12 +122,14 @@ struct GradientReducer::State {
   }
 };
 
-GradientReducer::GradientReducer(TensorList params, int64_t bucket_cap_bytes, Communicator* comm)
+GradientReducer::GradientReducer(TensorList params, int64_t bucket_cap_bytes, Communicator* comm,
+                                 bool gradient_as_bucket_view)
     : state_(std::make_shared<State>()) {
   MF_CHECK(bucket_cap_bytes > 0, ValueError, "DistributedDataParallel: bucket_cap_mb must be positive, got ",
            bucket_cap_bytes, " bytes");
   State& s = *state_;
   s.comm = comm ? comm : &world();
+  s.as_view = gradient_as_bucket_view;
   s.params = std::move(params);
   for (size_t i = 0; i < s.params.size(); ++i) {
     const Tensor& p = s.params[i];

@@ -29,7 +29,11 @@ class GradientReducer {
  public:
   // params: leaf tensors that require grad (contiguous, the same shapes and
   // order on every rank). comm: the group (default: world()).
-  GradientReducer(TensorList params, int64_t bucket_cap_bytes, Communicator* comm = nullptr);
+  // gradient_as_bucket_view: after a pass each .grad is a view of its
+  // bucket (PyTorch's option of that name), so the gradients are held once;
+  // later backwards accumulate into the bucket itself.
+  GradientReducer(TensorList params, int64_t bucket_cap_bytes, Communicator* comm = nullptr,
+                  bool gradient_as_bucket_view = false);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;

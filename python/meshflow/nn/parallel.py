@@ -28,10 +28,12 @@ class DistributedDataParallel(Module):
     such as BatchNorm's running statistics are set to rank 0's before each
     forward. `bucket_cap_mb` caps a gradient bucket. Inside `no_sync()`
     backward only accumulates locally; the first backward after it averages
-    the accumulated gradients.
+    the accumulated gradients. `gradient_as_bucket_view=True` makes each
+    .grad a view of its bucket after the first backward, so the gradients
+    are held once instead of twice (bucket and .grad), as in PyTorch.
     """
 
-    def __init__(self, module, broadcast_buffers=True, bucket_cap_mb=25.0):
+    def __init__(self, module, broadcast_buffers=True, bucket_cap_mb=25.0, gradient_as_bucket_view=False):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: expected a meshflow.nn.Module, got {type(module).__name__}")
@@ -42,7 +44,8 @@ class DistributedDataParallel(Module):
         self._world = _distributed.get_world_size()
         params = [p for p in module.parameters() if p.requires_grad]
         # Checks the parameters (no global ones) before any communication.
-        self._reducer = _distributed.GradientReducer(params, max(1, int(bucket_cap_mb * 2**20)))
+        self._reducer = _distributed.GradientReducer(params, max(1, int(bucket_cap_mb * 2**20)),
+                                                     gradient_as_bucket_view=bool(gradient_as_bucket_view))
         if self._world > 1:
             _distributed.broadcast_tensors([t.detach() for t in list(module.parameters()) + list(module.buffers())], 0)
 

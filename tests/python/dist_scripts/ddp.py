@@ -3,7 +3,8 @@
 An MLP trained with DistributedDataParallel, each rank on its slice of a
 global batch of 256, gives after 10 steps the parameters (and mean losses) of
 the same MLP trained on one process with the whole batch; with small buckets
-too, and with gradient accumulation through no_sync(). Replicas that start
+too, with gradient accumulation through no_sync(), and with
+gradient_as_bucket_view. Replicas that start
 from different values are made equal by the wrapper.
 """
 import contextlib
@@ -76,6 +77,17 @@ check(small, reference, "small buckets")
 accumulated = DDP(build(), bucket_cap_mb=0.1)
 train(accumulated, slice(lo, hi), accumulate=2)
 check(accumulated, reference, "no_sync accumulation")
+
+# Gradients as views of the buckets: the same results, with no_sync
+# accumulation too, and the gradients held once.
+viewed = DDP(build(), bucket_cap_mb=0.1, gradient_as_bucket_view=True)
+train(viewed, slice(lo, hi), accumulate=2)
+check(viewed, reference, "gradient_as_bucket_view")
+before = mf.memory_allocated()
+train(viewed, slice(lo, hi))  # grads zeroed in place: no new gradient memory survives a step
+assert mf.memory_allocated() <= before, (mf.memory_allocated(), before)
+grads = {p.grad.data_ptr() for p in viewed.parameters()}
+assert len(grads) == len(list(viewed.parameters()))
 
 try:
     DDP(build().to_global(mf.placement("cpu", list(range(world))), mf.sbp.broadcast))
