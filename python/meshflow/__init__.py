@@ -55,6 +55,24 @@ def numel(input):
     return input.numel()
 
 
+def get_rng_state():
+    """The default generator's state as a uint8 tensor (its Philox seed and
+    offset, 16 bytes little-endian), as torch.get_rng_state."""
+    import struct
+    seed, offset = _C.default_generator.get_state()
+    return tensor(list(struct.pack("<QQ", seed, offset)), dtype=uint8)
+
+
+def set_rng_state(new_state):
+    """Restores a state from get_rng_state()."""
+    import struct
+    if not isinstance(new_state, Tensor) or new_state.dtype != uint8 or tuple(new_state.shape) != (16,):
+        got = (f"{new_state.dtype} tensor of shape {tuple(new_state.shape)}" if isinstance(new_state, Tensor)
+               else type(new_state).__name__)
+        raise TypeError(f"set_rng_state: expected a uint8 tensor of 16 bytes (from get_rng_state()), got {got}")
+    _C.default_generator.set_state(struct.unpack("<QQ", bytes(new_state.tolist())))
+
+
 def _format(self, spec):
     if self.dim() == 0:
         return self.item().__format__(spec)

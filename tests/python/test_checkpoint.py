@@ -528,3 +528,13 @@ def test_graph_module_settings_are_checked():
     with pytest.raises(AttributeError):
         settings.activation_checkpointng = True
     assert m.to(mf.float64).weight.dtype == mf.float64
+
+
+def test_get_and_set_rng_state_replay_random_draws():
+    state = mf.get_rng_state()
+    assert state.dtype == mf.uint8 and tuple(state.shape) == (16,)
+    a = mf.rand(5)
+    mf.set_rng_state(state)
+    same(mf.rand(5), a)
+    with pytest.raises(TypeError, match="uint8 tensor of 16 bytes"):
+        mf.set_rng_state(mf.zeros(3))
