@@ -12,7 +12,9 @@ parameters from the full gradients (which DistributedDataParallel has
 already reduced), then every rank's updated parameters are broadcast, one
 flat buffer per owner and dtype. With AdamW that is 8 bytes of state per
 parameter over N ranks instead of on each. Results equal the wrapped
-optimizer's on one process (docs/memory.md).
+optimizer's on one process (docs/memory.md). Learning rates set on its
+param_groups reach the local optimizer at each step (the lr_scheduler
+classes take meshflow's C++ optimizers only).
 
 state_dict() follows PyTorch: consolidate_state_dict(to=r) on every rank
 first gathers the shards on rank r, whose state_dict() then is the
@@ -58,7 +60,10 @@ class ZeroRedundancyOptimizer:
         over the groups), largest parameters first to the least loaded rank."""
         self._params = [p for group in self.param_groups for p in group["params"]]
         seen = set()
-        for p in self._params:
+        for i, p in enumerate(self._params):
+            if p.is_global:
+                raise ValueError(f"ZeroRedundancyOptimizer: parameter {i} is a global tensor; ZeroRedundancyOptimizer "
+                                 "shards the optimizer state of a replicated (DistributedDataParallel) model")
             if id(p) in seen:
                 raise ValueError("ZeroRedundancyOptimizer: a parameter appears twice in the parameter groups")
             seen.add(id(p))
