@@ -10,6 +10,8 @@ injected inf (skipped on every rank). Then the consolidated state dict
 loads into a plain AdamW and back into ZeRO on every rank, and training
 continues equal. Each rank holds about 1/N of the optimizer state.
 """
+import os
+
 import numpy as np
 
 import meshflow as mf
@@ -119,8 +121,20 @@ else:
         raise AssertionError("state_dict() without consolidation was accepted")
     except RuntimeError as e:
         assert "consolidate_state_dict" in str(e)
-box = [sd]
+# Saved with mf.save on rank 0 (the format is the plain optimizer's, so it
+# does not depend on the rank count) and loaded from the file on every rank.
+box = [None]
+if rank == 0:
+    import tempfile
+    box = [tempfile.mkdtemp(prefix="zero_optimizer_") + "/optimizer.safetensors"]
+    mf.save(sd, box[0])
 dist.broadcast_object_list(box, src=0)
+path = box[0]
+box = [mf.load(path)]
+dist.barrier()
+if rank == 0:
+    import shutil
+    shutil.rmtree(os.path.dirname(path))
 
 # Reload into a fresh ZeRO optimizer (and model) and continue.
 net2 = build()
