@@ -610,7 +610,7 @@ op("Tensor.index_put", index_put_samples, call=method_call("index_put"), dtypes=
 # coverage test does not ask for an OpInfo.
 NOT_OPS = {
     "tensor", "as_tensor", "from_numpy", "from_dlpack", "to_dlpack", "is_tensor", "is_floating_point", "numel",
-    "manual_seed", "initial_seed", "get_num_threads", "set_num_threads", "get_default_dtype", "set_default_dtype",
+    "manual_seed", "initial_seed", "get_rng_state", "set_rng_state", "get_num_threads", "set_num_threads", "get_default_dtype", "set_default_dtype",
     "is_grad_enabled", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "reset_peak_memory_stats", "empty_cache", "save", "load",
     # Tensor metadata, autograd and conversion to Python values
