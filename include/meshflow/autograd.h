@@ -106,6 +106,9 @@ class Node : public std::enable_shared_from_this<Node> {
   // Forward-output metadata, used to zero-fill missing gradients.
   std::vector<TensorMeta>& output_metas() { return output_metas_; }
   size_t num_outputs() const { return output_metas_.size(); }
+  // Sets next_edges_ (an edge per input that requires grad) and each
+  // input's metadata (undefined inputs: no edge, empty metadata).
+  void record_input_edges(const TensorList& inputs, std::vector<TensorMeta>& metas);
 
   // Hooks on the gradient of forward output `output_nr`, run before apply().
   int add_tensor_hook(uint32_t output_nr, TensorHook hook);
@@ -140,6 +143,9 @@ int next_hook_handle();
 
 // The edge a gradient for t should flow into (grad_fn or the accumulator).
 Edge gradient_edge(const Tensor& t);
+
+// Records t as forward output `output_nr` of node (its grad_fn).
+void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr);
 
 // --- grad mode ----------------------------------------------------------------
 class GradMode {

@@ -15,16 +15,7 @@ class CustomFunctionNode final : public Node {
   explicit CustomFunctionNode(CustomFunction fn) : fn_(std::move(fn)) {}
   std::string name() const override { return fn_.name; }
 
-  void record_inputs(const TensorList& inputs) {
-    next_edges_.resize(inputs.size());
-    input_metas_.resize(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const Tensor& t = inputs[i];
-      if (!t.defined()) continue;
-      input_metas_[i] = TensorMeta{t.sizes(), t.dtype(), t.device()};
-      if (t.requires_grad()) next_edges_[i] = gradient_edge(t);
-    }
-  }
+  void record_inputs(const TensorList& inputs) { record_input_edges(inputs, input_metas_); }
 
   // outputs: what the forward returned; returns them as the graph sees them.
   TensorList record_outputs(const TensorList& inputs, const TensorList& outputs) {
@@ -44,13 +35,7 @@ class CustomFunctionNode final : public Node {
       if (alias) t = t.detach();
       output_metas_[i] = TensorMeta{t.sizes(), t.dtype(), t.device()};
       const bool differentiable = i >= fn_.non_differentiable.size() || !fn_.non_differentiable[i];
-      if (differentiable && is_floating(t.dtype())) {
-        auto& meta = t.impl()->ensure_autograd();
-        meta.requires_grad = true;
-        meta.grad_fn = self;
-        meta.output_nr = uint32_t(i);
-        meta.grad_accumulator.reset();
-      }
+      if (differentiable && is_floating(t.dtype())) set_history(t, self, uint32_t(i));
       linked[i] = t;
     }
     saved_.reserve(fn_.saved.size());

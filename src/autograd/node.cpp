@@ -93,6 +93,25 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   return {};
 }
 
+void Node::record_input_edges(const TensorList& inputs, std::vector<TensorMeta>& metas) {
+  next_edges_.assign(inputs.size(), Edge{});
+  metas.assign(inputs.size(), TensorMeta{});
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) continue;
+    metas[i] = TensorMeta{t.sizes(), t.dtype(), t.device()};
+    if (t.requires_grad()) next_edges_[i] = gradient_edge(t);
+  }
+}
+
+void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  auto& meta = t.impl()->ensure_autograd();
+  meta.requires_grad = true;
+  meta.grad_fn = node;
+  meta.output_nr = output_nr;
+  meta.grad_accumulator.reset();
+}
+
 Edge gradient_edge(const Tensor& t) {
   auto& meta = t.impl()->ensure_autograd();
   if (meta.grad_fn) return Edge{meta.grad_fn, meta.output_nr};
@@ -178,14 +197,10 @@ void SavedTensor::reset() {
 }
 
 Tensor SavedTensor::relinked(Tensor t, const std::shared_ptr<Node>& node) const {
-  auto& meta = t.impl()->ensure_autograd();
-  meta.requires_grad = true;
   if (is_output_) {
-    meta.grad_fn = node;
-    meta.output_nr = output_nr_;
+    set_history(t, node, output_nr_);
   } else {
-    meta.grad_fn = edge_.fn;
-    meta.output_nr = edge_.input_nr;
+    set_history(t, edge_.fn, edge_.input_nr);
   }
   return t;
 }

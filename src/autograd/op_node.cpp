@@ -24,14 +24,11 @@ std::string OpNode::name() const {
 }
 
 void OpNode::record_inputs(const TensorList& inputs, const Tensor& saved_self_override) {
-  next_edges_.resize(inputs.size());
-  input_metas_.resize(inputs.size());
+  record_input_edges(inputs, input_metas_);
   saved_inputs_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) continue;
-    input_metas_[i] = TensorMeta{t.sizes(), t.dtype(), t.device()};
-    if (t.requires_grad()) next_edges_[i] = gradient_edge(t);
     if (i < 32 && (op_->save_inputs & (1u << i))) {
       const Tensor& saved = (i == 0 && saved_self_override.defined()) ? saved_self_override : t;
       saved_inputs_[i] = SavedTensor(saved, false);
@@ -46,13 +43,7 @@ void OpNode::record_outputs(const TensorList& outputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
     output_metas_[i] = TensorMeta{t.sizes(), t.dtype(), t.device()};
-    if (is_floating(t.dtype())) {
-      auto& meta = t.impl()->ensure_autograd();
-      meta.requires_grad = true;
-      meta.grad_fn = self;
-      meta.output_nr = uint32_t(i);
-      meta.grad_accumulator.reset();
-    }
+    if (is_floating(t.dtype())) set_history(t, self, uint32_t(i));
     if (i < 32 && (op_->save_outputs & (1u << i))) saved_outputs_[i] = SavedTensor(t, true);
   }
 }

@@ -452,13 +452,18 @@ def test_checkpoint_with_retain_graph_recomputes_again():
 
 # --- graph mode: GraphModule.activation_checkpointing ---------------------------------------------
 
-def graph_steps(checkpointed, amp, steps=3):
-    dtype = mf.float32 if amp else mf.float64
+def graph_blocks(dtype):
+    """Three blocks with dropout and BatchNorm, and their optimizer."""
     mf.manual_seed(0)
     blocks = mf.nn.Sequential(*[
         mf.nn.Sequential(mf.nn.Linear(16, 32), mf.nn.GELU(), mf.nn.Dropout(0.3), mf.nn.Linear(32, 16),
                          mf.nn.BatchNorm1d(16)) for _ in range(3)]).to(dtype)
-    opt = mf.optim.SGD(blocks.parameters(), lr=0.1, momentum=0.9)
+    return blocks, mf.optim.SGD(blocks.parameters(), lr=0.1, momentum=0.9)
+
+
+def graph_steps(checkpointed, amp, steps=3):
+    dtype = mf.float32 if amp else mf.float64
+    blocks, opt = graph_blocks(dtype)
 
     class Step(mf.nn.Graph):
         def __init__(self):
@@ -501,11 +506,7 @@ def test_graph_activation_checkpointing_equals_the_plain_graph_bit_for_bit(amp):
 def test_graph_checkpointing_matches_eager_checkpointing():
     losses, state, _ = graph_steps(True, False, steps=1)
     # The same step eagerly, every block under utils.checkpoint.
-    mf.manual_seed(0)
-    blocks = mf.nn.Sequential(*[
-        mf.nn.Sequential(mf.nn.Linear(16, 32), mf.nn.GELU(), mf.nn.Dropout(0.3), mf.nn.Linear(32, 16),
-                         mf.nn.BatchNorm1d(16)) for _ in range(3)]).double()
-    opt = mf.optim.SGD(blocks.parameters(), lr=0.1, momentum=0.9)
+    blocks, opt = graph_blocks(mf.float64)
     x = mf.randn(32, 16, dtype=mf.float64)
     mf.manual_seed(5)
     h = x
@@ -538,3 +539,31 @@ def test_get_and_set_rng_state_replay_random_draws():
     same(mf.rand(5), a)
     with pytest.raises(TypeError, match="uint8 tensor of 16 bytes"):
         mf.set_rng_state(mf.zeros(3))
+
+
+def test_bad_arguments_are_clear_errors():
+    x = mf.ones(2, requires_grad=True)
+    with pytest.raises(TypeError, match="callable"):
+        mf.utils.checkpoint.checkpoint(3, x, use_reentrant=False)
+    with pytest.raises(ValueError, match="determinism_check"):
+        mf.utils.checkpoint.checkpoint(lambda a: a * 2, x, use_reentrant=False, determinism_check="strict")
+    for segments in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="segments"):
+            mf.utils.checkpoint.checkpoint_sequential([mf.nn.Tanh()], segments, x, use_reentrant=False)
+    with pytest.raises(TypeError, match="callable"):
+        mf.autograd.graph.saved_tensors_hooks(None, lambda t: t)
+
+    class SavesANumber(mf.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a, 2.0)
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    with pytest.raises(TypeError, match="save_for_backward can only save tensors"):
+        SavesANumber.apply(x)
+    with pytest.raises(TypeError, match="mark_non_differentiable"):
+        mf.autograd.function.FunctionCtx().mark_non_differentiable(1)

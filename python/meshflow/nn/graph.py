@@ -58,9 +58,10 @@ class GraphModule:
         return self._module
 
     def __setattr__(self, name, value):
-        if name == "activation_checkpointing" and not isinstance(value, bool):
-            raise TypeError(f"GraphModule.activation_checkpointing must be a bool, got {type(value).__name__}")
-        if not name.startswith("_") and name not in ("activation_checkpointing",):
+        if name == "activation_checkpointing":
+            if not isinstance(value, bool):
+                raise TypeError(f"GraphModule.activation_checkpointing must be a bool, got {type(value).__name__}")
+        elif not name.startswith("_"):
             raise AttributeError(f"GraphModule has no setting {name!r}")
         object.__setattr__(self, name, value)
 

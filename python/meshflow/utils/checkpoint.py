@@ -12,6 +12,7 @@ use_reentrant=True is the older form (a Function whose backward reruns fn
 and calls backward inside backward); as in PyTorch it needs an input that
 requires grad, and does not support autograd.grad.
 """
+import contextlib
 import warnings
 
 from meshflow import _C
@@ -59,27 +60,23 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
         return output
     forward_context, recompute_context = context_fn() if context_fn is not None else (None, None)
     positions = [i for i, a in enumerate(args) if isinstance(a, _C.Tensor)]
-    first = []
+    state = {"ran": False, "output": None}
 
     def run(tensors):
         full = list(args)
         for i, t in zip(positions, tensors):
             full[i] = t
-        context = recompute_context if first else forward_context
-        if context is None:
+        context = recompute_context if state["ran"] else forward_context
+        with context if context is not None else contextlib.nullcontext():
             output = function(*full, **kwargs)
-        else:
-            with context:
-                output = function(*full, **kwargs)
-        if not first:
-            first.append(output)
+        if not state["ran"]:
+            state["ran"], state["output"] = True, output
         return []
 
     _C._checkpoint(run, [args[i] for i in positions], preserve_rng_state, determinism_check == "default")
     # The closure lives as long as the graph: it must not keep the outputs
     # (they hold the graph: a cycle through C++ no collector sees).
-    output = first.pop()
-    first.append(None)
+    output, state["output"] = state["output"], None
     _warn_if_nothing_requires_grad(output)
     return output
 
