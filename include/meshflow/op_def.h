@@ -131,7 +131,20 @@ struct OpDef {
   // The kernel accepts outputs[0] aliasing inputs[0] with any strides, so
   // the op has an in-place form (add_, mul_, ...).
   bool inplace = false;
+  // Bit i set: the kernel writes input i too (the optimizer updates write
+  // their state and step count); an in-place call writes input 0 in any
+  // case. Dispatch bumps the version of every written input, the global
+  // interpreter boxes each back to its own layout, and graph passes treat
+  // each as written by the node (Node::writes_input).
+  uint32_t mutates = 0;
   AutocastPolicy autocast = AutocastPolicy::Follow;
+  // Output element i is the same function of the inputs' elements at i
+  // (broadcast to the output's shape) and of the attrs, for every i: a
+  // kernel may run on any block of the elements. Graph fusion and
+  // rematerialisation take their ops from this trait (Note [Elementwise
+  // fusion] in graph/fusion.h); an elementwise op without an sbp rule of
+  // its own gets sbp::elementwise().
+  bool elementwise = false;
   // The op's SBP signatures (meshflow/distributed/sbp_rules.h); required
   // for every op with inputs.
   SbpRuleFn sbp;
@@ -166,8 +179,9 @@ class OpRegistry {
   const OpDef* find(std::string_view name);
   std::vector<const OpDef*> all();
   // Checks that every op is complete: infer, a view or CPU kernel, a
-  // backward unless declared non-differentiable, and SBP rules unless it
-  // has no inputs or is a collective. Throws on the first gap.
+  // backward unless declared non-differentiable, SBP rules unless it has no
+  // inputs or is a collective, and a mutates mask within its inputs.
+  // Throws on the first gap.
   void validate() const;
 
  private:

@@ -303,6 +303,9 @@ void init_optim(py::module_& parent) {
       .def("state_dict", [](const Optimizer& o) { return from_state(o.state_dict()); })
       .def("load_state_dict", [](Optimizer& o, const py::dict& d) { o.load_state_dict(to_optimizer_state_dict(d)); },
            py::arg("state_dict"))
+      // Note [ZeRO as layouts] (graph.config.enable_zero).
+      .def("_set_zero", &Optimizer::set_zero, py::arg("stage"), py::arg("min_size"))
+      .def_property_readonly("_zero_stage", &Optimizer::zero_stage)
       .def("__repr__", [](const Optimizer& o) {
         std::string text = o.name() + " (";
         for (size_t i = 0; i < o.param_groups().size(); ++i) {

@@ -70,10 +70,11 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     if (replaced.defined()) grad = checked_hook_result(replaced, grad);
   }
   if (const auto& global = variable_->global()) {
-    // A global leaf's gradient has the leaf's layout (a partial sum is
-    // reduced, a local zero-filled gradient laid out).
-    grad = grad.is_global() ? to_global(grad, global->placement, global->sbp)
-                            : global_from_full(grad, global->placement, global->sbp);
+    // A global leaf's gradient has the leaf's layout or its gradient layout
+    // (a partial sum is reduced, a local zero-filled gradient laid out).
+    const NdSbp& layout = global->grad_sbp ? *global->grad_sbp : global->sbp;
+    grad = grad.is_global() ? to_global(grad, global->placement, layout)
+                            : global_from_full(grad, global->placement, layout);
   }
   if (!meta.grad.defined()) {
     // Keep the gradient's graph only when differentiating twice; otherwise

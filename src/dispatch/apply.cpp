@@ -77,6 +77,13 @@ TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& att
   return outputs;
 }
 
+// The inputs an op's kernel wrote besides an in-place call's input 0
+// (OpDef::mutates) get a new version.
+void bump_written(const OpDef& op, const TensorList& inputs) {
+  for (uint32_t bits = op.mutates, i = 0; bits != 0 && i < inputs.size(); bits >>= 1, ++i)
+    if ((bits & 1u) && inputs[i].defined()) inputs[i].bump_version();
+}
+
 bool any_global(const TensorList& inputs) {
   for (const auto& t : inputs)
     if (t.defined() && t.is_global()) return true;
@@ -125,6 +132,7 @@ TensorList apply_below_autocast(const OpDef& op, const TensorList& inputs, const
   } else {
     outputs = interpret(op, inputs, attrs);
   }
+  bump_written(op, inputs);
   if (needs_grad(op, inputs)) {
     auto node = std::make_shared<OpNode>(op, attrs);
     node->record_inputs(inputs);
@@ -206,6 +214,7 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
     kernel(inputs, outputs, attrs);
   }
   self.bump_version();
+  bump_written(op, inputs);
   if (node) node->record_outputs({self});
   return self;
 }

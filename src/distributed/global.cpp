@@ -212,6 +212,17 @@ Tensor to_local(const Tensor& global) {
   return out;
 }
 
+void set_grad_layout(const Tensor& leaf, std::optional<NdSbp> sbp) {
+  MF_CHECK(leaf.is_global(), ValueError, "set_grad_layout: expected a global tensor");
+  const GlobalMeta& now = *leaf.impl()->global();
+  if (sbp) check_nd_sbp(*sbp, now.placement, leaf.dim(), "set_grad_layout");
+  if (sbp == now.sbp) sbp.reset();
+  if (sbp == now.grad_sbp) return;
+  auto changed = std::make_shared<GlobalMeta>(now);
+  changed->grad_sbp = std::move(sbp);
+  leaf.impl()->set_global(std::move(changed));
+}
+
 Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp) {
   check_nd_sbp(sbp, placement, full.dim(), "global factory");
   const int me = distributed::get_rank();

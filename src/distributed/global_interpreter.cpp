@@ -101,8 +101,14 @@ struct Prepared {
   TensorList local_inputs;          // this rank's boxed shards
 };
 
-// inplace: prefer, per mesh axis, the signatures that keep input 0's
-// layout, so that the op writes into input 0's own shard.
+// Whether the op writes input i (OpDef::mutates; input 0 of an in-place call).
+bool writes_input(const OpDef& op, size_t i, bool inplace) {
+  return (inplace && i == 0) || (i < 32 && ((op.mutates >> i) & 1u));
+}
+
+// inplace: the call writes input 0. A signature's cost counts the boxing of
+// the inputs into it and of the written inputs back to their own layouts
+// (Note [Writing back]).
 Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, bool inplace) {
   Prepared r;
   for (const Tensor& t : inputs) {
@@ -165,16 +171,15 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
     }
     double best = std::numeric_limits<double>::infinity();
     const SbpSignature* chosen = nullptr;
-    bool keeps_self = false;
-    for (const SbpSignature& sig : candidates) keeps_self = keeps_self || sig.inputs[0] == current[0][size_t(a)];
     for (const SbpSignature& sig : candidates) {
-      if (inplace && keeps_self && sig.inputs[0] != current[0][size_t(a)]) continue;
       if (leaves_empty_part(sig, a)) continue;
       double cost = 0;
       for (size_t i = 0; i < inputs.size(); ++i) {
         if (!inputs[i].defined()) continue;
         const double bytes = double(inputs[i].numel()) * double(itemsize(inputs[i].dtype()));
-        cost += transition_cost(current[i][size_t(a)], sig.inputs[i], bytes, p.hierarchy()[size_t(a)]);
+        const Sbp& now = current[i][size_t(a)];
+        cost += transition_cost(now, sig.inputs[i], bytes, p.hierarchy()[size_t(a)]);
+        if (writes_input(op, i, inplace)) cost += transition_cost(sig.inputs[i], now, bytes, p.hierarchy()[size_t(a)]);
       }
       if (cost < best) {
         best = cost;
@@ -201,6 +206,33 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
 
 Tensor wrap_output(const Prepared& r, size_t o, DType dtype, Tensor local) {
   return make_global(std::move(local), r.out_shapes[o], dtype, *r.placement, r.out_sbp[o]);
+}
+
+// Note [Writing back]: an op writes the shards its inputs were boxed to. A
+// written input boxed to another layout (optimizer state kept S(0) under a
+// replicated parameter, ZeRO's layout) gets the written shard boxed back
+// and copied into its own shard; a local input, the whole result. Decided
+// by layouts only, so that every rank makes the same collectives.
+void write_back(const OpDef& op, const TensorList& inputs, const Prepared& r, bool inplace) {
+  const Placement& p = *r.placement;
+  const int me = get_rank();
+  const NdSbp all_broadcast(size_t(p.ndim()), Sbp::broadcast());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined() || !writes_input(op, i, inplace)) continue;
+    const NdSbp& own = t.is_global() ? sbp_of(t) : all_broadcast;
+    if (t.is_global() && r.in_sbp[i] == own) continue;  // written in its own shard
+    Tensor back = box(r.local_inputs[i], t.shape(), t.dtype(), p, r.in_sbp[i], p, own);
+    if (!p.contains(me)) continue;
+    Tensor dst = t.is_global() ? t.impl()->global()->local : t;
+    // The same memory already (compared by storage: while tracing, tensors
+    // have no data).
+    if (dst.storage() == back.storage() && dst.storage_offset() == back.storage_offset() &&
+        dst.strides() == back.strides())
+      continue;
+    NoGradGuard no_grad;
+    copy_(dst, back);
+  }
 }
 
 }  // namespace
@@ -230,6 +262,7 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
     if (op.name == "view") r.local_inputs[0] = contiguous(r.local_inputs[0]);
     local_outputs = dispatch::apply(op, r.local_inputs, local_attrs(op, attrs, r));
   }
+  if (op.mutates) write_back(op, inputs, r, false);
   if (op.shape_depends_on_data) {
     MF_CHECK(r.placement->contains(get_rank()), ValueError, op.name,
              ": its output shape depends on the data, so every rank must be in the inputs' placement");
@@ -252,23 +285,13 @@ Tensor interpret_global_inplace(const OpDef& op, const TensorList& inputs, const
   const Tensor& self = inputs[0];
   MF_CHECK(self.is_global(), ValueError, op.name, "_: writing a global result into a local tensor");
   Prepared r = prepare(op, inputs, attrs, true);
-  const GlobalMeta& target = *self.impl()->global();
-  if (!target.placement.contains(get_rank())) return self;
-  {
-    // Runs in place on the boxed shard of self (its own shard when the
-    // signature keeps its layout), so update ops that read and write
-    // input 0 and further inputs work as on local tensors.
+  if (r.placement->contains(get_rank())) {
+    // Runs in place on the boxed shards (their own shards where the
+    // signature keeps their layouts).
     NoGradGuard no_grad;
     dispatch::apply_inplace(op, r.local_inputs, attrs);
   }
-  // Decided by layouts only, so that every rank makes the same collectives.
-  if (r.in_sbp[0] != target.sbp) {
-    Tensor local =
-        box(r.local_inputs[0], self.shape(), self.dtype(), target.placement, r.in_sbp[0], target.placement, target.sbp);
-    NoGradGuard no_grad;
-    Tensor dst = target.local;
-    copy_(dst, local);
-  }
+  write_back(op, inputs, r, true);
   return self;
 }
 

@@ -50,8 +50,9 @@ std::vector<int32_t> communication_waits(const Graph& graph) {
     for (size_t j = i + 1; j < nodes.size(); ++j) {
       const Node& n = nodes[j];
       if (n.is_view()) continue;  // views touch no data
-      bool conflict = n.inplace && (among(read, n.inputs[0]) || among(written, n.inputs[0]));
-      for (ValueId in : n.inputs) conflict = conflict || among(written, in);
+      bool conflict = false;
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        conflict = conflict || among(written, n.inputs[k]) || (n.writes_input(k) && among(read, n.inputs[k]));
       if (conflict) {
         waits[i] = int32_t(j);
         break;

@@ -5,7 +5,6 @@
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "meshflow/dispatch.h"
 #include "meshflow/parallel.h"
@@ -13,20 +12,7 @@
 
 namespace mf::graph {
 
-bool is_elementwise(const OpDef& op) {
-  static const std::unordered_set<std::string_view> names{
-      // unary math
-      "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid",
-      "erf", "neg",
-      // arithmetic and comparisons
-      "add", "sub", "mul", "div", "maximum", "minimum", "pow", "pow_scalar", "eq", "ne", "lt", "le", "gt", "ge",
-      "logical_and", "logical_or", "logical_xor", "logical_not",
-      // activations and their gradients
-      "relu", "gelu", "gelu_backward", "silu", "leaky_relu", "elu", "softplus",
-      // selection
-      "where", "masked_fill", "lerp", "addcmul", "addcdiv"};
-  return names.contains(op.name);
-}
+bool is_elementwise(const OpDef& op) { return op.elementwise && op.mutates == 0; }
 
 OpDef graph_only_op(std::string name, std::vector<std::string> inputs) {
   std::string what = name + ": made by the graph passes only; it has no eager form";
@@ -260,7 +246,7 @@ int fuse_elementwise(Graph& graph) {
         if (step_of.contains(in)) continue;
         if (std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
         for (size_t j = list[k] + 1; j < size_t(root) && !hazard; ++j)
-          hazard = nodes[j].inplace && values[size_t(nodes[j].inputs[0])].root == values[size_t(in)].root;
+          hazard = in != kNoValue && graph.writes_buffer(nodes[j], values[size_t(in)].root);
       }
     if (hazard) continue;
     auto program = std::make_shared<FusedProgram>();

@@ -54,7 +54,7 @@ struct BufferReaders {
 bool written_between(const Graph& graph, ValueId root, size_t first, size_t last) {
   for (size_t k = first + 1; k < last; ++k) {
     const Node& n = graph.nodes()[k];
-    if (n.inplace && graph.value(n.inputs[0]).root == root) return true;
+    if (graph.writes_buffer(n, root)) return true;
   }
   return false;
 }
@@ -182,7 +182,7 @@ int fuse_linear_activations(Graph& graph) {
     bool written = false;
     for (int32_t r : list) {
       const Node& n = nodes[size_t(r)];
-      written = written || (n.inplace && values[size_t(n.inputs[0])].root == product);
+      written = written || graph.writes_buffer(n, product);
     }
     if (written) continue;
     const bool keep_product = list.size() > 1 || readers.outputs[size_t(product)] > 0;

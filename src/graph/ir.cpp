@@ -50,6 +50,13 @@ ValueId Graph::add_variable(const Tensor& tensor, std::string name) {
 
 ValueId Graph::add_constant(const Tensor& tensor) { return add_value(value_of(ValueKind::Constant, tensor, {})); }
 
+bool Graph::writes_buffer(const Node& n, ValueId root) const {
+  if (!n.writes_inputs()) return false;
+  for (size_t k = 0; k < n.inputs.size(); ++k)
+    if (n.writes_input(k) && n.inputs[k] != kNoValue && value(n.inputs[k]).root == root) return true;
+  return false;
+}
+
 Tensor Graph::meta_tensor(ValueId id) const {
   const Value& v = value(id);
   const Value& owner = value(v.root);

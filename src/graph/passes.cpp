@@ -21,7 +21,7 @@ int eliminate_dead_code(Graph& graph) {
   int count = 0;
   for (size_t i = nodes.size(); i-- > 0;) {
     const Node& n = nodes[i];
-    bool live = n.inplace || n.op->collective;
+    bool live = n.writes_inputs() || n.op->collective;
     for (ValueId out : n.outputs) live = live || live_value[size_t(out)];
     if (!live) {
       removed[i] = true;
@@ -38,7 +38,7 @@ int eliminate_dead_code(Graph& graph) {
 int eliminate_common_subexpressions(Graph& graph) {
   auto& nodes = graph.nodes();
   const auto& values = graph.values();
-  // writes[root]: how many in-place nodes so far wrote the buffer of root.
+  // writes[root]: how many nodes so far wrote the buffer of root.
   std::vector<int32_t> writes(values.size(), 0);
   struct Seen {
     size_t node;
@@ -50,8 +50,9 @@ int eliminate_common_subexpressions(Graph& graph) {
   int count = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes[i];
-    if (n.inplace) {
-      ++writes[size_t(values[size_t(n.inputs[0])].root)];
+    if (n.writes_inputs()) {
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (n.writes_input(k) && n.inputs[k] != kNoValue) ++writes[size_t(values[size_t(n.inputs[k])].root)];
       continue;
     }
     // Note [Recomputed nodes]: merging a recomputation into the forward
@@ -85,7 +86,8 @@ int fold_constants(Graph& graph) {
   // A buffer written in place is state, not a constant.
   std::vector<bool> written(graph.values().size(), false);
   for (const Node& n : nodes)
-    if (n.inplace) written[size_t(graph.value(n.inputs[0]).root)] = true;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (n.writes_input(k) && n.inputs[k] != kNoValue) written[size_t(graph.value(n.inputs[k]).root)] = true;
   // Folding adds constants, and views of a folded value then have one as
   // their root: values past the first count were never written.
   auto is_written = [&](ValueId id) {
@@ -97,7 +99,7 @@ int fold_constants(Graph& graph) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node n = nodes[i];
-    if (n.inplace || n.random_counters || n.op->collective) continue;
+    if (n.writes_inputs() || n.random_counters || n.op->collective) continue;
     bool constant = true;
     for (ValueId out : n.outputs) constant = constant && !is_written(out);
     TensorList inputs;
@@ -215,7 +217,7 @@ int merge_slice_gradients(Graph& graph) {
     for (const Node* s : slices) first = std::min(first, size_t(s - nodes.data()));
     for (size_t j = first; j < i && ok; ++j)
       for (const Node* s : slices)
-        ok = ok && !(nodes[j].inplace && values[size_t(nodes[j].inputs[0])].root == values[size_t(s->inputs[0])].root);
+        ok = ok && !graph.writes_buffer(nodes[j], values[size_t(s->inputs[0])].root);
     if (!ok) continue;
     Node cat{.op = &cat_op, .attrs = {{"dim", dim}}, .outputs = nodes[i].outputs};
     for (const Node* s : slices) {
@@ -247,7 +249,9 @@ int recompute_elementwise(Graph& graph) {
       if (!nodes[i].is_view() && (readers[size_t(root)].empty() || readers[size_t(root)].back() != i))
         readers[size_t(root)].push_back(i);
     }
-    if (nodes[i].inplace) writes[size_t(root_of(nodes[i].inputs[0]))].push_back(i);
+    for (size_t k = 0; k < nodes[i].inputs.size(); ++k)
+      if (nodes[i].writes_input(k) && nodes[i].inputs[k] != kNoValue)
+        writes[size_t(root_of(nodes[i].inputs[k]))].push_back(i);
   }
   std::vector<bool> output_buffer(values.size(), false);
   for (ValueId id : graph.outputs()) output_buffer[size_t(root_of(id))] = true;

@@ -87,6 +87,8 @@ void Tracer::close() {
 }
 
 void Tracer::leave_global(const TensorList& outputs) {
+  global_update_op_ = nullptr;
+  global_update_group_ = -1;
   for (const Tensor& t : outputs) {
     if (!t.defined() || !t.is_global()) continue;
     const Tensor local = global_to_local(t);
@@ -223,6 +225,13 @@ void Tracer::enter_global(const OpDef& op, const TensorList& inputs) {
     check_member(t, op.name.c_str());
     shield_grad(t);
   }
+  global_update_op_ = nullptr;
+  global_update_group_ = -1;
+  if (op.inplace && !inputs.empty() && inputs[0].defined())
+    if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) {
+      global_update_op_ = &op;
+      global_update_group_ = it->second;
+    }
 }
 
 void Tracer::shield_grad(const Tensor& t) {
@@ -315,11 +324,19 @@ void Tracer::record_inplace(const OpDef& op, const TensorList& inputs, const Att
   Node node{.op = &op, .attrs = attrs, .inplace = true, .random_counters = random_counters(attrs)};
   mark_recomputation(node);
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
-  if (attrs.has("lr"))
-    if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) {
-      node.lr_group = it->second;
-      if (scaling_) node.inputs.back() = skip_input(op, graph_.lr_sources[size_t(it->second)].optimizer);
+  if (attrs.has("lr")) {
+    int32_t group = -1;
+    if (&op == global_update_op_) {
+      group = global_update_group_;
+      global_update_op_ = nullptr;  // one node per update
+    } else if (auto it = lr_group_of_.find(inputs[0].impl()); it != lr_group_of_.end()) {
+      group = it->second;
     }
+    if (group >= 0) {
+      node.lr_group = group;
+      if (scaling_) node.inputs.back() = skip_input(op, graph_.lr_sources[size_t(group)].optimizer);
+    }
+  }
   const Value written = graph_.value(node.inputs[0]);
   const int32_t index = graph_.append_node(std::move(node), {written});
   // Later reads of the written tensor see the new value.

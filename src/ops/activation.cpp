@@ -52,7 +52,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_outputs = 0b1,
     .inplace = true,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // gelu(x) = x Phi(x), Phi the standard normal CDF; "tanh" approximates Phi
@@ -83,7 +83,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{gelu_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs.get_string("approximate"))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // gelu_backward(grad, x) = grad * gelu'(x) in one pass:
@@ -132,7 +132,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // gelu(x) and gelu_backward(grad, x) in one pass, erf computed once:
@@ -189,7 +189,7 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .differentiable = false,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -207,7 +207,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(ctx.grad_outputs[0], mul(s, add(mul(x, rsub(s, 1.0)), 1.0)))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -230,7 +230,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{where(gt(ctx.inputs[0], 0), g, mul(g, ctx.attrs.get_float("negative_slope")))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -255,7 +255,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{where(gt(x, 0), g, mul(g, mul(exp(x), alpha)))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // softplus(x) = log(1 + exp(beta x)) / beta, and x where beta x > threshold.
@@ -280,7 +280,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{where(gt(bx, ctx.attrs.get_float("threshold")), g, mul(g, sigmoid(bx)))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // --- clamp ------------------------------------------------------------------------------
@@ -321,7 +321,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b1,
     .inplace = true,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // One tensor bound: kMin gives max(x, bound), else min(x, bound). The
@@ -349,7 +349,7 @@ OpDef clamp_tensor_op(const char* name) {
         return grads;
       },
       .save_inputs = 0b11,
-      .sbp = sbp::elementwise(),
+      .elementwise = true,
   };
 }
 

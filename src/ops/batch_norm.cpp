@@ -315,6 +315,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b00011,
     .save_outputs = 0b110,
+    .mutates = 0b11000,  // running_mean and running_var, when given in training
     .sbp = sbp::broadcast_only(),
 });
 
@@ -385,10 +386,6 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                                     update || !training ? running_mean : Tensor(),
                                     update || !training ? running_var : Tensor()},
                                    {{"training", training}, {"momentum", momentum}, {"eps", eps}});
-  if (update && x.numel() > 0) {
-    running_mean.bump_version();
-    running_var.bump_version();
-  }
   return out[0];
 }
 

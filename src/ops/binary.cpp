@@ -95,6 +95,7 @@ MF_REGISTER_OP(OpDef{
                         ctx.needs_input_grad[1] ? sum_to(g, ctx.input_metas[1].sizes) : Tensor()};
     },
     .inplace = true,
+    .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::All),
 });
 
@@ -109,6 +110,7 @@ MF_REGISTER_OP(OpDef{
                         ctx.needs_input_grad[1] ? sum_to(neg(g), ctx.input_metas[1].sizes) : Tensor()};
     },
     .inplace = true,
+    .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::All),
 });
 
@@ -130,6 +132,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b11,
     .inplace = true,
+    .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::One),
 });
 
@@ -159,6 +162,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b11,
     .inplace = true,
+    .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::One, 0),
 });
 
@@ -263,7 +267,7 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .backward = zero_grads,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -291,7 +295,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -304,6 +308,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = unary_kernel("neg", [](auto a) { return -a; }),
     .backward = [](const BackwardContext& ctx) { return TensorList{neg(ctx.grad_outputs[0])}; },
     .inplace = true,
+    .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::All),
 });
 

@@ -32,7 +32,7 @@ OpDef predicate_op(const char* name, F f) {
         });
       },
       .differentiable = false,
-      .sbp = sbp::elementwise(),
+      .elementwise = true,
   };
 }
 
@@ -61,7 +61,7 @@ OpDef unary_predicate_op(const char* name, F f) {
         });
       },
       .differentiable = false,
-      .sbp = sbp::elementwise(),
+      .elementwise = true,
   };
 }
 
@@ -104,7 +104,7 @@ OpDef bitwise_op(const char* name, KernelFn kernel) {
       },
       .cpu_kernel = std::move(kernel),
       .differentiable = false,
-      .sbp = sbp::elementwise(),
+      .elementwise = true,
   };
 }
 
@@ -174,7 +174,7 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .differentiable = false,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // Both operands in their common dtype (a Scalar as a 0-d tensor of it).

@@ -22,7 +22,7 @@ MF_REGISTER_OP(OpDef{
     .backward = [](const BackwardContext& ctx) {
       return TensorList{to(ctx.grad_outputs[0], ctx.input_metas[0].dtype)};
     },
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -33,6 +33,7 @@ MF_REGISTER_OP(OpDef{
     },
     .cpu_kernel = copy_kernel,
     .backward = [](const BackwardContext& ctx) { return TensorList{ctx.grad_outputs[0]}; },
+    .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::All),
 });
 
@@ -55,7 +56,7 @@ MF_REGISTER_OP(OpDef{
       return grads;  // self is overwritten: no gradient reaches its old value
     },
     .inplace = true,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 }  // namespace

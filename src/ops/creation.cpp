@@ -68,7 +68,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = fill_kernel,
     .backward = [](const BackwardContext&) { return TensorList(1); },
     .inplace = true,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // --- ranges ------------------------------------------------------------------

@@ -148,7 +148,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{dropout_backward(ctx.grad_outputs[0], ctx.inputs[1], ctx.attrs.get_float("scale")), Tensor()};
     },
     .save_inputs = 0b10,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 }  // namespace

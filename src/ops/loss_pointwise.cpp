@@ -213,7 +213,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b1111,
     .autocast = AutocastPolicy::Fp32,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 Tensor reduce_loss(const Tensor& loss, Reduction r) {

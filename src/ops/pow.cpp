@@ -64,7 +64,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b11,
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // x ** e for floating x with common exponents turned into cheaper forms (as
@@ -116,7 +116,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(g, mul(power, e))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // Elementwise max / min; NaN wins, like PyTorch. Gradients split evenly on
@@ -163,7 +163,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = extremum_kernel<true>,
     .backward = extremum_backward<true>,
     .save_inputs = 0b11,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -173,7 +173,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = extremum_kernel<false>,
     .backward = extremum_backward<false>,
     .save_inputs = 0b11,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -196,7 +196,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b11,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 }  // namespace

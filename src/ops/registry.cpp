@@ -3,6 +3,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/op_def.h"
 
 namespace mf {
@@ -107,6 +108,7 @@ void OpRegistry::add(OpDef op) {
   for (const auto& existing : ops_)
     MF_CHECK(existing->name != op.name, Error, "OpRegistry: op '", op.name, "' is registered twice");
   if (op.cpu_kernel) op.kernels[size_t(DeviceType::CPU)] = op.cpu_kernel;
+  if (op.elementwise && !op.sbp) op.sbp = sbp::elementwise();
   ops_.push_back(std::make_unique<OpDef>(std::move(op)));
 }
 
@@ -157,6 +159,9 @@ void OpRegistry::validate() const {
              "' is marked in-place but has no kernel");
     MF_CHECK(bool(op->sbp) || op->collective || (op->inputs.empty() && !op->variadic), Error, "OpRegistry: op '", op->name,
              "' has inputs but no SBP rule (declare sbp = sbp::broadcast_only() if it runs only broadcast)");
+    MF_CHECK(op->variadic || op->inputs.size() >= 32 || (op->mutates >> op->inputs.size()) == 0, Error,
+             "OpRegistry: op '", op->name, "' declares a written input past its ", op->inputs.size(), " inputs");
+    MF_CHECK(!op->elementwise || !op->view, Error, "OpRegistry: op '", op->name, "' is a view and cannot be elementwise");
   }
 }
 

@@ -59,7 +59,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // --- masked_fill(input, mask, value) ---------------------------------------------------
@@ -95,7 +95,7 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b10,
     .inplace = true,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // --- lerp(start, end, weight) ----------------------------------------------------------
@@ -131,7 +131,7 @@ MF_REGISTER_OP(OpDef{
       if (ctx.needs_input_grad[1]) grads[1] = sum_to(mul(g, w), ctx.input_metas[1].sizes);
       return grads;
     },
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // --- addcmul / addcdiv: input + value * t1 (* or /) t2 --------------------------------
@@ -174,7 +174,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b110,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -195,7 +195,7 @@ MF_REGISTER_OP(OpDef{
       return grads;
     },
     .save_inputs = 0b110,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 Tensor apply_addc(const OpDef& op, const Tensor& t, const Tensor& a, const Tensor& b, Scalar value) {

@@ -45,7 +45,7 @@ MF_REGISTER_OP(OpDef{
     },
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], sign(ctx.inputs[0]))}; },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -66,7 +66,7 @@ MF_REGISTER_OP(OpDef{
       });
     },
     .backward = zero_grad,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -76,7 +76,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = floating_unary_kernel("exp", [](auto a) { return cpu::math::exp(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], ctx.outputs[0])}; },
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -86,7 +86,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = floating_unary_kernel("log", [](auto a) { return cpu::math::log(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{div(ctx.grad_outputs[0], ctx.inputs[0])}; },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -98,7 +98,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{div(ctx.grad_outputs[0], add(ctx.inputs[0], 1))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -110,7 +110,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(ctx.grad_outputs[0], add(ctx.outputs[0], 1))};
     },
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -122,7 +122,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{div(ctx.grad_outputs[0], mul(ctx.outputs[0], 2))};
     },
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -135,7 +135,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(ctx.grad_outputs[0], mul(pow(ctx.outputs[0], 3), -0.5))};
     },
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -147,7 +147,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{neg(mul(ctx.grad_outputs[0], square(ctx.outputs[0])))};
     },
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -157,7 +157,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = floating_unary_kernel("sin", [](auto a) { return std::sin(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], cos(ctx.inputs[0]))}; },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -169,7 +169,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{neg(mul(ctx.grad_outputs[0], sin(ctx.inputs[0])))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -181,7 +181,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(ctx.grad_outputs[0], rsub(square(ctx.outputs[0]), 1))};
     },
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -197,7 +197,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(ctx.grad_outputs[0], mul(y, rsub(y, 1)))};
     },
     .save_outputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 MF_REGISTER_OP(OpDef{
@@ -210,7 +210,7 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(ctx.grad_outputs[0], mul(exp(neg(square(x))), kTwoOverSqrtPi))};
     },
     .save_inputs = 0b1,
-    .sbp = sbp::elementwise(),
+    .elementwise = true,
 });
 
 // Rounding of floating tensors (integer tensors are returned as copies by the
@@ -222,7 +222,7 @@ OpDef rounding_op(const char* name, KernelFn kernel) {
       .infer = infer_floating(name),
       .cpu_kernel = std::move(kernel),
       .backward = zero_grad,
-      .sbp = sbp::elementwise(),
+      .elementwise = true,
   };
 }
 

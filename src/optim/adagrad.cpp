@@ -63,6 +63,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = detail::skip_if_found_inf(adagrad_kernel),
     .differentiable = false,
     .inplace = true,
+    .mutates = 0b1100,  // sum, step
     .sbp = sbp::elementwise(),
 });
 
@@ -76,8 +77,7 @@ void adagrad_update_(const Tensor& param, const Tensor& grad, const Tensor& sum,
                         {"lr_decay", args.lr_decay},
                         {"weight_decay", args.weight_decay},
                         {"eps", args.eps},
-                        {"maximize", args.maximize}},
-                       {sum, step});
+                        {"maximize", args.maximize}});
 }
 
 // --- the optimizer ---------------------------------------------------------------

@@ -105,6 +105,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = detail::skip_if_found_inf(adam_kernel<false>),
     .differentiable = false,
     .inplace = true,
+    .mutates = 0b111100,  // exp_avg, exp_avg_sq, max_exp_avg_sq, step
     .sbp = sbp::elementwise(),
 });
 
@@ -115,6 +116,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = detail::skip_if_found_inf(adam_kernel<true>),
     .differentiable = false,
     .inplace = true,
+    .mutates = 0b111100,  // exp_avg, exp_avg_sq, max_exp_avg_sq, step
     .sbp = sbp::elementwise(),
 });
 
@@ -129,8 +131,7 @@ void run_adam(const char* name, const Tensor& param, const Tensor& grad, const T
                         {"eps", args.eps},
                         {"weight_decay", args.weight_decay},
                         {"amsgrad", args.amsgrad},
-                        {"maximize", args.maximize}},
-                       {exp_avg, exp_avg_sq, max_exp_avg_sq, step});
+                        {"maximize", args.maximize}});
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = unscale_kernel,
     .differentiable = false,
     .inplace = true,
-    // found_inf is written too: every rank checks the whole gradient.
+    .mutates = 0b10,  // found_inf
+    // Every rank checks the whole gradient.
     .sbp = sbp::broadcast_only(),
 });
 
@@ -90,7 +91,8 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = update_scale_kernel,
     .differentiable = false,
     .inplace = true,
-    // growth_tracker is written too: one scale, the same on every rank.
+    .mutates = 0b10,  // growth_tracker
+    // One scale, the same on every rank.
     .sbp = sbp::broadcast_only(),
 });
 
@@ -98,7 +100,7 @@ MF_REGISTER_OP(OpDef{
 
 void non_finite_check_and_unscale_(const TensorList& grads, const Tensor& found_inf, const Tensor& inv_scale) {
   static const OpDef& op = dispatch::op("amp_unscale");
-  for (const Tensor& g : grads) optim::detail::apply_update(op, {g, found_inf, inv_scale}, {}, {found_inf});
+  for (const Tensor& g : grads) optim::detail::apply_update(op, {g, found_inf, inv_scale}, {});
 }
 
 void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
@@ -107,8 +109,7 @@ void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tens
   optim::detail::apply_update(op, {scale, growth_tracker, found_inf},
                               {{"growth_factor", growth_factor},
                                {"backoff_factor", backoff_factor},
-                               {"growth_interval", growth_interval}},
-                              {growth_tracker});
+                               {"growth_interval", growth_interval}});
 }
 
 // --- GradScaler ---------------------------------------------------------------

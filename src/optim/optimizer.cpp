@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "meshflow/autograd.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
@@ -120,13 +121,64 @@ void Optimizer::init_state() {
   for (const ParamGroup& group : param_groups_)
     for (const Tensor& p : group.params) {
       StateValue::Dict& entry = state(p);
-      if (entry.empty()) init_param_state(group, p, entry);
+      if (entry.empty()) {
+        init_param_state(group, p, entry);
+        lay_out_state(p);
+      }
     }
 }
 
 bool Optimizer::has_state(const Tensor& param) const {
   auto it = state_.find(param.impl());
   return it != state_.end() && !it->second.empty();
+}
+
+NdSbp Optimizer::state_layout(const Tensor& p) const {
+  NdSbp layout = sbp_of(p);
+  if (zero_stage_ == 0 || p.dim() == 0 || p.numel() < zero_min_size_) return layout;
+  const Placement& placement = placement_of(p);
+  // Rows per rank of dim 0 once every axis splitting it has.
+  int64_t parts = placement.hierarchy()[0];
+  for (size_t a = 1; a < layout.size(); ++a)
+    if (layout[a] == Sbp::split(0)) parts *= placement.hierarchy()[a];
+  if (p.size(0) >= parts) layout[0] = Sbp::split(0);
+  return layout;
+}
+
+void Optimizer::set_zero(int stage, int64_t min_size) {
+  MF_CHECK(stage >= 0 && stage <= 2, ValueError, name_, ": ZeRO stage must be 0 (off), 1 or 2, got ", stage,
+           " (stage 3 shards the parameters themselves: not available here)");
+  MF_CHECK(min_size >= 0, ValueError, name_, ": ZeRO's shard_min_size must be >= 0, got ", min_size);
+  if (stage > 0)
+    for (size_t g = 0; g < param_groups_.size(); ++g)
+      for (size_t i = 0; i < param_groups_[g].params.size(); ++i) {
+        const Tensor& p = param_groups_[g].params[i];
+        MF_CHECK(p.is_global(), ValueError, name_, ": ZeRO shards the state of global parameters; parameter ", i,
+                 " of group ", g, " (shape ", shape_str(p.sizes()), ") is a local tensor (lay the model out with "
+                 "to_global first)");
+        MF_CHECK(sbp_of(p)[0].is_broadcast(), ValueError, name_, ": ZeRO shards over the data-parallel mesh axis 0, "
+                 "where parameters must be broadcast; parameter ", i, " of group ", g, " (shape ",
+                 shape_str(p.sizes()), ") is ", nd_sbp_str(sbp_of(p)), " on ", placement_of(p).str());
+      }
+  zero_stage_ = stage;
+  zero_min_size_ = min_size;
+  for (const ParamGroup& group : param_groups_)
+    for (const Tensor& p : group.params) {
+      if (!p.is_global()) continue;
+      if (has_state(p)) lay_out_state(p);
+      set_grad_layout(p, stage == 2 ? std::optional<NdSbp>(state_layout(p)) : std::nullopt);
+    }
+}
+
+void Optimizer::lay_out_state(const Tensor& p) {
+  if (!p.is_global()) return;
+  NoGradGuard no_grad;
+  for (auto& [key, entry] : state(p)) {
+    const auto* name = std::get_if<std::string>(&key);
+    if (!name || !entry.is_tensor()) continue;
+    const Tensor& t = entry.to_tensor();
+    if (t.defined() && t.is_global() && t.sizes() == p.sizes()) state_tensor(p, name->c_str());  // re-lays it out
+  }
 }
 
 Tensor Optimizer::state_tensor(const Tensor& param, const char* key) {
@@ -138,6 +190,14 @@ Tensor Optimizer::state_tensor(const Tensor& param, const char* key) {
   const Tensor& t = it->second.to_tensor();
   MF_CHECK(t.sizes() == param.sizes(), ShapeError, name_, ": state '", key, "' has shape ", shape_str(t.sizes()),
            " but its parameter has shape ", shape_str(param.sizes()));
+  if (t.is_global() && param.is_global()) {
+    const NdSbp layout = state_layout(param);
+    if (sbp_of(t) != layout) {
+      Tensor moved = global_to_global(t, placement_of(param), layout);
+      it->second = moved;
+      return moved;
+    }
+  }
   return t;
 }
 

@@ -87,6 +87,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = detail::skip_if_found_inf(rmsprop_kernel),
     .differentiable = false,
     .inplace = true,
+    .mutates = 0b111100,  // square_avg, grad_avg, momentum_buffer, step
     .sbp = sbp::elementwise(),
 });
 
@@ -102,8 +103,7 @@ void rmsprop_update_(const Tensor& param, const Tensor& grad, const Tensor& squa
                         {"weight_decay", args.weight_decay},
                         {"momentum", args.momentum},
                         {"centered", args.centered},
-                        {"maximize", args.maximize}},
-                       {square_avg, grad_avg, momentum_buffer, step});
+                        {"maximize", args.maximize}});
 }
 
 // --- the optimizer ---------------------------------------------------------------

@@ -77,6 +77,7 @@ MF_REGISTER_OP(OpDef{
     .cpu_kernel = detail::skip_if_found_inf(sgd_kernel),
     .differentiable = false,
     .inplace = true,
+    .mutates = 0b100,  // momentum_buffer
     .sbp = sbp::elementwise(),
 });
 
@@ -94,8 +95,7 @@ void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum
                         {"weight_decay", args.weight_decay},
                         {"nesterov", args.nesterov},
                         {"maximize", args.maximize},
-                        {"init_momentum_buffer", args.init_momentum_buffer}},
-                       {momentum_buffer});
+                        {"init_momentum_buffer", args.init_momentum_buffer}});
 }
 
 // --- the optimizer ---------------------------------------------------------------

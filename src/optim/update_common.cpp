@@ -131,11 +131,9 @@ Tensor state_like(const Tensor& p, Scalar value) {
                      sbp_of(p));
 }
 
-void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const TensorList& also_written) {
+void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   NoGradGuard no_grad;
   dispatch::apply_inplace(op, inputs, attrs);
-  for (const Tensor& t : also_written)
-    if (t.defined()) t.bump_version();
 }
 
 }  // namespace mf::optim::detail

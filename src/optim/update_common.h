@@ -79,7 +79,7 @@ decltype(auto) dispatch_bool(bool b, F&& f) {
 Tensor state_like(const Tensor& p, Scalar value = Scalar(0.0));
 
 // Runs an update op into inputs[0] through the dispatcher with grad mode
-// off, then bumps the version counters of the other written inputs.
-void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const TensorList& also_written);
+// off (it writes the inputs of OpDef::mutates too).
+void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
 
 }  // namespace mf::optim::detail

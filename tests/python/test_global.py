@@ -35,6 +35,7 @@ SCRIPTS_AND_MARKERS = {
     "ddp.py": "ddp OK",                        # DistributedDataParallel equals one process
     "graph_global.py": "graph global OK",      # global models in mf.nn.Graph give eager's bits (2x2 mesh on 4)
     "zero_optimizer.py": "zero optimizer OK",  # ZeroRedundancyOptimizer (ZeRO-1) equals one process
+    "graph_zero.py": "graph zero OK",          # graph.config.enable_zero stages 1 and 2 equal one process
 }
 
 

@@ -21,7 +21,14 @@ struct GlobalMeta {
   Placement placement;
   NdSbp sbp;
   Tensor local;
+  // A leaf whose gradient is accumulated in another layout than its own
+  // (ZeRO stage 2, Note [ZeRO as layouts] in meshflow/optim/optimizer.h).
+  std::optional<NdSbp> grad_sbp;
 };
+
+// Sets (or, with nullopt, clears) the layout a global leaf's gradient is
+// accumulated in.
+void set_grad_layout(const Tensor& leaf, std::optional<NdSbp> sbp);
 
 // A global tensor from this rank's shard `local` (OneFlow's to_global of a
 // local tensor): under split, each rank's tensor is its part and the global

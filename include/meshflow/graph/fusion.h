@@ -2,8 +2,9 @@
 // the ops' own kernels block by block.
 //
 // Note [Elementwise fusion]
-// A node of an elementwise op (element i of the output depends only on
-// element i of each input) whose only reader is another elementwise node of
+// A node of an elementwise op (OpDef::elementwise: element i of the output
+// depends only on element i of each input; ops that write inputs,
+// OpDef::mutates, excluded) whose only reader is another elementwise node of
 // the same output shape joins that reader's group; so does the input chain
 // of a softmax over the last dim, which ends its group (scaled and masked
 // softmax: softmax(scores * scale + mask)). A group of two or more becomes
@@ -16,8 +17,8 @@
 // from outside the group are contiguous with the output's shape, 0-d, or
 // contiguous and broadcast over leading dims only (a (L, S) mask of
 // (N, H, L, S) scores); blocks then hold whole (L, S) matrices, and whole
-// rows for a softmax. A group is not formed when an in-place node between
-// a member and the group's last member writes one of the member's inputs,
+// rows for a softmax. A group is not formed when a node between a member
+// and the group's last member writes one of the member's inputs,
 // and tensors under kMinFusedElements are left alone (per-block overhead
 // would outweigh the saving).
 #pragma once
@@ -74,7 +75,7 @@ const OpDef& fused_linear_op();
 const OpDef& fused_add_layer_norm_op();
 // The kernel of a fused node running program.
 KernelFn fused_kernel(std::shared_ptr<const FusedProgram> program);
-// Whether op is elementwise in the sense above.
+// Whether op is elementwise in the sense above (the trait, and writes no input).
 bool is_elementwise(const OpDef& op);
 // How value v reaches the blocks of a fused node with output shape out: 0
 // for the whole shape (contiguous) or 0-d, k for a contiguous tensor

@@ -117,6 +117,10 @@ struct Node {
   std::shared_ptr<const FusedProgram> fused;
 
   bool is_view() const { return bool(op->view); }
+  // Whether the node writes input i: input 0 of an in-place node, and the
+  // inputs of OpDef::mutates.
+  bool writes_input(size_t i) const { return (inplace && i == 0) || (i < 32 && ((op->mutates >> i) & 1u)); }
+  bool writes_inputs() const { return inplace || op->mutates != 0; }
 };
 
 class Graph {
@@ -148,6 +152,9 @@ class Graph {
 
   // The value's metadata as a metadata-only tensor (for infer and views).
   Tensor meta_tensor(ValueId id) const;
+  // Whether node n writes the buffer whose root is `root` (through any of
+  // its written inputs, Node::writes_input).
+  bool writes_buffer(const Node& n, ValueId root) const;
   // Replaces every use of `from` (node inputs and graph outputs) by `to`;
   // values in from's buffer (views, in-place results) move to to's buffer.
   void replace_uses(ValueId from, ValueId to);

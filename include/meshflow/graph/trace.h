@@ -113,7 +113,9 @@ class Tracer {
   void record_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
   // Before the global interpreter runs op on these inputs (Note [Tracing
   // global ops]): checks that this rank takes part and keeps the .grad of
-  // global leaves out of the trace.
+  // global leaves out of the trace. The update of a global parameter is
+  // recorded as the in-place op on its boxed shard: that node is the
+  // parameter's update (learning rate, grad scaler skip).
   void enter_global(const OpDef& op, const TensorList& inputs);
   // After it: notes the layouts of the global results on the values of
   // their local tensors (for printing).
@@ -148,6 +150,10 @@ class Tracer {
   TensorList seen_;
   std::unordered_map<const TensorImpl*, std::string> names_;
   std::unordered_map<const TensorImpl*, int32_t> lr_group_of_;
+  // While the global interpreter runs the update of a global parameter:
+  // the op and the parameter's group.
+  const OpDef* global_update_op_ = nullptr;
+  int32_t global_update_group_ = -1;
   std::vector<optim::Optimizer*> optimizers_;
   std::unique_ptr<Scaling> scaling_;
   // Optimizer state tensors by memory: (the tensor, which parameter's entry

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshflow/distributed/placement.h"
 #include "meshflow/optim/state.h"
 #include "meshflow/tensor.h"
 
@@ -84,6 +85,25 @@ class Optimizer {
   // place. Throws ValueError where a first step cannot start from such state.
   void init_state();
 
+  // Note [ZeRO as layouts]: ZeRO stages 1 and 2 for global parameters, as a
+  // change of layouts only. Every state tensor of a parameter with at least
+  // min_size elements whose dim 0 splits over mesh axis 0 (the
+  // data-parallel axis; at least one row per rank) is laid out S(0) on that
+  // axis instead of broadcast, its other axes as the parameter's: each rank
+  // keeps the state of its rows. The update's SBP choice then runs on those
+  // rows, and the written parameter is gathered back to its own layout
+  // (Note [Writing back] in src/distributed/global_interpreter.cpp).
+  // Stage 1 keeps each gradient in its parameter's layout (a partial sum
+  // is all-reduced); stage 2 accumulates the gradient of such a parameter
+  // in the state's layout (GlobalMeta::grad_sbp: a partial sum is
+  // reduce-scattered into each rank's rows). Existing state is re-laid out
+  // now, state made later when the update first reads it; stage 0 turns
+  // it off and lays the state out as the parameters again. Throws
+  // ValueError (naming the parameter by its group and index) for a local
+  // parameter or one that is not broadcast on mesh axis 0.
+  void set_zero(int stage, int64_t min_size);
+  int zero_stage() const { return zero_stage_; }
+
   // {"state": {index: {...}}, "param_groups": [{..., "params": [index, ...]}]}
   // with parameters numbered across groups in order. State tensors are
   // shared, not copied, as in PyTorch.
@@ -122,6 +142,13 @@ class Optimizer {
 
  private:
   void check_new_params(const TensorList& params) const;
+  // The layout of param's state tensors (Note [ZeRO as layouts]).
+  NdSbp state_layout(const Tensor& param) const;
+  // Moves param's state tensors to state_layout(param).
+  void lay_out_state(const Tensor& param);
+
+  int zero_stage_ = 0;
+  int64_t zero_min_size_ = 0;
 
   std::vector<ParamGroup> param_groups_;
   StateValue::Dict defaults_;

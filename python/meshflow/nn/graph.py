@@ -32,6 +32,7 @@ See docs/graph.md.
 import contextlib
 
 from meshflow._C import Tensor, _graph, _modules, bfloat16, float16
+from meshflow._C import sbp as _sbp
 
 __all__ = ["Graph", "GraphConfig", "GraphModule"]
 
@@ -127,6 +128,7 @@ class GraphConfig:
         # the compute that does not need their results (docs/graph.md).
         self.overlap_communication = True
         self.exact = False
+        self.zero = None  # (stage, shard_min_size) while ZeRO is on
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -135,6 +137,26 @@ class GraphConfig:
         if dtype not in (bfloat16, float16):
             raise TypeError(f"enable_amp: dtype must be meshflow.bfloat16 or meshflow.float16, got {dtype!r}")
         self.amp_dtype = dtype if mode else None
+
+    def enable_zero(self, mode=True, *, stage=1, shard_min_size=1024, shard_restore_level=1):
+        """ZeRO for a data-parallel global model, as OneFlow's
+        graph.config.enable_zero: the optimizers' state of every parameter
+        with at least shard_min_size elements is split S(0) over mesh axis 0
+        (the data-parallel axis, where the parameters must be broadcast), each
+        rank updating its rows and the parameters gathered back after the
+        update. stage=1 all-reduces the gradients first; stage=2
+        reduce-scatters them into the update's rows. Tensors whose dim 0 has
+        fewer rows than ranks stay replicated (docs/memory.md). Stage 3
+        (parameters kept as shards) is not available; shard_restore_level
+        belongs to it and must be 0, 1 or 2."""
+        if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (1, 2):
+            raise ValueError(f"enable_zero: stage must be 1 or 2, got {stage!r}" +
+                             (" (stage 3, parameters kept as shards, is not available)" if stage == 3 else ""))
+        if isinstance(shard_min_size, bool) or not isinstance(shard_min_size, int) or shard_min_size < 0:
+            raise ValueError(f"enable_zero: shard_min_size must be an int >= 0, got {shard_min_size!r}")
+        if shard_restore_level not in (0, 1, 2) or isinstance(shard_restore_level, bool):
+            raise ValueError(f"enable_zero: shard_restore_level must be 0, 1 or 2, got {shard_restore_level!r}")
+        self.zero = (stage, shard_min_size) if mode else None
 
     def enable_exact_mode(self, mode=True):
         """Only the graph rewrites that give the bits of eager mode: the
@@ -210,7 +232,7 @@ class Graph:
                                                scaler.get_growth_interval())
         return (tuple(_tensor_signature(a) for a in args),
                 tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype), scaling,
-                self.config.exact)
+                self.config.exact, self.config.zero)
 
     def _compile(self, args):
         scaler = self._scaler()
@@ -219,6 +241,7 @@ class Graph:
                 raise RuntimeError(f"{type(self).__name__}: set_grad_scaler needs an optimizer; a grad scaler "
                                    "scales a training step (call add_optimizer)")
             scaler._lazy_init()  # its state tensors, made before the trace
+        self._lay_out_optimizer_state()
         tracer = _graph.Tracer()
         try:
             for optimizer, _ in self._optimizers:
@@ -253,6 +276,35 @@ class Graph:
             tracer.close()
         passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
+
+    def _lay_out_optimizer_state(self):
+        """ZeRO's layouts of the optimizers' state (Note [ZeRO as layouts] in
+        include/meshflow/optim/optimizer.h), before the trace reads it."""
+        zero = self.config.zero
+        if zero is None:
+            for optimizer, _ in self._optimizers:
+                if optimizer._zero_stage:
+                    optimizer._set_zero(0, 0)
+            return
+        def memory(t):  # Python handles of one tensor differ; its memory does not
+            return (t.to_local() if t.is_global else t).data_ptr(), tuple(t.shape)
+
+        names = {}
+        for prefix, module in self._modules():
+            for name, p in module.named_parameters():
+                names.setdefault(memory(p), f"{prefix}.{name}")
+        for optimizer, _ in self._optimizers:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    where = names.get(memory(p), f"a parameter of shape {tuple(p.shape)}")
+                    if not p.is_global:
+                        raise ValueError(f"{type(self).__name__}: enable_zero shards the optimizer state of global "
+                                         f"parameters; {where} is a local tensor (lay the model out with to_global)")
+                    if p.sbp[0] != _sbp.broadcast:
+                        raise ValueError(f"{type(self).__name__}: enable_zero shards over the data-parallel mesh axis 0, "
+                                         f"where parameters must be broadcast; {where} is {tuple(p.sbp)} on "
+                                         f"{p.placement}")
+            optimizer._set_zero(*zero)
 
     def __call__(self, *args):
         key = self._signature(args)

@@ -47,6 +47,33 @@ TEST(GraphFusion, ChainBecomesOneNodeWithTheSameBits) {
   expect_close(got, sigmoid(where(gt(x, 0.0), exp(mul(x, y)), y)), 1e-6, 1e-6);
 }
 
+// The fused ops are those of the OpDef::elementwise trait that write no
+// input: casts and atan2 fuse like the arithmetic; updates never do.
+TEST(GraphFusion, FusibleOpsComeFromTheElementwiseTrait) {
+  for (const OpDef* def : OpRegistry::instance().all())
+    EXPECT_EQ(graph::is_elementwise(*def), def->elementwise && def->mutates == 0) << def->name;
+  EXPECT_TRUE(graph::is_elementwise(op("cast")));
+  EXPECT_FALSE(graph::is_elementwise(op("adamw_update")));  // writes its state
+  EXPECT_FALSE(graph::is_elementwise(op("matmul")));
+  EXPECT_FALSE(graph::is_elementwise(op("softmax")));
+  auto build = [](Graph& g) {
+    ValueId x = g.add_input(f32({kN}));
+    ValueId y = g.add_input(f32({kN}));
+    ValueId a = g.add_node(op("atan2"), {x, y})[0];
+    ValueId b = g.add_node(op("cast"), {a}, {{"dtype", DType::Float64}})[0];
+    ValueId c = g.add_node(op("exp"), {b})[0];
+    g.set_outputs({c});
+  };
+  Graph plain, fused;
+  build(plain);
+  build(fused);
+  EXPECT_EQ(graph::fuse_elementwise(fused), 3);
+  ASSERT_EQ(op_names(fused), (std::vector<std::string>{"fused_elementwise"}));
+  Tensor x = random_tensor({kN}, 3, -2, 2, DType::Float32), y = random_tensor({kN}, 4, -2, 2, DType::Float32);
+  graph::Executable a(std::move(plain)), b(std::move(fused));
+  EXPECT_EQ(values(a.run({x, y})[0]), values(b.run({x, y})[0]));
+}
+
 TEST(GraphFusion, ScaledMaskedSoftmaxIsOneNode) {
   const Shape scores_shape{4, 2, 64, 64};  // (N, H, L, S)
   auto build = [&](Graph& g) {

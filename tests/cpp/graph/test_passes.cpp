@@ -68,6 +68,42 @@ TEST(GraphPasses, CseRespectsAttributesAndInPlaceWrites) {
   EXPECT_EQ(op_names(g).size(), 10u);
 }
 
+// OpDef::mutates: an op writing inputs besides input 0 (an update's
+// momentum buffer, batch_norm's running statistics) is a write to each.
+TEST(GraphPasses, InputsAnOpMutatesAreWrittenByItsNode) {
+  Graph g;
+  ValueId x = g.add_input(f32({4}));
+  ValueId p = g.add_node(op("neg"), {x})[0];
+  ValueId buf = g.add_node(op("exp"), {x})[0];
+  ValueId before = g.add_node(op("relu"), {buf})[0];
+  g.add_inplace_node(op("sgd_update"), {p, x, buf, graph::kNoValue},
+                     {{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.0}, {"weight_decay", 0.0}, {"nesterov", false},
+                      {"maximize", false}, {"init_momentum_buffer", false}});
+  ValueId after = g.add_node(op("relu"), {buf})[0];  // reads the updated buffer
+  g.set_outputs({before, after});
+  const graph::Node& update = g.nodes()[3];
+  EXPECT_TRUE(update.writes_input(0) && update.writes_input(2));
+  EXPECT_FALSE(update.writes_input(1) || update.writes_input(3));
+  EXPECT_TRUE(g.writes_buffer(update, buf));
+  EXPECT_FALSE(g.writes_buffer(update, x));
+  EXPECT_EQ(graph::eliminate_common_subexpressions(g), 0);
+
+  // batch_norm in training writes its running statistics: kept though no
+  // output of it is read, and a run updates them.
+  Graph h;
+  ValueId in = h.add_input(f32({4, 3}));
+  const Tensor mean = zeros({3}), var = ones({3});
+  ValueId rm = h.add_variable(mean), rv = h.add_variable(var);
+  h.add_node(op("batch_norm"), {in, graph::kNoValue, graph::kNoValue, rm, rv},
+             {{"training", true}, {"momentum", 0.5}, {"eps", 1e-5}});
+  h.set_outputs({h.add_node(op("exp"), {in})[0]});
+  EXPECT_EQ(graph::eliminate_dead_code(h), 0);
+  Tensor batch = random_tensor({4, 3}, 5, -2, 2, DType::Float32);
+  graph::Executable run(std::move(h));
+  run.run({batch});
+  expect_close(mean, mul(mf::mean(batch, {0}), 0.5), 1e-6, 1e-6);
+}
+
 // --- constant folding -------------------------------------------------------------
 
 TEST(GraphPasses, FoldsFactoriesAndOpsOnConstants) {
