@@ -6,7 +6,9 @@ the same run, for the time ratio. Then, on 1, 2 and 4 ranks (mpirun, one
 thread each), the per-rank bytes of parameters, gradients and AdamW state
 of a GPT of about 50M parameters with DistributedDataParallel + AdamW and
 with ZeroRedundancyOptimizer, next to ZeRO's formulas (16 and 8 + 8/N bytes
-per parameter).
+per parameter); and the same model as a global data-parallel nn.Graph
+without ZeRO and with graph.config.enable_zero stages 1 and 2 (4 + 8/N
+bytes held per parameter between steps).
 
     PYTHONPATH=python /usr/bin/python3 bench/memory.py [--layers 8] [--batch 8] [--seq 128]
     [--torch-python .venv-torch/bin/python]   (bench/setup_torch_venv.sh)
@@ -92,8 +94,57 @@ def zero_child(args):
         dist.all_gather_object(held, mf.memory_allocated())
         out[kind] = {"numel": numel, "max_bytes": max(held), "ms": 1e3 * statistics.median(times[1:])}
         del model, net, opt
+    out.update(graph_zero(args))
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(out), flush=True)
+
+
+def graph_zero(args):
+    """Under mpirun: the same GPT as a global data-parallel model in an
+    nn.Graph, without ZeRO and with graph.config.enable_zero stages 1 and 2:
+    per-rank bytes held after a step (parameters and optimizer state; the
+    graph's gradients live in its arena during the step only)."""
+    import meshflow as mf
+    import models
+    dist = mf.distributed
+    world = dist.get_world_size()
+    mesh = mf.placement("cpu", list(range(world)))
+    out = {}
+    for stage in (0, 1, 2):
+        mf.manual_seed(0)
+        net = models.gpt(mf, vocab=args.zero_vocab, d_model=args.zero_d_model, heads=8, layers=args.zero_layers,
+                         seq=args.zero_seq).to_global(placement=mesh, sbp=mf.sbp.broadcast)
+        opt = mf.optim.AdamW(net.parameters(), lr=1e-4)
+
+        class Step(mf.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model = net
+                self.add_optimizer(opt)
+                if stage:
+                    self.config.enable_zero(True, stage=stage, shard_min_size=1024)
+
+            def build(self, idx):
+                logits = self.model(idx)
+                loss = mf.nn.functional.cross_entropy(logits.reshape(-1, args.zero_vocab), idx.reshape(-1))
+                loss.backward()
+                return loss
+
+        graph = Step()
+        idx = mf.randint(0, args.zero_vocab, (2 * world, args.zero_seq)).to_global(placement=mesh,
+                                                                                  sbp=mf.sbp.split(0))
+        times = []
+        for step in range(3):
+            dist.barrier()
+            start = time.perf_counter()
+            graph(idx).to_local()
+            times.append(time.perf_counter() - start)
+        held = [None] * world
+        dist.all_gather_object(held, mf.memory_allocated())
+        out[f"graph_zero{stage}"] = {"max_bytes": max(held), "ms": 1e3 * statistics.median(times[1:]),
+                                     "arena": graph.planned_peak_bytes}
+        del graph, net, opt, Step
+    return out
 
 
 def run_zero(args):
@@ -119,6 +170,18 @@ def run_zero(args):
         print(f"{n:5d} {r['ddp']['max_bytes'] / 2**20:9.0f} {ddp_formula / 2**20:8.0f} "
               f"{r['zero1']['max_bytes'] / 2**20:11.0f} {zero_formula / 2**20:8.0f} "
               f"{r['zero1']['max_bytes'] / zero_formula:6.3f} {r['ddp']['ms']:8.0f} {r['zero1']['ms']:10.0f}")
+    print("\nThe same GPT, global data-parallel in an nn.Graph (graph.config.enable_zero): per-rank MiB held "
+          "after a step (max over ranks): all of it, and without the graph's arena (its planned intermediates: "
+          "gradients and activations), next to 12 (no ZeRO) and 4 + 8/N (ZeRO) bytes per parameter")
+    print(f"{'ranks':>5s} {'stage':>5s} {'held':>7s} {'arena':>7s} {'held-arena':>11s} {'formula':>8s} {'ratio':>6s} "
+          f"{'step ms':>8s}")
+    for n, r in rows.items():
+        for stage in (0, 1, 2):
+            g = r[f"graph_zero{stage}"]
+            formula = 12 * psi if stage == 0 else 4 * psi + 8 * psi / n
+            rest = g["max_bytes"] - g["arena"]
+            print(f"{n:5d} {stage:5d} {g['max_bytes'] / 2**20:7.0f} {g['arena'] / 2**20:7.0f} {rest / 2**20:11.0f} "
+                  f"{formula / 2**20:8.0f} {rest / formula:6.3f} {g['ms']:8.0f}")
 
 
 def child(args):

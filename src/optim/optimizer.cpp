@@ -194,6 +194,13 @@ Tensor Optimizer::state_tensor(const Tensor& param, const char* key) {
     const NdSbp layout = state_layout(param);
     if (sbp_of(t) != layout) {
       Tensor moved = global_to_global(t, placement_of(param), layout);
+      // Rows taken from a broadcast tensor are a view of it: copied, so
+      // that the whole tensor is freed.
+      const Tensor local = global_to_local(moved);
+      if (local.defined() && local.storage()->nbytes() > size_t(local.numel()) * itemsize(local.dtype())) {
+        NoGradGuard no_grad;
+        moved = make_global(clone(local), moved.sizes(), moved.dtype(), placement_of(param), layout);
+      }
       it->second = moved;
       return moved;
     }

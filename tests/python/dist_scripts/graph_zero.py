@@ -10,7 +10,8 @@ three times per forward, tied weights, gradient-norm clipping inside
 build(), and a GradScaler whose step 5 sees an injected inf. Each rank keeps
 its rows of every state tensor of at least shard_min_size elements; smaller
 ones stay replicated. Stage 1 all-reduces the gradients, stage 2
-reduce-scatters them. Then the optimizer state saved as a global checkpoint
+reduce-scatters them (also without the scaler, under a learning-rate
+schedule). Then the optimizer state saved as a global checkpoint
 loads into a graph without ZeRO (and back), and the bad-input errors.
 """
 import os
@@ -70,7 +71,9 @@ class TrainGraph(mf.nn.Graph):
     def __init__(self, model, opt, scaler, zero):
         super().__init__()
         self.model = model
-        self.add_optimizer(opt)
+        # Without a scaler, a learning-rate schedule (the updates of global
+        # parameters follow it).
+        self.add_optimizer(opt, lr_sch=None if scaler else schedule(opt))
         self.scaled = scaler is not None
         if self.scaled:
             self.set_grad_scaler(scaler)
@@ -85,9 +88,14 @@ class TrainGraph(mf.nn.Graph):
         return loss
 
 
+def schedule(opt):
+    return mf.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+
+
 def reference(steps, scaled=True):
     model = build()
     opt, scaler = make_opt(model), mf.amp.GradScaler(init_scale=16.0, growth_interval=2, enabled=scaled)
+    sched = None if scaled else schedule(opt)
     for step in steps:
         x, y = data[step]
         opt.zero_grad()
@@ -98,6 +106,8 @@ def reference(steps, scaled=True):
             mf.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(opt)
         scaler.update()
+        if sched:
+            sched.step()
     return model, opt, scaler
 
 
@@ -190,7 +200,7 @@ for stage in (1, 2):
         import shutil
         shutil.rmtree(box[0])
 
-# Without a grad scaler and clipping.
+# Without a grad scaler and clipping, with a learning-rate schedule.
 ref, _, _ = reference(range(STEPS), scaled=False)
 for stage in (1, 2):
     model, _, _, graph = train_graph(stage, scaled=False)
