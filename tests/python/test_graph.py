@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import meshflow as mf
+import meshflow.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import models  # noqa: E402
@@ -450,3 +451,61 @@ def test_global_graph_on_one_rank_keeps_layouts_and_retraces_per_sbp():
     assert "global (S(0),) of (6, 4)" in str(g)  # the last call's plan
     with pytest.raises(ValueError, match="compiled for a global one"):
         g._last.executable.run([x])
+
+
+# --- gradient accumulation (config.set_gradient_accumulation_steps) ---------------
+
+
+def _accumulation_model():
+    mf.manual_seed(0)
+    return mf.nn.Sequential(mf.nn.Linear(5, 7), mf.nn.Tanh(), mf.nn.Linear(7, 3)).double()
+
+
+class _AccumulatingGraph(mf.nn.Graph):
+    def __init__(self, model, opt, steps):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+        self.config.set_gradient_accumulation_steps(steps)
+
+    def build(self, x, y):
+        out = self.model(x)
+        loss = F.mse_loss(out, y)
+        loss.backward()
+        return loss, out
+
+
+def test_gradient_accumulation_equals_the_whole_batch():
+    rng = np.random.default_rng(0)
+    data = [(mf.tensor(rng.standard_normal((8, 5))), mf.tensor(rng.standard_normal((8, 3)))) for _ in range(4)]
+    ref = _accumulation_model()
+    ref_opt = mf.optim.AdamW(ref.parameters(), lr=0.01)
+    model = _accumulation_model()
+    graph = _AccumulatingGraph(model, mf.optim.AdamW(model.parameters(), lr=0.01), 4)
+    for x, y in data:
+        ref_opt.zero_grad()
+        out = ref(x)
+        loss = F.mse_loss(out, y)
+        loss.backward()
+        ref_opt.step()
+        got_loss, got_out = graph(x, y)
+        # The 0-d loss is the micro-batches' mean, the per-row output their concatenation.
+        np.testing.assert_allclose(got_loss.item(), loss.item(), rtol=1e-12)
+        np.testing.assert_allclose(got_out.numpy(), out.detach().numpy(), rtol=1e-12, atol=1e-15)
+    assert graph.num_compiled == 1
+    for p, q in zip(model.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_gradient_accumulation_bad_input():
+    model = _accumulation_model()
+    graph = _AccumulatingGraph(model, mf.optim.SGD(model.parameters(), lr=0.1), 3)
+    with pytest.raises(ValueError, match=r"input 0 has shape \(8, 5\)"):
+        graph(mf.randn(8, 5, dtype=mf.float64), mf.randn(8, 3, dtype=mf.float64))
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="set_gradient_accumulation_steps"):
+            mf.nn.Graph().config.set_gradient_accumulation_steps(bad)
+    graph = _AccumulatingGraph(model, mf.optim.SGD(model.parameters(), lr=0.1), 2)
+    graph.set_grad_scaler(mf.amp.GradScaler())
+    with pytest.raises(ValueError, match="grad scaler"):
+        graph(mf.randn(8, 5, dtype=mf.float64), mf.randn(8, 3, dtype=mf.float64))

@@ -129,6 +129,7 @@ class GraphConfig:
         self.overlap_communication = True
         self.exact = False
         self.zero = None  # (stage, shard_min_size) while ZeRO is on
+        self.accumulation_steps = 1
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -157,6 +158,18 @@ class GraphConfig:
         if shard_restore_level not in (0, 1, 2) or isinstance(shard_restore_level, bool):
             raise ValueError(f"enable_zero: shard_restore_level must be 0, 1 or 2, got {shard_restore_level!r}")
         self.zero = (stage, shard_min_size) if mode else None
+
+    def set_gradient_accumulation_steps(self, value):
+        """Gradient accumulation, as OneFlow's config: every call splits each
+        build() input along dim 0 into `value` equal micro-batches (0-d inputs
+        go whole to each), runs build() on each, the gradients summing, scales
+        the gradients by 1/value and steps the optimizers once. 0-d outputs
+        come back averaged over the micro-batches (a mean loss equals the
+        whole batch's), others concatenated along dim 0. Clipping inside
+        build() would see partial sums, and a grad scaler is refused."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"set_gradient_accumulation_steps: expected an int >= 1, got {value!r}")
+        self.accumulation_steps = value
 
     def enable_exact_mode(self, mode=True):
         """Only the graph rewrites that give the bits of eager mode: the
@@ -232,7 +245,7 @@ class Graph:
                                                scaler.get_growth_interval())
         return (tuple(_tensor_signature(a) for a in args),
                 tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype), scaling,
-                self.config.exact, self.config.zero)
+                self.config.exact, self.config.zero, self.config.accumulation_steps)
 
     def _compile(self, args):
         scaler = self._scaler()
@@ -261,7 +274,7 @@ class Graph:
                 if scaler is not None:
                     scaler._graph_scaled = type(self).__name__
                 try:
-                    outputs, rebuild = _flatten(self.build(*traced_inputs))
+                    outputs, rebuild = self._build_micro_batches(traced_inputs)
                 finally:
                     if scaler is not None:
                         scaler._graph_scaled = None
@@ -276,6 +289,48 @@ class Graph:
             tracer.close()
         passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
+
+    def _build_micro_batches(self, inputs):
+        """build() on the whole inputs, or on each micro-batch under gradient
+        accumulation (set_gradient_accumulation_steps)."""
+        m = self.config.accumulation_steps
+        if m == 1:
+            return _flatten(self.build(*inputs))
+        name = type(self).__name__
+        if self._grad_scaler is not None and self._grad_scaler.is_enabled():
+            raise ValueError(f"{name}: gradient accumulation with a grad scaler is not supported")
+        parts = []
+        for i, t in enumerate(inputs):
+            if t.dim() == 0:
+                parts.append([t] * m)
+                continue
+            if t.shape[0] % m:
+                raise ValueError(f"{name}: set_gradient_accumulation_steps({m}) needs every input's dim 0 to divide "
+                                 f"into {m} equal micro-batches; input {i} has shape {tuple(t.shape)}")
+            parts.append(list(t.chunk(m, 0)))
+        per_micro = []
+        rebuild = None
+        for k in range(m):
+            outs, rebuild = _flatten(self.build(*[p[k] for p in parts]))
+            per_micro.append(outs)
+        from meshflow import cat, no_grad
+        with no_grad():
+            for optimizer, _ in self._optimizers:
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.mul_(1.0 / m)
+        outputs = []
+        for j in range(len(per_micro[0])):
+            column = [outs[j] for outs in per_micro]
+            if column[0].dim() == 0:
+                total = column[0]
+                for t in column[1:]:
+                    total = total + t
+                outputs.append(total / m)
+            else:
+                outputs.append(cat(column, 0))
+        return outputs, rebuild
 
     def _lay_out_optimizer_state(self):
         """ZeRO's layouts of the optimizers' state (Note [ZeRO as layouts] in

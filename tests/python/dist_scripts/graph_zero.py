@@ -11,7 +11,7 @@ build(), and a GradScaler whose step 5 sees an injected inf. Each rank keeps
 its rows of every state tensor of at least shard_min_size elements; smaller
 ones stay replicated. Stage 1 all-reduces the gradients, stage 2
 reduce-scatters them (also without the scaler, under a learning-rate
-schedule). Then the optimizer state saved as a global checkpoint
+schedule, and over 4 micro-batches of gradient accumulation). Then the optimizer state saved as a global checkpoint
 loads into a graph without ZeRO (and back), and the bad-input errors.
 """
 import os
@@ -207,6 +207,16 @@ for stage in (1, 2):
     check_params(model, ref, f"stage {stage} without a scaler")
     if world > 1:
         assert ("comm_reduce_scatter" in op_names(graph)) == (stage == 2), op_names(graph)
+
+# Gradient accumulation over 4 micro-batches of the global batch (S(0)):
+# stage 2 equals one process on the whole batch.
+model = build().to_global(placement=mesh, sbp=B)
+opt = make_opt(model)
+graph = TrainGraph(model, opt, None, 2)
+graph.config.set_gradient_accumulation_steps(4)
+for step in range(STEPS):
+    graph(*global_batch(step, False))
+check_params(model, ref, "stage 2, 4 micro-batches")
 
 # Bad input: a parameter that is not broadcast on the data-parallel axis,
 # named; a local model; stage 3 and unknown stages.
