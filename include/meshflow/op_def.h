@@ -164,6 +164,12 @@ struct OpDef {
 
   // Filled by the registry: kernels[device type], cpu_kernel included.
   std::array<KernelFn, kNumDeviceTypes> kernels;
+
+  // Whether a call writes input i: input 0 of an in-place call, and the
+  // inputs of mutates.
+  bool writes_input(size_t i, bool inplace_call) const {
+    return (inplace_call && i == 0) || (i < 32 && ((mutates >> i) & 1u));
+  }
 };
 
 class OpRegistry {

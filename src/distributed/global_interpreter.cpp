@@ -101,11 +101,6 @@ struct Prepared {
   TensorList local_inputs;          // this rank's boxed shards
 };
 
-// Whether the op writes input i (OpDef::mutates; input 0 of an in-place call).
-bool writes_input(const OpDef& op, size_t i, bool inplace) {
-  return (inplace && i == 0) || (i < 32 && ((op.mutates >> i) & 1u));
-}
-
 // inplace: the call writes input 0. A signature's cost counts the boxing of
 // the inputs into it and of the written inputs back to their own layouts
 // (Note [Writing back]).
@@ -179,7 +174,7 @@ Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
         const double bytes = double(inputs[i].numel()) * double(itemsize(inputs[i].dtype()));
         const Sbp& now = current[i][size_t(a)];
         cost += transition_cost(now, sig.inputs[i], bytes, p.hierarchy()[size_t(a)]);
-        if (writes_input(op, i, inplace)) cost += transition_cost(sig.inputs[i], now, bytes, p.hierarchy()[size_t(a)]);
+        if (op.writes_input(i, inplace)) cost += transition_cost(sig.inputs[i], now, bytes, p.hierarchy()[size_t(a)]);
       }
       if (cost < best) {
         best = cost;
@@ -219,7 +214,7 @@ void write_back(const OpDef& op, const TensorList& inputs, const Prepared& r, bo
   const NdSbp all_broadcast(size_t(p.ndim()), Sbp::broadcast());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    if (!t.defined() || !writes_input(op, i, inplace)) continue;
+    if (!t.defined() || !op.writes_input(i, inplace)) continue;
     const NdSbp& own = t.is_global() ? sbp_of(t) : all_broadcast;
     if (t.is_global() && r.in_sbp[i] == own) continue;  // written in its own shard
     Tensor back = box(r.local_inputs[i], t.shape(), t.dtype(), p, r.in_sbp[i], p, own);

@@ -119,7 +119,7 @@ struct Node {
   bool is_view() const { return bool(op->view); }
   // Whether the node writes input i: input 0 of an in-place node, and the
   // inputs of OpDef::mutates.
-  bool writes_input(size_t i) const { return (inplace && i == 0) || (i < 32 && ((op->mutates >> i) & 1u)); }
+  bool writes_input(size_t i) const { return op->writes_input(i, inplace); }
   bool writes_inputs() const { return inplace || op->mutates != 0; }
 };
 

@@ -313,7 +313,7 @@ class Graph:
         for k in range(m):
             outs, rebuild = _flatten(self.build(*[p[k] for p in parts]))
             per_micro.append(outs)
-        from meshflow import cat, no_grad
+        from meshflow import cat, no_grad, stack
         with no_grad():
             for optimizer, _ in self._optimizers:
                 for group in optimizer.param_groups:
@@ -324,10 +324,7 @@ class Graph:
         for j in range(len(per_micro[0])):
             column = [outs[j] for outs in per_micro]
             if column[0].dim() == 0:
-                total = column[0]
-                for t in column[1:]:
-                    total = total + t
-                outputs.append(total / m)
+                outputs.append(stack(column).mean())
             else:
                 outputs.append(cat(column, 0))
         return outputs, rebuild
