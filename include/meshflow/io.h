@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -38,6 +39,31 @@ void save_file(const std::map<std::string, Tensor>& tensors, const std::string& 
 // verify checks them, and a mismatch throws Error naming the tensor.
 std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> load_file(
     const std::string& path, bool verify = true);
+
+// A safetensors file opened for reading parts of its tensors (Note [Reading
+// shards by range] in src/io/safetensors.cpp). The constructor reads and
+// checks the header only; read_box then reads just the bytes of a box.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path, bool verify = true);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  // (name, (dtype, shape)) of every tensor, by name.
+  std::vector<std::pair<std::string, std::pair<DType, Shape>>> tensors() const;
+  std::map<std::string, std::string> metadata() const;
+  // Copies the box [offsets, offsets + sizes) of tensor `name` into dst (a
+  // CPU tensor of shape sizes and the tensor's dtype, any strides) through
+  // one read buffer of about buffer_bytes; returns the bytes read. A box
+  // that is the whole tensor is checked against its checksum (with verify).
+  uint64_t read_box(const std::string& name, const Shape& offsets, const Shape& sizes, Tensor& dst,
+                    size_t buffer_bytes) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // A tree of checkpoint state: none, bool, int64, double, string, tensor, list
 // or string-keyed map, e.g. an optimizer's

@@ -78,6 +78,17 @@ void init_io(py::module_& parent) {
   m.def("load_file", &io::load_file, py::arg("filename"), py::arg("verify") = true);
   m.def("save", [](py::handle obj, const std::string& path) { io::save(to_value(obj, 0), path); }, py::arg("obj"),
         py::arg("f"));
+  py::class_<io::SafetensorsReader>(m, "SafetensorsReader")
+      .def(py::init<const std::string&, bool>(), py::arg("filename"), py::arg("verify") = true)
+      .def("tensors", &io::SafetensorsReader::tensors)
+      .def("metadata", &io::SafetensorsReader::metadata)
+      .def("read_box",
+           [](const io::SafetensorsReader& r, const std::string& name, const Shape& offsets, const Shape& sizes,
+              Tensor dst, size_t buffer_bytes) {
+             py::gil_scoped_release release;
+             return r.read_box(name, offsets, sizes, dst, buffer_bytes);
+           },
+           py::arg("name"), py::arg("offsets"), py::arg("sizes"), py::arg("dst"), py::arg("buffer_bytes"));
   m.def("load", [](const std::string& path, bool verify) { return from_value(io::load(path, verify)); },
         py::arg("f"), py::arg("verify") = true);
 }

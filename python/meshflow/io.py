@@ -36,21 +36,28 @@ def save(obj, f):
 def load(f, verify=True):
     """Loads what save wrote; a safetensors file from elsewhere loads as {name: tensor}.
 
+    f may also be a directory that meshflow.distributed.checkpoint.save wrote.
+
     Global tensors of a checkpoint saved by several ranks come back as whole
     local tensors; load_state_dict lays them out like the module's
     parameters. save stores a CRC-32C of every tensor; with verify (the
     default) a tensor whose bytes changed raises meshflow.errors.Error naming
     it, and verify=False skips the check.
     """
-    obj = _io.load(os.fspath(f), verify)
+    path = os.fspath(f)
+    if isinstance(path, str) and os.path.isdir(path):  # a meshflow.distributed.checkpoint directory
+        path = os.path.join(path, _CHECKPOINT_FILE)
+    obj = _io.load(path, verify)
     if isinstance(obj, dict) and _GLOBAL_KEY in obj:
-        return _load_global(obj[_GLOBAL_KEY], os.fspath(f), verify)
+        return _load_global(obj[_GLOBAL_KEY], path, verify)
     return obj
 
 
 # --- global checkpoints ---------------------------------------------------------
 
 _GLOBAL_KEY = "__meshflow_global_checkpoint__"
+# The checkpoint file inside a meshflow.distributed.checkpoint directory.
+_CHECKPOINT_FILE = "checkpoint.safetensors"
 
 
 def _global_tensors(obj, key="", depth=0):

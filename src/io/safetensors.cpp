@@ -14,6 +14,8 @@
 #include "core/utf8.h"
 #include "io/json.h"
 #include "meshflow/io.h"
+#include "meshflow/autograd.h"
+#include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 
 namespace mf::io {
@@ -24,6 +26,7 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kCorruptHint = " (the file is corrupt; load it with verify=False to read it anyway)";
 // Note [Checkpoint checksums]: save_file adds the metadata entry
 // "meshflow.crc32c", a JSON object mapping every tensor's name to the CRC-32C
 // of its bytes (8 lowercase hex digits) and "__metadata__" to the CRC-32C of
@@ -282,58 +285,77 @@ void save_file(const std::map<std::string, Tensor>& tensors, const std::string& 
 
 namespace {
 
-// Checks the tensors and metadata against Note [Checkpoint checksums].
-void verify_checksums(const HeaderReader& reader, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+// The checksums Note [Checkpoint checksums] describes, read from a file's
+// metadata with the metadata's own sum checked: tensor name -> 8 hex digits.
+// Empty (and nothing checked) for a file without them.
+std::map<std::string, std::string> read_checksums(const HeaderReader& reader,
+                                                  const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, std::string> sums;
   const auto it = metadata.find(kChecksumKey);
-  if (it == metadata.end()) return;
+  if (it == metadata.end()) return sums;
   json::Json root;
   try {
     root = json::parse(it->second, 1);
   } catch (const Error& e) {
     reader.fail("the \"", kChecksumKey, "\" metadata is not valid JSON: ", e.what());
   }
-  const auto* sums = root.as_object();
-  if (!sums) reader.fail("the \"", kChecksumKey, "\" metadata is ", json::type_name(root), ", not an object");
-  const std::string hint = " (the file is corrupt; load it with verify=False to read it anyway)";
+  const auto* members = root.as_object();
+  if (!members) reader.fail("the \"", kChecksumKey, "\" metadata is ", json::type_name(root), ", not an object");
   bool has_metadata_sum = false;
-  size_t checked = 0;
-  for (const auto& [name, value] : *sums) {
+  for (const auto& [name, value] : *members) {
     const std::string* stored = value.as_string();
     if (!stored) reader.fail("the checksum of ", quoted(name), " is ", json::type_name(value), ", not a string");
-    std::string computed;
-    if (name == kMetadataKey) {
-      has_metadata_sum = true;
-      computed = hex32(metadata_crc(metadata));
-      if (computed != *stored)
-        reader.fail("the metadata fails its checksum (stored crc32c ", *stored, ", computed ", computed, ")", hint);
+    if (name != kMetadataKey) {
+      sums.emplace(name, *stored);
       continue;
     }
-    const auto t = tensors.find(name);
-    if (t == tensors.end())
-      reader.fail("the checksums name tensor ", quoted(name), ", which the file does not hold (renamed?)", hint);
-    const Tensor& c = t->second;
-    computed = hex32(c.numel() > 0 ? crc32c(c.data_ptr(), nbytes_of(c)) : 0);
+    has_metadata_sum = true;
+    const std::string computed = hex32(metadata_crc(metadata));
     if (computed != *stored)
-      reader.fail("tensor ", quoted(name), " fails its checksum (stored crc32c ", *stored, ", computed ", computed,
-                  ")", hint);
-    ++checked;
+      reader.fail("the metadata fails its checksum (stored crc32c ", *stored, ", computed ", computed, ")",
+                  kCorruptHint);
   }
-  if (!has_metadata_sum) reader.fail("the checksums lack the metadata's", hint);
-  if (checked != tensors.size())
-    for (const auto& [name, t] : tensors) {
-      bool found = false;
-      for (const auto& [n, v] : *sums) found = found || n == name;
-      if (!found) reader.fail("tensor ", quoted(name), " has no checksum (renamed?)", hint);
-    }
+  if (!has_metadata_sum) reader.fail("the checksums lack the metadata's", kCorruptHint);
+  return sums;
 }
 
-}  // namespace
+// Every tensor has a sum and every sum names a tensor.
+void check_checksum_names(const HeaderReader& reader, const std::vector<Entry>& entries,
+                          const std::map<std::string, std::string>& sums) {
+  for (const auto& [name, sum] : sums)
+    if (std::none_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == name; }))
+      reader.fail("the checksums name tensor ", quoted(name), ", which the file does not hold (renamed?)",
+                  kCorruptHint);
+  for (const Entry& e : entries)
+    if (!sums.contains(e.name)) reader.fail("tensor ", quoted(e.name), " has no checksum (renamed?)", kCorruptHint);
+}
 
-std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> load_file(const std::string& path,
-                                                                                       bool verify) {
-  FileReader file(path, "load_file");
-  HeaderReader reader(path);
+void check_checksum(const HeaderReader& reader, const std::string& name, const std::string& stored,
+                    uint32_t crc) {
+  const std::string computed = hex32(crc);
+  if (computed != stored)
+    reader.fail("tensor ", quoted(name), " fails its checksum (stored crc32c ", stored, ", computed ", computed,
+                ")", kCorruptHint);
+}
+
+// Any byte but 0 and 1 would be an invalid C++ bool.
+void check_bools(const HeaderReader& reader, const std::string& name, const void* data, uint64_t nbytes,
+                 uint64_t first_index) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (uint64_t i = 0; i < nbytes; ++i)
+    if (bytes[i] > 1)
+      reader.fail("tensor ", quoted(name), ": BOOL element ", first_index + i, " is byte ", int(bytes[i]),
+                  ", not 0 or 1");
+}
+
+struct Header {
+  std::vector<Entry> entries;                  // by data offset, tiling the data section
+  std::map<std::string, std::string> metadata;  // with the checksums
+  uint64_t data_start = 0;
+};
+
+// Reads and checks a file's header, the layout of its data section included.
+Header read_header(const FileReader& file, const HeaderReader& reader) {
   const uint64_t file_size = file.size();
   if (file_size < 8) reader.fail("it holds ", file_size, " bytes, fewer than the 8 of the header length");
   unsigned char length_bytes[8];
@@ -345,53 +367,173 @@ std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> loa
   if (header_size > file_size - 8)
     reader.fail("the header length ", header_size, " exceeds the ", file_size - 8,
                 " bytes that follow it (truncated file?)");
-  std::string header(size_t(header_size), '\0');
-  file.read_at(8, header.data(), header.size(), "the header");
-  if (header.empty() || header[0] != '{') reader.fail("the header does not start with '{'");
+  std::string text(size_t(header_size), '\0');
+  file.read_at(8, text.data(), text.size(), "the header");
+  if (text.empty() || text[0] != '{') reader.fail("the header does not start with '{'");
 
   json::Json root;
   try {
-    root = json::parse(header, kMaxHeaderDepth);
+    root = json::parse(text, kMaxHeaderDepth);
   } catch (const Error& e) {
     reader.fail("the header is not valid JSON: ", e.what());
   }
   const auto* members = root.as_object();
   if (!members) reader.fail("the header is ", json::type_name(root), ", not an object");
 
-  std::map<std::string, std::string> metadata;
-  std::vector<Entry> entries;
+  Header header;
   for (const auto& [key, value] : *members) {
     if (key != kMetadataKey) {
-      entries.push_back(reader.read_entry(key, value));
+      header.entries.push_back(reader.read_entry(key, value));
       continue;
     }
     const auto* items = value.as_object();
     if (!items) reader.fail("\"__metadata__\" must be an object, got ", json::type_name(value));
     for (const auto& [k, v] : *items) {
-      const std::string* text = v.as_string();
-      if (!text) reader.fail("\"__metadata__\" entry ", quoted(k), " must be a string, got ", json::type_name(v));
-      metadata.emplace(k, *text);
+      const std::string* s = v.as_string();
+      if (!s) reader.fail("\"__metadata__\" entry ", quoted(k), " must be a string, got ", json::type_name(v));
+      header.metadata.emplace(k, *s);
     }
   }
-  const uint64_t data_start = 8 + header_size;
-  reader.check_layout(entries, file_size - data_start);
+  header.data_start = 8 + header_size;
+  reader.check_layout(header.entries, file_size - header.data_start);
+  return header;
+}
 
+}  // namespace
+
+std::pair<std::map<std::string, Tensor>, std::map<std::string, std::string>> load_file(const std::string& path,
+                                                                                       bool verify) {
+  FileReader file(path, "load_file");
+  HeaderReader reader(path);
+  Header header = read_header(file, reader);
+  std::map<std::string, std::string> sums;
+  if (verify) {
+    sums = read_checksums(reader, header.metadata);
+    if (header.metadata.contains(kChecksumKey)) check_checksum_names(reader, header.entries, sums);
+  }
   std::map<std::string, Tensor> tensors;
-  for (const Entry& e : entries) {
+  for (const Entry& e : header.entries) {
     Tensor t = make_empty(e.shape, e.dtype);
-    if (e.nbytes > 0) file.read_at(data_start + e.begin, t.data_ptr(), size_t(e.nbytes), "tensor " + quoted(e.name));
-    if (e.dtype == DType::Bool) {
-      // Any byte but 0 and 1 would be an invalid C++ bool.
-      const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-      for (uint64_t i = 0; i < e.nbytes; ++i)
-        if (bytes[i] > 1)
-          reader.fail("tensor ", quoted(e.name), ": BOOL element ", i, " is byte ", int(bytes[i]), ", not 0 or 1");
-    }
+    if (e.nbytes > 0)
+      file.read_at(header.data_start + e.begin, t.data_ptr(), size_t(e.nbytes), "tensor " + quoted(e.name));
+    if (e.dtype == DType::Bool) check_bools(reader, e.name, t.data_ptr(), e.nbytes, 0);
+    if (const auto sum = sums.find(e.name); sum != sums.end())
+      check_checksum(reader, e.name, sum->second, e.nbytes > 0 ? crc32c(t.data_ptr(), size_t(e.nbytes)) : 0);
     tensors.emplace(e.name, std::move(t));
   }
-  if (verify) verify_checksums(reader, tensors, metadata);
-  metadata.erase(kChecksumKey);
-  return {std::move(tensors), std::move(metadata)};
+  header.metadata.erase(kChecksumKey);
+  return {std::move(tensors), std::move(header.metadata)};
+}
+
+// Note [Reading shards by range]: a distributed checkpoint load reads, from
+// each shard file, only the box of each tensor that the rank's own layout
+// needs. The box's bytes in the file are runs: with j the outermost dim from
+// which every inner dim spans the whole tensor, each index of the dims
+// before j gives one contiguous run of sizes[j] * (inner elements) elements.
+// Runs are read, in chunks of whole units of dim j that fit the buffer, with
+// pread into one buffer and copied from there into the destination (any
+// strides). Memory: the destination plus one buffer of buffer_bytes, or of
+// one unit of dim j where that is larger. A box that is the whole tensor is
+// read in file order, so its checksum is checked as it streams by.
+struct SafetensorsReader::Impl {
+  Impl(const std::string& p, bool v) : path(p), file(p, "read_box"), reader(path), verify(v) {
+    header = read_header(file, reader);
+    if (verify) {
+      sums = read_checksums(reader, header.metadata);
+      if (header.metadata.contains(kChecksumKey)) check_checksum_names(reader, header.entries, sums);
+    }
+    for (const Entry& e : header.entries) by_name.emplace(e.name, &e);
+  }
+  std::string path;
+  FileReader file;
+  HeaderReader reader;
+  bool verify;
+  Header header;
+  std::map<std::string, std::string> sums;
+  std::map<std::string, const Entry*> by_name;
+};
+
+SafetensorsReader::SafetensorsReader(const std::string& path, bool verify)
+    : impl_(std::make_unique<Impl>(path, verify)) {}
+SafetensorsReader::~SafetensorsReader() = default;
+
+std::vector<std::pair<std::string, std::pair<DType, Shape>>> SafetensorsReader::tensors() const {
+  std::vector<std::pair<std::string, std::pair<DType, Shape>>> out;
+  for (const auto& [name, e] : impl_->by_name) out.push_back({name, {e->dtype, e->shape}});
+  return out;
+}
+
+std::map<std::string, std::string> SafetensorsReader::metadata() const {
+  auto out = impl_->header.metadata;
+  out.erase(kChecksumKey);
+  return out;
+}
+
+uint64_t SafetensorsReader::read_box(const std::string& name, const Shape& offsets, const Shape& sizes, Tensor& dst,
+                                     size_t buffer_bytes) const {
+  const auto found = impl_->by_name.find(name);
+  MF_CHECK(found != impl_->by_name.end(), IndexError, "read_box: '", impl_->path, "' holds no tensor ", quoted(name));
+  const Entry& e = *found->second;
+  const size_t n = e.shape.size();
+  MF_CHECK(offsets.size() == n && sizes.size() == n, ValueError, "read_box: tensor ", quoted(name), " has ", n,
+           " dims, got offsets ", shape_str(offsets), " and sizes ", shape_str(sizes));
+  for (size_t d = 0; d < n; ++d)
+    MF_CHECK(offsets[d] >= 0 && sizes[d] >= 0 && sizes[d] <= e.shape[d] && offsets[d] <= e.shape[d] - sizes[d],
+             IndexError, "read_box: tensor ", quoted(name), " of shape ", shape_str(e.shape), ": the box at ",
+             shape_str(offsets), " of sizes ", shape_str(sizes), " leaves it in dim ", d);
+  MF_CHECK(dst.defined() && dst.device().is_cpu() && dst.storage()->has_data(), ValueError,
+           "read_box: the destination must be a CPU tensor with data");
+  MF_CHECK(dst.dtype() == e.dtype, TypeError, "read_box: tensor ", quoted(name), " is ", e.dtype,
+           ", the destination ", dst.dtype());
+  MF_CHECK(dst.sizes() == sizes, ShapeError, "read_box: the destination has shape ", shape_str(dst.sizes()),
+           ", the box ", shape_str(sizes));
+  const int64_t total = shape_numel(sizes);
+  if (total == 0) return 0;
+  NoGradGuard no_grad;
+  const size_t es = itemsize(e.dtype);
+  const bool whole = sizes == e.shape;  // then j == 0 and the chunks stream in file order
+  size_t j = n == 0 ? 0 : n - 1;
+  while (j > 0 && sizes[j] == e.shape[j]) --j;
+  // Elements per unit of dim j (in the file and in the box: the inner dims are whole).
+  int64_t unit = 1;
+  for (size_t d = j + 1; d < n; ++d) unit *= sizes[d];
+  const int64_t units = n == 0 ? 1 : sizes[j];
+  const int64_t chunk_units = std::clamp<int64_t>(int64_t(buffer_bytes / (size_t(unit) * es)), 1, units);
+  Tensor buffer = make_empty({chunk_units * unit}, e.dtype);
+  // Element strides of the tensor in the file.
+  std::vector<int64_t> stride(n, 1);
+  for (size_t d = n; d-- > 1;) stride[d - 1] = stride[d] * e.shape[d];
+
+  uint32_t crc = 0;
+  uint64_t read = 0;
+  std::vector<int64_t> outer(j, 0);  // index in the box of dims before j
+  for (;;) {
+    int64_t base = 0;  // element offset of this run in the tensor
+    Tensor row = dst;
+    for (size_t d = 0; d < j; ++d) {
+      base += (offsets[d] + outer[d]) * stride[d];
+      row = narrow(row, int64_t(d), outer[d], 1);
+    }
+    if (n > 0) base += offsets[j] * stride[j];
+    for (int64_t a = 0; a < units; a += chunk_units) {
+      const int64_t k = std::min(chunk_units, units - a);
+      const uint64_t nbytes = uint64_t(k * unit) * es;
+      const uint64_t at = impl_->header.data_start + e.begin + uint64_t(base + a * unit) * es;
+      impl_->file.read_at(at, buffer.data_ptr(), size_t(nbytes), "tensor " + quoted(name));
+      if (e.dtype == DType::Bool) check_bools(impl_->reader, name, buffer.data_ptr(), nbytes, base + a * unit);
+      if (whole) crc = crc32c(buffer.data_ptr(), size_t(nbytes), crc);
+      Tensor target = n == 0 ? row : narrow(row, int64_t(j), a, k);
+      copy_(target, view(narrow(buffer, 0, 0, k * unit), target.sizes()));
+      read += nbytes;
+    }
+    size_t d = j;  // the next index of the dims before j, row-major
+    while (d > 0 && ++outer[d - 1] == sizes[d - 1]) outer[--d] = 0;
+    if (d == 0) break;  // every index done (or j == 0: one run)
+  }
+  if (whole && impl_->verify)
+    if (const auto sum = impl_->sums.find(name); sum != impl_->sums.end())
+      check_checksum(impl_->reader, name, sum->second, crc);
+  return read;
 }
 
 }  // namespace mf::io

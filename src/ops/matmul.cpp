@@ -87,12 +87,14 @@ void follow_inputs(std::optional<AutocastGuard>& guard, const Tensor& t) {
 
 Tensor scaled(const Tensor& t, Scalar s) { return s.to_double() == 1.0 ? t : mul(t, s); }
 
-// True for the transpose of a contiguous matrix (weight.t() in linear). A
-// global tensor's own metadata is contiguous; its shard has the layout.
+// True for the transpose of a contiguous matrix (weight.t() in linear).
+// Always false for a global tensor: the choice decides which collectives
+// backward runs, so it must be the same on every rank, and a shard's strides
+// are not (a rank whose part of a dim has one element sees a contiguous
+// shard where the others see a transposed one).
 bool is_transposed_matrix(const Tensor& t) {
-  const Tensor& m = t.is_global() ? t.impl()->global()->local : t;
-  return m.defined() && m.dim() == 2 && m.size(0) > 1 && m.size(1) > 1 && m.stride(0) == 1 &&
-         m.stride(1) == m.size(0);
+  return !t.is_global() && t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 &&
+         t.stride(1) == t.size(0);
 }
 
 // Gradients of alpha * (a @ b) for a and b, summed over broadcast batch dims.

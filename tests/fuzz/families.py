@@ -544,6 +544,37 @@ def _load_global_index(g):
     return "mf.load(global index)"
 
 
+DCP_DESTS = ("mf.zeros(4)", "mf.zeros(2)", "mf.zeros(2, 3)", "mf.zeros(4, dtype=mf.int64)", "mf.zeros(8)[::2]",
+             "mf.zeros(())", "mf.zeros(1).expand(4)", "mf.zeros(1024)", "mf.zeros(0)", "5", "[mf.zeros(4)]",
+             "{'x': mf.zeros(4)}", "mf.zeros(4, placement=mf.placement('cpu', [0]), sbp=mf.sbp.split(0))")
+
+
+@family("dcp.load(crafted)", 3.0, covers=("distributed.checkpoint.load",))
+def _dcp_load_crafted(g):
+    """meshflow.distributed.checkpoint.load of a directory whose index, tree
+    or shard file is crafted, into destinations of other shapes and kinds."""
+    shape, shards = g.choice(GLOBAL_SHAPES[:6] + ("[2, 2]", "[1024]")), g.choice(GLOBAL_SHARDS)
+    dtype = g.choice(("'float32'", "'float32'", "'int64'", "'bogus'"))
+    index = f"{{'w': {{'shape': {shape}, 'dtype': {dtype}, 'shards': {shards}}}}}"
+    tree = g.choice(("{'w': {'__global__': 'w'}}", "{'w': {'__global__': 'v'}}", "{'w': 3}", "{'w': mf.ones(4)}",
+                     "{'v': {'__global__': 'w'}}", "[1]"))
+    g.emit("d = os.path.join(TMP, 'dcp'); os.makedirs(d, exist_ok=True)")
+    g.emit(f"mf.io.save_file({{'w': mf.arange({g.choice(('4', '2', '1024', '0'))}, "
+           f"dtype={g.choice(('mf.float32', 'mf.float32', 'mf.int64'))})}}, "
+           "os.path.join(d, 'checkpoint.safetensors.shard0'))")
+    if g.adv and g.chance(0.3):
+        g.emit("b = bytearray(open(os.path.join(d, 'checkpoint.safetensors.shard0'), 'rb').read())")
+        g.emit(f"del b[{g.r.randrange(2**10)} % (len(b) + 1):]" if g.chance(0.5)
+               else f"b[{g.r.randrange(2**12)} % len(b)] ^= {1 << g.r.randrange(8)}")
+        g.emit("open(os.path.join(d, 'checkpoint.safetensors.shard0'), 'wb').write(bytes(b))")
+    g.emit(f"mf.save({{'__meshflow_global_checkpoint__': {{'index': __import__('json').dumps({index}), "
+           f"'tree': {tree}}}}}, os.path.join(d, 'checkpoint.safetensors'))")
+    g.emit(f"sd = {{'w': {g.choice(DCP_DESTS)}}}")
+    g.emit(f"mf.distributed.checkpoint.load(sd, checkpoint_id={g.choice(('d', 'd', 'TMP', '5', repr(''))) })")
+    g.emit("r = sd['w']")
+    return "distributed.checkpoint.load"
+
+
 # Edits whose result pickle itself still reads, so what is tested is
 # _rebuild_tensor's check (random flips make errors of pickle's own).
 PICKLE_EDITS = ("b", "b.replace(b'float32', b'float64')", "b.replace(b'int64', b'int32')",

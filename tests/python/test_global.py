@@ -75,6 +75,16 @@ def test_global_tensor_data_needs_to_local():
 
 @needs_mpi
 @pytest.mark.parametrize("saved_on", [2, 4])
+def test_distributed_checkpoint_loads_in_place_on_other_world_sizes(tmp_path, saved_on):
+    assert mpirun(saved_on, "distributed_checkpoint.py", "save", str(tmp_path)).count("dcp save OK") == saved_on
+    files = sorted(p.name for p in (tmp_path / "dcp").iterdir())
+    assert files[0] == "checkpoint.safetensors" and len(files) == 1 + saved_on
+    for n in (1, 2, 4):
+        assert mpirun(n, "distributed_checkpoint.py", "load", str(tmp_path), str(saved_on)).count("dcp load OK") == n
+
+
+@needs_mpi
+@pytest.mark.parametrize("saved_on", [2, 4])
 def test_global_checkpoint_loads_on_other_world_sizes(tmp_path, saved_on):
     assert mpirun(saved_on, "global_checkpoint.py", "save", str(tmp_path)).count("OK") == saved_on
     assert (tmp_path / "model.safetensors").exists()
