@@ -171,7 +171,19 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
     }
     if (!result.is_none()) inputs = py::isinstance<py::tuple>(result) ? py::tuple(result) : py::make_tuple(result);
   }
-  py::object out = self.attr("forward")(*inputs, **kwargs);
+  py::object out;
+  try {
+    out = self.attr("forward")(*inputs, **kwargs);
+  } catch (...) {
+    // always_call hooks run before the exception propagates (PyTorch's option).
+    for (const auto& [id, hook] : std::vector(m.forward_hooks())) {
+      auto* h = dynamic_cast<PyForwardHook*>(hook.get());
+      if (h && h->always_call) h->callable(self, inputs, py::none());
+      else if (auto* c = dynamic_cast<nn::ForwardHook*>(hook.get()); c && c->always_call && inputs.size() == 1)
+        c->fn(m, inputs[0].cast<Tensor>(), Tensor());
+    }
+    throw;
+  }
   for (const auto& [id, hook] : std::vector(m.forward_hooks())) {
     py::object result = py::none();
     if (auto* h = dynamic_cast<PyForwardHook*>(hook.get())) {
@@ -280,7 +292,7 @@ py::object convert(py::object self) {
   return self;
 }
 
-py::object add_hook(py::object self, py::object fn, bool pre) {
+py::object add_hook(py::object self, py::object fn, bool pre, bool always_call = false) {
   MF_CHECK(PyCallable_Check(fn.ptr()), TypeError, "register_forward_", pre ? "pre_" : "", "hook: the hook must be callable");
   Module& m = self.cast<Module&>();
   int id;
@@ -293,9 +305,11 @@ py::object add_hook(py::object self, py::object fn, bool pre) {
     id = m.register_forward_pre_hook(std::move(hook));
   } else {
     auto hook = std::make_shared<PyForwardHook>(std::move(fn));
+    hook->always_call = always_call;
     hook->fn = [raw = hook.get()](Module& module, const Tensor& input, const Tensor& output) {
       py::gil_scoped_acquire gil;
-      return hook_result(raw->callable(py::cast(module.shared_from_this()), py::make_tuple(input), output));
+      py::object out = output.defined() ? py::cast(output) : py::none();
+      return hook_result(raw->callable(py::cast(module.shared_from_this()), py::make_tuple(input), out));
     };
     id = m.register_forward_hook(std::move(hook));
   }
@@ -357,6 +371,9 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
                  "' (meshflow.nn.Parameter or None required)");
         self.register_parameter(name, param.is_none() ? Tensor() : as_tensor(param), false);
       }, py::arg("name"), py::arg("param"))
+      .def("_swap_parameter", [](Module& self, const std::string& name, py::handle t) {
+        return self.swap_parameter(name, t.is_none() ? Tensor() : as_tensor(t));
+      }, py::arg("name"), py::arg("tensor"))
       .def("register_buffer", [](Module& self, const std::string& name, const Tensor& tensor, bool persistent) {
         self.register_buffer(name, tensor, persistent);
       }, py::arg("name"), py::arg("tensor"), py::arg("persistent") = true)
@@ -437,8 +454,9 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
         fn(self);
         return self;
       }, py::arg("fn"))
-      .def("register_forward_hook", [](py::object self, py::object hook) { return add_hook(self, hook, false); },
-           py::arg("hook"))
+      .def("register_forward_hook", [](py::object self, py::object hook, bool always_call) {
+        return add_hook(self, hook, false, always_call);
+      }, py::arg("hook"), py::kw_only(), py::arg("always_call") = false)
       .def("register_forward_pre_hook", [](py::object self, py::object hook) { return add_hook(self, hook, true); },
            py::arg("hook"))
       .def("__dir__", [](py::object self) {

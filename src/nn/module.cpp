@@ -55,7 +55,14 @@ Tensor Module::operator()(const Tensor& input) {
       if (replaced.defined()) x = replaced;
     }
   }
-  Tensor out = forward(x);
+  Tensor out;
+  try {
+    out = forward(x);
+  } catch (...) {
+    for (const auto& [handle, hook] : std::vector(hooks_))
+      if (auto* h = dynamic_cast<ForwardHook*>(hook.get()); h && h->always_call) h->fn(*this, x, Tensor());
+    throw;
+  }
   for (const auto& [handle, hook] : hooks_) {
     if (auto* h = dynamic_cast<ForwardHook*>(hook.get())) {
       Tensor replaced = h->fn(*this, x, out);
@@ -100,6 +107,13 @@ void Module::register_parameter(const std::string& name, const Tensor& param, bo
   } else {
     params_.emplace_back(name, param);
   }
+}
+
+Tensor Module::swap_parameter(const std::string& name, Tensor t) {
+  auto it = find_entry(params_, name, pair_name);
+  MF_CHECK(it != params_.end(), ValueError, type_name_, ".swap_parameter: no parameter \"", name, "\"");
+  std::swap(it->second, t);
+  return t;
 }
 
 void Module::register_buffer(const std::string& name, const Tensor& buffer, bool persistent) {

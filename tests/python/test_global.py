@@ -4,6 +4,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import meshflow as mf
@@ -36,6 +37,7 @@ SCRIPTS_AND_MARKERS = {
     "graph_global.py": "graph global OK",      # global models in mf.nn.Graph give eager's bits (2x2 mesh on 4)
     "zero_optimizer.py": "zero optimizer OK",  # ZeroRedundancyOptimizer (ZeRO-1) equals one process
     "graph_zero.py": "graph zero OK",          # graph.config.enable_zero stages 1 and 2 equal one process
+    "fully_shard.py": "fully_shard OK",        # fully_shard (ZeRO-3) equals one process and DDP
 }
 
 
@@ -74,6 +76,14 @@ def test_global_tensor_data_needs_to_local():
 
 
 @needs_mpi
+def test_fully_shard_checkpoint_saved_on_4_ranks_loads_on_1_and_2(tmp_path):
+    ckpt = str(tmp_path / "fsdp")
+    assert mpirun(4, "fully_shard.py", "save", ckpt).count("fully_shard save OK") == 4
+    for n in (1, 2):
+        assert mpirun(n, "fully_shard.py", "load", ckpt).count("fully_shard load OK") == n
+
+
+@needs_mpi
 @pytest.mark.parametrize("saved_on", [2, 4])
 def test_distributed_checkpoint_loads_in_place_on_other_world_sizes(tmp_path, saved_on):
     assert mpirun(saved_on, "distributed_checkpoint.py", "save", str(tmp_path)).count("dcp save OK") == saved_on
@@ -91,3 +101,31 @@ def test_global_checkpoint_loads_on_other_world_sizes(tmp_path, saved_on):
     assert sorted(p.name for p in tmp_path.glob("model.safetensors.shard*"))  # one file per writing rank
     for n in (1, 2, 4):
         assert mpirun(n, "global_checkpoint.py", "load", str(tmp_path), str(saved_on)).count("OK") == n
+
+
+def test_device_mesh_and_fully_shard_in_one_process():
+    from meshflow.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from meshflow.distributed.fsdp import FSDPModule, fully_shard
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    assert mesh.size() == 1 and mesh.ndim == 1 and mesh.get_local_rank("dp") == 0
+    assert mesh.placement == mf.placement("cpu", [0]) and mesh == DeviceMesh("cpu", [0])
+    assert repr(mesh) == "DeviceMesh('cpu', [0], mesh_dim_names=('dp',))"
+    with pytest.raises(ValueError, match="product is the world size"):
+        init_device_mesh("cpu", (2,))
+    with pytest.raises(ValueError, match="unique"):
+        DeviceMesh("cpu", [[0]], mesh_dim_names=("a", "a"))
+    mf.manual_seed(0)
+    model = mf.nn.Sequential(mf.nn.Linear(4, 8), mf.nn.Tanh(), mf.nn.Linear(8, 2)).double()
+    mf.manual_seed(0)
+    ref = mf.nn.Sequential(mf.nn.Linear(4, 8), mf.nn.Tanh(), mf.nn.Linear(8, 2)).double()
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    assert isinstance(model, FSDPModule) and isinstance(model[0], FSDPModule)
+    assert model[0].weight.is_global and model[0].weight.sbp == (mf.sbp.split(0),)
+    x = mf.randn(5, 4, dtype=mf.float64)
+    (model(x) ** 2).sum().backward()
+    (ref(x) ** 2).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.grad.to_local().numpy(), q.grad.numpy(), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="hybrid"):
+        fully_shard(mf.nn.Linear(2, 2), mesh=mf.placement("cpu", [[0]]))

@@ -939,6 +939,25 @@ def test_forward_hooks():
     assert seen == [(4, 2)]
 
 
+def test_always_call_forward_hooks_run_when_forward_raises():
+    seen = []
+    lin = mf.nn.Linear(3, 2)
+    lin.register_forward_hook(lambda m, i, o: seen.append(("always", o is None)), always_call=True)
+    lin.register_forward_hook(lambda m, i, o: seen.append(("plain", o is None)))
+    with pytest.raises(mf.errors.Error):
+        lin(mf.ones(2, 5))
+    assert seen == [("always", True)]
+    seen.clear()
+    lin(mf.ones(2, 3))
+    assert seen == [("always", False), ("plain", False)]
+    # Called from C++ (a Sequential's child) too.
+    seq = mf.nn.Sequential(mf.nn.ReLU(), lin)
+    seen.clear()
+    with pytest.raises(mf.errors.Error):
+        seq(mf.ones(2, 5))
+    assert seen == [("always", True)]
+
+
 def test_hooks_on_children_of_cpp_layers():
     # Children called from C++ (attention's out_proj, the encoder layer's
     # norms and linears) run Python hooks like any other call.

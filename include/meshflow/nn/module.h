@@ -36,9 +36,12 @@ struct Hook {
   virtual ~Hook() = default;
 };
 // Runs after forward with the input and the output; a defined return value
-// replaces the output.
+// replaces the output. With always_call it also runs when forward throws
+// (with an undefined output, its result ignored), before the exception
+// propagates.
 struct ForwardHook : Hook {
   std::function<Tensor(class Module&, const Tensor& input, const Tensor& output)> fn;
+  bool always_call = false;
 };
 // Runs before forward; a defined return value replaces the input.
 struct ForwardPreHook : Hook {
@@ -97,6 +100,11 @@ class Module : public std::enable_shared_from_this<Module> {
   // registered, as after PyTorch's `module.bias = None`); returns whether
   // the name existed.
   bool unregister(const std::string& name);
+  // Puts t in parameter `name`'s slot (the name must exist) without the
+  // leaf check or marking t a parameter, and returns what the slot held.
+  // For the span of a forward only: fully_shard runs a layer on the
+  // gathered tensor in place of its shard this way, then swaps it back.
+  Tensor swap_parameter(const std::string& name, Tensor t);
 
   // --- lookup (own entries only) --------------------------------------------
   bool has_parameter(const std::string& name) const;

@@ -39,7 +39,11 @@ class DistributedDataParallel(Module):
             raise TypeError(f"DistributedDataParallel: expected a meshflow.nn.Module, got {type(module).__name__}")
         if bucket_cap_mb <= 0:
             raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be positive, got {bucket_cap_mb}")
+        if getattr(module, "_fsdp_unit", None) is not None:
+            raise ValueError("DistributedDataParallel: the module was sharded with fully_shard, which already "
+                             "averages gradients over the ranks")
         self.module = module
+        module._ddp_wrapped = True  # fully_shard refuses it
         self.broadcast_buffers = broadcast_buffers
         self._world = _distributed.get_world_size()
         params = [p for p in module.parameters() if p.requires_grad]
