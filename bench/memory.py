@@ -5,8 +5,8 @@ step time; PyTorch 2.15's step time with and without its checkpoint, in
 the same run, for the time ratio. Then, on 1, 2 and 4 ranks (mpirun, one
 thread each), the per-rank bytes of parameters, gradients and AdamW state
 of a GPT of about 50M parameters with DistributedDataParallel + AdamW and
-with ZeroRedundancyOptimizer, next to ZeRO's formulas (16 and 8 + 8/N bytes
-per parameter); and the same model as a global data-parallel nn.Graph
+with ZeroRedundancyOptimizer and with fully_shard, next to ZeRO's formulas
+(16, 8 + 8/N and 16/N bytes per parameter), and their step times; and the same model as a global data-parallel nn.Graph
 without ZeRO and with graph.config.enable_zero stages 1 and 2 (4 + 8/N
 bytes held per parameter between steps).
 
@@ -63,20 +63,27 @@ def measure(lib_name, args, checkpoint):
 
 def zero_child(args):
     """Under mpirun: per-rank bytes of parameters + gradients + optimizer
-    state after a step, DDP + AdamW against DDP + ZeroRedundancyOptimizer."""
+    state after a step, DDP + AdamW against DDP + ZeroRedundancyOptimizer
+    and against fully_shard (every block a unit, then the root)."""
     import meshflow as mf
     import models
+    from meshflow.distributed.fsdp import fully_shard
     from meshflow.distributed.optim import ZeroRedundancyOptimizer
     from meshflow.nn.parallel import DistributedDataParallel as DDP
     dist = mf.distributed
     mf.set_num_threads(1)
     out = {}
-    for kind in ("ddp", "zero1"):
+    for kind in ("ddp", "zero1", "fsdp"):
         mf.manual_seed(0)
         net = models.gpt(mf, vocab=args.zero_vocab, d_model=args.zero_d_model, heads=8, layers=args.zero_layers,
                          seq=args.zero_seq)
         numel = sum(p.numel() for p in net.parameters())
-        model = DDP(net, gradient_as_bucket_view=True)  # gradients held once, as ZeRO's formula counts
+        if kind == "fsdp":
+            for block in net.blocks:
+                fully_shard(block)
+            model = fully_shard(net)
+        else:
+            model = DDP(net, gradient_as_bucket_view=True)  # gradients held once, as ZeRO's formula counts
         opt = (ZeroRedundancyOptimizer(model.parameters(), mf.optim.AdamW, lr=1e-4) if kind == "zero1"
                else mf.optim.AdamW(model.parameters(), lr=1e-4))
         idx = mf.randint(0, args.zero_vocab, (2, args.zero_seq))
@@ -164,12 +171,16 @@ def run_zero(args):
     print(f"\nGPT of {psi / 1e6:.1f}M parameters, AdamW, float32: per-rank bytes of parameters + gradients + "
           "optimizer state after a step (max over ranks)")
     print(f"{'ranks':>5s} {'DDP MiB':>9s} {'formula':>8s} {'ZeRO-1 MiB':>11s} {'formula':>8s} {'ratio':>6s}"
-          f" {'DDP ms':>8s} {'ZeRO-1 ms':>10s}")
+          f" {'FSDP MiB':>9s} {'formula':>8s} {'ratio':>6s} {'DDP ms':>8s} {'ZeRO-1 ms':>10s} {'FSDP ms':>8s}")
     for n, r in rows.items():
-        ddp_formula, zero_formula = 16 * psi, 8 * psi + 8 * psi / n
+        ddp_formula, zero_formula, fsdp_formula = 16 * psi, 8 * psi + 8 * psi / n, 16 * psi / n
         print(f"{n:5d} {r['ddp']['max_bytes'] / 2**20:9.0f} {ddp_formula / 2**20:8.0f} "
               f"{r['zero1']['max_bytes'] / 2**20:11.0f} {zero_formula / 2**20:8.0f} "
-              f"{r['zero1']['max_bytes'] / zero_formula:6.3f} {r['ddp']['ms']:8.0f} {r['zero1']['ms']:10.0f}")
+              f"{r['zero1']['max_bytes'] / zero_formula:6.3f} {r['fsdp']['max_bytes'] / 2**20:9.0f} "
+              f"{fsdp_formula / 2**20:8.0f} {r['fsdp']['max_bytes'] / fsdp_formula:6.3f} "
+              f"{r['ddp']['ms']:8.0f} {r['zero1']['ms']:10.0f} {r['fsdp']['ms']:8.0f}")
+    print("(equal global batch: 2 sequences per rank in every column; FSDP/DDP step time: "
+          + ", ".join(f"{n} ranks {r['fsdp']['ms'] / r['ddp']['ms']:.2f}x" for n, r in rows.items()) + ")")
     print("\nThe same GPT, global data-parallel in an nn.Graph (graph.config.enable_zero): per-rank MiB held "
           "after a step (max over ranks): all of it, and without the graph's arena (its planned intermediates: "
           "gradients and activations), next to 12 (no ZeRO) and 4 + 8/N (ZeRO) bytes per parameter")

@@ -29,7 +29,7 @@ meshflow.distributed.checkpoint write them once; load_state_dict lays a
 whole state dict out), and the optimizer updates each rank's rows only.
 """
 import time as _time
-import types as _types
+import weakref as _weakref
 
 import meshflow as _mf
 from meshflow.autograd import Function as _Function
@@ -43,8 +43,10 @@ _B, _S, _P = _mf.sbp.broadcast, _mf.sbp.split, _mf.sbp.partial_sum
 TEST_DELAY = {}
 TEST_DELAY_RANK = 1
 
-# _impl_id of every parameter a unit replaced or made -> the unit: ties across units are refused.
-_claimed = {}
+# _impl_id of every parameter a unit replaced or made -> the unit: ties across
+# units are refused. Nothing here keeps a unit (or its module) alive: a unit
+# lives in its module's __dict__ and holds its modules by weak reference.
+_claimed = _weakref.WeakValueDictionary()
 # data_ptr of a whole parameter gathered for a running forward -> (end, unit, index, tensor).
 _gathered = {}
 # Units whose forward is running, innermost last.
@@ -119,19 +121,20 @@ class _Unshard(_Function):
 
 
 class _Unit:
-    def __init__(self, module, placement, reshard_after_forward):
-        self.module, self.placement = module, placement
+    def __init__(self, placement, reshard_after_forward):
+        self.placement = placement
         self.world = len(placement.ranks)
         self.reshard_after_forward = reshard_after_forward
         self.sync = True
         self.params, self.slots, self.sharded = [], [], []
         self.full, self.regathered, self.accumulated = [], {}, []
         self.hooks_pushed = False
+        self.resolved = None
 
     def gather(self, i):
         with _mf.no_grad():
             p = self.params[i].detach()
-            if not self.sharded[i]:
+            if not self.sharded[i] or self.world == 1:  # the shard is the whole parameter
                 return p.to_local()
             _delay("gather")
             return p.to_global(sbp=_B).to_local()
@@ -149,21 +152,27 @@ class _Unit:
             self.accumulated[i] = grad.detach().clone()
             return None
         with _mf.no_grad():
-            g = grad.detach() / float(self.world) if self.world > 1 else grad.detach()
-            g = g.contiguous().to_global(placement=self.placement, sbp=_P)
+            layout = _S(0) if self.sharded[i] else _B
+            if self.world == 1:
+                return grad.detach().to_global(placement=self.placement, sbp=layout)
+            g = (grad.detach() / float(self.world)).to_global(placement=self.placement, sbp=_P)
             _delay("reduce_scatter")
-            return g.to_global(sbp=_S(0) if self.sharded[i] else _B)
+            return g.to_global(sbp=layout)
 
     # --- forward hooks ---------------------------------------------------------------------------
-    def pre_forward(self, module, args):
+    def pre_forward(self, module):
         if self in _active:  # a forward of this unit raised before its end: undo what it left
             _unwind(self)
         self.regathered.clear()
+        # The modules holding each slot, for this forward (paths: Python
+        # wrappers of a C++ layer's children come and go).
+        self.resolved = [[(module.get_submodule(path) if path else module, name) for path, name in slots]
+                         for slots in self.slots]
         track = _mf.is_grad_enabled()
         for i, p in enumerate(self.params):
             full = _Unshard.apply(p, self, i) if track and p.requires_grad else self.gather(i)
             self.full[i] = full
-            for mod, name in self.slots[i]:
+            for mod, name in self.resolved[i]:
                 mod._swap_parameter(name, full)
             if full.numel() > 0:
                 _gathered[full.data_ptr()] = (full.data_ptr() + full.numel() * full.element_size(), self, i, full)
@@ -172,22 +181,28 @@ class _Unit:
             self.hooks_pushed = True
         _active.append(self)
 
-    def post_forward(self, module, args, output):
-        self.end_forward()
-
     def end_forward(self):
         for i, p in enumerate(self.params):
-            for mod, name in self.slots[i]:
+            for mod, name in (self.resolved[i] if self.resolved else ()):
                 mod._swap_parameter(name, p)
             full = self.full[i]
             if full is not None and full.numel() > 0:
                 _gathered.pop(full.data_ptr(), None)
             self.full[i] = None
+        self.resolved = None
         if self.hooks_pushed:
             _mf._C._pop_saved_tensors_hooks()
             self.hooks_pushed = False
         if self in _active:
             _active.remove(self)
+
+
+def _pre_forward_hook(module, args):
+    module._fsdp_unit.pre_forward(module)
+
+
+def _post_forward_hook(module, args, output):  # also when forward raised (always_call)
+    module._fsdp_unit.end_forward()
 
 
 def _unwind(unit):
@@ -266,7 +281,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
         raise TypeError(f"fully_shard: mp_policy must be a MixedPrecisionPolicy, got {type(mp_policy).__name__}")
     placement = _placement_of(mesh)
     ignored = {p._impl_id for p in (ignored_params or ())}
-    unit = _Unit(module, placement, bool(reshard_after_forward))
+    unit = _Unit(placement, bool(reshard_after_forward))
 
     # Every slot of every parameter the unit manages (a tied parameter has several).
     order, slots = [], {}
@@ -290,7 +305,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
             if p._impl_id not in slots:
                 slots[p._impl_id] = []
                 order.append((full_name, p))
-            slots[p._impl_id].append((mod, name))
+            slots[p._impl_id].append((prefix, name, mod))
 
     world = len(placement.ranks)
     with _mf.no_grad():
@@ -303,12 +318,12 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
             shard = whole.to_global(sbp=_S(0)) if sharded else whole
             new = _mf.nn.Parameter(shard.detach().clone() if sharded else shard.detach(),
                                    requires_grad=p.requires_grad)
-            for mod, name in slots[p._impl_id]:
+            for _, name, mod in slots[p._impl_id]:
                 setattr(mod, name, new)
             _claimed[p._impl_id] = unit
             _claimed[new._impl_id] = unit
             unit.params.append(new)
-            unit.slots.append(slots[p._impl_id])
+            unit.slots.append([(path, name) for path, name, _ in slots[p._impl_id]])
             unit.sharded.append(sharded)
             unit.full.append(None)
             unit.accumulated.append(None)
@@ -324,8 +339,8 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
         for p in unit.originals:
             p.data = _mf.empty(0, dtype=p.dtype)
     module._fsdp_unit = unit
-    module.register_forward_pre_hook(unit.pre_forward)
-    module.register_forward_hook(unit.post_forward, always_call=True)
+    module.register_forward_pre_hook(_pre_forward_hook)
+    module.register_forward_hook(_post_forward_hook, always_call=True)
     _become_fsdp_module(module)
     return module
 
@@ -336,6 +351,19 @@ def _become_fsdp_module(module):
         return
     try:
         module.__class__ = type(f"FSDP{cls.__name__}", (FSDPModule, cls), {})
-    except TypeError:  # a built-in layer: its layout is fixed, so the methods are bound on the instance
+    except TypeError:  # a built-in layer: its layout is fixed, so the methods go on the instance
         for name in ("set_requires_gradient_sync", "set_reshard_after_forward"):
-            setattr(module, name, _types.MethodType(getattr(FSDPModule, name), module))
+            setattr(module, name, _weak_method(getattr(FSDPModule, name), module))
+
+
+def _weak_method(fn, module):
+    """fn bound to module through a weak reference (a bound method in the
+    module's own __dict__ would keep it alive)."""
+    ref = _weakref.ref(module)
+
+    def method(*args, **kwargs):
+        return fn(ref(), *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = fn.__name__
+    method.__doc__ = fn.__doc__
+    return method
