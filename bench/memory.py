@@ -7,8 +7,8 @@ thread each), the per-rank bytes of parameters, gradients and AdamW state
 of a GPT of about 50M parameters with DistributedDataParallel + AdamW and
 with ZeroRedundancyOptimizer and with fully_shard, next to ZeRO's formulas
 (16, 8 + 8/N and 16/N bytes per parameter), and their step times; and the same model as a global data-parallel nn.Graph
-without ZeRO and with graph.config.enable_zero stages 1 and 2 (4 + 8/N
-bytes held per parameter between steps).
+without ZeRO and with graph.config.enable_zero stages 1, 2 and 3 (4 + 8/N
+and 12/N bytes held per parameter between steps).
 
     PYTHONPATH=python /usr/bin/python3 bench/memory.py [--layers 8] [--batch 8] [--seq 128]
     [--torch-python .venv-torch/bin/python]   (bench/setup_torch_venv.sh)
@@ -108,7 +108,7 @@ def zero_child(args):
 
 def graph_zero(args):
     """Under mpirun: the same GPT as a global data-parallel model in an
-    nn.Graph, without ZeRO and with graph.config.enable_zero stages 1 and 2:
+    nn.Graph, without ZeRO and with graph.config.enable_zero stages 1, 2 and 3:
     per-rank bytes held after a step (parameters and optimizer state; the
     graph's gradients live in its arena during the step only)."""
     import meshflow as mf
@@ -117,7 +117,7 @@ def graph_zero(args):
     world = dist.get_world_size()
     mesh = mf.placement("cpu", list(range(world)))
     out = {}
-    for stage in (0, 1, 2):
+    for stage in (0, 1, 2, 3):
         mf.manual_seed(0)
         net = models.gpt(mf, vocab=args.zero_vocab, d_model=args.zero_d_model, heads=8, layers=args.zero_layers,
                          seq=args.zero_seq).to_global(placement=mesh, sbp=mf.sbp.broadcast)
@@ -183,13 +183,14 @@ def run_zero(args):
           + ", ".join(f"{n} ranks {r['fsdp']['ms'] / r['ddp']['ms']:.2f}x" for n, r in rows.items()) + ")")
     print("\nThe same GPT, global data-parallel in an nn.Graph (graph.config.enable_zero): per-rank MiB held "
           "after a step (max over ranks): all of it, and without the graph's arena (its planned intermediates: "
-          "gradients and activations), next to 12 (no ZeRO) and 4 + 8/N (ZeRO) bytes per parameter")
+          "gradients and activations), next to 12 (no ZeRO), 4 + 8/N (stages 1, 2) and 12/N (stage 3) bytes per "
+          "parameter")
     print(f"{'ranks':>5s} {'stage':>5s} {'held':>7s} {'arena':>7s} {'held-arena':>11s} {'formula':>8s} {'ratio':>6s} "
           f"{'step ms':>8s}")
     for n, r in rows.items():
-        for stage in (0, 1, 2):
+        for stage in (0, 1, 2, 3):
             g = r[f"graph_zero{stage}"]
-            formula = 12 * psi if stage == 0 else 4 * psi + 8 * psi / n
+            formula = 12 * psi if stage == 0 else 12 * psi / n if stage == 3 else 4 * psi + 8 * psi / n
             rest = g["max_bytes"] - g["arena"]
             print(f"{n:5d} {stage:5d} {g['max_bytes'] / 2**20:7.0f} {g['arena'] / 2**20:7.0f} {rest / 2**20:11.0f} "
                   f"{formula / 2**20:8.0f} {rest / formula:6.3f} {g['ms']:8.0f}")

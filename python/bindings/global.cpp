@@ -123,6 +123,11 @@ void init_global(py::module_& m) {
       .def_property_readonly("sbp", [](const Tensor& t) -> py::object {
         return t.is_global() ? sbp_tuple(sbp_of(t)) : py::none();
       })
+      // The layout ops read a ZeRO-3 parameter in (GlobalMeta::compute_sbp), or None.
+      .def_property_readonly("_compute_sbp", [](const Tensor& t) -> py::object {
+        if (!t.is_global() || !t.impl()->global()->compute_sbp) return py::none();
+        return sbp_tuple(*t.impl()->global()->compute_sbp);
+      })
       .def("to_global", &to_global, py::arg("placement") = py::none(), py::arg("sbp") = py::none())
       .def("to_local", [](const Tensor& t) {
         MF_CHECK(t.is_global(), ValueError, "to_local: the tensor is not global");

@@ -223,6 +223,29 @@ void set_grad_layout(const Tensor& leaf, std::optional<NdSbp> sbp) {
   leaf.impl()->set_global(std::move(changed));
 }
 
+void set_storage_layout(const Tensor& t, const NdSbp& stored, std::optional<NdSbp> compute) {
+  MF_CHECK(t.is_global(), ValueError, "set_storage_layout: expected a global tensor");
+  const GlobalMeta& now = *t.impl()->global();
+  check_nd_sbp(stored, now.placement, t.dim(), "set_storage_layout");
+  if (compute) check_nd_sbp(*compute, now.placement, t.dim(), "set_storage_layout");
+  if (compute == stored) compute.reset();
+  if (stored == now.sbp && compute == now.compute_sbp) return;
+  NoGradGuard no_grad;
+  auto changed = std::make_shared<GlobalMeta>(now);
+  if (stored != now.sbp) {
+    // A copy of this rank's part, so that the old shard's memory is freed
+    // (rows taken from a whole tensor would be a view of it).
+    const Tensor moved = global_to_local(global_to_global(t, now.placement, stored));
+    changed->local = moved.defined() ? clone(moved) : moved;
+    changed->sbp = stored;
+  }
+  changed->compute_sbp = std::move(compute);
+  const Tensor grad = t.grad();
+  t.impl()->set_global(std::move(changed));
+  if (grad.defined() && grad.is_global() && sbp_of(grad) != stored)
+    t.set_grad(global_to_global(grad, placement_of(grad), stored));
+}
+
 Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp) {
   check_nd_sbp(sbp, placement, full.dim(), "global factory");
   const int me = distributed::get_rank();

@@ -99,13 +99,24 @@ struct Prepared {
   std::vector<Shape> out_shapes;
   std::vector<NdSbp> in_sbp, out_sbp;
   TensorList local_inputs;          // this rank's boxed shards
+  TensorList read;                  // the inputs as the op reads them (compute layouts applied)
 };
 
 // inplace: the call writes input 0. A signature's cost counts the boxing of
 // the inputs into it and of the written inputs back to their own layouts
 // (Note [Writing back]).
-Prepared prepare(const OpDef& op, const TensorList& inputs, const Attrs& attrs, bool inplace) {
+Prepared prepare(const OpDef& op, const TensorList& given, const Attrs& attrs, bool inplace) {
   Prepared r;
+  // A tensor with a compute layout (GlobalMeta::compute_sbp) is read in it:
+  // boxed first, unless the op writes it (then it stays in its own layout,
+  // and is written back there).
+  r.read = given;  // kept in r: r.placement points into one of them
+  TensorList& inputs = r.read;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = given[i];
+    if (!t.defined() || !t.is_global() || !t.impl()->global()->compute_sbp || op.writes_input(i, inplace)) continue;
+    inputs[i] = global_to_global(t, placement_of(t), *t.impl()->global()->compute_sbp);
+  }
   for (const Tensor& t : inputs) {
     if (!t.defined() || !t.is_global()) continue;
     if (!r.placement) {

@@ -263,12 +263,21 @@ int recompute_elementwise(Graph& graph) {
   };
   static const OpDef& clone_op = dispatch::op("clone");
   static const OpDef& layer_norm_op = dispatch::op("layer_norm");
+  // A parameter's all-gather (ZeRO-3) is run again for backward rather than
+  // its result kept from forward: the parameter (a variable) is alive and
+  // unwritten until the update, so backward gathers it anew.
+  static const OpDef& all_gather_op = dispatch::op("comm_all_gather");
+  auto gathers_a_variable = [&](const Node& n) {
+    return n.op == &all_gather_op && n.inputs.size() == 1 && n.inputs[0] != kNoValue &&
+           values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable;
+  };
   // A buffer may live this many nodes longer to feed a recomputation.
   const auto slack = int64_t(n_nodes / 64);
   std::vector<Plan> plans;
   for (size_t p = 0; p < n_nodes; ++p) {
     const Node& n = nodes[p];
-    const bool cheap = is_elementwise(*n.op) || n.op == &clone_op || n.op == &layer_norm_op;
+    const bool cheap =
+        is_elementwise(*n.op) || n.op == &clone_op || n.op == &layer_norm_op || gathers_a_variable(n);
     if (n.fused || n.inplace || n.random_counters || n.outputs.empty() || !cheap) continue;
     const ValueId v = n.outputs[0];
     const std::vector<size_t>& uses = readers[size_t(v)];

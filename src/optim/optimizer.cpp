@@ -133,8 +133,15 @@ bool Optimizer::has_state(const Tensor& param) const {
   return it != state_.end() && !it->second.empty();
 }
 
+// The layout a parameter is computed in: its own, or under ZeRO-3 the one
+// it is gathered to at each use.
+const NdSbp& compute_layout(const Tensor& p) {
+  const auto& compute = p.impl()->global()->compute_sbp;
+  return compute ? *compute : sbp_of(p);
+}
+
 NdSbp Optimizer::state_layout(const Tensor& p) const {
-  NdSbp layout = sbp_of(p);
+  NdSbp layout = compute_layout(p);
   if (zero_stage_ == 0 || p.dim() == 0 || p.numel() < zero_min_size_) return layout;
   const Placement& placement = placement_of(p);
   // Rows per rank of dim 0 once every axis splitting it has.
@@ -146,8 +153,7 @@ NdSbp Optimizer::state_layout(const Tensor& p) const {
 }
 
 void Optimizer::set_zero(int stage, int64_t min_size) {
-  MF_CHECK(stage >= 0 && stage <= 2, ValueError, name_, ": ZeRO stage must be 0 (off), 1 or 2, got ", stage,
-           " (stage 3 shards the parameters themselves: not available here)");
+  MF_CHECK(stage >= 0 && stage <= 3, ValueError, name_, ": ZeRO stage must be 0 (off), 1, 2 or 3, got ", stage);
   MF_CHECK(min_size >= 0, ValueError, name_, ": ZeRO's shard_min_size must be >= 0, got ", min_size);
   if (stage > 0)
     for (size_t g = 0; g < param_groups_.size(); ++g)
@@ -156,8 +162,8 @@ void Optimizer::set_zero(int stage, int64_t min_size) {
         MF_CHECK(p.is_global(), ValueError, name_, ": ZeRO shards the state of global parameters; parameter ", i,
                  " of group ", g, " (shape ", shape_str(p.sizes()), ") is a local tensor (lay the model out with "
                  "to_global first)");
-        MF_CHECK(sbp_of(p)[0].is_broadcast(), ValueError, name_, ": ZeRO shards over the data-parallel mesh axis 0, "
-                 "where parameters must be broadcast; parameter ", i, " of group ", g, " (shape ",
+        MF_CHECK(compute_layout(p)[0].is_broadcast(), ValueError, name_, ": ZeRO shards over the data-parallel "
+                 "mesh axis 0, where parameters must be broadcast; parameter ", i, " of group ", g, " (shape ",
                  shape_str(p.sizes()), ") is ", nd_sbp_str(sbp_of(p)), " on ", placement_of(p).str());
       }
   zero_stage_ = stage;
@@ -165,8 +171,14 @@ void Optimizer::set_zero(int stage, int64_t min_size) {
   for (const ParamGroup& group : param_groups_)
     for (const Tensor& p : group.params) {
       if (!p.is_global()) continue;
+      // Stage 3 stores the parameter itself in the state's layout and
+      // gathers it to its own at each use; the others store it whole.
+      const NdSbp compute = compute_layout(p);
+      const NdSbp layout = state_layout(p);
+      if (stage == 3) set_storage_layout(p, layout, compute);
+      else set_storage_layout(p, compute, std::nullopt);
       if (has_state(p)) lay_out_state(p);
-      set_grad_layout(p, stage == 2 ? std::optional<NdSbp>(state_layout(p)) : std::nullopt);
+      set_grad_layout(p, stage == 2 ? std::optional<NdSbp>(layout) : std::nullopt);
     }
 }
 

@@ -24,11 +24,21 @@ struct GlobalMeta {
   // A leaf whose gradient is accumulated in another layout than its own
   // (ZeRO stage 2, Note [ZeRO as layouts] in meshflow/optim/optimizer.h).
   std::optional<NdSbp> grad_sbp;
+  // A tensor stored in `sbp` that ops read in this layout: the global
+  // interpreter boxes it to compute_sbp before every op that reads it
+  // without writing it (ZeRO stage 3: a parameter kept as row shards and
+  // gathered at each use, in forward and in backward).
+  std::optional<NdSbp> compute_sbp;
 };
 
 // Sets (or, with nullopt, clears) the layout a global leaf's gradient is
 // accumulated in.
 void set_grad_layout(const Tensor& leaf, std::optional<NdSbp> sbp);
+// Stores the global tensor t in layout `stored` from now on, in place (its
+// identity, autograd leaf status and gradient stay; its shard is replaced,
+// and a defined gradient is re-laid out too), with ops reading it in
+// `compute` (nullopt: in `stored`). Collective over t's placement.
+void set_storage_layout(const Tensor& t, const NdSbp& stored, std::optional<NdSbp> compute);
 
 // A global tensor from this rank's shard `local` (OneFlow's to_global of a
 // local tensor): under split, each rank's tensor is its part and the global

@@ -96,9 +96,15 @@ class Optimizer {
   // Stage 1 keeps each gradient in its parameter's layout (a partial sum
   // is all-reduced); stage 2 accumulates the gradient of such a parameter
   // in the state's layout (GlobalMeta::grad_sbp: a partial sum is
-  // reduce-scattered into each rank's rows). Existing state is re-laid out
+  // reduce-scattered into each rank's rows). Stage 3 also stores such a
+  // parameter in the state's layout, with its own as the compute layout
+  // (GlobalMeta::compute_sbp): every op reading it gathers it first, in
+  // forward and in backward, and its gradient accumulates in its rows;
+  // graph mode re-gathers a parameter for backward instead of keeping it
+  // from forward (the recompute pass). Existing state is re-laid out
   // now, state made later when the update first reads it; stage 0 turns
-  // it off and lays the state out as the parameters again. Throws
+  // it off and lays the state (and, after stage 3, the parameters) out as
+  // the parameters' own layouts again. Throws
   // ValueError (naming the parameter by its group and index) for a local
   // parameter or one that is not broadcast on mesh axis 0.
   void set_zero(int stage, int64_t min_size);

@@ -146,13 +146,14 @@ class GraphConfig:
         (the data-parallel axis, where the parameters must be broadcast), each
         rank updating its rows and the parameters gathered back after the
         update. stage=1 all-reduces the gradients first; stage=2
-        reduce-scatters them into the update's rows. Tensors whose dim 0 has
-        fewer rows than ranks stay replicated (docs/memory.md). Stage 3
-        (parameters kept as shards) is not available; shard_restore_level
-        belongs to it and must be 0, 1 or 2."""
-        if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (1, 2):
-            raise ValueError(f"enable_zero: stage must be 1 or 2, got {stage!r}" +
-                             (" (stage 3, parameters kept as shards, is not available)" if stage == 3 else ""))
+        reduce-scatters them into the update's rows; stage=3 also keeps
+        those parameters as their rows, gathered just before each use in
+        forward and again in backward (the parameters' sbp becomes split(0)
+        on axis 0). Tensors whose dim 0 has fewer rows than ranks stay
+        replicated (docs/memory.md). shard_restore_level (OneFlow's) must be
+        0, 1 or 2 and changes nothing."""
+        if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (1, 2, 3):
+            raise ValueError(f"enable_zero: stage must be 1, 2 or 3, got {stage!r}")
         if isinstance(shard_min_size, bool) or not isinstance(shard_min_size, int) or shard_min_size < 0:
             raise ValueError(f"enable_zero: shard_min_size must be an int >= 0, got {shard_min_size!r}")
         if shard_restore_level not in (0, 1, 2) or isinstance(shard_restore_level, bool):
@@ -352,7 +353,7 @@ class Graph:
                     if not p.is_global:
                         raise ValueError(f"{type(self).__name__}: enable_zero shards the optimizer state of global "
                                          f"parameters; {where} is a local tensor (lay the model out with to_global)")
-                    if p.sbp[0] != _sbp.broadcast:
+                    if (p._compute_sbp or p.sbp)[0] != _sbp.broadcast:
                         raise ValueError(f"{type(self).__name__}: enable_zero shards over the data-parallel mesh axis 0, "
                                          f"where parameters must be broadcast; {where} is {tuple(p.sbp)} on "
                                          f"{p.placement}")

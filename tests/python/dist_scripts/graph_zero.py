@@ -1,4 +1,4 @@
-"""Run under mpirun: ZeRO stages 1 and 2 in graph mode
+"""Run under mpirun: ZeRO stages 1, 2 and 3 in graph mode
 (graph.config.enable_zero) equal the same graph without ZeRO and one
 process.
 
@@ -10,7 +10,8 @@ three times per forward, tied weights, gradient-norm clipping inside
 build(), and a GradScaler whose step 5 sees an injected inf. Each rank keeps
 its rows of every state tensor of at least shard_min_size elements; smaller
 ones stay replicated. Stage 1 all-reduces the gradients, stage 2
-reduce-scatters them (also without the scaler, under a learning-rate
+reduce-scatters them, stage 3 also keeps those parameters as their rows and
+gathers them at each use, again in backward (also without the scaler, under a learning-rate
 schedule, and over 4 micro-batches of gradient accumulation). Then the optimizer state saved as a global checkpoint
 loads into a graph without ZeRO (and back), and the bad-input errors.
 """
@@ -151,19 +152,20 @@ ref, ref_opt, ref_scaler = reference(range(STEPS))
 plain, plain_opt, _, plain_graph = train_graph(None)
 check_params(plain, ref, "without ZeRO")
 
-for stage in (1, 2):
+for stage in (1, 2, 3):
     model, opt, scaler, graph = train_graph(stage)
     check_params(model, ref, f"stage {stage}")
     check_state(opt, ref_opt, f"stage {stage}")
     assert scaler.get_scale() == ref_scaler.get_scale()
-    # Each rank keeps its rows of the large state tensors; small ones and the
-    # parameters themselves stay replicated.
+    # Each rank keeps its rows of the large state tensors; small ones stay
+    # replicated, and the parameters too below stage 3.
     state = opt.state_dict()["state"]
     for i, p in enumerate(model.parameters()):
-        assert p.sbp == (B,)
+        big = p.numel() >= MIN_SIZE and p.shape[0] >= world
+        assert p.sbp == ((S(0),) if big and stage == 3 else (B,)), (i, p.sbp)
+        assert p._compute_sbp == ((B,) if big and stage == 3 else None), (i, p._compute_sbp)
         for key in ("exp_avg", "exp_avg_sq"):
             t = state[i][key]
-            big = p.numel() >= MIN_SIZE and p.shape[0] >= world
             assert t.sbp == ((S(0),) if big else (B,)), (i, key, t.sbp)
             if big:
                 rows = t.to_local().shape[0]
@@ -173,7 +175,13 @@ for stage in (1, 2):
         # into each rank's rows; stage 1 all-reduces every gradient. The
         # updated rows are gathered back.
         names = op_names(graph)
-        assert ("comm_reduce_scatter" in names) == (stage == 2) and "comm_all_gather" in names, names
+        assert ("comm_reduce_scatter" in names) == (stage >= 2) and "comm_all_gather" in names, names
+        if stage == 3:
+            # Gathered before forward's and again before backward's reads:
+            # more gathers than the parameters gathered back after stage 2's update.
+            gathers = sum(n == "comm_all_gather" for n in names)
+            sharded = sum(p.sbp == (S(0),) for p in model.parameters())
+            assert gathers > sharded, (gathers, sharded)
 
     # The state is an ordinary global checkpoint: saved sharded, it loads
     # into an optimizer without ZeRO and training continues equal.
@@ -202,11 +210,11 @@ for stage in (1, 2):
 
 # Without a grad scaler and clipping, with a learning-rate schedule.
 ref, _, _ = reference(range(STEPS), scaled=False)
-for stage in (1, 2):
+for stage in (1, 2, 3):
     model, _, _, graph = train_graph(stage, scaled=False)
     check_params(model, ref, f"stage {stage} without a scaler")
     if world > 1:
-        assert ("comm_reduce_scatter" in op_names(graph)) == (stage == 2), op_names(graph)
+        assert ("comm_reduce_scatter" in op_names(graph)) == (stage >= 2), op_names(graph)
 
 # Gradient accumulation over 4 micro-batches of the global batch (S(0)):
 # stage 2 equals one process on the whole batch.
@@ -218,8 +226,17 @@ for step in range(STEPS):
     graph(*global_batch(step, False))
 check_params(model, ref, "stage 2, 4 micro-batches")
 
+# Stage 3 over 4 micro-batches too.
+model = build().to_global(placement=mesh, sbp=B)
+opt = make_opt(model)
+graph = TrainGraph(model, opt, None, 3)
+graph.config.set_gradient_accumulation_steps(4)
+for step in range(STEPS):
+    graph(*global_batch(step, False))
+check_params(model, ref, "stage 3, 4 micro-batches")
+
 # Bad input: a parameter that is not broadcast on the data-parallel axis,
-# named; a local model; stage 3 and unknown stages.
+# named; a local model; unknown stages.
 if world > 1:
     model = build().to_global(placement=mesh, sbp=B)
     model.shared.weight = mf.nn.Parameter(model.shared.weight.detach().to_global(sbp=S(0)))
@@ -236,7 +253,7 @@ try:
     raise AssertionError("a local model was accepted")
 except ValueError as e:
     assert "model.up.weight" in str(e) and "local" in str(e), e
-for bad in (3, 0, "1", True):
+for bad in (4, 0, "1", True):
     try:
         mf.nn.Graph().config.enable_zero(True, stage=bad)
         raise AssertionError(f"stage {bad!r} was accepted")
