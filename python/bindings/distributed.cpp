@@ -2,6 +2,7 @@
 // include/meshflow/distributed/communicator.h. Every call that communicates
 // releases the GIL, so other Python threads run while a rank waits.
 #include "bindings.h"
+#include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/distributed/pipelining.h"
 #include "meshflow/distributed/reducer.h"
@@ -130,6 +131,7 @@ void init_distributed(py::module_& parent) {
   init_pipelining(m);
 
   m.def("world", &distributed::world, py::return_value_policy::reference, release_gil());
+  m.def("_set_test_comm_delay", &distributed::set_test_comm_delay, py::arg("kind"), py::arg("seconds"));
   m.def("get_rank", &distributed::get_rank, release_gil());
   m.def("get_world_size", &distributed::get_world_size, release_gil());
   m.def("get_local_rank", &distributed::get_local_rank, release_gil());

@@ -2,9 +2,13 @@
 #include "distributed/comm_ops.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <numeric>
+#include <thread>
 
 #include "meshflow/dispatch.h"
+#include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
 #include "ops/kernels/cpu/loops.h"
 
@@ -44,6 +48,13 @@ std::vector<TensorMeta> with_rows(const char* op, const Tensor& in, int64_t rows
   return {{shape, in.dtype(), in.device()}};
 }
 
+std::atomic<double> g_gather_delay{0}, g_reduce_scatter_delay{0};
+
+void test_delay(const std::atomic<double>& seconds) {
+  const double s = seconds.load(std::memory_order_relaxed);
+  if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
 int64_t sum(const Shape& counts) { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
 
 MF_REGISTER_OP(OpDef{
@@ -67,6 +78,7 @@ MF_REGISTER_OP(OpDef{
       return with_rows("comm_all_gather", in[0], sum(attrs.get_shape("counts")));
     },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      test_delay(g_gather_delay);
       group_comm(attrs).all_gather(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
     },
     .differentiable = false,
@@ -81,6 +93,7 @@ MF_REGISTER_OP(OpDef{
       return with_rows("comm_reduce_scatter", in[0], counts.at(group_index("comm_reduce_scatter", attrs)));
     },
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      test_delay(g_reduce_scatter_delay);
       group_comm(attrs).reduce_scatter(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
     },
     .differentiable = false,
@@ -140,6 +153,13 @@ Tensor comm_all_gather(const Tensor& in, const std::vector<int>& group, const st
 Tensor comm_reduce_scatter(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& counts) {
   static const OpDef& reduce_scatter = dispatch::op("comm_reduce_scatter");
   return dispatch::apply_one(reduce_scatter, {in}, {{"group", as_shape(group)}, {"counts", Shape(counts)}});
+}
+
+void set_test_comm_delay(const std::string& kind, double seconds) {
+  MF_CHECK(seconds >= 0 && seconds <= 60, ValueError, "set_test_comm_delay: seconds must be in [0, 60], got ", seconds);
+  if (kind == "all_gather") g_gather_delay = seconds;
+  else if (kind == "reduce_scatter") g_reduce_scatter_delay = seconds;
+  else throw ValueError("set_test_comm_delay: kind must be 'all_gather' or 'reduce_scatter', got '" + kind + "'");
 }
 
 Tensor comm_all_to_all(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& send_counts,

@@ -36,6 +36,7 @@ Tensor comm_all_to_all(const Tensor& in, const std::vector<int>& group, const st
                        const std::vector<int64_t>& recv_counts);
 // Point to point between world ranks (a placement change).
 void comm_send(const Tensor& t, int dst, int tag);
+
 Tensor comm_recv(const Shape& shape, DType dtype, int src, int tag);
 
 }  // namespace mf::distributed

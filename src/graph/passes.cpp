@@ -4,6 +4,7 @@
 #include "meshflow/graph/passes.h"
 
 #include <algorithm>
+#include <numeric>
 #include <map>
 #include <sstream>
 #include <unordered_map>
@@ -475,6 +476,47 @@ int schedule_updates_early(Graph& graph) {
   return count;
 }
 
+int prefetch_gathers(Graph& graph) {
+  auto& nodes = graph.nodes();
+  const auto& values = graph.values();
+  static const OpDef& all_gather_op = dispatch::op("comm_all_gather");
+  auto gathered_variable = [&](const Node& n) -> ValueId {
+    if (n.op != &all_gather_op || n.inputs.size() != 1 || n.inputs[0] == kNoValue) return kNoValue;
+    const ValueId root = values[size_t(n.inputs[0])].root;
+    return values[size_t(root)].kind == ValueKind::Variable ? root : kNoValue;
+  };
+  // Sort keys: 2 * index for a node where it is; 2 * j + 1 to follow node j.
+  std::vector<int64_t> key(nodes.size());
+  int count = 0;
+  int64_t previous = -1;  // index of the previous variable gather, as traced
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    key[i] = 2 * int64_t(i);
+    const ValueId variable = gathered_variable(nodes[i]);
+    if (variable == kNoValue) continue;
+    int64_t after = previous;
+    for (int64_t j = int64_t(i) - 1; j > previous && j >= 0; --j)
+      if (graph.writes_buffer(nodes[size_t(j)], variable)) {
+        after = j;
+        break;
+      }
+    if (after >= 0 && after + 1 < int64_t(i)) {
+      key[i] = 2 * after + 1;
+      ++count;
+    }
+    previous = int64_t(i);
+  }
+  if (!count) return 0;
+  std::vector<size_t> order(nodes.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
+  std::vector<Node> reordered;
+  reordered.reserve(nodes.size());
+  for (size_t i : order) reordered.push_back(std::move(nodes[i]));
+  nodes = std::move(reordered);
+  graph.remove_nodes(std::vector<bool>(nodes.size(), false));
+  return count;
+}
+
 std::string optimize(Graph& graph, bool exact) {
   std::ostringstream os;
   os << "fold_constants " << fold_constants(graph);
@@ -491,6 +533,7 @@ std::string optimize(Graph& graph, bool exact) {
   if (!exact) os << ", fuse_updates_into_gemms " << fuse_updates_into_gemms(graph);
   os << ", in_place " << run_in_place(graph);
   os << ", early_updates " << schedule_updates_early(graph);
+  os << ", prefetch_gathers " << prefetch_gathers(graph);
   return os.str();
 }
 

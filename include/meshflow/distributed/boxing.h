@@ -52,4 +52,9 @@ double transition_cost(const Sbp& from, const Sbp& to, double bytes, int64_t par
 Tensor box(const Tensor& local, const Shape& global_shape, DType dtype, const Placement& from_placement,
            const NdSbp& from, const Placement& to_placement, const NdSbp& to);
 
+// Test-only: every all-gather ("all_gather") or reduce-scatter
+// ("reduce_scatter") of boxing, eager or compiled, sleeps `seconds` on this
+// rank before it communicates (0: off). Results must not depend on it.
+void set_test_comm_delay(const std::string& kind, double seconds);
+
 }  // namespace mf::distributed

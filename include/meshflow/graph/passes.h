@@ -91,6 +91,17 @@ int run_in_place(Graph& graph);
 // in executor.h).
 int schedule_updates_early(Graph& graph);
 
+// Note [Prefetching gathers]
+// Each all-gather of a variable (a ZeRO-3 parameter's rows) is issued one
+// gather ahead: right after the node where the previous such gather was
+// traced, or after the last node between the two that writes the
+// variable. With overlapped communication the gather then runs on the
+// communication thread while the previous layer computes, and its reader
+// waits for it as before. Only the order changes (the same on every rank,
+// so the collectives still match); the gathered buffer lives one layer
+// longer.
+int prefetch_gathers(Graph& graph);
+
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
 // slice-gradient merging, recomputation, the fusions of fusion.h (linear
 // epilogues, residual layer norms, GELU with its gradient, elementwise

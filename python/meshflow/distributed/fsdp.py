@@ -28,7 +28,6 @@ all shards, state_dict() holds the shards (mf.save and
 meshflow.distributed.checkpoint write them once; load_state_dict lays a
 whole state dict out), and the optimizer updates each rank's rows only.
 """
-import time as _time
 import weakref as _weakref
 
 import meshflow as _mf
@@ -37,11 +36,6 @@ from meshflow.autograd import Function as _Function
 __all__ = ["fully_shard", "FSDPModule", "MixedPrecisionPolicy"]
 
 _B, _S, _P = _mf.sbp.broadcast, _mf.sbp.split, _mf.sbp.partial_sum
-
-# Test-only: {"gather" | "reduce_scatter": seconds} slept by rank TEST_DELAY_RANK
-# before each collective of that kind (results must not change).
-TEST_DELAY = {}
-TEST_DELAY_RANK = 1
 
 # _impl_id of every parameter a unit replaced or made -> the unit: ties across
 # units are refused. Nothing here keeps a unit (or its module) alive: a unit
@@ -99,12 +93,6 @@ def _subtree(module, stop_at_units, prefix=""):
         yield from _subtree(child, stop_at_units, f"{prefix}.{name}" if prefix else name)
 
 
-def _delay(kind):
-    seconds = TEST_DELAY.get(kind)
-    if seconds and _mf.env.get_rank() == TEST_DELAY_RANK:
-        _time.sleep(seconds)
-
-
 class _Unshard(_Function):
     """shard -> the whole local parameter; backward reduces its gradient
     into the shard's layout."""
@@ -136,7 +124,6 @@ class _Unit:
             p = self.params[i].detach()
             if not self.sharded[i] or self.world == 1:  # the shard is the whole parameter
                 return p.to_local()
-            _delay("gather")
             return p.to_global(sbp=_B).to_local()
 
     def regather(self, i):
@@ -156,7 +143,6 @@ class _Unit:
             if self.world == 1:
                 return grad.detach().to_global(placement=self.placement, sbp=layout)
             g = (grad.detach() / float(self.world)).to_global(placement=self.placement, sbp=_P)
-            _delay("reduce_scatter")
             return g.to_global(sbp=layout)
 
     # --- forward hooks ---------------------------------------------------------------------------

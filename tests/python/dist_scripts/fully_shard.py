@@ -23,7 +23,6 @@ import numpy as np
 import meshflow as mf
 import meshflow.distributed.checkpoint as dcp
 import meshflow.nn.functional as F
-from meshflow.distributed import fsdp
 from meshflow.distributed.fsdp import FSDPModule, fully_shard
 from meshflow.nn.parallel import DistributedDataParallel as DDP
 
@@ -152,9 +151,13 @@ if mode == "check":
     assert state_mine == 2 * mine, (state_mine, mine)
 
     # A delay before every gather and every reduce-scatter on rank 1: the same bits.
-    fsdp.TEST_DELAY.update({"gather": 0.002, "reduce_scatter": 0.002})
+    delay = mf._C._distributed._set_test_comm_delay
+    if rank == 1:
+        delay("all_gather", 0.002)
+        delay("reduce_scatter", 0.002)
     delayed, _, _ = sharded_run(range(3))
-    fsdp.TEST_DELAY.clear()
+    delay("all_gather", 0)
+    delay("reduce_scatter", 0)
     plain, _, _ = sharded_run(range(3))
     check(delayed, plain, "delayed collectives", rtol=0, atol=0)
 

@@ -226,6 +226,21 @@ for step in range(STEPS):
     graph(*global_batch(step, False))
 check_params(model, ref, "stage 2, 4 micro-batches")
 
+# A delay before every all-gather and reduce-scatter on rank 1 (the
+# prefetched gathers then arrive late): the same bits.
+delay = mf._C._distributed._set_test_comm_delay
+if rank == 1:
+    delay("all_gather", 0.001)
+    delay("reduce_scatter", 0.001)
+delayed, _, _, delayed_graph = train_graph(3, steps=range(3), scaled=False)
+delay("all_gather", 0)
+delay("reduce_scatter", 0)
+prompt, _, _, _ = train_graph(3, steps=range(3), scaled=False)
+for (name, p), (_, q) in zip(delayed.named_parameters(), prompt.named_parameters()):
+    np.testing.assert_array_equal(whole(p), whole(q), err_msg=f"delayed collectives: {name}")
+if world > 1:
+    assert "prefetch_gathers 0" not in delayed_graph._last.passes, delayed_graph._last.passes
+
 # Stage 3 over 4 micro-batches too.
 model = build().to_global(placement=mesh, sbp=B)
 opt = make_opt(model)
