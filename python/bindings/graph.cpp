@@ -39,6 +39,8 @@ void init_graph(py::module_& parent) {
           },
           py::arg("scale"), py::arg("growth_tracker"), py::arg("growth_factor"), py::arg("backoff_factor"),
           py::arg("growth_interval"))
+      .def("defer_unscaling", &Tracer::defer_unscaling)
+      .def("unscale_accumulated", &Tracer::unscale_accumulated)
       .def("name_variable", &Tracer::name_variable, py::arg("tensor"), py::arg("name"))
       .def("num_updates", &Tracer::num_updates)
       .def("finish", &Tracer::finish, py::arg("outputs"))

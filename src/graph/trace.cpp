@@ -174,7 +174,9 @@ void Tracer::set_grad_scaling(GradScaling scaling) {
   names_[scaling_->state.scale.impl()] = "grad_scaler.scale";
   names_[scaling_->state.growth_tracker.impl()] = "grad_scaler.growth_tracker";
   scaling_->hook.scale = scaling_->state.scale;
-  scaling_->hook.finish = [this] { unscale_gradients(); };
+  scaling_->hook.finish = [this] {
+    if (!scaling_->deferred) unscale_gradients();
+  };
   scaling_->previous_hook = autograd::set_loss_scaling(&scaling_->hook);
 }
 
@@ -192,6 +194,17 @@ void Tracer::set_grad_scaler(amp::GradScaler& scaler) {
                     .growth_factor = o.growth_factor,
                     .backoff_factor = o.backoff_factor,
                     .growth_interval = o.growth_interval});
+}
+
+void Tracer::defer_unscaling() {
+  MF_CHECK(scaling_ && !scaling_->unscaled, Error, "graph: defer_unscaling needs a grad scaler and no backward yet");
+  scaling_->deferred = true;
+}
+
+void Tracer::unscale_accumulated() {
+  MF_CHECK(scaling_ && scaling_->deferred, Error, "graph: unscale_accumulated without defer_unscaling");
+  scaling_->deferred = false;
+  unscale_gradients();
 }
 
 void Tracer::unscale_gradients() {

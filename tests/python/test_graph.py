@@ -505,7 +505,41 @@ def test_gradient_accumulation_bad_input():
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="set_gradient_accumulation_steps"):
             mf.nn.Graph().config.set_gradient_accumulation_steps(bad)
-    graph = _AccumulatingGraph(model, mf.optim.SGD(model.parameters(), lr=0.1), 2)
-    graph.set_grad_scaler(mf.amp.GradScaler())
-    with pytest.raises(ValueError, match="grad scaler"):
-        graph(mf.randn(8, 5, dtype=mf.float64), mf.randn(8, 3, dtype=mf.float64))
+
+
+class _ScaledAccumulatingGraph(_AccumulatingGraph):
+    def build(self, x, y, blowup):
+        loss = F.mse_loss(self.model(x), y) * blowup
+        loss.backward()
+        return loss
+
+
+def test_gradient_accumulation_under_a_grad_scaler():
+    # The summed gradients are unscaled once: equal to eager accumulation of
+    # scaler.scale(loss / 4), and an inf in one micro-batch skips the step.
+    rng = np.random.default_rng(1)
+    data = [(rng.standard_normal((8, 5)), rng.standard_normal((8, 3))) for _ in range(6)]
+    ref = _accumulation_model()
+    ref_opt = mf.optim.AdamW(ref.parameters(), lr=0.01)
+    ref_scaler = mf.amp.GradScaler(init_scale=8.0, growth_interval=2)
+    model = _accumulation_model()
+    graph = _ScaledAccumulatingGraph(model, mf.optim.AdamW(model.parameters(), lr=0.01), 4)
+    scaler = mf.amp.GradScaler(init_scale=8.0, growth_interval=2)
+    graph.set_grad_scaler(scaler)
+    for step, (x, y) in enumerate(data):
+        ref_opt.zero_grad()
+        for k in range(4):
+            rows = slice(2 * k, 2 * k + 2)
+            loss = F.mse_loss(ref(mf.tensor(x[rows])), mf.tensor(y[rows])) / 4
+            if step == 2 and k == 1:
+                loss = loss * float("inf")
+            ref_scaler.scale(loss).backward()
+        ref_scaler.step(ref_opt)
+        ref_scaler.update()
+        # blowup is a 0-d input: every micro-batch gets it whole.
+        blowup = mf.tensor(float("inf") if step == 2 else 1.0, dtype=mf.float64)
+        graph(mf.tensor(x), mf.tensor(y), blowup)
+        assert scaler.get_scale() == ref_scaler.get_scale(), step
+    assert graph.num_compiled == 1
+    for p, q in zip(model.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-14)

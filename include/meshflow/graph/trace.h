@@ -98,6 +98,11 @@ class Tracer {
   // add_optimizer and before build()'s backward().
   void set_grad_scaling(GradScaling scaling);
   void set_grad_scaler(amp::GradScaler& scaler);
+  // Gradient accumulation under a grad scaler: the backward()s of build()
+  // leave the gradients scaled, and unscale_accumulated() (once, after the
+  // last micro-batch) unscales and checks them.
+  void defer_unscaling();
+  void unscale_accumulated();
   // A name for the variable made from t (state-dict keys, for printing).
   void name_variable(const Tensor& t, std::string name);
   // How many optimizer updates of add_optimizer's parameters were traced.
@@ -138,6 +143,7 @@ class Tracer {
     autograd::LossScaling hook;
     autograd::LossScaling* previous_hook = nullptr;
     bool unscaled = false;
+    bool deferred = false;  // defer_unscaling()
   };
 
   Graph graph_;

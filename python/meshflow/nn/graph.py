@@ -167,7 +167,9 @@ class GraphConfig:
         the gradients by 1/value and steps the optimizers once. 0-d outputs
         come back averaged over the micro-batches (a mean loss equals the
         whole batch's), others concatenated along dim 0. Clipping inside
-        build() would see partial sums, and a grad scaler is refused."""
+        build() would see partial sums; under a grad scaler the summed
+        gradients are unscaled and checked for infs once, after the last
+        micro-batch."""
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"set_gradient_accumulation_steps: expected an int >= 1, got {value!r}")
         self.accumulation_steps = value
@@ -275,7 +277,7 @@ class Graph:
                 if scaler is not None:
                     scaler._graph_scaled = type(self).__name__
                 try:
-                    outputs, rebuild = self._build_micro_batches(traced_inputs)
+                    outputs, rebuild = self._build_micro_batches(traced_inputs, tracer)
                 finally:
                     if scaler is not None:
                         scaler._graph_scaled = None
@@ -291,15 +293,17 @@ class Graph:
         passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
 
-    def _build_micro_batches(self, inputs):
+    def _build_micro_batches(self, inputs, tracer):
         """build() on the whole inputs, or on each micro-batch under gradient
-        accumulation (set_gradient_accumulation_steps)."""
+        accumulation (set_gradient_accumulation_steps); under a grad scaler
+        the summed gradients are unscaled and checked once, at the end."""
         m = self.config.accumulation_steps
         if m == 1:
             return _flatten(self.build(*inputs))
         name = type(self).__name__
-        if self._grad_scaler is not None and self._grad_scaler.is_enabled():
-            raise ValueError(f"{name}: gradient accumulation with a grad scaler is not supported")
+        scaled = self._grad_scaler is not None and self._grad_scaler.is_enabled()
+        if scaled:
+            tracer.defer_unscaling()
         parts = []
         for i, t in enumerate(inputs):
             if t.dim() == 0:
@@ -321,6 +325,8 @@ class Graph:
                     for p in group["params"]:
                         if p.grad is not None:
                             p.grad.mul_(1.0 / m)
+        if scaled:
+            tracer.unscale_accumulated()
         outputs = []
         for j in range(len(per_micro[0])):
             column = [outs[j] for outs in per_micro]
