@@ -13,30 +13,61 @@ already reduced), then every rank's updated parameters are broadcast, one
 flat buffer per owner and dtype. With AdamW that is 8 bytes of state per
 parameter over N ranks instead of on each. Results equal the wrapped
 optimizer's on one process (docs/memory.md). Learning rates set on its
-param_groups reach the local optimizer at each step (the lr_scheduler
-classes take meshflow's C++ optimizers only).
+param_groups reach the local optimizer at each step, and the
+meshflow.optim.lr_scheduler classes take a ZeroRedundancyOptimizer.
 
 state_dict() follows PyTorch: consolidate_state_dict(to=r) on every rank
 first gathers the shards on rank r, whose state_dict() then is the
 ordinary optimizer state dict (loadable by the optimizer class in one
 process, and by load_state_dict here on any number of ranks).
 """
+import collections.abc as _abc
+
 import meshflow as _mf
 from meshflow import distributed as _dist
 
 __all__ = ["ZeroRedundancyOptimizer"]
 
 
-def _plain_groups(params, optimizer_class, defaults):
-    """The parameter groups with every option resolved, as the optimizer
-    class itself would resolve them (it is built once, with no state)."""
+class _Group(_abc.MutableMapping):
+    """One parameter group: its parameter list here, every option in the
+    group of an optimizer over all the parameters that never steps (so the
+    lr_scheduler classes, which take meshflow's optimizers, drive it)."""
+
+    def __init__(self, params, options):
+        self._params, self._options = params, options
+
+    def __getitem__(self, key):
+        return self._params if key == "params" else self._options[key]
+
+    def __setitem__(self, key, value):
+        if key == "params":
+            raise ValueError("ZeroRedundancyOptimizer: a group's params cannot be replaced (use add_param_group)")
+        self._options[key] = value
+
+    def __delitem__(self, key):
+        raise ValueError(f"ZeroRedundancyOptimizer: a group's {key!r} cannot be removed")
+
+    def __iter__(self):
+        return iter(list(self._options.keys()))
+
+    def __len__(self):
+        return len(list(self._options.keys()))
+
+    def __repr__(self):
+        return repr(dict(self.items()))
+
+
+def _groups(params, optimizer_class, defaults):
+    """The optimizer over all the parameters (every option resolved as the
+    class resolves it; it keeps no state) and its groups."""
     params = list(params)
     if not params:
         raise ValueError("ZeroRedundancyOptimizer: optimizer got an empty parameter list")
     groups = params if isinstance(params[0], dict) else [{"params": params}]
-    probe = optimizer_class(groups, **defaults)
-    return [{key: (list(value) if key == "params" else value) for key, value in group.items()}
-            for group in probe.param_groups]
+    groups = [dict(g, params=list(g["params"])) for g in groups]
+    whole = optimizer_class(groups, **defaults)
+    return whole, [_Group(g["params"], live) for g, live in zip(groups, whole.param_groups)]
 
 
 class ZeroRedundancyOptimizer:
@@ -48,7 +79,8 @@ class ZeroRedundancyOptimizer:
         self.optimizer_class = optimizer_class
         self.process_group = process_group
         self._defaults = defaults
-        self.param_groups = _plain_groups(params, optimizer_class, defaults)
+        # _whole: the options of every group, for schedulers (_Group).
+        self._lr_target, self.param_groups = _groups(params, optimizer_class, defaults)
         self._rank = _dist.get_rank(process_group)
         self._world = _dist.get_world_size(process_group)
         self._partition()
@@ -156,7 +188,11 @@ class ZeroRedundancyOptimizer:
         """Adds a group (re-partitions: this rank's state is kept for the
         parameters it still owns)."""
         saved = self._local_state_by_index()
-        self.param_groups.extend(_plain_groups([param_group], self.optimizer_class, self._defaults))
+        group = dict(param_group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, _mf.Tensor) else list(params)
+        self._lr_target.add_param_group(group)
+        self.param_groups.append(_Group(group["params"], self._lr_target.param_groups[-1]))
         self._partition()
         self._load_local_state(saved)
 

@@ -8,7 +8,8 @@ layer used three times per forward, a parameter without a gradient for one
 step, gradient-norm clipping, and a GradScaler whose step 5 sees an
 injected inf (skipped on every rank). Then the consolidated state dict
 loads into a plain AdamW and back into ZeRO on every rank, and training
-continues equal. Each rank holds about 1/N of the optimizer state.
+continues equal; a StepLR schedule drives it as it drives AdamW. Each rank
+holds about 1/N of the optimizer state.
 """
 import os
 
@@ -150,4 +151,25 @@ ref_scaler2 = mf.amp.GradScaler(init_scale=ref_scaler.get_scale(), growth_interv
 train(model2, opt2, scaler2, np.arange(lo, hi), range(10, 12))
 train(ref, ref_opt, ref_scaler2, np.arange(BATCH), range(10, 12))
 check(net2, ref, "after reloading")
+# A learning-rate schedule drives a ZeroRedundancyOptimizer as it drives AdamW.
+def scheduled(make_opt, model, rows):
+    opt = make_opt(model)
+    sched = mf.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    for step in range(6):
+        x, y = data[step]
+        opt.zero_grad()
+        F.mse_loss(model(mf.tensor(x[rows])), mf.tensor(y[rows])).backward()
+        opt.step()
+        sched.step()
+    return opt, sched
+
+
+ref3 = build()
+ref3_opt, ref3_sched = scheduled(lambda m: mf.optim.AdamW(m.parameters(), lr=0.01), ref3, np.arange(BATCH))
+net3 = build()
+zero3_opt, zero3_sched = scheduled(
+    lambda m: ZeroRedundancyOptimizer(m.parameters(), mf.optim.AdamW, lr=0.01), DDP(net3), np.arange(lo, hi))
+assert zero3_sched.get_last_lr() == ref3_sched.get_last_lr() == [0.01 * 0.5 ** 3]
+assert zero3_opt.param_groups[0]["lr"] == 0.01 * 0.5 ** 3
+check(net3, ref3, "under StepLR")
 print(f"zero optimizer OK (rank {rank} of {world})", flush=True)
