@@ -543,3 +543,22 @@ def test_gradient_accumulation_under_a_grad_scaler():
     assert graph.num_compiled == 1
     for p, q in zip(model.parameters(), ref.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_a_parameter_frozen_between_calls_gets_its_own_plan():
+    rng = np.random.default_rng(2)
+    data = [(mf.tensor(rng.standard_normal((8, 5))), mf.tensor(rng.standard_normal((8, 3)))) for _ in range(4)]
+    ref = _accumulation_model()
+    ref_opt = mf.optim.AdamW(ref.parameters(), lr=0.01)
+    model = _accumulation_model()
+    graph = _AccumulatingGraph(model, mf.optim.AdamW(model.parameters(), lr=0.01), 1)
+    for step, (x, y) in enumerate(data):
+        for m in (ref, model):
+            m[0].bias.requires_grad_(step != 1)
+        ref_opt.zero_grad()
+        F.mse_loss(ref(x), y).backward()
+        ref_opt.step()
+        graph(x, y)
+    assert graph.num_compiled == 2
+    for p, q in zip(model.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-12, atol=1e-15)

@@ -15,7 +15,7 @@
     loss = g(x, y)          # the first call per input signature traces and compiles
 
 build() runs once per input signature (shapes, dtypes, devices, the
-modules' training flags) in lazy mode: every op, its backward, and the
+modules' training flags, which parameters require grad) in lazy mode: every op, its backward, and the
 update of each optimizer given to add_optimizer are recorded into a graph
 IR (the optimizers' step() and zero_grad() are called by the graph, not in
 build()). The IR is optimized and lowered to a plan that later calls run
@@ -246,8 +246,11 @@ class Graph:
         scaler = self._scaler()
         scaling = None if scaler is None else (scaler.get_growth_factor(), scaler.get_backoff_factor(),
                                                scaler.get_growth_interval())
+        # Which parameters train: a parameter frozen (or thawed) between calls
+        # gets a plan of its own, as eager would skip (or update) it.
+        trained = tuple(p.requires_grad for _, m in self._modules() for p in m.parameters())
         return (tuple(_tensor_signature(a) for a in args),
-                tuple(m.training for _, m in self._modules()), str(self.config.amp_dtype), scaling,
+                tuple(m.training for _, m in self._modules()), trained, str(self.config.amp_dtype), scaling,
                 self.config.exact, self.config.zero, self.config.accumulation_steps)
 
     def _compile(self, args):
