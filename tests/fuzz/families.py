@@ -806,3 +806,69 @@ def _autograd(g):
     g.emit(form)
     g.emit(f"r = {x.var}.grad")
     return "autograd"
+
+
+# --- memory tools: ZeRO and accumulation in graphs, fully_shard ---------------------------------
+
+ZERO_STAGES = ("1", "2", "3", "3", "0", "4", "'2'", "True")
+ACCUMULATION = ("1", "2", "4", "3", "0", "-1", "2.0")
+
+
+@family("Graph(enable_zero)", 2.0, covers=("nn.Graph.config.enable_zero",
+                                          "nn.Graph.config.set_gradient_accumulation_steps"))
+def _graph_zero(g):
+    """A one-rank global model in an nn.Graph under enable_zero and gradient
+    accumulation, with awkward stages, sizes and batch shapes."""
+    stage = g.choice(ZERO_STAGES) if g.adv else g.choice(ZERO_STAGES[:4])
+    min_size = g.choice(("0", "16", "1024", "-1" if g.adv else "8"))
+    steps = g.choice(ACCUMULATION) if g.adv else g.choice(ACCUMULATION[:3])
+    rows = g.choice((4, 8, 2, 1, 3 if g.adv else 8))
+    g.emit("mesh = mf.placement('cpu', [0])")
+    width = g.choice(("4", "5", "1"))
+    g.emit(f"net = mf.nn.Sequential(mf.nn.Linear(3, {width}), mf.nn.Tanh(), mf.nn.Linear({width}, 2))")
+    g.emit("net = net.to_global(placement=mesh, sbp=mf.sbp.broadcast)" if not g.adv or g.chance(0.8) else "pass")
+    g.emit(f"opt = mf.optim.{g.choice(('AdamW', 'SGD', 'Adam'))}(net.parameters(), lr=0.1)")
+    g.emit("class G(mf.nn.Graph):\n"
+           "    def __init__(self):\n"
+           "        super().__init__()\n"
+           "        self.net = net\n"
+           "        self.add_optimizer(opt)\n"
+           f"        self.config.enable_zero(True, stage={stage}, shard_min_size={min_size})\n"
+           f"        self.config.set_gradient_accumulation_steps({steps})\n"
+           "    def build(self, x):\n"
+           "        loss = self.net(x).pow(2).mean()\n"
+           "        loss.backward()\n"
+           "        return loss")
+    g.emit(f"x = mf.randn({rows}, 3).to_global(placement=mesh, sbp=mf.sbp.split(0))")
+    if g.chance(0.3):
+        g.emit("net[0].weight.requires_grad_(False)")
+    g.emit("r = G()(x)")
+    return "nn.Graph.config.enable_zero"
+
+
+FSDP_MESHES = ("None", "mf.placement('cpu', [0])", "mf.distributed.device_mesh.init_device_mesh('cpu', (1,))",
+               "mf.placement('cpu', [[0]])", "'cpu'", "5", "mf.placement('cpu', [1])")
+
+
+@family("fully_shard", 2.0, covers=("distributed.fsdp.fully_shard",))
+def _fully_shard(g):
+    """fully_shard on submodules and roots with awkward arguments, then
+    forwards (some that raise) and backwards."""
+    g.emit("import meshflow.distributed.device_mesh")
+    g.emit("from meshflow.distributed.fsdp import fully_shard")
+    g.emit(f"net = mf.nn.Sequential(mf.nn.Linear(3, 4), mf.nn.{g.choice(('Tanh()', 'ReLU()', 'LayerNorm(4)'))}, "
+           "mf.nn.Linear(4, 2))")
+    mesh = g.choice(FSDP_MESHES) if g.adv else g.choice(FSDP_MESHES[:3])
+    reshard = g.choice(("True", "False", "1" if g.adv else "True"))
+    if g.chance(0.6):
+        g.emit(f"fully_shard(net[{g.choice(('0', '2'))}], mesh={mesh}, reshard_after_forward={reshard})")
+    target = "net" if not g.adv or g.chance(0.7) else g.choice(("net[1]", "mf.nn.Linear(2, 2)", "net.double()",
+                                                                "5", "mf.nn.parallel.DistributedDataParallel(net)"))
+    g.emit(f"fully_shard({target}, mesh={mesh}, reshard_after_forward={reshard})")
+    if target == "net" and g.chance(0.3):
+        g.emit(f"net.set_requires_gradient_sync({g.choice(('False', 'True'))})")
+    shape = g.choice(("(2, 3)", "(5, 3)", "(3,)", "(2, 4)" if g.adv else "(1, 3)", "(0, 3)"))
+    g.emit(f"out = net(mf.randn{shape})")
+    g.emit("out.sum().backward()")
+    g.emit("r = net[0].weight.grad")
+    return "distributed.fsdp.fully_shard"

@@ -11,8 +11,11 @@ build(), and a GradScaler whose step 5 sees an injected inf. Each rank keeps
 its rows of every state tensor of at least shard_min_size elements; smaller
 ones stay replicated. Stage 1 all-reduces the gradients, stage 2
 reduce-scatters them, stage 3 also keeps those parameters as their rows and
-gathers them at each use, again in backward (also without the scaler, under a learning-rate
-schedule, and over 4 micro-batches of gradient accumulation). Then the optimizer state saved as a global checkpoint
+gathers them at each use, again in backward (also without the scaler,
+under a learning-rate schedule, over 4 micro-batches of gradient
+accumulation, with a parameter frozen for one step, and stage 3 under bf16
+autocast against the graph without ZeRO; a delay before every collective
+changes no bit). Then the optimizer state saved as a global checkpoint
 loads into a graph without ZeRO (and back), and the bad-input errors.
 """
 import os
