@@ -485,6 +485,10 @@ int prefetch_gathers(Graph& graph) {
     const ValueId root = values[size_t(n.inputs[0])].root;
     return values[size_t(root)].kind == ValueKind::Variable ? root : kNoValue;
   };
+  // The node making each value (-1: none, a variable).
+  std::vector<int64_t> producer(values.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (ValueId out : nodes[i].outputs) producer[size_t(out)] = int64_t(i);
   // Sort keys: 2 * index for a node where it is; 2 * j + 1 to follow node j.
   std::vector<int64_t> key(nodes.size());
   int count = 0;
@@ -493,8 +497,9 @@ int prefetch_gathers(Graph& graph) {
     key[i] = 2 * int64_t(i);
     const ValueId variable = gathered_variable(nodes[i]);
     if (variable == kNoValue) continue;
-    int64_t after = previous;
-    for (int64_t j = int64_t(i) - 1; j > previous && j >= 0; --j)
+    // Not above the view of the variable it reads, if it reads one.
+    int64_t after = std::max(previous, producer[size_t(nodes[i].inputs[0])]);
+    for (int64_t j = int64_t(i) - 1; j > after && j >= 0; --j)
       if (graph.writes_buffer(nodes[size_t(j)], variable)) {
         after = j;
         break;

@@ -462,8 +462,9 @@ def test_mismatched_collectives_end_in_bounded_time(tmp_path):
     """, 3, timeout=90)
     assert result.returncode != 0
     assert seconds < 45, seconds
-    # MPI may notice (message truncated) or the waits time out: a DistributedError either way.
-    assert "meshflow.errors.DistributedError" in result.stderr, result.stderr[-3000:]
+    # MPI may notice (message truncated) or the waits time out: a DistributedError either way
+    # (ranks' stderr lines may interleave mid-word, so only the class name is matched).
+    assert "DistributedError" in result.stderr, result.stderr[-3000:]
 
 
 def test_mismatched_placements_fail_on_every_rank_at_once(tmp_path):

@@ -95,7 +95,7 @@ int schedule_updates_early(Graph& graph);
 // Each all-gather of a variable (a ZeRO-3 parameter's rows) is issued one
 // gather ahead: right after the node where the previous such gather was
 // traced, or after the last node between the two that writes the
-// variable. With overlapped communication the gather then runs on the
+// variable or makes the view of it the gather reads. With overlapped communication the gather then runs on the
 // communication thread while the previous layer computes, and its reader
 // waits for it as before. Only the order changes (the same on every rank,
 // so the collectives still match); the gathered buffer lives one layer

@@ -412,5 +412,35 @@ TEST(GraphPasses, PrinterShowsNodesAndTypes) {
             "}");
 }
 
+// --- prefetching gathers (Note [Prefetching gathers]) -------------------------------------
+
+TEST(GraphPasses, AVariableGatherIsIssuedOneGatherAheadAndNotAboveItsViewOrAWriter) {
+  const Attrs one_rank = {{"group", Shape{0}}, {"counts", Shape{2}}};
+  Graph g;
+  ValueId x = g.add_input(f32({2, 3}));
+  const Tensor w1 = ones({2, 3}), w2 = full({2, 3}, 2.0), w3 = full({3, 2}, 3.0);
+  ValueId v1 = g.add_variable(w1), v2 = g.add_variable(w2), v3 = g.add_variable(w3);
+  ValueId a = g.add_node(op("comm_all_gather"), {v1}, one_rank)[0];  // 0
+  ValueId h = g.add_node(op("mul"), {x, a})[0];                      // 1
+  g.add_inplace_node(op("mul"), {v2, x});                            // 2: writes v2
+  h = g.add_node(op("exp"), {h})[0];                                 // 3
+  ValueId b = g.add_node(op("comm_all_gather"), {v2}, one_rank)[0];  // 4: up to after 2, not above it
+  h = g.add_node(op("mul"), {h, b})[0];                              // 4
+  ValueId t = g.add_node(op("permute"), {v3}, {{"dims", Shape{1, 0}}})[0];  // 5: a view of v3
+  h = g.add_node(op("tanh"), {h})[0];                                // 6
+  ValueId c = g.add_node(op("comm_all_gather"), {t}, one_rank)[0];  // 7: not above its view (5)
+  h = g.add_node(op("mul"), {h, c})[0];                              // 8
+  g.set_outputs({h});
+  EXPECT_EQ(graph::prefetch_gathers(g), 2);
+  const std::vector<std::string> after = op_names(g);
+  EXPECT_EQ(after, (std::vector<std::string>{"comm_all_gather", "mul", "mul_", "comm_all_gather", "exp", "mul",
+                                             "permute", "comm_all_gather", "tanh", "mul"}));
+  // The same values as traced: the gather reads v2 after it was written.
+  graph::Executable moved(std::move(g));
+  const Tensor in = random_tensor({2, 3}, 3, -1, 1, DType::Float32);
+  const Tensor want = mul(tanh(mul(exp(mul(in, w1)), mul(w2, in))), permute(w3, {1, 0}));  // before the run writes w2
+  expect_close(moved.run({in})[0], want, 1e-6, 1e-6);
+}
+
 }  // namespace
 }  // namespace mf::testing
