@@ -76,6 +76,13 @@ def test_global_tensor_data_needs_to_local():
 
 
 @needs_mpi
+def test_graph_zero3_checkpoint_saved_on_4_ranks_loads_on_1_and_2(tmp_path):
+    assert mpirun(4, "graph_zero.py", "save", str(tmp_path)).count("graph zero save OK") == 4
+    for n in (1, 2):
+        assert mpirun(n, "graph_zero.py", "load", str(tmp_path)).count("graph zero load OK") == n
+
+
+@needs_mpi
 def test_fully_shard_checkpoint_saved_on_4_ranks_loads_on_1_and_2(tmp_path):
     ckpt = str(tmp_path / "fsdp")
     assert mpirun(4, "fully_shard.py", "save", ckpt).count("fully_shard save OK") == 4

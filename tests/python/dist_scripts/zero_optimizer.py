@@ -8,7 +8,8 @@ layer used three times per forward, a parameter without a gradient for one
 step, gradient-norm clipping, and a GradScaler whose step 5 sees an
 injected inf (skipped on every rank). Then the consolidated state dict
 loads into a plain AdamW and back into ZeRO on every rank, and training
-continues equal; a StepLR schedule drives it as it drives AdamW. Each rank
+continues equal; a StepLR schedule drives it as it drives AdamW; under
+bf16 autocast it gives DDP + AdamW's bits. Each rank
 holds about 1/N of the optimizer state.
 """
 import os
@@ -172,4 +173,25 @@ zero3_opt, zero3_sched = scheduled(
 assert zero3_sched.get_last_lr() == ref3_sched.get_last_lr() == [0.01 * 0.5 ** 3]
 assert zero3_opt.param_groups[0]["lr"] == 0.01 * 0.5 ** 3
 check(net3, ref3, "under StepLR")
+# bf16 autocast, float32 parameters: the same bits as DDP + AdamW (each
+# owner runs AdamW's kernel on the same averaged gradients).
+def bf16_run(make_opt):
+    mf.manual_seed(0)
+    net = Net()
+    model = DDP(net)
+    opt = make_opt(model)
+    for step in range(3):
+        x, y = data[step]
+        opt.zero_grad()
+        with mf.autocast("cpu", dtype=mf.bfloat16):
+            out = model(mf.tensor(x[lo:hi], dtype=mf.float32))
+        F.mse_loss(out.float(), mf.tensor(y[lo:hi], dtype=mf.float32)).backward()
+        opt.step()
+    return net
+
+
+plain_bf16 = bf16_run(lambda m: mf.optim.AdamW(m.parameters(), lr=0.01))
+zero_bf16 = bf16_run(lambda m: ZeroRedundancyOptimizer(m.parameters(), mf.optim.AdamW, lr=0.01))
+for (name, p), (_, q) in zip(zero_bf16.named_parameters(), plain_bf16.named_parameters()):
+    np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy(), err_msg=f"bf16: {name}")
 print(f"zero optimizer OK (rank {rank} of {world})", flush=True)
