@@ -5,11 +5,15 @@
 // Every rank runs its own graph, and their collectives (OpDef::collective)
 // must meet: the same collectives in the same order on every rank. So no
 // pass removes a collective (DCE keeps it even when nothing reads its
-// result: another rank's copy may be live), merges two (CSE), runs one at
-// compile time (constant folding), or moves one relative to another; the
-// passes that move nodes move only in-place updates (which stay after
-// every node touching their buffers) and single-use elementwise chains,
-// never a collective.
+// result: another rank's copy may be live), merges two (CSE) or runs one at
+// compile time (constant folding). Two passes change the collectives, by
+// rules that read only the graph's structure, which is the same on every
+// rank (every rank traces the same program), so they change every rank's
+// graph alike: recomputation runs a parameter's all-gather again for
+// backward (ZeRO-3), and prefetch_gathers issues such gathers earlier
+// (Note [Prefetching gathers]). The other passes that move nodes move only
+// in-place updates (which stay after every node touching their buffers)
+// and single-use elementwise chains, never a collective.
 #pragma once
 
 #include <string>
