@@ -9,7 +9,8 @@ step, gradient-norm clipping, and a GradScaler whose step 5 sees an
 injected inf (skipped on every rank). Then the consolidated state dict
 loads into a plain AdamW and back into ZeRO on every rank, and training
 continues equal; a StepLR schedule drives it as it drives AdamW; under
-bf16 autocast it gives DDP + AdamW's bits. Each rank
+bf16 autocast it gives DDP + AdamW's bits; 4 micro-batches under no_sync equal
+the whole batch. Each rank
 holds about 1/N of the optimizer state.
 """
 import os
@@ -173,6 +174,33 @@ zero3_opt, zero3_sched = scheduled(
 assert zero3_sched.get_last_lr() == ref3_sched.get_last_lr() == [0.01 * 0.5 ** 3]
 assert zero3_opt.param_groups[0]["lr"] == 0.01 * 0.5 ** 3
 check(net3, ref3, "under StepLR")
+# Accumulation over 4 micro-batches (DDP's no_sync) of a batch of 48 (4
+# equal micro-batches on every rank count): equal to one process on the
+# whole batch.
+data48 = [(rng.standard_normal((48, 6)), rng.standard_normal((48, 6))) for _ in range(4)]
+lo48, hi48 = rank * 48 // world, (rank + 1) * 48 // world
+ref4 = build()
+ref4_opt = mf.optim.AdamW(ref4.parameters(), lr=0.01)
+net4 = build()
+ddp4 = DDP(net4)
+zero4 = ZeroRedundancyOptimizer(ddp4.parameters(), mf.optim.AdamW, lr=0.01)
+for step in range(4):
+    x, y = data48[step]
+    ref4_opt.zero_grad()
+    F.mse_loss(ref4(mf.tensor(x)), mf.tensor(y)).backward()
+    ref4_opt.step()
+    zero4.zero_grad()
+    parts = np.array_split(np.arange(lo48, hi48), 4)
+    for k, part in enumerate(parts):
+        loss = F.mse_loss(ddp4(mf.tensor(x[part])), mf.tensor(y[part])) / 4
+        if k < 3:
+            with ddp4.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+    zero4.step()
+check(net4, ref4, "4 micro-batches")
+
 # bf16 autocast, float32 parameters: the same bits as DDP + AdamW (each
 # owner runs AdamW's kernel on the same averaged gradients).
 def bf16_run(make_opt):
