@@ -79,8 +79,8 @@ def zero_child(args):
                          seq=args.zero_seq)
         numel = sum(p.numel() for p in net.parameters())
         if kind == "fsdp":
-            for block in net.blocks:
-                fully_shard(block)
+            for i in range(len(net.blocks)):  # (a loop variable would keep the last block alive)
+                fully_shard(net.blocks[i])
             model = fully_shard(net)
         else:
             model = DDP(net, gradient_as_bucket_view=True)  # gradients held once, as ZeRO's formula counts
