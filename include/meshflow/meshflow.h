@@ -12,6 +12,7 @@
 #include "meshflow/error.h"
 #include "meshflow/generator.h"
 #include "meshflow/op_def.h"
+#include "meshflow/ops/compare.h"
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"

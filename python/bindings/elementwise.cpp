@@ -110,6 +110,11 @@ void init_elementwise(py::module_& m) {
   m.def("addcdiv", &addcdiv, py::arg("input"), py::arg("tensor1"), py::arg("tensor2"), py::kw_only(),
         py::arg("value") = 1);
   m.def("relu_", [](Tensor t) { return relu_(t); }, py::arg("input"));
+  m.def("isclose", &isclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
+        py::arg("equal_nan") = false);
+  m.def("allclose", &allclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
+        py::arg("equal_nan") = false);
+  m.def("equal", &equal, py::arg("input"), py::arg("other"));
 
   py::handle cls = m.attr("Tensor");
   add_methods(m, cls, {"add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "minimum", "maximum",
@@ -118,7 +123,8 @@ void init_elementwise(py::module_& m) {
                        "relu", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "clamp", "clip", "eq",
                        "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
                        "bitwise_right_shift", "logical_and",
-                       "logical_or", "logical_xor", "masked_fill", "lerp", "addcmul", "addcdiv"});
+                       "logical_or", "logical_xor", "masked_fill", "lerp", "addcmul", "addcdiv", "isclose", "allclose",
+                       "equal"});
 
   auto tensor = py::reinterpret_borrow<py::class_<Tensor>>(cls);
   tensor.def("where", [](const Tensor& t, const Tensor& condition, const Tensor& other) {

@@ -5,7 +5,11 @@
 #include <functional>
 
 #include "ops/elementwise_common.h"
+#include "meshflow/autograd.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/distributed/sbp_rules.h"
+#include "meshflow/ops/compare.h"
+#include "meshflow/ops/reduce.h"
 
 namespace mf {
 
@@ -238,6 +242,56 @@ Tensor isinf(const Tensor& t) {
 Tensor isfinite(const Tensor& t) {
   static const OpDef& op = dispatch::op("isfinite");
   return dispatch::apply_one(op, {t});
+}
+
+}  // namespace mf
+
+// --- closeness and equality (meshflow/ops/compare.h) ----------------------------------------
+
+namespace mf {
+
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  MF_CHECK(a.defined() && b.defined(), ValueError, "isclose: input and other must be defined tensors");
+  MF_CHECK(a.dtype() == b.dtype(), TypeError, "isclose: input and other must have the same dtype, got ",
+           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  MF_CHECK(rtol >= 0, ValueError, "isclose: rtol must be greater than or equal to zero, got ", rtol);
+  MF_CHECK(atol >= 0, ValueError, "isclose: atol must be greater than or equal to zero, got ", atol);
+  NoGradGuard no_grad;
+  Tensor close = eq(a, b);
+  if (a.dtype() == DType::Bool) return close;
+  const bool floating = is_floating(a.dtype());
+  if (equal_nan && floating) close = logical_or(close, logical_and(isnan(a), isnan(b)));
+  if (rtol == 0 && atol == 0) return close;
+  // Integers are compared in float64: |a - b| may not fit their type.
+  const Tensor x = floating ? a : to(a, DType::Float64), y = floating ? b : to(b, DType::Float64);
+  const Tensor diff = abs(sub(x, y));
+  const Tensor allowed = add(mul(abs(y), Scalar(rtol)), Scalar(atol));
+  return logical_or(close, logical_and(isfinite(diff), le(diff, allowed)));
+}
+
+namespace {
+
+// The value of a 0-d bool result; a global one is broadcast first, so every
+// rank of its placement gets the same answer.
+bool truth(const Tensor& r) {
+  if (!r.is_global()) return r.item().to_bool();
+  const Tensor whole = global_to_local(
+      global_to_global(r, placement_of(r), NdSbp(size_t(placement_of(r).ndim()), Sbp::broadcast())));
+  MF_CHECK(whole.defined(), ValueError, "allclose/equal: this rank is not in the inputs' placement");
+  return whole.item().to_bool();
+}
+
+}  // namespace
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  return truth(all(isclose(a, b, rtol, atol, equal_nan)));
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  MF_CHECK(a.defined() && b.defined(), ValueError, "equal: input and other must be defined tensors");
+  if (a.sizes() != b.sizes()) return false;
+  NoGradGuard no_grad;
+  return truth(all(eq(a, b)));
 }
 
 }  // namespace mf

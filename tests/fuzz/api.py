@@ -364,6 +364,10 @@ for _n in ("floor_divide", "remainder", "pow"):
 op("pow", [Lit("2.0", "0.5", "2", "-1.5", "0"), X()], dtypes=FLOATS)
 for _n in ("minimum", "maximum", "atan2", "logical_and", "logical_or", "logical_xor"):
     op(_n, [X(), Y()], dtypes=ALL, method=True)
+for _n in ("isclose", "allclose"):
+    op(_n, [X(), Y()], {"rtol": Lit("1e-5", "0.0", "0.5", "-1.0"), "atol": Lit("1e-8", "0.0", "1.0", "-0.5"),
+                        "equal_nan": Lit("True", "False")}, dtypes=ALL, method=True)
+op("equal", [X(), Y()], dtypes=ALL, method=True)
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"):
     op(_n, [X(), Other()], dtypes=BOOL + INTS, method=True)
 def _where_inputs(g, c):

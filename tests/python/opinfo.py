@@ -122,6 +122,29 @@ op("maximum", binary(scalars=False), dtypes=ALL, method=True)
 op("atan2", binary(scalars=False), dtypes=INTS + FLOATS, method=True)
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
     op(_name, binary(-2.0, 2.0, grid=0.5), dtypes=ALL, method=True, differentiable=False)
+
+
+def closeness(kwargs=()):
+    """Samples for isclose / allclose / equal: tensors of one dtype (they
+    refuse two), broadcasting, identical pairs, and NaN/inf pairs."""
+    base = binary(-2.0, 2.0, grid=0.5, scalars=False, promote=False, kwargs=kwargs)
+
+    def samples(rng, dtype):
+        out = base(rng, dtype)
+        x = make(rng, (3, 4), dtype, -2.0, 2.0, grid=0.5)
+        out.append(S(x, x))
+        if dtype in FLOATS:
+            y = make(rng, (4, 5), dtype, special=True)
+            out.append(S(y, y, **({"equal_nan": True} if kwargs else {})))
+        return out
+
+    return samples
+
+
+CLOSE_KWARGS = ({"rtol": 0.3}, {"atol": 0.5}, {"rtol": 0.0, "atol": 0.0}, {"equal_nan": True})
+op("isclose", closeness(CLOSE_KWARGS), dtypes=ALL, method=True, differentiable=False)
+op("allclose", closeness(CLOSE_KWARGS), dtypes=ALL, method=True, differentiable=False)
+op("equal", closeness(), dtypes=ALL, method=True, differentiable=False)
 for _name in ("logical_and", "logical_or", "logical_xor"):
     op(_name, binary(-1.0, 1.0, grid=1.0, scalars=False), dtypes=ALL, method=True, differentiable=False)
 for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):

@@ -95,6 +95,14 @@ for t, r in zip(gl, refs):
     np.testing.assert_allclose(whole(t.grad, mesh), r.grad.numpy(), rtol=1e-12)
 checked += 1
 
+# isclose / allclose / equal on split tensors: every rank gets the whole answer.
+u = mf.tensor(full, placement=mesh, sbp=S(0))
+v = mf.tensor(full + (np.arange(full.size).reshape(full.shape) == 5) * 1e-3, placement=mesh, sbp=S(1))
+assert mf.allclose(u, u) and mf.equal(u, u) and not mf.equal(u, v) and not mf.allclose(u, v, rtol=0, atol=1e-4)
+assert mf.allclose(u, v, atol=1e-2)
+np.testing.assert_array_equal(whole(mf.isclose(u, v, rtol=0, atol=1e-4), mesh), np.abs(full - whole(v, mesh)) <= 1e-4)
+checked += 1
+
 # Bad input: a clear error on every rank, no hang.
 m = mf.tensor(np.ones((3, 4)), placement=mesh, sbp=S(0))
 for bad, error, text in [
