@@ -16,6 +16,7 @@
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/functional.h"
 #include "meshflow/ops/linalg.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/reduce.h"

@@ -110,6 +110,8 @@ void init_elementwise(py::module_& m) {
   m.def("addcdiv", &addcdiv, py::arg("input"), py::arg("tensor1"), py::arg("tensor2"), py::kw_only(),
         py::arg("value") = 1);
   m.def("relu_", [](Tensor t) { return relu_(t); }, py::arg("input"));
+  m.def("clamp_min", &clamp_min, py::arg("input"), py::arg("min"));
+  m.def("clamp_max", &clamp_max, py::arg("input"), py::arg("max"));
   m.def("isclose", &isclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
         py::arg("equal_nan") = false);
   m.def("allclose", &allclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
@@ -123,7 +125,7 @@ void init_elementwise(py::module_& m) {
                        "relu", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "clamp", "clip", "eq",
                        "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
                        "bitwise_right_shift", "logical_and",
-                       "logical_or", "logical_xor", "masked_fill", "lerp", "addcmul", "addcdiv", "isclose", "allclose",
+                       "logical_or", "logical_xor", "masked_fill", "lerp", "addcmul", "addcdiv", "isclose", "allclose", "clamp_min", "clamp_max",
                        "equal"});
 
   auto tensor = py::reinterpret_borrow<py::class_<Tensor>>(cls);

@@ -125,6 +125,39 @@ void init_nn(py::module_& parent) {
     return nll_loss(input, target, weight, ignore_index, reduction);
   }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("size_average") = py::none(),
         py::arg("ignore_index") = -100, py::arg("reduce") = py::none(), py::arg("reduction") = "mean");
+  for (auto [name, f] : std::initializer_list<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&,
+                                                                              const std::string&)>>{
+           {"l1_loss", [](const Tensor& i, const Tensor& t, const std::string& r) { return l1_loss(i, t, r); }}})
+    m.def(name, [name, f](const Tensor& input, const Tensor& target, py::handle size_average, py::handle reduce,
+                          const std::string& reduction) {
+      check_unset(size_average, name, "size_average", "reduction=");
+      check_unset(reduce, name, "reduce", "reduction=");
+      return f(input, target, reduction);
+    }, py::arg("input"), py::arg("target"), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(),
+          py::arg("reduction") = "mean");
+  m.def("smooth_l1_loss", [](const Tensor& input, const Tensor& target, py::handle size_average, py::handle reduce,
+                             const std::string& reduction, double beta) {
+    check_unset(size_average, "smooth_l1_loss", "size_average", "reduction=");
+    check_unset(reduce, "smooth_l1_loss", "reduce", "reduction=");
+    return smooth_l1_loss(input, target, reduction, beta);
+  }, py::arg("input"), py::arg("target"), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(),
+        py::arg("reduction") = "mean", py::arg("beta") = 1.0);
+  m.def("huber_loss", &huber_loss, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
+        py::arg("delta") = 1.0);
+  m.def("hardtanh", [](Tensor input, Scalar min_val, Scalar max_val, bool inplace) {
+    if (!inplace) return hardtanh(input, min_val, max_val);
+    MF_CHECK(min_val.to_double() <= max_val.to_double(), ValueError, "hardtanh: min_val must not exceed max_val");
+    return clamp_(input, min_val, max_val);
+  }, py::arg("input"), py::arg("min_val") = -1.0, py::arg("max_val") = 1.0, py::arg("inplace") = false);
+  m.def("relu6", [](Tensor input, bool inplace) { return inplace ? clamp_(input, 0, 6) : relu6(input); },
+        py::arg("input"), py::arg("inplace") = false);
+  m.def("normalize", [](const Tensor& input, double p, int64_t dim, double eps, py::handle out) {
+    if (!out.is_none()) throw py::type_error("normalize: out= is not supported");
+    return normalize(input, p, dim, eps);
+  }, py::arg("input"), py::arg("p") = 2.0, py::arg("dim") = 1, py::arg("eps") = 1e-12, py::arg("out") = py::none());
+  m.def("cosine_similarity", &cosine_similarity, py::arg("x1"), py::arg("x2"), py::arg("dim") = 1,
+        py::arg("eps") = 1e-8);
+  m.def("glu", &glu, py::arg("input"), py::arg("dim") = -1);
   m.def("mse_loss", [](const Tensor& input, const Tensor& target, py::handle size_average, py::handle reduce,
                        const std::string& reduction) {
     check_unset(size_average, "mse_loss", "size_average", "reduction=");

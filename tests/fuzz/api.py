@@ -368,6 +368,8 @@ for _n in ("isclose", "allclose"):
     op(_n, [X(), Y()], {"rtol": Lit("1e-5", "0.0", "0.5", "-1.0"), "atol": Lit("1e-8", "0.0", "1.0", "-0.5"),
                         "equal_nan": Lit("True", "False")}, dtypes=ALL, method=True)
 op("equal", [X(), Y()], dtypes=ALL, method=True)
+for _n in ("clamp_min", "clamp_max"):
+    op(_n, [X(), Scalar()], dtypes=NUMERIC, method=True)
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"):
     op(_n, [X(), Other()], dtypes=BOOL + INTS, method=True)
 def _where_inputs(g, c):
@@ -730,6 +732,10 @@ op("nn.functional.silu", [X(), Bool()], dtypes=FLOATS, nreq=1)
 op("nn.functional.leaky_relu", [X(), Flt(-1, 1), Bool()], dtypes=FLOATS, nreq=1)
 op("nn.functional.elu", [X(), Flt(0, 2), Bool()], dtypes=FLOATS, nreq=1)
 op("nn.functional.softplus", [X(), Flt(0.1, 3), Flt(-5, 25)], dtypes=FLOATS, nreq=1)
+op("nn.functional.hardtanh", [X(), Flt(-3, 0), Flt(-1, 3), Bool()], dtypes=NUMERIC, nreq=1)
+op("nn.functional.relu6", [X(), Bool()], dtypes=NUMERIC, nreq=1)
+op("nn.functional.normalize", [X()], {"p": Flt(-1, 3), "dim": Dim(), "eps": Flt(-1, 1)}, dtypes=FLOATS)
+op("nn.functional.glu", [X()], {"dim": Dim()}, dtypes=FLOATS)
 op("nn.functional.sigmoid", [X()], dtypes=FLOATS)
 op("nn.functional.tanh", [X()], dtypes=FLOATS)
 for _n in ("softmax", "log_softmax"):
@@ -816,6 +822,10 @@ op("nn.functional.cross_entropy", [T(0), T(1), OptT(2)],
 op("nn.functional.nll_loss", [T(0), T(1), OptT(2)], {"ignore_index": Int(-100, 3), "reduction": _REDUCTION},
    dtypes=FLOATS, nreq=2, inputs=_class_inputs)
 op("nn.functional.mse_loss", [X(), Y()], {"reduction": _REDUCTION}, dtypes=FLOATS)
+op("nn.functional.l1_loss", [X(), Y()], {"reduction": _REDUCTION}, dtypes=FLOATS)
+op("nn.functional.smooth_l1_loss", [X(), Y()], {"reduction": _REDUCTION, "beta": Flt(-1, 3)}, dtypes=FLOATS)
+op("nn.functional.huber_loss", [X(), Y()], {"reduction": _REDUCTION, "delta": Flt(-1, 3)}, dtypes=FLOATS)
+op("nn.functional.cosine_similarity", [X(), Y()], {"dim": Dim(), "eps": Flt(-1, 1)}, dtypes=FLOATS)
 
 
 def _bce_inputs(g, c):

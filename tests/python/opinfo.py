@@ -203,6 +203,12 @@ def clamp_samples(rng, dtype):
 
 
 op("clamp", clamp_samples, dtypes=NUMERIC, method=True, aliases=("clip", "Tensor.clip"))
+for _name in ("clamp_min", "clamp_max"):
+    op(_name, lambda rng, dtype: [S(make(rng, (3, 4), dtype), scalar_of(dtype, -1.0, 1.0)),
+                                  S(make(rng, (2, 3), dtype), 0), S(make(rng, (0, 2), dtype), 1)],
+       dtypes=NUMERIC, method=True)
+
+
 def clamp_scalar_samples(rng, dtype):  # clamp_ takes numbers only
     samples = clamp_samples(rng, dtype)
     return [s for s in samples if not any(isinstance(a, Arr) for a in (*s.args[1:], *s.kwargs.values()))]

@@ -76,6 +76,34 @@ for _name in ("silu", "leaky_relu", "elu"):
        call=lambda lib, x, _name=_name: getattr(lib.nn.functional, _name)(x.clone() if x.requires_grad else x,
                                                                            inplace=True))
 op("nn.functional.softplus", f_unary(({"beta": 0.5, "threshold": 3.0},), -30.0, 30.0))
+op("nn.functional.hardtanh", f_unary(({"min_val": -0.5, "max_val": 2.0},)))
+op("nn.functional.relu6", f_unary(low=-8.0, high=8.0), dtypes=NUMERIC)
+for _name in ("hardtanh", "relu6"):
+    op("nn.functional." + _name, unary(-8.0, 8.0),
+       call=lambda lib, x, _name=_name: getattr(lib.nn.functional, _name)(x.clone() if x.requires_grad else x,
+                                                                           inplace=True))
+
+
+def normalize_samples(rng, dtype):
+    x = lambda shape: make(rng, shape, dtype, -2, 2)  # noqa: E731
+    out = [S(x((3, 4))), S(x((3, 4)), dim=0), S(x((2, 3, 4)), p=1.0, dim=-1), S(x((5,)), dim=0), S(x((2, 0)), dim=1)]
+    if dtype in ("float32", "float64"):  # norms below eps (which half precision cannot hold)
+        out.append(S(make(rng, (2, 3), dtype, -1e-14, 1e-14), eps=1e-12))
+    return out
+
+
+op("nn.functional.normalize", normalize_samples)
+
+
+def cosine_samples(rng, dtype):
+    x = lambda shape: make(rng, shape, dtype, -2, 2)  # noqa: E731
+    return [S(x((3, 4)), x((3, 4))), S(x((3, 4)), x((3, 4)), dim=0), S(x((2, 3, 4)), x((3, 4)), dim=-1),
+            S(x((4, 5)), x((4, 5)), eps=0.5)]
+
+
+op("nn.functional.cosine_similarity", cosine_samples)
+op("nn.functional.glu", lambda rng, dtype: [S(make(rng, (3, 4), dtype)), S(make(rng, (4, 3), dtype), dim=0),
+                                            S(make(rng, (2, 3, 6), dtype), dim=-1), S(make(rng, (0, 2), dtype))])
 op("nn.functional.sigmoid", f_unary())
 op("nn.functional.tanh", f_unary())
 
@@ -210,6 +238,23 @@ op("nn.functional.mse_loss", lambda rng, dtype: [S(make(rng, (3, 4), dtype), mak
                                                  S(make(rng, (0, 2), dtype), make(rng, (0, 2), dtype),
                                                    reduction="sum")],
    tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+
+
+
+def pointwise_loss_samples(*kwargs):
+    def samples(rng, dtype):
+        x = lambda shape: make(rng, shape, dtype)  # noqa: E731
+        return ([S(x((3, 4)), x((3, 4))), S(x((2, 3)), x((2, 3)), reduction="sum"),
+                 S(x((5,)), x((5,)), reduction="none"), S(x((0, 2)), x((0, 2)), reduction="sum")] +
+                [S(x((3, 4)), x((3, 4)), **kw) for kw in kwargs])
+    return samples
+
+
+op("nn.functional.l1_loss", pointwise_loss_samples(), tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+op("nn.functional.smooth_l1_loss", pointwise_loss_samples({"beta": 0.5}, {"beta": 0.0}, {"beta": 4.0}),
+   tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+op("nn.functional.huber_loss", pointwise_loss_samples({"delta": 0.5}, {"delta": 4.0}), tol=_LOSS_TOL,
+   grad_tol=_LOSS_TOL)
 
 
 def weight(arr):  # PyTorch does not differentiate loss weights

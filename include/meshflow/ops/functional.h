@@ -1,0 +1,35 @@
+// torch.nn.functional's activations, normalisation and losses that are
+// compositions of other ops: their gradients, autocast behaviour and SBP
+// signatures follow from those ops (src/ops/functional.cpp).
+#pragma once
+
+#include <string>
+
+#include "meshflow/scalar.h"
+#include "meshflow/tensor.h"
+
+namespace mf {
+
+// clamp with one bound (torch.clamp_min / clamp_max).
+Tensor clamp_min(const Tensor& t, Scalar min);
+Tensor clamp_max(const Tensor& t, Scalar max);
+// min(max(x, min_val), max_val); relu6 is hardtanh(x, 0, 6). min_val <= max_val.
+Tensor hardtanh(const Tensor& t, Scalar min_val = -1, Scalar max_val = 1);
+Tensor relu6(const Tensor& t);
+// x / max(||x||_p along dim, eps).
+Tensor normalize(const Tensor& t, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+// sum(x1 * x2) / sqrt(max(sum(x1^2) * sum(x2^2), eps^2)) along dim, the
+// inputs broadcast (PyTorch 1.13's formula).
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// a * sigmoid(b) for the halves a, b of dim (its size must be even).
+Tensor glu(const Tensor& t, int64_t dim = -1);
+// |input - target|, reduced ("mean", "sum" or "none"; shapes must match).
+Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
+// 0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (beta 0: l1).
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+                      double beta = 1.0);
+// 0.5 d^2 where d < delta, else delta (d - 0.5 delta); delta > 0.
+Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+                  double delta = 1.0);
+
+}  // namespace mf

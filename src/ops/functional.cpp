@@ -1,0 +1,96 @@
+// Composite nn.functional ops (meshflow/ops/functional.h): each is written
+// with other ops, so autograd, autocast and the global interpreter see
+// those ops.
+#include "meshflow/ops/functional.h"
+
+#include <cmath>
+
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/reduce.h"
+#include "meshflow/ops/shape.h"
+#include "ops/loss_common.h"
+
+namespace mf {
+namespace {
+
+Tensor reduce_loss(const Tensor& loss, const char* op, const std::string& reduction) {
+  switch (loss_detail::parse_reduction(op, reduction)) {
+    case loss_detail::Reduction::Mean: return mean(loss);
+    case loss_detail::Reduction::Sum: return sum(loss);
+    case loss_detail::Reduction::None: return loss;
+  }
+  return loss;
+}
+
+void check_floating(const Tensor& t, const char* op, const char* arg) {
+  MF_CHECK(t.defined(), ValueError, op, ": ", arg, " must be a defined tensor");
+  MF_CHECK(is_floating(t.dtype()), TypeError, op, ": ", arg, " must be a floating-point tensor, got ",
+           dtype_name(t.dtype()));
+}
+
+}  // namespace
+
+Tensor clamp_min(const Tensor& t, Scalar min) { return clamp(t, min, std::nullopt); }
+Tensor clamp_max(const Tensor& t, Scalar max) { return clamp(t, std::nullopt, max); }
+
+Tensor hardtanh(const Tensor& t, Scalar min_val, Scalar max_val) {
+  MF_CHECK(min_val.to_double() <= max_val.to_double(), ValueError, "hardtanh: min_val (", min_val.to_double(),
+           ") must not exceed max_val (", max_val.to_double(), ")");
+  return clamp(t, min_val, max_val);
+}
+
+Tensor relu6(const Tensor& t) { return hardtanh(t, 0, 6); }
+
+Tensor normalize(const Tensor& t, double p, int64_t dim, double eps) {
+  check_floating(t, "normalize", "input");
+  MF_CHECK(t.dim() > 0, ShapeError, "normalize: input must have at least one dim, got a 0-d tensor");
+  MF_CHECK(eps >= 0, ValueError, "normalize: eps must be >= 0, got ", eps);
+  const int64_t d = wrap_dim(dim, t.dim(), "normalize");
+  return div(t, clamp_min(norm(t, p, {d}, /*keepdim=*/true), eps));
+}
+
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
+  check_floating(x1, "cosine_similarity", "x1");
+  check_floating(x2, "cosine_similarity", "x2");
+  const Shape shape = broadcast_shapes(x1.sizes(), x2.sizes(), "cosine_similarity");
+  MF_CHECK(!shape.empty(), ShapeError, "cosine_similarity: the inputs must have at least one dim");
+  const int64_t d = wrap_dim(dim, int64_t(shape.size()), "cosine_similarity");
+  const Tensor a = expand(x1, shape), b = expand(x2, shape);
+  const Tensor w12 = sum(mul(a, b), {d}), w1 = sum(mul(a, a), {d}), w2 = sum(mul(b, b), {d});
+  return div(w12, sqrt(clamp_min(mul(w1, w2), eps * eps)));
+}
+
+Tensor glu(const Tensor& t, int64_t dim) {
+  MF_CHECK(t.defined(), ValueError, "glu: input must be a defined tensor");
+  MF_CHECK(t.dim() > 0, ShapeError, "glu: glu does not support scalars because halving size must be even");
+  const int64_t d = wrap_dim(dim, t.dim(), "glu");
+  MF_CHECK(t.size(d) % 2 == 0, ShapeError, "glu: halving dimension must be even, but dimension ", d, " is size ",
+           t.size(d));
+  const TensorList halves = chunk(t, 2, d);
+  return mul(halves[0], sigmoid(halves[1]));
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  check_floating(input, "l1_loss", "input");
+  return reduce_loss(abs(sub(input, target)), "l1_loss", reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction, double beta) {
+  check_floating(input, "smooth_l1_loss", "input");
+  MF_CHECK(beta >= 0, ValueError, "smooth_l1_loss: beta must be >= 0, got ", beta);
+  if (beta == 0) return l1_loss(input, target, reduction);
+  const Tensor d = abs(sub(input, target));
+  const Tensor loss = where(lt(d, Scalar(beta)), div(mul(mul(d, d), 0.5), Scalar(beta)), sub(d, Scalar(0.5 * beta)));
+  return reduce_loss(loss, "smooth_l1_loss", reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& reduction, double delta) {
+  check_floating(input, "huber_loss", "input");
+  MF_CHECK(delta > 0, ValueError, "huber_loss: delta must be > 0, got ", delta);
+  const Tensor d = abs(sub(input, target));
+  const Tensor loss =
+      where(lt(d, Scalar(delta)), mul(mul(d, d), 0.5), mul(sub(d, Scalar(0.5 * delta)), Scalar(delta)));
+  return reduce_loss(loss, "huber_loss", reduction);
+}
+
+}  // namespace mf
