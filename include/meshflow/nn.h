@@ -5,3 +5,4 @@
 #include "meshflow/nn/init.h"
 #include "meshflow/nn/layers.h"
 #include "meshflow/nn/module.h"
+#include "meshflow/nn/pointwise_layers.h"

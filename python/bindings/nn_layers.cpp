@@ -327,6 +327,20 @@ void bind_layers(py::module_& m) {
       .def("forward", &SiLU::forward, py::arg("input"));
   Class<Tanh>(m, "Tanh", py::dynamic_attr()).def(py::init<>()).def("forward", &Tanh::forward, py::arg("input"));
   Class<Sigmoid>(m, "Sigmoid", py::dynamic_attr()).def(py::init<>()).def("forward", &Sigmoid::forward, py::arg("input"));
+  Class<Hardtanh>(m, "Hardtanh", py::dynamic_attr())
+      .def(py::init([](double min_val, double max_val, bool inplace) {
+        return std::make_shared<Hardtanh>(min_val, max_val, inplace);
+      }), py::arg("min_val") = -1.0, py::arg("max_val") = 1.0, py::arg("inplace") = false)
+      .def("forward", &Hardtanh::forward, py::arg("input"))
+      .def_readonly("min_val", &Hardtanh::min_val)
+      .def_readonly("max_val", &Hardtanh::max_val)
+      .def_readonly("inplace", &Hardtanh::inplace);
+  py::class_<ReLU6, Hardtanh, std::shared_ptr<ReLU6>>(m, "ReLU6", py::dynamic_attr())
+      .def(py::init<bool>(), py::arg("inplace") = false);
+  Class<GLU>(m, "GLU", py::dynamic_attr())
+      .def(py::init<int64_t>(), py::arg("dim") = -1)
+      .def("forward", &GLU::forward, py::arg("input"))
+      .def_readonly("dim", &GLU::dim);
   Class<LeakyReLU>(m, "LeakyReLU", py::dynamic_attr())
       .def(py::init([](double slope, bool) { return std::make_shared<LeakyReLU>(slope); }),
            py::arg("negative_slope") = 0.01, py::arg("inplace") = false)
@@ -445,6 +459,36 @@ void bind_losses(py::module_& m) {
       .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&MSELoss::forward), py::arg("input"),
            py::arg("target"))
       .def_readonly("reduction", &MSELoss::reduction);
+  Class<L1Loss>(m, "L1Loss", py::dynamic_attr())
+      .def(py::init([](py::handle size_average, py::handle reduce, const std::string& reduction) {
+        check_reduction_args(size_average, reduce, "L1Loss");
+        return std::make_shared<L1Loss>(reduction);
+      }), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(), py::arg("reduction") = "mean")
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&L1Loss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &L1Loss::reduction);
+  Class<SmoothL1Loss>(m, "SmoothL1Loss", py::dynamic_attr())
+      .def(py::init([](py::handle size_average, py::handle reduce, const std::string& reduction, double beta) {
+        check_reduction_args(size_average, reduce, "SmoothL1Loss");
+        return std::make_shared<SmoothL1Loss>(reduction, beta);
+      }), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(), py::arg("reduction") = "mean",
+          py::arg("beta") = 1.0)
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&SmoothL1Loss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &SmoothL1Loss::reduction)
+      .def_readonly("beta", &SmoothL1Loss::beta);
+  Class<HuberLoss>(m, "HuberLoss", py::dynamic_attr())
+      .def(py::init<std::string, double>(), py::arg("reduction") = "mean", py::arg("delta") = 1.0)
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&HuberLoss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &HuberLoss::reduction)
+      .def_readonly("delta", &HuberLoss::delta);
+  Class<CosineSimilarity>(m, "CosineSimilarity", py::dynamic_attr())
+      .def(py::init<int64_t, double>(), py::arg("dim") = 1, py::arg("eps") = 1e-8)
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&CosineSimilarity::forward), py::arg("x1"),
+           py::arg("x2"))
+      .def_readonly("dim", &CosineSimilarity::dim)
+      .def_readonly("eps", &CosineSimilarity::eps);
   Class<BCEWithLogitsLoss>(m, "BCEWithLogitsLoss", py::dynamic_attr())
       .def(py::init([](const Tensor& weight, py::handle size_average, py::handle reduce, const std::string& reduction,
                        const Tensor& pos_weight) {

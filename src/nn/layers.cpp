@@ -14,21 +14,10 @@
 #include "meshflow/ops/linalg.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
+#include "nn/repr.h"
 
 namespace mf::nn {
 namespace {
-
-// Python's repr of a float: the shortest text that reads back exactly,
-// with ".0" on integral values ("1e-05", "0.1", "1.0").
-std::string py_float(double v) {
-  char buf[64];
-  auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-  std::string s(buf, end);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string py_bool(bool v) { return v ? "True" : "False"; }
 
 // (a, b) as Python prints a tuple; a 1-tuple gets its comma.
 std::string py_tuple(const Shape& s) {

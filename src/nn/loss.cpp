@@ -1,6 +1,8 @@
-// Loss modules over the functional losses (ops/nn.h).
+// Loss modules over the functional losses (ops/nn.h, ops/functional.h).
 #include "meshflow/error.h"
 #include "meshflow/nn/layers.h"
+#include "meshflow/nn/pointwise_layers.h"
+#include "meshflow/ops/functional.h"
 #include "meshflow/ops/nn.h"
 
 namespace mf::nn {
@@ -49,6 +51,25 @@ BCEWithLogitsLoss::BCEWithLogitsLoss(const Tensor& weight, std::string reduction
 
 Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {
   return binary_cross_entropy_with_logits(input, target, buffer_at(0), buffer_at(1), reduction);
+}
+
+L1Loss::L1Loss(std::string reduction) : Module("L1Loss"), reduction(checked_reduction(std::move(reduction), "L1Loss")) {}
+Tensor L1Loss::forward(const Tensor& input, const Tensor& target) { return l1_loss(input, target, reduction); }
+
+SmoothL1Loss::SmoothL1Loss(std::string reduction, double beta)
+    : Module("SmoothL1Loss"), reduction(checked_reduction(std::move(reduction), "SmoothL1Loss")), beta(beta) {
+  MF_CHECK(beta >= 0, ValueError, "SmoothL1Loss: beta must be >= 0, got ", beta);
+}
+Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
+  return smooth_l1_loss(input, target, reduction, beta);
+}
+
+HuberLoss::HuberLoss(std::string reduction, double delta)
+    : Module("HuberLoss"), reduction(checked_reduction(std::move(reduction), "HuberLoss")), delta(delta) {
+  MF_CHECK(delta > 0, ValueError, "HuberLoss: delta must be > 0, got ", delta);
+}
+Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
+  return huber_loss(input, target, reduction, delta);
 }
 
 }  // namespace mf::nn

@@ -194,12 +194,21 @@ def _loss(kind):
         x = g.tensor(g.shape(), dtype)
         y = g.tensor(x.shape, dtype)
         items = [red]
+        if kind == "SmoothL1Loss":
+            items.append(("beta", "float", g.choice((1.0, 0.0, 0.5))))
+        if kind == "HuberLoss":
+            items.append(("delta", "float", g.choice((1.0, 0.5))))
         if kind == "BCEWithLogitsLoss":
             items += [("weight", "tensor", g.tensor(g.bshape(x.shape), dtype, grad=False).var),
                       ("pos_weight", "tensor", g.tensor(x.shape[-1:], dtype, grad=False).var)]
         return kwargs(g, items), [x, y]
 
     return make
+
+
+def _cosine_similarity(g, dtype):
+    x = g.tensor(g.shape(1, 3), dtype)
+    return kwargs(g, [("dim", "int", g.r.randint(-1, 1)), ("eps", "float", 1e-8)]), [x, g.tensor(x.shape, dtype)]
 
 
 LAYERS = {
@@ -213,7 +222,11 @@ LAYERS = {
     "MaxPool2d": _pool("max"), "AvgPool2d": _pool("avg"), "AdaptiveAvgPool2d": _pool("adaptive"),
     "MultiheadAttention": _mha, "TransformerEncoderLayer": _encoder_layer,
     "CrossEntropyLoss": _loss("CrossEntropyLoss"), "NLLLoss": _loss("NLLLoss"), "MSELoss": _loss("MSELoss"),
-    "BCEWithLogitsLoss": _loss("BCEWithLogitsLoss"),
+    "BCEWithLogitsLoss": _loss("BCEWithLogitsLoss"), "L1Loss": _loss("L1Loss"), "SmoothL1Loss": _loss("SmoothL1Loss"),
+    "HuberLoss": _loss("HuberLoss"), "CosineSimilarity": _cosine_similarity,
+    "ReLU6": _simple(("inplace", "bool", False)),
+    "Hardtanh": _simple(("min_val", "float", -0.5), ("max_val", "float", 2.0), ("inplace", "bool", False)),
+    "GLU": _simple(("dim", "int", -1)),
 }
 
 # Things to do to a built module before or after calling it.

@@ -134,6 +134,10 @@ LAYER_CASES = [
     ("Sigmoid", (), {}, [(4, 5)]),
     ("LeakyReLU", (), {}, [(4, 5)]),
     ("LeakyReLU", (0.2,), {}, [(4, 5)]),
+    ("ReLU6", (), {}, [(4, 5)]),
+    ("Hardtanh", (-0.5, 2.0), {}, [(4, 5)]),
+    ("GLU", (), {}, [(4, 6)]),
+    ("GLU", (0,), {}, [(4, 6)]),
     ("Softmax", (1,), {}, [(4, 5)]),
     ("Softmax", (-1,), {}, [(2, 3, 5)]),
     ("LogSoftmax", (0,), {}, [(4, 5)]),
@@ -475,6 +479,28 @@ def test_mse_and_bce_losses(reduction, dtype):
                                           reduction=reduction)
     m_module = mf.nn.BCEWithLogitsLoss(weight=mf_from(weight), pos_weight=mf_from(pos_weight), reduction=reduction)
     compare(t_module, m_module, [randn(4, 3) * 3, target], dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_l1_smooth_l1_and_huber_losses(reduction, dtype):
+    inputs = [randn(4, 3) * 2, randn(4, 3, seed=2)]
+    compare(torch.nn.L1Loss(reduction=reduction), mf.nn.L1Loss(reduction=reduction), inputs, dtype)
+    for beta in (1.0, 0.3, 0.0):
+        compare(torch.nn.SmoothL1Loss(reduction=reduction, beta=beta),
+                mf.nn.SmoothL1Loss(reduction=reduction, beta=beta), inputs, dtype)
+    for delta in (1.0, 0.3):
+        compare(torch.nn.HuberLoss(reduction=reduction, delta=delta), mf.nn.HuberLoss(reduction=reduction, delta=delta),
+                inputs, dtype)
+    compare(torch.nn.CosineSimilarity(dim=0), mf.nn.CosineSimilarity(dim=0), inputs, dtype)
+    with pytest.raises(ValueError, match="reduction"):
+        mf.nn.L1Loss(reduction="avg")
+    with pytest.raises(ValueError, match="delta"):
+        mf.nn.HuberLoss(delta=0.0)
+    with pytest.raises(ValueError, match="min_val"):
+        mf.nn.Hardtanh(2.0, 1.0)
+    with pytest.raises(mf.errors.ShapeError, match="even"):
+        mf.nn.GLU()(mf.ones(2, 3))
 
 
 def test_loss_bad_reduction():

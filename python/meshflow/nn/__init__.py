@@ -10,7 +10,8 @@ _LAYERS = [
     "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding", "Dropout",
     "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "Softmax", "LogSoftmax", "Flatten", "Identity",
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "TransformerEncoderLayer",
-    "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss",
+    "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+    "CosineSimilarity", "Hardtanh", "ReLU6", "GLU",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)
