@@ -14,12 +14,13 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from meshflow import _C  # noqa: E402
 from meshflow._C import *  # noqa: F401,F403  (ops, Tensor, dtype, device, ...)
 from meshflow._C import Tensor, dtype, device
-from meshflow._grad_mode import enable_grad, no_grad, set_grad_enabled
+from meshflow._grad_mode import enable_grad, inference_mode, no_grad, set_grad_enabled
+from meshflow._type_info import finfo, iinfo
 from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
 from meshflow import autograd, datasets, errors, io, nn, optim, return_types, utils  # noqa: F401
 from meshflow import distributed, env  # noqa: F401
-from meshflow import amp, cpu  # noqa: F401
+from meshflow import amp, cpu, cuda  # noqa: F401
 from meshflow.amp import autocast  # noqa: F401
 from meshflow.errors import OutOfMemoryError  # noqa: F401  (torch.OutOfMemoryError)
 from meshflow.io import load, save  # noqa: F401

@@ -30,6 +30,30 @@ class no_grad(_GradMode):
     _enabled = False
 
 
+class inference_mode(_GradMode):
+    """torch.inference_mode: no autograd graph inside (mode=False: leaves
+    grad mode as it is). meshflow has no separate inference tensors, so
+    tensors made inside may be used with autograd later, as no_grad's."""
+
+    def __init__(self, mode=True):
+        self._mode = bool(mode)
+        self._enabled = False if self._mode else None
+
+    def __enter__(self):
+        self._previous = _C.is_grad_enabled()
+        if self._mode:
+            _C._set_grad_enabled(False)
+        return self
+
+    def __call__(self, function):
+        @functools.wraps(function)
+        def run_in_mode(*args, **kwargs):
+            with inference_mode(self._mode):
+                return function(*args, **kwargs)
+
+        return run_in_mode
+
+
 class enable_grad(_GradMode):
     """Turns gradient recording back on inside a no_grad region."""
 

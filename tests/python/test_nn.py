@@ -1169,3 +1169,66 @@ def test_attribute_assignment_before_init():
             super().__init__()
     with pytest.raises((AttributeError, TypeError, RuntimeError)):
         Broken()
+
+
+def test_clip_grad_value_and_parameter_vectors_match_torch():
+    rng = np.random.default_rng(0)
+    shapes = [(3, 4), (4,), (2, 2, 2)]
+    values = [rng.standard_normal(s) for s in shapes]
+    grads = [rng.standard_normal(s) * 3 for s in shapes]
+    tp = [torch.nn.Parameter(torch.tensor(v)) for v in values]
+    mp = [mf.nn.Parameter(mf.tensor(v)) for v in values]
+    for t, m, g in zip(tp, mp, grads):
+        t.grad, m.grad = torch.tensor(g), mf.tensor(g)
+    torch.nn.utils.clip_grad_value_(tp, 0.7)
+    mf.nn.utils.clip_grad_value_(mp, 0.7)
+    for t, m in zip(tp, mp):
+        np.testing.assert_array_equal(m.grad.numpy(), t.grad.numpy())
+    tv, mv = torch.nn.utils.parameters_to_vector(tp), mf.nn.utils.parameters_to_vector(mp)
+    np.testing.assert_array_equal(mv.detach().numpy(), tv.detach().numpy())
+    mv.sum().backward()  # differentiable, as torch's
+    new = rng.standard_normal(tv.numel())
+    torch.nn.utils.vector_to_parameters(torch.tensor(new), tp)
+    mf.nn.utils.vector_to_parameters(mf.tensor(new), mp)
+    for t, m in zip(tp, mp):
+        np.testing.assert_array_equal(m.detach().numpy(), t.detach().numpy())
+    with pytest.raises(ValueError, match="elements"):
+        mf.nn.utils.vector_to_parameters(mf.zeros(3), mp)
+    with pytest.raises(TypeError):
+        mf.nn.utils.clip_grad_value_(5, 1.0)
+
+
+def test_finfo_iinfo_inference_mode_and_cuda_guards():
+    for m, t in ((mf.float32, torch.float32), (mf.float64, torch.float64), (mf.float16, torch.float16),
+                 (mf.bfloat16, torch.bfloat16)):
+        a, b = mf.finfo(m), torch.finfo(t)
+        for key in ("bits", "eps", "max", "min", "tiny", "resolution", "smallest_normal"):
+            assert getattr(a, key) == getattr(b, key), (m, key)
+    assert mf.finfo().bits == 32
+    for m, t in ((mf.int8, torch.int8), (mf.uint8, torch.uint8), (mf.int16, torch.int16), (mf.int32, torch.int32),
+                 (mf.int64, torch.int64)):
+        assert (mf.iinfo(m).min, mf.iinfo(m).max, mf.iinfo(m).bits) == (torch.iinfo(t).min, torch.iinfo(t).max,
+                                                                          torch.iinfo(t).bits)
+    with pytest.raises(TypeError):
+        mf.finfo(mf.int32)
+    with pytest.raises(TypeError):
+        mf.iinfo(mf.float32)
+    x = mf.ones(2, requires_grad=True)
+    with mf.inference_mode():
+        assert not (x * 2).requires_grad
+    with mf.inference_mode(False):
+        assert (x * 2).requires_grad
+
+    @mf.inference_mode()
+    def f(t):
+        return t * 3
+    assert not f(x).requires_grad and mf.is_grad_enabled()
+    assert mf.cuda.is_available() is False and mf.cuda.device_count() == 0
+    assert not mf.cuda.amp.GradScaler(enabled=False).is_enabled()
+    with pytest.raises(RuntimeError, match="CUDA"):
+        mf.cuda.amp.GradScaler()
+    # torch.amp.GradScaler's leading device.
+    assert mf.amp.GradScaler("cpu", init_scale=4.0).get_scale() == 4.0 and mf.amp.GradScaler(8.0).get_scale() == 8.0
+    assert not mf.amp.GradScaler("cuda", enabled=False).is_enabled()
+    with pytest.raises(RuntimeError, match="CUDA"):
+        mf.amp.GradScaler("cuda")

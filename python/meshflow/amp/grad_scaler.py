@@ -15,8 +15,24 @@ def _new_state():
 
 
 class GradScaler:
-    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
-                 enabled=True):
+    def __init__(self, *args, **kwargs):
+        """GradScaler(init_scale=2**16, growth_factor=2.0, backoff_factor=0.5,
+        growth_interval=2000, enabled=True), or with a leading device as
+        torch.amp.GradScaler("cpu", ...) takes it (device= too)."""
+        device = kwargs.pop("device", None)
+        if args and isinstance(args[0], str):
+            if device is not None:
+                raise TypeError("GradScaler: device given twice")
+            device, args = args[0], args[1:]
+        if device is not None and str(device) not in ("cpu", "cuda"):
+            raise ValueError(f"GradScaler: device must be 'cpu' or 'cuda', got {device!r}")
+        self._setup(*args, **kwargs)
+        if str(device) == "cuda" and self._enabled:
+            raise RuntimeError("GradScaler: no CUDA device is available in this build; use device='cpu' (or "
+                               "enabled=False)")
+
+    def _setup(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+               enabled=True):
         self._enabled = bool(enabled)
         if self._enabled:
             if growth_factor <= 1.0:
