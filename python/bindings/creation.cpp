@@ -80,6 +80,11 @@ void init_creation(py::module_& m) {
     return linspace(start, end, steps, options(dtype, device, requires_grad));
   }, py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = py::none(),
         py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  m.def("logspace", [](double start, double end, int64_t steps, double base, std::optional<DType> dtype,
+                       std::optional<Device> device, bool requires_grad) {
+    return logspace(start, end, steps, base, options(dtype, device, requires_grad));
+  }, py::arg("start"), py::arg("end"), py::arg("steps"), py::arg("base") = 10.0, py::kw_only(),
+        py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false);
   m.def("eye", [](int64_t n, std::optional<int64_t> cols, std::optional<DType> dtype, std::optional<Device> device,
                   bool requires_grad) { return eye(n, cols, options(dtype, device, requires_grad)); },
         py::arg("n"), py::arg("m") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),

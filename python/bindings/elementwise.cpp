@@ -84,6 +84,13 @@ void init_elementwise(py::module_& m) {
         py::arg("min") = py::none(), py::arg("max") = py::none());
   m.attr("clip") = m.attr("clamp");
 
+  // where(condition) is nonzero(condition, as_tuple=True), as in PyTorch.
+  m.def("where", [](const Tensor& condition) {
+    const Tensor nz = nonzero(condition);
+    py::tuple out(size_t(nz.size(1)));
+    for (int64_t d = 0; d < nz.size(1); ++d) out[size_t(d)] = select(nz, 1, d);
+    return out;
+  }, py::arg("condition"));
   m.def("where", py::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&where), py::arg("condition"),
         py::arg("input"), py::arg("other"));
   m.def("where", py::overload_cast<const Tensor&, const Tensor&, Scalar>(&where), py::arg("condition"),
@@ -110,6 +117,7 @@ void init_elementwise(py::module_& m) {
   m.def("addcdiv", &addcdiv, py::arg("input"), py::arg("tensor1"), py::arg("tensor2"), py::kw_only(),
         py::arg("value") = 1);
   m.def("relu_", [](Tensor t) { return relu_(t); }, py::arg("input"));
+  m.def("abs_", [](Tensor t) { return abs_(t); }, py::arg("input"));
   m.def("clamp_min", &clamp_min, py::arg("input"), py::arg("min"));
   m.def("clamp_max", &clamp_max, py::arg("input"), py::arg("max"));
   m.def("isclose", &isclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
@@ -166,6 +174,10 @@ void init_elementwise(py::module_& m) {
         div_(self.cast<Tensor&>(), other);
         return self;
       }, py::arg("other"))
+      .def("abs_", [](py::object self) {
+        abs_(self.cast<Tensor&>());
+        return self;
+      })
       .def("neg_", [](py::object self) {
         neg_(self.cast<Tensor&>());
         return self;

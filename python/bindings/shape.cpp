@@ -62,6 +62,7 @@ void init_shape(py::module_& m) {
     return as_tuple ? py::object(to_tuple(unbind(nz, 1))) : py::cast(nz);
   }, py::arg("input"), py::kw_only(), py::arg("as_tuple") = false);
 
+  m.def("take", &take, py::arg("input"), py::arg("index"));
   m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0);
   m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0);
   m.def("repeat", &repeat, py::arg("input"), py::arg("repeats"));
@@ -81,7 +82,7 @@ void init_shape(py::module_& m) {
   add_methods(m, handle, {"transpose", "t", "narrow", "select", "expand_as", "broadcast_to", "squeeze", "unsqueeze",
                           "flatten", "unflatten", "as_strided", "diagonal", "contiguous", "clone", "split", "chunk",
                           "unbind", "index_select", "gather", "scatter", "scatter_add", "index_add",
-                          "masked_select", "nonzero", "tril", "triu", "repeat_interleave", "roll", "topk", "sort",
+                          "masked_select", "nonzero", "take", "tril", "triu", "repeat_interleave", "roll", "topk", "sort",
                           "argsort"});
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(handle);
   def_size_method(cls, "view", &view);

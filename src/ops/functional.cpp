@@ -30,6 +30,32 @@ void check_floating(const Tensor& t, const char* op, const char* arg) {
 
 }  // namespace
 
+Tensor& abs_(Tensor& t) {  // abs has no in-place kernel: its result copied over t
+  return copy_(t, abs(clone(t)));  // abs saves the clone, which stays unwritten
+}
+
+Tensor logspace(double start, double end, int64_t steps, double base, const TensorOptions& options) {
+  TensorOptions wide = options;
+  wide.dtype = DType::Float64;
+  wide.requires_grad = false;
+  Tensor out = to(pow(Scalar(base), linspace(start, end, steps, wide)), options.dtype);
+  if (options.requires_grad) out.requires_grad_(true);
+  return out;
+}
+
+Tensor take(const Tensor& input, const Tensor& index) {
+  MF_CHECK(input.defined() && index.defined(), ValueError, "take: input and index must be defined tensors");
+  MF_CHECK(index.dtype() == DType::Int64, TypeError, "take: index must be an int64 tensor, got ",
+           dtype_name(index.dtype()));
+  const int64_t n = input.numel();
+  if (index.numel() == 0) return reshape(narrow(reshape(input, {-1}), 0, 0, 0), index.sizes());
+  const int64_t lo = min(index).item().to_int(), hi = max(index).item().to_int();
+  MF_CHECK(lo >= -n && hi < n, IndexError, "take: index ", lo < -n ? lo : hi, " is out of range for a tensor of ",
+           n, " elements");
+  const Tensor flat_index = reshape(where(lt(index, Scalar(0)), add(index, Scalar(n)), index), {-1});
+  return reshape(index_select(reshape(input, {-1}), 0, flat_index), index.sizes());
+}
+
 Tensor clamp_min(const Tensor& t, Scalar min) { return clamp(t, min, std::nullopt); }
 Tensor clamp_max(const Tensor& t, Scalar max) { return clamp(t, std::nullopt, max); }
 

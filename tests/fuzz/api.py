@@ -398,8 +398,9 @@ for _n in ("add_", "sub_"):
     op("Tensor." + _n, [X(), Other()], {"alpha": Scalar()}, dtypes=NUMERIC)
 for _n in ("mul_", "div_"):
     op("Tensor." + _n, [X(), Other()], dtypes=NUMERIC if _n == "mul_" else FLOATS)
-for _n in ("neg_", "relu_", "zero_"):
+for _n in ("neg_", "relu_", "zero_", "abs_"):
     op("Tensor." + _n, [X()], dtypes=NUMERIC if _n != "zero_" else ALL)
+op("abs_", [X()], dtypes=NUMERIC)
 op("Tensor.fill_", [X(), Scalar()], dtypes=ALL)
 op("Tensor.copy_", [X(), Y()], {"non_blocking": Bool()}, dtypes=ALL)
 op("Tensor.uniform_", [X(), Flt(-3, 0), Flt(0, 3)], dtypes=FLOATS, nreq=1)
@@ -462,6 +463,8 @@ op("arange", [Int(-20, 100)], {"dtype": DType(NUMERIC)}, dtypes=("int64",))
 op("arange", [Flt(-20, 20), Flt(-20, 40), Lit("1", "2", "-1", "0.25", "0.5", "3")], {"dtype": DType(NUMERIC)},
    dtypes=("float32",), nreq=2)
 op("linspace", [Flt(-5, 5), Flt(-5, 5), Int(0, 50)], {"dtype": DType(FLOATS)}, dtypes=("float32",))
+op("logspace", [Flt(-5, 5), Flt(-5, 5), Int(0, 50)], {"base": Flt(-3, 10), "dtype": DType(FLOATS)},
+   dtypes=("float32",))
 op("eye", [Int(0, 6), Int(0, 6)], {"dtype": DType()}, dtypes=ALL, nreq=1)
 op("eye", [Int(0, 6)], {"m": Int(0, 6), "dtype": DType()}, dtypes=ALL)
 op("scalar_tensor", [Scalar()], {"dtype": DType(), "requires_grad": Bool()}, dtypes=ALL)
@@ -636,6 +639,17 @@ op("split", [T(0), _split_arg, V("rawdim", "dim")], dtypes=ALL, method=True, nre
 op("chunk", [X(nd=(1, 4)), Int(1, 6), Dim()], dtypes=ALL, method=True, nreq=2)
 op("unbind", [X(nd=(1, 4)), Dim()], dtypes=ALL, method=True, nreq=1)
 op("index_select", [X(), Dim(), Index()], dtypes=ALL, method=True)
+
+
+def _take_index(g, c):
+    n = max(1, numel(c.t[0].shape))
+    m = g.tensor((g.size(0, 6),) if g.chance(0.8) else (2, 2), "int64" if g.chance(0.9) else "int32",
+                 ints=(-n if g.chance(0.2) else 0, n + (3 if g.adv else 0)))
+    c.t.append(m)
+    return g.targ(m)
+
+
+op("take", [X(), _take_index], dtypes=ALL, method=True)
 
 
 def _same_nd_index_shape(g, c):

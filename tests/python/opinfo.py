@@ -174,6 +174,12 @@ def where_samples(rng, dtype):
 
 
 op("where", where_samples, dtypes=ALL)
+op("where", lambda rng, dtype: [S(make(rng, (3, 4), dtype)), S(make(rng, (2, 0, 3), dtype)), S(make(rng, (5,), dtype))],
+   dtypes=ALL, differentiable=False, call=lambda lib, c: lib.where(c))
+op("take", lambda rng, dtype: [S(make(rng, (3, 4), dtype), index_arr(rng, (2, 3), 12, low=-12)),
+                               S(make(rng, (5,), dtype), index_arr(rng, (4,), 5)),
+                               S(make(rng, (), dtype), index_arr(rng, (3,), 1)),
+                               S(make(rng, (2, 3), dtype), index_arr(rng, (0,), 6))], dtypes=ALL, method=True)
 op("Tensor.where", lambda rng, dtype: [S(make(rng, (3, 4), dtype), make(rng, (3, 4), "bool"),
                                          make(rng, (3, 4), dtype))],
    call=lambda lib, x, cond, other: x.where(cond, other), dtypes=ALL)
@@ -240,6 +246,8 @@ op("Tensor.sub_", binary(promote=False, inplace=True, kwargs=({"alpha": 2},)), c
 op("Tensor.mul_", binary(promote=False, inplace=True), call=inplace("mul_"), dtypes=NUMERIC)
 op("Tensor.div_", binary(rhs={"nonzero": True}, promote=False, inplace=True), call=inplace("div_"), dtypes=FLOATS)
 op("Tensor.neg_", unary(), call=inplace("neg_"), dtypes=NUMERIC)
+op("Tensor.abs_", unary(), call=inplace("abs_"), dtypes=NUMERIC)
+op("abs_", unary(), call=lambda lib, x: lib.abs_(x.clone() if x.requires_grad else x), dtypes=NUMERIC)
 op("Tensor.relu_", unary(), call=inplace("relu_"), dtypes=NUMERIC)
 op("relu_", unary(), call=lambda lib, x: lib.relu_(x.clone() if x.requires_grad else x), dtypes=NUMERIC)
 op("nn.functional.relu_", unary(), dtypes=NUMERIC,
@@ -317,6 +325,8 @@ op("arange", no_tensor(S(5), S(2, 9), S(1, 10, 3), S(0.0, 1.0, 0.25), S(10, 0, -
    differentiable=False)
 op("linspace", no_tensor(S(0, 1, 5), S(-2.0, 3.5, 7, dtype=Dt("?")), S(3, 3, 1), S(0, 1, 0), S(10, 0, 4)),
    dtypes=("float32", "float64"), differentiable=False)
+op("logspace", no_tensor(S(0, 2, 5), S(-2.0, 1.5, 7, dtype=Dt("?")), S(1, 3, 4, base=2.0), S(0, 1, 1), S(0, 1, 0),
+                         S(2, -1, 4, 3.0)), dtypes=("float32", "float64"), differentiable=False)
 op("eye", no_tensor(S(3), S(2, 4), S(3, 1, dtype=Dt("?")), S(0)), dtypes=ALL, differentiable=False)
 op("scalar_tensor", no_tensor(S(1.5), S(3), S(2, dtype=Dt("?")), S(True, dtype=Dt("?"))), dtypes=ALL,
    differentiable=False)

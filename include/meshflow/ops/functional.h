@@ -1,15 +1,24 @@
-// torch.nn.functional's activations, normalisation and losses that are
-// compositions of other ops: their gradients, autocast behaviour and SBP
+// torch functions and torch.nn.functional's activations, normalisation and
+// losses that are compositions of other ops: their gradients, autocast behaviour and SBP
 // signatures follow from those ops (src/ops/functional.cpp).
 #pragma once
 
 #include <string>
 
+#include "meshflow/ops/creation.h"
 #include "meshflow/scalar.h"
 #include "meshflow/tensor.h"
 
 namespace mf {
 
+// |t| in place.
+Tensor& abs_(Tensor& t);
+// base ** linspace(start, end, steps), computed in float64 and cast to
+// options.dtype.
+Tensor logspace(double start, double end, int64_t steps, double base = 10.0, const TensorOptions& options = {});
+// input viewed as 1-d, indexed by `index` (int64, any shape; negative
+// indices count from the end): the result has index's shape.
+Tensor take(const Tensor& input, const Tensor& index);
 // clamp with one bound (torch.clamp_min / clamp_max).
 Tensor clamp_min(const Tensor& t, Scalar min);
 Tensor clamp_max(const Tensor& t, Scalar max);
