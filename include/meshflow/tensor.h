@@ -63,6 +63,19 @@ class TensorImpl {
   AutogradMeta& ensure_autograd();
   void clear_autograd();
 
+  // The language binding's object for this tensor, or null (Note [One
+  // Python object per tensor] in python/bindings/identity.cpp). Borrowed
+  // while the object holds this tensor; owned once the object's last
+  // reference is gone but the tensor lives on, and then released through
+  // set_binding_release's function when this tensor dies. The core never
+  // reads the object.
+  void* binding_object() const { return binding_object_; }
+  bool owns_binding_object() const { return owns_binding_object_; }
+  void set_binding_object(void* object, bool owned) const {
+    binding_object_ = object;
+    owns_binding_object_ = owned;
+  }
+
  private:
   Storage storage_;
   Shape sizes_;
@@ -75,7 +88,13 @@ class TensorImpl {
   bool is_parameter_ = false;
   std::shared_ptr<const GlobalMeta> global_;
   std::unique_ptr<AutogradMeta> autograd_;
+  mutable void* binding_object_ = nullptr;
+  mutable bool owns_binding_object_ = false;
 };
+
+// How a tensor releases the binding object it owns (see
+// TensorImpl::binding_object); set once by the binding at import.
+void set_binding_release(void (*release)(void* object));
 
 struct TensorOptions {
   DType dtype = DType::Float32;

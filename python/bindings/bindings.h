@@ -59,6 +59,13 @@ void check_host_data(const Tensor& t, const char* op);
 // Adds module functions `names` of m to Tensor as methods (self = input).
 void add_methods(py::module_& m, py::handle tensor_class, std::initializer_list<const char*> names);
 
+// The Python object of t (None when undefined): the one object of that
+// tensor, made on first use (Note [One Python object per tensor] in
+// identity.cpp). With move, a new object takes t's handle.
+py::handle tensor_object(const Tensor& t, bool move);
+// Installs that identity on the Tensor class; called once at import.
+void init_identity(py::handle tensor_class);
+
 void init_types(py::module_& m);
 void init_tensor(py::module_& m);
 void init_interop(py::module_& m);
@@ -101,20 +108,15 @@ class type_caster<mf::Tensor> : public type_caster_generic {
     }
     return type_caster_generic::load(src, convert);
   }
-  static handle cast(const mf::Tensor& t, return_value_policy policy, handle parent) {
-    if (!t.defined()) return none().release();
-    if (policy == return_value_policy::automatic || policy == return_value_policy::automatic_reference)
-      policy = return_value_policy::copy;
-    return type_caster_generic::cast(&t, policy, parent, tensor_type(), &copy_tensor, &move_tensor);
+  // Every result is the tensor's one Python object (Note [One Python object
+  // per tensor] in identity.cpp), whatever the policy asked.
+  static handle cast(const mf::Tensor& t, return_value_policy, handle) {
+    return mf::python::tensor_object(t, false);
   }
-  static handle cast(mf::Tensor&& t, return_value_policy, handle parent) {
-    if (!t.defined()) return none().release();
-    return type_caster_generic::cast(&t, return_value_policy::move, parent, tensor_type(), &copy_tensor,
-                                     &move_tensor);
-  }
-  static handle cast(const mf::Tensor* t, return_value_policy policy, handle parent) {
-    if (t == nullptr || !t->defined()) return none().release();
-    return type_caster_generic::cast(t, policy, parent, tensor_type(), &copy_tensor, &move_tensor);
+  static handle cast(mf::Tensor&& t, return_value_policy, handle) { return mf::python::tensor_object(t, true); }
+  static handle cast(const mf::Tensor* t, return_value_policy, handle) {
+    if (t == nullptr) return none().release();
+    return mf::python::tensor_object(*t, false);
   }
 
   template <typename T>
@@ -131,15 +133,17 @@ class type_caster<mf::Tensor> : public type_caster_generic {
     if (registered == nullptr) registered = get_type_info(typeid(mf::Tensor));
     return registered;
   }
-  static void* copy_tensor(const void* t) { return new mf::Tensor(*static_cast<const mf::Tensor*>(t)); }
-  static void* move_tensor(const void* t) {
-    return new mf::Tensor(std::move(*const_cast<mf::Tensor*>(static_cast<const mf::Tensor*>(t))));
-  }
   static mf::Tensor& undefined() {
     static mf::Tensor t;
     return t;
   }
 };
+
+// A Tensor is never moved out of its Python object (pybind11 does so for
+// `obj.cast<Tensor>()` on an object's last reference): the object must keep
+// its handle until it dies to clear the tensor's pointer to it.
+template <>
+struct move_if_unreferenced<mf::Tensor, void> : std::false_type {};
 
 // Python bool, int and float (and NumPy scalars, one-element tensors).
 template <>

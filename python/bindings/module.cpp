@@ -186,7 +186,7 @@ void init_types(py::module_& m) {
       .def("__hash__", [](const Device& d) { return py::hash(py::str(d.str())); });
   py::implicitly_convertible<std::string, Device>();
 
-  py::class_<Tensor>(m, "Tensor", "A strided n-dimensional array with autograd (see meshflow.tensor).");
+  init_identity(py::class_<Tensor>(m, "Tensor", "A strided n-dimensional array with autograd (see meshflow.tensor)."));
 
   py::class_<Generator>(m, "Generator", "The counter-based (Philox) random generator.")
       .def(py::init([](const Device& device) {

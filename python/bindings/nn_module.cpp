@@ -196,6 +196,20 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
   return out;
 }
 
+// PyTorch's named_modules over the modules' objects: this module first,
+// then each child's, depth first; memo holds the modules already listed
+// (not updated without remove_duplicate, as in PyTorch).
+void collect_modules(py::handle self, py::set memo, const std::string& prefix, bool remove_duplicate,
+                     py::list& out) {
+  if (memo.contains(self)) return;
+  if (remove_duplicate) memo.add(self);
+  out.append(py::make_tuple(prefix, self));
+  for (const auto& c : module_of(self).own_children()) {
+    if (!c.module) continue;
+    collect_modules(module_object(c), memo, prefix.empty() ? c.name : prefix + "." + c.name, remove_duplicate, out);
+  }
+}
+
 std::string repr(py::handle self) {
   const Module& m = self.cast<const Module&>();
   std::string extra = py::str(self.attr("extra_repr")());
@@ -328,8 +342,8 @@ std::shared_ptr<void> python_owner(py::handle obj) {
 
 py::object module_object(const nn::Module::Child& child) {
   if (!child.module) return py::none();
-  if (child.owner) return *static_cast<py::object*>(child.owner.get());
-  return py::cast(child.module);
+  if (!child.owner) child.owner = python_owner(py::cast(child.module));
+  return *static_cast<py::object*>(child.owner.get());
 }
 
 void init_nn_module(py::module_& parent) {
@@ -421,14 +435,15 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
         for (const nn::Module::Child* c : distinct_children(self)) out.append(module_object(*c));
         return py::iter(out);
       })
-      .def("named_modules", [](Module& self, py::handle memo, const std::string& prefix, bool remove_duplicate) {
+      .def("named_modules", [](py::object self, py::object memo, const std::string& prefix, bool remove_duplicate) {
         py::list out;
-        for (auto& [name, mod] : self.named_modules(prefix)) out.append(py::make_tuple(name, mod));
+        collect_modules(self, memo.is_none() ? py::set() : py::set(memo), prefix, remove_duplicate, out);
         return py::iter(out);
       }, py::arg("memo") = py::none(), py::arg("prefix") = "", py::arg("remove_duplicate") = true)
-      .def("modules", [](Module& self) {
+      .def("modules", [](py::object self) {
         py::list out;
-        for (auto& mod : self.modules()) out.append(py::cast(mod));
+        collect_modules(self, py::set(), "", true, out);
+        for (size_t i = 0; i < out.size(); ++i) out[i] = py::tuple(out[i])[1];
         return py::iter(out);
       })
       .def("state_dict", &state_dict, py::arg("destination") = py::none(), py::arg("prefix") = "",

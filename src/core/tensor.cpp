@@ -119,7 +119,15 @@ void TensorImpl::set_data(Storage storage, Shape sizes, Shape strides, int64_t o
   if (numel_ == 0) is_contiguous_ = true;
 }
 
-TensorImpl::~TensorImpl() = default;
+namespace {
+void (*g_binding_release)(void*) = nullptr;
+}  // namespace
+
+void set_binding_release(void (*release)(void* object)) { g_binding_release = release; }
+
+TensorImpl::~TensorImpl() {
+  if (owns_binding_object_ && g_binding_release != nullptr) g_binding_release(binding_object_);
+}
 
 void* TensorImpl::data() const {
   MF_CHECK(global_ == nullptr, Error,

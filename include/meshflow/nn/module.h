@@ -59,7 +59,11 @@ class Module : public std::enable_shared_from_this<Module> {
   struct Child {
     std::string name;
     std::shared_ptr<Module> module;  // null: a slot set to None
-    std::shared_ptr<void> owner;     // keeps a front end's object alive
+    // Keeps a front end's object of the child alive: set at registration
+    // from Python, or by the front end when it first hands out a child made
+    // in C++, so that the child is one object there (a cache of the front
+    // end's, hence mutable).
+    mutable std::shared_ptr<void> owner;
   };
   struct Buffer {
     std::string name;
