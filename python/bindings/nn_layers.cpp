@@ -12,6 +12,21 @@ using namespace nn;  // NOLINT: every class bound here lives in mf::nn
 template <typename M>
 using Class = py::class_<M, Module, std::shared_ptr<M>>;
 
+// A layer's class: attributes allowed, and its own copy.deepcopy.
+template <typename M>
+Class<M> layer(py::module_& m, const char* name, const char* doc = "") {
+  Class<M> cls(m, name, py::dynamic_attr(), doc);
+  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
+  return cls;
+}
+// The same for a layer derived from another bound layer.
+template <typename M, typename Base>
+py::class_<M, Base, std::shared_ptr<M>> sublayer(py::module_& m, const char* name) {
+  py::class_<M, Base, std::shared_ptr<M>> cls(m, name, py::dynamic_attr());
+  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
+  return cls;
+}
+
 // torch.nn layers take device= and dtype= factory arguments.
 template <typename M>
 std::shared_ptr<M> made(std::shared_ptr<M> m, const std::optional<Device>& device, std::optional<DType> dtype) {
@@ -74,7 +89,7 @@ py::object child_iter(const Module& m) {
 }
 
 void bind_containers(py::module_& m) {
-  Class<Sequential>(m, "Sequential", py::dynamic_attr(), "Modules applied in order; built from modules or an OrderedDict.")
+  layer<Sequential>(m, "Sequential", "Modules applied in order; built from modules or an OrderedDict.")
       .def(py::init([](py::args modules) {
         auto seq = std::make_shared<Sequential>();
         if (modules.size() == 1 && py::isinstance<py::dict>(modules[0])) {
@@ -109,7 +124,7 @@ void bind_containers(py::module_& m) {
         return out;
       });
 
-  Class<ModuleList>(m, "ModuleList", py::dynamic_attr(), "A list of modules whose parameters are registered.")
+  layer<ModuleList>(m, "ModuleList", "A list of modules whose parameters are registered.")
       .def(py::init([](py::handle modules) {
         auto list = std::make_shared<ModuleList>();
         if (!modules.is_none()) {
@@ -159,7 +174,7 @@ void bind_containers(py::module_& m) {
         renumber(self, mods, "ModuleList");
       });
 
-  Class<ModuleDict>(m, "ModuleDict", py::dynamic_attr(), "A dict of modules whose parameters are registered.")
+  layer<ModuleDict>(m, "ModuleDict", "A dict of modules whose parameters are registered.")
       .def(py::init([](py::handle modules) {
         auto dict = std::make_shared<ModuleDict>();
         if (!modules.is_none()) {
@@ -211,7 +226,7 @@ void bind_layers(py::module_& m) {
   auto dev = py::arg("device") = py::none();
   auto dt = py::arg("dtype") = py::none();
 
-  Class<Linear>(m, "Linear", py::dynamic_attr())
+  layer<Linear>(m, "Linear")
       .def(py::init([](int64_t in, int64_t out, bool bias, std::optional<Device> device, std::optional<DType> dtype) {
         return made(std::make_shared<Linear>(in, out, bias), device, dtype);
       }), py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true, dev, dt)
@@ -220,7 +235,7 @@ void bind_layers(py::module_& m) {
       .def_readonly("in_features", &Linear::in_features)
       .def_readonly("out_features", &Linear::out_features);
 
-  Class<Conv2d>(m, "Conv2d", py::dynamic_attr())
+  layer<Conv2d>(m, "Conv2d")
       .def(py::init([](int64_t in, int64_t out, const PairArg& kernel, const PairArg& stride, py::handle padding,
                        const PairArg& dilation, int64_t groups, bool bias, const std::string& padding_mode,
                        std::optional<Device> device, std::optional<DType> dtype) {
@@ -261,7 +276,7 @@ void bind_layers(py::module_& m) {
       return made(std::make_shared<M>(n, BatchNormOptions{eps, momentum, affine, track}), device, dtype);
     });
   };
-  Class<BatchNorm>(m, "_BatchNorm", py::dynamic_attr())
+  layer<BatchNorm>(m, "_BatchNorm")
       .def("forward", &BatchNorm::forward, py::arg("input"))
       .def("reset_parameters", &BatchNorm::reset_parameters)
       .def("reset_running_stats", &BatchNorm::reset_running_stats)
@@ -275,12 +290,12 @@ void bind_layers(py::module_& m) {
             py::arg("affine") = true, py::arg("track_running_stats") = true, py::arg("device") = py::none(),
             py::arg("dtype") = py::none());
   };
-  bn_args(py::class_<BatchNorm1d, BatchNorm, std::shared_ptr<BatchNorm1d>>(m, "BatchNorm1d", py::dynamic_attr()),
+  bn_args(sublayer<BatchNorm1d, BatchNorm>(m, "BatchNorm1d"),
           std::type_identity<BatchNorm1d>{});
-  bn_args(py::class_<BatchNorm2d, BatchNorm, std::shared_ptr<BatchNorm2d>>(m, "BatchNorm2d", py::dynamic_attr()),
+  bn_args(sublayer<BatchNorm2d, BatchNorm>(m, "BatchNorm2d"),
           std::type_identity<BatchNorm2d>{});
 
-  Class<LayerNorm>(m, "LayerNorm", py::dynamic_attr())
+  layer<LayerNorm>(m, "LayerNorm")
       .def(py::init([](const DimsArg& shape, double eps, bool affine, std::optional<Device> device,
                        std::optional<DType> dtype) {
         return made(std::make_shared<LayerNorm>(shape.dims, eps, affine), device, dtype);
@@ -290,7 +305,7 @@ void bind_layers(py::module_& m) {
       .def_readonly("eps", &LayerNorm::eps)
       .def_readonly("elementwise_affine", &LayerNorm::elementwise_affine);
 
-  Class<GroupNorm>(m, "GroupNorm", py::dynamic_attr())
+  layer<GroupNorm>(m, "GroupNorm")
       .def(py::init([](int64_t groups, int64_t channels, double eps, bool affine, std::optional<Device> device,
                        std::optional<DType> dtype) {
         return made(std::make_shared<GroupNorm>(groups, channels, eps, affine), device, dtype);
@@ -300,7 +315,7 @@ void bind_layers(py::module_& m) {
       .def_readonly("num_channels", &GroupNorm::num_channels)
       .def_readonly("eps", &GroupNorm::eps);
 
-  Class<Embedding>(m, "Embedding", py::dynamic_attr())
+  layer<Embedding>(m, "Embedding")
       .def(py::init([](int64_t n, int64_t dim, std::optional<int64_t> padding_idx, std::optional<Device> device,
                        std::optional<DType> dtype) {
         return made(std::make_shared<Embedding>(n, dim, padding_idx), device, dtype);
@@ -310,24 +325,24 @@ void bind_layers(py::module_& m) {
       .def_readonly("embedding_dim", &Embedding::embedding_dim)
       .def_readonly("padding_idx", &Embedding::padding_idx);
 
-  Class<Dropout>(m, "Dropout", py::dynamic_attr())
+  layer<Dropout>(m, "Dropout")
       .def(py::init([](double p, bool) { return std::make_shared<Dropout>(p); }), py::arg("p") = 0.5,
            py::arg("inplace") = false)
       .def("forward", &Dropout::forward, py::arg("input"))
       .def_readonly("p", &Dropout::p);
 
-  Class<ReLU>(m, "ReLU", py::dynamic_attr())
+  layer<ReLU>(m, "ReLU")
       .def(py::init([](bool) { return std::make_shared<ReLU>(); }), py::arg("inplace") = false)
       .def("forward", &ReLU::forward, py::arg("input"));
-  Class<GELU>(m, "GELU", py::dynamic_attr())
+  layer<GELU>(m, "GELU")
       .def(py::init<std::string>(), py::arg("approximate") = "none")
       .def("forward", &GELU::forward, py::arg("input"));
-  Class<SiLU>(m, "SiLU", py::dynamic_attr())
+  layer<SiLU>(m, "SiLU")
       .def(py::init([](bool) { return std::make_shared<SiLU>(); }), py::arg("inplace") = false)
       .def("forward", &SiLU::forward, py::arg("input"));
-  Class<Tanh>(m, "Tanh", py::dynamic_attr()).def(py::init<>()).def("forward", &Tanh::forward, py::arg("input"));
-  Class<Sigmoid>(m, "Sigmoid", py::dynamic_attr()).def(py::init<>()).def("forward", &Sigmoid::forward, py::arg("input"));
-  Class<Hardtanh>(m, "Hardtanh", py::dynamic_attr())
+  layer<Tanh>(m, "Tanh").def(py::init<>()).def("forward", &Tanh::forward, py::arg("input"));
+  layer<Sigmoid>(m, "Sigmoid").def(py::init<>()).def("forward", &Sigmoid::forward, py::arg("input"));
+  layer<Hardtanh>(m, "Hardtanh")
       .def(py::init([](double min_val, double max_val, bool inplace) {
         return std::make_shared<Hardtanh>(min_val, max_val, inplace);
       }), py::arg("min_val") = -1.0, py::arg("max_val") = 1.0, py::arg("inplace") = false)
@@ -335,30 +350,30 @@ void bind_layers(py::module_& m) {
       .def_readonly("min_val", &Hardtanh::min_val)
       .def_readonly("max_val", &Hardtanh::max_val)
       .def_readonly("inplace", &Hardtanh::inplace);
-  py::class_<ReLU6, Hardtanh, std::shared_ptr<ReLU6>>(m, "ReLU6", py::dynamic_attr())
+  sublayer<ReLU6, Hardtanh>(m, "ReLU6")
       .def(py::init<bool>(), py::arg("inplace") = false);
-  Class<GLU>(m, "GLU", py::dynamic_attr())
+  layer<GLU>(m, "GLU")
       .def(py::init<int64_t>(), py::arg("dim") = -1)
       .def("forward", &GLU::forward, py::arg("input"))
       .def_readonly("dim", &GLU::dim);
-  Class<LeakyReLU>(m, "LeakyReLU", py::dynamic_attr())
+  layer<LeakyReLU>(m, "LeakyReLU")
       .def(py::init([](double slope, bool) { return std::make_shared<LeakyReLU>(slope); }),
            py::arg("negative_slope") = 0.01, py::arg("inplace") = false)
       .def("forward", &LeakyReLU::forward, py::arg("input"));
-  Class<Softmax>(m, "Softmax", py::dynamic_attr())
+  layer<Softmax>(m, "Softmax")
       .def(py::init<int64_t>(), py::arg("dim"))
       .def("forward", &Softmax::forward, py::arg("input"));
-  Class<LogSoftmax>(m, "LogSoftmax", py::dynamic_attr())
+  layer<LogSoftmax>(m, "LogSoftmax")
       .def(py::init<int64_t>(), py::arg("dim"))
       .def("forward", &LogSoftmax::forward, py::arg("input"));
-  Class<Flatten>(m, "Flatten", py::dynamic_attr())
+  layer<Flatten>(m, "Flatten")
       .def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1)
       .def("forward", &Flatten::forward, py::arg("input"));
-  Class<Identity>(m, "Identity", py::dynamic_attr())
+  layer<Identity>(m, "Identity")
       .def(py::init([](py::args, py::kwargs) { return std::make_shared<Identity>(); }))
       .def("forward", &Identity::forward, py::arg("input"));
 
-  Class<MaxPool2d>(m, "MaxPool2d", py::dynamic_attr())
+  layer<MaxPool2d>(m, "MaxPool2d")
       .def(py::init([](const PairArg& kernel, const std::optional<PairArg>& stride, const PairArg& padding,
                        const PairArg& dilation, bool return_indices, bool ceil_mode) {
         MF_CHECK(!return_indices, ValueError,
@@ -371,7 +386,7 @@ void bind_layers(py::module_& m) {
       }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("dilation") = 1,
           py::arg("return_indices") = false, py::arg("ceil_mode") = false)
       .def("forward", &MaxPool2d::forward, py::arg("input"));
-  Class<AvgPool2d>(m, "AvgPool2d", py::dynamic_attr())
+  layer<AvgPool2d>(m, "AvgPool2d")
       .def(py::init([](const PairArg& kernel, const std::optional<PairArg>& stride, const PairArg& padding,
                        bool ceil_mode, bool count_include_pad, py::handle divisor_override) {
         MF_CHECK(divisor_override.is_none(), ValueError, "AvgPool2d: divisor_override is not supported");
@@ -382,7 +397,7 @@ void bind_layers(py::module_& m) {
       }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
           py::arg("ceil_mode") = false, py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none())
       .def("forward", &AvgPool2d::forward, py::arg("input"));
-  Class<AdaptiveAvgPool2d>(m, "AdaptiveAvgPool2d", py::dynamic_attr())
+  layer<AdaptiveAvgPool2d>(m, "AdaptiveAvgPool2d")
       .def(py::init([](const PairArg& size) {
         return std::make_shared<AdaptiveAvgPool2d>(pair_of(size, "AdaptiveAvgPool2d", "output_size"));
       }), py::arg("output_size"))
@@ -390,7 +405,7 @@ void bind_layers(py::module_& m) {
 }
 
 void bind_attention(py::module_& m) {
-  Class<MultiheadAttention>(m, "MultiheadAttention", py::dynamic_attr())
+  layer<MultiheadAttention>(m, "MultiheadAttention")
       .def(py::init([](int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool add_bias_kv,
                        bool add_zero_attn, std::optional<int64_t> kdim, std::optional<int64_t> vdim, bool batch_first,
                        std::optional<Device> device, std::optional<DType> dtype) {
@@ -415,7 +430,7 @@ void bind_attention(py::module_& m) {
       .def_readonly("num_heads", &MultiheadAttention::num_heads)
       .def_readonly("batch_first", &MultiheadAttention::batch_first);
 
-  Class<TransformerEncoderLayer>(m, "TransformerEncoderLayer", py::dynamic_attr())
+  layer<TransformerEncoderLayer>(m, "TransformerEncoderLayer")
       .def(py::init([](int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                        const std::string& activation, double eps, bool batch_first, bool norm_first,
                        std::optional<Device> device, std::optional<DType> dtype) {
@@ -429,7 +444,7 @@ void bind_attention(py::module_& m) {
 }
 
 void bind_losses(py::module_& m) {
-  Class<CrossEntropyLoss>(m, "CrossEntropyLoss", py::dynamic_attr())
+  layer<CrossEntropyLoss>(m, "CrossEntropyLoss")
       .def(py::init([](const Tensor& weight, py::handle size_average, int64_t ignore_index, py::handle reduce,
                        const std::string& reduction, double label_smoothing) {
         check_reduction_args(size_average, reduce, "CrossEntropyLoss");
@@ -441,7 +456,7 @@ void bind_losses(py::module_& m) {
       .def_readonly("ignore_index", &CrossEntropyLoss::ignore_index)
       .def_readonly("reduction", &CrossEntropyLoss::reduction)
       .def_readonly("label_smoothing", &CrossEntropyLoss::label_smoothing);
-  Class<NLLLoss>(m, "NLLLoss", py::dynamic_attr())
+  layer<NLLLoss>(m, "NLLLoss")
       .def(py::init([](const Tensor& weight, py::handle size_average, int64_t ignore_index, py::handle reduce,
                        const std::string& reduction) {
         check_reduction_args(size_average, reduce, "NLLLoss");
@@ -451,7 +466,7 @@ void bind_losses(py::module_& m) {
       .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&NLLLoss::forward), py::arg("input"),
            py::arg("target"))
       .def_readonly("reduction", &NLLLoss::reduction);
-  Class<MSELoss>(m, "MSELoss", py::dynamic_attr())
+  layer<MSELoss>(m, "MSELoss")
       .def(py::init([](py::handle size_average, py::handle reduce, const std::string& reduction) {
         check_reduction_args(size_average, reduce, "MSELoss");
         return std::make_shared<MSELoss>(reduction);
@@ -459,7 +474,7 @@ void bind_losses(py::module_& m) {
       .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&MSELoss::forward), py::arg("input"),
            py::arg("target"))
       .def_readonly("reduction", &MSELoss::reduction);
-  Class<L1Loss>(m, "L1Loss", py::dynamic_attr())
+  layer<L1Loss>(m, "L1Loss")
       .def(py::init([](py::handle size_average, py::handle reduce, const std::string& reduction) {
         check_reduction_args(size_average, reduce, "L1Loss");
         return std::make_shared<L1Loss>(reduction);
@@ -467,7 +482,7 @@ void bind_losses(py::module_& m) {
       .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&L1Loss::forward), py::arg("input"),
            py::arg("target"))
       .def_readonly("reduction", &L1Loss::reduction);
-  Class<SmoothL1Loss>(m, "SmoothL1Loss", py::dynamic_attr())
+  layer<SmoothL1Loss>(m, "SmoothL1Loss")
       .def(py::init([](py::handle size_average, py::handle reduce, const std::string& reduction, double beta) {
         check_reduction_args(size_average, reduce, "SmoothL1Loss");
         return std::make_shared<SmoothL1Loss>(reduction, beta);
@@ -477,19 +492,19 @@ void bind_losses(py::module_& m) {
            py::arg("target"))
       .def_readonly("reduction", &SmoothL1Loss::reduction)
       .def_readonly("beta", &SmoothL1Loss::beta);
-  Class<HuberLoss>(m, "HuberLoss", py::dynamic_attr())
+  layer<HuberLoss>(m, "HuberLoss")
       .def(py::init<std::string, double>(), py::arg("reduction") = "mean", py::arg("delta") = 1.0)
       .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&HuberLoss::forward), py::arg("input"),
            py::arg("target"))
       .def_readonly("reduction", &HuberLoss::reduction)
       .def_readonly("delta", &HuberLoss::delta);
-  Class<CosineSimilarity>(m, "CosineSimilarity", py::dynamic_attr())
+  layer<CosineSimilarity>(m, "CosineSimilarity")
       .def(py::init<int64_t, double>(), py::arg("dim") = 1, py::arg("eps") = 1e-8)
       .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&CosineSimilarity::forward), py::arg("x1"),
            py::arg("x2"))
       .def_readonly("dim", &CosineSimilarity::dim)
       .def_readonly("eps", &CosineSimilarity::eps);
-  Class<BCEWithLogitsLoss>(m, "BCEWithLogitsLoss", py::dynamic_attr())
+  layer<BCEWithLogitsLoss>(m, "BCEWithLogitsLoss")
       .def(py::init([](const Tensor& weight, py::handle size_average, py::handle reduce, const std::string& reduction,
                        const Tensor& pos_weight) {
         check_reduction_args(size_average, reduce, "BCEWithLogitsLoss");

@@ -340,6 +340,40 @@ std::shared_ptr<void> python_owner(py::handle obj) {
   });
 }
 
+py::object new_instance_of(py::handle self) {
+  auto* type = reinterpret_cast<PyTypeObject*>(py::type::handle_of(self).ptr());
+  py::tuple no_args;
+  PyObject* made = type->tp_new(type, no_args.ptr(), nullptr);
+  if (made == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(made);
+}
+
+void deepcopy_entries(py::handle self, py::handle copy, py::dict memo) {
+  memo[py::int_(reinterpret_cast<uintptr_t>(self.ptr()))] = copy;
+  py::object deepcopy = py::module_::import("copy").attr("deepcopy");
+  const Module& src = module_of(self);
+  Module& dst = copy.cast<Module&>();
+  for (const auto& [name, t] : src.own_parameters()) {
+    if (!t.defined()) continue;
+    Tensor c = deepcopy(py::cast(t), memo).cast<Tensor>();
+    dst.register_parameter(name, c, c.requires_grad());
+  }
+  for (const auto& b : src.own_buffers()) {
+    if (b.tensor.defined()) dst.register_buffer(b.name, deepcopy(py::cast(b.tensor), memo).cast<Tensor>(), b.persistent);
+  }
+  for (const auto& c : src.own_children()) {
+    if (!c.module) continue;
+    py::object child = deepcopy(module_object(c), memo);
+    dst.register_module(c.name, child.cast<ModulePtr>(), python_owner(child));
+  }
+  PyObject* attrs = PyObject_GenericGetDict(self.ptr(), nullptr);
+  if (attrs == nullptr) throw py::error_already_set();
+  py::dict copied = deepcopy(py::reinterpret_steal<py::dict>(attrs), memo);
+  for (auto [key, value] : copied) {
+    if (PyObject_GenericSetAttr(copy.ptr(), key.ptr(), value.ptr()) != 0) throw py::error_already_set();
+  }
+}
+
 py::object module_object(const nn::Module::Child& child) {
   if (!child.module) return py::none();
   if (!child.owner) child.owner = python_owner(py::cast(child.module));
@@ -358,6 +392,7 @@ void init_nn_module(py::module_& parent) {
 Subclasses assign Parameters, buffers and Modules as attributes in __init__
 (after super().__init__()) and define forward().)");
   cls.def(py::init([]() { return std::make_shared<Module>(); }))
+      .def("__deepcopy__", &deepcopy_module<Module>, py::arg("memo"))
       .def("__setattr__", &set_attr)
       .def("__getattr__", &get_attr)
       .def("__delattr__", &del_attr)

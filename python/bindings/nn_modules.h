@@ -11,9 +11,32 @@ namespace mf::python {
 // A handle that keeps a Python object alive while a C++ parent holds the
 // module it wraps (Note [Modules across C++ and Python]).
 std::shared_ptr<void> python_owner(py::handle obj);
-// The Python object of a child: the one registered from Python, or a
-// wrapper of the C++ module.
+// The Python object of a child: the one registered from Python, or the
+// object made for the C++ module when it was first reached (and kept).
 py::object module_object(const nn::Module::Child& child);
+
+// copy.deepcopy of a module, for each bound module class M. The copy is an
+// object of self's Python type (a subclass too) holding a shallow copy of
+// self's M (its fields), whose tensors, children and Python attributes
+// deepcopy_entries then replaces by deep copies, sharing memo, so that tied
+// tensors and shared children stay shared in the copy as in PyTorch.
+py::object new_instance_of(py::handle self);
+void deepcopy_entries(py::handle self, py::handle copy, py::dict memo);
+
+template <typename M>
+py::object deepcopy_module(py::handle self, py::dict memo) {
+  const M& src = self.cast<const M&>();
+  MF_CHECK(typeid(src) == typeid(M), TypeError, "deepcopy: a ", src.type_name(), " bound as ", typeid(M).name(),
+           " has no copy");
+  std::shared_ptr<M> held = nn::Module::shallow_copy(src);
+  py::object copy = new_instance_of(self);
+  auto* inst = reinterpret_cast<py::detail::instance*>(copy.ptr());
+  auto v_h = inst->get_value_and_holder(py::detail::get_type_info(typeid(M)));
+  v_h.value_ptr() = held.get();
+  v_h.type->init_instance(inst, &held);
+  deepcopy_entries(self, copy, memo);
+  return copy;
+}
 
 void init_nn_layers(py::module_& m);
 

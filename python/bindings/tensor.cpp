@@ -196,7 +196,7 @@ void init_tensor(py::module_& m) {
       .def_property_readonly("itemsize", &Tensor::element_size)
       .def_property_readonly("nbytes", [](const Tensor& t) { return t.numel() * int64_t(t.element_size()); })
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
-      // The identity of the tensor itself (its impl), stable while it lives: Python wrappers are not cached.
+      // The identity of the tensor itself (its impl), stable while it lives.
       .def_property_readonly("_impl_id", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); })
       .def_property_readonly("_version", &Tensor::version)
       .def_property_readonly("T", [](const Tensor& t) {

@@ -101,12 +101,19 @@ def _new_tensor(self, data, *, dtype=None, requires_grad=False):
 
 
 def _deepcopy(self, memo):
+    if self.requires_grad and not self.is_leaf:
+        raise RuntimeError("deepcopy: only tensors created by the user (graph leaves) can be deep-copied")
     copy = self.detach().clone()
+    if _C._modules.is_parameter(self):  # a Parameter's copy has no .grad, as torch's
+        copy = _C._modules.make_parameter(copy, self.requires_grad)
+        memo[id(self)] = copy
+        return copy
     if self.requires_grad:
-        if not self.is_leaf:
-            raise RuntimeError("deepcopy: only tensors created by the user (graph leaves) can be deep-copied")
         copy.requires_grad_()
     memo[id(self)] = copy
+    if self.grad is not None:
+        import copy as _copy
+        copy.grad = _copy.deepcopy(self.grad, memo)
     return copy
 
 

@@ -129,3 +129,87 @@ def test_a_closure_result_keeps_its_identity():
         loss = opt.step(closure)
         assert id(loss) == seen[-1] and loss.item() > 0
     assert w.tolist() == [0.125, -0.25]
+
+
+def _tied_net(lib):
+    class Net(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = lib.nn.Embedding(5, 4)
+            self.body = lib.nn.Sequential(lib.nn.Linear(4, 4), lib.nn.LayerNorm(4), lib.nn.GELU())
+            self.again = self.body  # a shared child
+            self.head = lib.nn.Linear(4, 5, bias=False)
+            self.head.weight = self.emb.weight  # tied weights
+            self.register_buffer("scale", lib.full((1,), 2.0))
+            self.notes = {"steps": [1, 2]}
+
+        def forward(self, ids):
+            return self.head(self.again(self.emb(ids)) * self.scale)
+
+    return Net()
+
+
+def test_deepcopy_of_a_model_as_torch():
+    nets = {}
+    for lib in (torch, mf):
+        lib.manual_seed(0)
+        nets[lib] = _tied_net(lib).double()
+    for (name, tp), (_, mp) in zip(nets[torch].state_dict().items(), nets[mf].state_dict().items()):
+        mp.copy_(mf.tensor(tp.numpy()))
+    ids = [[0, 1, 4], [3, 2, 2]]
+    outs = {}
+    for lib, net in nets.items():
+        net.notes["steps"].append(3)
+        (net(lib.tensor(ids)).sum()).backward()
+        copy_ = __import__("copy").deepcopy(net)
+        assert type(copy_) is type(net) and copy_.training
+        assert copy_.head.weight is copy_.emb.weight and copy_.again is copy_.body
+        assert copy_.emb.weight is not net.emb.weight and copy_.body is not net.body
+        assert isinstance(copy_.emb.weight, lib.nn.Parameter) and copy_.emb.weight.requires_grad
+        assert copy_.emb.weight.grad is None and net.emb.weight.grad is not None
+        assert copy_.notes == {"steps": [1, 2, 3]} and copy_.notes is not net.notes
+        assert len(list(copy_.parameters())) == len(list(net.parameters())) == 5
+        with lib.no_grad():
+            for p in net.parameters():
+                p.mul_(0.5)  # the copy keeps the old values (an EMA's starting point)
+        outs[lib] = copy_(lib.tensor(ids)).detach()
+        assert not lib.equal(outs[lib], net(lib.tensor(ids)).detach())
+    np_out = outs[mf].numpy()
+    assert abs(np_out - outs[torch].numpy()).max() < 1e-12
+
+
+def test_deepcopy_of_a_tensor_copies_its_grad_as_torch():
+    import copy
+    for lib in (torch, mf):
+        t = lib.ones(2, requires_grad=True)
+        (t * 3).sum().backward()
+        c = copy.deepcopy(t)
+        assert c.requires_grad and c.grad is not t.grad and c.grad.tolist() == [3.0, 3.0]
+        pair = copy.deepcopy([t, t])
+        assert pair[0] is pair[1]
+
+
+def test_deepcopy_of_layers_keeps_their_configuration_and_hooks():
+    import copy
+    calls = []
+    for lib in (torch, mf):
+        conv = lib.nn.Conv2d(2, 3, 3, stride=2, padding=1)
+        conv.register_forward_hook(lambda m, i, o: calls.append(lib))
+        bn = lib.nn.BatchNorm2d(3, momentum=0.3).eval()
+        attn = lib.nn.MultiheadAttention(8, 2, batch_first=True)
+        for layer in (conv, bn, attn):
+            c = copy.deepcopy(layer)
+            assert repr(c) == repr(layer) and c.training == layer.training
+            for (n1, p1), (n2, p2) in zip(layer.named_parameters(), c.named_parameters()):
+                assert n1 == n2 and p1 is not p2 and lib.equal(p1, p2)
+        copy.deepcopy(conv)(lib.ones(1, 2, 5, 5))
+    assert calls == [torch, mf]
+
+    class MyLinear(mf.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    lin = MyLinear(2, 3)
+    c = copy.deepcopy(lin)
+    assert type(c) is MyLinear and (c.in_features, c.out_features) == (2, 3)
+    assert mf.equal(c(mf.ones(1, 2)), lin(mf.ones(1, 2)))

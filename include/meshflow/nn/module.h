@@ -74,8 +74,16 @@ class Module : public std::enable_shared_from_this<Module> {
   // type_name is the class name used by repr ("Linear", "Sequential").
   explicit Module(std::string type_name = "Module");
   virtual ~Module() = default;
-  Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
+
+  // A copy of m of its own type: its fields (a layer's configuration and
+  // slots), training flag and hooks, sharing m's tensors and children. A
+  // front end's deepcopy starts from it and then puts copies of the
+  // tensors and children in their slots.
+  template <typename M>
+  static std::shared_ptr<M> shallow_copy(const M& m) {
+    return std::shared_ptr<M>(new M(m));
+  }
 
   const std::string& type_name() const { return type_name_; }
   void set_type_name(std::string name) { type_name_ = std::move(name); }
@@ -181,6 +189,8 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string repr() const;
 
  protected:
+  Module(const Module&) = default;  // shallow_copy's
+
   // Parameter / buffer slots for layers to read in forward().
   const Tensor& param_at(size_t slot) const { return params_[slot].second; }
   const Tensor& buffer_at(size_t slot) const { return buffers_[slot].tensor; }
