@@ -65,6 +65,11 @@ void init_elementwise(py::module_& m) {
   m.def("minimum", &minimum, py::arg("input"), py::arg("other"));
   m.def("maximum", &maximum, py::arg("input"), py::arg("other"));
   m.def("atan2", &atan2, py::arg("input"), py::arg("other"));
+  m.def("xlogy", &xlogy, py::arg("input"), py::arg("other"));
+  m.def("xlogy", [](const Tensor& x, Scalar y) { return xlogy(x, wrap_scalar(x, y)); }, py::arg("input"),
+        py::arg("other"));
+  m.def("xlogy", [](Scalar x, const Tensor& y) { return xlogy(wrap_scalar(y, x), y); }, py::arg("input"),
+        py::arg("other"));
 
   for (auto [name, f] : std::initializer_list<std::pair<const char*, Unary>>{
            {"neg", &neg}, {"abs", &abs}, {"sign", &sign}, {"exp", &exp}, {"log", &log}, {"log1p", &log1p},
@@ -134,7 +139,7 @@ void init_elementwise(py::module_& m) {
                        "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
                        "bitwise_right_shift", "logical_and",
                        "logical_or", "logical_xor", "masked_fill", "lerp", "addcmul", "addcdiv", "isclose", "allclose", "clamp_min", "clamp_max",
-                       "equal"});
+                       "equal", "xlogy"});
 
   auto tensor = py::reinterpret_borrow<py::class_<Tensor>>(cls);
   tensor.def("where", [](const Tensor& t, const Tensor& condition, const Tensor& other) {

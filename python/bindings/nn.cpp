@@ -142,6 +142,20 @@ void init_nn(py::module_& parent) {
     return smooth_l1_loss(input, target, reduction, beta);
   }, py::arg("input"), py::arg("target"), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(),
         py::arg("reduction") = "mean", py::arg("beta") = 1.0);
+  m.def("binary_cross_entropy", [](const Tensor& input, const Tensor& target, const Tensor& weight,
+                                   py::handle size_average, py::handle reduce, const std::string& reduction) {
+    check_unset(size_average, "binary_cross_entropy", "size_average", "reduction=");
+    check_unset(reduce, "binary_cross_entropy", "reduce", "reduction=");
+    return binary_cross_entropy(input, target, weight, reduction);
+  }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("size_average") = py::none(),
+        py::arg("reduce") = py::none(), py::arg("reduction") = "mean");
+  m.def("kl_div", [](const Tensor& input, const Tensor& target, py::handle size_average, py::handle reduce,
+                     const std::string& reduction, bool log_target) {
+    check_unset(size_average, "kl_div", "size_average", "reduction=");
+    check_unset(reduce, "kl_div", "reduce", "reduction=");
+    return kl_div(input, target, reduction, log_target);
+  }, py::arg("input"), py::arg("target"), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(),
+        py::arg("reduction") = "mean", py::arg("log_target") = false);
   m.def("huber_loss", &huber_loss, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
         py::arg("delta") = 1.0);
   m.def("hardtanh", [](Tensor input, Scalar min_val, Scalar max_val, bool inplace) {

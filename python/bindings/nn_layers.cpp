@@ -498,6 +498,25 @@ void bind_losses(py::module_& m) {
            py::arg("target"))
       .def_readonly("reduction", &HuberLoss::reduction)
       .def_readonly("delta", &HuberLoss::delta);
+  layer<BCELoss>(m, "BCELoss")
+      .def(py::init([](const Tensor& weight, py::handle size_average, py::handle reduce, const std::string& reduction) {
+        check_reduction_args(size_average, reduce, "BCELoss");
+        return std::make_shared<BCELoss>(weight, reduction);
+      }), py::arg("weight") = py::none(), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(),
+          py::arg("reduction") = "mean")
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&BCELoss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &BCELoss::reduction);
+  layer<KLDivLoss>(m, "KLDivLoss")
+      .def(py::init([](py::handle size_average, py::handle reduce, const std::string& reduction, bool log_target) {
+        check_reduction_args(size_average, reduce, "KLDivLoss");
+        return std::make_shared<KLDivLoss>(reduction, log_target);
+      }), py::arg("size_average") = py::none(), py::arg("reduce") = py::none(), py::arg("reduction") = "mean",
+          py::arg("log_target") = false)
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&KLDivLoss::forward), py::arg("input"),
+           py::arg("target"))
+      .def_readonly("reduction", &KLDivLoss::reduction)
+      .def_readonly("log_target", &KLDivLoss::log_target);
   layer<CosineSimilarity>(m, "CosineSimilarity")
       .def(py::init<int64_t, double>(), py::arg("dim") = 1, py::arg("eps") = 1e-8)
       .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&CosineSimilarity::forward), py::arg("x1"),

@@ -72,4 +72,20 @@ Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
   return huber_loss(input, target, reduction, delta);
 }
 
+BCELoss::BCELoss(const Tensor& weight, std::string reduction)
+    : Module("BCELoss"), reduction(checked_reduction(std::move(reduction), "BCELoss")) {
+  register_buffer("weight", weight);
+}
+Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
+  return binary_cross_entropy(input, target, buffer_at(0), reduction);
+}
+
+KLDivLoss::KLDivLoss(std::string reduction, bool log_target)
+    : Module("KLDivLoss"),
+      reduction(reduction == "batchmean" ? reduction : checked_reduction(std::move(reduction), "KLDivLoss")),
+      log_target(log_target) {}
+Tensor KLDivLoss::forward(const Tensor& input, const Tensor& target) {
+  return kl_div(input, target, reduction, log_target);
+}
+
 }  // namespace mf::nn

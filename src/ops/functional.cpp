@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "meshflow/autograd.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
@@ -117,6 +118,49 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& 
   const Tensor loss =
       where(lt(d, Scalar(delta)), mul(mul(d, d), 0.5), mul(sub(d, Scalar(0.5 * delta)), Scalar(delta)));
   return reduce_loss(loss, "huber_loss", reduction);
+}
+
+Tensor xlogy(const Tensor& x, const Tensor& y) {
+  // Computed in the promoted floating dtype, as torch does. Where x and y
+  // are both 0, log(1) = 0 stands in for log(0): the product is 0 and so
+  // is d/dx there (torch's gradients; d/dy is 0 there, not torch's 0/0).
+  DType dtype = result_type(x, y);
+  if (!is_floating(dtype)) dtype = default_dtype();
+  const Tensor a = to(x, dtype), b = to(y, dtype);
+  return mul(a, log(where(logical_and(eq(a, Scalar(0)), eq(b, Scalar(0))), Scalar(1), b)));
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
+                            const std::string& reduction) {
+  check_floating(input, "binary_cross_entropy", "input");
+  MF_CHECK(target.defined() && target.sizes() == input.sizes(), ValueError,
+           "binary_cross_entropy: target must have the input's size ", shape_str(input.sizes()), ", got ",
+           target.defined() ? shape_str(target.sizes()) : std::string("None"));
+  loss_detail::parse_reduction("binary_cross_entropy", reduction);
+  if (!input.is_global() && input.device().is_cpu() && input.storage()->has_data() && input.numel() > 0) {
+    NoGradGuard no_grad;
+    const Tensor low = amin(input), high = amax(input);
+    MF_CHECK(low.item().to_double() >= 0 && high.item().to_double() <= 1, ValueError,
+             "binary_cross_entropy: all elements of input must be between 0 and 1, got values in [",
+             low.item().to_double(), ", ", high.item().to_double(), "]");
+  }
+  const Tensor log_x = clamp_min(log(input), -100);
+  const Tensor log_1mx = clamp_min(log1p(neg(input)), -100);
+  // (t - 1) log(1 - x) - t log(x), as PyTorch writes it
+  Tensor loss = sub(mul(sub(target, Scalar(1)), log_1mx), mul(target, log_x));
+  if (weight.defined()) loss = mul(loss, weight);
+  return reduce_loss(loss, "binary_cross_entropy", reduction);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction, bool log_target) {
+  check_floating(input, "kl_div", "input");
+  MF_CHECK(target.defined(), ValueError, "kl_div: target must be a defined tensor");
+  const bool batchmean = reduction == "batchmean";
+  if (!batchmean) loss_detail::parse_reduction("kl_div", reduction);
+  const Tensor loss = log_target ? mul(exp(target), sub(target, input)) : sub(xlogy(target, target), mul(target, input));
+  if (!batchmean) return reduce_loss(loss, "kl_div", reduction);
+  const Tensor total = sum(loss);
+  return input.dim() == 0 ? total : div(total, Scalar(input.size(0)));
 }
 
 }  // namespace mf

@@ -368,6 +368,7 @@ for _n in ("isclose", "allclose"):
     op(_n, [X(), Y()], {"rtol": Lit("1e-5", "0.0", "0.5", "-1.0"), "atol": Lit("1e-8", "0.0", "1.0", "-0.5"),
                         "equal_nan": Lit("True", "False")}, dtypes=ALL, method=True)
 op("equal", [X(), Y()], dtypes=ALL, method=True)
+op("xlogy", [X(), Other()], dtypes=ALL, method=True)
 for _n in ("clamp_min", "clamp_max"):
     op(_n, [X(), Scalar()], dtypes=NUMERIC, method=True)
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"):
@@ -840,6 +841,9 @@ op("nn.functional.l1_loss", [X(), Y()], {"reduction": _REDUCTION}, dtypes=FLOATS
 op("nn.functional.smooth_l1_loss", [X(), Y()], {"reduction": _REDUCTION, "beta": Flt(-1, 3)}, dtypes=FLOATS)
 op("nn.functional.huber_loss", [X(), Y()], {"reduction": _REDUCTION, "delta": Flt(-1, 3)}, dtypes=FLOATS)
 op("nn.functional.cosine_similarity", [X(), Y()], {"dim": Dim(), "eps": Flt(-1, 1)}, dtypes=FLOATS)
+op("nn.functional.binary_cross_entropy", [X(), Y()], {"reduction": _REDUCTION}, dtypes=FLOATS)
+op("nn.functional.kl_div", [X(), Y()], {"reduction": Str("mean", "sum", "none", "batchmean", "avg"),
+                                        "log_target": Lit("True", "False")}, dtypes=FLOATS)
 
 
 def _bce_inputs(g, c):

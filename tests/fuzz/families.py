@@ -198,6 +198,11 @@ def _loss(kind):
             items.append(("beta", "float", g.choice((1.0, 0.0, 0.5))))
         if kind == "HuberLoss":
             items.append(("delta", "float", g.choice((1.0, 0.5))))
+        if kind == "BCELoss":
+            items.append(("weight", "tensor", g.tensor(g.bshape(x.shape), dtype, grad=False).var))
+        if kind == "KLDivLoss":
+            items[0] = ("reduction", "str", g.choice(("'batchmean'", "'sum'", "'none'", "'mean'")))
+            items.append(("log_target", "bool", g.choice((False, True))))
         if kind == "BCEWithLogitsLoss":
             items += [("weight", "tensor", g.tensor(g.bshape(x.shape), dtype, grad=False).var),
                       ("pos_weight", "tensor", g.tensor(x.shape[-1:], dtype, grad=False).var)]
@@ -227,6 +232,7 @@ LAYERS = {
     "ReLU6": _simple(("inplace", "bool", False)),
     "Hardtanh": _simple(("min_val", "float", -0.5), ("max_val", "float", 2.0), ("inplace", "bool", False)),
     "GLU": _simple(("dim", "int", -1)),
+    "BCELoss": _loss("BCELoss"), "KLDivLoss": _loss("KLDivLoss"),
 }
 
 # Things to do to a built module before or after calling it.

@@ -120,6 +120,8 @@ op("pow", binary(-3, 3, rhs={"low": 0, "high": 3}, promote=False), dtypes=INTS, 
 op("minimum", binary(scalars=False), dtypes=ALL, method=True)
 op("maximum", binary(scalars=False), dtypes=ALL, method=True)
 op("atan2", binary(scalars=False), dtypes=INTS + FLOATS, method=True)
+# zeros in x (grid 0.5 from 0) give 0 whatever y is
+op("xlogy", binary(0.0, 2.0, rhs={"low": 0.5, "high": 3.0}, grid=0.5), dtypes=FLOATS, method=True)
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
     op(_name, binary(-2.0, 2.0, grid=0.5), dtypes=ALL, method=True, differentiable=False)
 

@@ -262,6 +262,34 @@ def weight(arr):  # PyTorch does not differentiate loss weights
     return arr
 
 
+def probability_loss_samples(rng, dtype):
+    def p(shape):
+        return make(rng, shape, dtype, 0.05, 0.95)
+
+    return [S(p((3, 4)), p((3, 4))), S(p((2, 3)), p((2, 3)), weight(p((2, 3))), reduction="sum"),
+            S(p((5,)), p((5,)), weight(p((5,))), reduction="none"), S(p((4, 3)), p((4, 3)), weight(p((3,)))),
+            S(p((0, 2)), p((0, 2)), reduction="sum")]
+
+
+op("nn.functional.binary_cross_entropy", probability_loss_samples, tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+
+
+def kl_div_samples(rng, dtype):
+    def logp(shape):
+        return make(rng, shape, dtype, -3, 0)
+
+    def q(shape):  # with exact zeros, where torch's target gradient is NaN (0/0): not compared
+        return weight(make(rng, shape, dtype, 0.0, 1.0, grid=0.25))
+
+    return [S(logp((3, 4)), q((3, 4)), reduction="batchmean"), S(logp((2, 3)), q((2, 3)), reduction="sum"),
+            S(logp((5,)), q((5,)), reduction="none"), S(logp((2, 3)), logp((2, 3)), reduction="batchmean",
+                                                          log_target=True),
+            S(logp((4,)), logp((4,)), reduction="sum", log_target=True), S(logp(()), q(()), reduction="batchmean")]
+
+
+op("nn.functional.kl_div", kl_div_samples, tol=_LOSS_TOL, grad_tol=_LOSS_TOL)
+
+
 def bce_samples(rng, dtype):
     def x(shape, low=-3, high=3):
         return make(rng, shape, dtype, low, high)

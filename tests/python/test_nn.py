@@ -503,6 +503,46 @@ def test_l1_smooth_l1_and_huber_losses(reduction, dtype):
         mf.nn.GLU()(mf.ones(2, 3))
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_bce_and_kl_div_losses(reduction, dtype):
+    rng = np.random.default_rng(3)
+    probs, target = rng.uniform(0.02, 0.98, (4, 3)), rng.uniform(0, 1, (4, 3))
+    compare(torch.nn.BCELoss(reduction=reduction), mf.nn.BCELoss(reduction=reduction), [probs, target], dtype)
+    weight = np.array([1.0, 0.2, 2.0])
+    compare(torch.nn.BCELoss(weight=torch.tensor(weight), reduction=reduction),
+            mf.nn.BCELoss(weight=mf_from(weight), reduction=reduction), [probs, target], dtype)
+    log_probs = np.log(rng.dirichlet(np.ones(3), 4))
+    q = rng.dirichlet(np.ones(3), 4)  # zeros in q: test_bce_kl_div_and_xlogy_edges_as_torch
+    for red in (reduction, "batchmean"):
+        compare(torch.nn.KLDivLoss(reduction=red), mf.nn.KLDivLoss(reduction=red), [log_probs, q], dtype)
+        compare(torch.nn.KLDivLoss(reduction=red, log_target=True), mf.nn.KLDivLoss(reduction=red, log_target=True),
+                [log_probs, np.log(rng.dirichlet(np.ones(3), 4))], dtype)
+
+
+def test_bce_kl_div_and_xlogy_edges_as_torch():
+    for lib in (torch, mf):
+        x = lib.tensor([0.0, 1.0, 0.5], dtype=lib.float64)
+        t = lib.tensor([1.0, 1.0, 0.0], dtype=lib.float64)
+        # log clamped at -100: a certain wrong answer costs 100, not inf
+        assert lib.nn.functional.binary_cross_entropy(x, t, reduction="none").tolist() == pytest.approx(
+            [100.0, 0.0, 0.6931471805599453])
+        z = lib.xlogy(lib.tensor([0.0, 0.0, 2.0], dtype=lib.float64), lib.tensor([0.0, 5.0, float("nan")],
+                                                                             dtype=lib.float64))
+        assert z[:2].tolist() == [0.0, 0.0] and z[2].item() != z[2].item()
+        kl = lib.nn.functional.kl_div(lib.tensor([-1.0, -2.0], dtype=lib.float64),
+                                      lib.tensor([0.0, 0.5], dtype=lib.float64), reduction="none")
+        assert kl.tolist() == pytest.approx([0.0, 0.5 * (np.log(0.5) + 2.0)])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        mf.nn.functional.binary_cross_entropy(mf.tensor([1.5]), mf.tensor([1.0]))
+    with pytest.raises(ValueError, match="size"):
+        mf.nn.functional.binary_cross_entropy(mf.tensor([0.5, 0.5]), mf.tensor([1.0]))
+    with pytest.raises(ValueError, match="reduction"):
+        mf.nn.KLDivLoss(reduction="avg")
+    with pytest.raises(ValueError, match="reduction"):
+        mf.nn.functional.kl_div(mf.zeros(2), mf.zeros(2), reduction="batch")
+
+
 def test_loss_bad_reduction():
     with pytest.raises(ValueError, match="reduction"):
         mf.nn.MSELoss(reduction="avg")

@@ -62,5 +62,20 @@ class HuberLoss : public Module {
   const std::string reduction;
   const double delta;
 };
+class BCELoss : public Module {
+ public:
+  explicit BCELoss(const Tensor& weight = Tensor(), std::string reduction = "mean");
+  Tensor forward(const Tensor& input, const Tensor& target);
+  using Module::forward;
+  const std::string reduction;
+};
+class KLDivLoss : public Module {
+ public:
+  explicit KLDivLoss(std::string reduction = "mean", bool log_target = false);
+  Tensor forward(const Tensor& input, const Tensor& target);
+  using Module::forward;
+  const std::string reduction;
+  const bool log_target;
+};
 
 }  // namespace mf::nn

@@ -40,5 +40,18 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::stri
 // 0.5 d^2 where d < delta, else delta (d - 0.5 delta); delta > 0.
 Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
                   double delta = 1.0);
+// x * log(y), and 0 where x == 0 unless y is NaN; x and y broadcast.
+Tensor xlogy(const Tensor& x, const Tensor& y);
+// -w (t log(x) + (1 - t) log(1 - x)), each log clamped to >= -100 as in
+// PyTorch; input holds probabilities in [0, 1] (checked where its values
+// are on the host) and target has input's shape; weight broadcasts to it.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            const std::string& reduction = "mean");
+// Pointwise KL divergence of input (log-probabilities) from target
+// (probabilities, or log-probabilities with log_target): t (log t - input),
+// 0 where t == 0. Reductions "none", "sum", "mean" (over every element) and
+// "batchmean" (the sum over input.size(0)).
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+              bool log_target = false);
 
 }  // namespace mf

@@ -10,7 +10,7 @@ _LAYERS = [
     "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding", "Dropout",
     "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "Softmax", "LogSoftmax", "Flatten", "Identity",
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "TransformerEncoderLayer",
-    "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+    "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "KLDivLoss",
     "CosineSimilarity", "Hardtanh", "ReLU6", "GLU",
 ]
 for _name in _LAYERS:

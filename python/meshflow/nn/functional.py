@@ -7,7 +7,7 @@ __all__ = [
     "cross_entropy", "nll_loss", "mse_loss", "binary_cross_entropy_with_logits",
     "scaled_dot_product_attention", "conv2d", "max_pool2d", "max_pool2d_with_indices", "avg_pool2d",
     "adaptive_avg_pool2d", "linear", "pad", "one_hot", "l1_loss", "smooth_l1_loss", "huber_loss", "hardtanh",
-    "relu6", "normalize", "cosine_similarity", "glu",
+    "relu6", "normalize", "cosine_similarity", "glu", "binary_cross_entropy", "kl_div",
 ]
 
 for _name in __all__:
