@@ -1,0 +1,39 @@
+r"""Parameterizable probability distributions and sampling functions, after
+``torch.distributions`` (PyTorch 1.13): the same class names, constructor
+signatures, properties, argument validation and KL registry, computed with
+meshflow tensor ops so gradients flow through ``log_prob``, ``rsample``,
+``entropy`` and ``kl_divergence``. Sampling draws from meshflow's generator
+(``meshflow.manual_seed``).
+
+See docs/distributions.md for what exists and what differs from torch.
+"""
+from meshflow.distributions import constraints  # noqa: F401  (torch.distributions.constraints)
+from meshflow.distributions.bernoulli import Bernoulli
+from meshflow.distributions.categorical import Categorical
+from meshflow.distributions.distribution import Distribution
+from meshflow.distributions.exp_family import ExponentialFamily
+from meshflow.distributions.exponential import Exponential
+from meshflow.distributions.geometric import Geometric
+from meshflow.distributions.independent import Independent
+from meshflow.distributions.kl import kl_divergence, register_kl
+from meshflow.distributions.laplace import Laplace
+from meshflow.distributions.normal import Normal
+from meshflow.distributions.one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
+from meshflow.distributions.uniform import Uniform
+
+__all__ = [
+    "Bernoulli",
+    "Categorical",
+    "Distribution",
+    "Exponential",
+    "ExponentialFamily",
+    "Geometric",
+    "Independent",
+    "Laplace",
+    "Normal",
+    "OneHotCategorical",
+    "OneHotCategoricalStraightThrough",
+    "Uniform",
+    "kl_divergence",
+    "register_kl",
+]

@@ -1,0 +1,77 @@
+"""The exponential distribution (torch.distributions.exponential)."""
+from numbers import Number
+
+import meshflow as mf
+from meshflow.distributions import constraints
+from meshflow.distributions.exp_family import ExponentialFamily
+from meshflow.distributions.utils import broadcast_all
+
+__all__ = ["Exponential"]
+
+
+class Exponential(ExponentialFamily):
+    r"""An exponential distribution with ``rate`` (inverse scale).
+
+    Samples are ``-log1p(-u) / rate`` for meshflow uniform draws ``u``.
+    """
+    arg_constraints = {"rate": constraints.positive}
+    support = constraints.nonnegative
+    has_rsample = True
+    _mean_carrier_measure = 0
+
+    @property
+    def mean(self):
+        return self.rate.reciprocal()
+
+    @property
+    def mode(self):
+        return mf.zeros_like(self.rate)
+
+    @property
+    def stddev(self):
+        return self.rate.reciprocal()
+
+    @property
+    def variance(self):
+        return self.rate.pow(-2)
+
+    def __init__(self, rate, validate_args=None):
+        self.rate, = broadcast_all(rate)
+        batch_shape = mf.Size() if isinstance(rate, Number) else self.rate.size()
+        super().__init__(batch_shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Exponential, _instance)
+        batch_shape = mf.Size(batch_shape)
+        new.rate = self.rate.expand(batch_shape)
+        super(Exponential, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def rsample(self, sample_shape=mf.Size()):
+        shape = self._extended_shape(sample_shape)
+        u = mf.rand(tuple(shape), dtype=self.rate.dtype, device=self.rate.device)
+        return -(-u).log1p() / self.rate
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return self.rate.log() - self.rate * value
+
+    def cdf(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return 1 - mf.exp(-self.rate * value)
+
+    def icdf(self, value):
+        return -mf.log(1 - value) / self.rate
+
+    def entropy(self):
+        return 1.0 - mf.log(self.rate)
+
+    @property
+    def _natural_params(self):
+        return (-self.rate, )
+
+    def _log_normalizer(self, x):
+        return -mf.log(-x)

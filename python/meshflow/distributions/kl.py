@@ -1,0 +1,272 @@
+"""KL divergences and their registry (torch.distributions.kl)."""
+import math
+import warnings
+from functools import total_ordering
+
+import meshflow as mf
+from meshflow.distributions.bernoulli import Bernoulli
+from meshflow.distributions.categorical import Categorical
+from meshflow.distributions.distribution import Distribution
+from meshflow.distributions.exp_family import ExponentialFamily
+from meshflow.distributions.exponential import Exponential
+from meshflow.distributions.geometric import Geometric
+from meshflow.distributions.independent import Independent
+from meshflow.distributions.laplace import Laplace
+from meshflow.distributions.normal import Normal
+from meshflow.distributions.one_hot_categorical import OneHotCategorical
+from meshflow.distributions.uniform import Uniform
+from meshflow.distributions.utils import _sum_rightmost
+
+_KL_REGISTRY = {}  # the registered (type_p, type_q) pairs
+_KL_MEMOIZE = {}  # (type(p), type(q)) -> the function dispatch chose
+
+__all__ = ["register_kl", "kl_divergence"]
+
+inf = float("inf")
+
+
+def register_kl(type_p, type_q):
+    """Decorator registering a function ``fun(p, q)`` for
+    :func:`kl_divergence` of the pair of types::
+
+        @register_kl(Normal, Normal)
+        def kl_normal_normal(p, q):
+            ...
+
+    Lookup returns the most specific match ordered by subclass; if the match
+    is ambiguous a ``RuntimeWarning`` is raised (register the more specific
+    pair to break the tie).
+    """
+    if not isinstance(type_p, type) and issubclass(type_p, Distribution):
+        raise TypeError("Expected type_p to be a Distribution subclass but got {}".format(type_p))
+    if not isinstance(type_q, type) and issubclass(type_q, Distribution):
+        raise TypeError("Expected type_q to be a Distribution subclass but got {}".format(type_q))
+
+    def decorator(fun):
+        _KL_REGISTRY[type_p, type_q] = fun
+        _KL_MEMOIZE.clear()  # lookup order may have changed
+        return fun
+
+    return decorator
+
+
+@total_ordering
+class _Match:
+    __slots__ = ["types"]
+
+    def __init__(self, *types):
+        self.types = types
+
+    def __eq__(self, other):
+        return self.types == other.types
+
+    def __le__(self, other):
+        for x, y in zip(self.types, other.types):
+            if not issubclass(x, y):
+                return False
+            if x is not y:
+                break
+        return True
+
+
+def _dispatch_kl(type_p, type_q):
+    """The most specific registered match, assuming single inheritance."""
+    matches = [(super_p, super_q) for super_p, super_q in _KL_REGISTRY
+               if issubclass(type_p, super_p) and issubclass(type_q, super_q)]
+    if not matches:
+        return NotImplemented
+    # the left- and right-lexicographic orders must agree
+    left_p, left_q = min(_Match(*m) for m in matches).types
+    right_q, right_p = min(_Match(*reversed(m)) for m in matches).types
+    left_fun = _KL_REGISTRY[left_p, left_q]
+    right_fun = _KL_REGISTRY[right_p, right_q]
+    if left_fun is not right_fun:
+        warnings.warn("Ambiguous kl_divergence({}, {}). Please register_kl({}, {})".format(
+            type_p.__name__, type_q.__name__, left_p.__name__, right_q.__name__), RuntimeWarning)
+    return left_fun
+
+
+def _infinite_like(tensor):
+    return mf.full_like(tensor, inf)
+
+
+def _x_log_x(tensor):
+    return tensor * tensor.log()
+
+
+def _set_where(t, mask, value):
+    """``t[mask] = value`` without writing into ``t``: the gradient through the
+    replaced entries is zero, as after torch's index assignment."""
+    return mf.where(mask, mf.full_like(t, value), t)
+
+
+def kl_divergence(p, q):
+    r"""The Kullback-Leibler divergence :math:`KL(p \| q)`, batched over the
+    batch shape.
+
+    Raises:
+        NotImplementedError: if no function is registered for the pair of
+            types (see :func:`register_kl`).
+    """
+    try:
+        fun = _KL_MEMOIZE[type(p), type(q)]
+    except KeyError:
+        fun = _dispatch_kl(type(p), type(q))
+        _KL_MEMOIZE[type(p), type(q)] = fun
+    if fun is NotImplemented:
+        raise NotImplementedError("No KL(p || q) is implemented for p type {} and q type {}".format(
+            p.__class__.__name__, q.__class__.__name__))
+    return fun(p, q)
+
+
+# Same families
+
+@register_kl(Bernoulli, Bernoulli)
+def _kl_bernoulli_bernoulli(p, q):
+    softplus = mf.nn.functional.softplus
+    t1 = p.probs * (softplus(-q.logits) - softplus(-p.logits))
+    t1 = _set_where(t1, q.probs == 0, inf)
+    t1 = _set_where(t1, p.probs == 0, 0.)
+    t2 = (1 - p.probs) * (softplus(q.logits) - softplus(p.logits))
+    t2 = _set_where(t2, q.probs == 1, inf)
+    t2 = _set_where(t2, p.probs == 1, 0.)
+    return t1 + t2
+
+
+@register_kl(Categorical, Categorical)
+def _kl_categorical_categorical(p, q):
+    t = p.probs * (p.logits - q.logits)
+    t = _set_where(t, (q.probs == 0).expand_as(t), inf)
+    t = _set_where(t, (p.probs == 0).expand_as(t), 0.)
+    return t.sum(-1)
+
+
+@register_kl(Exponential, Exponential)
+def _kl_exponential_exponential(p, q):
+    rate_ratio = q.rate / p.rate
+    t1 = -rate_ratio.log()
+    return t1 + rate_ratio - 1
+
+
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p, q):
+    if not type(p) == type(q):
+        raise NotImplementedError("The cross KL-divergence between different exponential families cannot "
+                                  "be computed using Bregman divergences")
+    p_nparams = [np.detach().requires_grad_() for np in p._natural_params]
+    q_nparams = q._natural_params
+    lg_normal = p._log_normalizer(*p_nparams)
+    gradients = mf.autograd.grad(lg_normal.sum(), p_nparams, create_graph=True)
+    result = q._log_normalizer(*q_nparams) - lg_normal
+    for pnp, qnp, g in zip(p_nparams, q_nparams, gradients):
+        term = (qnp - pnp) * g
+        result = result - _sum_rightmost(term, len(q.event_shape))
+    return result
+
+
+@register_kl(Geometric, Geometric)
+def _kl_geometric_geometric(p, q):
+    return -p.entropy() - mf.log1p(-q.probs) / p.probs - q.logits
+
+
+@register_kl(Laplace, Laplace)
+def _kl_laplace_laplace(p, q):
+    scale_ratio = p.scale / q.scale
+    loc_abs_diff = (p.loc - q.loc).abs()
+    t1 = -scale_ratio.log()
+    t2 = loc_abs_diff / q.scale
+    t3 = scale_ratio * mf.exp(-loc_abs_diff / p.scale)
+    return t1 + t2 + t3 - 1
+
+
+@register_kl(Normal, Normal)
+def _kl_normal_normal(p, q):
+    var_ratio = (p.scale / q.scale).pow(2)
+    t1 = ((p.loc - q.loc) / q.scale).pow(2)
+    return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+
+
+@register_kl(OneHotCategorical, OneHotCategorical)
+def _kl_onehotcategorical_onehotcategorical(p, q):
+    return _kl_categorical_categorical(p._categorical, q._categorical)
+
+
+@register_kl(Uniform, Uniform)
+def _kl_uniform_uniform(p, q):
+    result = ((q.high - q.low) / (p.high - p.low)).log()
+    return _set_where(result, (q.low > p.low) | (q.high < p.high), inf)
+
+
+@register_kl(Independent, Independent)
+def _kl_independent_independent(p, q):
+    if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
+        raise NotImplementedError
+    result = kl_divergence(p.base_dist, q.base_dist)
+    return _sum_rightmost(result, p.reinterpreted_batch_ndims)
+
+
+# Different families
+
+@register_kl(Exponential, Uniform)
+def _kl_exponential_infinity(p, q):
+    return _infinite_like(p.rate)
+
+
+@register_kl(Exponential, Normal)
+def _kl_exponential_normal(p, q):
+    var_normal = q.scale.pow(2)
+    rate_sqr = p.rate.pow(2)
+    t1 = 0.5 * mf.log(rate_sqr * var_normal * 2 * math.pi)
+    t2 = rate_sqr.reciprocal()
+    t3 = q.loc / p.rate
+    t4 = q.loc.pow(2) * 0.5
+    return t1 - 1 + (t2 - t3 + t4) / var_normal
+
+
+@register_kl(Laplace, Exponential)
+@register_kl(Laplace, Uniform)
+def _kl_laplace_infinity(p, q):
+    return _infinite_like(p.loc)
+
+
+@register_kl(Laplace, Normal)
+def _kl_laplace_normal(p, q):
+    var_normal = q.scale.pow(2)
+    scale_sqr_var_ratio = p.scale.pow(2) / var_normal
+    t1 = 0.5 * mf.log(2 * scale_sqr_var_ratio / math.pi)
+    t2 = 0.5 * p.loc.pow(2)
+    t3 = p.loc * q.loc
+    t4 = 0.5 * q.loc.pow(2)
+    return -t1 + scale_sqr_var_ratio + (t2 - t3 + t4) / var_normal - 1
+
+
+@register_kl(Normal, Exponential)
+@register_kl(Normal, Uniform)
+def _kl_normal_infinity(p, q):
+    return _infinite_like(p.loc)
+
+
+@register_kl(Normal, Laplace)
+def _kl_normal_laplace(p, q):
+    loc_diff = p.loc - q.loc
+    scale_ratio = p.scale / q.scale
+    loc_diff_scale_ratio = loc_diff / p.scale
+    t1 = mf.log(scale_ratio)
+    t2 = math.sqrt(2 / math.pi) * p.scale * mf.exp(-0.5 * loc_diff_scale_ratio.pow(2))
+    t3 = loc_diff * mf.erf(math.sqrt(0.5) * loc_diff_scale_ratio)
+    return -t1 + (t2 + t3) / q.scale - (0.5 * (1 + math.log(0.5 * math.pi)))
+
+
+@register_kl(Uniform, Exponential)
+def _kl_uniform_exponetial(p, q):
+    result = q.rate * (p.high + p.low) / 2 - ((p.high - p.low) * q.rate).log()
+    return _set_where(result, p.low < q.support.lower_bound, inf)
+
+
+@register_kl(Uniform, Normal)
+def _kl_uniform_normal(p, q):
+    common_term = p.high - p.low
+    t1 = (math.sqrt(math.pi * 2) * q.scale / common_term).log()
+    t2 = (common_term).pow(2) / 12
+    t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
+    return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
