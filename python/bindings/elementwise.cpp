@@ -75,10 +75,11 @@ void init_elementwise(py::module_& m) {
            {"neg", &neg}, {"abs", &abs}, {"sign", &sign}, {"exp", &exp}, {"log", &log}, {"log1p", &log1p},
            {"expm1", &expm1}, {"sqrt", &sqrt}, {"rsqrt", &rsqrt}, {"square", &square},
            {"reciprocal", &reciprocal}, {"sin", &sin}, {"cos", &cos}, {"tanh", &tanh}, {"sigmoid", &sigmoid},
-           {"erf", &erf}, {"floor", &floor}, {"ceil", &ceil}, {"round", &round}, {"trunc", &trunc},
+           {"erf", &erf}, {"lgamma", &lgamma}, {"digamma", &digamma}, {"floor", &floor}, {"ceil", &ceil}, {"round", &round}, {"trunc", &trunc},
            {"relu", &relu}, {"silu", &silu}, {"logical_not", &logical_not}, {"bitwise_not", &bitwise_not},
            {"isnan", &isnan}, {"isinf", &isinf}, {"isfinite", &isfinite}})
     def_unary(m, name, f);
+  m.def("polygamma", &polygamma, py::arg("n"), py::arg("input"));
   m.def("gelu", &gelu, py::arg("input"), py::kw_only(), py::arg("approximate") = "none");
   m.def("leaky_relu", &leaky_relu, py::arg("input"), py::arg("negative_slope") = 0.01);
   m.def("elu", &elu, py::arg("input"), py::arg("alpha") = 1.0);
@@ -139,9 +140,10 @@ void init_elementwise(py::module_& m) {
                        "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
                        "bitwise_right_shift", "logical_and",
                        "logical_or", "logical_xor", "masked_fill", "lerp", "addcmul", "addcdiv", "isclose", "allclose", "clamp_min", "clamp_max",
-                       "equal", "xlogy"});
+                       "equal", "xlogy", "lgamma", "digamma"});
 
   auto tensor = py::reinterpret_borrow<py::class_<Tensor>>(cls);
+  tensor.def("polygamma", [](const Tensor& t, int64_t n) { return polygamma(n, t); }, py::arg("n"));
   tensor.def("where", [](const Tensor& t, const Tensor& condition, const Tensor& other) {
             return where(condition, t, other);
           }, py::arg("condition"), py::arg("other"))

@@ -20,7 +20,7 @@ from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
 from meshflow import autograd, datasets, errors, io, nn, optim, return_types, utils  # noqa: F401
 from meshflow import distributed, env  # noqa: F401
-from meshflow import amp, cpu, cuda  # noqa: F401
+from meshflow import amp, cpu, cuda, distributions  # noqa: F401
 from meshflow.amp import autocast  # noqa: F401
 from meshflow.errors import OutOfMemoryError  # noqa: F401  (torch.OutOfMemoryError)
 from meshflow.io import load, save  # noqa: F401

@@ -341,7 +341,7 @@ def op(name, args=(), kwargs=None, **kw):
 # Elementwise, unary. The domain of log/sqrt is not enforced: NaN results are fine.
 for _n in ("abs", "neg", "square", "floor", "ceil", "round", "trunc", "relu"):
     op(_n, [X()], dtypes=NUMERIC, method=True)
-for _n in ("sign", "exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "log", "log1p", "sqrt", "rsqrt",
+for _n in ("sign", "exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "lgamma", "digamma", "log", "log1p", "sqrt", "rsqrt",
            "reciprocal", "logical_not", "isnan", "isinf", "isfinite", "clone", "contiguous"):
     op(_n, [X()], dtypes=ALL, method=True)
 op("bitwise_not", [X()], dtypes=BOOL + INTS, method=True)
@@ -369,6 +369,7 @@ for _n in ("isclose", "allclose"):
                         "equal_nan": Lit("True", "False")}, dtypes=ALL, method=True)
 op("equal", [X(), Y()], dtypes=ALL, method=True)
 op("xlogy", [X(), Other()], dtypes=ALL, method=True)
+op("polygamma", [Int(-2, 4), X()], dtypes=ALL)
 for _n in ("clamp_min", "clamp_max"):
     op(_n, [X(), Scalar()], dtypes=NUMERIC, method=True)
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"):

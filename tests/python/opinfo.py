@@ -88,6 +88,14 @@ op("reciprocal", unary(nonzero=True), dtypes=ALL, method=True)
 for _name in ("floor", "ceil", "round", "trunc"):
     op(_name, unary(-5.0, 5.0), dtypes=NUMERIC, method=True)
 op("relu", unary(), dtypes=NUMERIC, method=True)
+# The gamma family: negative non-integers too (reflection), and integer inputs (computed as float).
+# meshflow evaluates them in double: near a pole, float32 results differ from torch's float ones
+# by more than float32's usual tolerance (and are closer to the exact value).
+_GAMMA_TOL = {"float32": (1e-4, 1e-5)}
+op("lgamma", unary(-3.3, 6.0), dtypes=ALL, method=True, tol=_GAMMA_TOL, grad_tol=_GAMMA_TOL)
+op("digamma", unary(-3.3, 6.0), dtypes=FLOATS + ("int64",), method=True, tol=_GAMMA_TOL, grad_tol=_GAMMA_TOL)
+op("polygamma", unary(0.2, 5.0, kwargs=({"n": 0}, {"n": 2}, {"n": 3})), dtypes=FLOATS,
+   call=lambda lib, x, n=1: lib.polygamma(n, x), tol=_GAMMA_TOL, grad_tol=_GAMMA_TOL)
 def top_level_activation(name):
     """call= for activations PyTorch has in nn.functional only (meshflow.gelu, ...)."""
     return lambda lib, *args, **kwargs: getattr(lib if lib.__name__ == "meshflow" else lib.nn.functional, name)(

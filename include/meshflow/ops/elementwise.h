@@ -59,6 +59,11 @@ Tensor cos(const Tensor& t);
 Tensor tanh(const Tensor& t);
 Tensor sigmoid(const Tensor& t);
 Tensor erf(const Tensor& t);
+// log|Gamma(x)|, its derivative digamma(x), and the n-th derivative of
+// digamma (polygamma(0, x) is digamma(x)); n >= 0.
+Tensor lgamma(const Tensor& t);
+Tensor digamma(const Tensor& t);
+Tensor polygamma(int64_t n, const Tensor& t);
 Tensor floor(const Tensor& t);
 Tensor ceil(const Tensor& t);
 Tensor round(const Tensor& t);
