@@ -2,28 +2,74 @@
 
 save(obj, f) / load(f) store a tree of None, bool, int, float, str, Tensor,
 list and dict (str keys) in one safetensors file, like torch.save / torch.load
-for state dicts (tuples load as lists). save_file / load_file read and write
-plain safetensors files of named tensors, as the safetensors package does.
-Every save is atomic: the file holds either its old content or the new one.
+for state dicts (tuples load as lists). f is a path (str or os.PathLike) or
+a binary file-like object (io.BytesIO, a file opened with "wb" / "rb"), as
+in PyTorch. save_file / load_file read and write plain safetensors files of
+named tensors, as the safetensors package does. Every save to a path is
+atomic: the file holds either its old content or the new one.
+
+Loading never unpickles: a checkpoint is JSON and raw tensor bytes, so no
+file can run code, whatever weights_only says (see load).
 """
 import json
 import math
 import os
+import pickle
+import pickletools
+import shutil
+import tempfile
 
 from meshflow._C import _io
 
 __all__ = ["save", "load", "save_file", "load_file", "load_file_with_metadata"]
 
 
-def save(obj, f):
-    """Saves obj (None, bool, int, float, str, Tensor, list, tuple, dict) to path f.
+def _is_path(f):
+    return isinstance(f, (str, bytes, os.PathLike))
 
-    With global tensors in obj, the save is collective (every rank calls it):
-    each shard is written once, by one rank, to f + ".shard<rank>", and the
-    first rank writes f with the rest of obj and an index of the shards (see
-    docs/distributed.md). load(f) reassembles the whole tensors, so the
-    checkpoint loads under any placement, SBP or world size.
+
+def _stream_name(f):
+    """How an error names the file-like object f."""
+    name = getattr(f, "name", None)
+    return name if isinstance(name, str) and name else f"<{type(f).__name__}>"
+
+
+def _check_stream(f, op, method):
+    import io
+    if isinstance(f, io.TextIOBase):
+        raise TypeError(f"{op}: {_stream_name(f)} is a text stream; open the file in binary mode "
+                        f"('{'wb' if method == 'write' else 'rb'}') or pass its path")
+    if not callable(getattr(f, method, None)):
+        raise TypeError(f"{op}: f must be a path (str or os.PathLike) or a binary file-like object with "
+                        f"{method}(), got {type(f).__name__}")
+
+
+def save(obj, f):
+    """Saves obj (None, bool, int, float, str, Tensor, list, tuple, dict) to f:
+    a path, or a binary file-like object that gets the file's bytes written
+    at its position (then flushed), as torch.save does.
+
+    A save to a path is atomic (a temporary file renamed over it). With
+    global tensors in obj the save is collective (every rank calls it, with
+    a path): each shard is written once, by one rank, to f + ".shard<rank>",
+    and the first rank writes f with the rest of obj and an index of the
+    shards (see docs/distributed.md). load(f) reassembles the whole tensors,
+    so the checkpoint loads under any placement, SBP or world size.
     """
+    if not _is_path(f):
+        _check_stream(f, "save", "write")
+        if any(True for _ in _global_tensors(obj)):
+            raise ValueError("save: a checkpoint with global tensors is written as several files (one per "
+                             "shard), so it needs a path, not a file-like object")
+        with tempfile.TemporaryDirectory(prefix="meshflow-save-") as directory:
+            path = os.path.join(directory, "checkpoint.safetensors")
+            _io.save(obj, path)
+            with open(path, "rb") as data:
+                shutil.copyfileobj(data, f)
+        flush = getattr(f, "flush", None)
+        if callable(flush):
+            flush()
+        return
     path = os.fspath(f)
     if not any(True for _ in _global_tensors(obj)):
         _io.save(obj, path)
@@ -33,23 +79,185 @@ def save(obj, f):
     _save_global(obj, path)
 
 
-def load(f, verify=True):
+# The keyword arguments torch.load hands to pickle's Unpickler: accepted, and
+# unused since nothing is unpickled.
+_PICKLE_LOAD_ARGS = ("encoding", "errors", "fix_imports", "buffers")
+
+
+def load(f, map_location=None, pickle_module=None, *, weights_only=False, verify=True, **pickle_load_args):
     """Loads what save wrote; a safetensors file from elsewhere loads as {name: tensor}.
 
-    f may also be a directory that meshflow.distributed.checkpoint.save wrote.
+    The arguments are torch.load's. f is a path, a directory that
+    meshflow.distributed.checkpoint.save wrote, or a binary file-like object
+    read from its position to its end (a checkpoint with global tensors
+    needs its path: its shards are files next to it).
+
+    map_location places the loaded tensors, which are all on the CPU: None,
+    a device ("cpu", mf.device("cpu")), a dict of location to location
+    ({"cuda:0": "cpu"}; the tensors' location is "cpu"), or a callable
+    fn(tensor, "cpu") returning a tensor or None (keep it; PyTorch passes a
+    storage). A device that is not available (any CUDA device on this
+    build) raises RuntimeError naming it.
+
+    Nothing is ever unpickled: a checkpoint holds only tensors, dicts, lists
+    and None/bool/int/float/str, so weights_only=True accepts every
+    meshflow checkpoint, as torch.load(weights_only=True) accepts a state
+    dict. A pickle (or a torch.save zip archive) raises
+    pickle.UnpicklingError with weights_only=True and meshflow.errors.Error
+    otherwise, never running its code. pickle_module and the Unpickler
+    arguments (encoding, ...) are accepted and unused; with weights_only=True
+    a pickle_module is refused, as in PyTorch.
 
     Global tensors of a checkpoint saved by several ranks come back as whole
     local tensors; load_state_dict lays them out like the module's
     parameters. save stores a CRC-32C of every tensor; with verify (the
     default) a tensor whose bytes changed raises meshflow.errors.Error naming
-    it, and verify=False skips the check.
+    it, and verify=False skips the check. Corrupt or truncated input raises
+    meshflow.errors.Error.
     """
-    path = os.fspath(f)
-    if isinstance(path, str) and os.path.isdir(path):  # a meshflow.distributed.checkpoint directory
-        path = os.path.join(path, _CHECKPOINT_FILE)
-    obj = _io.load(path, verify)
-    if isinstance(obj, dict) and _GLOBAL_KEY in obj:
-        return _load_global(obj[_GLOBAL_KEY], path, verify)
+    if weights_only and pickle_module is not None:
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
+    for key in pickle_load_args:
+        if key not in _PICKLE_LOAD_ARGS:
+            raise TypeError(f"load() got an unexpected keyword argument '{key}'")
+    place = _placement(map_location)
+    if _is_path(f):
+        path = os.fspath(f)
+        if isinstance(path, str) and os.path.isdir(path):  # a meshflow.distributed.checkpoint directory
+            path = os.path.join(path, _CHECKPOINT_FILE)
+        obj = _load_tree(path, verify, weights_only)
+        if isinstance(obj, dict) and _GLOBAL_KEY in obj:
+            obj = _load_global(obj[_GLOBAL_KEY], path, verify)
+    else:
+        _check_stream(f, "load", "read")
+        name = _stream_name(f)
+        fd, path = tempfile.mkstemp(prefix="meshflow-load-", suffix=".safetensors")
+        try:
+            with os.fdopen(fd, "wb") as copy:
+                shutil.copyfileobj(f, copy)
+            obj = _load_tree(path, verify, weights_only, name)
+        finally:
+            os.unlink(path)
+        if isinstance(obj, dict) and _GLOBAL_KEY in obj:
+            import meshflow as mf
+            raise mf.errors.Error(f"load: {name} is the index of a checkpoint with global tensors, whose shards "
+                                  "are files next to it; load it by its path")
+    return obj if place is None else _map_tensors(obj, place)
+
+
+def _looks_pickled(path):
+    """Whether the file starts like a pickle (protocol 2 or later) or a zip
+    archive (what torch.save writes). Only parses opcodes: runs nothing."""
+    import io
+    try:
+        with open(path, "rb") as file:
+            head = file.read(64)
+    except OSError:
+        return False
+    if head.startswith(b"PK\x03\x04"):
+        return True
+    if len(head) < 3 or head[0] != 0x80 or not 2 <= head[1] <= 5:
+        return False
+    try:  # PROTO, then valid opcodes: never a safetensors length (its high bytes are zeros)
+        ops = pickletools.genops(io.BytesIO(head))
+        for _ in range(2):
+            next(ops)
+    except StopIteration:
+        return True
+    except Exception:
+        return False
+    return True
+
+
+def _load_tree(path, verify, weights_only, name=None):
+    """_io.load(path, verify) with clear errors: a pickle is named as one, and
+    a file-like object's temporary copy by the object (name)."""
+    try:
+        return _io.load(path, verify)
+    except Exception as error:
+        shown = name if name is not None else path
+        if _looks_pickled(path):
+            what = (f"{shown} is a pickle or a torch.save archive, not a meshflow checkpoint; meshflow.load reads "
+                    "safetensors files of tensors, dicts, lists and primitives and never unpickles (unpickling "
+                    "can run arbitrary code)")
+            if weights_only:
+                raise pickle.UnpicklingError(f"Weights only load failed: {what}.") from None
+            import meshflow as mf
+            raise mf.errors.Error(f"load: {what}. If you trust the file, load it with torch.load or pickle "
+                                  "and save its tensors with meshflow.save.") from None
+        if name is None:
+            raise
+        try:
+            renamed = type(error)(str(error).replace(path, name))
+        except Exception:
+            raise error from None
+        raise renamed from None
+
+
+def _device_of(location, what):
+    import meshflow as mf
+    if isinstance(location, mf.device):
+        return location
+    if isinstance(location, str):
+        return mf.device(location)
+    raise TypeError(f"load: {what} must be a device or a device string, got {type(location).__name__}")
+
+
+def _check_available(device):
+    import meshflow as mf
+    if device.type == "cpu":
+        return
+    if device.type == "cuda" and mf.cuda.is_available() and (device.index or 0) < mf.cuda.device_count():
+        return
+    raise RuntimeError(f"load: map_location maps the checkpoint's tensors to device '{device}', which is not "
+                       "available: meshflow.cuda.is_available() is False (this build runs on the CPU only). "
+                       "Use map_location='cpu' (or None).")
+
+
+def _placement(map_location):
+    """map_location as fn(tensor) -> tensor, or None when the tensors stay where they are."""
+    import meshflow as mf
+    if map_location is None:
+        return None
+    if isinstance(map_location, (str, mf.device)):
+        device = _device_of(map_location, "map_location")
+    elif isinstance(map_location, dict):
+        target = "cpu"
+        for key, value in map_location.items():
+            try:
+                key = str(_device_of(key, "a map_location key"))
+            except ValueError:  # not a device name: never the tensors' location
+                continue
+            if key == "cpu":
+                target = value
+        device = _device_of(target, "a map_location value")
+    elif callable(map_location):
+        def place(tensor):
+            placed = map_location(tensor, "cpu")
+            if placed is None:
+                return tensor
+            if not isinstance(placed, mf.Tensor):
+                raise TypeError(f"load: map_location returned {type(placed).__name__}; it must return a tensor "
+                                "or None")
+            return placed
+        return place
+    else:
+        raise TypeError("load: map_location must be None, a device or device string, a dict of locations or a "
+                        f"callable, got {type(map_location).__name__}")
+    _check_available(device)
+    if device.type == "cpu":
+        return None
+    return lambda tensor: tensor.to(device)
+
+
+def _map_tensors(obj, place):
+    import meshflow as mf
+    if isinstance(obj, mf.Tensor):
+        return place(obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, place) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_map_tensors(v, place) for v in obj]
     return obj
 
 

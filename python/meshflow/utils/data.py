@@ -8,7 +8,8 @@ other dataset runs in Python; num_workers > 0 then prefetches batches on
 Python threads (not processes): it pays off when __getitem__ waits on I/O or
 runs C++ ops. Either way batches come out in sampler order, and an exception
 raised while building a batch is raised again, with its own class, when
-that batch is reached.
+that batch is reached. get_worker_info() tells code running in a worker
+which one it is (None elsewhere), as in PyTorch.
 """
 import bisect
 import collections.abc
@@ -16,6 +17,7 @@ import itertools
 import math
 import operator
 import threading
+import time
 import warnings
 
 import meshflow as _mf
@@ -23,8 +25,8 @@ from meshflow._C import data as _data
 
 __all__ = [
     "Dataset", "IterableDataset", "TensorDataset", "ConcatDataset", "Subset", "random_split",
-    "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "BatchSampler",
-    "default_collate", "default_convert", "DataLoader",
+    "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler",
+    "BatchSampler", "DistributedSampler", "default_collate", "default_convert", "DataLoader", "get_worker_info",
 ]
 
 
@@ -164,11 +166,56 @@ def random_split(dataset, lengths, generator=None):
     return splits
 
 
+# --- random draws from a generator ----------------------------------------------------
+
+_DRAW_LOCK = threading.Lock()
+
+
+def _draw(generator, factory):
+    """factory() (a random factory of the default generator, such as mf.rand)
+    with its values drawn from generator instead.
+
+    Note [Draws from a generator]: only randperm takes a generator= argument,
+    so a draw from another generator runs the factory on the default
+    generator with that generator's (seed, offset) swapped in, then gives the
+    advanced offset back and restores the default generator's state, as
+    meshflow.utils.checkpoint does. Values depend only on (seed, offset)
+    (Note [Counter-based random ops] in src/ops/random.cpp), so they are
+    reproducible per generator. The swap holds a lock against other swaps,
+    not against another thread drawing from the default generator in the
+    same instant (its draw would then come from, and advance, generator);
+    the samplers keep that window small by drawing an epoch (or 65536
+    indices) per swap.
+    """
+    if generator is None or generator is _mf.default_generator:
+        return factory()
+    if not isinstance(generator, _mf.Generator):
+        raise TypeError(f"generator must be a meshflow.Generator or None, got {type(generator).__name__}")
+    default = _mf.default_generator
+    with _DRAW_LOCK:
+        saved = default.get_state()
+        default.set_state(generator.get_state())
+        try:
+            return factory()
+        finally:
+            generator.set_state(default.get_state())
+            default.set_state(saved)
+
+
+def _random_seed(generator=None):
+    """A seed in [0, 2**63 - 1) drawn from generator (the default one when None),
+    as torch.empty((), dtype=torch.int64).random_(generator=generator)."""
+    return int(_draw(generator, lambda: _mf.randint(0, 2 ** 63 - 1, (1,))).tolist()[0])
+
+
 # --- samplers -----------------------------------------------------------------------
 
 
 class Sampler:
     """Iterates over dataset indices (or, for a batch sampler, lists of them)."""
+
+    def __init__(self, data_source=None):
+        pass
 
     def __iter__(self):
         raise NotImplementedError(f"{type(self).__name__} must define __iter__")
@@ -186,18 +233,57 @@ class SequentialSampler(Sampler):
 
 
 class RandomSampler(Sampler):
-    """A new random permutation of the indices on each iteration, drawn from
-    generator (the default generator when None)."""
+    """Indices of data_source in random order, as torch.utils.data.RandomSampler.
 
-    def __init__(self, data_source, generator=None):
+    Without replacement each iteration gives a new permutation, and
+    num_samples > len(data_source) gives whole permutations one after the
+    other and the start of one more (PyTorch's rule). With replacement it
+    draws num_samples indices uniformly and independently. num_samples
+    defaults to len(data_source) (read at each use: the dataset may grow).
+    Draws come from generator (a meshflow.Generator); when it is None each
+    iteration seeds a new generator from the default one, as PyTorch does.
+    """
+
+    def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
         self.data_source = data_source
+        self.replacement = replacement
+        self._num_samples = num_samples
         self.generator = generator
+        if not isinstance(self.replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got replacement={self.replacement}")
+        if not isinstance(self.num_samples, int) or self.num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got "
+                             f"num_samples={self.num_samples}")
+
+    @property
+    def num_samples(self):
+        if self._num_samples is None:
+            return len(self.data_source)
+        return self._num_samples
+
+    # Indices drawn per call with replacement: lazy enough for a huge
+    # num_samples, few enough calls for a fast epoch.
+    _CHUNK = 1 << 16
 
     def __iter__(self):
-        return iter(_mf.randperm(len(self.data_source), generator=self.generator).tolist())
+        n = len(self.data_source)
+        num_samples = self.num_samples
+        if n == 0:
+            raise ValueError("RandomSampler: cannot sample from an empty data_source")
+        generator = self.generator
+        if generator is None:
+            generator = _mf.Generator().manual_seed(_random_seed())
+        if self.replacement:
+            for start in range(0, num_samples, self._CHUNK):
+                size = min(self._CHUNK, num_samples - start)
+                yield from _draw(generator, lambda: _mf.randint(0, n, (size,))).tolist()
+        else:
+            for _ in range(num_samples // n):
+                yield from _mf.randperm(n, generator=generator).tolist()
+            yield from _mf.randperm(n, generator=generator).tolist()[:num_samples % n]
 
     def __len__(self):
-        return len(self.data_source)
+        return self.num_samples
 
 
 class SubsetRandomSampler(Sampler):
@@ -213,6 +299,183 @@ class SubsetRandomSampler(Sampler):
 
     def __len__(self):
         return len(self.indices)
+
+
+def _weights_tensor(weights):
+    """weights as a float64 tensor (torch.as_tensor(weights, dtype=torch.double))."""
+    if isinstance(weights, _mf.Tensor):
+        return weights.detach().to(_mf.float64)
+    try:
+        return _mf.as_tensor(weights, dtype=_mf.float64)
+    except TypeError:
+        if hasattr(weights, "tolist") and not isinstance(weights, (str, bytes)):  # a torch tensor, say
+            return _mf.as_tensor(weights.tolist(), dtype=_mf.float64)
+        raise
+
+
+class WeightedRandomSampler(Sampler):
+    """num_samples indices of [0, len(weights)) drawn with probabilities
+    proportional to weights, as torch.utils.data.WeightedRandomSampler.
+
+    weights must be a 1-D sequence (or tensor) of finite, non-negative
+    numbers, not all zero; without replacement num_samples may not exceed
+    len(weights), and zero-weight indices come (in random order) only after
+    every positive one, as in PyTorch. PyTorch reports bad weights when it
+    samples (a RuntimeError of torch.multinomial); meshflow raises a
+    ValueError when the sampler is made, and again at iteration if
+    self.weights was changed since.
+
+    Note [Weighted sampling]: meshflow has no multinomial op. With
+    replacement: one uniform u per sample and the index i with
+    cdf[i-1] <= u * total < cdf[i] (cumulative sum and bisection; a zero
+    weight is never chosen). Without replacement: the exponential-key form
+    of the Gumbel-top-k trick (Efraimidis and Spirakis), key_i = E_i / w_i
+    with E_i ~ Exp(1) (compared as logarithms), and the num_samples smallest
+    keys in increasing order, which has the law of drawing one index at a
+    time in proportion to the weights left, as torch.multinomial does. Each
+    iteration draws from generator (a meshflow.Generator, or the default
+    generator when None; see Note [Draws from a generator]), never from
+    Python's random module. The values differ from PyTorch's, whose
+    generator is another algorithm.
+    """
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None):
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
+        weights_tensor = _weights_tensor(weights)
+        if len(weights_tensor.shape) != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have shape "
+                             f"{tuple(weights_tensor.shape)}")
+        self.weights = weights_tensor
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self.generator = generator
+        self._checked_weights()
+
+    def _checked_weights(self):
+        """self.weights as a list of floats, after the checks of the class docstring."""
+        weights = self.weights
+        if not isinstance(weights, _mf.Tensor) or weights.dim() != 1:
+            weights = _weights_tensor(weights)
+            if weights.dim() != 1:
+                raise ValueError(f"weights should be a 1d sequence but given weights have shape "
+                                 f"{tuple(weights.shape)}")
+        values = weights.tolist()
+        if not values:
+            raise ValueError("WeightedRandomSampler: weights is empty; there is nothing to sample")
+        for i, w in enumerate(values):
+            if not math.isfinite(w) or w < 0:
+                raise ValueError(f"WeightedRandomSampler: weights must be finite and non-negative, "
+                                 f"but weights[{i}] = {w}")
+        positive = sum(1 for w in values if w > 0)
+        if positive == 0:
+            raise ValueError("WeightedRandomSampler: the weights are all zero (their sum must be positive)")
+        if not self.replacement and self.num_samples > len(values):
+            raise ValueError(f"WeightedRandomSampler: cannot draw num_samples={self.num_samples} indices without "
+                             f"replacement from {len(values)} weights")
+        return values
+
+    def __iter__(self):
+        values = self._checked_weights()
+        n, k = len(values), self.num_samples
+        if self.replacement:
+            top = max(values)
+            scaled = [w / top for w in values]  # a sum that cannot overflow
+            cdf = list(itertools.accumulate(scaled))
+            total = cdf[-1]
+            last = max(i for i, w in enumerate(scaled) if w > 0)
+            uniforms = _draw(self.generator, lambda: _mf.rand(k, dtype=_mf.float64)).tolist()
+            # u * total rounds up to total at worst: the last positive weight takes it.
+            indices = [min(i, last) for i in map(bisect.bisect_right, itertools.repeat(cdf),
+                                                 (u * total for u in uniforms))]
+        else:
+            weights = _mf.tensor(values, dtype=_mf.float64)
+            uniforms = _draw(self.generator, lambda: _mf.rand(n, dtype=_mf.float64))
+            exponentials = -_mf.log1p(-uniforms)  # finite: uniforms < 1
+            positive = weights > 0
+            # log(E / w): at most log(37) - log(5e-324) < 750 for any positive weight. Zero weights come
+            # after all of them, in random order, as in torch.multinomial.
+            keys = _mf.where(positive, _mf.log(exponentials) - _mf.log(_mf.where(positive, weights, 1.0)),
+                             exponentials + 2000.0)
+            indices = _mf.topk(keys, k, largest=False, sorted=True).indices.tolist()
+        yield from indices
+
+    def __len__(self):
+        return self.num_samples
+
+
+class DistributedSampler(Sampler):
+    """The part of dataset's indices that one of num_replicas processes reads,
+    as torch.utils.data.distributed.DistributedSampler.
+
+    num_replicas and rank default to meshflow.distributed's world size and
+    rank. Every rank gets num_samples indices: without drop_last the index
+    list is padded with its own start up to a multiple of num_replicas,
+    with drop_last its tail is cut; rank r takes every num_replicas-th
+    index from r. shuffle=False keeps dataset order, so the lists equal
+    PyTorch's. shuffle=True permutes the indices with a meshflow.Generator
+    seeded with seed + epoch (the same permutation on every rank; call
+    set_epoch(epoch) before each epoch for a new one); the permutation
+    differs from PyTorch's, whose generator is another algorithm.
+    """
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+        if num_replicas is None or rank is None:
+            from meshflow import distributed as dist
+            if not dist.is_available():
+                raise RuntimeError("Requires distributed package to be available")
+            if num_replicas is None:
+                num_replicas = dist.get_world_size()
+            if rank is None:
+                rank = dist.get_rank()
+        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas <= 0:
+            raise ValueError(f"num_replicas should be a positive integer value, but got num_replicas={num_replicas}")
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"rank should be an integer, but got rank={rank!r}")
+        if rank >= num_replicas or rank < 0:
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]")
+        self.dataset = dataset
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        self.drop_last = drop_last
+        if self.drop_last and len(self.dataset) % self.num_replicas != 0:
+            # The nearest length that divides evenly, so every rank gets as many.
+            self.num_samples = math.ceil((len(self.dataset) - self.num_replicas) / self.num_replicas)
+        else:
+            self.num_samples = math.ceil(len(self.dataset) / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+        self.shuffle = shuffle
+        self.seed = seed
+
+    def __iter__(self):
+        n = len(self.dataset)
+        if self.shuffle:
+            generator = _mf.Generator().manual_seed((self.seed + self.epoch) % 2 ** 64)
+            indices = _mf.randperm(n, generator=generator).tolist()
+        else:
+            indices = list(range(n))
+        if not self.drop_last:
+            padding_size = self.total_size - len(indices)
+            if padding_size <= len(indices):
+                indices += indices[:padding_size]
+            else:
+                indices += (indices * math.ceil(padding_size / len(indices)))[:padding_size]
+        else:
+            indices = indices[:self.total_size]
+        if len(indices) != self.total_size:
+            raise RuntimeError(f"DistributedSampler: the dataset's length changed from the one the sampler was "
+                               f"made for ({len(indices)} indices for a total_size of {self.total_size})")
+        return iter(indices[self.rank:self.total_size:self.num_replicas])
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch):
+        """The epoch whose permutation the next iteration gives (with shuffle=True)."""
+        self.epoch = epoch
 
 
 class BatchSampler(Sampler):
@@ -364,6 +627,82 @@ class _SerialBatches(_Batches):
         return self._build(next(self._tasks))
 
 
+class WorkerInfo:
+    """What get_worker_info() returns in a worker: id, num_workers, seed and
+    dataset (read-only), as torch.utils.data.WorkerInfo."""
+
+    __initialized = False
+
+    def __init__(self, **kwargs):
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+        self.__keys = tuple(kwargs.keys())
+        self.__initialized = True
+
+    def __setattr__(self, key, val):
+        if self.__initialized:
+            raise RuntimeError(f"Cannot assign attributes to {type(self).__name__} objects")
+        return super().__setattr__(key, val)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)}' for k in self.__keys)})"
+
+
+_worker = threading.local()
+
+
+def get_worker_info():
+    """The WorkerInfo of the DataLoader worker running this code, or None
+    outside workers, as torch.utils.data.get_worker_info.
+
+    A worker sees it in worker_init_fn, in the dataset's __getitem__ and in
+    collate_fn. The sampler, and the iterator of an IterableDataset, run as
+    in the main process (None): the workers share one of each (they are
+    threads), so sharding an IterableDataset by worker id would drop data;
+    the usual `if info is None: everything` branch then gives every sample
+    once. seed is the loader's base seed plus the worker id, as in PyTorch;
+    the workers share the default generator, so it is not reseeded per
+    worker as PyTorch's worker processes are.
+    """
+    return getattr(_worker, "info", None)
+
+
+class _HiddenWorkerInfo:
+    """Runs a block as outside the workers: get_worker_info() is None in it."""
+
+    def __enter__(self):
+        self._saved = getattr(_worker, "info", None)
+        _worker.info = None
+
+    def __exit__(self, *exc):
+        _worker.info = self._saved
+
+
+def _run_inits(infos, init_fn):
+    """init_fn(id) of every worker on a thread of its own that sees its
+    WorkerInfo; raises the error of the lowest worker id that failed."""
+    errors = [None] * len(infos)
+
+    def run(i):
+        _worker.info = infos[i]
+        try:
+            init_fn(infos[i].id)
+        except BaseException as error:
+            errors[i] = error
+        finally:
+            _worker.info = None
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"DataLoader worker {i}", daemon=True)
+               for i in range(len(infos))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for error in errors:
+        if error is not None:
+            raise error
+
+
 class _PrefetchState:
     """What the worker threads of _ThreadedBatches share.
 
@@ -373,10 +712,12 @@ class _PrefetchState:
     waits for. Results wait in a dict until the consumer reaches them, so
     they come out in order. The threads hold this state and never the
     iterator the user holds: dropping that iterator runs its __del__, which
-    stops them.
+    stops them. Each thread first runs worker_init_fn; no thread claims a
+    task before all of them are done, and if one raised, the first next()
+    raises its error (the lowest worker id's) and no batch is built.
     """
 
-    def __init__(self, tasks, build, max_ahead):
+    def __init__(self, tasks, build, max_ahead, infos, init_fn, timeout, on_ready=None):
         self.tasks = iter(tasks)
         self.build = build
         self.max_ahead = max_ahead
@@ -386,8 +727,40 @@ class _PrefetchState:
         self.position = 0
         self.end = None  # number of tasks, once they ran out
         self.stopping = False
+        self.infos = infos
+        self.init_fn = init_fn
+        self.inits_left = len(infos) if init_fn is not None else 0
+        self.init_errors = {}
+        self.timeout = timeout
+        self.on_ready = on_ready  # called once every worker_init_fn succeeded
 
-    def work(self):
+    def work(self, worker):
+        _worker.info = self.infos[worker]
+        try:
+            if self.init_fn is not None and not self._init(worker):
+                return
+            self._loop()
+        finally:
+            _worker.info = None
+
+    def _init(self, worker):
+        try:
+            self.init_fn(self.infos[worker].id)
+            error = None
+        except BaseException as e:
+            error = e
+        with self.cond:
+            if error is not None:
+                self.init_errors[worker] = error
+            self.inits_left -= 1
+            if self.inits_left == 0 and not self.init_errors and self.on_ready is not None:
+                self.on_ready()
+            self.cond.notify_all()
+            while self.inits_left > 0 and not self.stopping:
+                self.cond.wait()
+            return not self.init_errors and not self.stopping
+
+    def _loop(self):
         while True:
             with self.cond:
                 while not (self.stopping or self.end is not None
@@ -398,7 +771,8 @@ class _PrefetchState:
                 index = self.next_claim
                 self.next_claim += 1
                 try:
-                    task = next(self.tasks)
+                    with _HiddenWorkerInfo():  # the sampler runs as in the main process
+                        task = next(self.tasks)
                 except StopIteration:
                     self.end = index
                     self.cond.notify_all()
@@ -417,11 +791,20 @@ class _PrefetchState:
                 self.cond.notify_all()
 
     def next(self):
+        deadline = None if not self.timeout else time.monotonic() + self.timeout
         with self.cond:
             while self.position not in self.results:
+                if self.init_errors and self.inits_left == 0:
+                    raise self.init_errors[min(self.init_errors)]
                 if self.end is not None and self.position >= self.end:
                     raise StopIteration
-                self.cond.wait()
+                if deadline is None:
+                    self.cond.wait()
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds")
+                    self.cond.wait(left)
             batch, error = self.results.pop(self.position)
             self.position += 1
             self.cond.notify_all()
@@ -436,13 +819,14 @@ class _PrefetchState:
 
 
 class _ThreadedBatches(_Batches):
-    """Builds batches ahead on num_workers Python threads, returned in order."""
+    """Builds batches ahead on len(infos) Python threads, returned in order."""
 
-    def __init__(self, tasks, build, length, num_workers, prefetch_factor):
+    def __init__(self, tasks, build, length, infos, prefetch_factor, init_fn=None, timeout=0, on_ready=None):
         super().__init__(length)
-        self._state = _PrefetchState(tasks, build, num_workers * prefetch_factor)
-        self._threads = [threading.Thread(target=self._state.work, name=f"DataLoader worker {i}", daemon=True)
-                         for i in range(num_workers)]
+        self._state = _PrefetchState(tasks, build, len(infos) * prefetch_factor, infos, init_fn, timeout, on_ready)
+        self._threads = [threading.Thread(target=self._state.work, args=(i,), name=f"DataLoader worker {i}",
+                                          daemon=True)
+                         for i in range(len(infos))]
         for thread in self._threads:
             thread.start()
 
@@ -479,6 +863,17 @@ class _FastBatches(_Batches):
         self._it = iter(())  # the C++ iterator's destructor stops and joins its workers
 
 
+class _FailedBatches(_Batches):
+    """An epoch whose workers failed to start: next() raises their error."""
+
+    def __init__(self, error, length):
+        super().__init__(length)
+        self._error = error
+
+    def __next__(self):
+        raise self._error
+
+
 def _batches_of(iterable, batch_size, drop_last):
     """Lists of batch_size consecutive items of iterable."""
     it = iter(iterable)
@@ -505,17 +900,30 @@ _MAX_PREFETCH = 1 << 16
 
 
 class DataLoader:
-    """Batches of a dataset, as torch.utils.data.DataLoader.
+    """Batches of a dataset, as torch.utils.data.DataLoader (PyTorch 1.13's
+    arguments, defaults and checks).
 
     Iterating gives one epoch: with shuffle=True a new permutation drawn from
     generator (an meshflow.Generator; the default generator when None).
     num_workers > 0 builds up to num_workers * prefetch_factor batches ahead
     on threads; batches still come out in sampler order. See the module
     docstring for the C++ fast path.
+
+    Each iteration draws a base seed from generator, as PyTorch does; worker
+    i's WorkerInfo (get_worker_info()) has seed base_seed + i, and
+    worker_init_fn(i) runs once per worker and epoch (once per loader with
+    persistent_workers=True, which keeps the WorkerInfo and so the seeds).
+    pin_memory and pin_memory_device are accepted and do nothing (this build
+    has only the CPU). multiprocessing_context is checked as PyTorch does and
+    otherwise unused, since workers are threads. timeout > 0 bounds the wait
+    for a batch from Python workers (RuntimeError past it); fast-path
+    batches are in-memory gathers and are not timed.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
-                 collate_fn=None, drop_last=False, generator=None, *, prefetch_factor=None):
+                 collate_fn=None, pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None,
+                 multiprocessing_context=None, generator=None, *, prefetch_factor=None, persistent_workers=False,
+                 pin_memory_device=""):
         if isinstance(num_workers, bool) or not isinstance(num_workers, int):
             raise TypeError(f"DataLoader: num_workers must be an int, got {type(num_workers).__name__}")
         if num_workers < 0:
@@ -523,6 +931,10 @@ class DataLoader:
         if num_workers > _MAX_WORKERS:
             raise ValueError(f"DataLoader: num_workers={num_workers} is more than the {_MAX_WORKERS} worker threads "
                              "a loader may start")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"DataLoader: timeout must be a number of seconds, got {type(timeout).__name__}")
+        if not timeout >= 0:
+            raise ValueError("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
             raise ValueError("prefetch_factor option could only be specified when num_workers > 0 "
                              "(it sets how many batches the workers build ahead).")
@@ -533,6 +945,13 @@ class DataLoader:
         if prefetch_factor < 1 or prefetch_factor > _MAX_PREFETCH:
             raise ValueError(f"prefetch_factor should be a positive integer of at most {_MAX_PREFETCH}, "
                              f"got {prefetch_factor}")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(f"DataLoader: worker_init_fn must be callable, got {type(worker_init_fn).__name__}")
+        if not isinstance(pin_memory_device, str):
+            raise TypeError(f"DataLoader: pin_memory_device must be a str, got {type(pin_memory_device).__name__}")
+        multiprocessing_context = _checked_context(multiprocessing_context, num_workers)
         iterable = isinstance(dataset, IterableDataset)
         if iterable:
             if shuffle not in (None, False):
@@ -567,12 +986,19 @@ class DataLoader:
         self.batch_sampler = batch_sampler
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.persistent_workers = persistent_workers
         self.generator = generator
         self._auto_collation = batch_sampler is not None or (iterable and batch_size is not None)
         self._custom_collate = collate_fn is not None
         if collate_fn is None:
             collate_fn = default_collate if self._auto_collation else default_convert
         self.collate_fn = collate_fn
+        self._persistent_infos = None  # the WorkerInfo of persistent workers, once initialised
 
     def __len__(self):
         if isinstance(self.dataset, IterableDataset):
@@ -588,8 +1014,24 @@ class DataLoader:
         except TypeError:
             return None
 
+    def _worker_infos(self):
+        """(WorkerInfo of each worker, whether worker_init_fn must run): a base
+        seed is drawn from generator on every iteration, as PyTorch does (with
+        workers or not); persistent workers keep their first ones."""
+        if self._persistent_infos is not None:
+            return self._persistent_infos, False
+        base_seed = _random_seed(self.generator)
+        infos = [WorkerInfo(id=i, num_workers=self.num_workers, seed=base_seed + i, dataset=self.dataset)
+                 for i in range(self.num_workers)]
+        return infos, self.worker_init_fn is not None
+
+    def _initialised(self, infos):
+        if self.persistent_workers:
+            self._persistent_infos = infos
+
     def __iter__(self):
         length = self._length_or_none()
+        infos, run_init = self._worker_infos()
         if isinstance(self.dataset, IterableDataset):
             samples = iter(self.dataset)
             tasks = samples if self.batch_size is None else _batches_of(samples, self.batch_size, self.drop_last)
@@ -602,6 +1044,12 @@ class DataLoader:
                     batches = list(self.batch_sampler)  # Python ints already
                 else:
                     batches = [[_index_of(i, "DataLoader") for i in batch] for batch in self.batch_sampler]
+                if run_init:  # the C++ workers run no Python: worker_init_fn runs on threads of its own
+                    try:
+                        _run_inits(infos, self.worker_init_fn)
+                    except BaseException as error:
+                        return _FailedBatches(error, length)
+                self._initialised(infos)
                 return _FastBatches(cpp, batches, self.num_workers, self.prefetch_factor)
             tasks = iter(self.batch_sampler)
             dataset, collate = self.dataset, self.collate_fn
@@ -616,4 +1064,29 @@ class DataLoader:
                 return convert(dataset[index])
         if self.num_workers == 0:
             return _SerialBatches(tasks, build, length)
-        return _ThreadedBatches(tasks, build, length, self.num_workers, self.prefetch_factor)
+        if not run_init:
+            self._initialised(infos)
+        return _ThreadedBatches(tasks, build, length, infos, self.prefetch_factor,
+                                self.worker_init_fn if run_init else None, self.timeout,
+                                on_ready=lambda: self._initialised(infos))
+
+
+def _checked_context(context, num_workers):
+    """multiprocessing_context after PyTorch's checks (a start method name
+    becomes its context)."""
+    if context is None:
+        return None
+    import multiprocessing
+    if num_workers == 0:
+        raise ValueError(f"multiprocessing_context can only be used with multi-process loading "
+                         f"(num_workers > 0), but got num_workers={num_workers}")
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            raise ValueError(f"multiprocessing_context option should specify a valid start method in {methods!r}, "
+                             f"but got multiprocessing_context={context!r}")
+        context = multiprocessing.get_context(context)
+    if not isinstance(context, multiprocessing.context.BaseContext):
+        raise TypeError(f"multiprocessing_context option should be a valid context object or a string specifying "
+                        f"the start method, but got multiprocessing_context={context}")
+    return context
