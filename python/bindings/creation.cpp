@@ -28,6 +28,7 @@ void def_size_factory(py::module_& m, const char* name, SizeFactory factory) {
   }, py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false);
 }
 
+using RandomFactory = Tensor (*)(const Shape&, const TensorOptions&, Generator*);
 using LikeFactory = Tensor (*)(const Tensor&, std::optional<DType>);
 
 void def_like_factory(py::module_& m, const char* name, LikeFactory factory) {
@@ -43,8 +44,14 @@ void init_creation(py::module_& m) {
   def_size_factory(m, "empty", &empty);
   def_size_factory(m, "zeros", &zeros);
   def_size_factory(m, "ones", &ones);
-  def_size_factory(m, "rand", &rand);
-  def_size_factory(m, "randn", &randn);
+  for (auto [name, f] : std::initializer_list<std::pair<const char*, RandomFactory>>{{"rand", &rand},
+                                                                                    {"randn", &randn}}) {
+    m.def(name, [f, name](py::args size, Generator* generator, std::optional<DType> dtype,
+                          std::optional<Device> device, bool requires_grad) {
+      return f(shape_from_args(size, name), options(dtype, device, requires_grad), generator);
+    }, py::kw_only(), py::arg("generator") = py::none(), py::arg("dtype") = py::none(),
+          py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  }
   def_like_factory(m, "empty_like", &empty_like);
   def_like_factory(m, "zeros_like", &zeros_like);
   def_like_factory(m, "ones_like", &ones_like);
@@ -95,34 +102,67 @@ void init_creation(py::module_& m) {
   }, py::arg("s"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
         py::arg("requires_grad") = false);
 
-  m.def("randint", [](int64_t high, const Shape& size, std::optional<DType> dtype, std::optional<Device> device,
-                      bool requires_grad) {
-    return randint(0, high, size, options(dtype.value_or(DType::Int64), device, requires_grad));
-  }, py::arg("high"), py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
-        py::arg("requires_grad") = false);
-  m.def("randint", [](int64_t low, int64_t high, const Shape& size, std::optional<DType> dtype,
+  m.def("randint", [](int64_t high, const Shape& size, Generator* generator, std::optional<DType> dtype,
                       std::optional<Device> device, bool requires_grad) {
-    return randint(low, high, size, options(dtype.value_or(DType::Int64), device, requires_grad));
-  }, py::arg("low"), py::arg("high"), py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(),
+    return randint(0, high, size, options(dtype.value_or(DType::Int64), device, requires_grad), generator);
+  }, py::arg("high"), py::arg("size"), py::kw_only(), py::arg("generator") = py::none(), py::arg("dtype") = py::none(),
         py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  m.def("randint", [](int64_t low, int64_t high, const Shape& size, Generator* generator, std::optional<DType> dtype,
+                      std::optional<Device> device, bool requires_grad) {
+    return randint(low, high, size, options(dtype.value_or(DType::Int64), device, requires_grad), generator);
+  }, py::arg("low"), py::arg("high"), py::arg("size"), py::kw_only(), py::arg("generator") = py::none(),
+        py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false);
   m.def("randperm", [](int64_t n, Generator* generator, std::optional<DType> dtype, std::optional<Device> device) {
     Tensor t = randperm(n, device.value_or(Device()), generator);
     return dtype ? to(t, *dtype) : t;
   }, py::arg("n"), py::kw_only(), py::arg("generator") = py::none(), py::arg("dtype") = py::none(),
         py::arg("device") = py::none());
-  m.def("bernoulli", py::overload_cast<const Tensor&>(&bernoulli), py::arg("input"));
-  m.def("bernoulli", py::overload_cast<const Tensor&, double>(&bernoulli), py::arg("input"), py::arg("p"));
-  add_methods(m, m.attr("Tensor"), {"bernoulli"});
+  m.def("bernoulli", py::overload_cast<const Tensor&, Generator*>(&bernoulli), py::arg("input"), py::kw_only(),
+        py::arg("generator") = py::none());
+  m.def("bernoulli", py::overload_cast<const Tensor&, double, Generator*>(&bernoulli), py::arg("input"),
+        py::arg("p"), py::kw_only(), py::arg("generator") = py::none());
+  m.def("multinomial", &multinomial, py::arg("input"), py::arg("num_samples"), py::arg("replacement") = false,
+        py::kw_only(), py::arg("generator") = py::none());
+  // torch.normal: the values of mean + std * N(0, 1), with no gradient
+  // reaching mean or std (PyTorch's derivative of normal is zero).
+  auto normal_of = [](const Tensor& mean, const Tensor& std, Generator* generator) {
+    NoGradGuard no_grad;
+    const Shape shape = broadcast_shapes(mean.sizes(), std.sizes(), "normal");
+    const DType dtype = result_type(mean, std);
+    MF_CHECK(is_floating(dtype), TypeError, "normal: mean and std must be floating-point, got ", dtype_name(dtype));
+    MF_CHECK(std.numel() == 0 || amin(std).item().to_double() >= 0, ValueError, "normal: std must be >= 0");
+    return add(mean, mul(std, randn(shape, {.dtype = dtype}, generator)));
+  };
+  m.def("normal", normal_of, py::arg("mean"), py::arg("std"), py::kw_only(), py::arg("generator") = py::none());
+  m.def("normal", [normal_of](const Tensor& mean, double std, Generator* generator) {
+    return normal_of(mean, full({}, std, {.dtype = mean.dtype()}), generator);
+  }, py::arg("mean"), py::arg("std") = 1.0, py::kw_only(), py::arg("generator") = py::none());
+  m.def("normal", [normal_of](double mean, const Tensor& std, Generator* generator) {
+    return normal_of(full({}, mean, {.dtype = std.dtype()}), std, generator);
+  }, py::arg("mean"), py::arg("std"), py::kw_only(), py::arg("generator") = py::none());
+  m.def("normal", [](double mean, double std, const Shape& size, Generator* generator, std::optional<DType> dtype,
+                     std::optional<Device> device, bool requires_grad) {
+    Tensor t = empty(size, options(dtype, device, false));
+    normal_(t, mean, std, generator);
+    return with_grad(t, requires_grad);
+  }, py::arg("mean"), py::arg("std"), py::arg("size"), py::kw_only(), py::arg("generator") = py::none(),
+        py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false);
+  add_methods(m, m.attr("Tensor"), {"bernoulli", "multinomial"});
 
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
-  cls.def("uniform_", [](py::object self, double from, double to) {
-        uniform_(self.cast<Tensor&>(), from, to);
+  cls.def("uniform_", [](py::object self, double from, double to, Generator* generator) {
+        uniform_(self.cast<Tensor&>(), from, to, generator);
         return self;
-      }, py::arg("from") = 0.0, py::arg("to") = 1.0)
-      .def("normal_", [](py::object self, double mean, double std) {
-        normal_(self.cast<Tensor&>(), mean, std);
+      }, py::arg("from") = 0.0, py::arg("to") = 1.0, py::kw_only(), py::arg("generator") = py::none())
+      .def("normal_", [](py::object self, double mean, double std, Generator* generator) {
+        normal_(self.cast<Tensor&>(), mean, std, generator);
         return self;
-      }, py::arg("mean") = 0.0, py::arg("std") = 1.0)
+      }, py::arg("mean") = 0.0, py::arg("std") = 1.0, py::kw_only(), py::arg("generator") = py::none())
+      .def("bernoulli_", [](py::object self, double p, Generator* generator) {
+        Tensor& t = self.cast<Tensor&>();
+        copy_(t, bernoulli(t, p, generator));
+        return self;
+      }, py::arg("p") = 0.5, py::kw_only(), py::arg("generator") = py::none())
       .def("fill_", [](py::object self, Scalar value) {
         fill_(self.cast<Tensor&>(), value);
         return self;

@@ -14,7 +14,10 @@
 //   bernoulli: a uniform of the probability's dtype (float64: k = 2, else 4)
 // Values therefore never depend on the thread count, and any slice of the
 // output can be produced on its own.
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <numbers>
 
 #include "meshflow/dispatch.h"
@@ -22,6 +25,7 @@
 #include "meshflow/generator.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
 #include "ops/kernels/cpu/loops.h"
 
 namespace mf {
@@ -42,6 +46,8 @@ Attrs& with_stream(Attrs& attrs, int64_t n, int64_t k, Generator& gen = default_
   const uint64_t offset = gen.reserve(uint64_t((n + k - 1) / k));
   return attrs.set("seed", int64_t(gen.seed())).set("offset", int64_t(offset));
 }
+
+Generator& gen(Generator* generator) { return generator ? *generator : default_generator(); }
 
 // Philox4x32-10 of kPhiloxBatch consecutive counters: the same function as
 // mf::philox (generator.cpp), laid out so that the rounds vectorise across
@@ -299,6 +305,77 @@ MF_REGISTER_OP(OpDef{
     .differentiable = false,
 });
 
+// multinomial: one double uniform (two words, k = 2) per draw. With
+// replacement, draw r of row b is the first category whose cumulative
+// weight exceeds u * total (u of counter element b * num_samples + r).
+// Without replacement, each category c of row b gets the key
+// log(u) / w_c (u of element b * categories + c): the num_samples largest
+// keys are a weighted sample without replacement (exponential races), in
+// the order drawn.
+MF_REGISTER_OP(OpDef{
+    .name = "multinomial",
+    .inputs = {"probs"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      Shape out = in[0].sizes();
+      out.back() = attrs.get_int("num_samples");
+      return std::vector<TensorMeta>{{out, DType::Int64, in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const int64_t samples = attrs.get_int("num_samples");
+      const bool replacement = attrs.get_bool("replacement");
+      const Tensor w = contiguous(to(in[0].detach(), DType::Float64));
+      const int64_t categories = w.size(-1), rows = categories ? w.numel() / categories : 0;
+      const double* wp = w.data<double>();
+      for (int64_t b = 0; b < rows; ++b) {
+        double total = 0;
+        int64_t positive = 0;
+        for (int64_t c = 0; c < categories; ++c) {
+          const double v = wp[b * categories + c];
+          MF_CHECK(std::isfinite(v) && v >= 0, ValueError,
+                   "multinomial: probabilities must be finite and >= 0, got ", v, " in row ", b);
+          total += v;
+          positive += v > 0;
+        }
+        MF_CHECK(total > 0, ValueError, "multinomial: the probabilities of row ", b, " sum to 0");
+        MF_CHECK(replacement || positive >= samples, ValueError, "multinomial: cannot draw ", samples,
+                 " samples without replacement from row ", b, ", which has ", positive, " categories of weight > 0");
+      }
+      const int64_t draws = rows * (replacement ? samples : categories);
+      std::vector<double> u(static_cast<size_t>(std::max<int64_t>(draws, 0)));
+      generate_contiguous(u.data(), draws, 2, stream_of(attrs),
+                          [](const std::array<uint32_t, 4>& words, int64_t j) { return uniform_at<double>(words, j); });
+      int64_t* o = static_cast<int64_t*>(out[0].data_ptr());
+      parallel_for(0, rows, 1, [&](int64_t rb, int64_t re) {
+        std::vector<double> cdf(static_cast<size_t>(categories));
+        std::vector<std::pair<double, int64_t>> keys(static_cast<size_t>(categories));
+        for (int64_t b = rb; b < re; ++b) {
+          const double* row = wp + b * categories;
+          if (replacement) {
+            double acc = 0;
+            for (int64_t c = 0; c < categories; ++c) cdf[size_t(c)] = acc += row[c];
+            for (int64_t r = 0; r < samples; ++r) {
+              const double target = u[size_t(b * samples + r)] * acc;
+              int64_t c = int64_t(std::upper_bound(cdf.begin(), cdf.end(), target) - cdf.begin());
+              c = std::min(c, categories - 1);
+              while (row[c] == 0) --c;  // u * acc rounded onto a flat step: its category has weight > 0
+              o[b * samples + r] = c;
+            }
+            continue;
+          }
+          for (int64_t c = 0; c < categories; ++c) {
+            const double key = row[c] > 0 ? std::log1p(-u[size_t(b * categories + c)]) / row[c]
+                                           : -std::numeric_limits<double>::infinity();
+            keys[size_t(c)] = {key, -c};  // ties: the lower category first
+          }
+          std::partial_sort(keys.begin(), keys.begin() + samples, keys.end(), std::greater<>());
+          for (int64_t r = 0; r < samples; ++r) o[b * samples + r] = -keys[size_t(r)].second;
+        }
+      });
+    },
+    .differentiable = false,
+    .sbp = sbp::broadcast_only(),
+});
+
 void check_floating_dtype(const char* op, DType dtype) {
   MF_CHECK(is_floating(dtype), TypeError, op, ": expected a floating-point dtype, got ", dtype_name(dtype));
 }
@@ -310,44 +387,44 @@ Tensor with_grad(Tensor t, bool requires_grad) {
 
 }  // namespace
 
-Tensor& uniform_(Tensor& t, double from, double to) {
+Tensor& uniform_(Tensor& t, double from, double to, Generator* generator) {
   static const OpDef& op = dispatch::op("uniform");
   check_floating_dtype("uniform_", t.dtype());
   MF_CHECK(std::isfinite(from) && std::isfinite(to), Error, "uniform_: expects from and to to be finite, got from=",
            from, ", to=", to);
   MF_CHECK(from <= to, Error, "uniform_: expects to return a [from, to) range, but found from=", from, " > to=", to);
   Attrs attrs{{"from", from}, {"to", to}};
-  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), per_counter(t.dtype(), false)));
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), per_counter(t.dtype(), false), gen(generator)));
   return t;
 }
 
-Tensor& normal_(Tensor& t, double mean, double std) {
+Tensor& normal_(Tensor& t, double mean, double std, Generator* generator) {
   static const OpDef& op = dispatch::op("normal");
   check_floating_dtype("normal_", t.dtype());
   MF_CHECK(std >= 0, Error, "normal_: expects std >= 0.0, but found std ", std);
   Attrs attrs{{"mean", mean}, {"std", std}};
-  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), per_counter(t.dtype(), true)));
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), per_counter(t.dtype(), true), gen(generator)));
   return t;
 }
 
-Tensor rand(const Shape& size, const TensorOptions& options) {
+Tensor rand(const Shape& size, const TensorOptions& options, Generator* generator) {
   check_floating_dtype("rand", options.dtype);
   Tensor t = empty(size, {.dtype = options.dtype, .device = options.device});
-  uniform_(t);
+  uniform_(t, 0.0, 1.0, generator);
   return with_grad(t, options.requires_grad);
 }
 
-Tensor randn(const Shape& size, const TensorOptions& options) {
+Tensor randn(const Shape& size, const TensorOptions& options, Generator* generator) {
   check_floating_dtype("randn", options.dtype);
   Tensor t = empty(size, {.dtype = options.dtype, .device = options.device});
-  normal_(t);
+  normal_(t, 0.0, 1.0, generator);
   return with_grad(t, options.requires_grad);
 }
 
 Tensor rand_like(const Tensor& t) { return rand(t.sizes(), {.dtype = t.dtype(), .device = t.device()}); }
 Tensor randn_like(const Tensor& t) { return randn(t.sizes(), {.dtype = t.dtype(), .device = t.device()}); }
 
-Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions& options) {
+Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions& options, Generator* generator) {
   static const OpDef& op = dispatch::op("random_int");
   MF_CHECK(low < high, Error, "randint: expects 'low' to be less than 'high', but got low=", low, " >= high=", high);
   if (is_integral(options.dtype, true)) {
@@ -361,7 +438,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions
   }
   Tensor t = empty(size, {.dtype = options.dtype, .device = options.device});
   Attrs attrs{{"low", low}, {"high", high}};
-  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), randint_per_counter(uint64_t(high) - uint64_t(low))));
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), randint_per_counter(uint64_t(high) - uint64_t(low)),
+                                               gen(generator)));
   return with_grad(t, options.requires_grad);
 }
 
@@ -369,22 +447,39 @@ Tensor randperm(int64_t n, Device device, Generator* generator) {
   static const OpDef& op = dispatch::op("randperm");
   MF_CHECK(n >= 0, Error, "randperm: n must be non-negative, got ", n);
   Attrs attrs{{"n", n}, {"device", device}};
-  return dispatch::apply_one(op, {}, with_stream(attrs, n, 2, generator ? *generator : default_generator()));
+  return dispatch::apply_one(op, {}, with_stream(attrs, n, 2, gen(generator)));
 }
 
-Tensor bernoulli(const Tensor& p) {
+Tensor bernoulli(const Tensor& p, Generator* generator) {
   static const OpDef& op = dispatch::op("bernoulli");
   Attrs attrs;
-  return dispatch::apply_one(op, {p}, with_stream(attrs, p.numel(), bernoulli_per_counter(p.dtype())));
+  return dispatch::apply_one(op, {p}, with_stream(attrs, p.numel(), bernoulli_per_counter(p.dtype()), gen(generator)));
 }
 
-Tensor bernoulli(const Tensor& like, double p) {
+Tensor bernoulli(const Tensor& like, double p, Generator* generator) {
   static const OpDef& op = dispatch::op("bernoulli_scalar");
   MF_CHECK(p >= 0 && p <= 1, Error, "bernoulli: expects p to be in [0, 1], but got p=", p);
   Tensor t = empty(like.sizes(), {.dtype = like.dtype(), .device = like.device()});
   Attrs attrs{{"p", p}};
-  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), bernoulli_per_counter(t.dtype())));
+  dispatch::apply_inplace(op, {t}, with_stream(attrs, t.numel(), bernoulli_per_counter(t.dtype()), gen(generator)));
   return t;
+}
+
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Generator* generator) {
+  static const OpDef& op = dispatch::op("multinomial");
+  MF_CHECK(probs.defined() && (probs.dim() == 1 || probs.dim() == 2), ShapeError,
+           "multinomial: probs must be 1-d or 2-d, got ", probs.defined() ? probs.dim() : 0, " dims");
+  MF_CHECK(is_floating(probs.dtype()), TypeError, "multinomial: probs must be a floating-point tensor, got ",
+           dtype_name(probs.dtype()));
+  MF_CHECK(num_samples > 0, ValueError, "multinomial: num_samples must be positive, got ", num_samples);
+  const int64_t categories = probs.size(-1);
+  MF_CHECK(categories > 0, ValueError, "multinomial: probs has no categories");
+  MF_CHECK(replacement || num_samples <= categories, ValueError, "multinomial: cannot draw ", num_samples,
+           " samples without replacement from ", categories, " categories");
+  const int64_t rows = probs.dim() == 2 ? probs.size(0) : 1;
+  const int64_t draws = checked_mul(rows, replacement ? num_samples : categories, "multinomial", "draws");
+  Attrs attrs{{"num_samples", num_samples}, {"replacement", replacement}};
+  return dispatch::apply_one(op, {probs}, with_stream(attrs, draws, 2, gen(generator)));
 }
 
 }  // namespace mf

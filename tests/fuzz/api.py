@@ -370,6 +370,8 @@ for _n in ("isclose", "allclose"):
 op("equal", [X(), Y()], dtypes=ALL, method=True)
 op("xlogy", [X(), Other()], dtypes=ALL, method=True)
 op("polygamma", [Int(-2, 4), X()], dtypes=ALL)
+op("multinomial", [X(), Int(-1, 6)], {"replacement": Lit("True", "False")}, dtypes=ALL, method=True)
+op("normal", [X(), Other()], dtypes=ALL)
 for _n in ("clamp_min", "clamp_max"):
     op(_n, [X(), Scalar()], dtypes=NUMERIC, method=True)
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"):
@@ -406,6 +408,8 @@ op("abs_", [X()], dtypes=NUMERIC)
 op("Tensor.fill_", [X(), Scalar()], dtypes=ALL)
 op("Tensor.copy_", [X(), Y()], {"non_blocking": Bool()}, dtypes=ALL)
 op("Tensor.uniform_", [X(), Flt(-3, 0), Flt(0, 3)], dtypes=FLOATS, nreq=1)
+op("Tensor.bernoulli_", [X(), Flt(-1, 2)], dtypes=ALL, nreq=1)
+op("Tensor.polygamma", [X(), Int(-2, 4)], dtypes=ALL)
 op("Tensor.normal_", [X(), Flt(-3, 3), Flt(0, 3)], dtypes=FLOATS, nreq=1)
 
 

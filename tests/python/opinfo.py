@@ -14,8 +14,8 @@ import numpy as np
 
 from sampling import (ALL, BINARY_SHAPES, BOOL, FLOATS, INTS, NUMERIC, Arr, Dt, S, binary, in_range, index_arr,
                       inplace, make, method_call, mf_function_or_method, no_tensor, reduction, scalar_of, unary,
-                      validate_binary_values, validate_normal, validate_randint, validate_randn, validate_randperm,
-                      wider)
+                      validate_binary_values, validate_multinomial, validate_normal, validate_randint, validate_randn,
+                      validate_randperm, wider)
 
 GRAD_DTYPES = ("float32", "float64")
 
@@ -96,6 +96,8 @@ op("lgamma", unary(-3.3, 6.0), dtypes=ALL, method=True, tol=_GAMMA_TOL, grad_tol
 op("digamma", unary(-3.3, 6.0), dtypes=FLOATS + ("int64",), method=True, tol=_GAMMA_TOL, grad_tol=_GAMMA_TOL)
 op("polygamma", unary(0.2, 5.0, kwargs=({"n": 0}, {"n": 2}, {"n": 3})), dtypes=FLOATS,
    call=lambda lib, x, n=1: lib.polygamma(n, x), tol=_GAMMA_TOL, grad_tol=_GAMMA_TOL)
+op("Tensor.polygamma", unary(0.2, 5.0, kwargs=({"n": 2},)), dtypes=FLOATS, call=lambda lib, x, n=1: x.polygamma(n),
+   tol=_GAMMA_TOL, grad_tol=_GAMMA_TOL)
 def top_level_activation(name):
     """call= for activations PyTorch has in nn.functional only (meshflow.gelu, ...)."""
     return lambda lib, *args, **kwargs: getattr(lib if lib.__name__ == "meshflow" else lib.nn.functional, name)(
@@ -358,6 +360,31 @@ def bernoulli_samples(rng, dtype):
 
 op("bernoulli", bernoulli_samples, check="meta", differentiable=False, validate=validate_binary_values,
    method=True)
+
+
+def multinomial_samples(rng, dtype):
+    w = make(rng, (3, 5), dtype, 0.1, 2, requires_grad=False)
+    sparse = Arr(np.array([[0.0, 1.0, 0.0, 2.0], [3.0, 0.0, 1.0, 1.0]]), dtype, requires_grad=False)
+    return [S(w, 4), S(w, 7, True), S(make(rng, (6,), dtype, 0.1, 2, requires_grad=False), 6), S(sparse, 2),
+            S(sparse, 9, True)]
+
+
+op("Tensor.bernoulli_", lambda rng, dtype: [S(make(rng, (3, 4), dtype, requires_grad=False)),
+                                             S(make(rng, (30, 30), dtype, requires_grad=False), 0.25),
+                                             S(make(rng, (2, 5), dtype, requires_grad=False), 1.0)],
+   call=inplace("bernoulli_"), check="meta", differentiable=False, validate=validate_binary_values, dtypes=FLOATS)
+op("multinomial", multinomial_samples, check="meta", differentiable=False, validate=validate_multinomial,
+   method=True, dtypes=("float32", "float64"))
+
+
+def normal_samples(rng, dtype):
+    return [S(make(rng, (3, 4), dtype, requires_grad=False), make(rng, (3, 4), dtype, 0.1, 2, requires_grad=False)),
+            S(make(rng, (2, 1), dtype, requires_grad=False), make(rng, (3,), dtype, 0.1, 2, requires_grad=False)),
+            S(make(rng, (4,), dtype, requires_grad=False), 2.0)]
+
+
+op("normal", normal_samples, check="meta", differentiable=False, validate=validate_normal,
+   dtypes=("float32", "float64"))
 op("bernoulli", lambda rng, dtype: bernoulli_samples(rng, dtype)[:2] + bernoulli_samples(rng, dtype)[3:5],
    method=True, differentiable=False)
 op("Tensor.uniform_", lambda rng, dtype: [S(make(rng, (20, 30), dtype), -2.0, 3.0), S(make(rng, (0,), dtype))],

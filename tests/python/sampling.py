@@ -278,6 +278,16 @@ def validate_randperm(args, out):
     assert sorted(out.tolist()) == list(range(args[0]))
 
 
+def validate_multinomial(args, out):
+    weights = np.atleast_2d(args[0].data)
+    drawn = np.atleast_2d(values_of(out)).astype(np.int64)
+    replacement = args[2] if len(args) > 2 else False
+    for row, picks in zip(weights, drawn):
+        assert (row[picks] > 0).all()
+        if not replacement:
+            assert len(set(picks.tolist())) == len(picks)
+
+
 def validate_binary_values(args, out):
     v = values_of(out)
     assert np.isin(v, [0.0, 1.0]).all()

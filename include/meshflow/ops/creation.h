@@ -30,21 +30,29 @@ Tensor from_vector(const std::vector<double>& values, const Shape& size, const T
 template <typename T>
 Tensor from_data(const std::vector<T>& values, const Shape& size);
 
-// Uniform in [0, 1), standard normal, integers in [low, high).
-Tensor rand(const Shape& size, const TensorOptions& options = {});
-Tensor randn(const Shape& size, const TensorOptions& options = {});
-Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions& options = {.dtype = DType::Int64});
+// Uniform in [0, 1), standard normal, integers in [low, high). Every random
+// function draws from `generator`, or the default generator when it is null.
+Tensor rand(const Shape& size, const TensorOptions& options = {}, Generator* generator = nullptr);
+Tensor randn(const Shape& size, const TensorOptions& options = {}, Generator* generator = nullptr);
+Tensor randint(int64_t low, int64_t high, const Shape& size, const TensorOptions& options = {.dtype = DType::Int64},
+               Generator* generator = nullptr);
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
-// A random permutation of 0..n-1 (int64), drawn from `generator` (the
-// default generator when null).
+// A random permutation of 0..n-1 (int64).
 Tensor randperm(int64_t n, Device device = Device(), Generator* generator = nullptr);
 // Each element is 1 with probability p (p scalar) or p[i] (p tensor).
-Tensor bernoulli(const Tensor& p);
-Tensor bernoulli(const Tensor& like, double p);
+Tensor bernoulli(const Tensor& p, Generator* generator = nullptr);
+Tensor bernoulli(const Tensor& like, double p, Generator* generator = nullptr);
+// num_samples category indices (int64) per row of probs (1-d: one row;
+// 2-d: (rows, categories)), each drawn with probability proportional to
+// its weight; without replacement a row yields distinct categories, so it
+// needs num_samples positive weights. Weights must be finite and >= 0 with
+// a positive sum.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Generator* generator = nullptr);
 // In-place fills (no autograd history; they bump the version counter).
-Tensor& uniform_(Tensor& t, double from = 0.0, double to = 1.0);
-Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0);
+Tensor& uniform_(Tensor& t, double from = 0.0, double to = 1.0, Generator* generator = nullptr);
+Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* generator = nullptr);
 Tensor& fill_(Tensor& t, Scalar value);
 Tensor& zero_(Tensor& t);
 // Copies src (broadcast, cast) into t; differentiable w.r.t. src.

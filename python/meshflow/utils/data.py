@@ -168,44 +168,18 @@ def random_split(dataset, lengths, generator=None):
 
 # --- random draws from a generator ----------------------------------------------------
 
-_DRAW_LOCK = threading.Lock()
-
-
 def _draw(generator, factory):
-    """factory() (a random factory of the default generator, such as mf.rand)
-    with its values drawn from generator instead.
-
-    Note [Draws from a generator]: only randperm takes a generator= argument,
-    so a draw from another generator runs the factory on the default
-    generator with that generator's (seed, offset) swapped in, then gives the
-    advanced offset back and restores the default generator's state, as
-    meshflow.utils.checkpoint does. Values depend only on (seed, offset)
-    (Note [Counter-based random ops] in src/ops/random.cpp), so they are
-    reproducible per generator. The swap holds a lock against other swaps,
-    not against another thread drawing from the default generator in the
-    same instant (its draw would then come from, and advance, generator);
-    the samplers keep that window small by drawing an epoch (or 65536
-    indices) per swap.
-    """
-    if generator is None or generator is _mf.default_generator:
-        return factory()
-    if not isinstance(generator, _mf.Generator):
+    """factory(generator) for a generator argument that may be None (the
+    default generator); anything else than a meshflow.Generator is refused."""
+    if generator is not None and not isinstance(generator, _mf.Generator):
         raise TypeError(f"generator must be a meshflow.Generator or None, got {type(generator).__name__}")
-    default = _mf.default_generator
-    with _DRAW_LOCK:
-        saved = default.get_state()
-        default.set_state(generator.get_state())
-        try:
-            return factory()
-        finally:
-            generator.set_state(default.get_state())
-            default.set_state(saved)
+    return factory(generator)
 
 
 def _random_seed(generator=None):
     """A seed in [0, 2**63 - 1) drawn from generator (the default one when None),
     as torch.empty((), dtype=torch.int64).random_(generator=generator)."""
-    return int(_draw(generator, lambda: _mf.randint(0, 2 ** 63 - 1, (1,))).tolist()[0])
+    return int(_draw(generator, lambda g: _mf.randint(0, 2 ** 63 - 1, (1,), generator=g)).tolist()[0])
 
 
 # --- samplers -----------------------------------------------------------------------
@@ -276,7 +250,7 @@ class RandomSampler(Sampler):
         if self.replacement:
             for start in range(0, num_samples, self._CHUNK):
                 size = min(self._CHUNK, num_samples - start)
-                yield from _draw(generator, lambda: _mf.randint(0, n, (size,))).tolist()
+                yield from _draw(generator, lambda g: _mf.randint(0, n, (size,), generator=g)).tolist()
         else:
             for _ in range(num_samples // n):
                 yield from _mf.randperm(n, generator=generator).tolist()
@@ -334,7 +308,7 @@ class WeightedRandomSampler(Sampler):
     keys in increasing order, which has the law of drawing one index at a
     time in proportion to the weights left, as torch.multinomial does. Each
     iteration draws from generator (a meshflow.Generator, or the default
-    generator when None; see Note [Draws from a generator]), never from
+    generator when None), never from
     Python's random module. The values differ from PyTorch's, whose
     generator is another algorithm.
     """
@@ -386,13 +360,13 @@ class WeightedRandomSampler(Sampler):
             cdf = list(itertools.accumulate(scaled))
             total = cdf[-1]
             last = max(i for i, w in enumerate(scaled) if w > 0)
-            uniforms = _draw(self.generator, lambda: _mf.rand(k, dtype=_mf.float64)).tolist()
+            uniforms = _draw(self.generator, lambda g: _mf.rand(k, dtype=_mf.float64, generator=g)).tolist()
             # u * total rounds up to total at worst: the last positive weight takes it.
             indices = [min(i, last) for i in map(bisect.bisect_right, itertools.repeat(cdf),
                                                  (u * total for u in uniforms))]
         else:
             weights = _mf.tensor(values, dtype=_mf.float64)
-            uniforms = _draw(self.generator, lambda: _mf.rand(n, dtype=_mf.float64))
+            uniforms = _draw(self.generator, lambda g: _mf.rand(n, dtype=_mf.float64, generator=g))
             exponentials = -_mf.log1p(-uniforms)  # finite: uniforms < 1
             positive = weights > 0
             # log(E / w): at most log(37) - log(5e-324) < 750 for any positive weight. Zero weights come
