@@ -259,6 +259,73 @@ void init_schedulers(py::module_& m) {
            py::arg("max_momentum") = 0.95, py::arg("div_factor") = 25.0, py::arg("final_div_factor") = 1e4,
            py::arg("three_phase") = false, py::arg("last_epoch") = -1)
       .def_property_readonly("total_steps", &optim::OneCycleLR::total_steps);
+  scheduler_class<optim::CosineAnnealingWarmRestarts>(m, "CosineAnnealingWarmRestarts")
+      .def(py::init<Optimizer&, int64_t, int64_t, double, int64_t>(), py::keep_alive<1, 2>(), py::arg("optimizer"),
+           py::arg("T_0"), py::arg("T_mult") = 1, py::arg("eta_min") = 0.0, py::arg("last_epoch") = -1)
+      .def("step", [](optim::CosineAnnealingWarmRestarts& s, std::optional<double> epoch) {
+        if (epoch) s.step_to(*epoch);
+        else s.step();
+      }, py::arg("epoch") = py::none());
+  scheduler_class<optim::CyclicLR>(m, "CyclicLR")
+      .def(py::init([](Optimizer& optimizer, py::handle base_lr, py::handle max_lr, double step_size_up,
+                       std::optional<double> step_size_down, std::string mode, double gamma, py::object scale_fn,
+                       std::string scale_mode, bool cycle_momentum, py::handle base_momentum, py::handle max_momentum,
+                       int64_t last_epoch) {
+        optim::CyclicLROptions o{.base_lr = per_group(base_lr), .max_lr = per_group(max_lr),
+                                 .step_size_up = step_size_up, .step_size_down = step_size_down,
+                                 .mode = std::move(mode), .gamma = gamma, .scale_fn = nullptr,
+                                 .scale_mode = std::move(scale_mode),
+                                 .cycle_momentum = cycle_momentum, .base_momentum = per_group(base_momentum),
+                                 .max_momentum = per_group(max_momentum), .last_epoch = last_epoch};
+        if (!scale_fn.is_none()) {
+          auto fn = std::make_shared<py::object>(std::move(scale_fn));
+          std::shared_ptr<py::object> held(fn.get(), [fn](py::object*) mutable {
+            py::gil_scoped_acquire gil;
+            fn.reset();
+          });
+          o.scale_fn = [held](double x) {
+            py::gil_scoped_acquire gil;
+            return (*held)(x).cast<double>();
+          };
+        }
+        return std::make_shared<optim::CyclicLR>(optimizer, o);
+      }), py::keep_alive<1, 2>(), py::arg("optimizer"), py::arg("base_lr"), py::arg("max_lr"),
+           py::arg("step_size_up") = 2000, py::arg("step_size_down") = py::none(), py::arg("mode") = "triangular",
+           py::arg("gamma") = 1.0, py::arg("scale_fn") = py::none(), py::arg("scale_mode") = "cycle",
+           py::arg("cycle_momentum") = true, py::arg("base_momentum") = 0.8, py::arg("max_momentum") = 0.9,
+           py::arg("last_epoch") = -1);
+  py::class_<optim::ReduceLROnPlateau, std::shared_ptr<optim::ReduceLROnPlateau>>(m, "ReduceLROnPlateau")
+      .def(py::init([](Optimizer& optimizer, std::string mode, double factor, int64_t patience, double threshold,
+                       std::string threshold_mode, int64_t cooldown, py::handle min_lr, double eps, bool verbose) {
+        return std::make_shared<optim::ReduceLROnPlateau>(
+            optimizer, optim::ReduceLROnPlateau::Options{std::move(mode), factor, patience, threshold,
+                                                         std::move(threshold_mode), cooldown, per_group(min_lr), eps});
+      }), py::keep_alive<1, 2>(), py::arg("optimizer"), py::arg("mode") = "min", py::arg("factor") = 0.1,
+           py::arg("patience") = 10, py::arg("threshold") = 1e-4, py::arg("threshold_mode") = "rel",
+           py::arg("cooldown") = 0, py::arg("min_lr") = 0.0, py::arg("eps") = 1e-8, py::arg("verbose") = false)
+      .def("step", [](optim::ReduceLROnPlateau& s, py::object metrics, std::optional<int64_t> epoch) {
+        s.step(py::float_(metrics).cast<double>(), epoch);  // float(metrics), as PyTorch (a 1-element tensor too)
+      }, py::arg("metrics"), py::arg("epoch") = py::none())
+      .def("get_last_lr", &optim::ReduceLROnPlateau::get_last_lr)
+      .def("is_better", &optim::ReduceLROnPlateau::is_better, py::arg("a"), py::arg("best"))
+      .def_property_readonly("in_cooldown", &optim::ReduceLROnPlateau::in_cooldown)
+      .def_property_readonly("last_epoch", &optim::ReduceLROnPlateau::last_epoch)
+      .def_property_readonly("best", &optim::ReduceLROnPlateau::best)
+      .def_property_readonly("num_bad_epochs", &optim::ReduceLROnPlateau::num_bad_epochs)
+      .def_property_readonly("cooldown_counter", &optim::ReduceLROnPlateau::cooldown_counter)
+      .def_property_readonly("optimizer", &optim::ReduceLROnPlateau::optimizer, py::return_value_policy::reference)
+      .def("state_dict", [](const optim::ReduceLROnPlateau& s) { return from_state(s.state_dict()); })
+      .def("load_state_dict", [](optim::ReduceLROnPlateau& s, const py::dict& d) { s.load_state_dict(to_state(d, 0)); },
+           py::arg("state_dict"));
+  py::class_<optim::ChainedScheduler, std::shared_ptr<optim::ChainedScheduler>>(m, "ChainedScheduler")
+      .def(py::init<std::vector<std::shared_ptr<optim::LRScheduler>>>(), py::keep_alive<1, 2>(),
+           py::arg("schedulers"))
+      .def("step", &optim::ChainedScheduler::step)
+      .def("get_last_lr", &optim::ChainedScheduler::get_last_lr)
+      .def_property_readonly("optimizer", &optim::ChainedScheduler::optimizer, py::return_value_policy::reference)
+      .def("state_dict", [](const optim::ChainedScheduler& s) { return from_state(s.state_dict()); })
+      .def("load_state_dict", [](optim::ChainedScheduler& s, const py::dict& d) { s.load_state_dict(to_state(d, 0)); },
+           py::arg("state_dict"));
 }
 
 }  // namespace

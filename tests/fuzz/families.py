@@ -357,6 +357,13 @@ SCHEDULERS = (
               f" {size_arg(g, [2])})",
     lambda g: f"OneCycleLR(opt, {a(g, 'float', 0.1)}, total_steps={a(g, 'int', 10)}, "
               f"anneal_strategy={a(g, 'str', repr(g.choice(('cos', 'linear'))))}, three_phase={g.boolean()})",
+    lambda g: f"CosineAnnealingWarmRestarts(opt, {a(g, 'int', g.r.randint(1, 4))}, T_mult={a(g, 'int', 2)}, "
+              f"eta_min={a(g, 'float', 0.0)})",
+    lambda g: f"CyclicLR(opt, {a(g, 'float', 0.01)}, {a(g, 'float', 0.1)}, step_size_up={a(g, 'int', 2)}, "
+              f"mode={a(g, 'str', repr(g.choice(('triangular', 'triangular2', 'exp_range'))))}, "
+              f"cycle_momentum={g.boolean()})",
+    lambda g: "ChainedScheduler([mf.optim.lr_scheduler.ExponentialLR(opt, 0.9), "
+              f"mf.optim.lr_scheduler.StepLR(opt, {a(g, 'int', 2)})])",
 )
 
 

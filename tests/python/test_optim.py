@@ -182,6 +182,17 @@ SCHEDULERS = [
     ("OneCycleLR", lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=[1.0, 0.5], total_steps=20)),
     ("OneCycleLR-linear-3phase", lambda lib, opt: lib.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=0.8, epochs=4, steps_per_epoch=5, anneal_strategy="linear", three_phase=True)),
+    ("CosineAnnealingWarmRestarts", lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+        opt, T_0=3, T_mult=2, eta_min=0.01)),
+    ("CosineAnnealingWarmRestarts-1", lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, 4)),
+    ("CyclicLR", lambda lib, opt: lib.optim.lr_scheduler.CyclicLR(
+        opt, base_lr=[0.01, 0.02], max_lr=0.1, step_size_up=3, step_size_down=2)),
+    ("CyclicLR-triangular2", lambda lib, opt: lib.optim.lr_scheduler.CyclicLR(
+        opt, base_lr=0.01, max_lr=[0.1, 0.3], step_size_up=2, mode="triangular2", base_momentum=0.7)),
+    ("CyclicLR-exp_range", lambda lib, opt: lib.optim.lr_scheduler.CyclicLR(
+        opt, base_lr=0.01, max_lr=0.1, step_size_up=4, mode="exp_range", gamma=0.9, cycle_momentum=False)),
+    ("CyclicLR-scale_fn", lambda lib, opt: lib.optim.lr_scheduler.CyclicLR(
+        opt, base_lr=0.01, max_lr=0.1, step_size_up=2, scale_fn=lambda x: 1 / (1 + x), scale_mode="iterations")),
 ]
 
 
@@ -212,6 +223,110 @@ def test_scheduler_like_torch(name, make):
     for key in ("base_lrs", "_last_lr"):
         if key in t_sd:
             np.testing.assert_allclose(m_sd[key], t_sd[key], rtol=1e-12)
+
+
+def _sgd(lib, lr=0.1):
+    a, b = lib.ones(2, requires_grad=True), lib.ones(1, requires_grad=True)
+    return lib.optim.SGD([{"params": [a]}, {"params": [b], "lr": 2 * lr}], lr=lr, momentum=0.9)
+
+
+def test_warm_restarts_with_fractional_epochs_like_torch():
+    lrs = {}
+    for lib in (torch, mf):
+        opt = _sgd(lib)
+        s = lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=3, eta_min=0.001)
+        seen = []
+        for epoch in range(7):
+            for i in range(4):
+                s.step(epoch + i / 4)
+                seen.append(s.get_last_lr())
+        s.step(26)
+        s.step()
+        seen.append(s.get_last_lr())
+        lrs[lib] = (seen, s.last_epoch, s.state_dict()["T_cur"], s.state_dict()["T_i"])
+    np.testing.assert_allclose(lrs[mf][0], lrs[torch][0], rtol=1e-12)
+    assert lrs[mf][1:] == pytest.approx(lrs[torch][1:], rel=1e-12)
+    with pytest.raises(ValueError, match="non-negative epoch"):
+        s.step(-1)
+    with pytest.raises(ValueError, match="T_0"):
+        mf.optim.lr_scheduler.CosineAnnealingWarmRestarts(_sgd(mf), T_0=0)
+    with pytest.raises(ValueError, match="T_mult"):
+        mf.optim.lr_scheduler.CosineAnnealingWarmRestarts(_sgd(mf), T_0=2, T_mult=0)
+
+
+PLATEAU = [dict(), dict(mode="max", factor=0.5, patience=1, cooldown=2), dict(threshold_mode="abs", threshold=0.05,
+                                                                              patience=0, min_lr=[0.03, 0.05]),
+           dict(mode="max", threshold_mode="abs", patience=2, eps=0.02, factor=0.9)]
+
+
+@pytest.mark.parametrize("options", PLATEAU)
+def test_reduce_lr_on_plateau_like_torch(options):
+    rng = np.random.default_rng(2)
+    metrics = list(1.0 / (1 + np.arange(30)) + 0.2 * rng.random(30))
+    runs = {}
+    for lib in (torch, mf):
+        opt = _sgd(lib)
+        s = lib.optim.lr_scheduler.ReduceLROnPlateau(opt, **options)
+        history = []
+        for i, m in enumerate(metrics):
+            s.step(lib.tensor(m) if i % 3 == 0 else m)
+            history.append(([g["lr"] for g in opt.param_groups], s.num_bad_epochs, s.cooldown_counter, s.best))
+        runs[lib] = (history, s.state_dict(), s.last_epoch)
+    for (lr_m, bad_m, cool_m, best_m), (lr_t, bad_t, cool_t, best_t) in zip(runs[mf][0], runs[torch][0]):
+        np.testing.assert_allclose(lr_m, lr_t, rtol=1e-12)
+        assert (bad_m, cool_m) == (bad_t, cool_t) and best_m == pytest.approx(best_t, rel=1e-12)
+    m_sd, t_sd = runs[mf][1], runs[torch][1]
+    assert set(m_sd) == set(t_sd)
+    for key in ("mode", "threshold_mode", "patience", "cooldown", "cooldown_counter", "num_bad_epochs", "last_epoch"):
+        assert m_sd[key] == t_sd[key], key
+    np.testing.assert_allclose(m_sd["_last_lr"], t_sd["_last_lr"], rtol=1e-12)
+    # resuming continues identically
+    opt2 = _sgd(mf)
+    resumed = mf.optim.lr_scheduler.ReduceLROnPlateau(opt2, **options)
+    resumed.load_state_dict(m_sd)
+    assert resumed.best == pytest.approx(runs[mf][0][-1][3]) and resumed.last_epoch == runs[mf][2]
+
+
+def test_reduce_lr_on_plateau_errors():
+    with pytest.raises(ValueError, match="Factor|factor"):
+        mf.optim.lr_scheduler.ReduceLROnPlateau(_sgd(mf), factor=1.0)
+    with pytest.raises(ValueError, match="unknown"):
+        mf.optim.lr_scheduler.ReduceLROnPlateau(_sgd(mf), mode="avg")
+    with pytest.raises(ValueError, match="unknown"):
+        mf.optim.lr_scheduler.ReduceLROnPlateau(_sgd(mf), threshold_mode="pct")
+    with pytest.raises(ValueError, match="min_lr"):
+        mf.optim.lr_scheduler.ReduceLROnPlateau(_sgd(mf), min_lr=[0.1, 0.2, 0.3])
+
+
+def test_chained_scheduler_like_torch():
+    runs = {}
+    for lib in (torch, mf):
+        opt = _sgd(lib)
+        sched = lib.optim.lr_scheduler
+        chain = sched.ChainedScheduler([sched.ExponentialLR(opt, gamma=0.9),
+                                        sched.LinearLR(opt, start_factor=0.5, total_iters=4)])
+        lrs = [chain.get_last_lr()]
+        for _ in range(8):
+            opt.step()
+            chain.step()
+            lrs.append(chain.get_last_lr())
+        runs[lib] = (lrs, chain.state_dict())
+    np.testing.assert_allclose(runs[mf][0], runs[torch][0], rtol=1e-12)
+    assert len(runs[mf][1]["_schedulers"]) == 2
+    assert runs[mf][1]["_schedulers"][1]["last_epoch"] == runs[torch][1]["_schedulers"][1]["last_epoch"]
+    opt_a, opt_b = _sgd(mf), _sgd(mf)
+    with pytest.raises(ValueError, match="same optimizer"):
+        mf.optim.lr_scheduler.ChainedScheduler([mf.optim.lr_scheduler.ExponentialLR(opt_a, 0.9),
+                                                mf.optim.lr_scheduler.ExponentialLR(opt_b, 0.9)])
+
+
+def test_cyclic_lr_errors_like_torch():
+    with pytest.raises(ValueError, match="momentum"):
+        mf.optim.lr_scheduler.CyclicLR(mf.optim.Adam([mf.ones(1, requires_grad=True)]), 0.01, 0.1)
+    with pytest.raises(ValueError, match="mode is invalid"):
+        mf.optim.lr_scheduler.CyclicLR(_sgd(mf), 0.01, 0.1, mode="square")
+    with pytest.raises(ValueError, match="expected 2 values"):
+        mf.optim.lr_scheduler.CyclicLR(_sgd(mf), [0.01, 0.02, 0.03], 0.1)
 
 
 def test_scheduler_state_dict_resumes():

@@ -240,4 +240,126 @@ class OneCycleLR : public LRScheduler {
   bool use_beta1_ = false;
 };
 
+// SGDR: eta_min + (base_lr - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2,
+// where T_cur restarts at 0 after T_i epochs and T_i grows by T_mult at
+// each restart. step(epoch) takes fractional epochs (epoch + batch / batches).
+class CosineAnnealingWarmRestarts : public LRScheduler {
+ public:
+  CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult = 1, double eta_min = 0.0,
+                              int64_t last_epoch = -1);
+  void step() override;
+  void step(int64_t epoch) override { step_to(double(epoch)); }
+  void step_to(double epoch);
+  // Adds "T_0", "T_i", "T_mult", "eta_min" and "T_cur".
+  StateValue state_dict() const override;
+  void load_state_dict(const StateValue& state_dict) override;
+
+ protected:
+  std::vector<double> get_lr() override;
+
+ private:
+  int64_t T_0_, T_mult_;
+  double T_i_, T_cur_, eta_min_;
+};
+
+struct CyclicLROptions {
+  std::vector<double> base_lr;  // one value for every group, or one per group
+  std::vector<double> max_lr;
+  double step_size_up = 2000;
+  std::optional<double> step_size_down;  // step_size_up when unset
+  std::string mode = "triangular";       // "triangular", "triangular2" or "exp_range"
+  double gamma = 1.0;
+  // A custom amplitude scale (replaces mode), of the cycle number
+  // (scale_mode "cycle") or of the iteration ("iterations").
+  std::function<double(double)> scale_fn;
+  std::string scale_mode = "cycle";
+  bool cycle_momentum = true;
+  std::vector<double> base_momentum = {0.8};
+  std::vector<double> max_momentum = {0.9};
+  int64_t last_epoch = -1;
+};
+
+// The cyclical learning rate policy: the lr goes from base_lr up to max_lr
+// in step_size_up iterations and back in step_size_down, the amplitude
+// scaled per cycle (triangular2: halved each cycle) or per iteration
+// (exp_range: gamma^iteration); momentum cycles the other way.
+class CyclicLR : public LRScheduler {
+ public:
+  CyclicLR(Optimizer& optimizer, const CyclicLROptions& options);
+  // Adds "max_lrs", "total_size", "step_ratio", "mode", "gamma",
+  // "scale_mode", "cycle_momentum" and the momenta (not a custom scale_fn).
+  StateValue state_dict() const override;
+  void load_state_dict(const StateValue& state_dict) override;
+
+ protected:
+  std::vector<double> get_lr() override;
+
+ private:
+  double scale(double x) const;
+
+  std::vector<double> max_lrs_, base_momentums_, max_momentums_;
+  double total_size_, step_ratio_, gamma_;
+  std::string mode_, scale_mode_;
+  std::function<double(double)> scale_fn_;
+  bool cycle_momentum_;
+};
+
+// Multiplies each group's lr by factor (not below its min_lr) once the
+// metric passed to step() has not improved for more than patience epochs,
+// then waits cooldown epochs. Not an LRScheduler: it steps on a metric.
+class ReduceLROnPlateau {
+ public:
+  struct Options {
+    std::string mode = "min";  // "min" or "max"
+    double factor = 0.1;
+    int64_t patience = 10;
+    double threshold = 1e-4;
+    std::string threshold_mode = "rel";  // "rel" or "abs"
+    int64_t cooldown = 0;
+    std::vector<double> min_lr = {0.0};  // one value for every group, or one per group
+    double eps = 1e-8;
+  };
+  ReduceLROnPlateau(Optimizer& optimizer, const Options& options);
+  void step(double metric, std::optional<int64_t> epoch = std::nullopt);
+  const std::vector<double>& get_last_lr() const { return last_lr_; }
+  Optimizer& optimizer() const { return optimizer_; }
+  int64_t last_epoch() const { return last_epoch_; }
+  double best() const { return best_; }
+  int64_t num_bad_epochs() const { return num_bad_epochs_; }
+  int64_t cooldown_counter() const { return cooldown_counter_; }
+  bool in_cooldown() const { return cooldown_counter_ > 0; }
+  bool is_better(double a, double best) const;
+  // PyTorch's __dict__ without the optimizer: "factor", "min_lrs",
+  // "patience", "cooldown", "cooldown_counter", "mode", "threshold",
+  // "threshold_mode", "best", "num_bad_epochs", "mode_worse", "eps",
+  // "last_epoch", "_last_lr" (and "verbose": false).
+  StateValue state_dict() const;
+  void load_state_dict(const StateValue& state_dict);
+
+ private:
+  Optimizer& optimizer_;
+  Options o_;
+  std::vector<double> min_lrs_, last_lr_;
+  double best_, mode_worse_;
+  int64_t num_bad_epochs_ = 0, cooldown_counter_ = 0, last_epoch_ = 0;
+};
+
+// Steps every scheduler at each step() (their factors compose); all must
+// drive the same optimizer.
+class ChainedScheduler {
+ public:
+  explicit ChainedScheduler(std::vector<std::shared_ptr<LRScheduler>> schedulers);
+  void step();
+  const std::vector<double>& get_last_lr() const { return last_lr_; }
+  Optimizer& optimizer() const { return schedulers_.front()->optimizer(); }
+  const std::vector<std::shared_ptr<LRScheduler>>& schedulers() const { return schedulers_; }
+  // "_last_lr" and "_schedulers" (their state dicts).
+  StateValue state_dict() const;
+  void load_state_dict(const StateValue& state_dict);
+
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<double> last_lr_;
+};
+
 }  // namespace mf::optim

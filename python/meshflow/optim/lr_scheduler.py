@@ -26,9 +26,14 @@ LambdaLR = _schedules_any_optimizer(_optim.LambdaLR)
 LinearLR = _schedules_any_optimizer(_optim.LinearLR)
 SequentialLR = _schedules_any_optimizer(_optim.SequentialLR)
 OneCycleLR = _schedules_any_optimizer(_optim.OneCycleLR)
+CosineAnnealingWarmRestarts = _schedules_any_optimizer(_optim.CosineAnnealingWarmRestarts)
+CyclicLR = _schedules_any_optimizer(_optim.CyclicLR)
+ReduceLROnPlateau = _schedules_any_optimizer(_optim.ReduceLROnPlateau)
+ChainedScheduler = _optim.ChainedScheduler
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LambdaLR", "LinearLR",
-           "SequentialLR", "OneCycleLR"]
+           "SequentialLR", "OneCycleLR", "CosineAnnealingWarmRestarts", "CyclicLR", "ReduceLROnPlateau",
+           "ChainedScheduler"]
 
 for _name in __all__:
     globals()[_name].__module__ = __name__
