@@ -56,6 +56,14 @@ void init_shape(py::module_& m) {
   m.def("scatter_add", &scatter_add, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("src"));
   m.def("index_add", &index_add, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("source"),
         py::kw_only(), py::arg("alpha") = 1);
+  m.def("index_fill", &index_fill, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("value"));
+  m.def("broadcast_tensors", [](py::args tensors) {
+    TensorList list;
+    for (py::handle t : tensors) list.push_back(t.cast<Tensor>());
+    return to_tuple(broadcast_tensors(list));
+  });
+  m.def("diag", &diag, py::arg("input"), py::arg("diagonal") = 0);
+  m.def("argwhere", &argwhere, py::arg("input"));
   m.def("masked_select", &masked_select, py::arg("input"), py::arg("mask"));
   m.def("nonzero", [](const Tensor& t, bool as_tuple) -> py::object {
     Tensor nz = nonzero(t);
@@ -82,7 +90,7 @@ void init_shape(py::module_& m) {
   add_methods(m, handle, {"transpose", "t", "narrow", "select", "expand_as", "broadcast_to", "squeeze", "unsqueeze",
                           "flatten", "unflatten", "as_strided", "diagonal", "contiguous", "clone", "split", "chunk",
                           "unbind", "index_select", "gather", "scatter", "scatter_add", "index_add",
-                          "masked_select", "nonzero", "take", "tril", "triu", "repeat_interleave", "roll", "topk", "sort",
+                          "index_fill", "diag", "argwhere", "masked_select", "nonzero", "take", "tril", "triu", "repeat_interleave", "roll", "topk", "sort",
                           "argsort"});
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(handle);
   def_size_method(cls, "view", &view);
@@ -91,6 +99,27 @@ void init_shape(py::module_& m) {
   def_size_method(cls, "expand", &expand);
   def_size_method(cls, "repeat", &repeat);
   def_size_method(cls, "flip", &flip);
+  // In-place forms: self is returned (its one Python object).
+  cls.def("scatter_", [](py::object self, int64_t dim, const Tensor& index, const Tensor& src) {
+        scatter_(self.cast<Tensor&>(), dim, index, src);
+        return self;
+      }, py::arg("dim"), py::arg("index"), py::arg("src"))
+      .def("scatter_", [](py::object self, int64_t dim, const Tensor& index, Scalar value) {
+        scatter_(self.cast<Tensor&>(), dim, index, value);
+        return self;
+      }, py::arg("dim"), py::arg("index"), py::arg("value"))
+      .def("scatter_add_", [](py::object self, int64_t dim, const Tensor& index, const Tensor& src) {
+        scatter_add_(self.cast<Tensor&>(), dim, index, src);
+        return self;
+      }, py::arg("dim"), py::arg("index"), py::arg("src"))
+      .def("index_add_", [](py::object self, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
+        index_add_(self.cast<Tensor&>(), dim, index, source, alpha);
+        return self;
+      }, py::arg("dim"), py::arg("index"), py::arg("source"), py::kw_only(), py::arg("alpha") = 1)
+      .def("index_fill_", [](py::object self, int64_t dim, const Tensor& index, Scalar value) {
+        index_fill_(self.cast<Tensor&>(), dim, index, value);
+        return self;
+      }, py::arg("dim"), py::arg("index"), py::arg("value"));
   cls.def("view_as", [](const Tensor& t, const Tensor& other) { return view(t, other.sizes()); }, py::arg("other"))
       .def("reshape_as", [](const Tensor& t, const Tensor& other) { return reshape(t, other.sizes()); },
            py::arg("other"));

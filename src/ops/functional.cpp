@@ -163,4 +163,63 @@ Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& redu
   return input.dim() == 0 ? total : div(total, Scalar(input.size(0)));
 }
 
+Tensor& scatter_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src) {
+  return copy_(t, scatter(t, dim, index, src));
+}
+Tensor& scatter_(Tensor& t, int64_t dim, const Tensor& index, Scalar value) {
+  return copy_(t, scatter(t, dim, index, value));
+}
+Tensor& scatter_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src) {
+  return copy_(t, scatter_add(t, dim, index, src));
+}
+Tensor& index_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
+  return copy_(t, index_add(t, dim, index, src, alpha));
+}
+
+Tensor index_fill(const Tensor& t, int64_t dim, const Tensor& index, Scalar value) {
+  MF_CHECK(t.defined() && index.defined(), ValueError, "index_fill: input and index must be defined tensors");
+  MF_CHECK(index.dim() <= 1, ShapeError, "index_fill: index must be 0-d or 1-d, got ", index.dim(), " dims");
+  MF_CHECK(index.dtype() == DType::Int64, TypeError, "index_fill: index must be int64, got ", dtype_name(index.dtype()));
+  if (t.dim() == 0) {
+    MF_CHECK(dim == 0 || dim == -1, IndexError, "index_fill: dim ", dim, " is out of range for a 0-d tensor");
+    return reshape(scatter(reshape(t, {1}), 0, reshape(index, {-1}), value), {});
+  }
+  const int64_t d = dim < 0 ? dim + t.dim() : dim;
+  MF_CHECK(d >= 0 && d < t.dim(), IndexError, "index_fill: dim ", dim, " is out of range for a tensor of ", t.dim(),
+           " dims");
+  // One scatter index per filled position: index along d, broadcast over the other dims.
+  Shape along(size_t(t.dim()), 1), shape = t.sizes();
+  along[size_t(d)] = index.numel();
+  shape[size_t(d)] = index.numel();
+  return scatter(t, d, contiguous(expand(reshape(index, along), shape)), value);
+}
+
+Tensor& index_fill_(Tensor& t, int64_t dim, const Tensor& index, Scalar value) {
+  return copy_(t, index_fill(t, dim, index, value));
+}
+
+TensorList broadcast_tensors(const TensorList& tensors) {
+  Shape shape;
+  for (const Tensor& t : tensors) {
+    MF_CHECK(t.defined(), ValueError, "broadcast_tensors: every argument must be a tensor");
+    shape = broadcast_shapes(shape, t.sizes(), "broadcast_tensors");
+  }
+  TensorList out;
+  for (const Tensor& t : tensors) out.push_back(expand(t, shape));
+  return out;
+}
+
+Tensor diag(const Tensor& t, int64_t offset) {
+  MF_CHECK(t.defined() && (t.dim() == 1 || t.dim() == 2), ShapeError, "diag: expected a 1-d or 2-d tensor, got ",
+           t.defined() ? t.dim() : 0, " dims");
+  if (t.dim() == 2) return clone(diagonal(t, offset));
+  const int64_t n = t.size(0), k = offset < 0 ? -offset : offset;
+  // eye * t puts t on the main diagonal; padding shifts it off the main one.
+  const Tensor square = mul(eye(n, std::nullopt, {.dtype = t.dtype()}), t);
+  if (k == 0) return square;
+  return offset > 0 ? pad(square, {k, 0, 0, k}) : pad(square, {0, k, k, 0});
+}
+
+Tensor argwhere(const Tensor& t) { return nonzero(t); }
+
 }  // namespace mf

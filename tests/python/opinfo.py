@@ -613,6 +613,33 @@ def index_add_samples(rng, dtype):
 
 
 op("index_add", index_add_samples, dtypes=NUMERIC, method=True, tol={"bfloat16": (3e-2, 3e-2)})
+# The in-place forms write into a clone when gradients are checked (inplace()).
+op("Tensor.scatter_", scatter_samples, call=inplace("scatter_"), dtypes=ALL)
+op("Tensor.scatter_add_", scatter_add_samples, call=inplace("scatter_add_"), dtypes=NUMERIC,
+   tol={"bfloat16": (3e-2, 3e-2)})
+op("Tensor.index_add_", index_add_samples, call=inplace("index_add_"), dtypes=NUMERIC, tol={"bfloat16": (3e-2, 3e-2)})
+
+
+def index_fill_samples(rng, dtype):
+    value = scalar_of(dtype)
+    return [S(make(rng, (5, 3), dtype), 0, index_arr(rng, (2,), 5), value),
+            S(make(rng, (2, 6), dtype), 1, index_arr(rng, (4,), 6), value),
+            S(make(rng, (2, 3, 4), dtype), -1, Arr(np.array(2), "int64", requires_grad=False), value),
+            S(make(rng, (), dtype), 0, Arr(np.array([0]), "int64", requires_grad=False), value),
+            S(make(rng, (3,), dtype), 0, index_arr(rng, (0,), 3), value)]
+
+
+op("index_fill", index_fill_samples, dtypes=ALL, method=True)
+op("Tensor.index_fill_", index_fill_samples, call=inplace("index_fill_"), dtypes=ALL)
+op("diag", lambda rng, dtype: [S(make(rng, (4,), dtype)), S(make(rng, (3,), dtype), 2), S(make(rng, (3,), dtype), -1),
+                               S(make(rng, (3, 4), dtype)), S(make(rng, (4, 3), dtype), 1),
+                               S(make(rng, (3, 3), dtype), -2), S(make(rng, (0,), dtype))], dtypes=ALL, method=True)
+op("argwhere", lambda rng, dtype: [S(make(rng, (3, 4), dtype, -1, 1)), S(make(rng, (2, 3, 4), dtype, -1, 1)),
+                                   S(make(rng, (), dtype, -1, 1)), S(make(rng, (0, 3), dtype))], dtypes=ALL,
+   method=True, differentiable=False)
+op("broadcast_tensors", lambda rng, dtype: [S(make(rng, (2, 1), dtype), make(rng, (3,), dtype)),
+                                            S(make(rng, (), dtype), make(rng, (2, 3), dtype), make(rng, (1, 3), dtype)),
+                                            S(make(rng, (4,), dtype))], dtypes=ALL)
 op("masked_select", lambda rng, dtype: [S(make(rng, (3, 4), dtype), make(rng, (3, 4), "bool")),
                                         S(make(rng, (2, 3, 4), dtype), make(rng, (3, 1), "bool")),
                                         S(make(rng, (), dtype), make(rng, (2,), "bool")),

@@ -53,5 +53,21 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 // "batchmean" (the sum over input.size(0)).
 Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
               bool log_target = false);
+// In-place forms of scatter, scatter_add and index_add, and index_fill
+// (value written at `index` along dim; index 0-d or 1-d int64), computed
+// out of place and copied into t, so autograd sees those ops.
+Tensor& scatter_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_(Tensor& t, int64_t dim, const Tensor& index, Scalar value);
+Tensor& scatter_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& index_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha = 1);
+Tensor index_fill(const Tensor& t, int64_t dim, const Tensor& index, Scalar value);
+Tensor& index_fill_(Tensor& t, int64_t dim, const Tensor& index, Scalar value);
+// The tensors expanded to their common broadcast shape (views).
+TensorList broadcast_tensors(const TensorList& tensors);
+// 1-d input: a square matrix with it on diagonal `diagonal` (above the main
+// one when positive); 2-d input: a copy of that diagonal.
+Tensor diag(const Tensor& t, int64_t diagonal = 0);
+// The indices of the nonzero elements, one row each (torch.argwhere).
+Tensor argwhere(const Tensor& t);
 
 }  // namespace mf
