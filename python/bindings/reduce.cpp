@@ -92,10 +92,26 @@ void init_reduce(py::module_& m) {
   m.def("any", [](const Tensor& t, int64_t dim, bool keepdim) { return any(t, dim, keepdim); }, py::arg("input"),
         py::arg("dim"), py::arg("keepdim") = false);
   m.def("cumsum", &cumsum, py::arg("input"), py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none());
+  m.def("median", py::overload_cast<const Tensor&>(&median), py::arg("input"));
+  m.def("median", py::overload_cast<const Tensor&, int64_t, bool>(&median), py::arg("input"), py::arg("dim"),
+        py::arg("keepdim") = false);
+  m.def("unique", [](const Tensor& t, bool sorted, bool return_inverse, bool return_counts,
+                     std::optional<int64_t> dim) -> py::object {
+    MF_CHECK(!dim, ValueError, "unique: dim= is not supported (the unique rows or slices along a dim)");
+    UniqueResult r = unique(t, return_inverse, return_counts);  // always sorted (sorted=False allows any order)
+    if (!return_inverse && !return_counts) return py::cast(r.values);
+    py::list out;
+    out.append(r.values);
+    if (return_inverse) out.append(r.inverse);
+    if (return_counts) out.append(r.counts);
+    return py::tuple(out);
+  }, py::arg("input"), py::arg("sorted") = true, py::arg("return_inverse") = false, py::arg("return_counts") = false,
+        py::arg("dim") = py::none());
+  m.def("cumprod", &cumprod, py::arg("input"), py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none());
 
   py::handle cls = m.attr("Tensor");
   add_methods(m, cls, {"sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std", "norm",
-                       "logsumexp", "all", "any", "cumsum"});
+                       "logsumexp", "all", "any", "cumsum", "cumprod", "median", "unique"});
   py::reinterpret_borrow<py::class_<Tensor>>(cls).def("sum_to_size", [](const Tensor& t, py::args size) {
     return sum_to(t, shape_from_args(size, "sum_to_size"));
   });

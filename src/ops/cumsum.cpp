@@ -1,8 +1,10 @@
-// cumsum: inclusive prefix sums along a dim (or suffix sums, the "reverse"
-// form its backward uses). Floats accumulate in double, 16-bit floats in
-// float and integers in wrapping 64-bit, like PyTorch's CPU kernel.
+// cumsum and cumprod: inclusive prefix sums or products along a dim (or
+// suffix sums, the "reverse" form cumsum's backward uses). Floats
+// accumulate in double, 16-bit floats in float and integers in wrapping
+// 64-bit, like PyTorch's CPU kernels.
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
 #include "ops/kernels/cpu/loops.h"
 #include "ops/reduce_common.h"
 
@@ -37,9 +39,11 @@ LineGeometry line_geometry(const Tensor& x, const Tensor& out, int64_t dim) {
   return g;
 }
 
-template <typename T>
-void cumsum_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
+template <typename T, bool kProduct>
+void scan_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
   using Acc = cumsum_acc_t<T>;
+  const Acc identity = kProduct ? Acc(1) : Acc(0);
+  auto combine = [](Acc a, Acc v) { return kProduct ? Acc(a * v) : Acc(a + v); };
   const LineGeometry g = line_geometry(x, out, dim);
   const int64_t n = x.sizes()[size_t(dim)], s = x.strides()[size_t(dim)], so = out.strides()[size_t(dim)];
   const T* xp = static_cast<const T*>(x.data_ptr());
@@ -63,10 +67,10 @@ void cumsum_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
       for (int64_t l = b; l < e; ++l, in.next(), ow.next()) {
         const T* p = xp + in.offset;
         T* q = op + ow.offset;
-        Acc acc = Acc(0);
+        Acc acc = identity;
         for (int64_t k = 0; k < n; ++k) {
           const int64_t i = at(k);
-          acc += cpu::to_acc<Acc>(p[i * s]);
+          acc = combine(acc, cpu::to_acc<Acc>(p[i * s]));
           q[i * so] = from_acc<T>(acc);
         }
       }
@@ -98,13 +102,13 @@ void cumsum_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
       const int64_t first = (u % blocks) * W, w = std::min(W, lane_size - first);
       const T* p = xp + in.offset + first * ls;
       T* q = op + ow.offset + first * los;
-      std::fill(acc.begin(), acc.end(), Acc(0));
+      std::fill(acc.begin(), acc.end(), identity);
       for (int64_t k = 0; k < n; ++k) {
         const int64_t i = at(k);
         const T* row = p + i * s;
         T* orow = q + i * so;
         for (int64_t j = 0; j < w; ++j) {
-          acc[size_t(j)] += cpu::to_acc<Acc>(row[j * ls]);
+          acc[size_t(j)] = combine(acc[size_t(j)], cpu::to_acc<Acc>(row[j * ls]));
           orow[j * los] = from_acc<T>(acc[size_t(j)]);
         }
       }
@@ -112,17 +116,19 @@ void cumsum_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
   });
 }
 
-void cumsum_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+template <bool kProduct>
+void scan_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   if (in[0].numel() == 0) return;
   Tensor x = in[0].dim() == 0 ? make_view(in[0], {1}, {1}, in[0].storage_offset()) : in[0];
   Tensor o = out[0].dim() == 0 ? make_view(out[0], {1}, {1}, 0) : out[0];
-  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), "cumsum");
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), kProduct ? "cumprod" : "cumsum");
   if (int64_t(line_geometry(x, o, dim).sizes.size()) > cpu::kMaxReduceDims) {
     Tensor copy = make_empty(x.sizes(), x.dtype(), x.device());
     cpu::copy_cast(copy, x);
     x = copy;
   }
-  dispatch_dtype(x.dtype(), [&]<typename T>() { cumsum_typed<T>(x, o, dim, attrs.get_bool("reverse")); });
+  const bool reverse = !kProduct && attrs.get_bool("reverse");
+  dispatch_dtype(x.dtype(), [&]<typename T>() { scan_typed<T, kProduct>(x, o, dim, reverse); });
 }
 
 MF_REGISTER_OP(OpDef{
@@ -132,7 +138,7 @@ MF_REGISTER_OP(OpDef{
       wrap_dim(attrs.get_int("dim"), in[0].dim(), "cumsum");
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = cumsum_kernel,
+    .cpu_kernel = scan_kernel<false>,
     .backward = [](const BackwardContext& ctx) {
       // d/dx_j of sum_i g_i * prefix_i(x) is the suffix sum of g from j.
       static const OpDef& op = dispatch::op("cumsum");
@@ -143,7 +149,83 @@ MF_REGISTER_OP(OpDef{
     .sbp = sbp::independent_of_attr("dim"),
 });
 
+// d/dx_i of sum_j g_j y_j with y_j = x_0 ... x_j is
+//   (x_0 ... x_{i-1}) * S_i,  S_i = g_i + x_{i+1} S_{i+1},  S_{n-1} = g_{n-1},
+// computed per row of contiguous (rows, n) grad and input, without dividing
+// by x (so zeros in the input are exact). In double for floats.
+MF_REGISTER_OP(OpDef{
+    .name = "cumprod_backward",
+    .inputs = {"grad", "input"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
+      const int64_t n = in[1].size(-1), rows = n ? in[1].numel() / n : 0;
+      auto dense = [](const Tensor& t) {  // rows of n, whatever layout the caller passed
+        if (t.is_contiguous()) return t;
+        Tensor copy = make_empty(t.sizes(), t.dtype(), t.device());
+        cpu::copy_cast(copy, t);
+        return copy;
+      };
+      const Tensor gin = dense(in[0]), xin = dense(in[1]);
+      MF_CHECK(out[0].is_contiguous(), Error, "cumprod_backward: expected a contiguous output");
+      dispatch_floating(in[1].dtype(), "cumprod_backward", [&]<typename T>() {
+        using Acc = cumsum_acc_t<T>;
+        const T* g = static_cast<const T*>(gin.data_ptr());
+        const T* x = static_cast<const T*>(xin.data_ptr());
+        T* o = static_cast<T*>(out[0].data_ptr());
+        parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+          std::vector<Acc> suffix(static_cast<size_t>(n));
+          for (int64_t r = b; r < e; ++r) {
+            const T* gr = g + r * n;
+            const T* xr = x + r * n;
+            Acc s = Acc(0);
+            for (int64_t i = n - 1; i >= 0; --i) {
+              s = (i == n - 1 ? Acc(0) : Acc(xr[i + 1]) * s) + Acc(gr[i]);
+              suffix[size_t(i)] = s;
+            }
+            Acc prefix = Acc(1);
+            for (int64_t i = 0; i < n; ++i) {
+              o[r * n + i] = T(prefix * suffix[size_t(i)]);
+              prefix *= Acc(xr[i]);
+            }
+          }
+        });
+      });
+    },
+    .differentiable = false,
+    .sbp = sbp::broadcast_only(),
+});
+
+MF_REGISTER_OP(OpDef{
+    .name = "cumprod",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      wrap_dim(attrs.get_int("dim"), in[0].dim(), "cumprod");
+      return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = scan_kernel<true>,
+    // Rows along dim, contiguous, through cumprod_backward (first-order only).
+    .backward = [](const BackwardContext& ctx) {
+      static const OpDef& op = dispatch::op("cumprod_backward");
+      const Tensor& x = ctx.inputs[0];
+      if (x.dim() == 0) return TensorList{ctx.grad_outputs[0]};
+      const int64_t dim = wrap_dim(ctx.attrs.get_int("dim"), x.dim(), "cumprod");
+      const Tensor g = contiguous(transpose(ctx.grad_outputs[0], dim, -1));
+      const Tensor xr = contiguous(transpose(x, dim, -1));
+      return TensorList{transpose(dispatch::apply_one(op, {g, xr}), dim, -1)};
+    },
+    .save_inputs = 0b1,
+    .sbp = sbp::independent_of_attr("dim"),
+});
+
 }  // namespace
+
+Tensor cumprod(const Tensor& t, int64_t dim, std::optional<DType> dtype) {
+  static const OpDef& op = dispatch::op("cumprod");
+  Tensor x = to(t, dtype.value_or(is_floating(t.dtype()) ? t.dtype() : DType::Int64));
+  return dispatch::apply_one(op, {x}, {{"dim", dim}});
+}
 
 Tensor cumsum(const Tensor& t, int64_t dim, std::optional<DType> dtype) {
   static const OpDef& op = dispatch::op("cumsum");

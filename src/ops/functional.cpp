@@ -222,4 +222,70 @@ Tensor diag(const Tensor& t, int64_t offset) {
 
 Tensor argwhere(const Tensor& t) { return nonzero(t); }
 
+Tensor median(const Tensor& t) {
+  MF_CHECK(t.defined() && t.numel() > 0, ValueError, "median: expected a non-empty tensor");
+  const Tensor flat = reshape(t, {-1});
+  Tensor m;
+  {
+    NoGradGuard no_grad;
+    m = select(sort(flat).values, 0, (flat.numel() - 1) / 2);
+    if (is_floating(flat.dtype())) m = where(any(isnan(flat)), Scalar(std::nan("")), m);
+  }
+  if (!is_floating(flat.dtype())) return m;
+  // m's value, with the gradient of the mean of the elements equal to it.
+  const Tensor ties = eq(flat, m);
+  const Tensor share = div(sum(where(ties, flat, Scalar(0))), sum(ties));
+  return add(m, sub(share, share.detach()));
+}
+
+ValuesIndices median(const Tensor& t, int64_t dim, bool keepdim) {
+  MF_CHECK(t.defined(), ValueError, "median: input must be a defined tensor");
+  const Tensor x = t.dim() == 0 ? reshape(t, {1}) : t;
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  MF_CHECK(d >= 0 && d < x.dim(), IndexError, "median: dim ", dim, " is out of range for a tensor of ", t.dim(),
+           " dims");
+  const int64_t n = x.size(d);
+  MF_CHECK(n > 0, IndexError, "median: cannot compute the median of an empty dim ", dim);
+  Tensor index;
+  {
+    NoGradGuard no_grad;
+    index = select(sort(x, d).indices, d, (n - 1) / 2);
+    const Tensor nan = isnan(x);
+    index = where(any(nan, d), argmax(to(nan, DType::Int64), d), index);  // argmax: the first NaN
+  }
+  Tensor values = squeeze(gather(x, d, unsqueeze(index, d)), d);
+  if (keepdim && t.dim() > 0) return {unsqueeze(values, d), unsqueeze(index, d)};
+  if (t.dim() == 0) return {reshape(values, {}), reshape(index, {})};
+  return {values, index};
+}
+
+UniqueResult unique(const Tensor& t, bool return_inverse, bool return_counts) {
+  MF_CHECK(t.defined(), ValueError, "unique: input must be a defined tensor");
+  NoGradGuard no_grad;
+  const Tensor flat = reshape(t.detach(), {-1});
+  const int64_t n = flat.numel();
+  UniqueResult r;
+  if (n == 0) {
+    r.values = clone(flat);
+    if (return_inverse) r.inverse = zeros(t.sizes(), {.dtype = DType::Int64});
+    if (return_counts) r.counts = zeros({0}, {.dtype = DType::Int64});
+    return r;
+  }
+  const ValuesIndices sorted = sort(flat);
+  // first[i]: sorted element i starts a new value (NaN != NaN: each its own)
+  const Tensor first = cat({ones({1}, {.dtype = DType::Bool}),
+                            ne(narrow(sorted.values, 0, 1, n - 1), narrow(sorted.values, 0, 0, n - 1))});
+  r.values = masked_select(sorted.values, first);
+  if (return_inverse) {
+    const Tensor group = sub(cumsum(first, 0), Scalar(1));
+    r.inverse = reshape(scatter(zeros({n}, {.dtype = DType::Int64}), 0, sorted.indices, group), t.sizes());
+  }
+  if (return_counts) {
+    const Tensor starts = reshape(nonzero(first), {-1});
+    const Tensor ends = cat({narrow(starts, 0, 1, starts.numel() - 1), full({1}, n, {.dtype = DType::Int64})});
+    r.counts = sub(ends, starts);
+  }
+  return r;
+}
+
 }  // namespace mf

@@ -503,6 +503,11 @@ op("norm", [X(), Lit("2", "1", "'fro'", "float('inf')", "-float('inf')", "0", "3
    {"dtype": DType(FLOATS)}, dtypes=FLOATS, method=True, nreq=1)
 op("logsumexp", [X(), Dims(), Bool()], dtypes=FLOATS, method=True, nreq=2)
 op("cumsum", [X(), Dim()], {"dtype": DType()}, dtypes=ALL, method=True)
+op("cumprod", [X(), Dim()], {"dtype": DType()}, dtypes=ALL, method=True)
+op("median", [X()], dtypes=ALL, method=True)
+op("median", [X(), Dim()], {"keepdim": Bool()}, dtypes=ALL, method=True)
+op("unique", [X()], {"return_inverse": Bool(), "return_counts": Bool(), "dim": Lit("None", "0")}, dtypes=ALL,
+   method=True)
 op("Tensor.sum_to_size", [X(), SizeArgs(sum_to)], dtypes=NUMERIC)
 
 # Sorting.

@@ -466,6 +466,28 @@ op("cumsum", lambda rng, dtype: [S(make(rng, (3, 4), dtype), 1), S(make(rng, (2,
                                  S(make(rng, (), dtype), 0), S(make(rng, (5,), dtype), -1, dtype=Dt("float64")),
                                  S(make(rng, (0, 3), dtype), 1)], dtypes=ALL, method=True,
    tol={"bfloat16": (3e-2, 3e-2), "float16": (3e-3, 3e-3)})
+def median_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, distinct=True)
+
+    return [S(x((3, 5))), S(x((7,))), S(x(())), S(x((3, 5)), 1), S(x((4, 3)), 0, keepdim=True), S(x((2, 3, 4)), -1),
+            S(x(()), 0), S(make(rng, (6,), dtype, -2, 2, grid=1.0))]  # ties: the gradient shared as torch's
+
+
+op("median", median_samples, dtypes=NUMERIC, method=True)
+# From 0: torch's bfloat16 unique tells -0.0 from 0.0, its float32 one does not.
+op("unique", lambda rng, dtype: [S(make(rng, (3, 5), dtype, 0, 4, grid=1.0)),
+                                 S(make(rng, (12,), dtype, 0, 4, grid=1.0), return_inverse=True),
+                                 S(make(rng, (2, 3, 4), dtype, 0, 4, grid=1.0), return_counts=True),
+                                 S(make(rng, (2, 4), dtype, 0, 4, grid=1.0), return_inverse=True, return_counts=True),
+                                 S(make(rng, (0, 3), dtype)), S(make(rng, (), dtype))],
+   dtypes=ALL, method=True, differentiable=False)
+# Values near 1 keep long products in range; a grid from -2 puts exact zeros in (the exact gradient there).
+op("cumprod", lambda rng, dtype: [S(make(rng, (3, 4), dtype, 0.5, 1.5), 1), S(make(rng, (2, 3, 4), dtype, 0.5, 1.5), 0),
+                                  S(make(rng, (), dtype), 0), S(make(rng, (5,), dtype, -2, 2), -1, dtype=Dt("float64")),
+                                  S(make(rng, (4, 6), dtype, -2, 2, grid=1.0), 1),
+                                  S(make(rng, (0, 3), dtype), 1)], dtypes=ALL, method=True,
+   tol={"bfloat16": (3e-2, 3e-2), "float16": (3e-3, 3e-3)})
 op("Tensor.sum_to_size", lambda rng, dtype: [S(make(rng, (3, 4), dtype), 1, 4), S(make(rng, (2, 3, 4), dtype), (3, 1)),
                                              S(make(rng, (2, 3), dtype), (2, 3))],
    call=method_call("sum_to_size"), dtypes=NUMERIC)

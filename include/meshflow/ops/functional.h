@@ -6,6 +6,7 @@
 #include <string>
 
 #include "meshflow/ops/creation.h"
+#include "meshflow/ops/reduce.h"
 #include "meshflow/scalar.h"
 #include "meshflow/tensor.h"
 
@@ -69,5 +70,18 @@ TensorList broadcast_tensors(const TensorList& tensors);
 Tensor diag(const Tensor& t, int64_t diagonal = 0);
 // The indices of the nonzero elements, one row each (torch.argwhere).
 Tensor argwhere(const Tensor& t);
+// The lower median of all elements (NaN if any is NaN); the gradient is
+// shared evenly by the elements equal to it, as PyTorch's.
+Tensor median(const Tensor& t);
+// The lower median along dim and its index (the first NaN where a row has
+// one); the gradient goes to that index.
+ValuesIndices median(const Tensor& t, int64_t dim, bool keepdim = false);
+// The distinct values of t, sorted (NaNs are distinct from each other),
+// with, when asked, the index of each element's value (t's shape) and
+// each value's count. Not differentiable.
+struct UniqueResult {
+  Tensor values, inverse, counts;
+};
+UniqueResult unique(const Tensor& t, bool return_inverse = false, bool return_counts = false);
 
 }  // namespace mf

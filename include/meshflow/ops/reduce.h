@@ -36,5 +36,7 @@ Tensor logsumexp(const Tensor& t, const Shape& dims, bool keepdim = false);
 Tensor all(const Tensor& t, std::optional<int64_t> dim = {}, bool keepdim = false);
 Tensor any(const Tensor& t, std::optional<int64_t> dim = {}, bool keepdim = false);
 Tensor cumsum(const Tensor& t, int64_t dim, std::optional<DType> dtype = {});
+// Inclusive products along dim (integers and bool as int64 unless dtype).
+Tensor cumprod(const Tensor& t, int64_t dim, std::optional<DType> dtype = {});
 
 }  // namespace mf
