@@ -64,6 +64,21 @@ def get_rng_state():
     return tensor(list(struct.pack("<QQ", seed, offset)), dtype=uint8)
 
 
+def seed():
+    """Seeds the default generator from the operating system's entropy and
+    returns that seed (a non-negative 63-bit int), as torch.seed."""
+    import builtins
+    import os
+    value = builtins.int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)  # int is meshflow.int here
+    _C.manual_seed(value)
+    return value
+
+
+def _cuda(self, device=None, non_blocking=False, memory_format=None):
+    raise _C._errors.Error("Tensor.cuda: this build of meshflow has no CUDA backend "
+                           "(meshflow.cuda.is_available() is False)")
+
+
 def set_rng_state(new_state):
     """Restores a state from get_rng_state()."""
     import struct
@@ -142,12 +157,13 @@ del _name
 
 Tensor.__format__ = _format
 Tensor.__deepcopy__ = _deepcopy
+Tensor.cuda = _cuda
 Tensor.new_zeros = _new_factory(zeros)
 Tensor.new_ones = _new_factory(ones)
 Tensor.new_empty = _new_factory(empty)
 Tensor.new_full = _new_full
 Tensor.new_tensor = _new_tensor
-for _f, _n in ((_new_full, "new_full"), (_new_tensor, "new_tensor"), (_deepcopy, "__deepcopy__"),
+for _f, _n in ((_new_full, "new_full"), (_new_tensor, "new_tensor"), (_deepcopy, "__deepcopy__"), (_cuda, "cuda"),
                (_format, "__format__")):
     _f.__name__, _f.__qualname__ = _n, "Tensor." + _n
 del _f, _n

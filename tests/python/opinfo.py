@@ -735,7 +735,7 @@ op("Tensor.index_put", index_put_samples, call=method_call("index_put"), dtypes=
 # coverage test does not ask for an OpInfo.
 NOT_OPS = {
     "tensor", "as_tensor", "from_numpy", "from_dlpack", "to_dlpack", "is_tensor", "is_floating_point", "numel",
-    "manual_seed", "initial_seed", "get_rng_state", "set_rng_state", "get_num_threads", "set_num_threads", "get_default_dtype", "set_default_dtype",
+    "manual_seed", "initial_seed", "seed", "get_rng_state", "set_rng_state", "get_num_threads", "set_num_threads", "get_default_dtype", "set_default_dtype",
     "is_grad_enabled", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "reset_peak_memory_stats", "empty_cache", "save", "load",
     # Tensor metadata, autograd and conversion to Python values
@@ -746,7 +746,7 @@ NOT_OPS = {
     "Tensor.retain_grad", "Tensor.requires_grad_", "Tensor.new_zeros", "Tensor.new_ones", "Tensor.new_empty",
     "Tensor.new_full", "Tensor.new_tensor",
     # properties
-    "Tensor.shape", "Tensor.dtype", "Tensor.device", "Tensor.ndim", "Tensor.is_cpu", "Tensor.is_cuda",
+    "Tensor.shape", "Tensor.dtype", "Tensor.device", "Tensor.ndim", "Tensor.is_cpu", "Tensor.is_cuda", "Tensor.cuda",
     "Tensor.itemsize", "Tensor.nbytes", "Tensor.data", "Tensor.grad", "Tensor.grad_fn", "Tensor.is_leaf",
     "Tensor.requires_grad", "Tensor.output_nr", "Tensor.retains_grad",
     # the global view's conversions and metadata (tests/python/test_global.py)
