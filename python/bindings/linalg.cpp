@@ -14,6 +14,16 @@ void init_linalg(py::module_& m) {
         py::arg("alpha") = 1);
   m.def("baddbmm", &baddbmm, py::arg("input"), py::arg("batch1"), py::arg("batch2"), py::kw_only(),
         py::arg("beta") = 1, py::arg("alpha") = 1);
+  // torch.einsum(equation, *operands), or the operands as one list or tuple.
+  m.def("einsum", [](const std::string& equation, py::args args) {
+    TensorList operands;
+    if (args.size() == 1 && (py::isinstance<py::list>(args[0]) || py::isinstance<py::tuple>(args[0]))) {
+      for (py::handle t : args[0]) operands.push_back(t.cast<Tensor>());
+    } else {
+      for (py::handle t : args) operands.push_back(t.cast<Tensor>());
+    }
+    return einsum(equation, operands);
+  }, py::arg("equation"));
   add_methods(m, m.attr("Tensor"), {"matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "baddbmm"});
 }
 

@@ -704,6 +704,8 @@ op("Tensor.index_fill_", [X(), Dim(), Index(), Scalar()], dtypes=ALL)
 op("diag", [X(), Int(-3, 3)], dtypes=ALL, method=True)
 op("argwhere", [X()], dtypes=ALL, method=True)
 op("broadcast_tensors", [X(), Y()], dtypes=ALL)
+op("einsum", [Lit("'ij,jk->ik'", "'ii'", "'...i,...i->...'", "'i,j'", "'ab->ba'", "'ij->k'", "'i.j'", "'a1'",
+                  "'ij,jk,kl'", "''"), X(), Y()], dtypes=ALL)
 for _n in ("tril", "triu"):
     op(_n, [X(nd=(2, 4)), Int(-4, 4)], dtypes=ALL, method=True, nreq=1)
 op("repeat", [X(), Size(repeats)], dtypes=ALL)

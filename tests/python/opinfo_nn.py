@@ -29,6 +29,21 @@ op("mm", lambda rng, dtype: [S(make(rng, (3, 4), dtype, -1, 1), make(rng, (4, 5)
 op("bmm", lambda rng, dtype: [S(make(rng, (2, 3, 4), dtype, -1, 1), make(rng, (2, 4, 5), dtype, -1, 1)),
                               S(make(rng, (0, 3, 4), dtype), make(rng, (0, 4, 2), dtype))],
    method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+
+
+def einsum_samples(rng, dtype):
+    def x(*shape):
+        return make(rng, shape, dtype, -1, 1)
+
+    return [S("ij,jk->ik", x(3, 4), x(4, 5)), S("ij,jk", x(3, 4), x(4, 5)), S("bij,bjk->bik", x(2, 3, 4), x(2, 4, 5)),
+            S("ii->i", x(4, 4)), S("ii", x(4, 4)), S("iij->j", x(3, 3, 4)), S("ij->ji", x(3, 4)), S("ij->", x(3, 4)),
+            S("i,j->ij", x(3), x(4)), S("...ij,...jk->...ik", x(2, 1, 3, 4), x(5, 4, 2)),
+            S("bhqd,bhkd->bhqk", x(2, 3, 4, 5), x(2, 3, 6, 5)), S("ij,jk,kl->il", x(3, 4), x(4, 5), x(5, 2)),
+            S("bn,anm,bm->ba", x(2, 3), x(4, 3, 5), x(2, 5)), S("i,i,i->i", x(4), x(4), x(4)), S("ba", x(3, 4)),
+            S("...->...", x(2, 3)), S("i->", x(0)), S("", x()), S("ij,jk->ik", [x(2, 3), x(3, 2)])]
+
+
+op("einsum", einsum_samples, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
 op("mv", lambda rng, dtype: [S(make(rng, (3, 4), dtype, -1, 1), make(rng, (4,), dtype, -1, 1)),
                              S(make(rng, (0, 2), dtype), make(rng, (2,), dtype))],
    method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)

@@ -70,6 +70,11 @@ TensorList broadcast_tensors(const TensorList& tensors);
 Tensor diag(const Tensor& t, int64_t diagonal = 0);
 // The indices of the nonzero elements, one row each (torch.argwhere).
 Tensor argwhere(const Tensor& t);
+// Einstein summation over the operands' subscripts (PyTorch's equation
+// syntax: letters, "..." for broadcast dims, "->" for the output, implicit
+// output otherwise), planned as bmm contractions (Note [Planning einsum]
+// in src/ops/einsum.cpp).
+Tensor einsum(const std::string& equation, const TensorList& operands);
 // The lower median of all elements (NaN if any is NaN); the gradient is
 // shared evenly by the elements equal to it, as PyTorch's.
 Tensor median(const Tensor& t);
