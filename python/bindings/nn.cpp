@@ -46,6 +46,39 @@ Shape conv_padding(py::handle padding, const Tensor& weight, const Shape& stride
   return out;
 }
 
+// A 1-d size argument: an int or a sequence of one int (PyTorch's _single).
+int64_t single(py::handle value, const char* op, const char* arg) {
+  if (PyLong_Check(value.ptr())) return value.cast<int64_t>();
+  MF_CHECK(py::isinstance<py::sequence>(value) && py::len(value) == 1, ValueError, op, ": ", arg,
+           " must be an int or a sequence of one int");
+  return py::reinterpret_borrow<py::sequence>(value)[0].cast<int64_t>();
+}
+
+Conv1dArgs conv1d_args(py::handle stride, py::handle padding, py::handle dilation, int64_t groups, const char* op) {
+  Conv1dArgs a{.stride = single(stride, op, "stride"), .dilation = single(dilation, op, "dilation"),
+               .groups = groups};
+  if (py::isinstance<py::str>(padding)) {
+    const std::string mode = py::str(padding);
+    MF_CHECK(mode == "same" || mode == "valid", ValueError, op, ": padding must be 'same', 'valid' or ints, got '",
+             mode, "'");
+    a.padding_same = mode == "same";
+  } else {
+    a.padding = single(padding, op, "padding");
+  }
+  return a;
+}
+
+Pool1dArgs pool1d_args(py::handle kernel, py::handle stride, py::handle padding, py::handle dilation,
+                       bool ceil_mode, bool count_include_pad, const char* op) {
+  Pool1dArgs a{.kernel_size = single(kernel, op, "kernel_size"), .stride = std::nullopt,
+               .padding = single(padding, op, "padding"),
+               .dilation = single(dilation, op, "dilation"), .ceil_mode = ceil_mode,
+               .count_include_pad = count_include_pad};
+  if (!stride.is_none() && !(py::isinstance<py::sequence>(stride) && py::len(stride) == 0))
+    a.stride = single(stride, op, "stride");
+  return a;
+}
+
 Pool2dArgs pool_args(const PairArg& kernel, const std::optional<PairArg>& stride, const PairArg& padding,
                      const PairArg& dilation, bool ceil_mode, bool count_include_pad) {
   return {.kernel_size = kernel.values, .stride = stride ? stride->values : Shape{}, .padding = padding.values,
@@ -222,6 +255,31 @@ void init_nn(py::module_& parent) {
   m.def("adaptive_avg_pool2d", [](const Tensor& x, const PairArg& output_size) {
     return adaptive_avg_pool2d(x, output_size.values);
   }, py::arg("input"), py::arg("output_size"));
+  m.def("conv1d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, py::handle stride,
+                     py::handle padding, py::handle dilation, int64_t groups) {
+    return conv1d(x, weight, bias, conv1d_args(stride, padding, dilation, groups, "conv1d"));
+  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+        py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1);
+  m.def("max_pool1d", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding,
+                         py::handle dilation, bool ceil_mode, bool return_indices) {
+    MF_CHECK(!return_indices, ValueError, "max_pool1d: return_indices=True is not supported");
+    return max_pool1d(x, pool1d_args(kernel, stride, padding, dilation, ceil_mode, true, "max_pool1d"));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false);
+  m.def("avg_pool1d", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding, bool ceil_mode,
+                         bool count_include_pad) {
+    return avg_pool1d(x, pool1d_args(kernel, stride, padding, py::int_(1), ceil_mode, count_include_pad,
+                                     "avg_pool1d"));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("ceil_mode") = false, py::arg("count_include_pad") = true);
+  m.def("adaptive_avg_pool1d", [](const Tensor& x, py::handle output_size) {
+    return adaptive_avg_pool1d(x, single(output_size, "adaptive_avg_pool1d", "output_size"));
+  }, py::arg("input"), py::arg("output_size"));
+  m.def("pixel_shuffle", &pixel_shuffle, py::arg("input"), py::arg("upscale_factor"));
+  m.def("pixel_unshuffle", &pixel_unshuffle, py::arg("input"), py::arg("downscale_factor"));
+  m.def("mish", [](Tensor x, bool inplace) {
+    return maybe_inplace(x, inplace, [](const Tensor& input) { return mish(input); });
+  }, py::arg("input"), py::arg("inplace") = false);
   m.def("linear", &linear, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("pad", [](const Tensor& x, const Shape& pad_widths, const std::string& mode, std::optional<double> value) {
     MF_CHECK(mode == "constant", ValueError, "pad: mode '", mode, "' is not supported (only 'constant')");

@@ -498,6 +498,99 @@ void bind_losses(py::module_& m) {
            py::arg("target"))
       .def_readonly("reduction", &HuberLoss::reduction)
       .def_readonly("delta", &HuberLoss::delta);
+  layer<Mish>(m, "Mish")
+      .def(py::init<bool>(), py::arg("inplace") = false)
+      .def("forward", &Mish::forward, py::arg("input"))
+      .def_readonly("inplace", &Mish::inplace);
+  layer<ELU>(m, "ELU")
+      .def(py::init<double, bool>(), py::arg("alpha") = 1.0, py::arg("inplace") = false)
+      .def("forward", &ELU::forward, py::arg("input"))
+      .def_readonly("alpha", &ELU::alpha)
+      .def_readonly("inplace", &ELU::inplace);
+  layer<Softplus>(m, "Softplus")
+      .def(py::init<double, double>(), py::arg("beta") = 1.0, py::arg("threshold") = 20.0)
+      .def("forward", &Softplus::forward, py::arg("input"))
+      .def_readonly("beta", &Softplus::beta)
+      .def_readonly("threshold", &Softplus::threshold);
+  layer<Unflatten>(m, "Unflatten")
+      .def(py::init<int64_t, Shape>(), py::arg("dim"), py::arg("unflattened_size"))
+      .def("forward", &Unflatten::forward, py::arg("input"))
+      .def_readonly("dim", &Unflatten::dim)
+      .def_property_readonly("unflattened_size", [](const Unflatten& u) { return py::tuple(py::cast(u.unflattened_size)); });
+  layer<PixelShuffle>(m, "PixelShuffle")
+      .def(py::init([](int64_t r) { return std::make_shared<PixelShuffle>(r); }), py::arg("upscale_factor"))
+      .def("forward", &PixelShuffle::forward, py::arg("input"))
+      .def_readonly("upscale_factor", &PixelShuffle::factor);
+  sublayer<PixelUnshuffle, PixelShuffle>(m, "PixelUnshuffle")
+      .def(py::init<int64_t>(), py::arg("downscale_factor"))
+      .def_readonly("downscale_factor", &PixelShuffle::factor);
+  auto one_int = [](py::handle v, const char* layer, const char* arg) -> int64_t {
+    if (PyLong_Check(v.ptr())) return v.cast<int64_t>();
+    MF_CHECK(py::isinstance<py::sequence>(v) && py::len(v) == 1, ValueError, layer, ": ", arg,
+             " must be an int or a sequence of one int");
+    return py::reinterpret_borrow<py::sequence>(v)[0].cast<int64_t>();
+  };
+  layer<Conv1d>(m, "Conv1d")
+      .def(py::init([one_int](int64_t in, int64_t out, py::handle kernel, py::handle stride, py::handle padding,
+                              py::handle dilation, int64_t groups, bool bias, const std::string& padding_mode,
+                              std::optional<Device> device, std::optional<DType> dtype) {
+        MF_CHECK(padding_mode == "zeros", ValueError, "Conv1d: padding_mode '", padding_mode,
+                 "' is not supported (only 'zeros')");
+        Conv1dArgs a{.stride = one_int(stride, "Conv1d", "stride"), .dilation = one_int(dilation, "Conv1d", "dilation"),
+                     .groups = groups};
+        if (py::isinstance<py::str>(padding)) {
+          const std::string mode = py::str(padding);
+          MF_CHECK(mode == "same" || mode == "valid", ValueError, "Conv1d: padding must be 'same', 'valid' or ints, "
+                   "got '", mode, "'");
+          a.padding_same = mode == "same";
+        } else {
+          a.padding = one_int(padding, "Conv1d", "padding");
+        }
+        return made(std::make_shared<Conv1d>(in, out, one_int(kernel, "Conv1d", "kernel_size"), a, bias), device,
+                    dtype);
+      }), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"), py::arg("stride") = 1,
+          py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("bias") = true,
+          py::arg("padding_mode") = "zeros", py::arg("device") = py::none(), py::arg("dtype") = py::none())
+      .def("forward", &Conv1d::forward, py::arg("input"))
+      .def("reset_parameters", &Conv1d::reset_parameters)
+      .def_readonly("in_channels", &Conv1d::in_channels)
+      .def_readonly("out_channels", &Conv1d::out_channels)
+      .def_property_readonly("kernel_size", [](const Conv1d& c) { return py::make_tuple(c.kernel_size); })
+      .def_property_readonly("stride", [](const Conv1d& c) { return py::make_tuple(c.args.stride); })
+      .def_property_readonly("padding", [](const Conv1d& c) -> py::object {
+        if (c.args.padding_same) return py::str("same");
+        return py::make_tuple(c.args.padding);
+      })
+      .def_property_readonly("dilation", [](const Conv1d& c) { return py::make_tuple(c.args.dilation); })
+      .def_property_readonly("groups", [](const Conv1d& c) { return c.args.groups; });
+  layer<Pool1d>(m, "_Pool1d").def("forward", &Pool1d::forward, py::arg("input"));
+  sublayer<MaxPool1d, Pool1d>(m, "MaxPool1d")
+      .def(py::init([one_int](py::handle k, py::handle stride, py::handle padding, py::handle dilation,
+                              bool return_indices, bool ceil_mode) {
+        MF_CHECK(!return_indices, ValueError, "MaxPool1d: return_indices=True is not supported");
+        Pool1dArgs a{.kernel_size = one_int(k, "MaxPool1d", "kernel_size"), .stride = std::nullopt,
+                     .padding = one_int(padding, "MaxPool1d", "padding"),
+                     .dilation = one_int(dilation, "MaxPool1d", "dilation"), .ceil_mode = ceil_mode};
+        if (!stride.is_none()) a.stride = one_int(stride, "MaxPool1d", "stride");
+        return std::make_shared<MaxPool1d>(a);
+      }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("dilation") = 1,
+          py::arg("return_indices") = false, py::arg("ceil_mode") = false);
+  sublayer<AvgPool1d, Pool1d>(m, "AvgPool1d")
+      .def(py::init([one_int](py::handle k, py::handle stride, py::handle padding, bool ceil_mode,
+                              bool count_include_pad) {
+        Pool1dArgs a{.kernel_size = one_int(k, "AvgPool1d", "kernel_size"), .stride = std::nullopt,
+                     .padding = one_int(padding, "AvgPool1d", "padding"), .ceil_mode = ceil_mode,
+                     .count_include_pad = count_include_pad};
+        if (!stride.is_none()) a.stride = one_int(stride, "AvgPool1d", "stride");
+        return std::make_shared<AvgPool1d>(a);
+      }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("ceil_mode") = false,
+          py::arg("count_include_pad") = true);
+  layer<AdaptiveAvgPool1d>(m, "AdaptiveAvgPool1d")
+      .def(py::init([one_int](py::handle size) {
+        return std::make_shared<AdaptiveAvgPool1d>(one_int(size, "AdaptiveAvgPool1d", "output_size"));
+      }), py::arg("output_size"))
+      .def("forward", &AdaptiveAvgPool1d::forward, py::arg("input"))
+      .def_readonly("output_size", &AdaptiveAvgPool1d::output_size);
   layer<BCELoss>(m, "BCELoss")
       .def(py::init([](const Tensor& weight, py::handle size_average, py::handle reduce, const std::string& reduction) {
         check_reduction_args(size_average, reduce, "BCELoss");

@@ -25,7 +25,8 @@ from meshflow.amp import autocast  # noqa: F401
 from meshflow.errors import OutOfMemoryError  # noqa: F401  (torch.OutOfMemoryError)
 from meshflow.io import load, save  # noqa: F401
 from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
-    conv2d, group_norm, layer_norm, log_softmax, max_pool2d, softmax,
+    adaptive_avg_pool1d, avg_pool1d, conv1d, conv2d, group_norm, layer_norm, log_softmax, max_pool1d, max_pool2d,
+    pixel_shuffle, pixel_unshuffle, softmax,
 )
 
 _C._set_size_type(Size)

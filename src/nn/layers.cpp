@@ -1,6 +1,7 @@
 // Linear, convolution, normalisation, embedding, dropout, activations,
 // pooling and containers.
 #include "meshflow/nn/layers.h"
+#include "meshflow/nn/pointwise_layers.h"
 
 #include <algorithm>
 #include <charconv>
@@ -140,6 +141,41 @@ std::string Conv2d::extra_repr() const {
   if (options.dilation != Shape{1, 1}) s += ", dilation=" + py_tuple(options.dilation);
   if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
   if (!bias().defined()) s += ", bias=False";
+  return s;
+}
+
+// --- Conv1d -------------------------------------------------------------------------
+
+Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, const Conv1dArgs& args, bool bias)
+    : Module("Conv1d"), in_channels(in_channels), out_channels(out_channels), kernel_size(kernel_size), args(args) {
+  check_positive(in_channels, "Conv1d", "in_channels");
+  check_positive(out_channels, "Conv1d", "out_channels");
+  check_positive(kernel_size, "Conv1d", "kernel_size");
+  check_positive(args.groups, "Conv1d", "groups");
+  check_positive(args.stride, "Conv1d", "stride");
+  check_positive(args.dilation, "Conv1d", "dilation");
+  MF_CHECK(args.padding >= 0, ValueError, "Conv1d: padding must be non-negative, got ", args.padding);
+  MF_CHECK(!args.padding_same || args.stride == 1, ValueError,
+           "Conv1d: padding='same' is not supported for strided convolutions");
+  MF_CHECK(in_channels % args.groups == 0 && out_channels % args.groups == 0, ValueError, "Conv1d: in_channels (",
+           in_channels, ") and out_channels (", out_channels, ") must be divisible by groups (", args.groups, ")");
+  register_parameter("weight", new_param({out_channels, in_channels / args.groups, kernel_size}));
+  register_parameter("bias", bias ? new_param({out_channels}) : Tensor());
+  reset_parameters();
+}
+
+void Conv1d::reset_parameters() { reset_affine(param_at(0), param_at(1)); }
+
+Tensor Conv1d::forward(const Tensor& x) { return conv1d(x, param_at(0), param_at(1), args); }
+
+std::string Conv1d::extra_repr() const {
+  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) + ", kernel_size=(" +
+                  std::to_string(kernel_size) + ",), stride=(" + std::to_string(args.stride) + ",)";
+  if (args.padding_same) s += ", padding=same";
+  else if (args.padding != 0) s += ", padding=(" + std::to_string(args.padding) + ",)";
+  if (args.dilation != 1) s += ", dilation=(" + std::to_string(args.dilation) + ",)";
+  if (args.groups != 1) s += ", groups=" + std::to_string(args.groups);
+  if (!param_at(1).defined()) s += ", bias=False";
   return s;
 }
 

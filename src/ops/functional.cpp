@@ -288,4 +288,92 @@ UniqueResult unique(const Tensor& t, bool return_inverse, bool return_counts) {
   return r;
 }
 
+namespace {
+
+void check_1d_input(const Tensor& x, const char* op) {
+  MF_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), ShapeError, op,
+           ": expected a 2-d (unbatched) or 3-d (batched) input, got ", x.defined() ? x.dim() : 0, " dims");
+}
+
+Pool2dArgs pool_2d_of(const Pool1dArgs& a, const char* op) {
+  MF_CHECK(a.kernel_size > 0, ValueError, op, ": kernel_size must be positive, got ", a.kernel_size);
+  Pool2dArgs p;
+  p.kernel_size = {1, a.kernel_size};
+  p.stride = {1, a.stride.value_or(a.kernel_size)};
+  p.padding = {0, a.padding};
+  p.dilation = {1, a.dilation};
+  p.ceil_mode = a.ceil_mode;
+  p.count_include_pad = a.count_include_pad;
+  return p;
+}
+
+}  // namespace
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dArgs& args) {
+  check_1d_input(x, "conv1d");
+  MF_CHECK(weight.defined() && weight.dim() == 3, ShapeError, "conv1d: weight must be 3-d (out_channels, "
+           "in_channels / groups, kernel_size), got ", weight.defined() ? weight.dim() : 0, " dims");
+  Tensor input = x;
+  int64_t padding = args.padding;
+  if (args.padding_same) {
+    MF_CHECK(args.stride == 1, ValueError, "conv1d: padding='same' is not supported for strided convolutions");
+    const int64_t total = args.dilation * (weight.size(2) - 1);
+    padding = total / 2;
+    if (total % 2) input = pad(x, {0, 1});
+  }
+  const Tensor y = conv2d(unsqueeze(input, -2), unsqueeze(weight, 2), bias,
+                          Conv2dArgs{.stride = {1, args.stride}, .padding = {0, padding},
+                                     .dilation = {1, args.dilation}, .groups = args.groups});
+  return squeeze(y, -2);
+}
+
+Tensor max_pool1d(const Tensor& x, const Pool1dArgs& args) {
+  check_1d_input(x, "max_pool1d");
+  return squeeze(max_pool2d(unsqueeze(x, -2), pool_2d_of(args, "max_pool1d")), -2);
+}
+
+Tensor avg_pool1d(const Tensor& x, const Pool1dArgs& args) {
+  check_1d_input(x, "avg_pool1d");
+  return squeeze(avg_pool2d(unsqueeze(x, -2), pool_2d_of(args, "avg_pool1d")), -2);
+}
+
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size) {
+  check_1d_input(x, "adaptive_avg_pool1d");
+  return squeeze(adaptive_avg_pool2d(unsqueeze(x, -2), {1, output_size}), -2);
+}
+
+Tensor pixel_shuffle(const Tensor& x, int64_t r) {
+  MF_CHECK(x.defined() && x.dim() >= 3, ShapeError, "pixel_shuffle: expected at least 3 dims, got ",
+           x.defined() ? x.dim() : 0);
+  MF_CHECK(r > 0, ValueError, "pixel_shuffle: upscale_factor must be positive, got ", r);
+  const int64_t n = x.dim(), c = x.size(-3), h = x.size(-2), w = x.size(-1);
+  MF_CHECK(c % (r * r) == 0, ShapeError, "pixel_shuffle: the channel count ", c,
+           " must be divisible by the square of upscale_factor (", r * r, ")");
+  Shape lead(x.sizes().begin(), x.sizes().end() - 3), split = lead, out = lead;
+  for (int64_t v : {c / (r * r), r, r, h, w}) split.push_back(v);
+  for (int64_t v : {c / (r * r), h * r, w * r}) out.push_back(v);
+  Shape perm;
+  for (int64_t d = 0; d < n - 3; ++d) perm.push_back(d);
+  for (int64_t d : {0, 3, 1, 4, 2}) perm.push_back(n - 3 + d);  // (C, H, r, W, r)
+  return reshape(permute(reshape(x, split), perm), out);
+}
+
+Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
+  MF_CHECK(x.defined() && x.dim() >= 3, ShapeError, "pixel_unshuffle: expected at least 3 dims, got ",
+           x.defined() ? x.dim() : 0);
+  MF_CHECK(r > 0, ValueError, "pixel_unshuffle: downscale_factor must be positive, got ", r);
+  const int64_t n = x.dim(), c = x.size(-3), h = x.size(-2), w = x.size(-1);
+  MF_CHECK(h % r == 0 && w % r == 0, ShapeError, "pixel_unshuffle: the height ", h, " and width ", w,
+           " must be divisible by downscale_factor (", r, ")");
+  Shape lead(x.sizes().begin(), x.sizes().end() - 3), split = lead, out = lead;
+  for (int64_t v : {c, h / r, r, w / r, r}) split.push_back(v);
+  for (int64_t v : {c * r * r, h / r, w / r}) out.push_back(v);
+  Shape perm;
+  for (int64_t d = 0; d < n - 3; ++d) perm.push_back(d);
+  for (int64_t d : {0, 2, 4, 1, 3}) perm.push_back(n - 3 + d);  // (C, r, r, H/r, W/r)
+  return reshape(permute(reshape(x, split), perm), out);
+}
+
+Tensor mish(const Tensor& x) { return mul(x, tanh(softplus(x))); }
+
 }  // namespace mf

@@ -768,6 +768,20 @@ op("nn.functional.silu", [X(), Bool()], dtypes=FLOATS, nreq=1)
 op("nn.functional.leaky_relu", [X(), Flt(-1, 1), Bool()], dtypes=FLOATS, nreq=1)
 op("nn.functional.elu", [X(), Flt(0, 2), Bool()], dtypes=FLOATS, nreq=1)
 op("nn.functional.softplus", [X(), Flt(0.1, 3), Flt(-5, 25)], dtypes=FLOATS, nreq=1)
+op("nn.functional.mish", [X()], {"inplace": Bool()}, dtypes=FLOATS)
+op("nn.functional.conv1d", [X(), Y()], {"stride": Int(0, 3), "padding": Lit("0", "1", "'same'", "'valid'", "(1,)", "(1, 1)"),
+                                        "dilation": Int(0, 2), "groups": Int(0, 3)}, dtypes=FLOATS)
+for _n in ("max_pool1d", "avg_pool1d"):
+    op("nn.functional." + _n, [X(), Int(-1, 4)], {"stride": Lit("None", "1", "2", "0"), "padding": Int(-1, 2),
+                                                   "ceil_mode": Bool()}, dtypes=FLOATS)
+op("nn.functional.adaptive_avg_pool1d", [X(), Int(-1, 5)], dtypes=FLOATS)
+op("nn.functional.pixel_shuffle", [X(), Int(-1, 3)], dtypes=ALL)
+op("nn.functional.pixel_unshuffle", [X(), Int(-1, 3)], dtypes=ALL)
+op("conv1d", [X(), Y()], {"stride": Int(0, 3), "padding": Lit("0", "'same'", "(1,)")}, dtypes=FLOATS)
+for _n in ("max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"):
+    op(_n, [X(), Int(-1, 4)], dtypes=FLOATS)
+for _n in ("pixel_shuffle", "pixel_unshuffle"):
+    op(_n, [X(), Int(-1, 3)], dtypes=ALL)
 op("nn.functional.hardtanh", [X(), Flt(-3, 0), Flt(-1, 3), Bool()], dtypes=NUMERIC, nreq=1)
 op("nn.functional.relu6", [X(), Bool()], dtypes=NUMERIC, nreq=1)
 op("nn.functional.normalize", [X()], {"p": Flt(-1, 3), "dim": Dim(), "eps": Flt(-1, 1)}, dtypes=FLOATS)

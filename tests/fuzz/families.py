@@ -216,6 +216,45 @@ def _cosine_similarity(g, dtype):
     return kwargs(g, [("dim", "int", g.r.randint(-1, 1)), ("eps", "float", 1e-8)]), [x, g.tensor(x.shape, dtype)]
 
 
+def _conv1d(g, dtype):
+    groups = g.choice((1, 1, 2))
+    cin, cout, k = groups * g.size(1, 3), groups * g.size(1, 3), g.r.randint(1, 3)
+    x = g.tensor((g.size(0, 3), cin, k + g.r.randint(0, 6)), dtype)
+    kw = kwargs(g, [("stride", "int", g.r.randint(1, 2)),
+                    ("padding", "size", str(g.choice((0, 1, "'same'", "'valid'", (1,))))),
+                    ("dilation", "int", g.r.randint(1, 2)), ("bias", "bool", g.chance(0.5)),
+                    ("dtype", "dtype", dt(dtype))])
+    return [a(g, "int", cin), a(g, "int", cout), a(g, "int", k), f"groups={a(g, 'int', groups)}"] + kw, [x]
+
+
+def _pool1d(kind):
+    def make(g, dtype):
+        x = g.tensor((g.size(0, 3), g.size(1, 3), g.r.randint(1, 9)), dtype)
+        if kind == "adaptive":
+            return [a(g, "int", g.r.randint(1, 4))], [x]
+        k = g.r.randint(1, 3)
+        items = [("stride", "int", g.r.randint(1, 3)), ("padding", "int", g.r.randint(0, k // 2)),
+                 ("ceil_mode", "bool", g.chance(0.5))]
+        return [a(g, "int", k)] + kwargs(g, items), [x]
+
+    return make
+
+
+def _pixel_shuffle(unshuffle):
+    def make(g, dtype):
+        r = g.r.randint(1, 3)
+        shape = (g.size(0, 2), g.size(1, 2) * (1 if unshuffle else r * r), g.size(1, 3) * (r if unshuffle else 1),
+                 g.size(1, 3) * (r if unshuffle else 1))
+        return [a(g, "int", r)], [g.tensor(shape, dtype)]
+
+    return make
+
+
+def _unflatten(g, dtype):
+    x = g.tensor((g.size(1, 3), 6, g.size(1, 2)), dtype)
+    return [a(g, "int", 1), size_arg(g, g.choice(([2, 3], [3, 2], [-1, 2], [6], [4, 2])))], [x]
+
+
 LAYERS = {
     "Linear": _linear, "Conv2d": _conv2d, "BatchNorm1d": _batchnorm(False), "BatchNorm2d": _batchnorm(True),
     "LayerNorm": _layernorm, "GroupNorm": _groupnorm, "Embedding": _embedding,
@@ -233,6 +272,11 @@ LAYERS = {
     "Hardtanh": _simple(("min_val", "float", -0.5), ("max_val", "float", 2.0), ("inplace", "bool", False)),
     "GLU": _simple(("dim", "int", -1)),
     "BCELoss": _loss("BCELoss"), "KLDivLoss": _loss("KLDivLoss"),
+    "Conv1d": _conv1d, "MaxPool1d": _pool1d("max"), "AvgPool1d": _pool1d("avg"),
+    "AdaptiveAvgPool1d": _pool1d("adaptive"), "PixelShuffle": _pixel_shuffle(False),
+    "PixelUnshuffle": _pixel_shuffle(True), "Unflatten": _unflatten, "Mish": _simple(("inplace", "bool", False)),
+    "ELU": _simple(("alpha", "float", 0.5), ("inplace", "bool", False)),
+    "Softplus": _simple(("beta", "float", 2.0), ("threshold", "float", 5.0)),
 }
 
 # Things to do to a built module before or after calling it.

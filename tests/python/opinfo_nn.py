@@ -93,6 +93,7 @@ for _name in ("silu", "leaky_relu", "elu"):
 op("nn.functional.softplus", f_unary(({"beta": 0.5, "threshold": 3.0},), -30.0, 30.0))
 op("nn.functional.hardtanh", f_unary(({"min_val": -0.5, "max_val": 2.0},)))
 op("nn.functional.relu6", f_unary(low=-8.0, high=8.0), dtypes=NUMERIC)
+op("nn.functional.mish", f_unary(low=-6.0, high=6.0))
 for _name in ("hardtanh", "relu6"):
     op("nn.functional." + _name, unary(-8.0, 8.0),
        call=lambda lib, x, _name=_name: getattr(lib.nn.functional, _name)(x.clone() if x.requires_grad else x,
@@ -393,6 +394,39 @@ def avg_pool_samples(rng, dtype):
 
 
 op("nn.functional.avg_pool2d", avg_pool_samples, tol=_NORM_TOL)
+
+
+def conv1d_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype, -1, 1)
+
+    return [S(x((2, 3, 9)), x((4, 3, 3)), x((4,))), S(x((1, 2, 7)), x((3, 2, 2)), None, 2, 1),
+            S(x((2, 4, 8)), x((4, 2, 3)), x((4,)), padding=(1,), groups=2),
+            S(x((1, 2, 12)), x((2, 2, 3)), dilation=2, stride=(3,)),
+            S(x((2, 3, 7)), x((2, 3, 4)), x((2,)), padding="same"), S(x((3, 5)), x((2, 3, 1)), padding="valid"),
+            S(x((0, 2, 4)), x((3, 2, 3)))]
+
+
+op("nn.functional.conv1d", conv1d_samples, aliases=("conv1d",), tol=_CONV_TOL, grad_tol=_CONV_TOL)
+op("nn.functional.max_pool1d", lambda rng, dtype: [S(pool_input(rng, dtype, (2, 3, 9)), 2),
+                                                   S(pool_input(rng, dtype, (1, 2, 8)), 3, 2, 1),
+                                                   S(pool_input(rng, dtype, (2, 7)), (2,), dilation=2, ceil_mode=True)],
+   aliases=("max_pool1d",))
+op("nn.functional.avg_pool1d", lambda rng, dtype: [S(make(rng, (2, 3, 9), dtype), 2),
+                                                   S(make(rng, (1, 2, 8), dtype), 3, 2, 1, count_include_pad=False),
+                                                   S(make(rng, (2, 7), dtype), 2, ceil_mode=True)],
+   aliases=("avg_pool1d",), tol=_NORM_TOL)
+op("nn.functional.adaptive_avg_pool1d", lambda rng, dtype: [S(make(rng, (2, 3, 9), dtype), 1),
+                                                            S(make(rng, (1, 2, 7), dtype), 3),
+                                                            S(make(rng, (3, 5), dtype), (5,))],
+   aliases=("adaptive_avg_pool1d",), tol=_NORM_TOL)
+op("nn.functional.pixel_shuffle", lambda rng, dtype: [S(make(rng, (2, 8, 3, 3), dtype), 2),
+                                                      S(make(rng, (9, 2, 1), dtype), 3),
+                                                      S(make(rng, (2, 1, 4, 1, 2), dtype), 2)],
+   aliases=("pixel_shuffle",), dtypes=ALL)
+op("nn.functional.pixel_unshuffle", lambda rng, dtype: [S(make(rng, (2, 2, 4, 6), dtype), 2),
+                                                        S(make(rng, (1, 6, 3), dtype), 3)],
+   aliases=("pixel_unshuffle",), dtypes=ALL)
 op("nn.functional.adaptive_avg_pool2d", lambda rng, dtype: [S(make(rng, (2, 3, 6, 6), dtype), 1),
                                                             S(make(rng, (1, 2, 7, 5), dtype), (3, 2)),
                                                             S(make(rng, (3, 5, 5), dtype), (5, 5)),

@@ -543,6 +543,65 @@ def test_bce_kl_div_and_xlogy_edges_as_torch():
         mf.nn.functional.kl_div(mf.zeros(2), mf.zeros(2), reduction="batch")
 
 
+LAYERS_1D = [
+    ("Conv1d", lambda lib: lib.nn.Conv1d(3, 4, 3), (2, 3, 9)),
+    ("Conv1d-strided", lambda lib: lib.nn.Conv1d(4, 6, 2, stride=2, padding=1, dilation=2, groups=2), (2, 4, 11)),
+    ("Conv1d-same", lambda lib: lib.nn.Conv1d(2, 3, 4, padding="same", bias=False), (3, 2, 7)),
+    ("Conv1d-unbatched", lambda lib: lib.nn.Conv1d(2, 3, (3,), padding=(1,)), (2, 6)),
+    ("MaxPool1d", lambda lib: lib.nn.MaxPool1d(3, stride=2, padding=1), (2, 3, 9)),
+    ("MaxPool1d-ceil", lambda lib: lib.nn.MaxPool1d(2, ceil_mode=True, dilation=2), (2, 7)),
+    ("AvgPool1d", lambda lib: lib.nn.AvgPool1d(3, stride=2, padding=1, count_include_pad=False), (2, 3, 8)),
+    ("AdaptiveAvgPool1d", lambda lib: lib.nn.AdaptiveAvgPool1d(4), (2, 3, 10)),
+    ("PixelShuffle", lambda lib: lib.nn.PixelShuffle(2), (2, 8, 3, 3)),
+    ("PixelUnshuffle", lambda lib: lib.nn.PixelUnshuffle(2), (1, 2, 4, 6)),
+    ("Unflatten", lambda lib: lib.nn.Unflatten(1, (2, 3)), (4, 6, 2)),
+    ("Mish", lambda lib: lib.nn.Mish(), (3, 4)),
+    ("ELU", lambda lib: lib.nn.ELU(alpha=0.5), (3, 4)),
+    ("Softplus", lambda lib: lib.nn.Softplus(beta=0.5, threshold=1.5), (3, 4)),
+    ("Softplus-defaults", lambda lib: lib.nn.Softplus(), (3, 4)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", LAYERS_1D, ids=[l[0] for l in LAYERS_1D])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_1d_shape_and_activation_layers(name, make, shape, dtype):
+    torch.manual_seed(0)
+    t_module, m_module = make(torch), make(mf)
+    assert repr(m_module) == repr(t_module)
+    compare(t_module, m_module, [np.random.default_rng(1).standard_normal(shape) * 2], dtype)
+
+
+def test_1d_functional_forms_and_errors():
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 4, 10)), rng.standard_normal((6, 2, 3))
+    for kwargs in ({}, {"stride": 2, "padding": 1, "groups": 2}, {"padding": "same", "dilation": 2, "groups": 2},
+                   {"padding": "valid", "groups": 2}):
+        kwargs = {"groups": 2, **kwargs}
+        t = torch.nn.functional.conv1d(torch.tensor(x), torch.tensor(w), **kwargs)
+        m = mf.conv1d(mf.tensor(x), mf.tensor(w), **kwargs)
+        np.testing.assert_allclose(m.numpy(), t.numpy(), rtol=1e-12, atol=1e-12)
+    for f, kwargs in (("max_pool1d", {"kernel_size": 3}), ("avg_pool1d", {"kernel_size": 2, "stride": 1}),
+                      ("adaptive_avg_pool1d", {"output_size": 3})):
+        t = getattr(torch.nn.functional, f)(torch.tensor(x), **kwargs)
+        np.testing.assert_allclose(getattr(mf.nn.functional, f)(mf.tensor(x), **kwargs).numpy(), t.numpy(),
+                                   rtol=1e-12)
+    y = rng.standard_normal((2, 9, 2, 3))
+    np.testing.assert_allclose(mf.pixel_shuffle(mf.tensor(y), 3).numpy(),
+                               torch.pixel_shuffle(torch.tensor(y), 3).numpy())
+    np.testing.assert_allclose(mf.nn.functional.mish(mf.tensor(x)).numpy(),
+                               torch.nn.functional.mish(torch.tensor(x)).numpy(), rtol=1e-12)
+    with pytest.raises(mf.errors.ShapeError, match="divisible"):
+        mf.pixel_shuffle(mf.ones(1, 3, 2, 2), 2)
+    with pytest.raises(mf.errors.ShapeError, match="2-d"):
+        mf.conv1d(mf.ones(2, 2, 2, 2), mf.ones(1, 2, 1))
+    with pytest.raises(ValueError, match="strided"):
+        mf.nn.Conv1d(2, 2, 3, stride=2, padding="same")
+    with pytest.raises(ValueError, match="divisible"):
+        mf.nn.Conv1d(3, 2, 3, groups=2)
+    with pytest.raises(ValueError, match="sequence of one int"):
+        mf.nn.MaxPool1d((2, 2))
+
+
 def test_loss_bad_reduction():
     with pytest.raises(ValueError, match="reduction"):
         mf.nn.MSELoss(reduction="avg")

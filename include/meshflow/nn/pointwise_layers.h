@@ -6,6 +6,7 @@
 #include <string>
 
 #include "meshflow/nn/module.h"
+#include "meshflow/ops/functional.h"
 
 namespace mf::nn {
 
@@ -62,6 +63,88 @@ class HuberLoss : public Module {
   const std::string reduction;
   const double delta;
 };
+class Mish : public Module {
+ public:
+  explicit Mish(bool inplace = false) : Module("Mish"), inplace(inplace) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const bool inplace;
+};
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0, bool inplace = false) : Module("ELU"), alpha(alpha), inplace(inplace) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const double alpha;
+  const bool inplace;
+};
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0)
+      : Module("Softplus"), beta(beta), threshold(threshold) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const double beta, threshold;
+};
+
+// --- shape and 1-d layers ---------------------------------------------------------------
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, Shape unflattened_size)
+      : Module("Unflatten"), dim(dim), unflattened_size(std::move(unflattened_size)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const int64_t dim;
+  const Shape unflattened_size;
+};
+class PixelShuffle : public Module {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor, bool unshuffle = false);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const int64_t factor;
+  const bool unshuffle;  // PixelUnshuffle
+};
+class PixelUnshuffle : public PixelShuffle {
+ public:
+  explicit PixelUnshuffle(int64_t downscale_factor) : PixelShuffle(downscale_factor, true) {}
+};
+// Conv1d: weight (out_channels, in_channels / groups, kernel_size), bias
+// (out_channels), initialised as Conv2d's.
+class Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, const Conv1dArgs& args = {},
+         bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+  std::string extra_repr() const override;
+  const int64_t in_channels, out_channels, kernel_size;
+  const Conv1dArgs args;
+};
+// MaxPool1d, AvgPool1d (by kind) and AdaptiveAvgPool1d.
+class Pool1d : public Module {
+ public:
+  Pool1d(std::string type_name, Pool1dArgs args) : Module(std::move(type_name)), args(std::move(args)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const Pool1dArgs args;
+};
+class MaxPool1d : public Pool1d {
+ public:
+  explicit MaxPool1d(Pool1dArgs args) : Pool1d("MaxPool1d", std::move(args)) {}
+};
+class AvgPool1d : public Pool1d {
+ public:
+  explicit AvgPool1d(Pool1dArgs args) : Pool1d("AvgPool1d", std::move(args)) {}
+};
+class AdaptiveAvgPool1d : public Module {
+ public:
+  explicit AdaptiveAvgPool1d(int64_t output_size) : Module("AdaptiveAvgPool1d"), output_size(output_size) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const int64_t output_size;
+};
+
 class BCELoss : public Module {
  public:
   explicit BCELoss(const Tensor& weight = Tensor(), std::string reduction = "mean");

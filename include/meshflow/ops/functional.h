@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "meshflow/ops/conv.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/scalar.h"
@@ -70,6 +71,34 @@ TensorList broadcast_tensors(const TensorList& tensors);
 Tensor diag(const Tensor& t, int64_t diagonal = 0);
 // The indices of the nonzero elements, one row each (torch.argwhere).
 Tensor argwhere(const Tensor& t);
+// 1-d convolution and pooling of (N, C, L) or unbatched (C, L) inputs, as
+// their 2-d forms over a height of 1 (so their gradients, kernels and SBP
+// signatures are those). padding_same: PyTorch's padding="same" (stride 1;
+// an even effective kernel puts the extra column on the right).
+struct Conv1dArgs {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool padding_same = false;
+};
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv1dArgs& args = {});
+struct Pool1dArgs {
+  int64_t kernel_size = 1;
+  std::optional<int64_t> stride;  // kernel_size when unset
+  int64_t padding = 0;
+  int64_t dilation = 1;  // max_pool1d only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool1d only
+};
+Tensor max_pool1d(const Tensor& x, const Pool1dArgs& args);
+Tensor avg_pool1d(const Tensor& x, const Pool1dArgs& args);
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
+// (*, C r^2, H, W) -> (*, C, H r, W r), and back.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+// x * tanh(softplus(x)).
+Tensor mish(const Tensor& x);
 // Einstein summation over the operands' subscripts (PyTorch's equation
 // syntax: letters, "..." for broadcast dims, "->" for the output, implicit
 // output otherwise), planned as bmm contractions (Note [Planning einsum]

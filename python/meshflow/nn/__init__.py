@@ -11,7 +11,8 @@ _LAYERS = [
     "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "Softmax", "LogSoftmax", "Flatten", "Identity",
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "TransformerEncoderLayer",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "KLDivLoss",
-    "CosineSimilarity", "Hardtanh", "ReLU6", "GLU",
+    "CosineSimilarity", "Hardtanh", "ReLU6", "GLU", "Mish", "ELU", "Softplus", "Unflatten", "PixelShuffle",
+    "PixelUnshuffle", "Conv1d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)

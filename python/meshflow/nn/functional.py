@@ -8,6 +8,7 @@ __all__ = [
     "scaled_dot_product_attention", "conv2d", "max_pool2d", "max_pool2d_with_indices", "avg_pool2d",
     "adaptive_avg_pool2d", "linear", "pad", "one_hot", "l1_loss", "smooth_l1_loss", "huber_loss", "hardtanh",
     "relu6", "normalize", "cosine_similarity", "glu", "binary_cross_entropy", "kl_div",
+    "conv1d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "pixel_shuffle", "pixel_unshuffle", "mish",
 ]
 
 for _name in __all__:
