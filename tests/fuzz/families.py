@@ -318,6 +318,26 @@ for _name in LAYERS:
     family("nn." + _name, 1.0)(_module_case(_name))
 
 
+@family("nn.parameter_containers", 1.0, covers=("nn.ParameterList", "nn.ParameterDict", "nn.Parameter"))
+def _parameter_containers(g):
+    shape = (g.size(1, 3), g.size(1, 3))
+    values = [f"mf.ones({shape[0]}, {shape[1]})", "nn.Parameter(mf.zeros(2))",
+              g.choice(("mf.ones(1)", "None", "3", "'x'", "mf.ones(2, dtype=mf.int64)"))]
+    if g.chance(0.5):
+        g.emit(f"p = nn.ParameterList([{', '.join(values)}])")
+        g.emit(g.choice(("p.append(mf.ones(2))", "p.extend([mf.ones(1)])", "p.extend(mf.ones(2))",
+                         f"p[{a(g, 'int', 0)}] = mf.ones(3)", f"r = p[{a(g, 'int', -1)}]", "r = p[1:]",
+                         "r = p('call')", "r = list(p.parameters())")))
+    else:
+        g.emit("p = nn.ParameterDict({" + ", ".join(f"'k{i}': {v}" for i, v in enumerate(values)) + "})")
+        g.emit(g.choice(("p['n'] = mf.ones(2)", f"_expect(KeyError, lambda: p[{a(g, 'str', repr('k0'))}])",
+                         "p.update([('z', mf.ones(1))])",
+                         "p.update([1, 2])", "r = p.pop('k1')", "r = p.popitem()", "p[3] = mf.ones(1)",
+                         "r = p.state_dict()")))
+    g.emit("r = (len(p), list(p.named_parameters()), repr(p))")
+    return "nn.ParameterList"
+
+
 @family("nn.containers", 2.0, covers=("nn.Sequential", "nn.ModuleList", "nn.ModuleDict", "nn.Module"))
 def _containers(g):
     i, h, o = g.size(1, 5), g.size(1, 5), g.size(1, 5)

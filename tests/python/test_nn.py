@@ -1331,3 +1331,39 @@ def test_finfo_iinfo_inference_mode_and_cuda_guards():
     assert not mf.amp.GradScaler("cuda", enabled=False).is_enabled()
     with pytest.raises(RuntimeError, match="CUDA"):
         mf.amp.GradScaler("cuda")
+
+
+@pytest.mark.parametrize("lib", [torch, mf], ids=["torch", "meshflow"])
+def test_parameter_list_and_dict_as_torch(lib):
+    plist = lib.nn.ParameterList([lib.nn.Parameter(lib.ones(2, 3)), lib.ones(3)])
+    plist.append(lib.zeros(1))
+    plist.extend([lib.ones(2)])
+    assert len(plist) == 4 and all(isinstance(p, lib.nn.Parameter) for p in plist)
+    assert [n for n, _ in plist.named_parameters()] == ["0", "1", "2", "3"]
+    assert plist[-1] is plist[3] and len(plist[1:3]) == 2
+    plist[0] = lib.full((2,), 5.0)
+    assert plist[0].tolist() == [5.0, 5.0] and isinstance(plist[0], lib.nn.Parameter)
+    pdict = lib.nn.ParameterDict({"a": lib.nn.Parameter(lib.ones(2)), "b": lib.ones(1)})
+    pdict["c"] = lib.zeros(3)
+    pdict.update([("d", lib.ones(1))])
+    assert list(pdict.keys()) == ["a", "b", "c", "d"] and "c" in pdict and len(pdict) == 4
+    assert isinstance(pdict["b"], lib.nn.Parameter) and pdict.get("zz") is None
+    assert pdict.pop("d").tolist() == [1.0] and list(pdict) == ["a", "b", "c"]
+
+    class Model(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scales = lib.nn.ParameterList([lib.ones(2) for _ in range(3)])
+            self.extra = lib.nn.ParameterDict({"bias": lib.zeros(2)})
+
+        def forward(self, x):
+            for s in self.scales:
+                x = x * s
+            return x + self.extra["bias"]
+
+    model = Model()
+    assert list(model.state_dict()) == ["scales.0", "scales.1", "scales.2", "extra.bias"]
+    opt = lib.optim.SGD(model.parameters(), lr=0.1)
+    model(lib.full((2,), 2.0)).sum().backward()
+    opt.step()
+    assert model.scales[0].tolist() == pytest.approx([0.8, 0.8]) and model.extra["bias"].tolist() == pytest.approx([-0.1, -0.1])

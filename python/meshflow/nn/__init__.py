@@ -3,6 +3,7 @@ and utils, with torch.nn's names and signatures."""
 from meshflow._C import _modules
 from meshflow.nn import functional, init, parallel, utils
 from meshflow.nn.graph import Graph
+from meshflow.nn.containers import ParameterDict, ParameterList
 from meshflow.nn.parameter import Parameter
 
 _LAYERS = [
@@ -20,4 +21,4 @@ for _name in _LAYERS:
     globals()[_name] = _cls
 del _name, _cls
 
-__all__ = ["functional", "init", "parallel", "utils", "Graph", "Parameter"] + _LAYERS
+__all__ = ["functional", "init", "parallel", "utils", "Graph", "Parameter", "ParameterList", "ParameterDict"] + _LAYERS
