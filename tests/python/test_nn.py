@@ -1367,3 +1367,44 @@ def test_parameter_list_and_dict_as_torch(lib):
     model(lib.full((2,), 2.0)).sum().backward()
     opt.step()
     assert model.scales[0].tolist() == pytest.approx([0.8, 0.8]) and model.extra["bias"].tolist() == pytest.approx([-0.1, -0.1])
+
+
+def test_full_backward_hooks_as_torch():
+    def run(lib):
+        lib.manual_seed(0)
+
+        class Pair(lib.nn.Module):
+            def forward(self, a, b, scale):
+                return a * b * scale, a + b
+
+        m = lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.Tanh())
+        pair = Pair()
+        with lib.no_grad():
+            for p in m.parameters():
+                p.copy_(lib.linspace(-1, 1, p.numel()).reshape(p.shape))
+        log = []
+        m.register_full_backward_hook(lambda mod, gi, go: log.append(("seq", [g.tolist() for g in gi],
+                                                                      [g.tolist() for g in go])))
+        m[0].register_full_backward_hook(lambda mod, gi, go: log.append(("lin", [g.tolist() for g in gi])))
+        handle = pair.register_full_backward_hook(
+            lambda mod, gi, go: (log.append(("pair", [None if g is None else g.tolist() for g in gi],
+                                                  [g.tolist() for g in go])), (gi[0] * 3, gi[1], gi[2]))[1])
+        x = lib.linspace(0, 1, 6).reshape(2, 3).requires_grad_()
+        b = lib.ones(2, 4)
+        y, z = pair(m(x), b, 2.0)
+        (y.sum() + (z * z).sum()).backward()
+        first = x.grad.tolist()
+        handle.remove()
+        x.grad = None
+        y, z = pair(m(x), b, 2.0)
+        (y.sum() + z.sum()).backward()
+        return log, first, x.grad.tolist()
+
+    (t_log, t_first, t_second), (m_log, m_first, m_second) = run(torch), run(mf)
+    assert [entry[0] for entry in m_log] == [entry[0] for entry in t_log]
+    for m_entry, t_entry in zip(m_log, t_log):
+        for m_part, t_part in zip(m_entry[1:], t_entry[1:]):
+            for a, b in zip(m_part, t_part):
+                assert (a is None and b is None) or np.allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(m_first, t_first, rtol=1e-6)
+    np.testing.assert_allclose(m_second, t_second, rtol=1e-6)

@@ -1,7 +1,7 @@
 """meshflow.nn: modules and layers (C++ mf::nn), Parameter, init, functional
 and utils, with torch.nn's names and signatures."""
 from meshflow._C import _modules
-from meshflow.nn import functional, init, parallel, utils
+from meshflow.nn import backward_hooks, functional, init, parallel, utils  # noqa: F401 (backward_hooks: Module's)
 from meshflow.nn.graph import Graph
 from meshflow.nn.containers import ParameterDict, ParameterList
 from meshflow.nn.parameter import Parameter
