@@ -317,7 +317,7 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   int64_t padding = args.padding;
   if (args.padding_same) {
     MF_CHECK(args.stride == 1, ValueError, "conv1d: padding='same' is not supported for strided convolutions");
-    const int64_t total = args.dilation * (weight.size(2) - 1);
+    const int64_t total = checked_mul(args.dilation, weight.size(2) - 1, "conv1d", "the padding");
     padding = total / 2;
     if (total % 2) input = pad(x, {0, 1});
   }
@@ -347,11 +347,14 @@ Tensor pixel_shuffle(const Tensor& x, int64_t r) {
            x.defined() ? x.dim() : 0);
   MF_CHECK(r > 0, ValueError, "pixel_shuffle: upscale_factor must be positive, got ", r);
   const int64_t n = x.dim(), c = x.size(-3), h = x.size(-2), w = x.size(-1);
-  MF_CHECK(c % (r * r) == 0, ShapeError, "pixel_shuffle: the channel count ", c,
-           " must be divisible by the square of upscale_factor (", r * r, ")");
+  const int64_t r2 = checked_mul(r, r, "pixel_shuffle", "upscale_factor squared");
+  MF_CHECK(c % r2 == 0, ShapeError, "pixel_shuffle: the channel count ", c,
+           " must be divisible by the square of upscale_factor (", r2, ")");
   Shape lead(x.sizes().begin(), x.sizes().end() - 3), split = lead, out = lead;
-  for (int64_t v : {c / (r * r), r, r, h, w}) split.push_back(v);
-  for (int64_t v : {c / (r * r), h * r, w * r}) out.push_back(v);
+  for (int64_t v : {c / r2, r, r, h, w}) split.push_back(v);
+  for (int64_t v : {c / r2, checked_mul(h, r, "pixel_shuffle", "the output height"),
+                    checked_mul(w, r, "pixel_shuffle", "the output width")})
+    out.push_back(v);
   Shape perm;
   for (int64_t d = 0; d < n - 3; ++d) perm.push_back(d);
   for (int64_t d : {0, 3, 1, 4, 2}) perm.push_back(n - 3 + d);  // (C, H, r, W, r)
@@ -367,7 +370,9 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
            " must be divisible by downscale_factor (", r, ")");
   Shape lead(x.sizes().begin(), x.sizes().end() - 3), split = lead, out = lead;
   for (int64_t v : {c, h / r, r, w / r, r}) split.push_back(v);
-  for (int64_t v : {c * r * r, h / r, w / r}) out.push_back(v);
+  const int64_t channels = checked_mul(c, checked_mul(r, r, "pixel_unshuffle", "downscale_factor squared"),
+                                       "pixel_unshuffle", "the output channels");
+  for (int64_t v : {channels, h / r, w / r}) out.push_back(v);
   Shape perm;
   for (int64_t d = 0; d < n - 3; ++d) perm.push_back(d);
   for (int64_t d : {0, 2, 4, 1, 3}) perm.push_back(n - 3 + d);  // (C, r, r, H/r, W/r)

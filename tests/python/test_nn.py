@@ -592,6 +592,10 @@ def test_1d_functional_forms_and_errors():
                                torch.nn.functional.mish(torch.tensor(x)).numpy(), rtol=1e-12)
     with pytest.raises(mf.errors.ShapeError, match="divisible"):
         mf.pixel_shuffle(mf.ones(1, 3, 2, 2), 2)
+    with pytest.raises(mf.errors.ShapeError, match="overflows"):  # r * r wrapped to 0 once: a division by 0
+        mf.pixel_shuffle(mf.ones(3, 5, 1), 2 ** 40)
+    with pytest.raises(mf.errors.ShapeError, match="overflows"):
+        mf.conv1d(mf.ones(1, 1, 4), mf.ones(1, 1, 3), padding="same", dilation=2 ** 62)
     with pytest.raises(mf.errors.ShapeError, match="2-d"):
         mf.conv1d(mf.ones(2, 2, 2, 2), mf.ones(1, 2, 1))
     with pytest.raises(ValueError, match="strided"):
