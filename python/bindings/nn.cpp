@@ -275,6 +275,19 @@ void init_nn(py::module_& parent) {
   m.def("adaptive_avg_pool1d", [](const Tensor& x, py::handle output_size) {
     return adaptive_avg_pool1d(x, single(output_size, "adaptive_avg_pool1d", "output_size"));
   }, py::arg("input"), py::arg("output_size"));
+  m.def("prelu", &prelu, py::arg("input"), py::arg("weight"));
+  for (int64_t d : {1, 2, 3}) {
+    m.def(("dropout" + std::to_string(d) + "d").c_str(), [d](Tensor x, double p, bool training, bool inplace) {
+      return maybe_inplace(x, inplace, [&](const Tensor& input) { return channel_dropout(input, p, training, d); });
+    }, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true, py::arg("inplace") = false);
+  }
+  m.def("instance_norm", [](const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                            const Tensor& weight, const Tensor& bias, bool use_input_stats, double momentum,
+                            double eps) {
+    return instance_norm(x, running_mean, running_var, weight, bias, use_input_stats, momentum, eps);
+  }, py::arg("input"), py::arg("running_mean") = py::none(), py::arg("running_var") = py::none(),
+        py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("use_input_stats") = true,
+        py::arg("momentum") = 0.1, py::arg("eps") = 1e-5);
   m.def("pixel_shuffle", &pixel_shuffle, py::arg("input"), py::arg("upscale_factor"));
   m.def("pixel_unshuffle", &pixel_unshuffle, py::arg("input"), py::arg("downscale_factor"));
   m.def("mish", [](Tensor x, bool inplace) {

@@ -591,6 +591,41 @@ void bind_losses(py::module_& m) {
       }), py::arg("output_size"))
       .def("forward", &AdaptiveAvgPool1d::forward, py::arg("input"))
       .def_readonly("output_size", &AdaptiveAvgPool1d::output_size);
+  layer<PReLU>(m, "PReLU")
+      .def(py::init([](int64_t n, double init, std::optional<Device> device, std::optional<DType> dtype) {
+        return made(std::make_shared<PReLU>(n, init), device, dtype);
+      }), py::arg("num_parameters") = 1, py::arg("init") = 0.25, py::arg("device") = py::none(),
+          py::arg("dtype") = py::none())
+      .def("forward", &PReLU::forward, py::arg("input"))
+      .def_readonly("num_parameters", &PReLU::num_parameters);
+  layer<ChannelDropout>(m, "_ChannelDropout").def("forward", &ChannelDropout::forward, py::arg("input"));
+  layer<InstanceNorm>(m, "_InstanceNorm").def("forward", &InstanceNorm::forward, py::arg("input"));
+  auto dropout_nd = [&](auto tag, const char* name) {
+    using M = typename decltype(tag)::type;
+    sublayer<M, ChannelDropout>(m, name)
+        .def(py::init<double, bool>(), py::arg("p") = 0.5, py::arg("inplace") = false)
+        .def_readonly("p", &ChannelDropout::p)
+        .def_readonly("inplace", &ChannelDropout::inplace);
+  };
+  dropout_nd(std::type_identity<Dropout1d>{}, "Dropout1d");
+  dropout_nd(std::type_identity<Dropout2d>{}, "Dropout2d");
+  dropout_nd(std::type_identity<Dropout3d>{}, "Dropout3d");
+  auto instance_norm_nd = [&](auto tag, const char* name) {
+    using M = typename decltype(tag)::type;
+    sublayer<M, InstanceNorm>(m, name)
+        .def(py::init([](int64_t num_features, double eps, double momentum, bool affine, bool track,
+                         std::optional<Device> device, std::optional<DType> dtype) {
+          return made(std::make_shared<M>(num_features, eps, momentum, affine, track), device, dtype);
+        }), py::arg("num_features"), py::arg("eps") = 1e-5, py::arg("momentum") = 0.1, py::arg("affine") = false,
+            py::arg("track_running_stats") = false, py::arg("device") = py::none(), py::arg("dtype") = py::none())
+        .def_readonly("num_features", &InstanceNorm::num_features)
+        .def_readonly("eps", &InstanceNorm::eps)
+        .def_readonly("momentum", &InstanceNorm::momentum)
+        .def_readonly("affine", &InstanceNorm::affine)
+        .def_readonly("track_running_stats", &InstanceNorm::track_running_stats);
+  };
+  instance_norm_nd(std::type_identity<InstanceNorm1d>{}, "InstanceNorm1d");
+  instance_norm_nd(std::type_identity<InstanceNorm2d>{}, "InstanceNorm2d");
   layer<BCELoss>(m, "BCELoss")
       .def(py::init([](const Tensor& weight, py::handle size_average, py::handle reduce, const std::string& reduction) {
         check_reduction_args(size_average, reduce, "BCELoss");

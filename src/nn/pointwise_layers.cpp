@@ -90,4 +90,61 @@ std::string Pool1d::extra_repr() const {
 Tensor AdaptiveAvgPool1d::forward(const Tensor& x) { return adaptive_avg_pool1d(x, output_size); }
 std::string AdaptiveAvgPool1d::extra_repr() const { return "output_size=" + std::to_string(output_size); }
 
+PReLU::PReLU(int64_t num_parameters, double init) : Module("PReLU"), num_parameters(num_parameters) {
+  MF_CHECK(num_parameters > 0, ValueError, "PReLU: num_parameters must be positive, got ", num_parameters);
+  register_parameter("weight", full({num_parameters}, init, {.dtype = default_dtype()}));
+}
+Tensor PReLU::forward(const Tensor& x) { return prelu(x, param_at(0)); }
+std::string PReLU::extra_repr() const { return "num_parameters=" + std::to_string(num_parameters); }
+
+ChannelDropout::ChannelDropout(int64_t spatial_dims, double p, bool inplace)
+    : Module("Dropout" + std::to_string(spatial_dims) + "d"), spatial_dims(spatial_dims), p(p), inplace(inplace) {
+  MF_CHECK(p >= 0 && p <= 1, ValueError, type_name(), ": dropout probability has to be between 0 and 1, but got ", p);
+}
+Tensor ChannelDropout::forward(const Tensor& x) {
+  if (!inplace) return channel_dropout(x, p, is_training(), spatial_dims);
+  Tensor t = x;
+  return copy_(t, channel_dropout(x, p, is_training(), spatial_dims));
+}
+std::string ChannelDropout::extra_repr() const { return "p=" + py_float(p) + ", inplace=" + py_bool(inplace); }
+
+InstanceNorm::InstanceNorm(int64_t spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
+                           bool track_running_stats)
+    : Module("InstanceNorm" + std::to_string(spatial_dims) + "d"),
+      spatial_dims(spatial_dims),
+      num_features(num_features),
+      eps(eps),
+      momentum(momentum),
+      affine(affine),
+      track_running_stats(track_running_stats) {
+  MF_CHECK(num_features > 0, ValueError, type_name(), ": num_features must be positive, got ", num_features);
+  const TensorOptions f{.dtype = default_dtype()};
+  register_parameter("weight", affine ? ones({num_features}, f) : Tensor());
+  register_parameter("bias", affine ? zeros({num_features}, f) : Tensor());
+  if (track_running_stats) {
+    register_buffer("running_mean", zeros({num_features}, f));
+    register_buffer("running_var", ones({num_features}, f));
+    register_buffer("num_batches_tracked", zeros({}, {.dtype = DType::Int64}));
+  }
+}
+
+Tensor InstanceNorm::forward(const Tensor& x) {
+  MF_CHECK(x.defined() && (x.dim() == spatial_dims + 1 || x.dim() == spatial_dims + 2), ShapeError, type_name(),
+           ": expected ", spatial_dims + 1, "-d (unbatched) or ", spatial_dims + 2, "-d (batched) input, got ",
+           x.defined() ? x.dim() : 0, " dims");
+  const bool unbatched = x.dim() == spatial_dims + 1;
+  const Tensor input = unbatched ? unsqueeze(x, 0) : x;
+  MF_CHECK(input.size(1) == num_features, ShapeError, type_name(), ": expected ", num_features,
+           " channels, got ", input.size(1));
+  const Tensor rm = track_running_stats ? buffer_at(0) : Tensor(), rv = track_running_stats ? buffer_at(1) : Tensor();
+  const Tensor y = instance_norm(input, rm, rv, param_at(0), param_at(1), is_training() || !track_running_stats,
+                                 momentum, eps);
+  return unbatched ? squeeze(y, 0) : y;
+}
+
+std::string InstanceNorm::extra_repr() const {
+  return std::to_string(num_features) + ", eps=" + py_float(eps) + ", momentum=" + py_float(momentum) +
+         ", affine=" + py_bool(affine) + ", track_running_stats=" + py_bool(track_running_stats);
+}
+
 }  // namespace mf::nn

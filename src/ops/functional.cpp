@@ -7,6 +7,7 @@
 
 #include "meshflow/autograd.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/nn.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
 #include "ops/loss_common.h"
@@ -380,5 +381,69 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
 }
 
 Tensor mish(const Tensor& x) { return mul(x, tanh(softplus(x))); }
+
+Tensor prelu(const Tensor& x, const Tensor& weight) {
+  MF_CHECK(x.defined() && weight.defined(), ValueError, "prelu: input and weight must be defined tensors");
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;
+  MF_CHECK(weight.numel() == 1 || weight.numel() == channels, ShapeError, "prelu: weight has ", weight.numel(),
+           " elements, expected 1 or the number of channels (", channels, ")");
+  Tensor w = weight;
+  if (weight.numel() > 1) {
+    Shape shape(size_t(x.dim() - 1), 1);
+    shape[0] = channels;
+    w = reshape(weight, shape);
+  } else {
+    w = reshape(weight, {});
+  }
+  return where(ge(x, Scalar(0)), x, mul(w, x));
+}
+
+Tensor channel_dropout(const Tensor& x, double p, bool training, int64_t spatial_dims) {
+  const std::string op = "dropout" + std::to_string(spatial_dims) + "d";
+  MF_CHECK(p >= 0 && p <= 1, ValueError, op, ": dropout probability has to be between 0 and 1, but got ", p);
+  MF_CHECK(x.defined(), ValueError, op, ": input must be a defined tensor");
+  const int64_t batched = spatial_dims + 2;
+  MF_CHECK(x.dim() == batched || x.dim() == batched - 1, ShapeError, op, ": expected a ", batched - 1, "-d or ",
+           batched, "-d input, got ", x.dim(), " dims");
+  if (!training || p == 0) return x;
+  // The dims a mask entry covers: all but (N, C), or all but C unbatched;
+  // dropout2d of a 3-d input drops (N, C, L)'s channels.
+  const int64_t kept = (x.dim() == batched || spatial_dims == 2) ? 2 : 1;
+  Shape mask_shape = x.sizes();
+  for (size_t d = size_t(kept); d < mask_shape.size(); ++d) mask_shape[d] = 1;
+  if (p == 1) return mul(x, zeros(mask_shape, {.dtype = x.dtype()}));
+  const Tensor keep = bernoulli(full(mask_shape, 1.0 - p, {.dtype = x.dtype()}));
+  return mul(x, div(keep, Scalar(1.0 - p)));
+}
+
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                     const Tensor& bias, bool use_input_stats, double momentum, double eps) {
+  MF_CHECK(x.defined() && x.dim() >= 2, ShapeError, "instance_norm: expected an input of at least 2 dims, got ",
+           x.defined() ? x.dim() : 0);
+  if (!use_input_stats) {
+    MF_CHECK(running_mean.defined() && running_var.defined(), ValueError,
+             "instance_norm: use_input_stats=False needs running_mean and running_var");
+    return batch_norm(x, running_mean, running_var, weight, bias, false, momentum, eps);
+  }
+  const int64_t n = x.size(0), c = x.size(1);
+  if (!running_mean.defined() && !running_var.defined()) return group_norm(x, c, weight, bias, eps);
+  // Each (sample, channel) as a channel of one batch: batch_norm's statistics
+  // are then the instances', and its running update is averaged over samples.
+  Shape merged = x.sizes();
+  merged.erase(merged.begin());
+  merged[0] = checked_mul(n, c, "instance_norm", "samples times channels");
+  merged.insert(merged.begin(), 1);
+  Tensor mean_rep = running_mean.defined() ? repeat(running_mean.detach(), {n}) : Tensor();
+  Tensor var_rep = running_var.defined() ? repeat(running_var.detach(), {n}) : Tensor();
+  const Tensor w = weight.defined() ? repeat(weight, {n}) : Tensor(), b = bias.defined() ? repeat(bias, {n}) : Tensor();
+  const Tensor y = batch_norm(reshape(x, merged), mean_rep, var_rep, w, b, true, momentum, eps);
+  {
+    NoGradGuard no_grad;
+    Tensor rm = running_mean, rv = running_var;
+    if (rm.defined()) copy_(rm, mean(reshape(mean_rep, {n, c}), {0}));
+    if (rv.defined()) copy_(rv, mean(reshape(var_rep, {n, c}), {0}));
+  }
+  return reshape(y, x.sizes());
+}
 
 }  // namespace mf

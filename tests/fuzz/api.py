@@ -845,6 +845,11 @@ op("nn.functional.embedding", [T(0), T(1), V("pad")], {"max_norm": Lit("None", "
                                                         "scale_grad_by_freq": Bool()},
    dtypes=FLOATS, nreq=2, inputs=_embedding_inputs)
 op("nn.functional.dropout", [X(), Flt(0, 1), Bool(), Bool()], dtypes=FLOATS, nreq=1)
+for _n in ("dropout1d", "dropout2d", "dropout3d"):
+    op("nn.functional." + _n, [X(), Flt(-0.5, 1.5), Bool(), Bool()], dtypes=FLOATS, nreq=1)
+op("nn.functional.prelu", [X(), Y()], dtypes=ALL)
+op("nn.functional.instance_norm", [X()], {"use_input_stats": Bool(), "momentum": Flt(0, 1), "eps": Flt(-1e-3, 1e-2)},
+   dtypes=FLOATS)
 op("nn.functional.dropout", [X()], {"p": Lit("0.0", "1.0", "0.5"), "training": Bool(), "inplace": Bool()},
    dtypes=FLOATS)
 

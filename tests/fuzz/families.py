@@ -250,6 +250,18 @@ def _pixel_shuffle(unshuffle):
     return make
 
 
+def _channel_layer(spatial, *items, channels=False):
+    def make(g, dtype):
+        c = g.size(1, 3)
+        shape = (g.size(1, 3), c) + tuple(g.size(1, 3) for _ in range(spatial))
+        if g.chance(0.2):
+            shape = shape[1:]
+        ctor = [a(g, "int", c)] if channels else []
+        return ctor + kwargs(g, list(items)), [g.tensor(shape, dtype)]
+
+    return make
+
+
 def _unflatten(g, dtype):
     x = g.tensor((g.size(1, 3), 6, g.size(1, 2)), dtype)
     return [a(g, "int", 1), size_arg(g, g.choice(([2, 3], [3, 2], [-1, 2], [6], [4, 2])))], [x]
@@ -277,6 +289,11 @@ LAYERS = {
     "PixelUnshuffle": _pixel_shuffle(True), "Unflatten": _unflatten, "Mish": _simple(("inplace", "bool", False)),
     "ELU": _simple(("alpha", "float", 0.5), ("inplace", "bool", False)),
     "Softplus": _simple(("beta", "float", 2.0), ("threshold", "float", 5.0)),
+    "PReLU": _simple(("num_parameters", "int", 1)),
+    "Dropout1d": _channel_layer(1, ("p", "float", 0.5)), "Dropout2d": _channel_layer(2, ("p", "float", 0.5)),
+    "Dropout3d": _channel_layer(3, ("p", "float", 0.5)),
+    "InstanceNorm1d": _channel_layer(1, ("affine", "bool", True), ("track_running_stats", "bool", True), channels=True),
+    "InstanceNorm2d": _channel_layer(2, ("affine", "bool", False), channels=True),
 }
 
 # Things to do to a built module before or after calling it.

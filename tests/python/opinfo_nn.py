@@ -179,6 +179,24 @@ def group_norm_samples(rng, dtype):
 op("nn.functional.group_norm", group_norm_samples, aliases=("group_norm",), tol=_NORM_TOL, grad_tol=_NORM_TOL)
 
 
+def instance_norm_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype)
+
+    def stats(c):  # running statistics are written, not differentiated
+        return (make(rng, (c,), dtype, -1, 1, requires_grad=False), make(rng, (c,), dtype, 0.5, 2, requires_grad=False))
+
+    return [S(x((2, 3, 5))), S(x((2, 3, 4, 4)), weight=x((3,)), bias=x((3,)), eps=1e-3),
+            S(x((3, 2, 6)), *stats(2), x((2,)), x((2,)), True, 0.3),
+            S(x((2, 2, 3, 3)), *stats(2), use_input_stats=False)]
+
+
+op("nn.functional.instance_norm", instance_norm_samples, tol=_NORM_TOL, grad_tol=_NORM_TOL, compare_inputs=True)
+op("nn.functional.prelu", lambda rng, dtype: [S(make(rng, (3, 4), dtype), make(rng, (1,), dtype, 0, 0.5)),
+                                              S(make(rng, (2, 3, 4), dtype), make(rng, (3,), dtype, 0, 0.5)),
+                                              S(make(rng, (5,), dtype), make(rng, (1,), dtype, 0, 0.5))])
+
+
 def embedding_samples(rng, dtype):
     weight = make(rng, (10, 3), dtype)
     return [S(index_arr(rng, (4,), 10), weight), S(index_arr(rng, (2, 3), 10), make(rng, (10, 3), dtype)),
@@ -197,6 +215,9 @@ def dropout_samples(rng, dtype):
 
 
 op("nn.functional.dropout", dropout_samples)
+for _n, _shape in (("dropout1d", (4, 6, 5)), ("dropout2d", (4, 6, 3, 3)), ("dropout3d", (3, 4, 2, 2, 2))):
+    op("nn.functional." + _n, lambda rng, dtype, _shape=_shape: [S(make(rng, _shape, dtype), 0.5, False),
+                                                                  S(make(rng, _shape, dtype), 0.0)])
 op("nn.functional.dropout", lambda rng, dtype: [S(make(rng, (30, 40), dtype, nonzero=True), 0.5),
                                                 S(make(rng, (10,), dtype, nonzero=True), 0.2, True)],
    check="meta", validate=validate_dropout)

@@ -559,6 +559,12 @@ LAYERS_1D = [
     ("ELU", lambda lib: lib.nn.ELU(alpha=0.5), (3, 4)),
     ("Softplus", lambda lib: lib.nn.Softplus(beta=0.5, threshold=1.5), (3, 4)),
     ("Softplus-defaults", lambda lib: lib.nn.Softplus(), (3, 4)),
+    ("PReLU", lambda lib: lib.nn.PReLU(), (3, 4)),
+    ("PReLU-channels", lambda lib: lib.nn.PReLU(3, init=0.1), (2, 3, 4)),
+    ("InstanceNorm1d", lambda lib: lib.nn.InstanceNorm1d(3), (2, 3, 5)),
+    ("InstanceNorm1d-unbatched", lambda lib: lib.nn.InstanceNorm1d(3, affine=True), (3, 5)),
+    ("InstanceNorm2d", lambda lib: lib.nn.InstanceNorm2d(2, affine=True, eps=1e-3), (2, 2, 3, 4)),
+    ("Dropout2d-eval", lambda lib: lib.nn.Dropout2d(0.3).eval(), (2, 3, 4, 4)),
 ]
 
 
@@ -604,6 +610,43 @@ def test_1d_functional_forms_and_errors():
         mf.nn.Conv1d(3, 2, 3, groups=2)
     with pytest.raises(ValueError, match="sequence of one int"):
         mf.nn.MaxPool1d((2, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_instance_norm_running_statistics_as_torch(dtype):
+    rng = np.random.default_rng(4)
+    for t_module, m_module in ((torch.nn.InstanceNorm1d(3, affine=True, track_running_stats=True, momentum=0.3),
+                                mf.nn.InstanceNorm1d(3, affine=True, track_running_stats=True, momentum=0.3)),
+                               (torch.nn.InstanceNorm2d(2, track_running_stats=True),
+                                mf.nn.InstanceNorm2d(2, track_running_stats=True))):
+        shape = (4, 3, 6) if isinstance(t_module, torch.nn.InstanceNorm1d) else (3, 2, 4, 5)
+        for _ in range(2):
+            compare(t_module, m_module, [rng.standard_normal(shape) * 3 + 1], dtype)
+        for name in ("running_mean", "running_var"):
+            np.testing.assert_allclose(to_numpy(getattr(m_module, name)), getattr(t_module, name).detach().numpy(),
+                                       rtol=1e-5 if dtype == "float32" else 1e-10)
+        t_module.eval(), m_module.eval()
+        compare(t_module, m_module, [rng.standard_normal(shape)], dtype)
+
+
+def test_channel_dropout_as_torch():
+    mf.manual_seed(0)
+    x = mf.ones(200, 8, 3, 3)
+    y = mf.nn.functional.dropout2d(x, 0.25)
+    per_channel = y.numpy().reshape(200, 8, 9)
+    assert ((per_channel == 0).all(-1) | (per_channel == 1 / 0.75).all(-1)).all()  # whole channels
+    assert abs((per_channel[..., 0] == 0).mean() - 0.25) < 0.03
+    for lib in (torch, mf):
+        assert lib.nn.functional.dropout1d(lib.ones(2, 3, 4), 0.5, training=False).sum().item() == 24
+        assert tuple(lib.nn.Dropout3d(0.5)(lib.ones(2, 2, 2, 2, 2)).shape) == (2, 2, 2, 2, 2)
+        assert repr(lib.nn.Dropout1d(0.2)) == "Dropout1d(p=0.2, inplace=False)"
+        assert lib.nn.functional.dropout2d(lib.ones(2, 3, 4, 4), 1.0).sum().item() == 0
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        mf.nn.Dropout2d(1.5)
+    with pytest.raises(mf.errors.ShapeError, match="input"):
+        mf.nn.functional.dropout3d(mf.ones(2, 2), 0.5)
+    with pytest.raises(mf.errors.ShapeError, match="channels"):
+        mf.nn.InstanceNorm1d(4)(mf.ones(2, 3, 5))
 
 
 def test_loss_bad_reduction():

@@ -145,6 +145,55 @@ class AdaptiveAvgPool1d : public Module {
   const int64_t output_size;
 };
 
+// PReLU: parameter weight (num_parameters values, initialised to init).
+class PReLU : public Module {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const int64_t num_parameters;
+};
+// Dropout1d, Dropout2d, Dropout3d: whole channels (channel_dropout).
+class ChannelDropout : public Module {
+ public:
+  ChannelDropout(int64_t spatial_dims, double p = 0.5, bool inplace = false);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const int64_t spatial_dims;
+  const double p;
+  const bool inplace;
+};
+template <int64_t D>
+class DropoutNd : public ChannelDropout {
+ public:
+  explicit DropoutNd(double p = 0.5, bool inplace = false) : ChannelDropout(D, p, inplace) {}
+};
+using Dropout1d = DropoutNd<1>;
+using Dropout2d = DropoutNd<2>;
+using Dropout3d = DropoutNd<3>;
+// InstanceNorm1d ((N, C, L) or (C, L)) and InstanceNorm2d ((N, C, H, W) or
+// (C, H, W)): parameters weight/bias when affine (ones, zeros), buffers
+// running_mean/running_var/num_batches_tracked when track_running_stats.
+class InstanceNorm : public Module {
+ public:
+  InstanceNorm(int64_t spatial_dims, int64_t num_features, double eps = 1e-5, double momentum = 0.1,
+               bool affine = false, bool track_running_stats = false);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const int64_t spatial_dims, num_features;
+  const double eps, momentum;
+  const bool affine, track_running_stats;
+};
+template <int64_t D>
+class InstanceNormNd : public InstanceNorm {
+ public:
+  explicit InstanceNormNd(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                          bool track_running_stats = false)
+      : InstanceNorm(D, num_features, eps, momentum, affine, track_running_stats) {}
+};
+using InstanceNorm1d = InstanceNormNd<1>;
+using InstanceNorm2d = InstanceNormNd<2>;
+
 class BCELoss : public Module {
  public:
   explicit BCELoss(const Tensor& weight = Tensor(), std::string reduction = "mean");

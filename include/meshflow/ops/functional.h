@@ -97,6 +97,20 @@ Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
 // (*, C r^2, H, W) -> (*, C, H r, W r), and back.
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+// max(0, x) + weight * min(0, x), weight of 1 element or one per channel
+// (dim 1).
+Tensor prelu(const Tensor& x, const Tensor& weight);
+// Channel dropout: whole channels zeroed with probability p, the rest
+// scaled by 1 / (1 - p). spatial_dims is 1, 2 or 3 (dropout1d/2d/3d); an
+// input with one dim fewer than batched is one unbatched sample (a 3-d
+// input to dropout2d is taken as (N, C, L), as PyTorch 1.13 does).
+Tensor channel_dropout(const Tensor& x, double p, bool training, int64_t spatial_dims);
+// Normalisation over each sample's channel (the dims after 1). With
+// use_input_stats and defined running statistics, these are updated with
+// the mean over the batch of each sample's statistics (PyTorch's
+// instance_norm); without use_input_stats the running statistics are used.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                     const Tensor& bias, bool use_input_stats, double momentum = 0.1, double eps = 1e-5);
 // x * tanh(softplus(x)).
 Tensor mish(const Tensor& x);
 // Einstein summation over the operands' subscripts (PyTorch's equation

@@ -13,7 +13,8 @@ _LAYERS = [
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "TransformerEncoderLayer",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "KLDivLoss",
     "CosineSimilarity", "Hardtanh", "ReLU6", "GLU", "Mish", "ELU", "Softplus", "Unflatten", "PixelShuffle",
-    "PixelUnshuffle", "Conv1d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d",
+    "PixelUnshuffle", "Conv1d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PReLU", "Dropout1d", "Dropout2d",
+    "Dropout3d", "InstanceNorm1d", "InstanceNorm2d",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)
