@@ -1455,3 +1455,17 @@ def test_full_backward_hooks_as_torch():
                 assert (a is None and b is None) or np.allclose(a, b, rtol=1e-6)
     np.testing.assert_allclose(m_first, t_first, rtol=1e-6)
     np.testing.assert_allclose(m_second, t_second, rtol=1e-6)
+
+
+def test_embedding_from_pretrained_as_torch():
+    table = np.arange(12.0).reshape(4, 3)
+    for lib in (torch, mf):
+        frozen = lib.nn.Embedding.from_pretrained(lib.tensor(table), padding_idx=2)
+        assert repr(frozen) == "Embedding(4, 3, padding_idx=2)" and not frozen.weight.requires_grad
+        assert frozen(lib.tensor([3, 0])).tolist() == [[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]]
+        assert frozen.weight.dtype == lib.float64
+        trained = lib.nn.Embedding.from_pretrained(lib.tensor(table, dtype=lib.float32), freeze=False)
+        trained(lib.tensor([1, 1])).sum().backward()
+        assert trained.weight.grad[1].tolist() == [2.0, 2.0, 2.0]
+        with pytest.raises((ValueError, AssertionError)):
+            lib.nn.Embedding.from_pretrained(lib.ones(3))

@@ -22,4 +22,26 @@ for _name in _LAYERS:
     globals()[_name] = _cls
 del _name, _cls
 
+
+
+def _embedding_from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None, norm_type=2.0,
+                               scale_grad_by_freq=False, sparse=False):
+    """Embedding.from_pretrained: an Embedding whose weight is a copy of the
+    2-d `embeddings`, frozen (requires_grad False) unless freeze=False."""
+    from meshflow import no_grad
+    if not hasattr(embeddings, "dim") or embeddings.dim() != 2:
+        raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise ValueError("Embedding.from_pretrained: max_norm, scale_grad_by_freq and sparse gradients are not "
+                         "supported")
+    rows, cols = embeddings.shape
+    layer = cls(rows, cols, padding_idx=padding_idx, dtype=embeddings.dtype)
+    with no_grad():
+        layer.weight.copy_(embeddings)
+    layer.weight.requires_grad_(not freeze)
+    return layer
+
+
+Embedding.from_pretrained = classmethod(_embedding_from_pretrained)
+
 __all__ = ["functional", "init", "parallel", "utils", "Graph", "Parameter", "ParameterList", "ParameterDict"] + _LAYERS
