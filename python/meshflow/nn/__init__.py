@@ -42,6 +42,6 @@ def _embedding_from_pretrained(cls, embeddings, freeze=True, padding_idx=None, m
     return layer
 
 
-Embedding.from_pretrained = classmethod(_embedding_from_pretrained)
+_modules.Embedding.from_pretrained = classmethod(_embedding_from_pretrained)
 
 __all__ = ["functional", "init", "parallel", "utils", "Graph", "Parameter", "ParameterList", "ParameterDict"] + _LAYERS
