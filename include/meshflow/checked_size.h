@@ -51,4 +51,11 @@ int64_t checked_numel(const Shape& shape, std::string_view op);
 // checked_numel(shape) * itemsize(dtype), checked the same way.
 int64_t checked_nbytes(const Shape& shape, DType dtype, std::string_view op);
 
+// Refuses, as an allocation of that size would be, a request whose host
+// memory (bytes, for `what`) exceeds what this process may use: the
+// machine's memory, or a lower address-space limit. For requests made of
+// many small pieces (views, layers' parameters), which would otherwise fill
+// memory one piece at a time. Throws OutOfMemoryError.
+void check_host_memory(std::string_view op, double bytes, std::string_view what);
+
 }  // namespace mf

@@ -6,3 +6,5 @@
 #include "meshflow/nn/layers.h"
 #include "meshflow/nn/module.h"
 #include "meshflow/nn/pointwise_layers.h"
+#include "meshflow/nn/rnn.h"
+#include "meshflow/nn/transformer.h"

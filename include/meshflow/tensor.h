@@ -167,6 +167,9 @@ class Tensor {
                 bool create_graph = false) const;
   // A tensor sharing this one's data but outside the autograd graph.
   Tensor detach() const;
+  // Takes this tensor out of the autograd graph in place: it becomes a leaf
+  // that does not require grad (its .grad and hooks are kept, as PyTorch's).
+  Tensor& detach_();
   // Makes this leaf use src's data, shape and dtype (PyTorch's `t.data = src`);
   // Module::to(dtype) converts parameters this way, so references held by
   // optimizers stay valid. Throws Error for a non-leaf.

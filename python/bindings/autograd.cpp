@@ -87,6 +87,10 @@ void init_autograd(py::module_& m) {
         return self;
       }, py::arg("requires_grad") = true)
       .def("detach", &Tensor::detach)
+      .def("detach_", [](py::object self) {
+        self.cast<Tensor&>().detach_();
+        return self;
+      })
       .def("retain_grad", &Tensor::retain_grad)
       .def("register_hook", [](const Tensor& t, py::function hook) {
         return RemovableHandle{t, t.register_hook(python_hook(std::move(hook)))};

@@ -138,6 +138,19 @@ void init_nn(py::module_& parent) {
     return embedding(input, weight, padding_idx);
   }, py::arg("input"), py::arg("weight"), py::arg("padding_idx") = py::none(), py::arg("max_norm") = py::none(),
         py::arg("norm_type") = 2.0, py::arg("scale_grad_by_freq") = false, py::arg("sparse") = false);
+  m.def("bilinear", &bilinear, py::arg("input1"), py::arg("input2"), py::arg("weight"), py::arg("bias") = py::none());
+  m.def("embedding_bag", [](const Tensor& input, const Tensor& weight, const Tensor& offsets, py::handle max_norm,
+                            double norm_type, bool scale_grad_by_freq, const std::string& mode, bool sparse,
+                            const Tensor& per_sample_weights, bool include_last_offset,
+                            std::optional<int64_t> padding_idx) {
+    check_unset(max_norm, "embedding_bag", "max_norm", "a renormalised weight");
+    MF_CHECK(!scale_grad_by_freq && !sparse, ValueError,
+             "embedding_bag: scale_grad_by_freq and sparse gradients are not supported");
+    return embedding_bag(input, weight, offsets, mode, per_sample_weights, include_last_offset, padding_idx);
+  }, py::arg("input"), py::arg("weight"), py::arg("offsets") = py::none(), py::arg("max_norm") = py::none(),
+        py::arg("norm_type") = 2, py::arg("scale_grad_by_freq") = false, py::arg("mode") = "mean",
+        py::arg("sparse") = false, py::arg("per_sample_weights") = py::none(), py::arg("include_last_offset") = false,
+        py::arg("padding_idx") = py::none());
   m.def("dropout", [](Tensor x, double p, bool training, bool inplace) {
     return maybe_inplace(x, inplace, [p, training](const Tensor& input) { return dropout(input, p, training); });
   }, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true, py::arg("inplace") = false);

@@ -9,33 +9,6 @@ namespace {
 
 using namespace nn;  // NOLINT: every class bound here lives in mf::nn
 
-template <typename M>
-using Class = py::class_<M, Module, std::shared_ptr<M>>;
-
-// A layer's class: attributes allowed, and its own copy.deepcopy.
-template <typename M>
-Class<M> layer(py::module_& m, const char* name, const char* doc = "") {
-  Class<M> cls(m, name, py::dynamic_attr(), doc);
-  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
-  return cls;
-}
-// The same for a layer derived from another bound layer.
-template <typename M, typename Base>
-py::class_<M, Base, std::shared_ptr<M>> sublayer(py::module_& m, const char* name) {
-  py::class_<M, Base, std::shared_ptr<M>> cls(m, name, py::dynamic_attr());
-  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
-  return cls;
-}
-
-// torch.nn layers take device= and dtype= factory arguments.
-template <typename M>
-std::shared_ptr<M> made(std::shared_ptr<M> m, const std::optional<Device>& device, std::optional<DType> dtype) {
-  MF_CHECK(!device || device->is_cpu(), ValueError, m->type_name(), ": device ", device->str(),
-           " is not available in this build");
-  if (dtype) m->to(*dtype);
-  return m;
-}
-
 Shape pair_of(const PairArg& p, const char* layer, const char* arg) {
   MF_CHECK(p.values.size() == 2, ValueError, layer, ": ", arg, " must be an int or a pair of ints, got ",
            p.values.size(), " values");
@@ -324,6 +297,42 @@ void bind_layers(py::module_& m) {
       .def_readonly("num_embeddings", &Embedding::num_embeddings)
       .def_readonly("embedding_dim", &Embedding::embedding_dim)
       .def_readonly("padding_idx", &Embedding::padding_idx);
+  layer<Bilinear>(m, "Bilinear")
+      .def(py::init([](int64_t in1, int64_t in2, int64_t out, bool bias, std::optional<Device> device,
+                       std::optional<DType> dtype) {
+        return made(std::make_shared<Bilinear>(in1, in2, out, bias), device, dtype);
+      }), py::arg("in1_features"), py::arg("in2_features"), py::arg("out_features"), py::arg("bias") = true,
+          py::arg("device") = py::none(), py::arg("dtype") = py::none())
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&>(&Bilinear::forward), py::arg("input1"),
+           py::arg("input2"))
+      .def("reset_parameters", &Bilinear::reset_parameters)
+      .def_readonly("in1_features", &Bilinear::in1_features)
+      .def_readonly("in2_features", &Bilinear::in2_features)
+      .def_readonly("out_features", &Bilinear::out_features);
+  layer<EmbeddingBag>(m, "EmbeddingBag")
+      .def(py::init([](int64_t n, int64_t dim, py::handle max_norm, double norm_type, bool scale_grad_by_freq,
+                       const std::string& mode, bool sparse, const Tensor& weight, bool include_last_offset,
+                       std::optional<int64_t> padding_idx, std::optional<Device> device, std::optional<DType> dtype) {
+        MF_CHECK(max_norm.is_none() && !scale_grad_by_freq && !sparse, ValueError,
+                 "EmbeddingBag: max_norm, scale_grad_by_freq and sparse gradients are not supported");
+        auto bag = std::make_shared<EmbeddingBag>(n, dim, mode, include_last_offset, padding_idx);
+        if (weight.defined()) {
+          MF_CHECK(weight.sizes() == Shape({n, dim}), ShapeError, "EmbeddingBag: _weight must have shape ",
+                   shape_str({n, dim}), ", got ", shape_str(weight.sizes()));
+          bag->register_parameter("weight", weight.detach());
+        }
+        return made(bag, device, dtype);
+      }), py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("max_norm") = py::none(),
+          py::arg("norm_type") = 2.0, py::arg("scale_grad_by_freq") = false, py::arg("mode") = "mean",
+          py::arg("sparse") = false, py::arg("_weight") = py::none(), py::arg("include_last_offset") = false,
+          py::arg("padding_idx") = py::none(), py::arg("device") = py::none(), py::arg("dtype") = py::none())
+      .def("forward", py::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&EmbeddingBag::forward),
+           py::arg("input"), py::arg("offsets") = py::none(), py::arg("per_sample_weights") = py::none())
+      .def_readonly("num_embeddings", &EmbeddingBag::num_embeddings)
+      .def_readonly("embedding_dim", &EmbeddingBag::embedding_dim)
+      .def_readonly("mode", &EmbeddingBag::mode)
+      .def_readonly("include_last_offset", &EmbeddingBag::include_last_offset)
+      .def_readonly("padding_idx", &EmbeddingBag::padding_idx);
 
   layer<Dropout>(m, "Dropout")
       .def(py::init([](double p, bool) { return std::make_shared<Dropout>(p); }), py::arg("p") = 0.5,
@@ -429,18 +438,6 @@ void bind_attention(py::module_& m) {
       .def_readonly("embed_dim", &MultiheadAttention::embed_dim)
       .def_readonly("num_heads", &MultiheadAttention::num_heads)
       .def_readonly("batch_first", &MultiheadAttention::batch_first);
-
-  layer<TransformerEncoderLayer>(m, "TransformerEncoderLayer")
-      .def(py::init([](int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
-                       const std::string& activation, double eps, bool batch_first, bool norm_first,
-                       std::optional<Device> device, std::optional<DType> dtype) {
-        TransformerEncoderLayerOptions o{dim_feedforward, dropout, activation, eps, batch_first, norm_first};
-        return made(std::make_shared<TransformerEncoderLayer>(d_model, nhead, o), device, dtype);
-      }), py::arg("d_model"), py::arg("nhead"), py::arg("dim_feedforward") = 2048, py::arg("dropout") = 0.1,
-          py::arg("activation") = "relu", py::arg("layer_norm_eps") = 1e-5, py::arg("batch_first") = false,
-          py::arg("norm_first") = false, py::arg("device") = py::none(), py::arg("dtype") = py::none())
-      .def("forward", py::overload_cast<const Tensor&, const Tensor&, const Tensor&>(&TransformerEncoderLayer::forward),
-           py::arg("src"), py::arg("src_mask") = py::none(), py::arg("src_key_padding_mask") = py::none());
 }
 
 void bind_losses(py::module_& m) {

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <unordered_set>
+#include <vector>
 
 namespace mf::python {
 namespace {
@@ -155,13 +156,39 @@ void del_attr(py::object self, const std::string& name) {
   if (PyObject_GenericSetAttr(self.ptr(), py::str(name).ptr(), nullptr) != 0) throw py::error_already_set();
 }
 
-// forward pre-hooks, forward, forward hooks (Python and C++ ones).
+// Note [Global module hooks]: torch.nn.modules.module's
+// register_module_forward_pre_hook / register_module_forward_hook add hooks
+// that every module call from Python runs, before the module's own. They
+// are Python callables kept here, in registration order; a module called
+// from C++ by its parent runs neither these nor its Python hooks.
+struct GlobalHook {
+  int id;
+  py::object fn;
+  bool always_call;
+};
+struct GlobalHooks {
+  std::vector<GlobalHook> pre, post;
+  int next_id = 0;
+};
+GlobalHooks& global_hooks() {
+  static auto* hooks = new GlobalHooks();  // never destroyed: its objects outlive the interpreter otherwise
+  return *hooks;
+}
+
+// forward pre-hooks, forward, forward hooks (global ones first; Python and
+// C++ ones).
 py::object call(py::object self, py::args args, py::kwargs kwargs) {
   Module& m = self.cast<Module&>();
-  if (m.forward_hooks().empty() && m.forward_pre_hooks().empty()) {
+  const GlobalHooks& global = global_hooks();
+  const bool any_global = !global.pre.empty() || !global.post.empty();
+  if (m.forward_hooks().empty() && m.forward_pre_hooks().empty() && !any_global) {
     return self.attr("forward")(*args, **kwargs);
   }
   py::tuple inputs = args;
+  auto take_inputs = [&inputs](const py::object& result) {
+    if (!result.is_none()) inputs = py::isinstance<py::tuple>(result) ? py::tuple(result) : py::make_tuple(result);
+  };
+  for (const GlobalHook& hook : std::vector(global.pre)) take_inputs(hook.fn(self, inputs));
   for (const auto& [id, hook] : std::vector(m.forward_pre_hooks())) {
     py::object result = py::none();
     if (auto* h = dynamic_cast<PyForwardPreHook*>(hook.get())) {
@@ -169,13 +196,15 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
     } else if (auto* c = dynamic_cast<nn::ForwardPreHook*>(hook.get()); c && inputs.size() == 1) {
       result = py::cast(c->fn(m, inputs[0].cast<Tensor>()));
     }
-    if (!result.is_none()) inputs = py::isinstance<py::tuple>(result) ? py::tuple(result) : py::make_tuple(result);
+    take_inputs(result);
   }
   py::object out;
   try {
     out = self.attr("forward")(*inputs, **kwargs);
   } catch (...) {
     // always_call hooks run before the exception propagates (PyTorch's option).
+    for (const GlobalHook& hook : std::vector(global.post))
+      if (hook.always_call) hook.fn(self, inputs, py::none());
     for (const auto& [id, hook] : std::vector(m.forward_hooks())) {
       auto* h = dynamic_cast<PyForwardHook*>(hook.get());
       if (h && h->always_call) h->callable(self, inputs, py::none());
@@ -183,6 +212,10 @@ py::object call(py::object self, py::args args, py::kwargs kwargs) {
         c->fn(m, inputs[0].cast<Tensor>(), Tensor());
     }
     throw;
+  }
+  for (const GlobalHook& hook : std::vector(global.post)) {
+    py::object result = hook.fn(self, inputs, out);
+    if (!result.is_none()) out = result;
   }
   for (const auto& [id, hook] : std::vector(m.forward_hooks())) {
     py::object result = py::none();
@@ -230,7 +263,12 @@ std::string repr(py::handle self) {
     }
     lines.push_back("(" + c.name + "): " + indented);
   }
-  std::string out = py_type_name(self) + "(";
+  // A C++ layer's own class prints its type name (MultiheadAttention's
+  // out_proj is a "NonDynamicallyQuantizableLinear", as in PyTorch); a
+  // Python subclass prints its class name.
+  const auto* bound = py::detail::get_type_info(typeid(m));
+  const bool own_class = bound && py::handle(reinterpret_cast<PyObject*>(bound->type)).is(py::type::of(self));
+  std::string out = (own_class ? m.type_name() : py_type_name(self)) + "(";
   if (lines.size() == 1 && m.own_children().empty()) return out + lines[0] + ")";
   if (!lines.empty()) {
     for (const auto& line : lines) out += "\n  " + line;
@@ -520,6 +558,18 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
         return out;
       });
 
+  m.def("_add_global_hook", [](py::object fn, bool pre, bool always_call) {
+    MF_CHECK(PyCallable_Check(fn.ptr()), TypeError, "register_module_forward_", pre ? "pre_" : "",
+             "hook: the hook must be callable");
+    GlobalHooks& hooks = global_hooks();
+    const int id = hooks.next_id++;
+    (pre ? hooks.pre : hooks.post).push_back(GlobalHook{id, std::move(fn), always_call});
+    return id;
+  }, py::arg("hook"), py::arg("pre"), py::arg("always_call") = false);
+  m.def("_remove_global_hook", [](int id) {
+    for (auto* list : {&global_hooks().pre, &global_hooks().post})
+      std::erase_if(*list, [id](const GlobalHook& h) { return h.id == id; });
+  }, py::arg("id"));
   m.def("make_parameter", [](const Tensor& data, bool requires_grad) {
     Tensor p = data.detach();
     p.impl()->set_is_parameter(true);
@@ -547,6 +597,8 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
            py::arg("mode") = "fan_in", py::arg("nonlinearity") = "leaky_relu");
 
   init_nn_layers(m);
+  init_nn_rnn(m);
+  init_nn_transformer(m);
 }
 
 }  // namespace mf::python

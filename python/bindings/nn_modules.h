@@ -38,6 +38,37 @@ py::object deepcopy_module(py::handle self, py::dict memo) {
   return copy;
 }
 
+// The class of a bound layer: attributes allowed, and its own copy.deepcopy.
+template <typename M>
+using Class = py::class_<M, nn::Module, std::shared_ptr<M>>;
+
+template <typename M>
+Class<M> layer(py::module_& m, const char* name, const char* doc = "") {
+  Class<M> cls(m, name, py::dynamic_attr(), doc);
+  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
+  return cls;
+}
+// The same for a layer derived from another bound layer.
+template <typename M, typename Base>
+py::class_<M, Base, std::shared_ptr<M>> sublayer(py::module_& m, const char* name) {
+  py::class_<M, Base, std::shared_ptr<M>> cls(m, name, py::dynamic_attr());
+  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
+  return cls;
+}
+
+// torch.nn layers take device= and dtype= factory arguments.
+template <typename M>
+std::shared_ptr<M> made(std::shared_ptr<M> m, const std::optional<Device>& device, std::optional<DType> dtype) {
+  MF_CHECK(!device || device->is_cpu(), ValueError, m->type_name(), ": device ", device->str(),
+           " is not available in this build");
+  if (dtype) m->to(*dtype);
+  return m;
+}
+
 void init_nn_layers(py::module_& m);
+// The recurrent layers and cells (nn_rnn.cpp).
+void init_nn_rnn(py::module_& m);
+// The Transformer family (nn_transformer.cpp).
+void init_nn_transformer(py::module_& m);
 
 }  // namespace mf::python

@@ -54,6 +54,8 @@ void init_shape(py::module_& m) {
   m.def("scatter", py::overload_cast<const Tensor&, int64_t, const Tensor&, Scalar>(&scatter), py::arg("input"),
         py::arg("dim"), py::arg("index"), py::arg("value"));
   m.def("scatter_add", &scatter_add, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("src"));
+  m.def("scatter_reduce", &scatter_reduce, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("src"),
+        py::arg("reduce"), py::kw_only(), py::arg("include_self") = true);
   m.def("index_add", &index_add, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("source"),
         py::kw_only(), py::arg("alpha") = 1);
   m.def("index_fill", &index_fill, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("value"));
@@ -89,7 +91,7 @@ void init_shape(py::module_& m) {
   py::handle handle = m.attr("Tensor");
   add_methods(m, handle, {"transpose", "t", "narrow", "select", "expand_as", "broadcast_to", "squeeze", "unsqueeze",
                           "flatten", "unflatten", "as_strided", "diagonal", "contiguous", "clone", "split", "chunk",
-                          "unbind", "index_select", "gather", "scatter", "scatter_add", "index_add",
+                          "unbind", "index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add",
                           "index_fill", "diag", "argwhere", "masked_select", "nonzero", "take", "tril", "triu", "repeat_interleave", "roll", "topk", "sort",
                           "argsort"});
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(handle);
@@ -112,6 +114,12 @@ void init_shape(py::module_& m) {
         scatter_add_(self.cast<Tensor&>(), dim, index, src);
         return self;
       }, py::arg("dim"), py::arg("index"), py::arg("src"))
+      .def("scatter_reduce_", [](py::object self, int64_t dim, const Tensor& index, const Tensor& src,
+                                 const std::string& reduce, bool include_self) {
+        scatter_reduce_(self.cast<Tensor&>(), dim, index, src, reduce, include_self);
+        return self;
+      }, py::arg("dim"), py::arg("index"), py::arg("src"), py::arg("reduce"), py::kw_only(),
+          py::arg("include_self") = true)
       .def("index_add_", [](py::object self, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
         index_add_(self.cast<Tensor&>(), dim, index, source, alpha);
         return self;

@@ -1,5 +1,9 @@
 #include "meshflow/tensor.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <sstream>
 
@@ -21,6 +25,15 @@ std::string shape_str(const Shape& shape) {
 
 void throw_size_overflow(std::string_view op, std::string_view what, int64_t a, char sign, int64_t b) {
   throw ShapeError(detail::concat(op, ": ", what, " overflows int64 (", a, " ", sign, " ", b, ")"));
+}
+
+void check_host_memory(std::string_view op, double bytes, std::string_view what) {
+  double limit = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min(limit, double(as.rlim_cur));
+  constexpr double kGiB = double(int64_t(1) << 30);
+  MF_CHECK(bytes <= limit, OutOfMemoryError, op, ": CPU out of memory. ", bytes / kGiB, " GiB ", what,
+           " would be needed; this process may use ", limit / kGiB, " GiB");
 }
 
 int64_t checked_numel(const Shape& shape, std::string_view op) {
@@ -260,6 +273,16 @@ Tensor Tensor::detach() const {
                                           impl->dtype());
   out->set_global(impl->global());  // a global tensor's shard carries no autograd
   return Tensor(std::move(out));
+}
+
+Tensor& Tensor::detach_() {
+  MF_CHECK(!checked()->is_view(), Error, "detach_: can't detach views in-place; use detach() instead");
+  if (auto* meta = checked()->autograd()) {
+    meta->grad_fn.reset();
+    meta->output_nr = 0;
+    meta->requires_grad = false;
+  }
+  return *this;
 }
 
 void Tensor::set_data(const Tensor& src) const {

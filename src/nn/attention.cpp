@@ -1,5 +1,4 @@
-// MultiheadAttention and TransformerEncoderLayer (PyTorch 1.13's layouts and
-// parameter names).
+// MultiheadAttention (PyTorch 1.13's layout and parameter names).
 #include <cmath>
 #include <limits>
 
@@ -141,50 +140,6 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     out = transpose(out, 0, 1);
   }
   return {out, weights};
-}
-
-// --- TransformerEncoderLayer -------------------------------------------------------------
-
-TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
-                                                 const TransformerEncoderLayerOptions& options)
-    : Module("TransformerEncoderLayer"), options(options) {
-  MF_CHECK(options.activation == "relu" || options.activation == "gelu", ValueError,
-           "TransformerEncoderLayer: activation should be relu/gelu, not ", options.activation);
-  register_module("self_attn",
-                  std::make_shared<MultiheadAttention>(d_model, nhead, options.dropout, true, options.batch_first));
-  register_module("linear1", std::make_shared<Linear>(d_model, options.dim_feedforward));
-  register_module("dropout", std::make_shared<Dropout>(options.dropout));
-  register_module("linear2", std::make_shared<Linear>(options.dim_feedforward, d_model));
-  register_module("norm1", std::make_shared<LayerNorm>(Shape{d_model}, options.layer_norm_eps));
-  register_module("norm2", std::make_shared<LayerNorm>(Shape{d_model}, options.layer_norm_eps));
-  register_module("dropout1", std::make_shared<Dropout>(options.dropout));
-  register_module("dropout2", std::make_shared<Dropout>(options.dropout));
-}
-
-Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Tensor& mask,
-                                                     const Tensor& key_padding_mask) {
-  auto& attn = static_cast<MultiheadAttention&>(*child("self_attn"));
-  Tensor y = attn.forward(x, x, x, key_padding_mask, false, mask).first;
-  return (*child("dropout1"))(y);
-}
-
-Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
-  Tensor y = (*child("linear1"))(x);
-  y = options.activation == "gelu" ? gelu(y) : relu(y);
-  y = (*child("linear2"))((*child("dropout"))(y));
-  return (*child("dropout2"))(y);
-}
-
-Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask) {
-  Module& norm1 = *child("norm1");
-  Module& norm2 = *child("norm2");
-  Tensor x = src;
-  if (options.norm_first) {
-    x = add(x, self_attention_block(norm1(x), src_mask, src_key_padding_mask));
-    return add(x, feed_forward_block(norm2(x)));
-  }
-  x = norm1(add(x, self_attention_block(x, src_mask, src_key_padding_mask)));
-  return norm2(add(x, feed_forward_block(x)));
 }
 
 }  // namespace mf::nn

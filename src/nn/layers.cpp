@@ -12,6 +12,7 @@
 #include "meshflow/nn/init.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/functional.h"
 #include "meshflow/ops/linalg.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
@@ -308,6 +309,60 @@ Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, wei
 
 std::string Embedding::extra_repr() const {
   std::string s = std::to_string(num_embeddings) + ", " + std::to_string(embedding_dim);
+  if (padding_idx) s += ", padding_idx=" + std::to_string(*padding_idx);
+  return s;
+}
+
+Bilinear::Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias)
+    : Module("Bilinear"), in1_features(in1_features), in2_features(in2_features), out_features(out_features) {
+  MF_CHECK(in1_features >= 0 && in2_features >= 0 && out_features >= 0, ValueError,
+           "Bilinear: in1_features, in2_features and out_features must be >= 0, got ", in1_features, ", ",
+           in2_features, " and ", out_features);
+  register_parameter("weight", new_param({out_features, in1_features, in2_features}));
+  register_parameter("bias", bias ? new_param({out_features}) : Tensor());
+  reset_parameters();
+}
+
+void Bilinear::reset_parameters() {
+  const double bound = in1_features > 0 ? 1.0 / std::sqrt(double(in1_features)) : 0.0;
+  init::uniform_(param_at(0), -bound, bound);
+  if (param_at(1).defined()) init::uniform_(param_at(1), -bound, bound);
+}
+
+Tensor Bilinear::forward(const Tensor& input1, const Tensor& input2) {
+  return bilinear(input1, input2, param_at(0), param_at(1));
+}
+
+std::string Bilinear::extra_repr() const {
+  return "in1_features=" + std::to_string(in1_features) + ", in2_features=" + std::to_string(in2_features) +
+         ", out_features=" + std::to_string(out_features) + ", bias=" + py_bool(param_at(1).defined());
+}
+
+EmbeddingBag::EmbeddingBag(int64_t num_embeddings, int64_t embedding_dim, std::string mode, bool include_last_offset,
+                           std::optional<int64_t> padding_idx)
+    : Module("EmbeddingBag"),
+      num_embeddings(num_embeddings),
+      embedding_dim(embedding_dim),
+      mode(std::move(mode)),
+      include_last_offset(include_last_offset),
+      padding_idx(wrap_padding_idx(padding_idx, num_embeddings)) {
+  MF_CHECK(this->mode == "sum" || this->mode == "mean" || this->mode == "max", ValueError,
+           "EmbeddingBag: mode has to be one of sum, mean or max, got ", this->mode);
+  register_parameter("weight", new_param({num_embeddings, embedding_dim}));
+  init::normal_(weight());
+  if (this->padding_idx) {
+    NoGradGuard no_grad;
+    Tensor row = select(weight(), 0, *this->padding_idx);
+    zero_(row);
+  }
+}
+
+Tensor EmbeddingBag::forward(const Tensor& input, const Tensor& offsets, const Tensor& per_sample_weights) {
+  return embedding_bag(input, weight(), offsets, mode, per_sample_weights, include_last_offset, padding_idx);
+}
+
+std::string EmbeddingBag::extra_repr() const {
+  std::string s = std::to_string(num_embeddings) + ", " + std::to_string(embedding_dim) + ", mode=" + mode;
   if (padding_idx) s += ", padding_idx=" + std::to_string(*padding_idx);
   return s;
 }

@@ -88,6 +88,29 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double
   return div(w12, sqrt(clamp_min(mul(w1, w2), eps * eps)));
 }
 
+Tensor bilinear(const Tensor& input1, const Tensor& input2, const Tensor& weight, const Tensor& bias) {
+  MF_CHECK(input1.defined() && input2.defined() && weight.defined(), ValueError,
+           "bilinear(): input1, input2 and weight must be given");
+  MF_CHECK(input1.dim() == input2.dim(), ShapeError, "bilinear(): input dimensions do not match: got ", input1.dim(),
+           " and ", input2.dim());
+  MF_CHECK(input1.dim() >= 1, ShapeError, "bilinear(): inputs must have at least one dimension");
+  const Shape batch1(input1.sizes().begin(), input1.sizes().end() - 1);
+  const Shape batch2(input2.sizes().begin(), input2.sizes().end() - 1);
+  MF_CHECK(batch1 == batch2, ShapeError, "bilinear(): input batch dimensions do not match: got ", shape_str(batch1),
+           " and ", shape_str(batch2));
+  MF_CHECK(weight.dim() == 3, ShapeError, "bilinear(): weight must be 3-d (out, in1, in2), got shape ",
+           shape_str(weight.sizes()));
+  MF_CHECK(input1.size(-1) == weight.size(1), ShapeError, "bilinear(): input1 size does not match weight size: got ",
+           input1.size(-1), " but expected ", weight.size(1));
+  MF_CHECK(input2.size(-1) == weight.size(2), ShapeError, "bilinear(): input2 size does not match weight size: got ",
+           input2.size(-1), " but expected ", weight.size(2));
+  MF_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), ShapeError,
+           "bilinear(): bias size does not match weight size: got ", bias.defined() ? shape_str(bias.sizes()) : "",
+           " but expected (", weight.size(0), ")");
+  Tensor y = einsum("...i,oij,...j->...o", {input1, weight, input2});
+  return bias.defined() ? add(y, bias) : y;
+}
+
 Tensor glu(const Tensor& t, int64_t dim) {
   MF_CHECK(t.defined(), ValueError, "glu: input must be a defined tensor");
   MF_CHECK(t.dim() > 0, ShapeError, "glu: glu does not support scalars because halving size must be even");
@@ -172,6 +195,12 @@ Tensor& scatter_(Tensor& t, int64_t dim, const Tensor& index, Scalar value) {
 }
 Tensor& scatter_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src) {
   return copy_(t, scatter_add(t, dim, index, src));
+}
+Tensor& scatter_reduce_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                        bool include_self) {
+  // The backward reads self (prod, amax, amin): the in-place write must not be to the tensor it saved.
+  const bool saved = GradMode::is_enabled() && (t.requires_grad() || src.requires_grad());
+  return copy_(t, scatter_reduce(saved ? clone(t) : t, dim, index, src, reduce, include_self));
 }
 Tensor& index_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha) {
   return copy_(t, index_add(t, dim, index, src, alpha));

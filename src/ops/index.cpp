@@ -1,6 +1,8 @@
 // Indexing along one dim: index_select, index_add, gather, scatter,
-// scatter_add.
+// scatter_add, scatter_reduce.
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
@@ -172,6 +174,21 @@ MF_REGISTER_OP(OpDef{
 
 enum class ScatterMode { Copy, Add, Fill };
 
+// Throws IndexError naming the first index outside [0, size).
+void check_indices(const Tensor& index, int64_t dim, int64_t size, const char* name) {
+  const int64_t* ip = index.numel() ? index.data<int64_t>() : nullptr;
+  StridedWalk<1> all(index.sizes(), {index.strides()});
+  parallel_for(0, all.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+    all.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t v = ip[o[0] + i * s[0]];
+        if (v < 0 || v >= size) [[unlikely]]
+          cpu::throw_index_out_of_range(name, v, dim, size);
+      }
+    });
+  });
+}
+
 // y = base (zeros when base is null), then y[... index[i] ...] = src[i] (+=
 // for Add; fill for Fill). Every index is checked before the first write.
 // Lines along dim run on one thread, in order, so repeated indices never
@@ -192,16 +209,7 @@ void scatter_into(Tensor& y, const Tensor* base, const Tensor& full_index, const
     index = make_view(index, with_size(index.sizes(), dim, 1), index.strides(), index.storage_offset());
   }
   const int64_t* ip = index.numel() ? index.data<int64_t>() : nullptr;
-  StridedWalk<1> all(index.sizes(), {index.strides()});
-  parallel_for(0, all.numel(), kGrainSize, [&](int64_t b, int64_t e) {
-    all.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t v = ip[o[0] + i * s[0]];
-        if (v < 0 || v >= size) [[unlikely]]
-          cpu::throw_index_out_of_range(name, v, dim, size);
-      }
-    });
-  });
+  check_indices(index, dim, size, name);
   if (base) {
     cpu::copy_cast(y, *base);
   } else if (y.numel() > 0) {
@@ -339,7 +347,201 @@ MF_REGISTER_OP(OpDef{
     .sbp = sbp::broadcast_only(),
 });
 
+// --- scatter_reduce ---------------------------------------------------------------------
+// Note [scatter_reduce]: y = self, then every src element is combined into
+// y at its index with `reduce` (sum, prod, mean, amax, amin). Without
+// include_self, an element that receives any src value starts from the
+// reduction's identity instead of self; mean divides by the number of
+// values combined (self counting once when included; integers floor). NaN
+// wins amax and amin, as in PyTorch. Lines along dim run on one thread, in
+// order, so the result does not depend on the thread count.
+
+enum class Reduce { Sum, Prod, Mean, Amax, Amin };
+
+Reduce reduce_of(const std::string& r) {
+  if (r == "sum") return Reduce::Sum;
+  if (r == "prod") return Reduce::Prod;
+  if (r == "mean") return Reduce::Mean;
+  if (r == "amax") return Reduce::Amax;
+  if (r == "amin") return Reduce::Amin;
+  MF_CHECK(false, ValueError, "scatter_reduce: reduce argument must be either sum, prod, mean, amax or amin, got ",
+           r);
+  return Reduce::Sum;
+}
+
+template <typename T>
+T combine(Reduce r, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return r == Reduce::Prod || r == Reduce::Amin ? (a && b) : (a || b);
+  } else {
+    using A = acc_type<T>;
+    const A x = A(a), y = A(b);
+    switch (r) {
+      case Reduce::Prod: return T(x * y);
+      case Reduce::Amax: return (y != y || y > x) ? b : a;  // NaN in b wins; NaN in a stays
+      case Reduce::Amin: return (y != y || y < x) ? b : a;
+      default:
+        if constexpr (std::is_integral_v<T>) return T(uint64_t(int64_t(a)) + uint64_t(int64_t(b)));  // wraps
+        else return T(x + y);
+    }
+  }
+}
+
+template <typename T>
+T identity_of(Reduce r) {
+  if (r == Reduce::Prod) return T(1);
+  if (r != Reduce::Amax && r != Reduce::Amin) return T(0);
+  const bool low = r == Reduce::Amax;
+  if constexpr (std::is_integral_v<T>) {
+    return low ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  } else {  // float, double, Half, BFloat16
+    const double inf = std::numeric_limits<double>::infinity();
+    return T(low ? -inf : inf);
+  }
+}
+
+void scatter_reduce_into(Tensor& y, const Tensor& self, const Tensor& index, const Tensor& src, int64_t dim,
+                         Reduce reduce, bool include_self) {
+  check_indices(index, dim, y.sizes()[size_t(dim)], "scatter_reduce");
+  cpu::copy_cast(y, self);
+  if (index.numel() == 0) return;
+  const int64_t* ip = index.data<int64_t>();
+  const int64_t line = index.sizes()[size_t(dim)];
+  const int64_t index_step = index.strides()[size_t(dim)], out_step = y.strides()[size_t(dim)];
+  const int64_t src_step = src.strides()[size_t(dim)];
+  StridedWalk<3> lines(with_size(index.sizes(), dim, 1), {index.strides(), strides_without(y, dim), src.strides()});
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / line);
+  // Visits every (output element, src element) pair, line by line.
+  auto each = [&](auto&& visit) {
+    parallel_for(0, lines.numel(), grain, [&](int64_t b, int64_t e) {
+      lines.runs(b, e, {0, 0, 0}, [&](const auto& o, const auto& s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t k = 0; k < line; ++k)
+            visit(o[1] + i * s[1] + ip[o[0] + i * s[0] + k * index_step] * out_step, o[2] + i * s[2] + k * src_step);
+      });
+    });
+  };
+  // How many src values each output element receives (y is the op's own
+  // contiguous output, so its offsets index this vector).
+  std::vector<int64_t> counts;
+  if (reduce == Reduce::Mean || !include_self) {
+    counts.assign(size_t(y.numel()), 0);
+    each([&](int64_t at, int64_t) { ++counts[size_t(at)]; });
+  }
+  dispatch_dtype(y.dtype(), [&]<typename T>() {
+    T* yp = static_cast<T*>(y.data_ptr());
+    const T* sp = static_cast<const T*>(src.data_ptr());
+    if (!include_self) {
+      const T start = identity_of<T>(reduce);
+      for (size_t at = 0; at < counts.size(); ++at)
+        if (counts[at] > 0) yp[at] = start;
+    }
+    each([&](int64_t at, int64_t from) { yp[at] = combine(reduce, yp[at], sp[from]); });
+    if (reduce != Reduce::Mean) return;
+    if constexpr (!std::is_same_v<T, bool>) {
+      for (size_t at = 0; at < counts.size(); ++at) {
+        const int64_t n = counts[at] + (include_self ? 1 : 0);
+        if (counts[at] == 0 || n == 1) continue;
+        if constexpr (std::is_integral_v<T>) {
+          const int64_t v = int64_t(yp[at]);
+          yp[at] = T(v / n - ((v % n != 0) && ((v < 0) != (n < 0)) ? 1 : 0));  // floor division
+        } else {
+          yp[at] = T(acc_type<T>(yp[at]) / acc_type<T>(n));
+        }
+      }
+    }
+  });
+}
+
+// PyTorch's scatter_reduce backward, written with ops.
+TensorList scatter_reduce_backward(const BackwardContext& ctx) {
+  const Tensor& grad = ctx.grad_outputs[0];
+  const Tensor &self = ctx.inputs[0], &index = ctx.inputs[1], &src = ctx.inputs[2], &result = ctx.outputs[0];
+  const int64_t dim = ctx.attrs.get_int("dim");
+  const Reduce reduce = reduce_of(ctx.attrs.get_string("reduce"));
+  const bool include_self = ctx.attrs.get_bool("include_self");
+  Tensor grad_self, grad_src;
+  switch (reduce) {
+    case Reduce::Sum:
+      grad_self = grad;
+      grad_src = gather(grad, dim, index);
+      break;
+    case Reduce::Mean: {
+      Tensor n = include_self ? ones_like(grad) : zeros_like(grad);
+      n = scatter_add(n, dim, index, ones_like(src));
+      n = masked_fill(n, eq(n, Scalar(0)), Scalar(1));
+      grad_self = div(grad, n);
+      grad_src = div(gather(grad, dim, index), gather(n, dim, index));
+      break;
+    }
+    case Reduce::Prod: {
+      // Zeros are masked so that a single zero's gradient is the product of
+      // the others (Note [scatter_reduce]); two or more zeros give 0.
+      const Tensor masked_self = masked_fill(self, eq(self, Scalar(0)), Scalar(1));
+      const Tensor masked_self_result = scatter_reduce(masked_self, dim, index, src, "prod", include_self);
+      grad_self = div(mul(grad, masked_self_result), masked_self);
+      const Tensor src_zero = eq(src, Scalar(0));
+      const Tensor zeros_at =
+          gather(scatter_add(zeros_like(self), dim, index, to(src_zero, self.dtype())), dim, index);
+      const Tensor single_zero = logical_and(src_zero, eq(zeros_at, Scalar(1)));
+      const Tensor masked_src_result =
+          scatter_reduce(self, dim, index, masked_fill(src, single_zero, Scalar(1)), "prod", include_self);
+      grad_src = where(single_zero, gather(mul(grad, masked_src_result), dim, index),
+                       div(gather(mul(grad, result), dim, index), masked_fill(src, src_zero, Scalar(1))));
+      break;
+    }
+    default: {  // amax, amin: the gradient is shared equally by the values equal to the result
+      const Tensor value = gather(result, dim, index);
+      const Tensor self_is_result = to(eq(self, result), self.dtype());
+      const Tensor src_is_result = to(eq(src, value), self.dtype());
+      const Tensor shared = div(grad, scatter_add(self_is_result, dim, index, src_is_result));
+      grad_self = mul(self_is_result, shared);
+      grad_src = mul(src_is_result, gather(shared, dim, index));
+      break;
+    }
+  }
+  if (!include_self) grad_self = scatter(grad_self, dim, index, Scalar(0));
+  return {ctx.needs_input_grad[0] ? grad_self : Tensor(), Tensor(), ctx.needs_input_grad[2] ? grad_src : Tensor()};
+}
+
+MF_REGISTER_OP(OpDef{
+    .name = "scatter_reduce",
+    .inputs = {"self", "index", "src"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      const Reduce r = reduce_of(attrs.get_string("reduce"));
+      MF_CHECK(r != Reduce::Mean || in[0].dtype() != kBool, TypeError,
+               "scatter_reduce: reduce='mean' is not implemented for bool tensors");
+      return infer_scatter("scatter_reduce", in, attrs);
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      const int64_t dim = wrap_dim(attrs.get_int("dim"), out[0].dim(), "scatter_reduce");
+      scatter_reduce_into(out[0], in[0], in[1], in[2], dim, reduce_of(attrs.get_string("reduce")),
+                          attrs.get_bool("include_self"));
+    },
+    .backward = scatter_reduce_backward,
+    .save_inputs = 0b111,
+    .save_outputs = 0b1,
+    .sbp = sbp::broadcast_only(),
+});
+
 }  // namespace
+
+Tensor scatter_reduce(const Tensor& t, int64_t dim, const Tensor& index, const Tensor& src,
+                      const std::string& reduce, bool include_self) {
+  reduce_of(reduce);
+  Tensor idx = as_index(index, "scatter_reduce");
+  static const OpDef& op = dispatch::op("scatter_reduce");
+  const int64_t d = wrap_dim(dim, t.dim(), "scatter_reduce");
+  Attrs attrs{{"dim", d}, {"reduce", reduce}, {"include_self", include_self}};
+  const bool zero_d = t.dim() == 0 || idx.dim() == 0 || src.dim() == 0;
+  if (!zero_d) return dispatch::apply_one(op, {t, idx, src}, attrs);
+  MF_CHECK(t.dim() <= 1 && idx.dim() <= 1 && src.dim() <= 1, ShapeError,
+           "scatter_reduce: index tensor must have the same number of dimensions as the input tensor (", idx.dim(),
+           " vs ", t.dim(), ")");
+  attrs.set("dim", 0);
+  Tensor out = dispatch::apply_one(op, {as_1d(t), as_1d(idx), as_1d(src)}, attrs);
+  return t.dim() == 0 ? reshape(out, {}) : out;
+}
 
 Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index) {
   Tensor idx = as_index(index, "index_select");

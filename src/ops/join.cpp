@@ -1,7 +1,5 @@
 // Joining and splitting: cat, stack, split, chunk, unbind. Splits are views
 // (narrow/select); cat copies, and its backward narrows the gradient.
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <cstring>
 
@@ -162,13 +160,7 @@ Tensor stack(const TensorList& tensors, int64_t dim) {
 constexpr int64_t kViewBytes = 256;
 
 void check_view_count(const char* op, int64_t count) {
-  double limit = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  rlimit as{};
-  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min(limit, double(as.rlim_cur));
-  const double bytes = double(count) * double(kViewBytes);
-  MF_CHECK(bytes <= limit, OutOfMemoryError, op, ": CPU out of memory. ", count, " views would need ",
-           bytes / double(int64_t(1) << 30), " GiB of metadata; this process may use ", limit / double(int64_t(1) << 30),
-           " GiB");
+  check_host_memory(op, double(count) * double(kViewBytes), "of view metadata");
 }
 
 TensorList split(const Tensor& t, int64_t split_size, int64_t dim) {

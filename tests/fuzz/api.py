@@ -446,7 +446,8 @@ op("result_type", [X(), Other()], dtypes=ALL)
 op("promote_types", [DType(), DType()], dtypes=ALL)
 
 # Casts and other conversions.
-for _n in ("float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool", "cpu", "detach"):
+for _n in ("float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool", "cpu", "detach",
+           "detach_"):
     op("Tensor." + _n, [X()], dtypes=ALL)
 op("Tensor.to", [X(), DType()], {"copy": Bool(), "non_blocking": Bool()}, dtypes=ALL, nreq=2)
 op("Tensor.to", [X()], {"dtype": DType(), "device": Lit("'cpu'", "mf.device('cpu')", "None")}, dtypes=ALL)
@@ -680,6 +681,11 @@ def _src_like_index(g, c):
 op("scatter", [X(), Dim(), Index(shape=_same_nd_index_shape), _src_like_index], dtypes=ALL, method=True)
 op("scatter", [X(), Dim(), Index(shape=_same_nd_index_shape), Scalar()], dtypes=ALL, method=True)
 op("scatter_add", [X(), Dim(), Index(shape=_same_nd_index_shape), _src_like_index], dtypes=NUMERIC, method=True)
+_REDUCE = Lit("'sum'", "'prod'", "'mean'", "'amax'", "'amin'", "'max'")
+op("scatter_reduce", [X(), Dim(), Index(shape=_same_nd_index_shape), _src_like_index, _REDUCE],
+   {"include_self": Bool()}, dtypes=ALL, method=True)
+op("Tensor.scatter_reduce_", [X(), Dim(), Index(shape=_same_nd_index_shape), _src_like_index, _REDUCE],
+   {"include_self": Bool()}, dtypes=ALL)
 
 
 def _index_add_source(g, c):
@@ -844,6 +850,31 @@ def _embedding_inputs(g, c):
 op("nn.functional.embedding", [T(0), T(1), V("pad")], {"max_norm": Lit("None", "1.0"), "sparse": Bool(),
                                                         "scale_grad_by_freq": Bool()},
    dtypes=FLOATS, nreq=2, inputs=_embedding_inputs)
+
+
+def _embedding_bag_inputs(g, c):
+    n, d, bags = g.size(1, 10), g.size(0, 5), g.size(0, 4)
+    length = g.size(0, 8)
+    c.t.append(g.tensor((length,) if g.chance(0.7) else (bags, g.size(0, 3)), "int64", ints=(0, n)))
+    c.t.append(g.tensor((n, d), c.dtype))
+    starts = sorted(g.r.randint(0, length) for _ in range(bags))
+    c.v["offsets"] = f"mf.tensor({[0] + starts[1:] if starts else []}, dtype=mf.int64)" if g.chance(0.8) else "None"
+    c.v["pad"] = g.r.randint(-n, n - 1)
+
+
+def _bilinear_inputs(g, c):
+    batch, i, j, o = g.shape(0, 2, hi=3), g.size(0, 4), g.size(0, 4), g.size(0, 3)
+    c.t.append(g.tensor(batch + (i,), c.dtype))
+    c.t.append(g.tensor(batch + (j,), c.dtype))
+    c.t.append(g.tensor((o, i, j), c.dtype))
+    c.t.append(g.tensor((o,), c.dtype))
+
+
+op("nn.functional.bilinear", [T(0), T(1), T(2), OptT(3)], dtypes=FLOATS, nreq=3, inputs=_bilinear_inputs)
+
+op("nn.functional.embedding_bag", [T(0), T(1), V("offsets")],
+   {"mode": Lit("'mean'", "'sum'", "'max'", "'min'"), "include_last_offset": Bool(), "padding_idx": V("pad"),
+    "max_norm": Lit("None", "1.0")}, dtypes=FLOATS, nreq=2, inputs=_embedding_bag_inputs)
 op("nn.functional.dropout", [X(), Flt(0, 1), Bool(), Bool()], dtypes=FLOATS, nreq=1)
 for _n in ("dropout1d", "dropout2d", "dropout3d"):
     op("nn.functional." + _n, [X(), Flt(-0.5, 1.5), Bool(), Bool()], dtypes=FLOATS, nreq=1)

@@ -179,6 +179,75 @@ def _encoder_layer(g, dtype):
     return ctor, inputs
 
 
+def _transformer(kind):
+    """TransformerDecoderLayer, the two stacks and Transformer: (ctor, [tgt or src, memory or tgt, masks])."""
+    def make(g, dtype):
+        heads = g.size(1, 2)
+        d = heads * g.size(1, 3)
+        batch_first = g.chance(0.5)
+        n, l, s = g.size(1, 3), g.size(1, 4), g.size(1, 4)
+        batched = g.chance(0.85)
+
+        def seq(length):
+            return g.tensor(((n, length, d) if batch_first else (length, n, d)) if batched else (length, d), dtype)
+
+        layer = [a(g, "int", d), a(g, "int", heads)] + kwargs(g, [
+            ("dim_feedforward", "int", g.size(1, 8)), ("dropout", "float", g.choice((0.0, 0.1))),
+            ("activation", "str", repr(g.choice(("relu", "gelu")))), ("norm_first", "bool", g.chance(0.5)),
+            ("dtype", "dtype", dt(dtype))], p=0.6) + [f"batch_first={batch_first}"]
+        norm = [f"norm=nn.LayerNorm({d}, dtype={dt(dtype)})"] if g.chance(0.5) else []
+        if kind == "Transformer":
+            ctor = [f"d_model={a(g, 'int', d)}", f"nhead={a(g, 'int', heads)}",
+                    f"num_encoder_layers={a(g, 'int', g.r.randint(0, 2))}",
+                    f"num_decoder_layers={a(g, 'int', g.r.randint(0, 2))}"] + layer[2:]
+            first, second = seq(s), seq(l)
+            names = ("src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask", "tgt_key_padding_mask")
+            masks = {"src_mask": (s, s), "tgt_mask": (l, l), "memory_mask": (l, s)}
+            padding = {"src_key_padding_mask": (n, s), "tgt_key_padding_mask": (n, l)}
+        else:
+            if kind == "TransformerEncoder":
+                ctor = [f"nn.TransformerEncoderLayer({', '.join(layer)})", a(g, "int", g.r.randint(0, 2))] + norm
+                first, second = seq(l), None
+                names = ("mask", "src_key_padding_mask")
+                masks, padding = {"mask": (l, l)}, {"src_key_padding_mask": (n, l)}
+            else:
+                ctor = layer if kind == "TransformerDecoderLayer" else (
+                    [f"nn.TransformerDecoderLayer({', '.join(layer)})", a(g, "int", g.r.randint(0, 2))] + norm)
+                first, second = seq(l), seq(s)
+                names = ("tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask")
+                masks = {"tgt_mask": (l, l), "memory_mask": (l, s)}
+                padding = {"tgt_key_padding_mask": (n, l), "memory_key_padding_mask": (n, s)}
+        inputs = [first] + ([second] if second is not None else [])
+        for name in names:
+            if name in masks and g.chance(0.25):
+                inputs.append(f"{name}={g.tensor(masks[name], g.choice(('bool', dtype))).var}")
+            elif name in padding and batched and g.chance(0.2):
+                inputs.append(f"{name}={g.tensor(padding[name], 'bool').var}")
+        return ctor, inputs
+
+    return make
+
+
+def _embedding_bag(g, dtype):
+    n, d = g.size(1, 8), g.size(0, 4)
+    mode = g.choice(("mean", "sum", "max"))
+    ctor = [a(g, "int", n), a(g, "int", d), f"mode={a(g, 'str', repr(mode))}"] + kwargs(g, [
+        ("padding_idx", "int", g.r.randint(-n, n - 1)), ("dtype", "dtype", dt(dtype))])
+    if g.chance(0.5):
+        return ctor, [g.tensor((g.size(0, 3), g.size(0, 4)), "int64", ints=(0, n))]
+    length = g.size(0, 6)
+    starts = sorted(g.r.randint(0, length) for _ in range(g.size(1, 3)))
+    return ctor, [g.tensor((length,), "int64", ints=(0, n)), f"mf.tensor({[0] + starts[1:]}, dtype=mf.int64)"]
+
+
+def _bilinear(g, dtype):
+    i, j, o = g.size(0, 4), g.size(0, 4), g.size(0, 3)
+    batch = g.shape(0, 2, hi=3)
+    ctor = [a(g, "int", i), a(g, "int", j), a(g, "int", o)] + kwargs(g, [("bias", "bool", g.chance(0.5)),
+                                                                       ("dtype", "dtype", dt(dtype))])
+    return ctor, [g.tensor(batch + (i,), dtype), g.tensor(batch + (j,), dtype)]
+
+
 def _loss(kind):
     def make(g, dtype):
         red = ("reduction", "str", repr(g.choice(("mean", "sum", "none"))))
@@ -262,6 +331,48 @@ def _channel_layer(spatial, *items, channels=False):
     return make
 
 
+def _rnn(kind):
+    def make(g, dtype):
+        i, h, layers = g.size(1, 3), g.size(1, 3), g.r.randint(1, 2)
+        bidirectional, batch_first = g.chance(0.4), g.chance(0.5)
+        n, steps = g.size(0, 3), g.size(1, 4)
+        batched = g.chance(0.85)
+        shape = ((n, steps, i) if batch_first else (steps, n, i)) if batched else (steps, i)
+        items = [("num_layers", "int", layers), ("bias", "bool", g.chance(0.8)), ("batch_first", "bool", batch_first),
+                 ("dropout", "float", g.choice((0.0, 0.5))), ("bidirectional", "bool", bidirectional),
+                 ("dtype", "dtype", dt(dtype))]
+        if kind == "RNN":
+            items.append(("nonlinearity", "str", repr(g.choice(("tanh", "relu")))))
+        ctor = [a(g, "int", i), a(g, "int", h)] + kwargs(g, items, p=0.7)
+        # The state's shape follows the constructor as generated (defaults where an argument was left out).
+        text = " ".join(ctor)
+        states = (2 if "bidirectional=True" in text else 1) * (layers if "num_layers" in text else 1)
+        inputs = [g.tensor(shape, dtype)]
+        if g.chance(0.5):
+            state = (states, n, h) if batched else (states, h)
+            hx = [g.tensor(state, dtype).var for _ in range(2 if kind == "LSTM" else 1)]
+            inputs.append(f"({hx[0]}, {hx[1]})" if kind == "LSTM" else hx[0])
+        return ctor, inputs
+
+    return make
+
+
+def _rnn_cell(kind):
+    def make(g, dtype):
+        i, h, n = g.size(1, 3), g.size(1, 3), g.size(0, 3)
+        batched = g.chance(0.85)
+        items = [("bias", "bool", g.chance(0.8)), ("dtype", "dtype", dt(dtype))]
+        if kind == "RNNCell":
+            items.append(("nonlinearity", "str", repr(g.choice(("tanh", "relu")))))
+        inputs = [g.tensor((n, i) if batched else (i,), dtype)]
+        if g.chance(0.5):
+            hx = [g.tensor((n, h) if batched else (h,), dtype).var for _ in range(2 if kind == "LSTMCell" else 1)]
+            inputs.append(f"({hx[0]}, {hx[1]})" if kind == "LSTMCell" else hx[0])
+        return [a(g, "int", i), a(g, "int", h)] + kwargs(g, items, p=0.7), inputs
+
+    return make
+
+
 def _unflatten(g, dtype):
     x = g.tensor((g.size(1, 3), 6, g.size(1, 2)), dtype)
     return [a(g, "int", 1), size_arg(g, g.choice(([2, 3], [3, 2], [-1, 2], [6], [4, 2])))], [x]
@@ -294,6 +405,11 @@ LAYERS = {
     "Dropout3d": _channel_layer(3, ("p", "float", 0.5)),
     "InstanceNorm1d": _channel_layer(1, ("affine", "bool", True), ("track_running_stats", "bool", True), channels=True),
     "InstanceNorm2d": _channel_layer(2, ("affine", "bool", False), channels=True),
+    "RNN": _rnn("RNN"), "LSTM": _rnn("LSTM"), "GRU": _rnn("GRU"), "RNNCell": _rnn_cell("RNNCell"),
+    "LSTMCell": _rnn_cell("LSTMCell"), "GRUCell": _rnn_cell("GRUCell"),
+    "TransformerDecoderLayer": _transformer("TransformerDecoderLayer"),
+    "TransformerEncoder": _transformer("TransformerEncoder"), "TransformerDecoder": _transformer("TransformerDecoder"),
+    "Transformer": _transformer("Transformer"), "EmbeddingBag": _embedding_bag, "Bilinear": _bilinear,
 }
 
 # Things to do to a built module before or after calling it.

@@ -304,6 +304,8 @@ op("Tensor.type_as", lambda rng, dtype: [S(make(rng, (3, 4), dtype), make(rng, (
    call=method_call("type_as"), dtypes=ALL)
 op("Tensor.cpu", unary(), call=method_call("cpu"), dtypes=ALL)
 op("Tensor.detach", unary(), call=method_call("detach"), dtypes=ALL, differentiable=False)
+# PyTorch refuses to detach a view in place.
+op("Tensor.detach_", unary(), call=method_call("detach_"), dtypes=ALL, differentiable=False, noncontig=False)
 op("contiguous", unary(), call=mf_function_or_method("contiguous"), dtypes=ALL, method=True)
 op("clone", unary(), dtypes=ALL, method=True)
 
@@ -625,6 +627,27 @@ def scatter_add_samples(rng, dtype):
 
 
 op("scatter_add", scatter_add_samples, dtypes=NUMERIC, method=True, tol={"bfloat16": (3e-2, 3e-2)})
+
+
+def scatter_reduce_samples(rng, dtype):  # src has index's shape: PyTorch's backward requires it
+    samples = []
+    for k, reduce in enumerate(("sum", "prod", "mean", "amax", "amin")):
+        include_self = k % 2 == 0
+        samples += [S(make(rng, (3, 5), dtype), 1, index_arr(rng, (3, 4), 5), make(rng, (3, 4), dtype), reduce,
+                      include_self=include_self),
+                    S(make(rng, (4, 3), dtype), 0, index_arr(rng, (6, 2), 4), make(rng, (6, 2), dtype), reduce,
+                      include_self=not include_self)]
+    src = make(rng, (2, 3), dtype)
+    if dtype not in ("bool",):
+        src.data[0, 1] = 0  # a single zero in a product: its gradient is the product of the others
+    samples += [S(make(rng, (2, 2), dtype), 1, index_arr(rng, (2, 3), 2), src, "prod"),
+                S(make(rng, (2, 3), dtype), -1, index_arr(rng, (2, 0), 3), make(rng, (2, 0), dtype), "amax")]
+    return samples
+
+
+op("scatter_reduce", scatter_reduce_samples, dtypes=NUMERIC, method=True, tol={"bfloat16": (3e-2, 3e-2)})
+op("Tensor.scatter_reduce_", scatter_reduce_samples, call=inplace("scatter_reduce_"), dtypes=NUMERIC,
+   tol={"bfloat16": (3e-2, 3e-2)})
 
 
 def index_add_samples(rng, dtype):

@@ -66,6 +66,13 @@ op("baddbmm", lambda rng, dtype: [S(make(rng, (2, 3, 5), dtype, -1, 1), make(rng
                                   S(make(rng, (4, 64, 256), dtype, -1, 1), make(rng, (4, 64, 64), dtype, -1, 1),
                                     make(rng, (4, 64, 256), dtype, -1, 1), beta=2, alpha=0.5)],
    method=True, tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
+op("nn.functional.bilinear", lambda rng, dtype: [
+    S(make(rng, (3, 4), dtype, -1, 1), make(rng, (3, 5), dtype, -1, 1), make(rng, (2, 4, 5), dtype, -1, 1),
+      make(rng, (2,), dtype)),
+    S(make(rng, (2, 3, 4), dtype, -1, 1), make(rng, (2, 3, 2), dtype, -1, 1), make(rng, (3, 4, 2), dtype, -1, 1)),
+    S(make(rng, (4,), dtype, -1, 1), make(rng, (3,), dtype, -1, 1), make(rng, (2, 4, 3), dtype, -1, 1)),
+    S(make(rng, (0, 2), dtype), make(rng, (0, 3), dtype), make(rng, (2, 2, 3), dtype), make(rng, (2,), dtype))],
+   tol=_MATMUL_TOL, grad_tol=_MATMUL_TOL)
 op("nn.functional.linear", lambda rng, dtype: [
     S(make(rng, (3, 4), dtype, -1, 1), make(rng, (5, 4), dtype, -1, 1), make(rng, (5,), dtype)),
     S(make(rng, (2, 3, 4), dtype, -1, 1), make(rng, (2, 4), dtype, -1, 1)),
@@ -205,6 +212,25 @@ def embedding_samples(rng, dtype):
 
 
 op("nn.functional.embedding", embedding_samples)
+
+
+def embedding_bag_samples(rng, dtype):
+    def ints(values):
+        return Arr(np.array(values), "int64", requires_grad=False)
+
+    flat = ints([1, 4, 2, 0, 3, 3, 5, 1])
+    return [S(index_arr(rng, (3, 4), 10), make(rng, (10, 3), dtype)),
+            S(index_arr(rng, (2, 3), 10), make(rng, (10, 3), dtype), mode="sum"),
+            S(index_arr(rng, (2, 5), 10), make(rng, (10, 2), dtype), mode="max"),
+            S(flat, make(rng, (6, 3), dtype), ints([0, 2, 2, 5])),  # an empty bag
+            S(flat, make(rng, (6, 3), dtype), ints([0, 3, 8]), mode="max", include_last_offset=True),
+            S(flat, make(rng, (6, 3), dtype), ints([0, 1, 6]), mode="sum", per_sample_weights=make(rng, (8,), dtype)),
+            S(flat, make(rng, (6, 4), dtype), ints([0, 4]), mode="mean", padding_idx=3),
+            S(flat, make(rng, (6, 4), dtype), ints([0, 4]), mode="max", padding_idx=1),
+            S(index_arr(rng, (0,), 5), make(rng, (5, 2), dtype), ints([0, 0]), mode="sum")]
+
+
+op("nn.functional.embedding_bag", embedding_bag_samples, dtypes=("float16", "float32", "float64"))  # torch: no bf16
 
 
 def dropout_samples(rng, dtype):

@@ -754,3 +754,23 @@ def test_memory_stats():
     assert mf.memory_allocated() <= before
     assert mf.memory_reserved() >= mf.memory_allocated()
     mf.empty_cache()
+
+
+def test_detach_in_place_like_torch():
+    for lib in (torch, mf):
+        a = lib.ones(3, requires_grad=True)
+        b = a * 2
+        assert b.detach_() is b
+        assert b.grad_fn is None and b.is_leaf and not b.requires_grad
+        c = (b * a).sum()
+        c.backward()
+        assert a.grad.tolist() == [2.0, 2.0, 2.0]
+        a.detach_()
+        assert not a.requires_grad and a.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_detach_in_place_refuses_views_like_torch():
+    for lib in (torch, mf):
+        base = lib.ones(2, 3)
+        with pytest.raises(RuntimeError, match="detach"):
+            base.t().detach_()

@@ -24,6 +24,18 @@ class Linear : public Module {
   const int64_t in_features, out_features;
 };
 
+// torch.nn.Bilinear: weight (out, in1, in2), bias (out), both uniform in
+// +-1/sqrt(in1_features). forward(x1, x2) = bilinear(x1, x2, weight, bias).
+class Bilinear : public Module {
+ public:
+  Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true);
+  using Module::forward;
+  Tensor forward(const Tensor& input1, const Tensor& input2);
+  void reset_parameters();
+  std::string extra_repr() const override;
+  const int64_t in1_features, in2_features, out_features;
+};
+
 struct Conv2dOptions {
   Shape stride = {1, 1};
   Shape padding = {0, 0};
@@ -109,6 +121,22 @@ class Embedding : public Module {
   const Tensor& weight() const { return param_at(0); }
   std::string extra_repr() const override;
   const int64_t num_embeddings, embedding_dim;
+  const std::optional<int64_t> padding_idx;
+};
+
+// torch.nn.EmbeddingBag: forward(input, offsets, per_sample_weights) is
+// embedding_bag over the weight (meshflow/ops/nn.h).
+class EmbeddingBag : public Module {
+ public:
+  EmbeddingBag(int64_t num_embeddings, int64_t embedding_dim, std::string mode = "mean",
+               bool include_last_offset = false, std::optional<int64_t> padding_idx = {});
+  Tensor forward(const Tensor& input) override { return forward(input, Tensor(), Tensor()); }
+  Tensor forward(const Tensor& input, const Tensor& offsets, const Tensor& per_sample_weights);
+  const Tensor& weight() const { return param_at(0); }
+  std::string extra_repr() const override;
+  const int64_t num_embeddings, embedding_dim;
+  const std::string mode;
+  const bool include_last_offset;
   const std::optional<int64_t> padding_idx;
 };
 
@@ -247,26 +275,6 @@ class MultiheadAttention : public Module {
   const int64_t embed_dim, num_heads;
   const double dropout;
   const bool batch_first;
-};
-
-struct TransformerEncoderLayerOptions {
-  int64_t dim_feedforward = 2048;
-  double dropout = 0.1;
-  std::string activation = "relu";  // or "gelu"
-  double layer_norm_eps = 1e-5;
-  bool batch_first = false;
-  bool norm_first = false;
-};
-class TransformerEncoderLayer : public Module {
- public:
-  TransformerEncoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderLayerOptions& options = {});
-  Tensor forward(const Tensor& src) override { return forward(src, Tensor(), Tensor()); }
-  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask);
-  const TransformerEncoderLayerOptions options;
-
- private:
-  Tensor self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask);
-  Tensor feed_forward_block(const Tensor& x);
 };
 
 // --- losses -----------------------------------------------------------------------------

@@ -32,6 +32,9 @@ Tensor normalize(const Tensor& t, double p = 2.0, int64_t dim = 1, double eps = 
 // sum(x1 * x2) / sqrt(max(sum(x1^2) * sum(x2^2), eps^2)) along dim, the
 // inputs broadcast (PyTorch 1.13's formula).
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// y = x1^T W x2 + b over the last dimension: input1 (*, in1), input2 (*,
+// in2), weight (out, in1, in2), bias (out) -> (*, out).
+Tensor bilinear(const Tensor& input1, const Tensor& input2, const Tensor& weight, const Tensor& bias = Tensor());
 // a * sigmoid(b) for the halves a, b of dim (its size must be even).
 Tensor glu(const Tensor& t, int64_t dim = -1);
 // |input - target|, reduced ("mean", "sum" or "none"; shapes must match).
@@ -61,6 +64,8 @@ Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& redu
 Tensor& scatter_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor& scatter_(Tensor& t, int64_t dim, const Tensor& index, Scalar value);
 Tensor& scatter_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_reduce_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                        bool include_self = true);
 Tensor& index_add_(Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha = 1);
 Tensor index_fill(const Tensor& t, int64_t dim, const Tensor& index, Scalar value);
 Tensor& index_fill_(Tensor& t, int64_t dim, const Tensor& index, Scalar value);

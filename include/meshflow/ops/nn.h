@@ -21,6 +21,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = {});
+// Bags of embedding rows reduced by mode ("sum", "mean", "max"): input
+// (B, N) is B bags of N indices; a 1-d input is split into bags at offsets
+// (with include_last_offset, offsets' last entry ends the last bag).
+// per_sample_weights (input's shape, mode "sum" only) scale the rows;
+// padding_idx rows are left out. Returns (bags, embedding_dim).
+Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& offsets = Tensor(),
+                     const std::string& mode = "mean", const Tensor& per_sample_weights = Tensor(),
+                     bool include_last_offset = false, std::optional<int64_t> padding_idx = {});
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = Tensor(),

@@ -49,6 +49,11 @@ Tensor gather(const Tensor& t, int64_t dim, const Tensor& index);
 Tensor scatter(const Tensor& t, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter(const Tensor& t, int64_t dim, const Tensor& index, Scalar value);
 Tensor scatter_add(const Tensor& t, int64_t dim, const Tensor& index, const Tensor& src);
+// src combined into t at index with reduce ("sum", "prod", "mean", "amax",
+// "amin"); without include_self the elements written start from the
+// reduction's identity (Note [scatter_reduce] in src/ops/index.cpp).
+Tensor scatter_reduce(const Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                      bool include_self = true);
 Tensor index_add(const Tensor& t, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha = 1);
 // Rows where mask is true, flattened (1-d result).
 Tensor masked_select(const Tensor& t, const Tensor& mask);

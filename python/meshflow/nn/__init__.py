@@ -1,7 +1,7 @@
 """meshflow.nn: modules and layers (C++ mf::nn), Parameter, init, functional
 and utils, with torch.nn's names and signatures."""
 from meshflow._C import _modules
-from meshflow.nn import backward_hooks, functional, init, parallel, utils  # noqa: F401 (backward_hooks: Module's)
+from meshflow.nn import backward_hooks, functional, init, modules, parallel, utils  # noqa: F401 (backward_hooks: Module's)
 from meshflow.nn.graph import Graph
 from meshflow.nn.containers import ParameterDict, ParameterList
 from meshflow.nn.parameter import Parameter
@@ -15,6 +15,8 @@ _LAYERS = [
     "CosineSimilarity", "Hardtanh", "ReLU6", "GLU", "Mish", "ELU", "Softplus", "Unflatten", "PixelShuffle",
     "PixelUnshuffle", "Conv1d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PReLU", "Dropout1d", "Dropout2d",
     "Dropout3d", "InstanceNorm1d", "InstanceNorm2d",
+    "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "TransformerDecoderLayer",
+    "TransformerEncoder", "TransformerDecoder", "Transformer", "EmbeddingBag", "Bilinear",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)
@@ -43,5 +45,26 @@ def _embedding_from_pretrained(cls, embeddings, freeze=True, padding_idx=None, m
 
 
 _modules.Embedding.from_pretrained = classmethod(_embedding_from_pretrained)
+
+
+def _embedding_bag_from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0,
+                                   scale_grad_by_freq=False, mode="mean", sparse=False, include_last_offset=False,
+                                   padding_idx=None):
+    """EmbeddingBag.from_pretrained: an EmbeddingBag over a copy of the 2-d `embeddings`, frozen unless
+    freeze=False."""
+    from meshflow import no_grad
+    if not hasattr(embeddings, "dim") or embeddings.dim() != 2:
+        raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+    rows, cols = embeddings.shape
+    layer = cls(rows, cols, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, mode=mode,
+                sparse=sparse, include_last_offset=include_last_offset, padding_idx=padding_idx,
+                dtype=embeddings.dtype)
+    with no_grad():
+        layer.weight.copy_(embeddings)
+    layer.weight.requires_grad_(not freeze)
+    return layer
+
+
+_modules.EmbeddingBag.from_pretrained = classmethod(_embedding_bag_from_pretrained)
 
 __all__ = ["functional", "init", "parallel", "utils", "Graph", "Parameter", "ParameterList", "ParameterDict"] + _LAYERS

@@ -70,12 +70,11 @@ class _OutputsHook(Function):
         return (None,) + grads
 
 
-def _pre_hook(module, args):
-    hooks = list(module.__dict__.get("_full_backward_hooks", {}).values())
+def _wrap_inputs(module, args, hooks, calls_key):
     if not hooks:
         return None
     call = _Call(module, hooks, len(args))
-    module.__dict__.setdefault("_backward_hook_calls", []).append(call)
+    module.__dict__.setdefault(calls_key, []).append(call)
     # Every tensor argument passes through, once one needs a gradient (torch's
     # BackwardHook): the others then get gradients for grad_input too.
     tensors = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
@@ -90,8 +89,8 @@ def _pre_hook(module, args):
     return tuple(args)
 
 
-def _post_hook(module, args, output):
-    calls = module.__dict__.get("_backward_hook_calls")
+def _wrap_outputs(module, output, calls_key):
+    calls = module.__dict__.get(calls_key)
     if not calls:
         return None
     call = calls.pop()
@@ -106,6 +105,53 @@ def _post_hook(module, args, output):
     for i, t in zip(positions, wrapped):
         result[i] = t
     return tuple(result) if isinstance(output, tuple) else result[0]
+
+
+def _pre_hook(module, args):
+    return _wrap_inputs(module, args, list(module.__dict__.get("_full_backward_hooks", {}).values()),
+                        "_backward_hook_calls")
+
+
+def _post_hook(module, args, output):
+    return _wrap_outputs(module, output, "_backward_hook_calls")
+
+
+# register_module_full_backward_hook: hooks for every module, run through a
+# global forward pre-hook and forward hook pair (Note [Global module hooks] in
+# python/bindings/nn_module.cpp). A module with hooks of its own wraps its
+# inputs and outputs twice, the global pair outermost.
+_global_backward_hooks = {}
+_global_pair = []
+
+
+def _global_pre_hook(module, args):
+    return _wrap_inputs(module, args, list(_global_backward_hooks.values()), "_global_backward_hook_calls")
+
+
+def _global_post_hook(module, args, output):
+    return _wrap_outputs(module, output, "_global_backward_hook_calls")
+
+
+class _GlobalHandle:
+    def __init__(self, key):
+        self.id = key
+
+    def remove(self):
+        _global_backward_hooks.pop(self.id, None)
+        if not _global_backward_hooks and _global_pair:
+            for hook_id in _global_pair:
+                _modules._remove_global_hook(hook_id)
+            _global_pair.clear()
+
+
+def register_module_full_backward_hook(hook):
+    """Runs hook(module, grad_input, grad_output) in the backward of every module call."""
+    if not _global_pair:
+        _global_pair.extend([_modules._add_global_hook(_global_pre_hook, True),
+                             _modules._add_global_hook(_global_post_hook, False, True)])
+    key = max(_global_backward_hooks, default=-1) + 1
+    _global_backward_hooks[key] = hook
+    return _GlobalHandle(key)
 
 
 class _Handle:

@@ -1,6 +1,7 @@
-"""meshflow.nn.utils: gradient clipping, flat parameter vectors, weight_norm and spectral_norm,
-as torch.nn.utils."""
+"""meshflow.nn.utils: gradient clipping, flat parameter vectors, weight_norm and spectral_norm, and
+(in meshflow.nn.utils.rnn) packed sequences, as torch.nn.utils."""
 from meshflow._C import _optim
+from meshflow.nn.utils import rnn  # noqa: F401
 
 clip_grad_norm_ = _optim.clip_grad_norm_
 
