@@ -267,6 +267,18 @@ void bind_layers(py::module_& m) {
           std::type_identity<BatchNorm1d>{});
   bn_args(sublayer<BatchNorm2d, BatchNorm>(m, "BatchNorm2d"),
           std::type_identity<BatchNorm2d>{});
+  sublayer<SyncBatchNorm, BatchNorm>(m, "SyncBatchNorm")
+      .def(py::init([](int64_t n, double eps, std::optional<double> momentum, bool affine, bool track,
+                       py::handle process_group, std::optional<Device> device, std::optional<DType> dtype) {
+        // A group of meshflow.distributed.new_group (a communicator): its world ranks.
+        std::vector<int> ranks;
+        if (!process_group.is_none()) ranks = process_group.attr("world_ranks")().cast<std::vector<int>>();
+        return made(std::make_shared<SyncBatchNorm>(n, BatchNormOptions{eps, momentum, affine, track}, ranks), device,
+                    dtype);
+      }), py::arg("num_features"), py::arg("eps") = 1e-5, py::arg("momentum") = 0.1, py::arg("affine") = true,
+          py::arg("track_running_stats") = true, py::arg("process_group") = py::none(),
+          py::arg("device") = py::none(), py::arg("dtype") = py::none())
+      .def("forward", &SyncBatchNorm::forward, py::arg("input"));
 
   layer<LayerNorm>(m, "LayerNorm")
       .def(py::init([](const DimsArg& shape, double eps, bool affine, std::optional<Device> device,

@@ -72,6 +72,23 @@ MF_REGISTER_OP(OpDef{
 });
 
 MF_REGISTER_OP(OpDef{
+    .name = "all_reduce_sum",
+    .inputs = {"input"},
+    .infer = [](const TensorList& in, const Attrs&) {
+      return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      cpu::copy_cast(out[0], in[0]);
+      group_comm(attrs).all_reduce(out[0]);
+    },
+    .backward = [](const BackwardContext& ctx) {
+      static const OpDef& op = dispatch::op("all_reduce_sum");
+      return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0]}, ctx.attrs)};
+    },
+    .collective = true,
+});
+
+MF_REGISTER_OP(OpDef{
     .name = "comm_all_gather",
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
@@ -143,6 +160,11 @@ MF_REGISTER_OP(OpDef{
 Tensor comm_all_reduce(const Tensor& t, const std::vector<int>& group) {
   static const OpDef& all_reduce = dispatch::op("comm_all_reduce");
   return dispatch::apply_one(all_reduce, {t}, {{"group", as_shape(group)}});
+}
+
+Tensor all_reduce_sum(const Tensor& t, const std::vector<int>& group) {
+  static const OpDef& op = dispatch::op("all_reduce_sum");
+  return dispatch::apply_one(op, {t}, {{"group", as_shape(group)}});
 }
 
 Tensor comm_all_gather(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& counts) {

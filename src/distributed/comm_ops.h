@@ -25,6 +25,10 @@ namespace mf::distributed {
 
 // The sum over the group of every rank's t.
 Tensor comm_all_reduce(const Tensor& t, const std::vector<int>& group);
+// The same sum, differentiable: the gradient of each rank's t is the sum
+// of every rank's output gradient (the derivative of the ranks' summed
+// losses). For statistics shared by local tensors (SyncBatchNorm).
+Tensor all_reduce_sum(const Tensor& t, const std::vector<int>& group);
 // The rows (dim 0) of every rank's in, concatenated in group order; counts:
 // the rows of each rank.
 Tensor comm_all_gather(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& counts);

@@ -16,6 +16,9 @@
 #include "meshflow/ops/linalg.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
+#include "distributed/comm_ops.h"
+#include "meshflow/distributed/communicator.h"
+#include "meshflow/ops/reduce.h"
 #include "nn/repr.h"
 
 namespace mf::nn {
@@ -217,12 +220,7 @@ void BatchNorm::reset_parameters() {
   }
 }
 
-Tensor BatchNorm::forward(const Tensor& x) {
-  bool rank_ok = std::find(dims_.begin(), dims_.end(), x.dim()) != dims_.end();
-  MF_CHECK(rank_ok, ValueError, type_name(), ": expected ", dims_.size() == 1 ? "4D" : "2D or 3D",
-           " input (got ", x.dim(), "D input)");
-  const Tensor& running_mean = buffer_at(0);
-  const Tensor& running_var = buffer_at(1);
+double BatchNorm::count_batch() {
   double factor = options.momentum.value_or(0.0);
   // A recomputation for backward (activation checkpointing) counted this
   // batch already; batch_norm leaves the running statistics alone then.
@@ -232,8 +230,63 @@ Tensor BatchNorm::forward(const Tensor& x) {
     add_(n, Scalar(int64_t(1)));
     if (!options.momentum) factor = 1.0 / double(n.item<int64_t>());
   }
+  return factor;
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  bool rank_ok = std::find(dims_.begin(), dims_.end(), x.dim()) != dims_.end();
+  MF_CHECK(rank_ok, ValueError, type_name(), ": expected ", dims_.size() == 1 ? "4D" : "2D or 3D",
+           " input (got ", x.dim(), "D input)");
+  const Tensor& running_mean = buffer_at(0);
+  const double factor = count_batch();
   bool use_batch_stats = is_training() || !running_mean.defined();
-  return batch_norm(x, running_mean, running_var, param_at(0), param_at(1), use_batch_stats, factor, options.eps);
+  return batch_norm(x, running_mean, buffer_at(1), param_at(0), param_at(1), use_batch_stats, factor, options.eps);
+}
+
+// --- SyncBatchNorm ----------------------------------------------------------------------
+
+SyncBatchNorm::SyncBatchNorm(int64_t num_features, const BatchNormOptions& options, std::vector<int> process_group)
+    : BatchNorm("SyncBatchNorm", num_features, options, {2, 3, 4, 5}), process_group(std::move(process_group)) {}
+
+Tensor SyncBatchNorm::forward(const Tensor& x) {
+  MF_CHECK(x.dim() >= 2, ValueError, "SyncBatchNorm: expected at least 2D input (got ", x.dim(), "D input)");
+  MF_CHECK(x.size(1) == num_features, ShapeError, "SyncBatchNorm: expected ", num_features,
+           " channels (input.size(1)), got input of shape ", shape_str(x.sizes()));
+  MF_CHECK(x.numel() > 0, ValueError, "SyncBatchNorm number of input channels should be non-zero");
+  const Tensor& running_mean = buffer_at(0);
+  const Tensor& running_var = buffer_at(1);
+  const double factor = count_batch();
+  const bool use_batch_stats = is_training() || !running_mean.defined();
+  std::vector<int> group = process_group;
+  if (group.empty())
+    for (int r = 0; r < distributed::get_world_size(); ++r) group.push_back(r);
+  if (!is_training() || !use_batch_stats || group.size() < 2 || x.is_global())
+    return batch_norm(x, running_mean, running_var, param_at(0), param_at(1), use_batch_stats, factor, options.eps);
+  MF_CHECK(is_floating(x.dtype()), TypeError, "SyncBatchNorm: expected a floating-point input, got ",
+           dtype_name(x.dtype()));
+  // Two passes over the group: the mean from the summed sums and counts,
+  // then the variance from the summed squared deviations (no cancellation).
+  Shape dims{0}, channel_shape(size_t(x.dim()), 1);
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  channel_shape[1] = num_features;
+  const int64_t local_count = x.numel() / num_features;
+  const Tensor totals = distributed::all_reduce_sum(
+      cat({sum(x, dims), full({1}, Scalar(double(local_count)), TensorOptions{.dtype = x.dtype()})}, 0), group);
+  const Tensor count = narrow(totals, 0, num_features, 1);
+  const Tensor mean = div(narrow(totals, 0, 0, num_features), count);
+  const Tensor centered = sub(x, reshape(mean, channel_shape));
+  const Tensor var = div(distributed::all_reduce_sum(sum(mul(centered, centered), dims), group), count);
+  Tensor y = mul(centered, reshape(rsqrt(add(var, Scalar(options.eps))), channel_shape));
+  if (param_at(0).defined()) y = add(mul(y, reshape(param_at(0), channel_shape)), reshape(param_at(1), channel_shape));
+  if (options.track_running_stats && running_mean.defined()) {
+    NoGradGuard no_grad;
+    const double n = count.item<double>();
+    const Tensor unbiased = mul(var.detach(), Scalar(n > 1 ? n / (n - 1) : 1.0));
+    Tensor rm = running_mean, rv = running_var;
+    copy_(rm, add(mul(rm, Scalar(1 - factor)), mul(mf::to(mean.detach(), rm.dtype()), Scalar(factor))));
+    copy_(rv, add(mul(rv, Scalar(1 - factor)), mul(mf::to(unbiased, rv.dtype()), Scalar(factor))));
+  }
+  return y;
 }
 
 std::string BatchNorm::extra_repr() const {

@@ -410,6 +410,7 @@ LAYERS = {
     "TransformerDecoderLayer": _transformer("TransformerDecoderLayer"),
     "TransformerEncoder": _transformer("TransformerEncoder"), "TransformerDecoder": _transformer("TransformerDecoder"),
     "Transformer": _transformer("Transformer"), "EmbeddingBag": _embedding_bag, "Bilinear": _bilinear,
+    "SyncBatchNorm": _channel_layer(2, ("momentum", "float", 0.1), ("affine", "bool", False), channels=True),
 }
 
 # Things to do to a built module before or after calling it.

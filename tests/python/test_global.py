@@ -38,6 +38,7 @@ SCRIPTS_AND_MARKERS = {
     "zero_optimizer.py": "zero optimizer OK",  # ZeroRedundancyOptimizer (ZeRO-1) equals one process
     "graph_zero.py": "graph zero OK",          # graph.config.enable_zero stages 1 and 2 equal one process
     "fully_shard.py": "fully_shard OK",        # fully_shard (ZeRO-3) equals one process and DDP
+    "sync_batch_norm.py": "sync batch norm OK",  # SyncBatchNorm under DDP equals BatchNorm on one process
 }
 
 

@@ -80,8 +80,25 @@ class BatchNorm : public Module {
   const int64_t num_features;
   const BatchNormOptions options;
 
+ protected:
+  // Counts the batch (num_batches_tracked) in training; returns the factor
+  // of the running statistics' update.
+  double count_batch();
+
  private:
   std::vector<int64_t> dims_;  // accepted input ranks
+};
+// torch.nn.SyncBatchNorm: in training, the statistics of a local input
+// are those of the whole batch over the process group's ranks (empty:
+// every rank), by a differentiable all-reduce of the per-channel sums, so
+// its backward sums the ranks' gradients of the statistics as PyTorch's.
+// A global input already is the whole batch: plain batch_norm. Input
+// (N, C, *).
+class SyncBatchNorm : public BatchNorm {
+ public:
+  SyncBatchNorm(int64_t num_features, const BatchNormOptions& options = {}, std::vector<int> process_group = {});
+  Tensor forward(const Tensor& x) override;
+  const std::vector<int> process_group;
 };
 class BatchNorm1d : public BatchNorm {
  public:

@@ -16,7 +16,7 @@ _LAYERS = [
     "PixelUnshuffle", "Conv1d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PReLU", "Dropout1d", "Dropout2d",
     "Dropout3d", "InstanceNorm1d", "InstanceNorm2d",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "TransformerDecoderLayer",
-    "TransformerEncoder", "TransformerDecoder", "Transformer", "EmbeddingBag", "Bilinear",
+    "TransformerEncoder", "TransformerDecoder", "Transformer", "EmbeddingBag", "Bilinear", "SyncBatchNorm",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)
@@ -66,5 +66,27 @@ def _embedding_bag_from_pretrained(cls, embeddings, freeze=True, max_norm=None, 
 
 
 _modules.EmbeddingBag.from_pretrained = classmethod(_embedding_bag_from_pretrained)
+
+
+def _convert_sync_batchnorm(cls, module, process_group=None):
+    """Every BatchNorm1d/2d in module (module itself too) replaced by a SyncBatchNorm holding the same
+    parameters, buffers and training flag, as torch.nn.SyncBatchNorm.convert_sync_batchnorm."""
+    output = module
+    if isinstance(module, (_modules.BatchNorm1d, _modules.BatchNorm2d)):
+        output = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
+                     process_group)
+        if module.affine:
+            output.weight = module.weight
+            output.bias = module.bias
+        output.running_mean = module.running_mean
+        output.running_var = module.running_var
+        output.num_batches_tracked = module.num_batches_tracked
+        output.training = module.training
+    for name, child in module.named_children():
+        output.add_module(name, _convert_sync_batchnorm(cls, child, process_group))
+    return output
+
+
+_modules.SyncBatchNorm.convert_sync_batchnorm = classmethod(_convert_sync_batchnorm)
 
 __all__ = ["functional", "init", "parallel", "utils", "Graph", "Parameter", "ParameterList", "ParameterDict"] + _LAYERS
