@@ -225,7 +225,11 @@ void init_tensor(py::module_& m) {
         return whole.item();
       })
       .def("tolist", &tolist)
-      .def("__repr__", &Tensor::to_string)
+      .def("__repr__", [](const Tensor& t) {
+        // PyTorch prints a parameter with this heading
+        const bool parameter = t.defined() && t.impl()->is_parameter();
+        return (parameter ? std::string("Parameter containing:\n") : std::string()) + t.to_string();
+      })
       .def("__len__", [](const Tensor& t) {
         MF_CHECK(t.dim() > 0, TypeError, "len() of a 0-d tensor");
         return t.size(0);

@@ -18,7 +18,7 @@ from meshflow._grad_mode import enable_grad, inference_mode, no_grad, set_grad_e
 from meshflow._type_info import finfo, iinfo
 from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
-from meshflow import autograd, datasets, errors, io, nn, optim, return_types, utils  # noqa: F401
+from meshflow import autograd, datasets, errors, io, nn, optim, return_types, testing, utils  # noqa: F401
 from meshflow import distributed, env  # noqa: F401
 from meshflow import amp, cpu, cuda, distributions  # noqa: F401
 from meshflow.amp import autocast  # noqa: F401

@@ -1472,3 +1472,11 @@ def test_embedding_from_pretrained_as_torch():
         assert trained.weight.grad[1].tolist() == [2.0, 2.0, 2.0]
         with pytest.raises((ValueError, AssertionError)):
             lib.nn.Embedding.from_pretrained(lib.ones(3))
+
+
+def test_parameter_repr_like_torch():
+    assert repr(mf.nn.Parameter(mf.ones(2))) == repr(torch.nn.Parameter(torch.ones(2)))
+    assert repr(mf.nn.Parameter(mf.ones(2), requires_grad=False)) == repr(
+        torch.nn.Parameter(torch.ones(2), requires_grad=False))
+    assert repr(mf.nn.Linear(2, 1).weight).startswith("Parameter containing:\ntensor(")
+    assert repr(mf.ones(2)) == repr(torch.ones(2))
