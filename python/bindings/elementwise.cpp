@@ -201,6 +201,47 @@ void init_elementwise(py::module_& m) {
         masked_fill_(self.cast<Tensor&>(), mask, value);
         return self;
       }, py::arg("mask"), py::arg("value"));
+
+  // src/ops/unary_math.cpp
+  const std::initializer_list<std::pair<const char*, Unary>> more_math{
+      {"tan", &tan},     {"asin", &asin},   {"acos", &acos},   {"atan", &atan},         {"sinh", &sinh},
+      {"cosh", &cosh},   {"asinh", &asinh}, {"acosh", &acosh}, {"atanh", &atanh},       {"log2", &log2},
+      {"log10", &log10}, {"exp2", &exp2},   {"erfc", &erfc},   {"erfinv", &erfinv},     {"sinc", &sinc},
+      {"frac", &frac},   {"deg2rad", &deg2rad}, {"rad2deg", &rad2deg}};
+  for (auto [name, f] : more_math) {
+    def_unary(m, name, f);
+    tensor.def(name, f);
+  }
+  // In-place forms (Tensor.sin_() and torch.sin_(t)) of the unary functions that have none yet.
+  std::vector<std::pair<const char*, Unary>> in_place(more_math);
+  for (auto entry : std::initializer_list<std::pair<const char*, Unary>>{
+           {"exp", &exp}, {"log", &log}, {"log1p", &log1p}, {"expm1", &expm1}, {"sqrt", &sqrt}, {"rsqrt", &rsqrt},
+           {"square", &square}, {"reciprocal", &reciprocal}, {"sin", &sin}, {"cos", &cos}, {"tanh", &tanh},
+           {"sigmoid", &sigmoid}, {"erf", &erf}, {"lgamma", &lgamma}, {"digamma", &digamma}, {"sign", &sign},
+           {"floor", &floor}, {"ceil", &ceil}, {"round", &round}, {"trunc", &trunc}})
+    in_place.push_back(entry);
+  for (auto [name, f] : in_place) {
+    const std::string method = std::string(name) + "_";
+    if (py::hasattr(cls, method.c_str())) continue;
+    auto apply = [f = f, name = name](py::object self) {
+      apply_unary_(self.cast<Tensor&>(), f, name);
+      return self;
+    };
+    tensor.def(method.c_str(), apply);
+    m.def(method.c_str(), apply, py::arg("input"));
+  }
+  // PyTorch's other names of the same functions (and of their methods and in-place forms).
+  for (auto [alias, name] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"absolute", "abs"}, {"negative", "neg"}, {"arcsin", "asin"}, {"arccos", "acos"}, {"arctan", "atan"},
+           {"arcsinh", "asinh"}, {"arccosh", "acosh"}, {"arctanh", "atanh"}, {"arctan2", "atan2"},
+           {"multiply", "mul"}, {"divide", "div"}, {"subtract", "sub"}, {"true_divide", "div"}, {"greater", "gt"},
+           {"greater_equal", "ge"}, {"less", "lt"}, {"less_equal", "le"}, {"not_equal", "ne"}, {"fix", "trunc"}}) {
+    for (const std::string suffix : {"", "_"}) {
+      const std::string from = name + suffix, to = alias + suffix;
+      if (py::hasattr(m, from.c_str()) && !py::hasattr(m, to.c_str())) m.attr(to.c_str()) = m.attr(from.c_str());
+      if (py::hasattr(cls, from.c_str()) && !py::hasattr(cls, to.c_str())) cls.attr(to.c_str()) = cls.attr(from.c_str());
+    }
+  }
 }
 
 }  // namespace mf::python

@@ -2,6 +2,7 @@
 // nn.h, conv.h and the activations of elementwise.h) with the signatures of
 // torch.nn.functional.
 #include "bindings.h"
+#include "meshflow/nn/pointwise_layers.h"
 
 namespace mf::python {
 namespace {
@@ -306,6 +307,25 @@ void init_nn(py::module_& parent) {
   m.def("mish", [](Tensor x, bool inplace) {
     return maybe_inplace(x, inplace, [](const Tensor& input) { return mish(input); });
   }, py::arg("input"), py::arg("inplace") = false);
+  for (auto [name, f] : std::initializer_list<std::pair<const char*, Tensor (*)(const Tensor&)>>{
+           {"hardsigmoid", &hardsigmoid}, {"hardswish", &hardswish}, {"selu", &selu}}) {
+    m.def(name, [f = f](Tensor x, bool inplace) { return maybe_inplace(x, inplace, f); }, py::arg("input"),
+          py::arg("inplace") = false);
+  }
+  m.def("celu", [](Tensor x, double alpha, bool inplace) {
+    return maybe_inplace(x, inplace, [alpha](const Tensor& input) { return celu(input, alpha); });
+  }, py::arg("input"), py::arg("alpha") = 1.0, py::arg("inplace") = false);
+  m.def("threshold", [](Tensor x, double threshold_, double value, bool inplace) {
+    return maybe_inplace(x, inplace, [=](const Tensor& input) { return threshold(input, threshold_, value); });
+  }, py::arg("input"), py::arg("threshold"), py::arg("value"), py::arg("inplace") = false);
+  m.def("softsign", &softsign, py::arg("input"));
+  m.def("tanhshrink", &tanhshrink, py::arg("input"));
+  m.def("logsigmoid", &logsigmoid, py::arg("input"));
+  m.def("softshrink", &softshrink, py::arg("input"), py::arg("lambd") = 0.5);
+  m.def("hardshrink", &hardshrink, py::arg("input"), py::arg("lambd") = 0.5);
+  m.def("softmin", [](const Tensor& x, std::optional<int64_t> dim, int, std::optional<DType> dtype) {
+    return softmin(cast_if(x, dtype), dim.value_or(mf::nn::implicit_softmax_dim(x.dim())));
+  }, py::arg("input"), py::arg("dim") = py::none(), py::arg("_stacklevel") = 3, py::arg("dtype") = py::none());
   m.def("linear", &linear, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("pad", [](const Tensor& x, const Shape& pad_widths, const std::string& mode, std::optional<double> value) {
     MF_CHECK(mode == "constant", ValueError, "pad: mode '", mode, "' is not supported (only 'constant')");

@@ -507,6 +507,30 @@ void bind_losses(py::module_& m) {
            py::arg("target"))
       .def_readonly("reduction", &HuberLoss::reduction)
       .def_readonly("delta", &HuberLoss::delta);
+  layer<PointwiseLayer>(m, "_PointwiseLayer")
+      .def("forward", &PointwiseLayer::forward, py::arg("input"))
+      .def_readonly("inplace", &PointwiseLayer::inplace);
+  sublayer<Hardswish, PointwiseLayer>(m, "Hardswish").def(py::init<bool>(), py::arg("inplace") = false);
+  sublayer<Hardsigmoid, PointwiseLayer>(m, "Hardsigmoid").def(py::init<bool>(), py::arg("inplace") = false);
+  sublayer<SELU, PointwiseLayer>(m, "SELU").def(py::init<bool>(), py::arg("inplace") = false);
+  sublayer<CELU, PointwiseLayer>(m, "CELU")
+      .def(py::init<double, bool>(), py::arg("alpha") = 1.0, py::arg("inplace") = false)
+      .def_readonly("alpha", &CELU::alpha);
+  sublayer<Softsign, PointwiseLayer>(m, "Softsign").def(py::init<>());
+  sublayer<Tanhshrink, PointwiseLayer>(m, "Tanhshrink").def(py::init<>());
+  sublayer<LogSigmoid, PointwiseLayer>(m, "LogSigmoid").def(py::init<>());
+  sublayer<Threshold, PointwiseLayer>(m, "Threshold")
+      .def(py::init<double, double, bool>(), py::arg("threshold"), py::arg("value"), py::arg("inplace") = false)
+      .def_readonly("threshold", &Threshold::threshold)
+      .def_readonly("value", &Threshold::value);
+  sublayer<Shrink, PointwiseLayer>(m, "_Shrink").def_readonly("lambd", &Shrink::lambd);
+  sublayer<Softshrink, Shrink>(m, "Softshrink").def(py::init<double>(), py::arg("lambd") = 0.5);
+  sublayer<Hardshrink, Shrink>(m, "Hardshrink").def(py::init<double>(), py::arg("lambd") = 0.5);
+  layer<Softmin>(m, "Softmin")
+      .def(py::init<std::optional<int64_t>>(), py::arg("dim") = py::none())
+      .def("forward", &Softmin::forward, py::arg("input"))
+      .def_readonly("dim", &Softmin::dim);
+  layer<Softmax2d>(m, "Softmax2d").def(py::init<>()).def("forward", &Softmax2d::forward, py::arg("input"));
   layer<Mish>(m, "Mish")
       .def(py::init<bool>(), py::arg("inplace") = false)
       .def("forward", &Mish::forward, py::arg("input"))

@@ -3,6 +3,8 @@
 
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/functional.h"
+#include "meshflow/ops/nn.h"
+#include "meshflow/error.h"
 #include "meshflow/ops/shape.h"
 #include "nn/repr.h"
 
@@ -60,6 +62,49 @@ std::string ELU::extra_repr() const { return "alpha=" + py_float(alpha) + (inpla
 
 Tensor Softplus::forward(const Tensor& x) { return softplus(x, beta, threshold); }
 std::string Softplus::extra_repr() const { return "beta=" + py_number(beta) + ", threshold=" + py_number(threshold); }
+
+PointwiseLayer::PointwiseLayer(std::string type_name, std::function<Tensor(const Tensor&)> fn, std::string repr,
+                               bool inplace)
+    : Module(std::move(type_name)), inplace(inplace), fn_(std::move(fn)), repr_(std::move(repr)) {}
+
+Tensor PointwiseLayer::forward(const Tensor& x) {
+  if (!inplace) return fn_(x);
+  Tensor t = x;
+  return copy_(t, fn_(x));
+}
+
+CELU::CELU(double alpha, bool inplace)
+    : PointwiseLayer("CELU", [alpha](const Tensor& x) { return celu(x, alpha); },
+                     "alpha=" + py_float(alpha) + (inplace ? ", inplace=True" : ""), inplace),
+      alpha(alpha) {}
+
+Threshold::Threshold(double threshold, double value, bool inplace)
+    : PointwiseLayer("Threshold", [threshold, value](const Tensor& x) { return mf::threshold(x, threshold, value); },
+                     "threshold=" + py_float(threshold) + ", value=" + py_float(value) +
+                         (inplace ? ", inplace=True" : ""),
+                     inplace),
+      threshold(threshold),
+      value(value) {}
+
+Shrink::Shrink(std::string type_name, double lambd)
+    : PointwiseLayer(
+          type_name,
+          [lambd, soft = type_name == "Softshrink"](const Tensor& x) {
+            return soft ? softshrink(x, lambd) : hardshrink(x, lambd);
+          },
+          py_float(lambd)),
+      lambd(lambd) {}
+
+int64_t implicit_softmax_dim(int64_t ndim) { return ndim == 0 || ndim == 1 || ndim == 3 ? 0 : 1; }
+
+Tensor Softmin::forward(const Tensor& x) { return softmin(x, dim.value_or(implicit_softmax_dim(x.dim()))); }
+std::string Softmin::extra_repr() const { return "dim=" + (dim ? std::to_string(*dim) : std::string("None")); }
+
+Tensor Softmax2d::forward(const Tensor& x) {
+  MF_CHECK(x.dim() == 3 || x.dim() == 4, ValueError, "Softmax2d: expected input to be 3D or 4D, got ", x.dim(),
+           "D instead");
+  return softmax(x, -3);
+}
 
 Tensor Unflatten::forward(const Tensor& x) { return unflatten(x, dim, unflattened_size); }
 std::string Unflatten::extra_repr() const {

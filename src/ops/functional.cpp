@@ -411,6 +411,50 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
 
 Tensor mish(const Tensor& x) { return mul(x, tanh(softplus(x))); }
 
+namespace {
+void check_floating(const char* op, const Tensor& x) {
+  MF_CHECK(x.defined() && is_floating(x.dtype()), TypeError, op, ": expected a floating-point tensor, got ",
+           x.defined() ? dtype_name(x.dtype()) : std::string("None"));
+}
+}  // namespace
+
+Tensor hardsigmoid(const Tensor& x) {
+  check_floating("hardsigmoid", x);
+  return clamp(add(div(x, Scalar(6.0)), Scalar(0.5)), Scalar(0.0), Scalar(1.0));
+}
+Tensor hardswish(const Tensor& x) { return mul(x, hardsigmoid(x)); }
+Tensor selu(const Tensor& x) {
+  constexpr double kAlpha = 1.6732632423543772848170429916717, kScale = 1.0507009873554804934193349852946;
+  return mul(elu(x, kAlpha), Scalar(kScale));
+}
+Tensor celu(const Tensor& x, double alpha) {
+  MF_CHECK(alpha != 0, ValueError, "celu: ZeroDivisionError (alpha must not be 0)");
+  return mul(elu(div(x, Scalar(alpha)), 1.0), Scalar(alpha));
+}
+Tensor softsign(const Tensor& x) {
+  check_floating("softsign", x);
+  return div(x, add(abs(x), Scalar(1)));
+}
+Tensor tanhshrink(const Tensor& x) { return sub(x, tanh(x)); }
+Tensor logsigmoid(const Tensor& x) {
+  check_floating("logsigmoid", x);
+  return neg(softplus(neg(x)));
+}
+Tensor softmin(const Tensor& x, int64_t dim) { return softmax(neg(x), dim); }
+Tensor threshold(const Tensor& x, double threshold, double value) {
+  return where(gt(x, Scalar(threshold)), x, Scalar(value));
+}
+Tensor softshrink(const Tensor& x, double lambd) {
+  check_floating("softshrink", x);
+  MF_CHECK(lambd >= 0, ValueError, "softshrink: lambda must be greater or equal to 0, but found to be ", lambd);
+  const Tensor shrunk = sub(x, mul(sign(x), Scalar(lambd)));
+  return where(gt(abs(x), Scalar(lambd)), shrunk, Scalar(0.0));
+}
+Tensor hardshrink(const Tensor& x, double lambd) {
+  check_floating("hardshrink", x);
+  return where(gt(abs(x), Scalar(lambd)), x, Scalar(0.0));
+}
+
 Tensor prelu(const Tensor& x, const Tensor& weight) {
   MF_CHECK(x.defined() && weight.defined(), ValueError, "prelu: input and weight must be defined tensors");
   const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;

@@ -345,6 +345,15 @@ for _n in ("sign", "exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "lgam
            "reciprocal", "logical_not", "isnan", "isinf", "isfinite", "clone", "contiguous"):
     op(_n, [X()], dtypes=ALL, method=True)
 op("bitwise_not", [X()], dtypes=BOOL + INTS, method=True)
+for _n in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "exp2",
+           "erfc", "erfinv", "sinc", "deg2rad", "rad2deg", "arcsin", "arccos", "arctan", "arcsinh", "arccosh",
+           "arctanh", "absolute", "negative", "fix", "frac"):
+    op(_n, [X()], dtypes=ALL, method=True)
+for _n in ("multiply", "subtract", "divide", "true_divide", "greater", "greater_equal", "less", "less_equal",
+           "not_equal", "arctan2"):
+    op(_n, [X(), Other()], dtypes=ALL, method=True)
+for _n in ("exp_", "log_", "sqrt_", "sin_", "tan_", "erfinv_", "floor_", "sigmoid_", "frac_", "asin_", "arcsin_"):
+    op("Tensor." + _n, [X()], dtypes=ALL)
 op("relu_", [X()], dtypes=NUMERIC)
 op("gelu", [X()], {"approximate": Str("tanh", "none")}, dtypes=FLOATS)
 op("silu", [X()], dtypes=FLOATS)
@@ -869,6 +878,16 @@ def _bilinear_inputs(g, c):
     c.t.append(g.tensor((o, i, j), c.dtype))
     c.t.append(g.tensor((o,), c.dtype))
 
+
+for _n in ("hardsigmoid", "hardswish", "selu"):
+    op("nn.functional." + _n, [X()], {"inplace": Bool()}, dtypes=ALL)
+op("nn.functional.celu", [X()], {"alpha": Flt(-1, 2), "inplace": Bool()}, dtypes=ALL)
+op("nn.functional.threshold", [X(), Flt(-1, 1), Flt(-2, 2)], {"inplace": Bool()}, dtypes=ALL)
+for _n in ("softsign", "tanhshrink", "logsigmoid"):
+    op("nn.functional." + _n, [X()], dtypes=ALL)
+for _n in ("softshrink", "hardshrink"):
+    op("nn.functional." + _n, [X(), Flt(-0.5, 2)], dtypes=ALL)
+op("nn.functional.softmin", [X()], {"dim": Dim(), "dtype": DType()}, dtypes=ALL)
 
 op("nn.functional.bilinear", [T(0), T(1), T(2), OptT(3)], dtypes=FLOATS, nreq=3, inputs=_bilinear_inputs)
 

@@ -248,6 +248,11 @@ def _bilinear(g, dtype):
     return ctor, [g.tensor(batch + (i,), dtype), g.tensor(batch + (j,), dtype)]
 
 
+def _threshold(g, dtype):
+    return [a(g, "float", 0.1), a(g, "float", -2.0)] + kwargs(g, [("inplace", "bool", False)]), [
+        g.tensor(g.shape(0, 3), dtype)]
+
+
 def _loss(kind):
     def make(g, dtype):
         red = ("reduction", "str", repr(g.choice(("mean", "sum", "none"))))
@@ -411,6 +416,12 @@ LAYERS = {
     "TransformerEncoder": _transformer("TransformerEncoder"), "TransformerDecoder": _transformer("TransformerDecoder"),
     "Transformer": _transformer("Transformer"), "EmbeddingBag": _embedding_bag, "Bilinear": _bilinear,
     "SyncBatchNorm": _channel_layer(2, ("momentum", "float", 0.1), ("affine", "bool", False), channels=True),
+    "Hardswish": _simple(("inplace", "bool", False)), "Hardsigmoid": _simple(("inplace", "bool", False)),
+    "SELU": _simple(("inplace", "bool", False)), "CELU": _simple(("alpha", "float", 0.5), ("inplace", "bool", False)),
+    "Softsign": _simple(), "Tanhshrink": _simple(), "LogSigmoid": _simple(),
+    "Threshold": _threshold, "Softshrink": _simple(("lambd", "float", 0.3)),
+    "Hardshrink": _simple(("lambd", "float", 0.3)), "Softmin": _simple(("dim", "int", -1)),
+    "Softmax2d": _channel_layer(2),
 }
 
 # Things to do to a built module before or after calling it.

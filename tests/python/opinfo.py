@@ -88,6 +88,25 @@ op("reciprocal", unary(nonzero=True), dtypes=ALL, method=True)
 for _name in ("floor", "ceil", "round", "trunc"):
     op(_name, unary(-5.0, 5.0), dtypes=NUMERIC, method=True)
 op("relu", unary(), dtypes=NUMERIC, method=True)
+# src/ops/unary_math.cpp, each on its domain (and its other PyTorch names).
+_UNARY_MATH = {"tan": (-1.2, 1.2, ()), "asin": (-0.95, 0.95, ("arcsin",)), "acos": (-0.95, 0.95, ("arccos",)),
+               "atan": (-3.0, 3.0, ("arctan",)), "sinh": (-3.0, 3.0, ()), "cosh": (-3.0, 3.0, ()),
+               "asinh": (-3.0, 3.0, ("arcsinh",)), "acosh": (1.1, 4.0, ("arccosh",)),
+               "atanh": (-0.95, 0.95, ("arctanh",)), "log2": (0.1, 3.0, ()), "log10": (0.1, 3.0, ()),
+               "exp2": (-3.0, 3.0, ()), "erfc": (-3.0, 3.0, ()), "erfinv": (-0.95, 0.95, ()), "sinc": (-3.0, 3.0, ()),
+               "deg2rad": (-200.0, 200.0, ()), "rad2deg": (-3.0, 3.0, ())}
+for _name, (_lo, _hi, _aliases) in _UNARY_MATH.items():
+    # erfinv of a bfloat16/float16 input: torch evaluates in float, like meshflow, but rounds its own way
+    op(_name, unary(_lo, _hi), dtypes=ALL if _name not in ("deg2rad", "rad2deg") else FLOATS, method=True,
+       aliases=_aliases + tuple("Tensor." + a for a in _aliases))
+op("frac", unary(-5.0, 5.0), method=True)
+op("absolute", unary(), dtypes=NUMERIC, method=True)
+op("negative", unary(), dtypes=NUMERIC, method=True)
+op("fix", unary(-5.0, 5.0), dtypes=NUMERIC, method=True)
+for _name in ("exp", "log", "sqrt", "sin", "tan", "erfinv", "floor", "asin", "arcsin"):
+    # in-place forms write into a clone when gradients are checked (inplace())
+    op("Tensor." + _name + "_", unary(-0.9 if _name in ("erfinv", "asin", "arcsin") else 0.1, 0.9),
+       call=inplace(_name + "_"))
 # The gamma family: negative non-integers too (reflection), and integer inputs (computed as float).
 # meshflow evaluates them in double: near a pole, float32 results differ from torch's float ones
 # by more than float32's usual tolerance (and are closer to the exact value).
@@ -133,6 +152,14 @@ op("atan2", binary(scalars=False), dtypes=INTS + FLOATS, method=True)
 # zeros in x (grid 0.5 from 0) give 0 whatever y is
 op("xlogy", binary(0.0, 2.0, rhs={"low": 0.5, "high": 3.0}, grid=0.5), dtypes=FLOATS, method=True)
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    op(_name, binary(-2.0, 2.0, grid=0.5), dtypes=ALL, method=True, differentiable=False)
+# PyTorch's other names of binary ops
+op("multiply", binary(), dtypes=ALL, method=True)
+op("subtract", binary(kwargs=({"alpha": 2},)), dtypes=NUMERIC, method=True)
+op("divide", binary(rhs={"nonzero": True}), dtypes=ALL, method=True)
+op("true_divide", binary(rhs={"nonzero": True}), dtypes=ALL, method=True)
+op("arctan2", binary(scalars=False), dtypes=INTS + FLOATS, method=True)
+for _name in ("greater", "greater_equal", "less", "less_equal", "not_equal"):
     op(_name, binary(-2.0, 2.0, grid=0.5), dtypes=ALL, method=True, differentiable=False)
 
 

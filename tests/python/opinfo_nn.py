@@ -211,6 +211,15 @@ def embedding_samples(rng, dtype):
             S(index_arr(rng, (0,), 10), make(rng, (10, 2), dtype))]
 
 
+# the composite activations (include/meshflow/ops/functional.h)
+for _name, _kw in (("hardsigmoid", ()), ("hardswish", ()), ("selu", ()), ("celu", ({"alpha": 0.5},)),
+                   ("softsign", ()), ("tanhshrink", ()), ("logsigmoid", ()), ("softshrink", ({"lambd": 0.3},)),
+                   ("hardshrink", ({"lambd": 0.7},)), ("softmin", ({"dim": 0},)),
+                   ("threshold", ({"threshold": 0.2, "value": -3.0},))):
+    # away from the kinks (|x| = 3, lambd, threshold), where one-sided derivatives differ by convention
+    op("nn.functional." + _name, unary(-5.0, 5.0, kwargs=_kw) if _name not in ("softmin", "threshold") else
+       (lambda kw: lambda rng, dtype: [S(make(rng, shape, dtype, -5.0, 5.0), **kw[0])
+                                       for shape in ((3, 4), (5,), (2, 0, 3))])(_kw))
 op("nn.functional.embedding", embedding_samples)
 
 

@@ -3,6 +3,8 @@
 // losses, with torch.nn's constructor arguments.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "meshflow/nn/module.h"
@@ -86,6 +88,85 @@ class Softplus : public Module {
   std::string extra_repr() const override;
   const double beta, threshold;
 };
+
+// A layer computing fn(x) (written into x when inplace), printing repr.
+class PointwiseLayer : public Module {
+ public:
+  PointwiseLayer(std::string type_name, std::function<Tensor(const Tensor&)> fn, std::string repr = "",
+                 bool inplace = false);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override { return repr_; }
+  const bool inplace;
+
+ private:
+  std::function<Tensor(const Tensor&)> fn_;
+  std::string repr_;
+};
+class Hardswish : public PointwiseLayer {
+ public:
+  explicit Hardswish(bool inplace = false) : PointwiseLayer("Hardswish", hardswish, "", inplace) {}
+};
+class Hardsigmoid : public PointwiseLayer {
+ public:
+  explicit Hardsigmoid(bool inplace = false) : PointwiseLayer("Hardsigmoid", hardsigmoid, "", inplace) {}
+};
+class SELU : public PointwiseLayer {
+ public:
+  explicit SELU(bool inplace = false) : PointwiseLayer("SELU", selu, inplace ? "inplace=True" : "", inplace) {}
+};
+class CELU : public PointwiseLayer {
+ public:
+  explicit CELU(double alpha = 1.0, bool inplace = false);
+  const double alpha;
+};
+class Softsign : public PointwiseLayer {
+ public:
+  Softsign() : PointwiseLayer("Softsign", softsign) {}
+};
+class Tanhshrink : public PointwiseLayer {
+ public:
+  Tanhshrink() : PointwiseLayer("Tanhshrink", tanhshrink) {}
+};
+class LogSigmoid : public PointwiseLayer {
+ public:
+  LogSigmoid() : PointwiseLayer("LogSigmoid", logsigmoid) {}
+};
+class Threshold : public PointwiseLayer {
+ public:
+  Threshold(double threshold, double value, bool inplace = false);
+  const double threshold, value;
+};
+// Softshrink and Hardshrink (by name).
+class Shrink : public PointwiseLayer {
+ public:
+  Shrink(std::string type_name, double lambd);
+  const double lambd;
+};
+class Softshrink : public Shrink {
+ public:
+  explicit Softshrink(double lambd = 0.5) : Shrink("Softshrink", lambd) {}
+};
+class Hardshrink : public Shrink {
+ public:
+  explicit Hardshrink(double lambd = 0.5) : Shrink("Hardshrink", lambd) {}
+};
+// softmin over dim (nullopt: PyTorch's implicit choice, 0 for 0-, 1- and
+// 3-d inputs, else 1).
+class Softmin : public Module {
+ public:
+  explicit Softmin(std::optional<int64_t> dim = {}) : Module("Softmin"), dim(dim) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const std::optional<int64_t> dim;
+};
+// softmax over the channels of (N, C, H, W) or (C, H, W).
+class Softmax2d : public Module {
+ public:
+  Softmax2d() : Module("Softmax2d") {}
+  Tensor forward(const Tensor& x) override;
+};
+// PyTorch's implicit softmax dimension of an x.dim()-d input.
+int64_t implicit_softmax_dim(int64_t ndim);
 
 // --- shape and 1-d layers ---------------------------------------------------------------
 class Unflatten : public Module {

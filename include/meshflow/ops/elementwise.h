@@ -59,6 +59,30 @@ Tensor cos(const Tensor& t);
 Tensor tanh(const Tensor& t);
 Tensor sigmoid(const Tensor& t);
 Tensor erf(const Tensor& t);
+// src/ops/unary_math.cpp: floating functions (integer and bool inputs
+// compute in the default float dtype; frac needs a floating input).
+Tensor tan(const Tensor& t);
+Tensor asin(const Tensor& t);
+Tensor acos(const Tensor& t);
+Tensor atan(const Tensor& t);
+Tensor sinh(const Tensor& t);
+Tensor cosh(const Tensor& t);
+Tensor asinh(const Tensor& t);
+Tensor acosh(const Tensor& t);
+Tensor atanh(const Tensor& t);
+Tensor log2(const Tensor& t);
+Tensor log10(const Tensor& t);
+Tensor exp2(const Tensor& t);
+Tensor erfc(const Tensor& t);
+Tensor erfinv(const Tensor& t);
+Tensor sinc(const Tensor& t);
+Tensor frac(const Tensor& t);
+Tensor deg2rad(const Tensor& t);
+Tensor rad2deg(const Tensor& t);
+// t = f(t) for the unary function `name` of Python's in-place forms
+// (Tensor.sin_()): TypeError when the result's dtype is not t's (an
+// integer tensor's exp is float), as PyTorch refuses it.
+Tensor& apply_unary_(Tensor& t, Tensor (*f)(const Tensor&), const char* name);
 // log|Gamma(x)|, its derivative digamma(x), and the n-th derivative of
 // digamma (polygamma(0, x) is digamma(x)); n >= 0.
 Tensor lgamma(const Tensor& t);

@@ -118,6 +118,24 @@ Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& 
                      const Tensor& bias, bool use_input_stats, double momentum = 0.1, double eps = 1e-5);
 // x * tanh(softplus(x)).
 Tensor mish(const Tensor& x);
+// torch.nn.functional's other activations, composed of ops:
+// hardsigmoid = clamp(x / 6 + 1/2, 0, 1), hardswish = x * hardsigmoid(x),
+// selu = scale * elu(x, alpha) (PyTorch's constants), celu = alpha *
+// elu(x / alpha), softsign = x / (1 + |x|), tanhshrink = x - tanh(x),
+// logsigmoid = -softplus(-x), softmin = softmax(-x), threshold: x where
+// x > threshold else value, softshrink: x -+ lambd outside [-lambd,
+// lambd] else 0, hardshrink: x outside [-lambd, lambd] else 0.
+Tensor hardsigmoid(const Tensor& x);
+Tensor hardswish(const Tensor& x);
+Tensor selu(const Tensor& x);
+Tensor celu(const Tensor& x, double alpha = 1.0);
+Tensor softsign(const Tensor& x);
+Tensor tanhshrink(const Tensor& x);
+Tensor logsigmoid(const Tensor& x);
+Tensor softmin(const Tensor& x, int64_t dim);
+Tensor threshold(const Tensor& x, double threshold, double value);
+Tensor softshrink(const Tensor& x, double lambd = 0.5);
+Tensor hardshrink(const Tensor& x, double lambd = 0.5);
 // Einstein summation over the operands' subscripts (PyTorch's equation
 // syntax: letters, "..." for broadcast dims, "->" for the output, implicit
 // output otherwise), planned as bmm contractions (Note [Planning einsum]

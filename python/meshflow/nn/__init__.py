@@ -17,6 +17,8 @@ _LAYERS = [
     "Dropout3d", "InstanceNorm1d", "InstanceNorm2d",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "TransformerDecoderLayer",
     "TransformerEncoder", "TransformerDecoder", "Transformer", "EmbeddingBag", "Bilinear", "SyncBatchNorm",
+    "Hardswish", "Hardsigmoid", "SELU", "CELU", "Softsign", "Tanhshrink", "LogSigmoid", "Threshold", "Softshrink",
+    "Hardshrink", "Softmin", "Softmax2d",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)

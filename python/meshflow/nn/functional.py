@@ -9,7 +9,8 @@ __all__ = [
     "adaptive_avg_pool2d", "linear", "pad", "one_hot", "l1_loss", "smooth_l1_loss", "huber_loss", "hardtanh",
     "relu6", "normalize", "cosine_similarity", "glu", "binary_cross_entropy", "kl_div",
     "conv1d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "pixel_shuffle", "pixel_unshuffle", "mish",
-    "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm",
+    "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm", "hardsigmoid", "hardswish", "selu", "celu",
+    "threshold", "softsign", "tanhshrink", "logsigmoid", "softshrink", "hardshrink", "softmin",
 ]
 
 for _name in __all__:

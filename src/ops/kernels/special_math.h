@@ -1,6 +1,6 @@
-// The gamma family of special functions, as scalar functions of double:
-// lgamma, digamma, trigamma and the Hurwitz zeta function (which gives
-// polygamma). Plain inline functions of <cmath> only, so that every
+// Special functions as scalar functions of double: the gamma family
+// (lgamma, digamma, trigamma and the Hurwitz zeta function, which gives
+// polygamma) and erfinv. Plain inline functions of <cmath> only, so that every
 // backend's loops can use them. The methods are the classical ones (Cephes'
 // asymptotic digamma series and Euler-Maclaurin zeta summation), which are
 // also those PyTorch uses, so results agree to rounding.
@@ -115,6 +115,36 @@ inline double polygamma(int64_t n, double x) {
   if (n == 0) return digamma(x);
   if (n == 1) return trigamma(x);
   return ((n % 2) ? 1.0 : -1.0) * std::exp(lgamma(double(n) + 1.0)) * zeta(double(n + 1), x);
+}
+
+// The inverse of erf on [-1, 1] (+-inf at +-1, NaN outside): Giles'
+// single-precision polynomial ("Approximating the erfinv function", 2010)
+// refined by two Newton steps on erf (erfc near +-1, where erf rounds to
+// +-1), which give double precision.
+inline double erfinv(double y) {
+  if (std::isnan(y) || y < -1 || y > 1) return std::numeric_limits<double>::quiet_NaN();
+  if (y == 1 || y == -1) return std::copysign(std::numeric_limits<double>::infinity(), y);
+  double w = -std::log((1.0 - y) * (1.0 + y)), p;
+  if (w < 5) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                     -0.00417768164, 0.246640727, 1.50140941})
+      p = c + p * w;
+  } else {
+    w = std::sqrt(w) - 3;
+    p = -0.000200214257;
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                     0.00943887047, 1.00167406, 2.83297682})
+      p = c + p * w;
+  }
+  double x = p * y;
+  for (int step = 0; step < 2; ++step) {
+    // erf(x) - y, written with erfc away from 0 so that it keeps its digits
+    const double r = y > 0.5 ? (1.0 - y) - std::erfc(x) : y < -0.5 ? std::erfc(-x) - (1.0 + y) : std::erf(x) - y;
+    x -= r / (2.0 / std::sqrt(kPi) * std::exp(-x * x));
+  }
+  return x;
 }
 
 }  // namespace mf::special_math
