@@ -14,7 +14,9 @@ _LAYERS = [
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "KLDivLoss",
     "CosineSimilarity", "Hardtanh", "ReLU6", "GLU", "Mish", "ELU", "Softplus", "Unflatten", "PixelShuffle",
     "PixelUnshuffle", "Conv1d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PReLU", "Dropout1d", "Dropout2d",
-    "Dropout3d", "InstanceNorm1d", "InstanceNorm2d",
+    "Dropout3d", "InstanceNorm1d", "InstanceNorm2d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
+    "ReplicationPad3d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)
