@@ -17,5 +17,5 @@ DistributedError = _errors.DistributedError
 OutOfMemoryError = _errors.OutOfMemoryError
 CheckpointError = _errors.CheckpointError
 
-__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "NotImplementedError", "DistributedError", "OutOfMemoryError",
-           "CheckpointError"]
+__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "NotImplementedError", "DistributedError",
+           "OutOfMemoryError", "CheckpointError"]

@@ -147,9 +147,11 @@ OpDef upsample_op(const UpsampleKind& kind) {
         return meta(shape, x);
       },
       .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
+        if (out[0].numel() == 0) return;  // an empty batch: no maps (their sizes may be huge)
         const TorchKernel kernel =
             channels_last_contiguous(in[0]) ? TorchKernel::ChannelsLastForward : TorchKernel::GenericForward;
-        cpu::resample_forward(in[0], out[0], upsample_axes(kind, spatial_sizes(in[0].sizes()), a, in[0].dtype(), kernel));
+        const Shape input = spatial_sizes(in[0].sizes());
+        cpu::resample_forward(in[0], out[0], upsample_axes(kind, input, a, in[0].dtype(), kernel));
       },
       .backward = [kind](const BackwardContext& ctx) {
         Attrs a = ctx.attrs;
@@ -175,11 +177,13 @@ OpDef upsample_backward_op(const UpsampleKind& kind) {
         return meta(shape, g);
       },
       .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
+        if (out[0].numel() == 0) return;
         const Shape& input = a.get_shape("input_size");
         cpu::resample_backward(in[0], out[0], upsample_axes(kind, input, a, in[0].dtype(), TorchKernel::Backward));
       },
       .backward = [kind](const BackwardContext& ctx) {
-        return TensorList{dispatch::apply_one(dispatch::op(kind.name), {ctx.grad_outputs[0]}, forward_attrs(ctx.attrs))};
+        const Attrs a = forward_attrs(ctx.attrs);
+        return TensorList{dispatch::apply_one(dispatch::op(kind.name), {ctx.grad_outputs[0]}, a)};
       },
       .sbp = sbp::leading_dims(2),
   };
@@ -296,6 +300,7 @@ OpDef pad_op(const PadKind& kind) {
         return meta(padded_shape(kind, in[0], a.get_shape("pad")), in[0]);
       },
       .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
+        if (out[0].numel() == 0) return;
         const Shape& pads = a.get_shape("pad");
         cpu::resample_forward(in[0], out[0], pad_axes(kind, last_sizes(in[0].sizes(), pads.size() / 2), pads));
       },
@@ -330,6 +335,7 @@ OpDef pad_backward_op(const PadKind& kind) {
         return meta(shape, g);
       },
       .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
+        if (out[0].numel() == 0) return;
         cpu::resample_backward(in[0], out[0], pad_axes(kind, a.get_shape("input_size"), a.get_shape("pad")));
       },
       .backward = [kind](const BackwardContext& ctx) {

@@ -294,3 +294,19 @@ def test_pad_modes_keep_integer_and_bool_values():
         b = mf.nn.functional.pad(mf.tensor(x % 2 == 0), (2, 1), mode=mode)
         assert b.dtype == mf.bool
         np.testing.assert_array_equal(b.numpy(), expected.astype(np.int64) % 2 == 0)
+
+
+def test_empty_batches_with_huge_sizes_need_no_maps():
+    """An empty batch gives an empty result at once, whatever the sizes (the per-dim maps,
+    as long as the output dims, are never built); sizes past int64 are refused."""
+    F = mf.nn.functional
+    x = mf.ones(0, 1, 3).requires_grad_(True)
+    y = F.interpolate(x, size=2 ** 40, mode="linear")
+    assert tuple(y.shape) == (0, 1, 2 ** 40)
+    (g,) = mf.autograd.grad([y.sum()], [x])
+    assert tuple(g.shape) == (0, 1, 3)
+    assert tuple(F.pad(mf.ones(0, 2, 3), (2 ** 40, 2 ** 40), mode="replicate").shape) == (0, 2, 2 ** 41 + 3)
+    with pytest.raises(mf.errors.ShapeError, match="overflows"):
+        F.pad(mf.ones(1, 2, 3), (2 ** 62, 2 ** 62), mode="replicate")
+    with pytest.raises(ValueError, match="not a representable integer"):
+        F.interpolate(mf.ones(1, 1, 3), scale_factor=float("inf"))

@@ -53,7 +53,8 @@ class Pad : public Module {
 template <int64_t D>
 class ReflectionPad : public Pad {
  public:
-  explicit ReflectionPad(const PadArg& padding) : Pad("ReflectionPad" + std::to_string(D) + "d", padding, D, "reflect") {}
+  explicit ReflectionPad(const PadArg& padding)
+      : Pad("ReflectionPad" + std::to_string(D) + "d", padding, D, "reflect") {}
 };
 template <int64_t D>
 class ReplicationPad : public Pad {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "meshflow/ops/shape.h"
@@ -53,7 +55,9 @@ void linear_taps(ResampleAxis& axis, bool align_corners, double scale) {
       continue;
     }
     const A real = source_index<A>(s, j, align_corners, false);
-    const int64_t i0 = static_cast<int64_t>(real);
+    // Below in_size in exact arithmetic; the clamp keeps float rounding on
+    // huge sizes inside the input.
+    const int64_t i0 = std::min(static_cast<int64_t>(real), in - 1);
     const A lambda1 = std::min(std::max(real - static_cast<A>(i0), A(0)), A(1));
     axis.index.insert(axis.index.end(), {i0, i0 + (i0 < in - 1 ? 1 : 0)});
     axis.weight.insert(axis.weight.end(), {double(A(1) - lambda1), double(lambda1)});
@@ -84,161 +88,223 @@ void cubic_taps(ResampleAxis& axis, bool align_corners, double scale) {
 
 // --- loops --------------------------------------------------------------------------------
 
-// Where the resampled dims sit: `planes` independent blocks of the leading
-// dims, each an (in sizes) block of the input and an (out sizes) block of
-// the output; an output block is `rows` rows (positions of the resampled
-// dims but the last) of `width` elements.
-struct Layout {
-  int64_t planes = 1, in_plane = 1, out_plane = 1, rows = 0, width = 0;
-  std::vector<int64_t> in_stride;  // of each resampled dim within an input block
+// A pass's tensor as (outer, size, inner) around its resampled dim.
+struct Span {
+  int64_t outer = 1, inner = 1;
 };
 
-Layout layout_of(const Shape& in_sizes, const std::vector<ResampleAxis>& axes) {
-  Layout g;
-  for (size_t d = 0; d < in_sizes.size() - axes.size(); ++d) g.planes *= in_sizes[d];
-  g.in_stride.assign(axes.size(), 1);
-  for (size_t a = axes.size(); a-- > 0;) {
-    g.in_stride[a] = g.in_plane;
-    g.in_plane *= axes[a].in_size;
-    g.out_plane *= axes[a].out_size;
-  }
-  g.width = axes.back().out_size;
-  g.rows = g.width > 0 ? g.out_plane / g.width : 0;
-  return g;
+Span span_of(const Shape& sizes, size_t d) {
+  Span s;
+  for (size_t i = 0; i < d; ++i) s.outer *= sizes[i];
+  for (size_t i = d + 1; i < sizes.size(); ++i) s.inner *= sizes[i];
+  return s;
 }
 
-// Each axis' weights in A (ones for an unweighted axis).
+// The axis' weights in A (ones for an unweighted axis).
 template <typename A>
-std::vector<std::vector<A>> weights_of(const std::vector<ResampleAxis>& axes) {
-  std::vector<std::vector<A>> out;
-  for (const ResampleAxis& axis : axes) {
-    if (axis.weight.empty()) out.emplace_back(size_t(axis.out_size * axis.taps), A(1));
-    else out.emplace_back(axis.weight.begin(), axis.weight.end());
-  }
-  return out;
+std::vector<A> weights_of(const ResampleAxis& axis) {
+  if (axis.weight.empty()) return std::vector<A>(size_t(axis.out_size * axis.taps), A(1));
+  return std::vector<A>(axis.weight.begin(), axis.weight.end());
 }
 
-template <typename A>
-using Taps = std::vector<std::pair<int64_t, A>>;  // (offset in an input block, weight)
-
-// The taps output row `row` reads through the resampled dims but the last:
-// the products of their taps.
-template <typename A>
-void outer_taps(const std::vector<ResampleAxis>& axes, const std::vector<std::vector<A>>& weights, const Layout& g,
-                int64_t row, Taps<A>& taps) {
-  taps.assign(1, {0, A(1)});
-  for (size_t a = axes.size() - 1; a-- > 0;) {
-    const ResampleAxis& axis = axes[a];
-    const int64_t j = row % axis.out_size;
-    row /= axis.out_size;
-    const size_t n = taps.size();
-    for (size_t i = 0; i < n; ++i) {
-      const auto [offset, w] = taps[i];
-      for (int64_t t = 0; t < axis.taps; ++t) {
-        const size_t k = size_t(j * axis.taps + t);
-        const std::pair<int64_t, A> tap{offset + axis.index[k] * g.in_stride[a], w * weights[a][k]};
-        if (t == 0) taps[i] = tap;
-        else taps.push_back(tap);
+// One pass: dst (outer, n, inner) = the sums over (source row, weight)
+// pairs `pairs(j)` of row j, each over src (outer, m, inner). Sums start
+// from the first product (not from 0), so a single tap of weight 1 gives
+// its input exactly (-0.0 included); a row without pairs is 0. Rows run in
+// parallel, the inner dim is the vectorised loop.
+template <typename A, typename S, typename D, typename Pairs>
+void weighted_rows(const S* src, D* dst, Span span, int64_t m, int64_t n, const Pairs& pairs) {
+  const int64_t inner = span.inner;
+  if (inner == 1) {  // the last dim: a gather within each row
+    const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1));
+    parallel_for(0, span.outer, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const S* s = src + o * m;
+        D* d = dst + o * n;
+        for (int64_t j = 0; j < n; ++j) {
+          const auto [rows, w, count] = pairs(j);
+          A sum = count > 0 ? w[0] * A(s[rows[0]]) : A(0);
+          for (int64_t t = 1; t < count; ++t) sum += w[t] * A(s[rows[t]]);
+          d[j] = D(sum);
+        }
       }
-    }
+    });
+    return;
   }
+  parallel_for(0, span.outer * n, std::max<int64_t>(1, kGrainSize / inner), [&](int64_t lo, int64_t hi) {
+    std::vector<A> row(std::is_same_v<D, A> ? 0 : static_cast<size_t>(inner));  // D's own row when it is A
+    for (int64_t r = lo; r < hi; ++r) {
+      const S* s = src + (r / n) * m * inner;
+      const auto [rows, w, count] = pairs(r % n);
+      D* d = dst + r * inner;
+      A* acc;
+      if constexpr (std::is_same_v<D, A>) acc = d;
+      else acc = row.data();
+      if (count == 0) std::fill(acc, acc + inner, A(0));
+      for (int64_t t = 0; t < count; ++t) {
+        const S* __restrict line = s + rows[t] * inner;
+        const A wt = w[t];
+        if (t == 0) {
+          for (int64_t i = 0; i < inner; ++i) acc[i] = wt * A(line[i]);
+        } else {
+          for (int64_t i = 0; i < inner; ++i) acc[i] += wt * A(line[i]);
+        }
+      }
+      if constexpr (!std::is_same_v<D, A>)
+        for (int64_t i = 0; i < inner; ++i) d[i] = D(acc[i]);
+    }
+  });
 }
 
-// The input offset of output row `row` when every dim has one tap.
-int64_t outer_offset(const std::vector<ResampleAxis>& axes, const Layout& g, int64_t row) {
-  int64_t offset = 0;
-  for (size_t a = axes.size() - 1; a-- > 0;) {
-    offset += axes[a].index[size_t(row % axes[a].out_size)] * g.in_stride[a];
-    row /= axes[a].out_size;
-  }
-  return offset;
+template <typename A>
+struct Pairs {
+  const int64_t* rows;
+  const A* weights;
+  int64_t count;
+};
+
+// The forward of one axis: output j reads its taps.
+template <typename A>
+auto forward_pairs(const ResampleAxis& axis, const std::vector<A>& w) {
+  return [&axis, &w](int64_t j) {
+    return Pairs<A>{axis.index.data() + j * axis.taps, w.data() + j * axis.taps, axis.taps};
+  };
+}
+
+// The adjoint of one axis as a gather: input position i collects every
+// (output, weight) whose tap reads i, in output order.
+template <typename A>
+struct Transposed {
+  std::vector<int64_t> offsets, rows;
+  std::vector<A> weights;
+};
+
+template <typename A>
+Transposed<A> transposed(const ResampleAxis& axis, const std::vector<A>& w) {
+  Transposed<A> t;
+  t.offsets.assign(size_t(axis.in_size + 1), 0);
+  for (int64_t i : axis.index) ++t.offsets[size_t(i + 1)];
+  for (size_t i = 0; i < size_t(axis.in_size); ++i) t.offsets[i + 1] += t.offsets[i];
+  t.rows.resize(axis.index.size());
+  t.weights.resize(axis.index.size());
+  std::vector<int64_t> fill(t.offsets.begin(), t.offsets.end() - 1);
+  for (int64_t j = 0; j < axis.out_size; ++j)
+    for (int64_t k = 0; k < axis.taps; ++k) {
+      const size_t tap = size_t(j * axis.taps + k), at = size_t(fill[size_t(axis.index[tap])]++);
+      t.rows[at] = j;
+      t.weights[at] = w[tap];
+    }
+  return t;
 }
 
 template <typename T>
 void gather(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes) {
   const Tensor x = contiguous(x_in.detach());
-  const Layout g = layout_of(x.sizes(), axes);
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
+  const size_t lead = size_t(x.dim()) - axes.size();
+  int64_t planes = 1, in_plane = 1;
+  for (size_t d = 0; d < lead; ++d) planes *= x.size(int64_t(d));
+  std::vector<int64_t> in_stride(axes.size());
+  for (size_t a = axes.size(); a-- > 0;) {
+    in_stride[a] = in_plane;
+    in_plane *= axes[a].in_size;
+  }
+  const int64_t width = axes.back().out_size, rows = y.numel() / planes / width;
   const int64_t* index = axes.back().index.data();
-  parallel_for(0, g.planes * g.rows, std::max<int64_t>(1, kGrainSize / g.width), [&](int64_t lo, int64_t hi) {
+  parallel_for(0, planes * rows, std::max<int64_t>(1, kGrainSize / width), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
-      const T* src = xp + (r / g.rows) * g.in_plane + outer_offset(axes, g, r % g.rows);
-      T* dst = yp + r * g.width;
-      for (int64_t j = 0; j < g.width; ++j) dst[j] = src[index[j]];
+      // The input offset of output row r % rows through the dims but the last.
+      int64_t offset = (r / rows) * in_plane, row = r % rows;
+      for (size_t a = axes.size() - 1; a-- > 0;) {
+        offset += axes[a].index[size_t(row % axes[a].out_size)] * in_stride[a];
+        row /= axes[a].out_size;
+      }
+      const T* src = xp + offset;
+      T* dst = yp + r * width;
+      for (int64_t j = 0; j < width; ++j) dst[j] = src[index[j]];
     }
   });
 }
 
-// Sums start from the first product (not from 0), so a single tap of
-// weight 1 reproduces its input exactly, -0.0 included.
+// Runs `pass(step, src, dst, span)` for each dim of `dims` in turn, which
+// gives that dim the size new_sizes[step], ping-ponging between two A
+// buffers; the first pass reads x (x's `sizes`), the last writes y
+// (through a final conversion unless T is A).
+template <typename T, typename Pass>
+void run_passes(const Tensor& x, Tensor& y, Shape sizes, const std::vector<size_t>& dims, const Shape& new_sizes,
+                const Pass& pass) {
+  using A = acc_type<T>;
+  std::unique_ptr<A[]> buffers[2];  // uninitialised: every pass writes its whole output
+  const A* current = nullptr;
+  for (size_t step = 0; step < dims.size(); ++step) {
+    const Span span = span_of(sizes, dims[step]);
+    sizes[dims[step]] = new_sizes[step];
+    A* dst = nullptr;
+    if constexpr (std::is_same_v<T, A>) {
+      if (step + 1 == dims.size()) dst = y.data<T>();
+    }
+    if (dst == nullptr) {
+      const size_t count = size_t(span.outer * new_sizes[step] * span.inner);
+      buffers[step % 2] = std::make_unique_for_overwrite<A[]>(count);
+      dst = buffers[step % 2].get();
+    }
+    if (step == 0) pass(step, x.data<T>(), dst, span);
+    else pass(step, current, dst, span);
+    current = dst;
+  }
+  if constexpr (!std::is_same_v<T, A>) {
+    T* yp = y.data<T>();
+    parallel_for(0, y.numel(), kGrainSize, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) yp[i] = T(current[i]);
+    });
+  }
+}
+
+// The last dim first, as PyTorch nests its sums: y = sum_d w_d sum_h w_h
+// sum_w w_w x, so each output is computed with PyTorch's operations in its
+// order.
 template <typename T>
 void weighted_forward(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes) {
   using A = acc_type<T>;
   const Tensor x = contiguous(x_in.detach());
-  const Layout g = layout_of(x.sizes(), axes);
-  const auto weights = weights_of<A>(axes);
-  const T* xp = x.data<T>();
-  T* yp = y.data<T>();
-  const ResampleAxis& last = axes.back();
-  const int64_t k = last.taps;
-  parallel_for(0, g.planes * g.rows, std::max<int64_t>(1, kGrainSize / (g.width * k)), [&](int64_t lo, int64_t hi) {
-    Taps<A> outer;
-    for (int64_t r = lo; r < hi; ++r) {
-      outer_taps(axes, weights, g, r % g.rows, outer);
-      const T* plane = xp + (r / g.rows) * g.in_plane;
-      T* dst = yp + r * g.width;
-      for (int64_t j = 0; j < g.width; ++j) {
-        const int64_t* index = last.index.data() + j * k;
-        const A* w = weights.back().data() + j * k;
-        A sum{};
-        for (size_t o = 0; o < outer.size(); ++o) {
-          const T* src = plane + outer[o].first;
-          A inner = w[0] * A(src[index[0]]);
-          for (int64_t t = 1; t < k; ++t) inner += w[t] * A(src[index[t]]);
-          sum = o == 0 ? inner * outer[o].second : sum + inner * outer[o].second;
-        }
-        dst[j] = T(sum);
-      }
-    }
+  const size_t lead = size_t(x.dim()) - axes.size();
+  std::vector<size_t> dims;
+  Shape new_sizes;
+  std::vector<std::vector<A>> weights;
+  for (size_t a = axes.size(); a-- > 0;) {
+    dims.push_back(lead + a);
+    new_sizes.push_back(axes[a].out_size);
+    weights.push_back(weights_of<A>(axes[a]));
+  }
+  run_passes<T>(x, y, x.sizes(), dims, new_sizes, [&](size_t step, const auto* src, A* dst, Span span) {
+    const ResampleAxis& axis = axes[axes.size() - 1 - step];
+    weighted_rows<A>(src, dst, span, axis.in_size, axis.out_size, forward_pairs(axis, weights[step]));
   });
 }
 
-// Blocks run in parallel; within one, gradients accumulate in A in output
-// order, so the result does not depend on the thread count.
+// The adjoint, each dim's transpose in the reverse order, as gathers: rows
+// run in parallel and the result does not depend on the thread count.
 template <typename T>
 void weighted_backward(const Tensor& gy_in, Tensor& gx, const std::vector<ResampleAxis>& axes) {
   using A = acc_type<T>;
   const Tensor gy = contiguous(gy_in.detach());
-  const Layout g = layout_of(gx.sizes(), axes);
-  const auto weights = weights_of<A>(axes);
-  const T* gyp = gy.data<T>();
-  T* gxp = gx.data<T>();
-  const ResampleAxis& last = axes.back();
-  const int64_t k = last.taps;
-  const int64_t work = std::max<int64_t>({g.in_plane, g.out_plane * k, 1});
-  parallel_for(0, g.planes, std::max<int64_t>(1, kGrainSize / work), [&](int64_t lo, int64_t hi) {
-    std::vector<A> acc(size_t(g.in_plane));
-    Taps<A> outer;
-    for (int64_t p = lo; p < hi; ++p) {
-      std::fill(acc.begin(), acc.end(), A(0));
-      const T* src = gyp + p * g.out_plane;
-      for (int64_t row = 0; row < g.rows; ++row) {
-        outer_taps(axes, weights, g, row, outer);
-        for (int64_t j = 0; j < g.width; ++j) {
-          const A grad = A(src[row * g.width + j]);
-          const int64_t* index = last.index.data() + j * k;
-          const A* w = weights.back().data() + j * k;
-          for (const auto& [offset, outer_w] : outer) {
-            A* dst = acc.data() + offset;
-            const A share = grad * outer_w;
-            for (int64_t t = 0; t < k; ++t) dst[index[t]] += w[t] * share;
-          }
-        }
-      }
-      T* dst = gxp + p * g.in_plane;
-      for (int64_t i = 0; i < g.in_plane; ++i) dst[i] = T(acc[size_t(i)]);
-    }
+  const size_t lead = size_t(gy.dim()) - axes.size();
+  std::vector<size_t> dims;
+  Shape new_sizes;
+  std::vector<Transposed<A>> adjoints;
+  for (size_t a = 0; a < axes.size(); ++a) {
+    dims.push_back(lead + a);
+    new_sizes.push_back(axes[a].in_size);
+    adjoints.push_back(transposed(axes[a], weights_of<A>(axes[a])));
+  }
+  run_passes<T>(gy, gx, gy.sizes(), dims, new_sizes, [&](size_t step, const auto* src, A* dst, Span span) {
+    const Transposed<A>& t = adjoints[step];
+    auto pairs = [&t](int64_t i) {
+      const int64_t first = t.offsets[size_t(i)];
+      return Pairs<A>{t.rows.data() + first, t.weights.data() + first, t.offsets[size_t(i + 1)] - first};
+    };
+    weighted_rows<A>(src, dst, span, axes[step].out_size, axes[step].in_size, pairs);
   });
 }
 

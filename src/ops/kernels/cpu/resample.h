@@ -8,11 +8,17 @@
 // of that dim with weights (one tap of weight 1 for the pads and the
 // nearest modes, two for linear, four for bicubic), and an output element
 // is the sum over its dims' tap combinations of the weights' product times
-// the input there. So one forward kernel (a gather when no dim has
-// weights: an exact copy for every dtype) and one backward kernel (each
-// gradient element added back to the inputs it read, with its weights)
-// serve all of them; only the maps differ (resample.cpp computes them with
-// PyTorch 1.13's arithmetic).
+// the input there. So the ops share two loops, and only the maps differ
+// (resample.cpp computes them with PyTorch 1.13's arithmetic):
+//   * forward: a plain gather when no dim has weights (an exact copy, every
+//     dtype); otherwise one pass per dim, the last dim first, each output
+//     row the weighted sum of whole input rows (vectorised along the dims
+//     after it). This nests the sums as PyTorch does (sum_h w_h sum_w w_w x)
+//     and costs a few operations per output instead of every tap product.
+//   * backward: the adjoint, one pass per dim in the other order, each the
+//     transpose of that dim's map turned into a gather (input position i
+//     collects the outputs that read it), so rows run in parallel and the
+//     result does not depend on the thread count.
 #pragma once
 
 #include <vector>
