@@ -100,6 +100,15 @@ Span span_of(const Shape& sizes, size_t d) {
   return s;
 }
 
+// What one pass computes: each output row of the resampled dim is the sum
+// over its (source row, weight) pairs, rows [offsets[j], offsets[j + 1])
+// of `rows` and `weights`.
+template <typename A>
+struct RowSums {
+  std::vector<int64_t> offsets, rows;
+  std::vector<A> weights;
+};
+
 // The axis' weights in A (ones for an unweighted axis).
 template <typename A>
 std::vector<A> weights_of(const ResampleAxis& axis) {
@@ -107,14 +116,43 @@ std::vector<A> weights_of(const ResampleAxis& axis) {
   return std::vector<A>(axis.weight.begin(), axis.weight.end());
 }
 
-// One pass: dst (outer, n, inner) = the sums over (source row, weight)
-// pairs `pairs(j)` of row j, each over src (outer, m, inner). Sums start
-// from the first product (not from 0), so a single tap of weight 1 gives
-// its input exactly (-0.0 included); a row without pairs is 0. Rows run in
-// parallel, the inner dim is the vectorised loop.
-template <typename A, typename S, typename D, typename Pairs>
-void weighted_rows(const S* src, D* dst, Span span, int64_t m, int64_t n, const Pairs& pairs) {
-  const int64_t inner = span.inner;
+// The forward of one axis: output j sums its taps.
+template <typename A>
+RowSums<A> forward_sums(const ResampleAxis& axis) {
+  RowSums<A> s{.offsets = {}, .rows = axis.index, .weights = weights_of<A>(axis)};
+  for (int64_t j = 0; j <= axis.out_size; ++j) s.offsets.push_back(j * axis.taps);
+  return s;
+}
+
+// The adjoint of one axis as a gather: input position i sums every
+// (output, weight) whose tap reads i, in output order.
+template <typename A>
+RowSums<A> adjoint_sums(const ResampleAxis& axis) {
+  const std::vector<A> w = weights_of<A>(axis);
+  RowSums<A> s;
+  s.offsets.assign(size_t(axis.in_size + 1), 0);
+  for (int64_t i : axis.index) ++s.offsets[size_t(i + 1)];
+  for (size_t i = 0; i < size_t(axis.in_size); ++i) s.offsets[i + 1] += s.offsets[i];
+  s.rows.resize(axis.index.size());
+  s.weights.resize(axis.index.size());
+  std::vector<int64_t> fill(s.offsets.begin(), s.offsets.end() - 1);
+  for (int64_t j = 0; j < axis.out_size; ++j)
+    for (int64_t k = 0; k < axis.taps; ++k) {
+      const size_t tap = size_t(j * axis.taps + k), at = size_t(fill[size_t(axis.index[tap])]++);
+      s.rows[at] = j;
+      s.weights[at] = w[tap];
+    }
+  return s;
+}
+
+// One pass: dst (outer, n, inner) from src (outer, m, inner), row j of the
+// resampled dim the sum of `sums`' pairs for j. Sums start from the first
+// product (not from 0), so a single tap of weight 1 gives its input
+// exactly (-0.0 included); a row without pairs is 0. Rows run in parallel;
+// the inner dim is the vectorised loop.
+template <typename A, typename S, typename D>
+void weighted_rows(const S* src, D* dst, Span span, int64_t m, const RowSums<A>& sums) {
+  const int64_t n = int64_t(sums.offsets.size()) - 1, inner = span.inner;
   if (inner == 1) {  // the last dim: a gather within each row
     const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1));
     parallel_for(0, span.outer, grain, [&](int64_t lo, int64_t hi) {
@@ -122,9 +160,9 @@ void weighted_rows(const S* src, D* dst, Span span, int64_t m, int64_t n, const 
         const S* s = src + o * m;
         D* d = dst + o * n;
         for (int64_t j = 0; j < n; ++j) {
-          const auto [rows, w, count] = pairs(j);
-          A sum = count > 0 ? w[0] * A(s[rows[0]]) : A(0);
-          for (int64_t t = 1; t < count; ++t) sum += w[t] * A(s[rows[t]]);
+          const int64_t first = sums.offsets[size_t(j)], last = sums.offsets[size_t(j + 1)];
+          A sum = first < last ? sums.weights[size_t(first)] * A(s[sums.rows[size_t(first)]]) : A(0);
+          for (int64_t t = first + 1; t < last; ++t) sum += sums.weights[size_t(t)] * A(s[sums.rows[size_t(t)]]);
           d[j] = D(sum);
         }
       }
@@ -135,66 +173,25 @@ void weighted_rows(const S* src, D* dst, Span span, int64_t m, int64_t n, const 
     std::vector<A> row(std::is_same_v<D, A> ? 0 : static_cast<size_t>(inner));  // D's own row when it is A
     for (int64_t r = lo; r < hi; ++r) {
       const S* s = src + (r / n) * m * inner;
-      const auto [rows, w, count] = pairs(r % n);
+      const int64_t j = r % n, first = sums.offsets[size_t(j)], last = sums.offsets[size_t(j + 1)];
       D* d = dst + r * inner;
       A* acc;
       if constexpr (std::is_same_v<D, A>) acc = d;
       else acc = row.data();
-      if (count == 0) std::fill(acc, acc + inner, A(0));
-      for (int64_t t = 0; t < count; ++t) {
-        const S* __restrict line = s + rows[t] * inner;
-        const A wt = w[t];
-        if (t == 0) {
-          for (int64_t i = 0; i < inner; ++i) acc[i] = wt * A(line[i]);
+      if (first == last) std::fill(acc, acc + inner, A(0));
+      for (int64_t t = first; t < last; ++t) {
+        const S* __restrict line = s + sums.rows[size_t(t)] * inner;
+        const A w = sums.weights[size_t(t)];
+        if (t == first) {
+          for (int64_t i = 0; i < inner; ++i) acc[i] = w * A(line[i]);
         } else {
-          for (int64_t i = 0; i < inner; ++i) acc[i] += wt * A(line[i]);
+          for (int64_t i = 0; i < inner; ++i) acc[i] += w * A(line[i]);
         }
       }
       if constexpr (!std::is_same_v<D, A>)
         for (int64_t i = 0; i < inner; ++i) d[i] = D(acc[i]);
     }
   });
-}
-
-template <typename A>
-struct Pairs {
-  const int64_t* rows;
-  const A* weights;
-  int64_t count;
-};
-
-// The forward of one axis: output j reads its taps.
-template <typename A>
-auto forward_pairs(const ResampleAxis& axis, const std::vector<A>& w) {
-  return [&axis, &w](int64_t j) {
-    return Pairs<A>{axis.index.data() + j * axis.taps, w.data() + j * axis.taps, axis.taps};
-  };
-}
-
-// The adjoint of one axis as a gather: input position i collects every
-// (output, weight) whose tap reads i, in output order.
-template <typename A>
-struct Transposed {
-  std::vector<int64_t> offsets, rows;
-  std::vector<A> weights;
-};
-
-template <typename A>
-Transposed<A> transposed(const ResampleAxis& axis, const std::vector<A>& w) {
-  Transposed<A> t;
-  t.offsets.assign(size_t(axis.in_size + 1), 0);
-  for (int64_t i : axis.index) ++t.offsets[size_t(i + 1)];
-  for (size_t i = 0; i < size_t(axis.in_size); ++i) t.offsets[i + 1] += t.offsets[i];
-  t.rows.resize(axis.index.size());
-  t.weights.resize(axis.index.size());
-  std::vector<int64_t> fill(t.offsets.begin(), t.offsets.end() - 1);
-  for (int64_t j = 0; j < axis.out_size; ++j)
-    for (int64_t k = 0; k < axis.taps; ++k) {
-      const size_t tap = size_t(j * axis.taps + k), at = size_t(fill[size_t(axis.index[tap])]++);
-      t.rows[at] = j;
-      t.weights[at] = w[tap];
-    }
-  return t;
 }
 
 template <typename T>
@@ -227,30 +224,37 @@ void gather(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes
   });
 }
 
-// Runs `pass(step, src, dst, span)` for each dim of `dims` in turn, which
-// gives that dim the size new_sizes[step], ping-ponging between two A
-// buffers; the first pass reads x (x's `sizes`), the last writes y
-// (through a final conversion unless T is A).
-template <typename T, typename Pass>
-void run_passes(const Tensor& x, Tensor& y, Shape sizes, const std::vector<size_t>& dims, const Shape& new_sizes,
-                const Pass& pass) {
+// The weighted forward (adjoint false) or the backward (adjoint true),
+// one pass per resampled dim, ping-ponging between two A buffers; the last
+// pass writes y (through a final conversion unless T is A). The forward
+// takes the last dim first, as PyTorch nests its sums (y = sum_d w_d sum_h
+// w_h sum_w w_w x, so each output gets PyTorch's operations in its order);
+// the adjoint takes each dim's transpose in the other order.
+template <typename T>
+void resample_passes(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes, bool adjoint) {
   using A = acc_type<T>;
+  const Tensor x = contiguous(x_in.detach());
+  const size_t lead = size_t(x.dim()) - axes.size();
+  Shape sizes = x.sizes();
   std::unique_ptr<A[]> buffers[2];  // uninitialised: every pass writes its whole output
   const A* current = nullptr;
-  for (size_t step = 0; step < dims.size(); ++step) {
-    const Span span = span_of(sizes, dims[step]);
-    sizes[dims[step]] = new_sizes[step];
+  for (size_t step = 0; step < axes.size(); ++step) {
+    const ResampleAxis& axis = axes[adjoint ? step : axes.size() - 1 - step];
+    const size_t d = lead + size_t(&axis - axes.data());
+    const RowSums<A> sums = adjoint ? adjoint_sums<A>(axis) : forward_sums<A>(axis);
+    const Span span = span_of(sizes, d);
+    const int64_t m = sizes[d];
+    sizes[d] = adjoint ? axis.in_size : axis.out_size;
     A* dst = nullptr;
     if constexpr (std::is_same_v<T, A>) {
-      if (step + 1 == dims.size()) dst = y.data<T>();
+      if (step + 1 == axes.size()) dst = y.data<T>();
     }
     if (dst == nullptr) {
-      const size_t count = size_t(span.outer * new_sizes[step] * span.inner);
-      buffers[step % 2] = std::make_unique_for_overwrite<A[]>(count);
+      buffers[step % 2] = std::make_unique_for_overwrite<A[]>(size_t(span.outer * sizes[d] * span.inner));
       dst = buffers[step % 2].get();
     }
-    if (step == 0) pass(step, x.data<T>(), dst, span);
-    else pass(step, current, dst, span);
+    if (step == 0) weighted_rows<A>(x.data<T>(), dst, span, m, sums);
+    else weighted_rows<A>(current, dst, span, m, sums);
     current = dst;
   }
   if constexpr (!std::is_same_v<T, A>) {
@@ -259,53 +263,6 @@ void run_passes(const Tensor& x, Tensor& y, Shape sizes, const std::vector<size_
       for (int64_t i = lo; i < hi; ++i) yp[i] = T(current[i]);
     });
   }
-}
-
-// The last dim first, as PyTorch nests its sums: y = sum_d w_d sum_h w_h
-// sum_w w_w x, so each output is computed with PyTorch's operations in its
-// order.
-template <typename T>
-void weighted_forward(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes) {
-  using A = acc_type<T>;
-  const Tensor x = contiguous(x_in.detach());
-  const size_t lead = size_t(x.dim()) - axes.size();
-  std::vector<size_t> dims;
-  Shape new_sizes;
-  std::vector<std::vector<A>> weights;
-  for (size_t a = axes.size(); a-- > 0;) {
-    dims.push_back(lead + a);
-    new_sizes.push_back(axes[a].out_size);
-    weights.push_back(weights_of<A>(axes[a]));
-  }
-  run_passes<T>(x, y, x.sizes(), dims, new_sizes, [&](size_t step, const auto* src, A* dst, Span span) {
-    const ResampleAxis& axis = axes[axes.size() - 1 - step];
-    weighted_rows<A>(src, dst, span, axis.in_size, axis.out_size, forward_pairs(axis, weights[step]));
-  });
-}
-
-// The adjoint, each dim's transpose in the reverse order, as gathers: rows
-// run in parallel and the result does not depend on the thread count.
-template <typename T>
-void weighted_backward(const Tensor& gy_in, Tensor& gx, const std::vector<ResampleAxis>& axes) {
-  using A = acc_type<T>;
-  const Tensor gy = contiguous(gy_in.detach());
-  const size_t lead = size_t(gy.dim()) - axes.size();
-  std::vector<size_t> dims;
-  Shape new_sizes;
-  std::vector<Transposed<A>> adjoints;
-  for (size_t a = 0; a < axes.size(); ++a) {
-    dims.push_back(lead + a);
-    new_sizes.push_back(axes[a].in_size);
-    adjoints.push_back(transposed(axes[a], weights_of<A>(axes[a])));
-  }
-  run_passes<T>(gy, gx, gy.sizes(), dims, new_sizes, [&](size_t step, const auto* src, A* dst, Span span) {
-    const Transposed<A>& t = adjoints[step];
-    auto pairs = [&t](int64_t i) {
-      const int64_t first = t.offsets[size_t(i)];
-      return Pairs<A>{t.rows.data() + first, t.weights.data() + first, t.offsets[size_t(i + 1)] - first};
-    };
-    weighted_rows<A>(src, dst, span, axes[step].out_size, axes[step].in_size, pairs);
-  });
 }
 
 }  // namespace
@@ -370,13 +327,13 @@ void resample_forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis
     dispatch_dtype(y.dtype(), [&]<typename T>() { gather<T>(x, y, axes); });
     return;
   }
-  dispatch_floating(y.dtype(), "interpolate", [&]<typename T>() { weighted_forward<T>(x, y, axes); });
+  dispatch_floating(y.dtype(), "interpolate", [&]<typename T>() { resample_passes<T>(x, y, axes, false); });
 }
 
 void resample_backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes) {
   if (grad_x.numel() == 0) return;
   dispatch_floating(grad_x.dtype(), "resample backward",
-                    [&]<typename T>() { weighted_backward<T>(grad_y, grad_x, axes); });
+                    [&]<typename T>() { resample_passes<T>(grad_y, grad_x, axes, true); });
 }
 
 }  // namespace mf::cpu
