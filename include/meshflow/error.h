@@ -33,6 +33,13 @@ class ValueError : public Error {
  public:
   using Error::Error;
 };
+// A mode or case an op does not implement, where PyTorch raises
+// NotImplementedError (interpolate's mode for an input rank, F.pad's
+// modes; Python: NotImplementedError, itself a RuntimeError).
+class NotImplementedError : public Error {
+ public:
+  using Error::Error;
+};
 // A failure between processes (Python: RuntimeError).
 class DistributedError : public Error {
  public:

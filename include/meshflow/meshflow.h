@@ -20,6 +20,7 @@
 #include "meshflow/ops/linalg.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/reduce.h"
+#include "meshflow/ops/resample.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "meshflow/scalar.h"

@@ -1,5 +1,6 @@
 // The neural-network API: modules (nn/module.h), layers and losses
-// (nn/layers.h) and initialisers (nn/init.h).
+// (nn/layers.h, nn/pointwise_layers.h, nn/resample_layers.h) and
+// initialisers (nn/init.h).
 #pragma once
 
 #include "meshflow/nn/init.h"
@@ -8,3 +9,4 @@
 #include "meshflow/nn/pointwise_layers.h"
 #include "meshflow/nn/rnn.h"
 #include "meshflow/nn/transformer.h"
+#include "meshflow/nn/resample_layers.h"

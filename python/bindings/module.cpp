@@ -38,8 +38,9 @@ std::string device_repr(const Device& d) {
 }
 
 // Note [Python exception classes]: each mf error class has a Python class in
-// meshflow.errors. TypeError, IndexError and ValueError derive from the
-// builtin of that name *and* from meshflow.errors.Error, a RuntimeError, so
+// meshflow.errors. TypeError, IndexError, ValueError and NotImplementedError
+// derive from the builtin of that name *and* from meshflow.errors.Error, a
+// RuntimeError, so
 // code written for PyTorch (which raises RuntimeError for most bad
 // arguments) and code that expects the precise class both catch them.
 struct ErrorClasses {
@@ -48,6 +49,7 @@ struct ErrorClasses {
   PyObject* type;
   PyObject* index;
   PyObject* value;
+  PyObject* not_implemented;
   PyObject* distributed;
   PyObject* out_of_memory;
   PyObject* checkpoint;
@@ -75,6 +77,9 @@ void init_errors(py::module_& parent) {
                                    py::make_tuple(base(PyExc_IndexError), base(g_errors.error)));
   g_errors.value = new_error_class(m, "ValueError", "An argument value that is not allowed.",
                                    py::make_tuple(base(PyExc_ValueError), base(g_errors.error)));
+  g_errors.not_implemented =
+      new_error_class(m, "NotImplementedError", "A mode or case an op does not implement.",
+                      py::make_tuple(base(PyExc_NotImplementedError), base(g_errors.error)));
   g_errors.distributed = new_error_class(m, "DistributedError", "A failure between processes.",
                                          py::make_tuple(base(g_errors.error)));
   g_errors.out_of_memory = new_error_class(m, "OutOfMemoryError", "An allocation the device cannot serve.",
@@ -92,6 +97,8 @@ void translate_error(std::exception_ptr p) {
     PyErr_SetString(g_errors.index, e.what());
   } catch (const ValueError& e) {
     PyErr_SetString(g_errors.value, e.what());
+  } catch (const NotImplementedError& e) {
+    PyErr_SetString(g_errors.not_implemented, e.what());
   } catch (const ShapeError& e) {
     PyErr_SetString(g_errors.shape, e.what());
   } catch (const DistributedError& e) {

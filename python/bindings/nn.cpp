@@ -1,6 +1,6 @@
 // meshflow._C._nn: the ops of meshflow.nn.functional (include/meshflow/ops/
-// nn.h, conv.h and the activations of elementwise.h) with the signatures of
-// torch.nn.functional.
+// nn.h, conv.h, resample.h and the activations of elementwise.h) with the
+// signatures of torch.nn.functional.
 #include "bindings.h"
 #include "meshflow/nn/pointwise_layers.h"
 
@@ -327,10 +327,18 @@ void init_nn(py::module_& parent) {
     return softmin(cast_if(x, dtype), dim.value_or(mf::nn::implicit_softmax_dim(x.dim())));
   }, py::arg("input"), py::arg("dim") = py::none(), py::arg("_stacklevel") = 3, py::arg("dtype") = py::none());
   m.def("linear", &linear, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
-  m.def("pad", [](const Tensor& x, const Shape& pad_widths, const std::string& mode, std::optional<double> value) {
-    MF_CHECK(mode == "constant", ValueError, "pad: mode '", mode, "' is not supported (only 'constant')");
-    return pad(x, pad_widths, value.value_or(0.0));
-  }, py::arg("input"), py::arg("pad"), py::arg("mode") = "constant", py::arg("value") = py::none());
+  m.def("pad", py::overload_cast<const Tensor&, const Shape&, const std::string&, std::optional<double>>(&pad),
+        py::arg("input"), py::arg("pad"), py::arg("mode") = "constant", py::arg("value") = py::none());
+  m.def("interpolate", [](const Tensor& x, decltype(InterpolateOptions::size) size,
+                          decltype(InterpolateOptions::scale_factor) scale_factor, const std::string& mode,
+                          std::optional<bool> align_corners, std::optional<bool> recompute_scale_factor,
+                          bool antialias) {
+    return interpolate(x, {.size = std::move(size), .scale_factor = std::move(scale_factor), .mode = mode,
+                           .align_corners = align_corners, .recompute_scale_factor = recompute_scale_factor,
+                           .antialias = antialias});
+  }, py::arg("input"), py::arg("size") = py::none(), py::arg("scale_factor") = py::none(),
+        py::arg("mode") = "nearest", py::arg("align_corners") = py::none(),
+        py::arg("recompute_scale_factor") = py::none(), py::arg("antialias") = false);
   m.def("one_hot", &one_hot, py::arg("tensor"), py::arg("num_classes") = -1);
 
   auto cls = py::reinterpret_borrow<py::class_<Tensor>>(parent.attr("Tensor"));

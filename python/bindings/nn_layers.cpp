@@ -195,6 +195,69 @@ void bind_containers(py::module_& m) {
       }, py::arg("modules"));
 }
 
+// Upsample and its two fixed-mode forms; the padding layers.
+void bind_resample_layers(py::module_& m) {
+  using Size = UpsampleSize;
+  using Scale = UpsampleScale;
+  layer<Upsample>(m, "Upsample")
+      .def(py::init([](Size size, Scale scale_factor, const std::string& mode, std::optional<bool> align_corners,
+                       std::optional<bool> recompute_scale_factor) {
+        return std::make_shared<Upsample>(InterpolateOptions{.size = std::move(size),
+                                                             .scale_factor = std::move(scale_factor), .mode = mode,
+                                                             .align_corners = align_corners,
+                                                             .recompute_scale_factor = recompute_scale_factor});
+      }), py::arg("size") = py::none(), py::arg("scale_factor") = py::none(), py::arg("mode") = "nearest",
+          py::arg("align_corners") = py::none(), py::arg("recompute_scale_factor") = py::none())
+      .def("forward", &Upsample::forward, py::arg("input"))
+      .def_property_readonly("name", &Upsample::type_name)
+      .def_property_readonly("size", [](const Upsample& u) -> py::object {
+        if (!u.options.size) return py::none();
+        return std::visit([](const auto& v) -> py::object {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, Shape>) return py::tuple(py::cast(v));
+          else return py::cast(v);
+        }, *u.options.size);
+      })
+      .def_property_readonly("scale_factor", [](const Upsample& u) -> py::object {
+        if (!u.options.scale_factor) return py::none();
+        return std::visit([](const auto& v) -> py::object {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) return py::cast(v);
+          else return py::tuple(py::cast(v));
+        }, *u.options.scale_factor);
+      })
+      .def_property_readonly("mode", [](const Upsample& u) { return u.options.mode; })
+      .def_property_readonly("align_corners", [](const Upsample& u) { return u.options.align_corners; })
+      .def_property_readonly("recompute_scale_factor",
+                             [](const Upsample& u) { return u.options.recompute_scale_factor; });
+  sublayer<UpsamplingNearest2d, Upsample>(m, "UpsamplingNearest2d")
+      .def(py::init<Size, Scale>(), py::arg("size") = py::none(), py::arg("scale_factor") = py::none());
+  sublayer<UpsamplingBilinear2d, Upsample>(m, "UpsamplingBilinear2d")
+      .def(py::init<Size, Scale>(), py::arg("size") = py::none(), py::arg("scale_factor") = py::none());
+
+  layer<Pad>(m, "_Pad")
+      .def("forward", &Pad::forward, py::arg("input"))
+      .def_property_readonly("padding", [](const Pad& p) { return py::tuple(py::cast(p.padding)); });
+  auto pad_layer = [&](auto tag, const char* name) {
+    using M = typename decltype(tag)::type;
+    return sublayer<M, Pad>(m, name).def(py::init<const PadArg&>(), py::arg("padding"));
+  };
+  pad_layer(std::type_identity<ReflectionPad1d>{}, "ReflectionPad1d");
+  pad_layer(std::type_identity<ReflectionPad2d>{}, "ReflectionPad2d");
+  pad_layer(std::type_identity<ReflectionPad3d>{}, "ReflectionPad3d");
+  pad_layer(std::type_identity<ReplicationPad1d>{}, "ReplicationPad1d");
+  pad_layer(std::type_identity<ReplicationPad2d>{}, "ReplicationPad2d");
+  pad_layer(std::type_identity<ReplicationPad3d>{}, "ReplicationPad3d");
+  pad_layer(std::type_identity<ZeroPad2d>{}, "ZeroPad2d").def_readonly("value", &Pad::value);
+  auto constant_pad = [&](auto tag, const char* name) {
+    using M = typename decltype(tag)::type;
+    sublayer<M, Pad>(m, name)
+        .def(py::init<const PadArg&, Scalar>(), py::arg("padding"), py::arg("value"))
+        .def_readonly("value", &Pad::value);
+  };
+  constant_pad(std::type_identity<ConstantPad1d>{}, "ConstantPad1d");
+  constant_pad(std::type_identity<ConstantPad2d>{}, "ConstantPad2d");
+  constant_pad(std::type_identity<ConstantPad3d>{}, "ConstantPad3d");
+}
+
 void bind_layers(py::module_& m) {
   auto dev = py::arg("device") = py::none();
   auto dt = py::arg("dtype") = py::none();
@@ -701,6 +764,7 @@ void bind_losses(py::module_& m) {
 void init_nn_layers(py::module_& m) {
   bind_containers(m);
   bind_layers(m);
+  bind_resample_layers(m);
   bind_attention(m);
   bind_losses(m);
 }

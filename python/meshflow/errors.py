@@ -1,8 +1,8 @@
 """The exceptions meshflow raises, one per C++ error class (include/meshflow/error.h).
 
 Every class derives from Error, a RuntimeError, as most of PyTorch's errors
-are; TypeError, IndexError and ValueError also derive from the builtin of
-the same name. `except RuntimeError`, `except TypeError` and
+are; TypeError, IndexError, ValueError and NotImplementedError also derive
+from the builtin of the same name. `except RuntimeError`, `except TypeError` and
 `except meshflow.errors.TypeError` all catch a meshflow.errors.TypeError.
 """
 from meshflow._C import _errors
@@ -12,9 +12,10 @@ ShapeError = _errors.ShapeError
 TypeError = _errors.TypeError
 IndexError = _errors.IndexError
 ValueError = _errors.ValueError
+NotImplementedError = _errors.NotImplementedError
 DistributedError = _errors.DistributedError
 OutOfMemoryError = _errors.OutOfMemoryError
 CheckpointError = _errors.CheckpointError
 
-__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "DistributedError", "OutOfMemoryError",
-           "CheckpointError"]
+__all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "NotImplementedError", "DistributedError",
+           "OutOfMemoryError", "CheckpointError"]

@@ -24,13 +24,6 @@
 namespace mf::nn {
 namespace {
 
-// (a, b) as Python prints a tuple; a 1-tuple gets its comma.
-std::string py_tuple(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
 // An int when both entries agree (how users usually pass pool sizes).
 std::string pair_or_int(const Shape& s) { return s.size() == 2 && s[0] == s[1] ? std::to_string(s[0]) : py_tuple(s); }
 

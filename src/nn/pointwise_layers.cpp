@@ -39,11 +39,6 @@ namespace {
 // Python's text of a number PyTorch's defaults give as an int (Softplus's
 // beta=1, threshold=20): integral values without ".0".
 std::string py_number(double v) { return v == double(int64_t(v)) ? std::to_string(int64_t(v)) : py_float(v); }
-std::string shape_tuple(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
 }  // namespace
 
 Tensor Mish::forward(const Tensor& x) {
@@ -108,7 +103,7 @@ Tensor Softmax2d::forward(const Tensor& x) {
 
 Tensor Unflatten::forward(const Tensor& x) { return unflatten(x, dim, unflattened_size); }
 std::string Unflatten::extra_repr() const {
-  return "dim=" + std::to_string(dim) + ", unflattened_size=" + shape_tuple(unflattened_size);
+  return "dim=" + std::to_string(dim) + ", unflattened_size=" + py_tuple(unflattened_size);
 }
 
 PixelShuffle::PixelShuffle(int64_t factor, bool unshuffle)

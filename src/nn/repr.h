@@ -2,7 +2,9 @@
 #pragma once
 
 #include <charconv>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mf::nn {
 
@@ -17,5 +19,16 @@ inline std::string py_float(double v) {
 }
 
 inline std::string py_bool(bool v) { return v ? "True" : "False"; }
+
+// Python's repr of a tuple of values, each written by `str`: "(1, 2)", "(1,)".
+template <typename T, typename Str>
+std::string py_tuple(const std::vector<T>& values, const Str& str) {
+  std::string out = "(";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + str(values[i]);
+  return out + (values.size() == 1 ? ",)" : ")");
+}
+inline std::string py_tuple(const std::vector<int64_t>& values) {
+  return py_tuple(values, [](int64_t v) { return std::to_string(v); });
+}
 
 }  // namespace mf::nn

@@ -1014,6 +1014,41 @@ op("nn.functional.pad", [X(nd=(1, 4)), _pad_list, Str("constant", "reflect", "re
 op("nn.functional.one_hot", [X(pool=("int64",), ints=(0, 5)), Int(-1, 8)], dtypes=("int64",), nreq=1)
 
 
+def _resample_input(g, c):
+    """(N, C, spatial...) with 1-3 spatial dims, now and then another rank."""
+    nd = g.choice((3, 3, 4, 4, 5, 2, 6)) if g.chance(0.95) else g.r.randint(0, 2)
+    shape = [g.size(0, 3), g.size(1, 3)] + [g.r.randint(1, 6) for _ in range(nd - 2)]
+    c.t.append(g.tensor(tuple(shape[:nd]), c.dtype))
+
+
+def _resample_size(g, c):
+    """An int or one size per spatial dim, or None (then scale_factor is drawn)."""
+    c.v["sized"] = g.chance(0.5)
+    if not c.v["sized"]:
+        return "None"
+    if g.chance(0.4):
+        return g.arg("int", str(g.r.randint(0, 9)))
+    return size_arg(g, [g.r.randint(1, 9) for _ in range(max(c.t[0].ndim - 2, 1))])
+
+
+def _resample_scale(g, c):
+    if c.v.get("sized", False) and not g.chance(0.05):
+        return "None"
+    if g.chance(0.6):
+        return g.arg("float", g.choice(("2", "0.5", "1.5", "1.7", "0.3", "3.0", "1.05", "2.1")))
+    return g.arg("size", "(" + ", ".join(g.flt(0.2, 3.0) for _ in range(max(c.t[0].ndim - 2, 1))) + ",)")
+
+
+_RESAMPLE_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
+op("nn.functional.interpolate", [T(0), _resample_size, _resample_scale, Str(*_RESAMPLE_MODES),
+                                 Lit("None", "True", "False"), Lit("None", "True", "False"),
+                                 Lit("False", "False", "True")], dtypes=FLOATS, nreq=3, inputs=_resample_input)
+op("nn.functional.upsample", [T(0), _resample_size, _resample_scale, Str(*_RESAMPLE_MODES),
+                              Lit("None", "True", "False")], dtypes=FLOATS, nreq=3, inputs=_resample_input)
+for _n in ("upsample_nearest", "upsample_bilinear"):
+    op("nn.functional." + _n, [T(0), _resample_size, _resample_scale], dtypes=FLOATS, inputs=_resample_input)
+
+
 def by_name():
     table = {}
     for spec in OPS:

@@ -383,6 +383,42 @@ def _unflatten(g, dtype):
     return [a(g, "int", 1), size_arg(g, g.choice(([2, 3], [3, 2], [-1, 2], [6], [4, 2])))], [x]
 
 
+def _upsample(name):
+    def make(g, dtype):
+        nd = 4 if name != "Upsample" else g.choice((3, 4, 5))
+        x = g.tensor((g.size(0, 2), g.size(1, 3)) + tuple(g.r.randint(1, 5) for _ in range(nd - 2)), dtype)
+        if g.chance(0.5):
+            ctor = [f"size={size_arg(g, [g.r.randint(1, 7) for _ in range(nd - 2)])}"]
+        else:
+            ctor = [f"scale_factor={a(g, 'float', g.choice(('2', '1.5', '0.7', '(2.0, 1.5)', '0')))}"]
+        if name == "Upsample":
+            mode = g.choice(("nearest", "nearest-exact", {3: "linear", 4: "bilinear", 5: "trilinear"}[nd], "bicubic"))
+            ctor.append(f"mode={a(g, 'str', repr(mode))}")
+            linear = mode not in ("nearest", "nearest-exact")
+            ctor += kwargs(g, [("align_corners", "bool", g.chance(0.5) if linear else None),
+                               ("recompute_scale_factor", "bool", g.choice((None, True, False)))])
+        return ctor, [x]
+
+    return make
+
+
+def _pad_layer(dims, constant=False):
+    def make(g, dtype):
+        shape = (g.size(1, 3),) + tuple(g.r.randint(1, 5) for _ in range(dims))
+        if g.chance(0.7):
+            shape = (g.size(0, 2),) + shape
+        x = g.tensor(shape, dtype)
+        if g.chance(0.4):
+            ctor = [a(g, "int", g.r.randint(0, 3))]
+        else:
+            ctor = [size_arg(g, [g.r.randint(-1, 3) for _ in range(2 * dims)])]
+        if constant:
+            ctor.append(a(g, "float", g.choice(("1.5", "0", "-2", "3"))))
+        return ctor, [x]
+
+    return make
+
+
 LAYERS = {
     "Linear": _linear, "Conv2d": _conv2d, "BatchNorm1d": _batchnorm(False), "BatchNorm2d": _batchnorm(True),
     "LayerNorm": _layernorm, "GroupNorm": _groupnorm, "Embedding": _embedding,
@@ -422,6 +458,12 @@ LAYERS = {
     "Threshold": _threshold, "Softshrink": _simple(("lambd", "float", 0.3)),
     "Hardshrink": _simple(("lambd", "float", 0.3)), "Softmin": _simple(("dim", "int", -1)),
     "Softmax2d": _channel_layer(2),
+    "Upsample": _upsample("Upsample"), "UpsamplingNearest2d": _upsample("UpsamplingNearest2d"),
+    "UpsamplingBilinear2d": _upsample("UpsamplingBilinear2d"),
+    "ReflectionPad1d": _pad_layer(1), "ReflectionPad2d": _pad_layer(2), "ReflectionPad3d": _pad_layer(3),
+    "ReplicationPad1d": _pad_layer(1), "ReplicationPad2d": _pad_layer(2), "ReplicationPad3d": _pad_layer(3),
+    "ZeroPad2d": _pad_layer(2), "ConstantPad1d": _pad_layer(1, True), "ConstantPad2d": _pad_layer(2, True),
+    "ConstantPad3d": _pad_layer(3, True),
 }
 
 # Things to do to a built module before or after calling it.

@@ -13,3 +13,5 @@ def pytest_configure(config):
     # PyTorch's own deprecation notices (x.T on non-matrices, ...) are not findings.
     config.addinivalue_line("filterwarnings", "ignore::UserWarning:torch")
     config.addinivalue_line("filterwarnings", "ignore::UserWarning:opinfo")
+    # The deprecated F.upsample* warn on every call, as torch's do (test_resample.py checks they do).
+    config.addinivalue_line("filterwarnings", "ignore:nn.functional.upsample:UserWarning")

@@ -1,5 +1,7 @@
 """OpInfo entries of linear algebra and meshflow.nn.functional (see opinfo.py,
 which imports this module so that opinfo.OPS always holds every entry)."""
+import functools
+
 import numpy as np
 
 from opinfo import op
@@ -495,3 +497,99 @@ op("nn.functional.pad", lambda rng, dtype: [S(make(rng, (3, 4), dtype), (1, 2)),
 op("nn.functional.one_hot", lambda rng, dtype: [S(index_arr(rng, (4,), 5)), S(index_arr(rng, (2, 3), 3), 5),
                                                 S(index_arr(rng, (0,), 3), 3)],
    dtypes=("int64",), differentiable=False)
+
+
+# Resampling: interpolate's modes (output sizes that are and are not multiples, downsampling, scale
+# factors used by the kernels or recomputed, an empty batch) and F.pad's reflect/replicate/circular.
+def _resample_input(rng, dtype, *shape):
+    return make(rng, shape, dtype, -2, 2)
+
+
+def nearest_samples(mode):
+    def samples(rng, dtype):
+        x = functools.partial(_resample_input, rng, dtype)
+        return [S(x(2, 3, 5), size=8, mode=mode), S(x(2, 3, 5), scale_factor=1.7, mode=mode),
+                S(x(1, 2, 7), size=3, mode=mode), S(x(2, 2, 4, 5), scale_factor=(2, 0.6), mode=mode),
+                S(x(2, 2, 4, 5), size=(6, 3), mode=mode), S(x(1, 2, 3, 4, 5), size=(5, 2, 7), mode=mode),
+                S(x(1, 1, 3, 4, 5), scale_factor=1.5, mode=mode, recompute_scale_factor=True),
+                S(x(0, 2, 4, 4), size=7, mode=mode), S(x(2, 1, 10), scale_factor=1.05, mode=mode),
+                S(x(2, 1, 5), scale_factor=2.1, mode=mode), S(x(1, 2, 6, 5), scale_factor=0.45, mode=mode)]
+
+    return samples
+
+
+def linear_samples(rng, dtype):
+    x = functools.partial(_resample_input, rng, dtype)
+    return [S(x(2, 3, 5), size=8, mode="linear"), S(x(2, 3, 5), scale_factor=1.7, mode="linear", align_corners=True),
+            S(x(2, 2, 4, 5), size=(7, 3), mode="bilinear"),
+            S(x(1, 2, 3, 4, 5), size=(5, 2, 7), mode="trilinear"),
+            S(x(1, 2, 7), size=3, mode="linear"), S(x(1, 2, 7), size=1, mode="linear"),
+            S(x(1, 2, 7), size=1, mode="linear", align_corners=True),
+            S(x(2, 1, 10), scale_factor=1.05, mode="linear"),
+            S(x(2, 2, 4, 5), scale_factor=(1.5, 0.7), mode="bilinear", align_corners=True),
+            S(x(1, 2, 4, 5), scale_factor=2.3, mode="bilinear", recompute_scale_factor=True),
+            S(x(1, 2, 4, 5), scale_factor=2.3, mode="bilinear", recompute_scale_factor=False),
+            S(x(0, 2, 3, 3), size=5, mode="bilinear"),
+            S(x(1, 1, 3, 4, 2), scale_factor=1.5, mode="trilinear", align_corners=True),
+            S(x(2, 1, 3, 5, 4), scale_factor=(0.7, 1.3, 2.0), mode="trilinear")]
+
+
+def bicubic_samples(rng, dtype):
+    x = functools.partial(_resample_input, rng, dtype)
+    return [S(x(2, 2, 4, 5), size=(7, 3), mode="bicubic"),
+            S(x(1, 2, 5, 5), scale_factor=1.6, mode="bicubic", align_corners=True),
+            S(x(1, 1, 6, 7), scale_factor=(0.6, 1.3), mode="bicubic"),
+            S(x(1, 1, 10, 10), scale_factor=1.05, mode="bicubic"), S(x(0, 1, 3, 3), size=4, mode="bicubic"),
+            S(x(1, 2, 3, 4), size=1, mode="bicubic"), S(x(1, 1, 4, 3), scale_factor=2, mode="bicubic")]
+
+
+def area_samples(rng, dtype):
+    x = functools.partial(_resample_input, rng, dtype)
+    return [S(x(2, 3, 7), size=3, mode="area"), S(x(1, 2, 6, 5), scale_factor=0.5, mode="area"),
+            S(x(1, 2, 4, 5), size=(7, 3), mode="area")]
+
+
+_RESAMPLE_TOL = {"float32": (1e-5, 1e-5), "float16": (2e-3, 4e-3)}
+op("nn.functional.interpolate", nearest_samples("nearest"), tol=_RESAMPLE_TOL)
+op("nn.functional.interpolate", nearest_samples("nearest-exact"), tol=_RESAMPLE_TOL)
+# torch 1.13 computes bfloat16 linear and cubic interpolation in bfloat16 arithmetic; meshflow in float32.
+op("nn.functional.interpolate", linear_samples, dtypes=("float16", "float32", "float64"), tol=_RESAMPLE_TOL)
+op("nn.functional.interpolate", bicubic_samples, dtypes=("float16", "float32", "float64"), tol=_RESAMPLE_TOL,
+   grad_tol={"float32": (1e-5, 2e-5)})
+op("nn.functional.interpolate", area_samples, dtypes=("float32", "float64"), tol=_NORM_TOL)
+op("nn.functional.upsample", lambda rng, dtype: [S(_resample_input(rng, dtype, 2, 3, 5), 8),
+                                                 S(_resample_input(rng, dtype, 1, 2, 4, 5), None, 1.5, "bilinear"),
+                                                 S(_resample_input(rng, dtype, 1, 2, 4, 5), (3, 7), None, "bicubic",
+                                                   True)],
+   dtypes=("float32", "float64"))
+op("nn.functional.upsample_nearest", lambda rng, dtype: [S(_resample_input(rng, dtype, 2, 3, 4, 5), (7, 3)),
+                                                         S(_resample_input(rng, dtype, 1, 2, 3), scale_factor=2.5)])
+op("nn.functional.upsample_bilinear", lambda rng, dtype: [S(_resample_input(rng, dtype, 2, 3, 4, 5), (7, 3)),
+                                                          S(_resample_input(rng, dtype, 1, 2, 3, 3), scale_factor=1.5)],
+   dtypes=("float32", "float64"))
+
+
+def pad_mode_samples(mode):
+    def samples(rng, dtype):
+        x = functools.partial(make, rng, dtype=dtype)
+        if mode == "circular":
+            return [S(x((2, 3, 5)), (2, 1), mode=mode), S(x((2, 3, 5)), (-1, 2), mode=mode),
+                    S(x((2, 2, 4, 5)), (1, 2, 3, 0), mode=mode), S(x((1, 2, 3, 3, 4)), (1, 1, 2, 3, 0, 2), mode=mode),
+                    S(x((1, 1, 4)), (4, 4), mode=mode), S(x((2, 0, 4)), (1, 1), mode=mode),
+                    S(x((1, 2, 4, 5)), (-2, -1, 1, -3), mode=mode), S(x((0, 2, 3)), (1, 2), mode=mode),
+                    S(x((1, 2, 5)), (-5, 0), mode=mode), S(x((1, 1, 4)), (1, 1), mode=mode, value=0.0)]
+        out = [S(x((3, 5)), (2, 1), mode=mode), S(x((2, 3, 5)), (1, 3), mode=mode),
+               S(x((2, 3, 5)), (-1, 2), mode=mode), S(x((2, 4, 5)), (1, 2, 3, 0), mode=mode),
+               S(x((1, 2, 4, 5)), (2, -1, 1, 3), mode=mode), S(x((2, 3, 3, 4)), (1, 1, 2, 2, 0, 1), mode=mode),
+               S(x((1, 1, 3, 3, 4)), (1, 2, 2, 1, 1, 1), mode=mode), S(x((0, 2, 4, 4)), (1, 1, 1, 1), mode=mode),
+               S(x((2, 5)), (0, 0), mode=mode, value=0.0), S(x((1, 2, 5)), (-5, 1), mode=mode)]
+        if mode == "replicate":  # pads as large as the input and beyond
+            out += [S(x((1, 2, 4)), (6, 4), mode=mode), S(x((2, 1, 3, 2)), (5, -1, 0, 3), mode=mode)]
+        return out
+
+    return samples
+
+
+op("nn.functional.pad", pad_mode_samples("reflect"))
+op("nn.functional.pad", pad_mode_samples("replicate"))
+op("nn.functional.pad", pad_mode_samples("circular"), dtypes=ALL)

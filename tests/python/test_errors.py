@@ -151,7 +151,7 @@ def test_error_classes():
     errors = mf.errors
     assert issubclass(errors.Error, RuntimeError)
     for cls, builtin in ((errors.TypeError, TypeError), (errors.IndexError, IndexError),
-                         (errors.ValueError, ValueError)):
+                         (errors.ValueError, ValueError), (errors.NotImplementedError, NotImplementedError)):
         assert issubclass(cls, builtin) and issubclass(cls, errors.Error)
     assert issubclass(errors.ShapeError, errors.Error) and issubclass(errors.DistributedError, errors.Error)
     with pytest.raises(errors.ShapeError, match=r"matmul: a.shape\[-1\] \(3\) must equal b.shape\[-2\] \(4\)"):
@@ -171,5 +171,5 @@ def test_wrong_argument_types_are_type_errors():
         mf.nn.functional.conv2d(mf.ones(1, 1, 4, 4), mf.ones(1, 1, 3, 3), padding="full")
     with pytest.raises(mf.errors.ValueError, match="cross_entropy: size_average"):
         mf.nn.functional.cross_entropy(mf.ones(2, 3), mf.tensor([0, 1]), size_average=True)
-    with pytest.raises(mf.errors.ValueError, match="pad: mode 'reflect'"):
-        mf.nn.functional.pad(mf.ones(2, 3), (1, 1), mode="reflect")
+    with pytest.raises(mf.errors.NotImplementedError, match="pad: unrecognised padding mode 'bogus'"):
+        mf.nn.functional.pad(mf.ones(2, 3), (1, 1), mode="bogus")

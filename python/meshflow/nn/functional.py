@@ -1,4 +1,6 @@
 """meshflow.nn.functional: torch.nn.functional's ops with its signatures."""
+import warnings
+
 from meshflow._C import _nn
 
 __all__ = [
@@ -11,8 +13,28 @@ __all__ = [
     "conv1d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "pixel_shuffle", "pixel_unshuffle", "mish",
     "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm", "hardsigmoid", "hardswish", "selu", "celu",
     "threshold", "softsign", "tanhshrink", "logsigmoid", "softshrink", "hardshrink", "softmin",
+    "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm", "interpolate",
 ]
 
 for _name in __all__:
     globals()[_name] = getattr(_nn, _name)
 del _name
+
+
+# torch's deprecated spellings of interpolate, warning as torch's do.
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    warnings.warn("nn.functional.upsample is deprecated. Use nn.functional.interpolate instead.")
+    return interpolate(input, size, scale_factor, mode, align_corners)  # noqa: F821 (set above)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    warnings.warn("nn.functional.upsample_nearest is deprecated. Use nn.functional.interpolate instead.")
+    return interpolate(input, size, scale_factor, mode="nearest")  # noqa: F821
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    warnings.warn("nn.functional.upsample_bilinear is deprecated. Use nn.functional.interpolate instead.")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)  # noqa: F821
+
+
+__all__ += ["upsample", "upsample_nearest", "upsample_bilinear"]

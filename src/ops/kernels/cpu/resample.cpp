@@ -1,0 +1,339 @@
+// Resampling maps (PyTorch 1.13's index arithmetic, aten/src/ATen/native/
+// UpSample.h and PadNd.cpp) and the two loops of Note [Separable
+// resampling].
+#include "ops/kernels/cpu/resample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "meshflow/ops/shape.h"
+#include "meshflow/parallel.h"
+
+namespace mf::cpu {
+namespace {
+
+// --- maps ---------------------------------------------------------------------------------
+
+// PyTorch's compute_scales_value: the inverse of the user's scale factor,
+// else the ratio of the sizes, in A.
+template <typename A>
+A scale_value(double scale, int64_t in, int64_t out) {
+  return scale > 0 ? static_cast<A>(1.0 / scale) : static_cast<A>(in) / static_cast<A>(out);
+}
+
+// PyTorch's area_pixel_compute_scale: with align_corners the corner pixels'
+// centres stay fixed, and the user's scale factor is not used.
+template <typename A>
+A area_scale(int64_t in, int64_t out, bool align_corners, double scale) {
+  if (align_corners) return out > 1 ? static_cast<A>(in - 1) / static_cast<A>(out - 1) : A(0);
+  return scale_value<A>(scale, in, out);
+}
+
+// PyTorch's area_pixel_compute_source_index. Without align_corners the
+// product is formed in double and rounded to A, as PyTorch's expression
+// `scale * (dst_index + 0.5) - 0.5` does; linear modes clamp at 0.
+template <typename A>
+A source_index(A scale, int64_t j, bool align_corners, bool cubic) {
+  if (align_corners) return scale * static_cast<A>(j);
+  const A src = static_cast<A>(double(scale) * (double(j) + 0.5) - 0.5);
+  return !cubic && src < 0 ? A(0) : src;
+}
+
+// PyTorch's compute_source_index_and_lambda: two taps, and a plain copy
+// when the sizes are equal (whatever the scale factor).
+template <typename A>
+void linear_taps(ResampleAxis& axis, bool align_corners, double scale) {
+  const int64_t in = axis.in_size;
+  const A s = area_scale<A>(in, axis.out_size, align_corners, scale);
+  for (int64_t j = 0; j < axis.out_size; ++j) {
+    if (axis.out_size == in) {
+      axis.index.insert(axis.index.end(), {j, j});
+      axis.weight.insert(axis.weight.end(), {1.0, 0.0});
+      continue;
+    }
+    const A real = source_index<A>(s, j, align_corners, false);
+    // Below in_size in exact arithmetic; the clamp keeps float rounding on
+    // huge sizes inside the input.
+    const int64_t i0 = std::min(static_cast<int64_t>(real), in - 1);
+    const A lambda1 = std::min(std::max(real - static_cast<A>(i0), A(0)), A(1));
+    axis.index.insert(axis.index.end(), {i0, i0 + (i0 < in - 1 ? 1 : 0)});
+    axis.weight.insert(axis.weight.end(), {double(A(1) - lambda1), double(lambda1)});
+  }
+}
+
+// Keys' cubic convolution with a = -0.75 (PyTorch's
+// get_cubic_upsample_coefficients); taps at i - 1 .. i + 2, clamped.
+template <typename A>
+void cubic_taps(ResampleAxis& axis, bool align_corners, double scale) {
+  constexpr A a = A(-0.75);
+  auto near = [](A x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };
+  auto far = [](A x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };
+  const int64_t in = axis.in_size;
+  const A s = area_scale<A>(in, axis.out_size, align_corners, scale);
+  for (int64_t j = 0; j < axis.out_size; ++j) {
+    const A real = source_index<A>(s, j, align_corners, true);
+    // floorf, as PyTorch: the index goes through float even for double.
+    const int64_t i = static_cast<int64_t>(std::floor(static_cast<float>(real)));
+    const A t = real - static_cast<A>(i), rest = static_cast<A>(1.0 - t);
+    const A w[4] = {far(static_cast<A>(t + 1.0)), near(t), near(rest), far(static_cast<A>(rest + 1.0))};
+    for (int64_t k = 0; k < 4; ++k) {
+      axis.index.push_back(std::clamp<int64_t>(i - 1 + k, 0, in - 1));
+      axis.weight.push_back(double(w[k]));
+    }
+  }
+}
+
+// --- loops --------------------------------------------------------------------------------
+
+// A pass's tensor as (outer, size, inner) around its resampled dim.
+struct Span {
+  int64_t outer = 1, inner = 1;
+};
+
+Span span_of(const Shape& sizes, size_t d) {
+  Span s;
+  for (size_t i = 0; i < d; ++i) s.outer *= sizes[i];
+  for (size_t i = d + 1; i < sizes.size(); ++i) s.inner *= sizes[i];
+  return s;
+}
+
+// What one pass computes: each output row of the resampled dim is the sum
+// over its (source row, weight) pairs, rows [offsets[j], offsets[j + 1])
+// of `rows` and `weights`.
+template <typename A>
+struct RowSums {
+  std::vector<int64_t> offsets, rows;
+  std::vector<A> weights;
+};
+
+// The axis' weights in A (ones for an unweighted axis).
+template <typename A>
+std::vector<A> weights_of(const ResampleAxis& axis) {
+  if (axis.weight.empty()) return std::vector<A>(size_t(axis.out_size * axis.taps), A(1));
+  return std::vector<A>(axis.weight.begin(), axis.weight.end());
+}
+
+// The forward of one axis: output j sums its taps.
+template <typename A>
+RowSums<A> forward_sums(const ResampleAxis& axis) {
+  RowSums<A> s{.offsets = {}, .rows = axis.index, .weights = weights_of<A>(axis)};
+  for (int64_t j = 0; j <= axis.out_size; ++j) s.offsets.push_back(j * axis.taps);
+  return s;
+}
+
+// The adjoint of one axis as a gather: input position i sums every
+// (output, weight) whose tap reads i, in output order.
+template <typename A>
+RowSums<A> adjoint_sums(const ResampleAxis& axis) {
+  const std::vector<A> w = weights_of<A>(axis);
+  RowSums<A> s;
+  s.offsets.assign(size_t(axis.in_size + 1), 0);
+  for (int64_t i : axis.index) ++s.offsets[size_t(i + 1)];
+  for (size_t i = 0; i < size_t(axis.in_size); ++i) s.offsets[i + 1] += s.offsets[i];
+  s.rows.resize(axis.index.size());
+  s.weights.resize(axis.index.size());
+  std::vector<int64_t> fill(s.offsets.begin(), s.offsets.end() - 1);
+  for (int64_t j = 0; j < axis.out_size; ++j)
+    for (int64_t k = 0; k < axis.taps; ++k) {
+      const size_t tap = size_t(j * axis.taps + k), at = size_t(fill[size_t(axis.index[tap])]++);
+      s.rows[at] = j;
+      s.weights[at] = w[tap];
+    }
+  return s;
+}
+
+// One pass: dst (outer, n, inner) from src (outer, m, inner), row j of the
+// resampled dim the sum of `sums`' pairs for j. Sums start from the first
+// product (not from 0), so a single tap of weight 1 gives its input
+// exactly (-0.0 included); a row without pairs is 0. Rows run in parallel;
+// the inner dim is the vectorised loop.
+template <typename A, typename S, typename D>
+void weighted_rows(const S* src, D* dst, Span span, int64_t m, const RowSums<A>& sums) {
+  const int64_t n = int64_t(sums.offsets.size()) - 1, inner = span.inner;
+  if (inner == 1) {  // the last dim: a gather within each row
+    const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1));
+    parallel_for(0, span.outer, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const S* s = src + o * m;
+        D* d = dst + o * n;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t first = sums.offsets[size_t(j)], last = sums.offsets[size_t(j + 1)];
+          A sum = first < last ? sums.weights[size_t(first)] * A(s[sums.rows[size_t(first)]]) : A(0);
+          for (int64_t t = first + 1; t < last; ++t) sum += sums.weights[size_t(t)] * A(s[sums.rows[size_t(t)]]);
+          d[j] = D(sum);
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(0, span.outer * n, std::max<int64_t>(1, kGrainSize / inner), [&](int64_t lo, int64_t hi) {
+    std::vector<A> row(std::is_same_v<D, A> ? 0 : static_cast<size_t>(inner));  // D's own row when it is A
+    for (int64_t r = lo; r < hi; ++r) {
+      const S* s = src + (r / n) * m * inner;
+      const int64_t j = r % n, first = sums.offsets[size_t(j)], last = sums.offsets[size_t(j + 1)];
+      D* d = dst + r * inner;
+      A* acc;
+      if constexpr (std::is_same_v<D, A>) acc = d;
+      else acc = row.data();
+      if (first == last) std::fill(acc, acc + inner, A(0));
+      for (int64_t t = first; t < last; ++t) {
+        const S* __restrict line = s + sums.rows[size_t(t)] * inner;
+        const A w = sums.weights[size_t(t)];
+        if (t == first) {
+          for (int64_t i = 0; i < inner; ++i) acc[i] = w * A(line[i]);
+        } else {
+          for (int64_t i = 0; i < inner; ++i) acc[i] += w * A(line[i]);
+        }
+      }
+      if constexpr (!std::is_same_v<D, A>)
+        for (int64_t i = 0; i < inner; ++i) d[i] = D(acc[i]);
+    }
+  });
+}
+
+template <typename T>
+void gather(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes) {
+  const Tensor x = contiguous(x_in.detach());
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  const size_t lead = size_t(x.dim()) - axes.size();
+  int64_t planes = 1, in_plane = 1;
+  for (size_t d = 0; d < lead; ++d) planes *= x.size(int64_t(d));
+  std::vector<int64_t> in_stride(axes.size());
+  for (size_t a = axes.size(); a-- > 0;) {
+    in_stride[a] = in_plane;
+    in_plane *= axes[a].in_size;
+  }
+  const int64_t width = axes.back().out_size, rows = y.numel() / planes / width;
+  const int64_t* index = axes.back().index.data();
+  parallel_for(0, planes * rows, std::max<int64_t>(1, kGrainSize / width), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      // The input offset of output row r % rows through the dims but the last.
+      int64_t offset = (r / rows) * in_plane, row = r % rows;
+      for (size_t a = axes.size() - 1; a-- > 0;) {
+        offset += axes[a].index[size_t(row % axes[a].out_size)] * in_stride[a];
+        row /= axes[a].out_size;
+      }
+      const T* src = xp + offset;
+      T* dst = yp + r * width;
+      for (int64_t j = 0; j < width; ++j) dst[j] = src[index[j]];
+    }
+  });
+}
+
+// The weighted forward (adjoint false) or the backward (adjoint true),
+// one pass per resampled dim, ping-ponging between two A buffers; the last
+// pass writes y (through a final conversion unless T is A). The forward
+// takes the last dim first, as PyTorch nests its sums (y = sum_d w_d sum_h
+// w_h sum_w w_w x, so each output gets PyTorch's operations in its order);
+// the adjoint takes each dim's transpose in the other order.
+template <typename T>
+void resample_passes(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes, bool adjoint) {
+  using A = acc_type<T>;
+  const Tensor x = contiguous(x_in.detach());
+  const size_t lead = size_t(x.dim()) - axes.size();
+  Shape sizes = x.sizes();
+  std::unique_ptr<A[]> buffers[2];  // uninitialised: every pass writes its whole output
+  const A* current = nullptr;
+  for (size_t step = 0; step < axes.size(); ++step) {
+    const ResampleAxis& axis = axes[adjoint ? step : axes.size() - 1 - step];
+    const size_t d = lead + size_t(&axis - axes.data());
+    const RowSums<A> sums = adjoint ? adjoint_sums<A>(axis) : forward_sums<A>(axis);
+    const Span span = span_of(sizes, d);
+    const int64_t m = sizes[d];
+    sizes[d] = adjoint ? axis.in_size : axis.out_size;
+    A* dst = nullptr;
+    if constexpr (std::is_same_v<T, A>) {
+      if (step + 1 == axes.size()) dst = y.data<T>();
+    }
+    if (dst == nullptr) {
+      buffers[step % 2] = std::make_unique_for_overwrite<A[]>(size_t(span.outer * sizes[d] * span.inner));
+      dst = buffers[step % 2].get();
+    }
+    if (step == 0) weighted_rows<A>(x.data<T>(), dst, span, m, sums);
+    else weighted_rows<A>(current, dst, span, m, sums);
+    current = dst;
+  }
+  if constexpr (!std::is_same_v<T, A>) {
+    T* yp = y.data<T>();
+    parallel_for(0, y.numel(), kGrainSize, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) yp[i] = T(current[i]);
+    });
+  }
+}
+
+}  // namespace
+
+ResampleAxis pad_axis(PadMode mode, int64_t in_size, int64_t lo, int64_t hi) {
+  ResampleAxis axis{.in_size = in_size, .out_size = in_size + lo + hi};
+  axis.index.resize(size_t(axis.out_size));
+  // Circular pads wrap around what the negative pads leave (PyTorch's
+  // _pad_circular crops first); reflect and replicate pad the whole input
+  // and then crop.
+  const int64_t kept = in_size + std::min<int64_t>(lo, 0) + std::min<int64_t>(hi, 0);
+  const int64_t first = std::max<int64_t>(-lo, 0), wrap_start = std::max<int64_t>(lo, 0);
+  for (int64_t j = 0; j < axis.out_size; ++j) {
+    int64_t i = j - lo;
+    switch (mode) {
+      case PadMode::Reflect: i = i < 0 ? -i : i >= in_size ? 2 * (in_size - 1) - i : i; break;
+      case PadMode::Replicate: i = std::clamp<int64_t>(i, 0, in_size - 1); break;
+      case PadMode::Circular: i = first + (((j - wrap_start) % kept) + kept) % kept; break;
+    }
+    axis.index[size_t(j)] = i;
+  }
+  return axis;
+}
+
+ResampleAxis upsample_axis(UpsampleMode mode, int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                           DType dtype) {
+  ResampleAxis axis{.in_size = in_size, .out_size = out_size};
+  switch (mode) {
+    case UpsampleMode::Nearest:
+    case UpsampleMode::NearestExact: {
+      // PyTorch computes nearest indices in float for every dtype, and
+      // without special cases for equal or doubled sizes (1.13).
+      const float s = scale_value<float>(scale, in_size, out_size);
+      axis.index.resize(size_t(out_size));
+      for (int64_t j = 0; j < out_size; ++j) {
+        const float src = mode == UpsampleMode::Nearest ? static_cast<float>(j) * s
+                                                        : static_cast<float>((double(j) + 0.5) * double(s));
+        axis.index[size_t(j)] = std::min(static_cast<int64_t>(std::floor(src)), in_size - 1);
+      }
+      return axis;
+    }
+    case UpsampleMode::Linear: axis.taps = 2; break;
+    case UpsampleMode::Cubic: axis.taps = 4; break;
+  }
+  axis.index.reserve(size_t(out_size * axis.taps));
+  axis.weight.reserve(size_t(out_size * axis.taps));
+  const bool wide = dtype == DType::Float64;
+  if (mode == UpsampleMode::Linear) {
+    if (wide) linear_taps<double>(axis, align_corners, scale);
+    else linear_taps<float>(axis, align_corners, scale);
+  } else {
+    if (wide) cubic_taps<double>(axis, align_corners, scale);
+    else cubic_taps<float>(axis, align_corners, scale);
+  }
+  return axis;
+}
+
+void resample_forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes) {
+  if (y.numel() == 0) return;
+  const bool weighted = std::any_of(axes.begin(), axes.end(), [](const auto& a) { return !a.weight.empty(); });
+  if (!weighted) {
+    dispatch_dtype(y.dtype(), [&]<typename T>() { gather<T>(x, y, axes); });
+    return;
+  }
+  dispatch_floating(y.dtype(), "interpolate", [&]<typename T>() { resample_passes<T>(x, y, axes, false); });
+}
+
+void resample_backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes) {
+  if (grad_x.numel() == 0) return;
+  dispatch_floating(grad_x.dtype(), "resample backward",
+                    [&]<typename T>() { resample_passes<T>(grad_y, grad_x, axes, true); });
+}
+
+}  // namespace mf::cpu
