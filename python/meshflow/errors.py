@@ -15,6 +15,7 @@ ValueError = _errors.ValueError
 DistributedError = _errors.DistributedError
 OutOfMemoryError = _errors.OutOfMemoryError
 CheckpointError = _errors.CheckpointError
+LinAlgError = _errors.LinAlgError
 
 __all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "DistributedError", "OutOfMemoryError",
-           "CheckpointError"]
+           "CheckpointError", "LinAlgError"]
