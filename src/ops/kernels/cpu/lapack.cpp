@@ -170,22 +170,33 @@ void for_each_matrix(int64_t count, int64_t elements_per_matrix, const F& fn) {
 }
 
 // The first nonzero info of the batch as LinAlgError (Note [LAPACK batches]);
-// describe(info) words a positive one. gesdd reports a NaN in its input as
-// an illegal argument 4, which PyTorch words as non-finite input.
+// describe(info) words a positive one.
 void check_infos(const std::vector<int>& infos, bool batched, const char* op,
-                 const std::function<std::string(int)>& describe, bool nan_is_argument_4 = false) {
+                 const std::function<std::string(int)>& describe) {
   for (size_t i = 0; i < infos.size(); ++i) {
     if (infos[i] == 0) continue;
     const std::string where = batched ? detail::concat("(Batch element ", i, "): ") : std::string();
-    if (nan_is_argument_4 && infos[i] == -4)
-      throw LinAlgError(detail::concat(op, ": ", where,
-                                       "The algorithm failed to converge because the input matrix contained "
-                                       "non-finite values."));
     if (infos[i] < 0)
       throw Error(detail::concat(op, ": ", where, "LAPACK rejected argument ", -infos[i],
                                  " (an internal error of meshflow's call)"));
     throw LinAlgError(detail::concat(op, ": ", where, describe(infos[i])));
   }
+}
+
+// Note [Non-finite input to gesdd]: gesdd refuses a NaN (info -4), but an
+// inf makes it pass an infinite scale to lascl, whose xerbla either prints
+// (OpenBLAS's) or, when NumPy is loaded and its xerbla_ wins the symbol,
+// sets a Python exception from a worker thread; other inf inputs run
+// without end. So svd checks its input first and refuses any NaN or inf
+// with PyTorch's message for NaN.
+constexpr int kNonFinite = INT_MAX;  // an info no LAPACK routine returns
+
+template <typename T>
+bool all_finite(const T* a, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r)
+      if (!std::isfinite(a[r + c * ld])) return false;
+  return true;
 }
 
 // --- LU -----------------------------------------------------------------------------------
@@ -408,6 +419,10 @@ void svd(const Tensor& a, Tensor& u, Tensor& s, Tensor& vh, bool compute_uv) {
       std::vector<int> iwork(static_cast<size_t>(iwork_length));
       for (int64_t i = first; i < last; ++i) {
         in.gather(i, h.data(), ld);
+        if (!all_finite(h.data(), m, n, ld)) {  // Note [Non-finite input to gesdd]
+          infos[size_t(i)] = kNonFinite;
+          continue;
+        }
         if (k > 0) {
           gesdd(jobz, mi, ni, h.data(), int(ld), s_out + i * k, u_buf.data(), ldu, vt_buf.data(), ldvt, work.data(),
                 lwork, iwork.data(), &infos[size_t(i)]);
@@ -423,9 +438,11 @@ void svd(const Tensor& a, Tensor& u, Tensor& s, Tensor& vh, bool compute_uv) {
       }
     });
     check_infos(infos, a.dim() > 2, op, [](int info) {
+      if (info == kNonFinite)
+        return std::string("The algorithm failed to converge because the input matrix contained non-finite values.");
       return detail::concat("The algorithm failed to converge because the input matrix is ill-conditioned or has too "
                             "many repeated singular values (error code: ", info, ").");
-    }, /*nan_is_argument_4=*/true);
+    });
   });
 }
 
