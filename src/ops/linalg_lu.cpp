@@ -1,7 +1,8 @@
 // torch.linalg on the LU and Cholesky factorisations: det, slogdet, inv,
 // solve, cholesky (and torch.logdet). Kernels: kernels/cpu/lapack.cpp.
 // Every op works on batches of matrices, so its SBP signatures split batch
-// dims only. Backward formulas are PyTorch's, written with these ops so
+// dims only. Under autocast inv, solve and cholesky run in float32 and det
+// and slogdet follow their input (refusing 16-bit ones), as in PyTorch. Backward formulas are PyTorch's, written with these ops so
 // that double backward and global tensors work:
 //   det:      gA = g det(A) A^-T          (needs A invertible)
 //   slogdet:  gA = g_logabsdet A^-T
@@ -43,7 +44,6 @@ MF_REGISTER_OP(OpDef{
     },
     .save_inputs = 0b1,
     .save_outputs = 0b1,
-    .autocast = AutocastPolicy::Fp32,
     .sbp = sbp::batched({2}, {0}),
 });
 
@@ -59,7 +59,6 @@ MF_REGISTER_OP(OpDef{
       return TensorList{mul(per_matrix(ctx.grad_outputs[1]), mT(linalg::inv(ctx.inputs[0])))};
     },
     .save_inputs = 0b1,
-    .autocast = AutocastPolicy::Fp32,
     .sbp = sbp::batched({2}, {0, 0}),
 });
 

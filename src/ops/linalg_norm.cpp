@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "meshflow/autocast.h"
 #include "meshflow/ops/reduce.h"
 #include "ops/linalg_common.h"
 
@@ -68,8 +69,11 @@ Tensor vector_norm(const Tensor& x, double ord, const Shape& dim, bool keepdim, 
   return mf::norm(dtype ? to(x, *dtype) : x, ord, dim, keepdim);
 }
 
-Tensor matrix_norm(const Tensor& A, const NormOrder& ord, const Shape& dim, bool keepdim, std::optional<DType> dtype) {
+Tensor matrix_norm(const Tensor& A_in, const NormOrder& ord, const Shape& dim, bool keepdim,
+                   std::optional<DType> dtype) {
   const char* op = "linalg.matrix_norm";
+  // PyTorch's autocast runs every matrix norm in float32: svdvals' policy.
+  const Tensor A = autocast::cast_for(dispatch::op("linalg_svdvals"), A_in);
   const std::string* name = std::get_if<std::string>(&ord);
   const double order = name ? 0.0 : std::get<double>(ord);
   MF_CHECK(name ? (*name == "fro" || *name == "nuc") : (std::abs(order) == 1 || std::abs(order) == 2 || std::isinf(order)),
