@@ -60,6 +60,15 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+// A matrix without the property an operation needs: singular in inv or
+// solve, not positive-definite in cholesky, a decomposition that did not
+// converge (Python: meshflow.linalg.LinAlgError, a RuntimeError, as
+// torch.linalg.LinAlgError).
+class LinAlgError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {

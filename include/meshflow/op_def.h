@@ -81,6 +81,10 @@ struct BackwardContext {
   TensorList grad_outputs;
   const std::vector<TensorMeta>& input_metas;
   std::vector<bool> needs_input_grad;
+  // Whether output i received a gradient (false where grad_outputs[i] is
+  // the zero fill): formulas that divide, such as svd's, skip those terms
+  // as PyTorch does for undefined gradients.
+  std::vector<bool> received_grad;
 };
 
 using InferFn = std::function<std::vector<TensorMeta>(const TensorList& inputs, const Attrs& attrs)>;

@@ -53,6 +53,7 @@ struct ErrorClasses {
   PyObject* distributed;
   PyObject* out_of_memory;
   PyObject* checkpoint;
+  PyObject* linalg;
 };
 ErrorClasses g_errors{};
 
@@ -86,6 +87,8 @@ void init_errors(py::module_& parent) {
                                            py::make_tuple(base(g_errors.error)));
   g_errors.checkpoint = new_error_class(m, "CheckpointError", "A recomputed forward that differs from the first.",
                                         py::make_tuple(base(g_errors.error)));
+  g_errors.linalg = new_error_class(m, "LinAlgError", "A matrix that is singular, not positive-definite, or on "
+                                    "which a decomposition did not converge.", py::make_tuple(base(g_errors.error)));
 }
 
 void translate_error(std::exception_ptr p) {
@@ -107,6 +110,8 @@ void translate_error(std::exception_ptr p) {
     PyErr_SetString(g_errors.out_of_memory, e.what());
   } catch (const CheckpointError& e) {
     PyErr_SetString(g_errors.checkpoint, e.what());
+  } catch (const LinAlgError& e) {
+    PyErr_SetString(g_errors.linalg, e.what());
   } catch (const Error& e) {
     PyErr_SetString(g_errors.error, e.what());
   } catch (const std::bad_alloc& e) {

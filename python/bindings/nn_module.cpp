@@ -594,7 +594,8 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
       .def("kaiming_uniform_", &nn::init::kaiming_uniform_, py::arg("tensor"), py::arg("a") = 0.0,
            py::arg("mode") = "fan_in", py::arg("nonlinearity") = "leaky_relu")
       .def("kaiming_normal_", &nn::init::kaiming_normal_, py::arg("tensor"), py::arg("a") = 0.0,
-           py::arg("mode") = "fan_in", py::arg("nonlinearity") = "leaky_relu");
+           py::arg("mode") = "fan_in", py::arg("nonlinearity") = "leaky_relu")
+      .def("orthogonal_", &nn::init::orthogonal_, py::arg("tensor"), py::arg("gain") = 1.0);
 
   init_nn_layers(m);
   init_nn_rnn(m);

@@ -18,7 +18,7 @@ from meshflow._grad_mode import enable_grad, inference_mode, no_grad, set_grad_e
 from meshflow._type_info import finfo, iinfo
 from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
-from meshflow import autograd, datasets, errors, io, nn, optim, return_types, testing, utils  # noqa: F401
+from meshflow import autograd, datasets, errors, io, linalg, nn, optim, return_types, testing, utils  # noqa: F401
 from meshflow import distributed, env  # noqa: F401
 from meshflow import amp, cpu, cuda, distributions  # noqa: F401
 from meshflow.amp import autocast  # noqa: F401
@@ -55,6 +55,11 @@ def is_floating_point(input):
 
 def numel(input):
     return input.numel()
+
+
+def slogdet(input):
+    """(sign, logabsdet) of det(input), as torch.slogdet (torch.return_types.slogdet)."""
+    return return_types.slogdet(*_C._linalg.slogdet(input))
 
 
 def get_rng_state():
@@ -164,6 +169,7 @@ Tensor.new_ones = _new_factory(ones)
 Tensor.new_empty = _new_factory(empty)
 Tensor.new_full = _new_full
 Tensor.new_tensor = _new_tensor
+Tensor.slogdet = slogdet
 for _f, _n in ((_new_full, "new_full"), (_new_tensor, "new_tensor"), (_deepcopy, "__deepcopy__"), (_cuda, "cuda"),
                (_format, "__format__")):
     _f.__name__, _f.__qualname__ = _n, "Tensor." + _n

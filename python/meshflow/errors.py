@@ -16,6 +16,7 @@ NotImplementedError = _errors.NotImplementedError
 DistributedError = _errors.DistributedError
 OutOfMemoryError = _errors.OutOfMemoryError
 CheckpointError = _errors.CheckpointError
+LinAlgError = _errors.LinAlgError
 
 __all__ = ["Error", "ShapeError", "TypeError", "IndexError", "ValueError", "NotImplementedError", "DistributedError",
-           "OutOfMemoryError", "CheckpointError"]
+           "OutOfMemoryError", "CheckpointError", "LinAlgError"]

@@ -60,8 +60,10 @@ TensorList OpNode::apply(TensorList&& grad_outputs) {
            "they were freed); pass retain_graph=True to the first backward call (at ", name(), ")");
   auto self = shared_from_this();
   BackwardContext ctx{attrs_, {}, {}, std::move(grad_outputs), input_metas_, {}};
+  ctx.received_grad.resize(ctx.grad_outputs.size());
   for (size_t i = 0; i < ctx.grad_outputs.size(); ++i) {
     const auto& m = output_metas_[i];
+    ctx.received_grad[i] = ctx.grad_outputs[i].defined();
     if (!ctx.grad_outputs[i].defined() && is_floating(m.dtype))
       ctx.grad_outputs[i] = zeros(m.sizes, {.dtype = m.dtype, .device = m.device});
   }

@@ -151,6 +151,25 @@ SbpRuleFn leading_dims(int64_t n) {
   });
 }
 
+SbpRuleFn batched(std::vector<int64_t> input_core, std::vector<int64_t> output_core) {
+  return [input_core = std::move(input_core), output_core = std::move(output_core)](
+             const TensorList& in, const std::vector<Shape>& outs, const Attrs&, int64_t) {
+    const int64_t nb = int64_t(outs[0].size()) - output_core[0];
+    std::vector<SbpSignature> sigs;
+    for (int64_t d = 0; d < nb; ++d) {
+      SbpSignature s;
+      for (size_t i = 0; i < in.size(); ++i) {
+        const Tensor& t = in[i];
+        const int64_t t_batch = t.defined() ? t.dim() - input_core[i] : 0, td = d - (nb - t_batch);
+        s.inputs.push_back(td >= 0 && t.size(td) == outs[0][size_t(d)] ? Sbp::split(td) : Sbp::broadcast());
+      }
+      for (size_t j = 0; j < outs.size(); ++j) s.outputs.push_back(Sbp::split(d));
+      sigs.push_back(std::move(s));
+    }
+    return sigs;
+  };
+}
+
 SbpRuleFn broadcast_only() {
   return [](const TensorList&, const std::vector<Shape>&, const Attrs&, int64_t) {
     return std::vector<SbpSignature>{};

@@ -7,6 +7,8 @@
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/linalg.h"
+#include "meshflow/ops/shape.h"
 
 namespace mf::nn::init {
 namespace {
@@ -150,6 +152,25 @@ const Tensor& kaiming_normal_(const Tensor& t, double a, const std::string& mode
   if (t.numel() == 0) return t;
   double std = calculate_gain(nonlinearity, a) / std::sqrt(double(fan(t, mode, "kaiming_normal_")));
   return normal_(t, 0.0, std);
+}
+
+const Tensor& orthogonal_(const Tensor& t, double gain) {
+  MF_CHECK(t.defined(), ValueError, "nn.init.orthogonal_: the tensor is None");
+  MF_CHECK(t.dim() >= 2, ValueError, "nn.init.orthogonal_: Only tensors with 2 or more dimensions are supported (got shape ",
+           shape_str(t.shape()), ")");
+  Tensor& out = writable(t, "orthogonal_");
+  if (out.numel() == 0) return t;
+  NoGradGuard no_grad;
+  const int64_t rows = out.size(0), cols = out.numel() / rows;
+  const DType dtype = out.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+  Tensor flat = mf::empty({rows, cols}, TensorOptions{.dtype = dtype});
+  mf::normal_(flat, 0.0, 1.0);
+  if (rows < cols) flat = mf::t(flat);
+  auto [q, r] = linalg::qr(flat);
+  q = mul(q, sign(diagonal(r)));  // column j times sign(R_jj)
+  if (rows < cols) q = mf::t(q);
+  copy_(out, reshape(mul(q, gain), out.shape()));
+  return t;
 }
 
 }  // namespace mf::nn::init

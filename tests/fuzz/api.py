@@ -267,7 +267,8 @@ class Spec:
     rest are dropped from the end at random. kwargs: keyword parameters, each
     passed half of the time. inputs(g, c): draws coupled tensor inputs into
     c.t before the parameters run. form: "fn" (mf.<name>), "F"
-    (F.<name>), "method" (<input 0>.<name>), "prop" (<input 0>.<name>)."""
+    (F.<name>), "linalg" (mf.linalg.<name>), "method" (<input 0>.<name>),
+    "prop" (<input 0>.<name>)."""
 
     def __init__(self, name, args=(), kwargs=None, dtypes=ALL, method=False, aliases=(), nreq=None, inputs=None,
                  weight=1.0):
@@ -285,6 +286,8 @@ class Spec:
             self.form = "prop" if self.short in ("T", "mT") else "method"
         elif name.startswith("nn.functional."):
             self.form = "F"
+        elif name.startswith("linalg."):
+            self.form = "linalg"
         else:
             self.form = "fn"
 
@@ -324,7 +327,7 @@ class Spec:
             called = "Tensor." + short
             call = f"{owner}.{short}" if form == "prop" else f"{owner}.{short}({', '.join(rest + kw)})"
         else:
-            prefix = "mf." if form == "fn" else "F."
+            prefix = {"fn": "mf.", "F": "F.", "linalg": "mf.linalg."}[form]
             called = prefix + short
             call = f"{prefix}{short}({', '.join(texts + kw)})"
         g.emit(f"r = {call}")
@@ -774,6 +777,49 @@ def _linear_inputs(g, c):
 
 
 op("nn.functional.linear", [T(0), T(1), OptT(2)], dtypes=FLOATS, nreq=2, inputs=_linear_inputs)
+
+
+# torch.linalg: batches of matrices, square or not, some symmetric
+# positive-definite (cholesky, eigh); singular ones raise LinAlgError.
+def _matrices(square=True, rhs=False, spd=0.0):
+    def inputs(g, c):
+        lead = g.shape(0, 2, hi=3)
+        m = g.size(0, 6)
+        n = m if square and not (g.adv and g.chance(0.1)) else g.size(0, 6)
+        a = g.tensor(lead + (m, n), c.dtype)
+        c.t.append(a)
+        if m == n and g.chance(spd):  # A A^T + n I
+            g.emit(f"{a.var} = {a.var} @ {a.var}.transpose(-2, -1) + {n} * mf.eye({n}, dtype={a.var}.dtype)")
+        if rhs:
+            k = g.size(0, 4)
+            b = g.choice([(m, k), (n,), lead + (m,), lead + (m, k), g.bshape(lead) + (m, k), (k, n)])
+            c.t.append(g.tensor(b, c.dtype if g.chance(0.9) else g.dtype()))
+
+    return inputs
+
+
+_LAPACK = ("float32", "float64")  # the decompositions' dtypes (adversarial calls still try others)
+_ORDS = ("2", "1", "0", "-1", "3.5", "0.5", "float('inf')", "-float('inf')", "float('nan')", "'fro'", "'nuc'")
+op("linalg.vector_norm", [X(), Lit(*_ORDS[:9]), Dims(), Bool()], {"dtype": DType(FLOATS)}, dtypes=ALL, nreq=1)
+op("linalg.matrix_norm", [X(nd=(1, 4)), Lit(*_ORDS, "-2", "'abc'"), Lit("(-2, -1)", "(0, 1)", "(1, 0)", "(0,)",
+                                                                         "(0, 0)", "(-1, 0)", "(0, 5)"), Bool()],
+   {"dtype": DType(FLOATS)}, dtypes=FLOATS, nreq=1)
+op("linalg.norm", [X(), Lit("None", *_ORDS), Lit("None", "0", "(0, 1)", "(-1,)", "(0, 1, 2)", "()"), Bool()],
+   {"dtype": DType(FLOATS)}, dtypes=FLOATS, nreq=1)
+for _n in ("det", "slogdet"):
+    op("linalg." + _n, [T(0)], dtypes=_LAPACK, method=True, aliases=(_n,), inputs=_matrices())
+op("logdet", [T(0)], dtypes=_LAPACK, method=True, inputs=_matrices(spd=0.5))
+op("linalg.inv", [T(0)], dtypes=_LAPACK, aliases=("inverse",), inputs=_matrices())
+op("Tensor.inverse", [T(0)], dtypes=_LAPACK, inputs=_matrices())
+op("linalg.solve", [T(0), T(1)], {"left": Bool()}, dtypes=_LAPACK, inputs=_matrices(rhs=True))
+op("linalg.cholesky", [T(0)], {"upper": Bool()}, dtypes=_LAPACK, method=True, aliases=("cholesky",),
+   inputs=_matrices(spd=0.7))
+op("linalg.qr", [T(0), Str("reduced", "complete", "r")], dtypes=_LAPACK, inputs=_matrices(square=False))
+op("linalg.svd", [T(0), Bool()], {"driver": Lit("None", "None", "None", "'gesvd'")}, dtypes=_LAPACK, nreq=1,
+   inputs=_matrices(square=False))
+op("linalg.svdvals", [T(0)], dtypes=_LAPACK, inputs=_matrices(square=False))
+for _n in ("eigh", "eigvalsh"):
+    op("linalg." + _n, [T(0), Str("L", "U", "u", "X")], dtypes=_LAPACK, nreq=1, inputs=_matrices(spd=0.5))
 
 # nn.functional: activations.
 op("nn.functional.relu", [X(), Bool()], dtypes=NUMERIC, nreq=1)

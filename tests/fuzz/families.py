@@ -1052,7 +1052,8 @@ INITS = (("uniform_", [("a", "float", -1.0), ("b", "float", 1.0)]), ("normal_", 
          ("trunc_normal_", [("mean", "float", 0.0), ("std", "float", 1.0), ("a", "float", -2.0), ("b", "float", 2.0)]),
          ("xavier_uniform_", [("gain", "float", 1.0)]), ("xavier_normal_", [("gain", "float", 1.0)]),
          ("kaiming_uniform_", [("a", "float", 0.0), ("mode", "str", "'fan_in'"), ("nonlinearity", "str", "'relu'")]),
-         ("kaiming_normal_", [("a", "float", 0.0), ("mode", "str", "'fan_out'"), ("nonlinearity", "str", "'leaky_relu'")]))
+         ("kaiming_normal_", [("a", "float", 0.0), ("mode", "str", "'fan_out'"), ("nonlinearity", "str", "'leaky_relu'")]),
+         ("orthogonal_", [("gain", "float", 1.0)]))
 
 
 @family("nn.init", 3.0, covers=["nn.init." + n for n, _ in INITS] + ["nn.init.calculate_gain"])

@@ -809,11 +809,12 @@ NOT_OPS = {
 
 
 def public_names(mf):
-    """Every public callable of meshflow, meshflow.nn.functional and Tensor, by qualified name."""
+    """Every public callable of meshflow, meshflow.nn.functional, meshflow.linalg and Tensor, by qualified name."""
     names = {n for n in dir(mf) if not n.startswith("_") and callable(getattr(mf, n))
              and not isinstance(getattr(mf, n), type)}
     names |= {"nn.functional." + n for n in mf.nn.functional.__all__}
     names |= {"Tensor." + n for n in dir(mf.Tensor) if not n.startswith("_")}
+    names |= {"linalg." + n for n in mf.linalg.__all__ if not isinstance(getattr(mf.linalg, n), type)}
     return names
 
 
@@ -825,6 +826,8 @@ def ops_by_name():
     return table
 
 
-# Linear algebra and nn.functional are described in opinfo_nn.py; importing it
-# here, after op() is defined, adds its entries to OPS.
+# Linear algebra and nn.functional are described in opinfo_nn.py, torch.linalg
+# in opinfo_linalg.py; importing them here, after op() is defined, adds their
+# entries to OPS.
+import opinfo_linalg  # noqa: E402,F401
 import opinfo_nn  # noqa: E402,F401

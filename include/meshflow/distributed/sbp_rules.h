@@ -57,6 +57,13 @@ SbpRuleFn independent_of_attr(const char* name);
 // independent() where only the first `n` dims are free (the rest coupled).
 SbpRuleFn leading_dims(int64_t n);
 
+// Ops on batches of matrices (torch.linalg): input i is (batch..., core)
+// with input_core[i] trailing core dims, output j (batch..., core) with
+// output_core[j]; the batch dims of the inputs broadcast to the outputs'.
+// A batch dim splits in every output and in every input that has it
+// unbroadcast (the others broadcast); core dims never split.
+SbpRuleFn batched(std::vector<int64_t> input_core, std::vector<int64_t> output_core);
+
 // Declares that the op runs only with every input and output broadcast
 // (random ops, data-dependent shapes, attrs holding global positions).
 SbpRuleFn broadcast_only();

@@ -34,5 +34,12 @@ const Tensor& kaiming_uniform_(const Tensor& t, double a = 0.0, const std::strin
                                const std::string& nonlinearity = "leaky_relu");
 const Tensor& kaiming_normal_(const Tensor& t, double a = 0.0, const std::string& mode = "fan_in",
                               const std::string& nonlinearity = "leaky_relu");
+// A (semi-)orthogonal matrix times gain, t viewed as (t.size(0), the rest):
+// Q of the QR decomposition of a standard normal matrix (transposed when it
+// is wide), its columns' signs fixed by R's diagonal so that Q is uniform
+// over the orthogonal matrices (PyTorch's method). ValueError for fewer
+// than 2 dims; a 0-size tensor is left as it is. float16 and bfloat16
+// tensors get a float32 Q rounded.
+const Tensor& orthogonal_(const Tensor& t, double gain = 1.0);
 
 }  // namespace mf::nn::init

@@ -3,7 +3,7 @@ from meshflow._C._modules import init as _init
 
 __all__ = [
     "calculate_gain", "uniform_", "normal_", "constant_", "ones_", "zeros_", "trunc_normal_",
-    "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_",
+    "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
 ]
 
 for _name in __all__:

@@ -48,28 +48,6 @@ std::optional<Layout> layout_of(const Tensor& t) {
 // t itself when BLAS can read its matrices, else a contiguous copy.
 Tensor blas_operand(const Tensor& t) { return layout_of(t) ? t : contiguous(t.detach()); }
 
-// Element offset of every matrix of t when its batch dims broadcast to batch.
-std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
-  const int64_t nb = int64_t(batch.size()), tb = t.dim() - 2;
-  Shape strides(size_t(nb), 0);
-  for (int64_t i = 0; i < tb; ++i)
-    if (t.sizes()[size_t(i)] != 1) strides[size_t(nb - tb + i)] = t.strides()[size_t(i)];
-  const int64_t count = shape_numel(batch);
-  std::vector<int64_t> offsets(static_cast<size_t>(count));
-  Shape index(size_t(nb), 0);
-  int64_t offset = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    offsets[size_t(i)] = offset;
-    for (int64_t d = nb - 1; d >= 0; --d) {
-      offset += strides[size_t(d)];
-      if (++index[size_t(d)] < batch[size_t(d)]) break;
-      offset -= strides[size_t(d)] * batch[size_t(d)];
-      index[size_t(d)] = 0;
-    }
-  }
-  return offsets;
-}
-
 Shape batch_shape_of(const Tensor& out) { return Shape(out.sizes().begin(), out.sizes().end() - 2); }
 
 // out = beta * out for every element (beta == 0 writes zeros, ignoring NaN).
@@ -282,6 +260,27 @@ bool prefers_onednn(const Tensor& a, const Tensor& out) {
 }
 
 }  // namespace
+
+std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+  const int64_t nb = int64_t(batch.size()), tb = t.dim() - 2;
+  Shape strides(size_t(nb), 0);
+  for (int64_t i = 0; i < tb; ++i)
+    if (t.sizes()[size_t(i)] != 1) strides[size_t(nb - tb + i)] = t.strides()[size_t(i)];
+  const int64_t count = shape_numel(batch);
+  std::vector<int64_t> offsets(static_cast<size_t>(count));
+  Shape index(size_t(nb), 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    offsets[size_t(i)] = offset;
+    for (int64_t d = nb - 1; d >= 0; --d) {
+      offset += strides[size_t(d)];
+      if (++index[size_t(d)] < batch[size_t(d)]) break;
+      offset -= strides[size_t(d)] * batch[size_t(d)];
+      index[size_t(d)] = 0;
+    }
+  }
+  return offsets;
+}
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
   if (out.numel() == 0) return;

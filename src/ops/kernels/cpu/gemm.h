@@ -14,4 +14,8 @@ namespace mf::cpu {
 // beta != 0.
 void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha = 1, Scalar beta = 0);
 
+// The element offset of every matrix of t (..., rows, cols) when its batch
+// dims broadcast to `batch`, in batch order (a broadcast dim steps by 0).
+std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch);
+
 }  // namespace mf::cpu
