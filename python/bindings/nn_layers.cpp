@@ -9,33 +9,6 @@ namespace {
 
 using namespace nn;  // NOLINT: every class bound here lives in mf::nn
 
-template <typename M>
-using Class = py::class_<M, Module, std::shared_ptr<M>>;
-
-// A layer's class: attributes allowed, and its own copy.deepcopy.
-template <typename M>
-Class<M> layer(py::module_& m, const char* name, const char* doc = "") {
-  Class<M> cls(m, name, py::dynamic_attr(), doc);
-  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
-  return cls;
-}
-// The same for a layer derived from another bound layer.
-template <typename M, typename Base>
-py::class_<M, Base, std::shared_ptr<M>> sublayer(py::module_& m, const char* name) {
-  py::class_<M, Base, std::shared_ptr<M>> cls(m, name, py::dynamic_attr());
-  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
-  return cls;
-}
-
-// torch.nn layers take device= and dtype= factory arguments.
-template <typename M>
-std::shared_ptr<M> made(std::shared_ptr<M> m, const std::optional<Device>& device, std::optional<DType> dtype) {
-  MF_CHECK(!device || device->is_cpu(), ValueError, m->type_name(), ": device ", device->str(),
-           " is not available in this build");
-  if (dtype) m->to(*dtype);
-  return m;
-}
-
 Shape pair_of(const PairArg& p, const char* layer, const char* arg) {
   MF_CHECK(p.values.size() == 2, ValueError, layer, ": ", arg, " must be an int or a pair of ints, got ",
            p.values.size(), " values");
@@ -670,6 +643,7 @@ void init_nn_layers(py::module_& m) {
   bind_layers(m);
   bind_attention(m);
   bind_losses(m);
+  bind_conv_layers(m);
 }
 
 }  // namespace mf::python

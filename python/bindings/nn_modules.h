@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "bindings.h"
 #include "meshflow/nn.h"
@@ -38,6 +39,35 @@ py::object deepcopy_module(py::handle self, py::dict memo) {
   return copy;
 }
 
+template <typename M>
+using Class = py::class_<M, nn::Module, std::shared_ptr<M>>;
+
+// A layer's class: attributes allowed, and its own copy.deepcopy.
+template <typename M>
+Class<M> layer(py::module_& m, const char* name, const char* doc = "") {
+  Class<M> cls(m, name, py::dynamic_attr(), doc);
+  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
+  return cls;
+}
+// The same for a layer derived from another bound layer.
+template <typename M, typename Base>
+py::class_<M, Base, std::shared_ptr<M>> sublayer(py::module_& m, const char* name) {
+  py::class_<M, Base, std::shared_ptr<M>> cls(m, name, py::dynamic_attr());
+  cls.def("__deepcopy__", &deepcopy_module<M>, py::arg("memo"));
+  return cls;
+}
+
+// torch.nn layers take device= and dtype= factory arguments.
+template <typename M>
+std::shared_ptr<M> made(std::shared_ptr<M> m, const std::optional<Device>& device, std::optional<DType> dtype) {
+  MF_CHECK(!device || device->is_cpu(), ValueError, m->type_name(), ": device ", device->str(),
+           " is not available in this build");
+  if (dtype) m->to(*dtype);
+  return m;
+}
+
 void init_nn_layers(py::module_& m);
+// Conv3d, ConvTranspose1d/2d/3d, AdaptiveMaxPool1d/2d (nn_conv_layers.cpp).
+void bind_conv_layers(py::module_& m);
 
 }  // namespace mf::python

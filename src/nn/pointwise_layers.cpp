@@ -4,6 +4,7 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/shape.h"
+#include "nn/layer_common.h"
 #include "nn/repr.h"
 
 namespace mf::nn {
@@ -37,11 +38,6 @@ namespace {
 // Python's text of a number PyTorch's defaults give as an int (Softplus's
 // beta=1, threshold=20): integral values without ".0".
 std::string py_number(double v) { return v == double(int64_t(v)) ? std::to_string(int64_t(v)) : py_float(v); }
-std::string shape_tuple(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
 }  // namespace
 
 Tensor Mish::forward(const Tensor& x) {
@@ -63,7 +59,7 @@ std::string Softplus::extra_repr() const { return "beta=" + py_number(beta) + ",
 
 Tensor Unflatten::forward(const Tensor& x) { return unflatten(x, dim, unflattened_size); }
 std::string Unflatten::extra_repr() const {
-  return "dim=" + std::to_string(dim) + ", unflattened_size=" + shape_tuple(unflattened_size);
+  return "dim=" + std::to_string(dim) + ", unflattened_size=" + py_tuple(unflattened_size);
 }
 
 PixelShuffle::PixelShuffle(int64_t factor, bool unshuffle)

@@ -1,5 +1,6 @@
-// 2-d pooling: max_pool2d, avg_pool2d and adaptive_avg_pool2d, each with a
-// dedicated gradient op. The gradient ops are linear in the gradient, so
+// 2-d pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d and
+// adaptive_max_pool2d, each with a dedicated gradient op (the max pools
+// share theirs). The gradient ops are linear in the gradient, so
 // each one's own gradient is its partner (scatter <-> gather, pooling <->
 // its adjoint), which gives double backward. Kernels: kernels/cpu/pool.cpp.
 #include <limits>
@@ -232,6 +233,32 @@ MF_REGISTER_OP(OpDef{
     .output_shape_attr = "input_sizes",
 });
 
+// --- adaptive_max_pool2d ----------------------------------------------------------------
+
+MF_REGISTER_OP(OpDef{
+    .name = "adaptive_max_pool2d",
+    .inputs = {"x"},
+    .infer = [](const TensorList& in, const Attrs& attrs) {
+      check_input(in[0], "adaptive_max_pool2d");
+      const Shape& size = attrs.get_shape("output_size");
+      MF_CHECK(size.size() == 2 && size[0] >= 0 && size[1] >= 0, ValueError,
+               "adaptive_max_pool2d: output_size must be 1 or 2 non-negative sizes, got ", shape_str(size));
+      MF_CHECK(in[0].size(2) * in[0].size(3) <= std::numeric_limits<int32_t>::max(), ValueError,
+               "adaptive_max_pool2d: input planes of more than 2^31 - 1 elements are not supported, got ",
+               in[0].size(2), " x ", in[0].size(3));
+      const Shape shape{in[0].size(0), in[0].size(1), size[0], size[1]};
+      return std::vector<TensorMeta>{{shape, in[0].dtype(), in[0].device()}, {shape, DType::Int64, in[0].device()}};
+    },
+    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
+      cpu::adaptive_max_pool2d_forward(in[0], out[0], out[1]);
+    },
+    .backward = [](const BackwardContext& ctx) {
+      return TensorList{max_scatter(ctx.grad_outputs[0], ctx.outputs[1], ctx.input_metas[0].sizes)};
+    },
+    .save_outputs = 0b10,
+    .sbp = sbp::leading_dims(2),
+});
+
 // Runs a pooling function on a 3-d (C, H, W) input as a batch of one.
 template <typename F>
 Tensor unbatched(const Tensor& x, const char* op, const F& fn) {
@@ -240,16 +267,20 @@ Tensor unbatched(const Tensor& x, const char* op, const F& fn) {
   return x.dim() == 3 ? squeeze(fn(unsqueeze(x, 0)), 0) : fn(x);
 }
 
-}  // namespace
-
-TensorList max_pool2d_with_indices(const Tensor& x, const Pool2dArgs& args) {
-  static const OpDef& op = dispatch::op("max_pool2d");
-  MF_CHECK(x.dim() == 3 || x.dim() == 4, ShapeError, "max_pool2d: expected a 3-d (C, H, W) or 4-d (N, C, H, W) ",
+// Runs a max pooling op ({values, indices}) on a 3-d or 4-d input.
+TensorList max_pool_op(const char* name, const Tensor& x, const Attrs& attrs) {
+  const OpDef& op = dispatch::op(name);
+  MF_CHECK(x.dim() == 3 || x.dim() == 4, ShapeError, name, ": expected a 3-d (C, H, W) or 4-d (N, C, H, W) ",
            "input, got shape ", shape_str(x.sizes()));
-  Attrs attrs = pool_attrs(args, "max_pool2d");
   if (x.dim() == 4) return dispatch::apply(op, {x}, attrs);
   TensorList out = dispatch::apply(op, {unsqueeze(x, 0)}, attrs);
   return {squeeze(out[0], 0), squeeze(out[1], 0)};
+}
+
+}  // namespace
+
+TensorList max_pool2d_with_indices(const Tensor& x, const Pool2dArgs& args) {
+  return max_pool_op("max_pool2d", x, pool_attrs(args, "max_pool2d"));
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dArgs& args) { return max_pool2d_with_indices(x, args)[0]; }
@@ -264,6 +295,35 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const Shape& output_size) {
            "adaptive_avg_pool2d: output_size must be 1 or 2 non-negative sizes, got ", shape_str(output_size));
   Shape size = output_size.size() == 1 ? Shape{output_size[0], output_size[0]} : output_size;
   return unbatched(x, "adaptive_avg_pool2d", [&](const Tensor& x4) { return adaptive_op(x4, size); });
+}
+
+TensorList adaptive_max_pool2d_with_indices(const Tensor& x, const OptionalSizes& output_size) {
+  MF_CHECK(output_size.size() == 1 || output_size.size() == 2, ValueError,
+           "adaptive_max_pool2d: output_size must have 1 or 2 entries, got ", output_size.size());
+  MF_CHECK(x.defined() && x.dim() >= 2, ShapeError, "adaptive_max_pool2d: expected a 3-d (C, H, W) or 4-d ",
+           "(N, C, H, W) input, got ", x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  Shape size(2);
+  for (size_t i = 0; i < 2; ++i) {
+    const std::optional<int64_t>& entry = output_size[output_size.size() == 1 ? 0 : i];
+    size[i] = entry ? *entry : x.size(x.dim() - 2 + int64_t(i));  // None: the input's size
+  }
+  return max_pool_op("adaptive_max_pool2d", x, {{"output_size", size}});
+}
+
+Tensor adaptive_max_pool2d(const Tensor& x, const OptionalSizes& output_size) {
+  return adaptive_max_pool2d_with_indices(x, output_size)[0];
+}
+
+TensorList adaptive_max_pool1d_with_indices(const Tensor& x, int64_t output_size) {
+  MF_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), ShapeError,
+           "adaptive_max_pool1d: expected a 2-d (C, L) or 3-d (N, C, L) input, got ",
+           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  TensorList out = adaptive_max_pool2d_with_indices(unsqueeze(x, -2), {1, output_size});
+  return {squeeze(out[0], -2), squeeze(out[1], -2)};
+}
+
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size) {
+  return adaptive_max_pool1d_with_indices(x, output_size)[0];
 }
 
 }  // namespace mf

@@ -9,7 +9,9 @@ __all__ = [
     "adaptive_avg_pool2d", "linear", "pad", "one_hot", "l1_loss", "smooth_l1_loss", "huber_loss", "hardtanh",
     "relu6", "normalize", "cosine_similarity", "glu", "binary_cross_entropy", "kl_div",
     "conv1d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "pixel_shuffle", "pixel_unshuffle", "mish",
-    "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm",
+    "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices",
 ]
 
 for _name in __all__:

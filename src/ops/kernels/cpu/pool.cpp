@@ -124,13 +124,35 @@ void for_window(int64_t oh, int64_t ow, const Planes& g, const PoolParams& p, co
 template <typename A>
 using PositionOf = std::conditional_t<sizeof(A) == 4, int32_t, int64_t>;
 
-template <typename T>
-void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParams& p) {
-  using A = acc_type<T>;
+// best/where (kLanes each) = the lane-wise max over a window and its
+// position: for_positions(fn) calls fn(position) for each window element
+// in row-major order. The max starts from the element at `first` (PyTorch's
+// index for an all -inf window); a later element replaces it when larger
+// or NaN.
+template <typename A, typename ForPositions>
+void window_max(const A* in, int64_t first, const ForPositions& for_positions, A* best, PositionOf<A>* where) {
   using Index = PositionOf<A>;
   // Explicit vector types: GCC does not vectorise the two-type blend below.
   using Values [[gnu::vector_size(sizeof(A) * kLanes)]] = A;
   using Positions [[gnu::vector_size(sizeof(A) * kLanes)]] = Index;
+  Positions a = Positions{} + Index(first);
+  Values b;
+  std::memcpy(&b, in + first * kLanes, sizeof b);
+  for_positions([&](int64_t pos) {
+    Values v;
+    std::memcpy(&v, in + pos * kLanes, sizeof v);
+    const Positions take = (v > b) | (v != v);
+    b = take ? v : b;
+    a = take ? Positions{} + Index(pos) : a;
+  });
+  std::memcpy(best, &b, sizeof b);
+  std::memcpy(where, &a, sizeof a);
+}
+
+template <typename T>
+void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParams& p) {
+  using A = acc_type<T>;
+  using Index = PositionOf<A>;
   Tensor x = contiguous(x_in.detach());
   const Planes g = planes_of(x, y);
   const T* xp = x.data<T>();
@@ -142,41 +164,28 @@ void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParam
     load_block(xp, g.in_size(), first, lanes, in);
     best.resize(static_cast<size_t>(g.out_size() * kLanes));
     where.resize(static_cast<size_t>(g.out_size() * kLanes));
-    const A* in_data = in.data();
     for (int64_t oh = 0; oh < g.oh; ++oh)
       for (int64_t ow = 0; ow < g.ow; ++ow) {
         const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
         int64_t kh_lo, kh_hi, kw_lo, kw_hi;
         valid_range(h0, p.kernel[0], p.dilation[0], g.h, kh_lo, kh_hi);
         valid_range(w0, p.kernel[1], p.dilation[1], g.w, kw_lo, kw_hi);
-        // Start from the window's first element (PyTorch's index for an
-        // all -inf window); then take anything larger, or NaN, in
-        // row-major order.
         const int64_t start = (h0 + kh_lo * p.dilation[0]) * g.w + w0 + kw_lo * p.dilation[1];
-        Positions a = Positions{} + Index(start);
+        A* best_out = best.data() + (oh * g.ow + ow) * kLanes;
+        Index* where_out = where.data() + (oh * g.ow + ow) * kLanes;
         if (kh_lo >= kh_hi || kw_lo >= kw_hi) {
           // A dilated window that holds only padding: -inf, and PyTorch's
           // index of its first dilated position (past the input: not read).
-          const Values b = Values{} - std::numeric_limits<A>::infinity();
-          std::memcpy(best.data() + (oh * g.ow + ow) * kLanes, &b, sizeof b);
-          std::memcpy(where.data() + (oh * g.ow + ow) * kLanes, &a, sizeof a);
+          std::fill(best_out, best_out + kLanes, -std::numeric_limits<A>::infinity());
+          std::fill(where_out, where_out + kLanes, Index(start));
           continue;
         }
-        Values b;
-        std::memcpy(&b, in_data + start * kLanes, sizeof b);
-        for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-          const int64_t row = (h0 + kh * p.dilation[0]) * g.w + w0;
-          for (int64_t kw = kw_lo; kw < kw_hi; ++kw) {
-            const int64_t pos = row + kw * p.dilation[1];
-            Values v;
-            std::memcpy(&v, in_data + pos * kLanes, sizeof v);
-            const Positions take = (v > b) | (v != v);
-            b = take ? v : b;
-            a = take ? Positions{} + Index(pos) : a;
+        window_max(in.data(), start, [&](const auto& fn) {
+          for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+            const int64_t row = (h0 + kh * p.dilation[0]) * g.w + w0;
+            for (int64_t kw = kw_lo; kw < kw_hi; ++kw) fn(row + kw * p.dilation[1]);
           }
-        }
-        std::memcpy(best.data() + (oh * g.ow + ow) * kLanes, &b, sizeof b);
-        std::memcpy(where.data() + (oh * g.ow + ow) * kLanes, &a, sizeof a);
+        }, best_out, where_out);
       }
     store_block(best, g.out_size(), first, lanes, yp);
     store_block(where, g.out_size(), first, lanes, ip);
@@ -426,6 +435,35 @@ void adaptive_backward(const Tensor& gy_in, Tensor& gx) {
   });
 }
 
+template <typename T>
+void adaptive_max_forward(const Tensor& x_in, Tensor& y, Tensor& indices) {
+  using A = acc_type<T>;
+  using Index = PositionOf<A>;
+  Tensor x = contiguous(x_in.detach());
+  const Planes g = planes_of(x, y);
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  int64_t* ip = indices.data<int64_t>();
+  for_blocks(g.count, g.in_size(), [&](int64_t first, int64_t lanes) {
+    thread_local std::vector<A> in, best;
+    thread_local std::vector<Index> where;
+    load_block(xp, g.in_size(), first, lanes, in);
+    best.resize(static_cast<size_t>(g.out_size() * kLanes));
+    where.resize(static_cast<size_t>(g.out_size() * kLanes));
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const int64_t h0 = window_start(oh, g.oh, g.h), h1 = window_end(oh, g.oh, g.h);
+        const int64_t w0 = window_start(ow, g.ow, g.w), w1 = window_end(ow, g.ow, g.w);
+        window_max(in.data(), h0 * g.w + w0, [&](const auto& fn) {
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) fn(ih * g.w + iw);
+        }, best.data() + (oh * g.ow + ow) * kLanes, where.data() + (oh * g.ow + ow) * kLanes);
+      }
+    store_block(best, g.out_size(), first, lanes, yp);
+    store_block(where, g.out_size(), first, lanes, ip);
+  });
+}
+
 }  // namespace
 
 void max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const PoolParams& p) {
@@ -447,6 +485,9 @@ void avg_pool2d_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams&
 }
 void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& y) {
   dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&]<typename T>() { adaptive_forward<T>(x, y); });
+}
+void adaptive_max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices) {
+  dispatch_floating(x.dtype(), "adaptive_max_pool2d", [&]<typename T>() { adaptive_max_forward<T>(x, y, indices); });
 }
 void adaptive_avg_pool2d_backward(const Tensor& grad_y, Tensor& grad_x) {
   dispatch_floating(grad_y.dtype(), "adaptive_avg_pool2d", [&]<typename T>() { adaptive_backward<T>(grad_y, grad_x); });

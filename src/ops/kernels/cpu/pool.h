@@ -26,6 +26,10 @@ void avg_pool2d_forward(const Tensor& x, Tensor& y, const PoolParams& p);
 void avg_pool2d_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams& p);
 
 void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& y);
+// PyTorch's adaptive windows (output i of n over m inputs covers
+// [floor(i m / n), ceil((i + 1) m / n))), max and indices as max_pool2d's;
+// the gradient is max_pool2d_scatter's.
+void adaptive_max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices);
 void adaptive_avg_pool2d_backward(const Tensor& grad_y, Tensor& grad_x);
 
 }  // namespace mf::cpu
