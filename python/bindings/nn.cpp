@@ -4,19 +4,16 @@
 #include "bindings.h"
 
 namespace mf::python {
-namespace {
 
-bool is_int(py::handle v) { return PyIndex_Check(v.ptr()) && !PyBool_Check(v.ptr()); }
-
-}  // namespace
+bool is_int_arg(py::handle v) { return PyIndex_Check(v.ptr()) && !PyBool_Check(v.ptr()); }
 
 Shape sizes_arg(py::handle value, const char* op, const char* arg) {
-  if (is_int(value)) return {value.cast<int64_t>()};
+  if (is_int_arg(value)) return {value.cast<int64_t>()};
   MF_CHECK(py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value), TypeError, op, ": ", arg,
            " must be an int or a sequence of ints, got ", public_type_name(value.ptr()));
   Shape out;
   for (py::handle v : value) {
-    MF_CHECK(is_int(v), TypeError, op, ": ", arg, " must be an int or a sequence of ints, got an element of type ",
+    MF_CHECK(is_int_arg(v), TypeError, op, ": ", arg, " must be an int or a sequence of ints, got an element of type ",
              public_type_name(v.ptr()));
     out.push_back(v.cast<int64_t>());
   }
@@ -24,12 +21,12 @@ Shape sizes_arg(py::handle value, const char* op, const char* arg) {
 }
 
 OptionalSizes optional_sizes_arg(py::handle value, const char* op) {
-  if (is_int(value)) return {value.cast<int64_t>()};
+  if (is_int_arg(value)) return {value.cast<int64_t>()};
   MF_CHECK(py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value), TypeError, op,
            ": output_size must be an int or a sequence of ints or None, got ", public_type_name(value.ptr()));
   OptionalSizes out;
   for (py::handle v : value) {
-    MF_CHECK(v.is_none() || is_int(v), TypeError, op,
+    MF_CHECK(v.is_none() || is_int_arg(v), TypeError, op,
              ": output_size must be an int or a sequence of ints or None, got an element of type ",
              public_type_name(v.ptr()));
     out.push_back(v.is_none() ? std::nullopt : std::optional<int64_t>(v.cast<int64_t>()));
@@ -78,6 +75,19 @@ ConvTransposeArgs conv_transpose_args(py::handle stride, py::handle padding, py:
   return {.stride = sizes_arg(stride, op, "stride"), .padding = sizes_arg(padding, op, "padding"),
           .output_padding = sizes_arg(output_padding, op, "output_padding"), .groups = groups,
           .dilation = sizes_arg(dilation, op, "dilation")};
+}
+
+// max_pool3d / avg_pool3d arguments; stride None (or empty): kernel_size.
+Pool3dArgs pool3d_args(py::handle kernel, py::handle stride, py::handle padding, py::handle dilation, bool ceil_mode,
+                       bool count_include_pad, const char* op) {
+  Pool3dArgs a;
+  a.kernel_size = sizes_arg(kernel, op, "kernel_size");
+  if (!stride.is_none()) a.stride = sizes_arg(stride, op, "stride");
+  a.padding = sizes_arg(padding, op, "padding");
+  a.dilation = sizes_arg(dilation, op, "dilation");
+  a.ceil_mode = ceil_mode;
+  a.count_include_pad = count_include_pad;
+  return a;
 }
 
 // A 1-d size argument: an int or a sequence of one int (PyTorch's _single).
@@ -315,6 +325,29 @@ void init_nn(py::module_& parent) {
   m.def("adaptive_max_pool1d_with_indices", [](const Tensor& x, py::handle output_size, bool return_indices) {
     return to_tuple(adaptive_max_pool1d_with_indices(x, single(output_size, "adaptive_max_pool1d", "output_size")));
   }, py::arg("input"), py::arg("output_size"), py::arg("return_indices") = false);
+  m.def("max_pool3d", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding,
+                         py::handle dilation, bool ceil_mode, bool return_indices) -> py::object {
+    const Pool3dArgs args = pool3d_args(kernel, stride, padding, dilation, ceil_mode, true, "max_pool3d");
+    if (return_indices) return to_tuple(max_pool3d_with_indices(x, args));
+    return py::cast(max_pool3d(x, args));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false);
+  m.def("max_pool3d_with_indices", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding,
+                                      py::handle dilation, bool ceil_mode, bool return_indices) {
+    return to_tuple(max_pool3d_with_indices(
+        x, pool3d_args(kernel, stride, padding, dilation, ceil_mode, true, "max_pool3d")));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false);
+  m.def("avg_pool3d", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding, bool ceil_mode,
+                         bool count_include_pad, py::handle divisor_override) {
+    check_unset(divisor_override, "avg_pool3d", "divisor_override", "a division of the result");
+    return avg_pool3d(x, pool3d_args(kernel, stride, padding, py::int_(1), ceil_mode, count_include_pad,
+                                     "avg_pool3d"));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("ceil_mode") = false, py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none());
+  m.def("adaptive_avg_pool3d", [](const Tensor& x, py::handle output_size) {
+    return adaptive_avg_pool3d(x, optional_sizes_arg(output_size, "adaptive_avg_pool3d"));
+  }, py::arg("input"), py::arg("output_size"));
   m.def("conv1d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, py::handle stride,
                      py::handle padding, py::handle dilation, int64_t groups) {
     return conv1d(x, weight, bias, conv1d_args(stride, padding, dilation, groups, "conv1d"));

@@ -1,5 +1,5 @@
-// Conv3d, ConvTranspose1d/2d/3d and AdaptiveMaxPool1d/2d with torch.nn's
-// constructor signatures.
+// Conv3d, ConvTranspose1d/2d/3d, AdaptiveMaxPool1d/2d, MaxPool3d, AvgPool3d
+// and AdaptiveAvgPool3d with torch.nn's constructor signatures.
 #include "nn_modules.h"
 
 namespace mf::python {
@@ -62,8 +62,7 @@ template <typename M>
 void bind_adaptive_max_pool(py::module_& m, const char* name) {
   layer<M>(m, name)
       .def(py::init([name](py::handle size, bool return_indices) {
-        const bool int_size = PyIndex_Check(size.ptr()) && !PyBool_Check(size.ptr());
-        return std::make_shared<M>(optional_sizes_arg(size, name), return_indices, int_size);
+        return std::make_shared<M>(optional_sizes_arg(size, name), return_indices, is_int_arg(size));
       }), py::arg("output_size"), py::arg("return_indices") = false)
       .def("forward", [](M& self, const Tensor& x) -> py::object {
         if (!self.return_indices) return py::cast(self.forward(x));
@@ -74,6 +73,60 @@ void bind_adaptive_max_pool(py::module_& m, const char* name) {
         return py::tuple(py::cast(p.output_size));
       })
       .def_readonly("return_indices", &AdaptiveMaxPool::return_indices);
+}
+
+// A pooling layer's size attribute as given: an int or a tuple.
+py::object size_attribute(const Shape& v) { return v.size() == 1 ? py::cast(v[0]) : py::object(tuple_of(v)); }
+
+void bind_pool3d(py::module_& m) {
+  layer<Pool3d>(m, "_Pool3d")
+      .def("forward", [](Pool3d& self, const Tensor& x) -> py::object {
+        if (!self.return_indices) return py::cast(self.forward(x));
+        return to_tuple(self.forward_with_indices(x));
+      }, py::arg("input"))
+      .def_property_readonly("kernel_size", [](const Pool3d& p) { return size_attribute(p.args.kernel_size); })
+      .def_property_readonly("stride", [](const Pool3d& p) {
+        return size_attribute(p.args.stride.empty() ? p.args.kernel_size : p.args.stride);
+      })
+      .def_property_readonly("padding", [](const Pool3d& p) { return size_attribute(p.args.padding); })
+      .def_property_readonly("ceil_mode", [](const Pool3d& p) { return p.args.ceil_mode; });
+  sublayer<MaxPool3d, Pool3d>(m, "MaxPool3d")
+      .def(py::init([](py::handle kernel, py::handle stride, py::handle padding, py::handle dilation,
+                       bool return_indices, bool ceil_mode) {
+        Pool3dArgs a;
+        a.kernel_size = sizes_arg(kernel, "MaxPool3d", "kernel_size");
+        if (!stride.is_none()) a.stride = sizes_arg(stride, "MaxPool3d", "stride");
+        a.padding = sizes_arg(padding, "MaxPool3d", "padding");
+        a.dilation = sizes_arg(dilation, "MaxPool3d", "dilation");
+        a.ceil_mode = ceil_mode;
+        return std::make_shared<MaxPool3d>(a, return_indices);
+      }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("dilation") = 1,
+      py::arg("return_indices") = false, py::arg("ceil_mode") = false)
+      .def_property_readonly("dilation", [](const Pool3d& p) { return size_attribute(p.args.dilation); })
+      .def_readonly("return_indices", &Pool3d::return_indices);
+  sublayer<AvgPool3d, Pool3d>(m, "AvgPool3d")
+      .def(py::init([](py::handle kernel, py::handle stride, py::handle padding, bool ceil_mode,
+                       bool count_include_pad, py::handle divisor_override) {
+        MF_CHECK(divisor_override.is_none(), ValueError, "AvgPool3d: divisor_override is not supported");
+        Pool3dArgs a;
+        a.kernel_size = sizes_arg(kernel, "AvgPool3d", "kernel_size");
+        if (!stride.is_none()) a.stride = sizes_arg(stride, "AvgPool3d", "stride");
+        a.padding = sizes_arg(padding, "AvgPool3d", "padding");
+        a.ceil_mode = ceil_mode;
+        a.count_include_pad = count_include_pad;
+        return std::make_shared<AvgPool3d>(a);
+      }), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+      py::arg("ceil_mode") = false, py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none())
+      .def_property_readonly("count_include_pad", [](const Pool3d& p) { return p.args.count_include_pad; });
+  layer<AdaptiveAvgPool3d>(m, "AdaptiveAvgPool3d")
+      .def(py::init([](py::handle size) {
+        return std::make_shared<AdaptiveAvgPool3d>(optional_sizes_arg(size, "AdaptiveAvgPool3d"), is_int_arg(size));
+      }), py::arg("output_size"))
+      .def("forward", [](AdaptiveAvgPool3d& self, const Tensor& x) { return self.forward(x); }, py::arg("input"))
+      .def_property_readonly("output_size", [](const AdaptiveAvgPool3d& p) -> py::object {
+        if (p.int_size) return py::cast(*p.output_size[0]);
+        return py::tuple(py::cast(p.output_size));
+      });
 }
 
 }  // namespace
@@ -103,6 +156,7 @@ void bind_conv_layers(py::module_& m) {
   bind_conv_transpose<ConvTranspose3d>(m, "ConvTranspose3d");
   bind_adaptive_max_pool<AdaptiveMaxPool1d>(m, "AdaptiveMaxPool1d");
   bind_adaptive_max_pool<AdaptiveMaxPool2d>(m, "AdaptiveMaxPool2d");
+  bind_pool3d(m);
 }
 
 }  // namespace mf::python

@@ -1,10 +1,11 @@
-// Conv3d, ConvTranspose1d/2d/3d and AdaptiveMaxPool1d/2d.
+// Conv3d, ConvTranspose1d/2d/3d, AdaptiveMaxPool1d/2d and the 3-d pools.
 #include "meshflow/nn/conv_layers.h"
 
 #include <algorithm>
 
 #include "meshflow/error.h"
 #include "nn/layer_common.h"
+#include "nn/repr.h"
 
 namespace mf::nn {
 namespace {
@@ -38,6 +39,14 @@ ConvOptions resolved(ConvOptions o, int64_t spatial, bool transposed, const std:
            ValueError, layer, ": padding='same' is not supported for strided convolutions");
   o.padding = Shape(size_t(spatial), 0);
   return o;
+}
+
+// "output_size=..." as PyTorch prints the int or tuple (None entries) given.
+std::string output_size_repr(const OptionalSizes& size, bool int_size) {
+  std::string s;
+  for (size_t i = 0; i < size.size(); ++i) s += (i ? ", " : "") + (size[i] ? std::to_string(*size[i]) : "None");
+  if (int_size) return "output_size=" + s;
+  return "output_size=(" + s + (size.size() == 1 ? ",)" : ")");
 }
 
 }  // namespace
@@ -154,12 +163,30 @@ TensorList AdaptiveMaxPool::forward_with_indices(const Tensor& x) {
   return adaptive_max_pool2d_with_indices(x, output_size);
 }
 
-std::string AdaptiveMaxPool::extra_repr() const {
-  std::string s;
-  for (size_t i = 0; i < output_size.size(); ++i)
-    s += (i ? ", " : "") + (output_size[i] ? std::to_string(*output_size[i]) : std::string("None"));
-  if (int_size) return "output_size=" + s;
-  return "output_size=(" + s + (output_size.size() == 1 ? ",)" : ")");
+std::string AdaptiveMaxPool::extra_repr() const { return output_size_repr(output_size, int_size); }
+
+Tensor Pool3d::forward(const Tensor& x) {
+  return max ? max_pool3d(x, args) : avg_pool3d(x, args);
 }
+
+TensorList Pool3d::forward_with_indices(const Tensor& x) { return max_pool3d_with_indices(x, args); }
+
+// PyTorch's _MaxPoolNd / _AvgPoolNd extra_repr (stride None: kernel_size).
+std::string Pool3d::extra_repr() const {
+  auto text = [](const Shape& v) { return v.size() == 1 ? std::to_string(v[0]) : py_tuple(v); };
+  std::string s = "kernel_size=" + text(args.kernel_size) +
+                  ", stride=" + text(args.stride.empty() ? args.kernel_size : args.stride) +
+                  ", padding=" + text(args.padding);
+  if (!max) return s;
+  return s + ", dilation=" + text(args.dilation) + ", ceil_mode=" + py_bool(args.ceil_mode);
+}
+
+AdaptiveAvgPool3d::AdaptiveAvgPool3d(OptionalSizes output_size, bool int_size)
+    : Module("AdaptiveAvgPool3d"), output_size(std::move(output_size)), int_size(int_size) {
+  MF_CHECK(this->output_size.size() == 1 || this->output_size.size() == 3, ValueError,
+           "AdaptiveAvgPool3d: output_size must have 1 or 3 entries, got ", this->output_size.size());
+}
+
+std::string AdaptiveAvgPool3d::extra_repr() const { return output_size_repr(output_size, int_size); }
 
 }  // namespace mf::nn

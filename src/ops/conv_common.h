@@ -1,5 +1,6 @@
-// Shared pieces of the convolution op files (conv.cpp, conv_transpose.cpp):
-// the attrs of the conv ops and calls of those ops.
+// Shared pieces of the convolution op files (conv.cpp, conv_transpose.cpp;
+// pool.cpp uses expand_param): the attrs of the conv ops and calls of those
+// ops.
 #pragma once
 
 #include <string>

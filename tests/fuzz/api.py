@@ -1011,6 +1011,26 @@ for _n in ("adaptive_max_pool1d", "adaptive_max_pool1d_with_indices"):
 op("adaptive_max_pool1d", [X(), Int(-1, 5)], dtypes=FLOATS)
 
 
+def _pool3d_input(g, c):
+    shape = (g.size(1, 3),) + tuple(g.r.randint(1, 6) for _ in range(3))
+    if g.chance(0.85):
+        shape = (g.size(0, 2),) + shape
+    c.t.append(g.tensor(shape, c.dtype))
+
+
+_POOL3D = [T(0), Sizes(1, 3, 3), Sizes(1, 3, 3), Sizes(0, 1, 3)]
+op("nn.functional.max_pool3d", _POOL3D + [Sizes(1, 2, 3), Bool(), Bool()],
+   {"ceil_mode": Bool(), "return_indices": Bool()}, dtypes=FLOATS, nreq=2, inputs=_pool3d_input)
+op("max_pool3d", _POOL3D + [Sizes(1, 2, 3), Bool()], dtypes=FLOATS, nreq=2, inputs=_pool3d_input)
+op("nn.functional.max_pool3d_with_indices", _POOL3D + [Sizes(1, 2, 3), Bool()], dtypes=FLOATS, nreq=2,
+   inputs=_pool3d_input)
+op("nn.functional.avg_pool3d", _POOL3D + [Bool(), Bool()], {"divisor_override": Lit("None", "2")}, dtypes=FLOATS,
+   nreq=2, inputs=_pool3d_input)
+op("nn.functional.adaptive_avg_pool3d", [T(0), Sizes(0, 5, 3)], dtypes=FLOATS, inputs=_pool3d_input)
+op("nn.functional.adaptive_avg_pool3d", [T(0), Lit("(None, 2, 1)", "(2, None, None)", "(1, 2)")], dtypes=FLOATS,
+   inputs=_pool3d_input)
+
+
 def _pad_list(g, c):
     nd = c.t[0].ndim
     k = g.r.randint(0, max(nd, 1))

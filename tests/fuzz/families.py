@@ -281,6 +281,22 @@ def _adaptive_max_pool(dims):
     return make
 
 
+def _pool3d(kind):
+    def make(g, dtype):
+        x = g.tensor((g.size(0, 2), g.size(1, 3)) + tuple(g.r.randint(1, 6) for _ in range(3)), dtype)
+        if kind == "adaptive":
+            size = g.choice(("(None, 2, 1)", "(2, 2, 2)")) if g.chance(0.3) else a(g, "int", g.r.randint(0, 4))
+            return [size], [x]
+        k = g.r.randint(1, 3)
+        items = [("stride", "int", g.r.randint(1, 3)), ("padding", "int", g.r.randint(0, k // 2)),
+                 ("ceil_mode", "bool", g.chance(0.5))]
+        items += [("dilation", "int", g.r.randint(1, 2)), ("return_indices", "bool", g.chance(0.3))] if kind == "max" \
+            else [("count_include_pad", "bool", g.chance(0.5)), ("divisor_override", "int", g.choice(("None", 2)))]
+        return [a(g, "int", k)] + kwargs(g, items), [x]
+
+    return make
+
+
 def _pixel_shuffle(unshuffle):
     def make(g, dtype):
         r = g.r.randint(1, 3)
@@ -337,7 +353,8 @@ LAYERS = {
     "InstanceNorm2d": _channel_layer(2, ("affine", "bool", False), channels=True),
     "Conv3d": _conv3d, "ConvTranspose1d": _conv_transpose(1), "ConvTranspose2d": _conv_transpose(2),
     "ConvTranspose3d": _conv_transpose(3), "AdaptiveMaxPool1d": _adaptive_max_pool(1),
-    "AdaptiveMaxPool2d": _adaptive_max_pool(2),
+    "AdaptiveMaxPool2d": _adaptive_max_pool(2), "MaxPool3d": _pool3d("max"), "AvgPool3d": _pool3d("avg"),
+    "AdaptiveAvgPool3d": _pool3d("adaptive"),
 }
 
 # Things to do to a built module before or after calling it.

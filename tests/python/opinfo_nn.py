@@ -557,6 +557,36 @@ op("nn.functional.adaptive_max_pool1d", adaptive_max_pool1d_samples)
 op("nn.functional.adaptive_max_pool1d_with_indices", adaptive_max_pool1d_samples)
 # torch.adaptive_max_pool1d(input, output_size) always returns (values, indices).
 op("adaptive_max_pool1d", lambda rng, dtype: [S(s.args[0], s.args[1]) for s in adaptive_max_pool1d_samples(rng, dtype)])
+
+
+def max_pool3d_samples(rng, dtype):
+    def x(shape):
+        return pool_input(rng, dtype, shape)
+
+    return [S(x((2, 3, 4, 5, 4)), 2), S(x((1, 2, 5, 4, 6)), 3, 2, 1),
+            S(x((1, 2, 6, 5, 6)), (2, 1, 3), dilation=(2, 1, 1), padding=(1, 0, 1)),
+            S(x((1, 1, 4, 5, 5)), 2, ceil_mode=True), S(x((2, 4, 4, 4)), 3, 1, 1), S(x((0, 2, 3, 3, 3)), 2),
+            S(x((1, 2, 4, 4, 4)), 2, return_indices=True)]
+
+
+def avg_pool3d_samples(rng, dtype):
+    def x(shape):
+        return make(rng, shape, dtype)
+
+    return [S(x((2, 3, 4, 5, 4)), 2), S(x((1, 2, 5, 4, 6)), 3, 2, 1),
+            S(x((1, 2, 5, 4, 6)), 3, 2, 1, count_include_pad=False), S(x((1, 1, 5, 5, 5)), 2, ceil_mode=True),
+            S(x((3, 4, 6, 6)), (2, 3, 2), (1, 2, 1), (1, 1, 0)), S(x((0, 2, 3, 3, 3)), 2)]
+
+
+op("nn.functional.max_pool3d", max_pool3d_samples)
+op("max_pool3d", lambda rng, dtype: max_pool3d_samples(rng, dtype)[:6])
+op("nn.functional.max_pool3d_with_indices", lambda rng, dtype: max_pool3d_samples(rng, dtype)[:6])
+op("nn.functional.avg_pool3d", avg_pool3d_samples, tol=_NORM_TOL)
+op("nn.functional.adaptive_avg_pool3d", lambda rng, dtype: [S(make(rng, (2, 3, 4, 6, 5), dtype), 1),
+                                                            S(make(rng, (1, 2, 5, 7, 4), dtype), (3, 2, 4)),
+                                                            S(make(rng, (3, 4, 5, 5), dtype), (None, 2, 3)),
+                                                            S(make(rng, (1, 1, 3, 4, 2), dtype), (5, 4, 3))],
+   tol=_NORM_TOL)
 op("nn.functional.pad", lambda rng, dtype: [S(make(rng, (3, 4), dtype), (1, 2)),
                                             S(make(rng, (2, 3, 4), dtype), (1, 0, 2, 1), value=scalar_of(dtype)),
                                             S(make(rng, (3, 5), dtype), (-1, 2, 0, -1)),

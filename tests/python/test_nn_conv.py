@@ -36,8 +36,24 @@ LAYERS = [
     ("AdaptiveMaxPool2d", (3,), {}, (2, 3, 7, 5)),
     ("AdaptiveMaxPool2d", ((None, 2),), {"return_indices": True}, (2, 3, 4, 6)),
     ("AdaptiveMaxPool2d", ((4, 3),), {}, (2, 3, 3)),
+    ("MaxPool3d", (2,), {}, (2, 3, 4, 5, 4)),
+    ("MaxPool3d", ((2, 1, 3),), {"stride": (1, 2, 1), "padding": (1, 0, 1), "dilation": (1, 2, 1), "ceil_mode": True},
+     (1, 2, 5, 6, 7)),
+    ("MaxPool3d", (3,), {"stride": 2, "return_indices": True}, (2, 5, 6, 5)),
+    ("AvgPool3d", (2,), {}, (2, 3, 4, 5, 4)),
+    ("AvgPool3d", ((3, 2, 3),), {"stride": 2, "padding": 1, "count_include_pad": False, "ceil_mode": True},
+     (1, 2, 6, 5, 7)),
+    ("AvgPool3d", (2,), {"stride": (1, 2, 1)}, (2, 4, 4, 3)),
+    ("AdaptiveAvgPool3d", (3,), {}, (2, 3, 5, 6, 4)),
+    ("AdaptiveAvgPool3d", ((None, 2, 5),), {}, (2, 4, 3, 4)),
 ]
 IDS = [f"{name}-{i}" for i, (name, *_) in enumerate(LAYERS)]
+_CONV_ATTRIBUTES = ["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "output_padding",
+                    "groups", "transposed", "padding_mode"]
+ATTRIBUTES = {"ConvNd": _CONV_ATTRIBUTES, "ConvTransposeNd": _CONV_ATTRIBUTES,
+              "AdaptiveMaxPoolNd": ["output_size", "return_indices"], "AdaptiveAvgPoolNd": ["output_size"],
+              "MaxPoolNd": ["kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
+              "AvgPoolNd": ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"]}
 
 
 def distinct(shape, seed):
@@ -51,7 +67,7 @@ def distinct(shape, seed):
 def test_layer_matches_torch(name, args, kwargs, shape, dtype):
     torch.manual_seed(0)
     t_module, m_module = getattr(torch.nn, name)(*args, **kwargs), getattr(mf.nn, name)(*args, **kwargs)
-    x = distinct(shape, 1) if name.startswith("Adaptive") else randn(*shape, seed=1)
+    x = distinct(shape, 1) if "Max" in name else randn(*shape, seed=1)
     t_out, m_out = compare(t_module, m_module, [x], dtype)
     if kwargs.get("return_indices"):
         np.testing.assert_array_equal(m_out[1].numpy(), t_out[1].numpy())
@@ -62,9 +78,7 @@ def test_layer_matches_torch(name, args, kwargs, shape, dtype):
 def test_repr_and_attributes_match_torch(name, args, kwargs, shape):
     t_module, m_module = getattr(torch.nn, name)(*args, **kwargs), getattr(mf.nn, name)(*args, **kwargs)
     assert repr(m_module) == repr(t_module)
-    attributes = ["output_size", "return_indices"] if name.startswith("Adaptive") else [
-        "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "output_padding", "groups",
-        "transposed", "padding_mode"]
+    attributes = ATTRIBUTES[name.replace("1d", "Nd").replace("2d", "Nd").replace("3d", "Nd")]
     for attr in attributes:
         assert getattr(m_module, attr) == getattr(t_module, attr), attr
 
@@ -181,6 +195,17 @@ BAD_FUNCTIONAL = [
     ("adaptive max pool 1-d input", lambda lib: lib.nn.functional.adaptive_max_pool1d(ones(lib, 4), 2)),
     ("adaptive max pool1d two sizes", lambda lib: lib.nn.functional.adaptive_max_pool1d(ones(lib, 2, 4), (2, 2))),
     ("adaptive max pool1d None", lambda lib: lib.nn.functional.adaptive_max_pool1d(ones(lib, 2, 4), None)),
+    ("max_pool3d padding above half the kernel", lambda lib: lib.nn.functional.max_pool3d(
+        ones(lib, 1, 2, 4, 4, 4), 2, padding=2)),
+    ("max_pool3d output too small", lambda lib: lib.nn.functional.max_pool3d(ones(lib, 1, 2, 2, 4, 4), 3)),
+    ("max_pool3d 2 kernel sizes", lambda lib: lib.nn.functional.max_pool3d(ones(lib, 1, 2, 4, 4, 4), (2, 2))),
+    ("max_pool3d zero stride", lambda lib: lib.nn.functional.max_pool3d(ones(lib, 1, 2, 4, 4, 4), 2, stride=0)),
+    ("max_pool3d 3-d input", lambda lib: lib.nn.functional.max_pool3d(ones(lib, 2, 4, 4), 2)),
+    ("avg_pool3d empty volume", lambda lib: lib.nn.functional.avg_pool3d(ones(lib, 1, 2, 0, 4, 4), 2)),
+    ("adaptive_avg_pool3d negative size", lambda lib: lib.nn.functional.adaptive_avg_pool3d(
+        ones(lib, 1, 2, 4, 4, 4), (2, -1, 2))),
+    ("adaptive_avg_pool3d 2 sizes", lambda lib: lib.nn.functional.adaptive_avg_pool3d(
+        ones(lib, 1, 2, 4, 4, 4), (2, 2))),
 ]
 
 BAD_LAYERS = [
@@ -286,3 +311,14 @@ def test_layers_train_in_a_graph_as_eager():
         np.testing.assert_allclose(to_numpy(step(x)), to_numpy(loss), rtol=1e-6)
     for k, v in eager.state_dict().items():
         np.testing.assert_allclose(to_numpy(traced.state_dict()[k]), to_numpy(v), rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def test_adaptive_pools_to_empty_outputs_as_torch():
+    # Forward only: PyTorch has no backward for an empty adaptive max pool.
+    x = distinct((2, 3, 4, 5), 2)
+    for size in (0, (0, 3), (2, 0)):
+        t = torch.nn.functional.adaptive_max_pool2d(torch.tensor(x), size, return_indices=True)
+        m = mf.nn.functional.adaptive_max_pool2d(mf.tensor(x), size, return_indices=True)
+        assert tuple(m[0].shape) == tuple(t[0].shape) and tuple(m[1].shape) == tuple(t[1].shape)
+    t = torch.nn.functional.adaptive_avg_pool3d(torch.tensor(x), (0, 2, 2))
+    assert tuple(mf.nn.functional.adaptive_avg_pool3d(mf.tensor(x), (0, 2, 2)).shape) == tuple(t.shape)

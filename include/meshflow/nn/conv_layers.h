@@ -1,6 +1,7 @@
-// Conv3d, the transposed convolutions ConvTranspose1d/2d/3d and adaptive
-// max pooling (AdaptiveMaxPool1d/2d), with torch.nn's constructor
-// arguments, parameter names, default initialisation and repr.
+// Conv3d, the transposed convolutions ConvTranspose1d/2d/3d, adaptive max
+// pooling (AdaptiveMaxPool1d/2d) and the 3-d pools (MaxPool3d, AvgPool3d,
+// AdaptiveAvgPool3d), with torch.nn's constructor arguments, parameter
+// names, default initialisation and repr.
 #pragma once
 
 #include <optional>
@@ -98,5 +99,37 @@ class AdaptiveMaxPoolNd : public AdaptiveMaxPool {
 };
 using AdaptiveMaxPool1d = AdaptiveMaxPoolNd<1>;
 using AdaptiveMaxPool2d = AdaptiveMaxPoolNd<2>;
+
+// MaxPool3d and AvgPool3d: args as given (repr prints a one-entry size as an
+// int, as PyTorch prints the int it was given). forward_with_indices:
+// MaxPool3d's (values, indices) (return_indices=True).
+class Pool3d : public Module {
+ public:
+  Pool3d(std::string type_name, Pool3dArgs args, bool max, bool return_indices)
+      : Module(std::move(type_name)), args(std::move(args)), max(max), return_indices(return_indices) {}
+  Tensor forward(const Tensor& x) override;
+  TensorList forward_with_indices(const Tensor& x);
+  std::string extra_repr() const override;
+  const Pool3dArgs args;
+  const bool max, return_indices;
+};
+class MaxPool3d : public Pool3d {
+ public:
+  explicit MaxPool3d(Pool3dArgs args, bool return_indices = false)
+      : Pool3d("MaxPool3d", std::move(args), true, return_indices) {}
+};
+class AvgPool3d : public Pool3d {
+ public:
+  explicit AvgPool3d(Pool3dArgs args) : Pool3d("AvgPool3d", std::move(args), false, false) {}
+};
+// output_size: 1 or 3 entries; an empty entry keeps the input's size.
+class AdaptiveAvgPool3d : public Module {
+ public:
+  explicit AdaptiveAvgPool3d(OptionalSizes output_size, bool int_size = false);
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool3d(x, output_size); }
+  std::string extra_repr() const override;
+  const OptionalSizes output_size;
+  const bool int_size;
+};
 
 }  // namespace mf::nn

@@ -77,5 +77,21 @@ Tensor adaptive_max_pool2d(const Tensor& x, const OptionalSizes& output_size);
 // The same over (N, C, L) or (C, L): indices are positions along L.
 TensorList adaptive_max_pool1d_with_indices(const Tensor& x, int64_t output_size);
 Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size);
+// 3-d pooling of (N, C, D, H, W) or unbatched (C, D, H, W) inputs; sizes
+// have one entry (every dim) or three. Indices are positions
+// (d * H + h) * W + w in each input volume.
+struct Pool3dArgs {
+  Shape kernel_size;
+  Shape stride = {};  // empty: kernel_size
+  Shape padding = {0};
+  Shape dilation = {1};  // max_pool3d only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool3d only
+};
+Tensor max_pool3d(const Tensor& x, const Pool3dArgs& args);
+TensorList max_pool3d_with_indices(const Tensor& x, const Pool3dArgs& args);
+Tensor avg_pool3d(const Tensor& x, const Pool3dArgs& args);
+// output_size: 1 or 3 entries; an empty entry keeps that input dim's size.
+Tensor adaptive_avg_pool3d(const Tensor& x, const OptionalSizes& output_size);
 
 }  // namespace mf

@@ -15,7 +15,7 @@ _LAYERS = [
     "CosineSimilarity", "Hardtanh", "ReLU6", "GLU", "Mish", "ELU", "Softplus", "Unflatten", "PixelShuffle",
     "PixelUnshuffle", "Conv1d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "PReLU", "Dropout1d", "Dropout2d",
     "Dropout3d", "InstanceNorm1d", "InstanceNorm2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
-    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)
