@@ -138,11 +138,7 @@ struct DirectConv {
   }
 
   void backward() {
-    gy_in.run(stream);
-    w_in_bd.run(stream);
-    bwd_data.execute(stream, {{DNNL_ARG_DIFF_DST, bd_gy}, {DNNL_ARG_WEIGHTS, bd_w}, {DNNL_ARG_DIFF_SRC, bd_gx},
-                              {DNNL_ARG_SCRATCHPAD, bd_scratch}});
-    gx_out.run(stream);
+    backward_data();
     x_in_bw.run(stream);
     gy_in_bw.run(stream);
     bwd_weights.execute(stream, {{DNNL_ARG_SRC, bw_x}, {DNNL_ARG_DIFF_DST, bw_gy}, {DNNL_ARG_DIFF_WEIGHTS, bw_gw},

@@ -41,13 +41,10 @@ cpu::ConvParams params_of(const Attrs& attrs) {
   MF_CHECK(out.spatial >= 1 && out.spatial <= 3 && p.size() == s.size() && pe.size() == s.size() &&
                d.size() == s.size(), ValueError, "conv: stride ", shape_str(s), ", padding ", shape_str(p),
            " and dilation ", shape_str(d), " must have one entry per spatial dim");
-  for (size_t i = 0; i < s.size(); ++i) {
-    const size_t at = 3 - s.size() + i;
-    out.stride[at] = s[i];
-    out.padding[at] = p[i];
-    out.padding_end[at] = pe[i];
-    out.dilation[at] = d[i];
-  }
+  set_spatial(out.stride, s);
+  set_spatial(out.padding, p);
+  set_spatial(out.padding_end, pe);
+  set_spatial(out.dilation, d);
   out.groups = attrs.get_int("groups");
   return out;
 }

@@ -1,6 +1,6 @@
 // Shared pieces of the convolution op files (conv.cpp, conv_transpose.cpp;
-// pool.cpp uses expand_param): the attrs of the conv ops and calls of those
-// ops.
+// pool.cpp uses expand_param and set_spatial): the attrs of the conv ops and
+// calls of those ops.
 #pragma once
 
 #include <string>
@@ -15,6 +15,12 @@ namespace mf::conv_detail {
 // v with one entry expanded to n entries, or v when it has n (PyTorch's
 // "a single integer value or a list of n values").
 Shape expand_param(const Shape& v, int64_t n, const char* op, const char* name);
+
+// dst's last v.size() entries = v: the (depth, height, width) arrays of the
+// kernel parameters, whose depth entry a 2-d op leaves at its default.
+inline void set_spatial(int64_t (&dst)[3], const Shape& v) {
+  for (size_t i = 0; i < v.size(); ++i) dst[3 - v.size() + i] = v[i];
+}
 
 // The attrs of the "conv2d" / "conv3d" ops: stride, padding, dilation (one
 // entry per spatial dim) and groups, plus padding_end where the padding

@@ -38,13 +38,10 @@ cpu::PoolParams params_of(const Attrs& a) {
   const Shape &k = a.get_shape("kernel_size"), &s = a.get_shape("stride"), &p = a.get_shape("padding"),
               &d = a.get_shape("dilation");
   cpu::PoolParams out;
-  for (size_t i = 0; i < k.size(); ++i) {
-    const size_t at = 3 - k.size() + i;
-    out.kernel[at] = k[i];
-    out.stride[at] = s[i];
-    out.padding[at] = p[i];
-    out.dilation[at] = d[i];
-  }
+  conv_detail::set_spatial(out.kernel, k);
+  conv_detail::set_spatial(out.stride, s);
+  conv_detail::set_spatial(out.padding, p);
+  conv_detail::set_spatial(out.dilation, d);
   out.count_include_pad = a.get_bool("count_include_pad");
   return out;
 }

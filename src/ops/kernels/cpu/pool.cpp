@@ -190,8 +190,10 @@ void window_max(const A* in, int64_t first, const ForPositions& for_positions, A
   std::memcpy(where, &a, sizeof a);
 }
 
-template <typename T>
-void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParams& p) {
+// The max pools: window_for(o) gives output o's window, whose dilation is
+// p's.
+template <typename T, typename WindowFor>
+void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParams& p, const WindowFor& window_for) {
   using A = acc_type<T>;
   using Index = PositionOf<A>;
   Tensor x = contiguous(x_in.detach());
@@ -206,7 +208,7 @@ void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParam
     best.resize(static_cast<size_t>(g.out_size() * kLanes));
     where.resize(static_cast<size_t>(g.out_size() * kLanes));
     for_outputs(g, [&](const std::array<int64_t, 3>& o, int64_t index) {
-      const Window w = window_of(o, g, p);
+      const Window w = window_for(o, g);
       const int64_t start = w.first(g, p);
       A* best_out = best.data() + index * kLanes;
       Index* where_out = where.data() + index * kLanes;
@@ -479,35 +481,11 @@ void adaptive_backward(const Tensor& gy_in, Tensor& gx) {
   });
 }
 
-template <typename T>
-void adaptive_max_forward(const Tensor& x_in, Tensor& y, Tensor& indices) {
-  using A = acc_type<T>;
-  using Index = PositionOf<A>;
-  Tensor x = contiguous(x_in.detach());
-  const Planes g = planes_of(x, y);
-  const T* xp = x.data<T>();
-  T* yp = y.data<T>();
-  int64_t* ip = indices.data<int64_t>();
-  for_blocks(g.count, g.in_size(), [&](int64_t first, int64_t lanes) {
-    thread_local std::vector<A> in, best;
-    thread_local std::vector<Index> where;
-    load_block(xp, g.in_size(), first, lanes, in);
-    best.resize(static_cast<size_t>(g.out_size() * kLanes));
-    where.resize(static_cast<size_t>(g.out_size() * kLanes));
-    for_outputs(g, [&](const std::array<int64_t, 3>& o, int64_t index) {
-      const Window w = adaptive_window(o, g);
-      window_max(in.data(), w.first(g, kDense), [&](const auto& fn) { for_window(w, g, kDense, fn); },
-                 best.data() + index * kLanes, where.data() + index * kLanes);
-    });
-    store_block(best, g.out_size(), first, lanes, yp);
-    store_block(where, g.out_size(), first, lanes, ip);
-  });
-}
-
 }  // namespace
 
 void max_pool_forward(const Tensor& x, Tensor& y, Tensor& indices, const PoolParams& p) {
-  dispatch_floating(x.dtype(), "max_pool", [&]<typename T>() { max_forward<T>(x, y, indices, p); });
+  auto window_for = [&](const std::array<int64_t, 3>& o, const Planes& g) { return window_of(o, g, p); };
+  dispatch_floating(x.dtype(), "max_pool", [&]<typename T>() { max_forward<T>(x, y, indices, p, window_for); });
 }
 void max_pool_scatter(const Tensor& grad_y, const Tensor& indices, Tensor& grad_x) {
   dispatch_floating(grad_y.dtype(), "max_pool", [&]<typename T>() { max_scatter<T>(grad_y, indices, grad_x); });
@@ -530,7 +508,8 @@ void adaptive_avg_pool_backward(const Tensor& grad_y, Tensor& grad_x) {
   dispatch_floating(grad_y.dtype(), "adaptive_avg_pool", [&]<typename T>() { adaptive_backward<T>(grad_y, grad_x); });
 }
 void adaptive_max_pool_forward(const Tensor& x, Tensor& y, Tensor& indices) {
-  dispatch_floating(x.dtype(), "adaptive_max_pool", [&]<typename T>() { adaptive_max_forward<T>(x, y, indices); });
+  dispatch_floating(x.dtype(), "adaptive_max_pool",
+                    [&]<typename T>() { max_forward<T>(x, y, indices, kDense, adaptive_window); });
 }
 
 }  // namespace mf::cpu
