@@ -1,6 +1,7 @@
 // conv2d forward and backward (input + weight gradients): mf::conv2d and
 // autograd against the same oneDNN primitives called directly, measured
-// alternately in one run. Both sides take NCHW tensors in and give NCHW
+// alternately in one run; and mf::conv_transpose2d, which is the
+// backward-data primitive (the input gradient of the same convolution). Both sides take NCHW tensors in and give NCHW
 // tensors out: oneDNN picks its layouts (format `any`) and reorders convert
 // (the direct side's primitives, reorders, buffers and scratchpads are
 // prebuilt, so it measures pure oneDNN work). N=32, C=64, 32x32, K=64, 3x3,
@@ -127,12 +128,17 @@ struct DirectConv {
     stream.wait();
   }
 
-  void backward() {
+  void backward_data() {
     gy_in.run(stream);
     w_in_bd.run(stream);
     bwd_data.execute(stream, {{DNNL_ARG_DIFF_DST, bd_gy}, {DNNL_ARG_WEIGHTS, bd_w}, {DNNL_ARG_DIFF_SRC, bd_gx},
                               {DNNL_ARG_SCRATCHPAD, bd_scratch}});
     gx_out.run(stream);
+    stream.wait();
+  }
+
+  void backward() {
+    backward_data();
     x_in_bw.run(stream);
     gy_in_bw.run(stream);
     bwd_weights.execute(stream, {{DNNL_ARG_SRC, bw_x}, {DNNL_ARG_DIFF_DST, bw_gy}, {DNNL_ARG_DIFF_WEIGHTS, bw_gw},
@@ -161,13 +167,19 @@ int main() {
     y = mf::conv2d(x, w, mf::Tensor(), {.padding = {1}});
   };
   auto mf_backward = [&] { grads = mf::autograd::grad({y_graph}, {x, w}, {gy}, /*retain_graph=*/true); };
+  mf::Tensor y_transposed;
+  auto mf_transposed = [&] {
+    mf::NoGradGuard no_grad;
+    y_transposed = mf::conv_transpose2d(gy, w, mf::Tensor(), {.padding = {1}});
+  };
 
   constexpr int kSamples = 15;
   mf_forward();
   mf_backward();
+  mf_transposed();
   direct.forward();
   direct.backward();
-  std::vector<double> mf_fwd, mf_bwd, dn_fwd, dn_bwd, fwd_ratio, bwd_ratio;
+  std::vector<double> mf_fwd, mf_bwd, dn_fwd, dn_bwd, fwd_ratio, bwd_ratio, mf_tr, dn_tr, tr_ratio;
   auto pair = [](int s, const std::function<void()>& a, const std::function<void()>& b, std::vector<double>& ta,
                  std::vector<double>& tb, std::vector<double>& ratio) {
     double x, y;
@@ -185,6 +197,7 @@ int main() {
   for (int s = 0; s < kSamples; ++s) {
     pair(s, mf_forward, [&] { direct.forward(); }, mf_fwd, dn_fwd, fwd_ratio);
     pair(s, mf_backward, [&] { direct.backward(); }, mf_bwd, dn_bwd, bwd_ratio);
+    pair(s, mf_transposed, [&] { direct.backward_data(); }, mf_tr, dn_tr, tr_ratio);
   }
   std::printf("conv2d float32 N=32 C=64 32x32 K=64 3x3 pad 1 (no bias), %d threads, medians of %d sample pairs\n",
               mf::get_num_threads(), kSamples);
@@ -192,12 +205,18 @@ int main() {
   std::printf("%-30s %10.2f %12.2f %8.3f\n", "forward", median(mf_fwd), median(dn_fwd), median(fwd_ratio));
   std::printf("%-30s %10.2f %12.2f %8.3f\n", "backward (input + weight)", median(mf_bwd), median(dn_bwd),
               median(bwd_ratio));
+  std::printf("%-30s %10.2f %12.2f %8.3f\n", "conv_transpose2d (bwd data)", median(mf_tr), median(dn_tr),
+              median(tr_ratio));
   std::printf("(ratio = oneDNN time / mf time; >= 0.95 is the aim)\n");
   // The two sides computed the same thing.
-  double max_diff = 0;
-  const float* a = y.data<float>();
-  const float* c = y_direct.data<float>();
-  for (int64_t i = 0; i < y.numel(); ++i) max_diff = std::max(max_diff, double(std::abs(a[i] - c[i])));
-  std::printf("max |y_mf - y_direct| = %.3g\n", max_diff);
-  return max_diff < 1e-3 ? 0 : 1;
+  auto max_diff = [](const mf::Tensor& p, const mf::Tensor& q) {
+    double out = 0;
+    const float *a = p.data<float>(), *b = q.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) out = std::max(out, double(std::abs(a[i] - b[i])));
+    return out;
+  };
+  const double y_diff = max_diff(y, y_direct), transposed_diff = max_diff(y_transposed, gx_direct);
+  std::printf("max |y_mf - y_direct| = %.3g, max |conv_transpose2d - backward data| = %.3g\n", y_diff,
+              transposed_diff);
+  return y_diff < 1e-3 && transposed_diff < 1e-3 ? 0 : 1;
 }

@@ -56,6 +56,15 @@ NdSbp nd_sbp_arg(py::handle sbp, const Placement& placement);
 // Throws unless t's data is readable on the host (not a global or traced
 // tensor); op names the caller.
 void check_host_data(const Tensor& t, const char* op);
+// An int argument (an index object, not a bool).
+bool is_int_arg(py::handle v);
+// A size argument of the convolutions and their layers: an int or a
+// sequence of ints; an int n gives {n}, which the C++ API expands to every
+// spatial dim.
+Shape sizes_arg(py::handle value, const char* op, const char* arg);
+// An adaptive pooling output size: an int, or a sequence of ints and Nones
+// (None: the input's size).
+OptionalSizes optional_sizes_arg(py::handle value, const char* op);
 // Adds module functions `names` of m to Tensor as methods (self = input).
 void add_methods(py::module_& m, py::handle tensor_class, std::initializer_list<const char*> names);
 

@@ -5,6 +5,36 @@
 #include "meshflow/nn/pointwise_layers.h"
 
 namespace mf::python {
+
+bool is_int_arg(py::handle v) { return PyIndex_Check(v.ptr()) && !PyBool_Check(v.ptr()); }
+
+Shape sizes_arg(py::handle value, const char* op, const char* arg) {
+  if (is_int_arg(value)) return {value.cast<int64_t>()};
+  MF_CHECK(py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value), TypeError, op, ": ", arg,
+           " must be an int or a sequence of ints, got ", public_type_name(value.ptr()));
+  Shape out;
+  for (py::handle v : value) {
+    MF_CHECK(is_int_arg(v), TypeError, op, ": ", arg, " must be an int or a sequence of ints, got an element of type ",
+             public_type_name(v.ptr()));
+    out.push_back(v.cast<int64_t>());
+  }
+  return out;
+}
+
+OptionalSizes optional_sizes_arg(py::handle value, const char* op) {
+  if (is_int_arg(value)) return {value.cast<int64_t>()};
+  MF_CHECK(py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value), TypeError, op,
+           ": output_size must be an int or a sequence of ints or None, got ", public_type_name(value.ptr()));
+  OptionalSizes out;
+  for (py::handle v : value) {
+    MF_CHECK(v.is_none() || is_int_arg(v), TypeError, op,
+             ": output_size must be an int or a sequence of ints or None, got an element of type ",
+             public_type_name(v.ptr()));
+    out.push_back(v.is_none() ? std::nullopt : std::optional<int64_t>(v.cast<int64_t>()));
+  }
+  return out;
+}
+
 namespace {
 
 // Arguments torch.nn.functional still accepts for old code; meshflow only
@@ -22,37 +52,51 @@ int64_t softmax_dim(const Tensor& t, std::optional<int64_t> dim) {
 
 Tensor cast_if(const Tensor& t, std::optional<DType> dtype) { return dtype ? to(t, *dtype) : t; }
 
-// conv2d padding: an int, a pair, 'valid' or 'same' (stride 1, even total padding).
-Shape conv_padding(py::handle padding, const Tensor& weight, const Shape& stride, const Shape& dilation) {
-  if (!py::isinstance<py::str>(padding)) return padding.cast<PairArg>().values;
-  const auto mode = padding.cast<std::string>();
-  if (mode == "valid") return {0, 0};
-  MF_CHECK(mode == "same", ValueError, "conv2d: padding must be an int, a pair, 'valid' or 'same', got '", mode, "'");
-  MF_CHECK(weight.defined() && weight.dim() == 4, ShapeError, "conv2d: padding='same' needs a 4-d weight");
-  auto entry = [](const Shape& v, size_t i, const char* name) {
-    MF_CHECK(v.size() == 1 || v.size() == 2, ValueError, "conv2d: expected ", name, " to have 1 or 2 elements, got ",
-             shape_str(v));
-    return v.size() == 1 ? v[0] : v[i];
-  };
-  Shape out(2);
-  for (size_t i = 0; i < 2; ++i) {
-    const int64_t s = entry(stride, i, "stride"), d = entry(dilation, i, "dilation");
-    MF_CHECK(s == 1, ValueError, "conv2d: padding='same' is not supported for strided convolutions");
-    MF_CHECK(d > 0, ValueError, "conv2d: dilation must be positive, got ", shape_str(dilation));
-    const int64_t total = checked_mul(d, weight.size(int64_t(2 + i)) - 1, "conv2d", "the padding");
-    MF_CHECK(total % 2 == 0, ValueError, "conv2d: padding='same' needs an even total padding per dim, got ", total,
-             " for kernel size ", weight.size(int64_t(2 + i)), " and dilation ", d);
-    out[i] = total / 2;
+// conv2d / conv3d padding: sizes, 'valid' (no padding) or 'same'.
+template <typename Args>
+Args conv_args(py::handle stride, py::handle padding, py::handle dilation, int64_t groups, const char* op) {
+  Args a;
+  a.stride = sizes_arg(stride, op, "stride");
+  a.dilation = sizes_arg(dilation, op, "dilation");
+  a.groups = groups;
+  if (py::isinstance<py::str>(padding)) {
+    const auto mode = padding.cast<std::string>();
+    MF_CHECK(mode == "same" || mode == "valid", ValueError, op, ": padding must be an int, a tuple, 'valid' or "
+             "'same', got '", mode, "'");
+    a.padding = {0};
+    a.padding_same = mode == "same";
+  } else {
+    a.padding = sizes_arg(padding, op, "padding");
   }
-  return out;
+  return a;
+}
+
+ConvTransposeArgs conv_transpose_args(py::handle stride, py::handle padding, py::handle output_padding,
+                                      int64_t groups, py::handle dilation, const char* op) {
+  return {.stride = sizes_arg(stride, op, "stride"), .padding = sizes_arg(padding, op, "padding"),
+          .output_padding = sizes_arg(output_padding, op, "output_padding"), .groups = groups,
+          .dilation = sizes_arg(dilation, op, "dilation")};
+}
+
+// max_pool3d / avg_pool3d arguments; stride None (or empty): kernel_size.
+Pool3dArgs pool3d_args(py::handle kernel, py::handle stride, py::handle padding, py::handle dilation, bool ceil_mode,
+                       bool count_include_pad, const char* op) {
+  Pool3dArgs a;
+  a.kernel_size = sizes_arg(kernel, op, "kernel_size");
+  if (!stride.is_none()) a.stride = sizes_arg(stride, op, "stride");
+  a.padding = sizes_arg(padding, op, "padding");
+  a.dilation = sizes_arg(dilation, op, "dilation");
+  a.ceil_mode = ceil_mode;
+  a.count_include_pad = count_include_pad;
+  return a;
 }
 
 // A 1-d size argument: an int or a sequence of one int (PyTorch's _single).
 int64_t single(py::handle value, const char* op, const char* arg) {
-  if (PyLong_Check(value.ptr())) return value.cast<int64_t>();
-  MF_CHECK(py::isinstance<py::sequence>(value) && py::len(value) == 1, ValueError, op, ": ", arg,
-           " must be an int or a sequence of one int");
-  return py::reinterpret_borrow<py::sequence>(value)[0].cast<int64_t>();
+  const Shape sizes = sizes_arg(value, op, arg);
+  MF_CHECK(sizes.size() == 1, ValueError, op, ": ", arg, " must be an int or a sequence of one int, got ",
+           sizes.size(), " values");
+  return sizes[0];
 }
 
 Conv1dArgs conv1d_args(py::handle stride, py::handle padding, py::handle dilation, int64_t groups, const char* op) {
@@ -239,13 +283,25 @@ void init_nn(py::module_& parent) {
         py::arg("value"), py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0,
         py::arg("is_causal") = false, py::kw_only(), py::arg("scale") = py::none());
 
-  m.def("conv2d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, const PairArg& stride,
-                     py::handle padding, const PairArg& dilation, int64_t groups) {
-    Conv2dArgs args{.stride = stride.values, .padding = conv_padding(padding, weight, stride.values, dilation.values),
-                    .dilation = dilation.values, .groups = groups};
-    return conv2d(x, weight, bias, args);
+  m.def("conv2d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, py::handle stride,
+                     py::handle padding, py::handle dilation, int64_t groups) {
+    return conv2d(x, weight, bias, conv_args<Conv2dArgs>(stride, padding, dilation, groups, "conv2d"));
   }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
         py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1);
+  m.def("conv3d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, py::handle stride,
+                     py::handle padding, py::handle dilation, int64_t groups) {
+    return conv3d(x, weight, bias, conv_args<ConvArgs>(stride, padding, dilation, groups, "conv3d"));
+  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+        py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1);
+  using ConvTransposeFn = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const ConvTransposeArgs&);
+  for (auto [name, fn] : std::initializer_list<std::pair<const char*, ConvTransposeFn>>{
+           {"conv_transpose1d", &conv_transpose1d}, {"conv_transpose2d", &conv_transpose2d},
+           {"conv_transpose3d", &conv_transpose3d}})
+    m.def(name, [name, fn](const Tensor& x, const Tensor& weight, const Tensor& bias, py::handle stride,
+                           py::handle padding, py::handle output_padding, int64_t groups, py::handle dilation) {
+      return fn(x, weight, bias, conv_transpose_args(stride, padding, output_padding, groups, dilation, name));
+    }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+          py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1, py::arg("dilation") = 1);
   m.def("max_pool2d", [](const Tensor& x, const PairArg& kernel, const std::optional<PairArg>& stride,
                          const PairArg& padding, const PairArg& dilation, bool ceil_mode,
                          bool return_indices) -> py::object {
@@ -268,6 +324,43 @@ void init_nn(py::module_& parent) {
         py::arg("ceil_mode") = false, py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none());
   m.def("adaptive_avg_pool2d", [](const Tensor& x, const PairArg& output_size) {
     return adaptive_avg_pool2d(x, output_size.values);
+  }, py::arg("input"), py::arg("output_size"));
+  m.def("adaptive_max_pool2d", [](const Tensor& x, py::handle output_size, bool return_indices) -> py::object {
+    TensorList out = adaptive_max_pool2d_with_indices(x, optional_sizes_arg(output_size, "adaptive_max_pool2d"));
+    return return_indices ? py::object(to_tuple(out)) : py::cast(out[0]);
+  }, py::arg("input"), py::arg("output_size"), py::arg("return_indices") = false);
+  m.def("adaptive_max_pool2d_with_indices", [](const Tensor& x, py::handle output_size, bool return_indices) {
+    return to_tuple(adaptive_max_pool2d_with_indices(x, optional_sizes_arg(output_size, "adaptive_max_pool2d")));
+  }, py::arg("input"), py::arg("output_size"), py::arg("return_indices") = false);
+  m.def("adaptive_max_pool1d", [](const Tensor& x, py::handle output_size, bool return_indices) -> py::object {
+    TensorList out = adaptive_max_pool1d_with_indices(x, single(output_size, "adaptive_max_pool1d", "output_size"));
+    return return_indices ? py::object(to_tuple(out)) : py::cast(out[0]);
+  }, py::arg("input"), py::arg("output_size"), py::arg("return_indices") = false);
+  m.def("adaptive_max_pool1d_with_indices", [](const Tensor& x, py::handle output_size, bool return_indices) {
+    return to_tuple(adaptive_max_pool1d_with_indices(x, single(output_size, "adaptive_max_pool1d", "output_size")));
+  }, py::arg("input"), py::arg("output_size"), py::arg("return_indices") = false);
+  m.def("max_pool3d", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding,
+                         py::handle dilation, bool ceil_mode, bool return_indices) -> py::object {
+    const Pool3dArgs args = pool3d_args(kernel, stride, padding, dilation, ceil_mode, true, "max_pool3d");
+    if (return_indices) return to_tuple(max_pool3d_with_indices(x, args));
+    return py::cast(max_pool3d(x, args));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false);
+  m.def("max_pool3d_with_indices", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding,
+                                      py::handle dilation, bool ceil_mode, bool return_indices) {
+    return to_tuple(max_pool3d_with_indices(
+        x, pool3d_args(kernel, stride, padding, dilation, ceil_mode, true, "max_pool3d")));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false);
+  m.def("avg_pool3d", [](const Tensor& x, py::handle kernel, py::handle stride, py::handle padding, bool ceil_mode,
+                         bool count_include_pad, py::handle divisor_override) {
+    check_unset(divisor_override, "avg_pool3d", "divisor_override", "a division of the result");
+    return avg_pool3d(x, pool3d_args(kernel, stride, padding, py::int_(1), ceil_mode, count_include_pad,
+                                     "avg_pool3d"));
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+        py::arg("ceil_mode") = false, py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none());
+  m.def("adaptive_avg_pool3d", [](const Tensor& x, py::handle output_size) {
+    return adaptive_avg_pool3d(x, optional_sizes_arg(output_size, "adaptive_avg_pool3d"));
   }, py::arg("input"), py::arg("output_size"));
   m.def("conv1d", [](const Tensor& x, const Tensor& weight, const Tensor& bias, py::handle stride,
                      py::handle padding, py::handle dilation, int64_t groups) {

@@ -767,6 +767,7 @@ void init_nn_layers(py::module_& m) {
   bind_resample_layers(m);
   bind_attention(m);
   bind_losses(m);
+  bind_conv_layers(m);
 }
 
 }  // namespace mf::python

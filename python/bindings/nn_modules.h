@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "bindings.h"
 #include "meshflow/nn.h"
@@ -70,5 +71,7 @@ void init_nn_layers(py::module_& m);
 void init_nn_rnn(py::module_& m);
 // The Transformer family (nn_transformer.cpp).
 void init_nn_transformer(py::module_& m);
+// Conv3d, ConvTranspose1d/2d/3d, AdaptiveMaxPool1d/2d (nn_conv_layers.cpp).
+void bind_conv_layers(py::module_& m);
 
 }  // namespace mf::python

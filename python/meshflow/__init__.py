@@ -25,9 +25,11 @@ from meshflow.amp import autocast  # noqa: F401
 from meshflow.errors import OutOfMemoryError  # noqa: F401  (torch.OutOfMemoryError)
 from meshflow.io import load, save  # noqa: F401
 from meshflow.nn.functional import (  # noqa: F401  (also torch.<name>)
-    adaptive_avg_pool1d, avg_pool1d, conv1d, conv2d, group_norm, layer_norm, log_softmax, max_pool1d, max_pool2d,
-    pixel_shuffle, pixel_unshuffle, softmax,
+    adaptive_avg_pool1d, avg_pool1d, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d,
+    group_norm, layer_norm, log_softmax, max_pool1d, max_pool2d, max_pool3d, pixel_shuffle, pixel_unshuffle, softmax,
 )
+# torch.adaptive_max_pool1d(input, output_size) returns (values, indices).
+from meshflow.nn.functional import adaptive_max_pool1d_with_indices as adaptive_max_pool1d  # noqa: F401,E402
 
 _C._set_size_type(Size)
 _C._set_values_indices_type(ValuesIndices)

@@ -19,6 +19,7 @@
 #include "distributed/comm_ops.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/ops/reduce.h"
+#include "nn/layer_common.h"
 #include "nn/repr.h"
 
 namespace mf::nn {
@@ -26,23 +27,6 @@ namespace {
 
 // An int when both entries agree (how users usually pass pool sizes).
 std::string pair_or_int(const Shape& s) { return s.size() == 2 && s[0] == s[1] ? std::to_string(s[0]) : py_tuple(s); }
-
-void check_positive(int64_t v, const char* layer, const char* arg) {
-  MF_CHECK(v > 0, ValueError, layer, ": ", arg, " must be positive, got ", v);
-}
-
-// Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias, which is
-// what PyTorch's kaiming_uniform_(a=sqrt(5)) plus its bias rule give.
-void reset_affine(const Tensor& weight, const Tensor& bias) {
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined()) {
-    auto [fan_in, fan_out] = init::calculate_fan_in_and_fan_out(weight);
-    double bound = fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0;
-    init::uniform_(bias, -bound, bound);
-  }
-}
-
-Tensor new_param(const Shape& shape) { return empty(shape, TensorOptions{.dtype = default_dtype()}); }
 
 }  // namespace
 
@@ -112,19 +96,9 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Shape kernel_size, con
 void Conv2d::reset_parameters() { reset_affine(weight(), bias()); }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  if (options.padding_str == "same") {
-    // An even effective kernel size: the extra row/column, bottom/right.
-    int64_t extra_h = options.dilation[0] * (kernel_size[0] - 1) % 2;
-    int64_t extra_w = options.dilation[1] * (kernel_size[1] - 1) % 2;
-    if (extra_h || extra_w) {
-      return conv2d(pad(x, {0, extra_w, 0, extra_h}), weight(), bias(),
-                    Conv2dArgs{.stride = options.stride, .padding = options.padding, .dilation = options.dilation,
-                               .groups = options.groups});
-    }
-  }
   return conv2d(x, weight(), bias(),
                 Conv2dArgs{.stride = options.stride, .padding = options.padding, .dilation = options.dilation,
-                           .groups = options.groups});
+                           .groups = options.groups, .padding_same = options.padding_str == "same"});
 }
 
 std::string Conv2d::extra_repr() const {

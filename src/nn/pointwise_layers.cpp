@@ -6,6 +6,7 @@
 #include "meshflow/ops/nn.h"
 #include "meshflow/error.h"
 #include "meshflow/ops/shape.h"
+#include "nn/layer_common.h"
 #include "nn/repr.h"
 
 namespace mf::nn {

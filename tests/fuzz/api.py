@@ -196,6 +196,17 @@ def Pair(lo, hi):
     return p
 
 
+def Sizes(lo, hi, n):
+    """An int or an n-tuple, as the n-d convolutions take."""
+
+    def p(g, c):
+        if g.chance(0.5):
+            return g.arg("int", str(g.r.randint(lo, hi)))
+        return size_arg(g, [g.r.randint(lo, hi) for _ in range(n)])
+
+    return p
+
+
 def Index(of=0, dim_key="dim", shape=None, key=None):
     """An int64 index tensor with entries valid for input `of` along ctx.v[dim_key]."""
 
@@ -1030,6 +1041,48 @@ op("nn.functional.conv2d", [T(0), T(1), OptT(2), Pair(1, 3), _padding, Pair(1, 2
    aliases=("conv2d",), nreq=2, inputs=_conv_inputs)
 
 
+def _conv3d_inputs(g, c):
+    groups = g.choice((1, 1, 2))
+    cin, cout = groups * g.size(1, 2), groups * g.size(1, 2)
+    kernel = [g.r.randint(1, 2) for _ in range(3)]
+    shape = (cin,) + tuple(k + g.r.randint(0, 3) for k in kernel)
+    if g.chance(0.85):
+        shape = (g.size(0, 2),) + shape
+    c.t.append(g.tensor(shape, c.dtype))
+    c.t.append(g.tensor((cout, cin // groups) + tuple(kernel), c.dtype))
+    c.t.append(g.tensor((cout,), c.dtype))
+    c.v["groups"] = groups
+
+
+def _conv_transpose_inputs(dims):
+    def inputs(g, c):
+        groups = g.choice((1, 1, 2, 3))
+        cin, cout = groups * g.size(1, 2), groups * g.size(1, 2)
+        shape = (cin,) + tuple(g.r.randint(1, 4) for _ in range(dims))
+        if g.chance(0.85):
+            shape = (g.size(0, 2),) + shape
+        c.t.append(g.tensor(shape, c.dtype))
+        c.t.append(g.tensor((cin, cout // groups) + tuple(g.r.randint(1, 3) for _ in range(dims)), c.dtype))
+        c.t.append(g.tensor((cout,), c.dtype))
+        c.v["groups"] = groups
+
+    return inputs
+
+
+op("nn.functional.conv3d", [T(0), T(1), OptT(2), Sizes(1, 2, 3), _padding, Sizes(1, 2, 3), V("groups")],
+   dtypes=FLOATS, aliases=("conv3d",), nreq=2, inputs=_conv3d_inputs)
+for _dims in (1, 2, 3):
+    op(f"nn.functional.conv_transpose{_dims}d", [T(0), T(1), OptT(2), Sizes(1, 3, _dims), Sizes(0, 2, _dims),
+                                                  Sizes(0, 2, _dims), V("groups"), Sizes(1, 2, _dims)],
+       dtypes=FLOATS, aliases=(f"conv_transpose{_dims}d",), nreq=2, inputs=_conv_transpose_inputs(_dims))
+
+
+def _adaptive_size(g, c):
+    if g.chance(0.3):
+        return g.choice(("(None, 2)", "(2, None)", "[None, None]", "(3,)"))
+    return Pair(0, 5)(g, c)
+
+
 def _pool_input(g, c):
     shape = (g.size(1, 3), g.r.randint(1, 9), g.r.randint(1, 9))
     if g.chance(0.85):
@@ -1046,6 +1099,32 @@ op("nn.functional.avg_pool2d", _POOL + [Bool(), Bool()], {"divisor_override": Li
 op("nn.functional.adaptive_avg_pool2d", [T(0), Pair(1, 5)], dtypes=FLOATS, inputs=_pool_input)
 op("nn.functional.adaptive_avg_pool2d", [T(0), Lit("(None, 2)", "(2, None)", "[1, 1]")], dtypes=FLOATS,
    inputs=_pool_input)
+
+for _n in ("adaptive_max_pool2d", "adaptive_max_pool2d_with_indices"):
+    op("nn.functional." + _n, [T(0), _adaptive_size, Bool()], dtypes=FLOATS, nreq=2, inputs=_pool_input)
+for _n in ("adaptive_max_pool1d", "adaptive_max_pool1d_with_indices"):
+    op("nn.functional." + _n, [X(), Int(-1, 5), Bool()], dtypes=FLOATS, nreq=2)
+op("adaptive_max_pool1d", [X(), Int(-1, 5)], dtypes=FLOATS)
+
+
+def _pool3d_input(g, c):
+    shape = (g.size(1, 3),) + tuple(g.r.randint(1, 6) for _ in range(3))
+    if g.chance(0.85):
+        shape = (g.size(0, 2),) + shape
+    c.t.append(g.tensor(shape, c.dtype))
+
+
+_POOL3D = [T(0), Sizes(1, 3, 3), Sizes(1, 3, 3), Sizes(0, 1, 3)]
+op("nn.functional.max_pool3d", _POOL3D + [Sizes(1, 2, 3), Bool(), Bool()],
+   {"ceil_mode": Bool(), "return_indices": Bool()}, dtypes=FLOATS, nreq=2, inputs=_pool3d_input)
+op("max_pool3d", _POOL3D + [Sizes(1, 2, 3), Bool()], dtypes=FLOATS, nreq=2, inputs=_pool3d_input)
+op("nn.functional.max_pool3d_with_indices", _POOL3D + [Sizes(1, 2, 3), Bool()], dtypes=FLOATS, nreq=2,
+   inputs=_pool3d_input)
+op("nn.functional.avg_pool3d", _POOL3D + [Bool(), Bool()], {"divisor_override": Lit("None", "2")}, dtypes=FLOATS,
+   nreq=2, inputs=_pool3d_input)
+op("nn.functional.adaptive_avg_pool3d", [T(0), Sizes(0, 5, 3)], dtypes=FLOATS, inputs=_pool3d_input)
+op("nn.functional.adaptive_avg_pool3d", [T(0), Lit("(None, 2, 1)", "(2, None, None)", "(1, 2)")], dtypes=FLOATS,
+   inputs=_pool3d_input)
 
 
 def _pad_list(g, c):

@@ -314,6 +314,63 @@ def _pool1d(kind):
     return make
 
 
+def _conv3d(g, dtype):
+    groups = g.choice((1, 1, 2))
+    cin, cout, k = groups * g.size(1, 2), groups * g.size(1, 2), g.r.randint(1, 2)
+    x = g.tensor((g.size(0, 2), cin) + tuple(k + g.r.randint(0, 3) for _ in range(3)), dtype)
+    kw = kwargs(g, [("stride", "int", g.r.randint(1, 2)),
+                    ("padding", "size", str(g.choice((0, 1, "'same'", "'valid'", (1, 0, 1))))),
+                    ("dilation", "int", g.r.randint(1, 2)), ("bias", "bool", g.chance(0.5)),
+                    ("padding_mode", "str", repr(g.choice(("zeros", "reflect")))), ("dtype", "dtype", dt(dtype))])
+    return [a(g, "int", cin), a(g, "int", cout), a(g, "int", k), f"groups={a(g, 'int', groups)}"] + kw, [x]
+
+
+def _conv_transpose(dims):
+    def make(g, dtype):
+        groups = g.choice((1, 1, 2))
+        cin, cout, k, stride = groups * g.size(1, 2), groups * g.size(1, 2), g.r.randint(1, 3), g.r.randint(1, 3)
+        sizes = tuple(g.r.randint(1, 4) for _ in range(dims))
+        x = g.tensor(((g.size(0, 2), cin) if g.chance(0.85) else (cin,)) + sizes, dtype)
+        kw = kwargs(g, [("stride", "int", stride), ("padding", "int", g.r.randint(0, 1)),
+                        ("output_padding", "int", g.r.randint(0, stride - 1)), ("dilation", "int", g.r.randint(1, 2)),
+                        ("bias", "bool", g.chance(0.5)), ("dtype", "dtype", dt(dtype))])
+        inputs = [x]
+        if g.chance(0.3):  # a size in range for stride and padding 0 (else a clear ValueError)
+            out = [(s - 1) * stride + k + g.r.randint(0, stride - 1) for s in sizes]
+            inputs.append(f"output_size={size_arg(g, out)}")
+        return [a(g, "int", cin), a(g, "int", cout), a(g, "int", k), f"groups={a(g, 'int', groups)}"] + kw, inputs
+
+    return make
+
+
+def _adaptive_max_pool(dims):
+    def make(g, dtype):
+        x = g.tensor((g.size(0, 3), g.size(1, 3)) + tuple(g.r.randint(1, 7) for _ in range(dims)), dtype)
+        if dims == 2 and g.chance(0.3):
+            size = g.choice(("(None, 2)", "(3, None)", "(2, 2)"))
+        else:
+            size = a(g, "int", g.r.randint(0, 4))
+        return [size] + kwargs(g, [("return_indices", "bool", g.chance(0.5))]), [x]
+
+    return make
+
+
+def _pool3d(kind):
+    def make(g, dtype):
+        x = g.tensor((g.size(0, 2), g.size(1, 3)) + tuple(g.r.randint(1, 6) for _ in range(3)), dtype)
+        if kind == "adaptive":
+            size = g.choice(("(None, 2, 1)", "(2, 2, 2)")) if g.chance(0.3) else a(g, "int", g.r.randint(0, 4))
+            return [size], [x]
+        k = g.r.randint(1, 3)
+        items = [("stride", "int", g.r.randint(1, 3)), ("padding", "int", g.r.randint(0, k // 2)),
+                 ("ceil_mode", "bool", g.chance(0.5))]
+        items += [("dilation", "int", g.r.randint(1, 2)), ("return_indices", "bool", g.chance(0.3))] if kind == "max" \
+            else [("count_include_pad", "bool", g.chance(0.5)), ("divisor_override", "int", g.choice(("None", 2)))]
+        return [a(g, "int", k)] + kwargs(g, items), [x]
+
+    return make
+
+
 def _pixel_shuffle(unshuffle):
     def make(g, dtype):
         r = g.r.randint(1, 3)
@@ -464,6 +521,10 @@ LAYERS = {
     "ReplicationPad1d": _pad_layer(1), "ReplicationPad2d": _pad_layer(2), "ReplicationPad3d": _pad_layer(3),
     "ZeroPad2d": _pad_layer(2), "ConstantPad1d": _pad_layer(1, True), "ConstantPad2d": _pad_layer(2, True),
     "ConstantPad3d": _pad_layer(3, True),
+    "Conv3d": _conv3d, "ConvTranspose1d": _conv_transpose(1), "ConvTranspose2d": _conv_transpose(2),
+    "ConvTranspose3d": _conv_transpose(3), "AdaptiveMaxPool1d": _adaptive_max_pool(1),
+    "AdaptiveMaxPool2d": _adaptive_max_pool(2), "MaxPool3d": _pool3d("max"), "AvgPool3d": _pool3d("avg"),
+    "AdaptiveAvgPool3d": _pool3d("adaptive"),
 }
 
 # Things to do to a built module before or after calling it.

@@ -19,9 +19,11 @@ _LAYERS = [
     "TransformerEncoder", "TransformerDecoder", "Transformer", "EmbeddingBag", "Bilinear", "SyncBatchNorm",
     "Hardswish", "Hardsigmoid", "SELU", "CELU", "Softsign", "Tanhshrink", "LogSigmoid", "Threshold", "Softshrink",
     "Hardshrink", "Softmin", "Softmax2d",
-    "Dropout3d", "InstanceNorm1d", "InstanceNorm2d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
     "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
     "ReplicationPad3d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
+    "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d",
 ]
 for _name in _LAYERS:
     _cls = getattr(_modules, _name)

@@ -13,7 +13,10 @@ __all__ = [
     "conv1d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "pixel_shuffle", "pixel_unshuffle", "mish",
     "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm", "hardsigmoid", "hardswish", "selu", "celu",
     "threshold", "softsign", "tanhshrink", "logsigmoid", "softshrink", "hardshrink", "softmin",
-    "prelu", "dropout1d", "dropout2d", "dropout3d", "instance_norm", "interpolate",
+    "interpolate",
+    "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices", "avg_pool3d", "adaptive_avg_pool3d",
 ]
 
 for _name in __all__:

@@ -27,85 +27,120 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
     cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// Sizes of one convolution, in the names of the GEMMs.
+// Sizes of one convolution, in the names of the GEMMs. Spatial entries
+// are (depth, height, width); a 2-d convolution has depth 1 throughout.
 struct Geometry {
-  int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
+  int64_t n, c, o, groups;
+  int64_t in[3], kernel[3], out[3];
   int64_t c_group() const { return c / groups; }
   int64_t o_group() const { return o / groups; }
-  int64_t col_rows() const { return c_group() * kh * kw; }  // rows of the column matrix
-  int64_t pixels() const { return oh * ow; }
+  int64_t col_rows() const { return c_group() * kernel[0] * kernel[1] * kernel[2]; }  // rows of the column matrix
+  int64_t pixels() const { return out[0] * out[1] * out[2]; }
+  int64_t image() const { return in[0] * in[1] * in[2]; }  // elements of one input channel
 };
 
-Geometry geometry_of(const Tensor& x, const Tensor& w, const ConvParams& p) {
-  Geometry g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0, 0, p.groups};
-  g.oh = (g.h + 2 * p.padding[0] - p.dilation[0] * (g.kh - 1) - 1) / p.stride[0] + 1;
-  g.ow = (g.w + 2 * p.padding[1] - p.dilation[1] * (g.kw - 1) - 1) / p.stride[1] + 1;
+Geometry geometry_of(const Shape& x, const Shape& w, const ConvParams& p) {
+  Geometry g{x[0], x[1], w[0], p.groups, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}};
+  const size_t first = 5 - x.size();  // a 2-d convolution's shapes have no depth
+  for (size_t d = first; d < 3; ++d) {
+    g.in[d] = x[2 + d - first];
+    g.kernel[d] = w[2 + d - first];
+    g.out[d] = (g.in[d] + p.padding[d] + p.padding_end[d] - p.dilation[d] * (g.kernel[d] - 1) - 1) / p.stride[d] + 1;
+  }
   return g;
 }
 
 // Output rows at least this wide are filled by memset and memmove.
 constexpr int64_t kLongRow = 32;
 
-// col (C_g*KH*KW, OH*OW) from image (C_g, H, W); zero outside the image.
-// Row r of col starts at col + r * ld (ld = OH*OW when col is its own matrix).
-
+// One output plane (OH, OW) of a column-matrix row: the input plane (H, W)
+// read at kernel offsets (i, j); zero outside the plane.
 template <typename T>
-void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p, int64_t ld) {
-  for (int64_t c = 0; c < g.c_group(); ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
-        for (int64_t y = 0; y < g.oh; ++y) {
-          const int64_t iy = y * p.stride[0] - p.padding[0] + i * p.dilation[0];
-          T* out = row + y * g.ow;
-          if (iy < 0 || iy >= g.h) {
-            std::fill(out, out + g.ow, T(0));
-            continue;
-          }
-          const T* in = image + (c * g.h + iy) * g.w;
-          // Output columns x reading inside the row: 0 <= x * stride + off < w.
-          const int64_t stride = p.stride[1], off = j * p.dilation[1] - p.padding[1];
-          const int64_t lo = off >= 0 ? 0 : std::min(g.ow, (stride - 1 - off) / stride);
-          const int64_t hi = std::max(lo, std::min(g.ow, g.w - off <= 0 ? 0 : (g.w - off + stride - 1) / stride));
-          if (stride == 1 && g.ow >= kLongRow) {
-            std::fill(out, out + lo, T(0));
-            std::copy(in + lo + off, in + hi + off, out + lo);
-            std::fill(out + hi, out + g.ow, T(0));
-          } else {
-            // Short or strided rows in one pass without library calls: on
-            // 4- and 8-pixel rows a memset and a memmove per row cost more
-            // than the copy (the clamp keeps the unused reads in the row).
-            for (int64_t x = 0; x < g.ow; ++x) {
-              const int64_t ix = std::clamp<int64_t>(x * stride + off, 0, g.w - 1);
-              out[x] = x >= lo && x < hi ? in[ix] : T(0);
-            }
-          }
-        }
+void im2col_plane(const T* plane, T* out_plane, int64_t i, int64_t j, const Geometry& g, const ConvParams& p) {
+  const int64_t h = g.in[1], w = g.in[2], oh = g.out[1], ow = g.out[2];
+  for (int64_t y = 0; y < oh; ++y) {
+    const int64_t iy = y * p.stride[1] - p.padding[1] + i * p.dilation[1];
+    T* out = out_plane + y * ow;
+    if (iy < 0 || iy >= h) {
+      std::fill(out, out + ow, T(0));
+      continue;
+    }
+    const T* in = plane + iy * w;
+    // Output columns x reading inside the row: 0 <= x * stride + off < w.
+    const int64_t stride = p.stride[2], off = j * p.dilation[2] - p.padding[2];
+    const int64_t lo = off >= 0 ? 0 : std::min(ow, (stride - 1 - off) / stride);
+    const int64_t hi = std::max(lo, std::min(ow, w - off <= 0 ? 0 : (w - off + stride - 1) / stride));
+    if (stride == 1 && ow >= kLongRow) {
+      std::fill(out, out + lo, T(0));
+      std::copy(in + lo + off, in + hi + off, out + lo);
+      std::fill(out + hi, out + ow, T(0));
+    } else {
+      // Short or strided rows in one pass without library calls: on 4- and
+      // 8-pixel rows a memset and a memmove per row cost more than the copy
+      // (the clamp keeps the unused reads in the row).
+      for (int64_t x = 0; x < ow; ++x) {
+        const int64_t ix = std::clamp<int64_t>(x * stride + off, 0, w - 1);
+        out[x] = x >= lo && x < hi ? in[ix] : T(0);
       }
+    }
+  }
 }
 
-// image (C_g, H, W) += the columns of col, the adjoint of im2col.
-template <typename T>
-void col2im(const T* col, T* image, const Geometry& g, const ConvParams& p) {
+// Calls fn(row, plane, i, j, at) for each row of the column matrix (its
+// channel and kernel offset (a, i, j)) and each output depth z: plane is
+// the input plane (H, W) that row reads at z, null where it reads depth
+// padding, and `at` the offset of z's (OH, OW) block in the row.
+template <typename T, typename F>
+void for_col_planes(T* image, const Geometry& g, const ConvParams& p, const F& fn) {
+  const int64_t plane = g.in[1] * g.in[2], out_plane = g.out[1] * g.out[2];
   for (int64_t c = 0; c < g.c_group(); ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const T* row = col + ((c * g.kh + i) * g.kw + j) * g.pixels();
-        for (int64_t y = 0; y < g.oh; ++y) {
-          const int64_t iy = y * p.stride[0] - p.padding[0] + i * p.dilation[0];
-          if (iy < 0 || iy >= g.h) continue;
-          T* out = image + (c * g.h + iy) * g.w;
-          for (int64_t x = 0; x < g.ow; ++x) {
-            const int64_t ix = x * p.stride[1] - p.padding[1] + j * p.dilation[1];
-            if (ix >= 0 && ix < g.w) out[ix] += row[y * g.ow + x];
+    for (int64_t a = 0; a < g.kernel[0]; ++a)
+      for (int64_t i = 0; i < g.kernel[1]; ++i)
+        for (int64_t j = 0; j < g.kernel[2]; ++j) {
+          const int64_t row = ((c * g.kernel[0] + a) * g.kernel[1] + i) * g.kernel[2] + j;
+          for (int64_t z = 0; z < g.out[0]; ++z) {
+            const int64_t iz = z * p.stride[0] - p.padding[0] + a * p.dilation[0];
+            T* in = iz < 0 || iz >= g.in[0] ? nullptr : image + (c * g.in[0] + iz) * plane;
+            fn(row, in, i, j, z * out_plane);
           }
         }
+}
+
+// col (C_g*KD*KH*KW, OD*OH*OW) from image (C_g, D, H, W); zero outside the
+// image. Row r of col starts at col + r * ld (ld = OD*OH*OW when col is its
+// own matrix).
+template <typename T>
+void im2col(const T* image, T* col, const Geometry& g, const ConvParams& p, int64_t ld) {
+  const int64_t out_plane = g.out[1] * g.out[2];
+  for_col_planes(image, g, p, [&](int64_t row, const T* in, int64_t i, int64_t j, int64_t at) {
+    T* out = col + row * ld + at;
+    if (in) im2col_plane(in, out, i, j, g, p);
+    else std::fill(out, out + out_plane, T(0));
+  });
+}
+
+// image (C_g, D, H, W) += the columns of col, the adjoint of im2col.
+template <typename T>
+void col2im(const T* col, T* image, const Geometry& g, const ConvParams& p) {
+  const int64_t h = g.in[1], w = g.in[2], oh = g.out[1], ow = g.out[2];
+  for_col_planes(image, g, p, [&](int64_t row, T* plane, int64_t i, int64_t j, int64_t at) {
+    if (!plane) return;
+    const T* src = col + row * g.pixels() + at;
+    for (int64_t y = 0; y < oh; ++y) {
+      const int64_t iy = y * p.stride[1] - p.padding[1] + i * p.dilation[1];
+      if (iy < 0 || iy >= h) continue;
+      T* out = plane + iy * w;
+      for (int64_t x = 0; x < ow; ++x) {
+        const int64_t ix = x * p.stride[2] - p.padding[2] + j * p.dilation[2];
+        if (ix >= 0 && ix < w) out[ix] += src[y * ow + x];
       }
+    }
+  });
 }
 
 template <typename T>
 void forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tensor& y, const ConvParams& p) {
-  const Geometry g = geometry_of(x_in, w_in, p);
+  const Geometry g = geometry_of(x_in.sizes(), w_in.sizes(), p);
   Tensor x = contiguous(x_in.detach()), w = contiguous(w_in.detach());
   Tensor bias = bias_in.defined() ? contiguous(bias_in.detach()) : Tensor();
   const T* xp = x.data<T>();
@@ -117,7 +152,7 @@ void forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tens
     std::vector<T> col(static_cast<size_t>(g.col_rows() * g.pixels()));
     for (int64_t n = lo; n < hi; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        const T* image = xp + (n * g.c + grp * g.c_group()) * g.h * g.w;
+        const T* image = xp + (n * g.c + grp * g.c_group()) * g.image();
         T* out = yp + (n * g.o + grp * g.o_group()) * g.pixels();
         im2col(image, col.data(), g, p, g.pixels());
         gemm<T>(false, false, g.o_group(), g.pixels(), g.col_rows(), T(1), wp + grp * g.o_group() * g.col_rows(),
@@ -132,9 +167,9 @@ void forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tens
 }
 
 template <typename T>
-void backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in, Tensor* gx, Tensor* gw,
-              const ConvParams& p) {
-  const Geometry g = geometry_of(x_in, w_in, p);
+void backward(const Tensor& gy_in, const Tensor& x_in, const Shape& x_shape, const Tensor& w_in, Tensor* gx,
+              Tensor* gw, const ConvParams& p) {
+  const Geometry g = geometry_of(x_shape, w_in.sizes(), p);
   Tensor gy = contiguous(gy_in.detach());
   const T* gyp = gy.data<T>();
   if (gx) {
@@ -144,13 +179,13 @@ void backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in, Tenso
     parallel_for(0, g.n, 1, [&](int64_t lo, int64_t hi) {
       std::vector<T> col(static_cast<size_t>(g.col_rows() * g.pixels()));
       for (int64_t n = lo; n < hi; ++n) {
-        std::fill(gxp + n * g.c * g.h * g.w, gxp + (n + 1) * g.c * g.h * g.w, T(0));
+        std::fill(gxp + n * g.c * g.image(), gxp + (n + 1) * g.c * g.image(), T(0));
         for (int64_t grp = 0; grp < g.groups; ++grp) {
-          // col = W_g^T (C_g*KH*KW, O_g) @ gy_g (O_g, OH*OW)
+          // col = W_g^T (C_g*K, O_g) @ gy_g (O_g, pixels)
           gemm<T>(true, false, g.col_rows(), g.pixels(), g.o_group(), T(1), wp + grp * g.o_group() * g.col_rows(),
                   g.col_rows(), gyp + (n * g.o + grp * g.o_group()) * g.pixels(), g.pixels(), T(0), col.data(),
                   g.pixels());
-          col2im(col.data(), gxp + (n * g.c + grp * g.c_group()) * g.h * g.w, g, p);
+          col2im(col.data(), gxp + (n * g.c + grp * g.c_group()) * g.image(), g, p);
         }
       }
     });
@@ -163,8 +198,8 @@ void backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in, Tenso
     std::vector<T> col(static_cast<size_t>(g.col_rows() * g.pixels()));
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        im2col(xp + (n * g.c + grp * g.c_group()) * g.h * g.w, col.data(), g, p, g.pixels());
-        // gW_g (O_g, C_g*KH*KW) += gy_g (O_g, OH*OW) @ col^T
+        im2col(xp + (n * g.c + grp * g.c_group()) * g.image(), col.data(), g, p, g.pixels());
+        // gW_g (O_g, C_g*K) += gy_g (O_g, pixels) @ col^T
         gemm<T>(false, true, g.o_group(), g.col_rows(), g.pixels(), T(1),
                 gyp + (n * g.o + grp * g.o_group()) * g.pixels(), g.pixels(), col.data(), g.pixels(), T(1),
                 gwp + grp * g.o_group() * g.col_rows(), g.col_rows());
@@ -182,7 +217,7 @@ Tensor as_float32(const Tensor& t) {
 
 }  // namespace
 
-void im2col_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
+void im2col_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
   if (y.dtype() == DType::Float64) return forward<double>(x, w, bias, y, p);
   if (y.dtype() == DType::Float32) return forward<float>(x, w, bias, y, p);
   Tensor y32 = make_empty(y.sizes(), DType::Float32);
@@ -190,15 +225,15 @@ void im2col_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
   copy_cast(y, y32);
 }
 
-void im2col_conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tensor* grad_x, Tensor* grad_w,
-                            const ConvParams& p) {
+void im2col_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape& x_shape, const Tensor& w,
+                          Tensor* grad_x, Tensor* grad_w, const ConvParams& p) {
   const DType dtype = grad_y.dtype();
-  if (dtype == DType::Float64) return backward<double>(grad_y, x, w, grad_x, grad_w, p);
-  if (dtype == DType::Float32) return backward<float>(grad_y, x, w, grad_x, grad_w, p);
+  if (dtype == DType::Float64) return backward<double>(grad_y, x, x_shape, w, grad_x, grad_w, p);
+  if (dtype == DType::Float32) return backward<float>(grad_y, x, x_shape, w, grad_x, grad_w, p);
   Tensor gx32 = grad_x ? make_empty(grad_x->sizes(), DType::Float32) : Tensor();
   Tensor gw32 = grad_w ? make_empty(grad_w->sizes(), DType::Float32) : Tensor();
-  backward<float>(as_float32(grad_y), as_float32(x), as_float32(w), grad_x ? &gx32 : nullptr,
-                  grad_w ? &gw32 : nullptr, p);
+  backward<float>(as_float32(grad_y), grad_w ? as_float32(x) : Tensor(), x_shape, as_float32(w),
+                  grad_x ? &gx32 : nullptr, grad_w ? &gw32 : nullptr, p);
   if (grad_x) copy_cast(*grad_x, gx32);
   if (grad_w) copy_cast(*grad_w, gw32);
 }
@@ -207,22 +242,23 @@ void im2col_conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor&
 // weight-gradient kernel reduces over the batch with barriers between its
 // threads; on small images (deep ResNet layers) it took 10 to 40 times the
 // float32 kernel's time whenever a core was shared with another process. As
-// one GEMM, gW (O, C*KH*KW) = gy (O, N*OH*OW) @ cols (C*KH*KW, N*OH*OW)^T
+// one GEMM, gW (O, C*K) = gy (O, N*pixels) @ cols (C*K, N*pixels)^T (K the
+// kernel size, pixels the output size)
 // runs on the bfloat16 matmul (float32 accumulation) at its usual rate.
-bool gemm_conv2d_weight_grad(const Tensor& grad_y, const Tensor& x_in, Tensor& grad_w, const ConvParams& p) {
-  const Geometry g = geometry_of(x_in, grad_w, p);
+bool gemm_conv_weight_grad(const Tensor& grad_y, const Tensor& x_in, Tensor& grad_w, const ConvParams& p) {
+  const Geometry g = geometry_of(x_in.sizes(), grad_w.sizes(), p);
   const DType dtype = grad_w.dtype();
   if (g.groups != 1 || (dtype != DType::BFloat16 && dtype != DType::Float16)) return false;
   NoGradGuard no_grad;
   const int64_t np = g.n * g.pixels();
   const Tensor x = contiguous(x_in.detach());
   Tensor cols = make_empty({g.col_rows(), np}, dtype);
-  dispatch_floating(dtype, "conv2d", [&]<typename T>() {
+  dispatch_floating(dtype, "conv", [&]<typename T>() {
     if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
       const T* xp = x.data<T>();
       T* cp = cols.data<T>();
       parallel_for(0, g.n, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t n = lo; n < hi; ++n) im2col(xp + n * g.c * g.h * g.w, cp + n * g.pixels(), g, p, np);
+        for (int64_t n = lo; n < hi; ++n) im2col(xp + n * g.c * g.image(), cp + n * g.pixels(), g, p, np);
       });
     }
   });

@@ -18,35 +18,41 @@ namespace {
 using dnnl::memory;
 namespace onednn = cpu::onednn;
 
-// oneDNN's dims for weights: (G, O/G, C/G, KH, KW) when grouped.
+// oneDNN's dims for weights: (G, O/G, C/G, [KD,] KH, KW) when grouped.
 Shape weights_dims(const Shape& w, int64_t groups) {
   if (groups == 1) return w;
-  return {groups, w[0] / groups, w[1], w[2], w[3]};
+  Shape dims{groups, w[0] / groups};
+  dims.insert(dims.end(), w.begin() + 1, w.end());
+  return dims;
 }
 
 // A user tensor's memory for the weights, grouped as oneDNN expects.
 memory weights_memory(const Tensor& w, int64_t groups) {
   if (groups == 1) return onednn::memory_of(w);
-  Shape strides{w.stride(0) * (w.size(0) / groups), w.stride(0), w.stride(1), w.stride(2), w.stride(3)};
+  Shape strides{w.stride(0) * (w.size(0) / groups)};
+  for (int64_t d = 0; d < w.dim(); ++d) strides.push_back(w.stride(d));
   Tensor grouped = make_view(w, weights_dims(w.sizes(), groups), strides, w.storage_offset());
   return onednn::memory_of(grouped);
 }
 
 struct Problem {
   memory::desc src, weights, bias, dst;
-  memory::dims strides, dilates, padding;
+  memory::dims strides, dilates, padding_l, padding_r;
 };
 
 Problem problem_of(const Shape& x, const Shape& w, const Shape& y, DType dtype, const ConvParams& p) {
   const auto type = onednn::data_type(dtype);
-  auto any = [&](const Shape& s) { return memory::desc(memory::dims(s.begin(), s.end()), type, memory::format_tag::any); };
-  return Problem{any(x),
-                 any(weights_dims(w, p.groups)),
-                 any({w[0]}),
-                 any(y),
-                 {p.stride[0], p.stride[1]},
-                 {p.dilation[0] - 1, p.dilation[1] - 1},
-                 {p.padding[0], p.padding[1]}};
+  auto any = [&](const Shape& s) {
+    return memory::desc(memory::dims(s.begin(), s.end()), type, memory::format_tag::any);
+  };
+  Problem out{any(x), any(weights_dims(w, p.groups)), any({w[0]}), any(y), {}, {}, {}, {}};
+  for (int64_t d = 3 - p.spatial; d < 3; ++d) {
+    out.strides.push_back(p.stride[d]);
+    out.dilates.push_back(p.dilation[d] - 1);
+    out.padding_l.push_back(p.padding[d]);
+    out.padding_r.push_back(p.padding_end[d]);
+  }
+  return out;
 }
 
 std::vector<int64_t> problem_key(int kind, const Shape& x, const Shape& w, DType dtype, const ConvParams& p,
@@ -54,11 +60,7 @@ std::vector<int64_t> problem_key(int kind, const Shape& x, const Shape& w, DType
   std::vector<int64_t> key{kind, int64_t(dtype), bias};
   key.insert(key.end(), x.begin(), x.end());
   key.insert(key.end(), w.begin(), w.end());
-  for (int i = 0; i < 2; ++i) {
-    key.push_back(p.stride[i]);
-    key.push_back(p.padding[i]);
-    key.push_back(p.dilation[i]);
-  }
+  for (int i = 0; i < 3; ++i) key.insert(key.end(), {p.stride[i], p.padding[i], p.padding_end[i], p.dilation[i]});
   key.push_back(p.groups);
   return key;
 }
@@ -94,9 +96,9 @@ Forward forward_entry(const Shape& x, const Shape& w, const Shape& y, DType dtyp
       const auto kind = dnnl::prop_kind::forward_training;
       const auto algo = dnnl::algorithm::convolution_direct;
       auto desc = bias ? dnnl::convolution_forward::desc(kind, algo, d.src, d.weights, d.bias, d.dst, d.strides,
-                                                         d.dilates, d.padding, d.padding)
+                                                         d.dilates, d.padding_l, d.padding_r)
                        : dnnl::convolution_forward::desc(kind, algo, d.src, d.weights, d.dst, d.strides, d.dilates,
-                                                         d.padding, d.padding);
+                                                         d.padding_l, d.padding_r);
       return dnnl::convolution_forward::primitive_desc(desc, onednn::default_attr(), onednn::engine());
     });
   });
@@ -109,7 +111,7 @@ BackwardData backward_data_entry(const Shape& x, const Shape& w, const Shape& y,
     return try_build<BackwardData>([&] {
       const Problem d = problem_of(x, w, y, dtype, p);
       dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src, d.weights, d.dst,
-                                                 d.strides, d.dilates, d.padding, d.padding);
+                                                 d.strides, d.dilates, d.padding_l, d.padding_r);
       return dnnl::convolution_backward_data::primitive_desc(desc, onednn::default_attr(), onednn::engine(),
                                                              hint.pd);
     });
@@ -123,7 +125,7 @@ BackwardWeights backward_weights_entry(const Shape& x, const Shape& w, const Sha
     return try_build<BackwardWeights>([&] {
       const Problem d = problem_of(x, w, y, dtype, p);
       dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.src, d.weights, d.dst,
-                                                    d.strides, d.dilates, d.padding, d.padding);
+                                                    d.strides, d.dilates, d.padding_l, d.padding_r);
       return dnnl::convolution_backward_weights::primitive_desc(desc, onednn::default_attr(), onednn::engine(),
                                                                 hint.pd);
     });
@@ -168,16 +170,16 @@ bool onednn_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_i
   return true;
 }
 
-bool onednn_backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in, Tensor* gx, Tensor* gw,
-                     const ConvParams& p) {
+bool onednn_backward(const Tensor& gy_in, const Tensor& x_in, const Shape& x_shape, const Tensor& w_in, Tensor* gx,
+                     Tensor* gw, const ConvParams& p) {
   const Tensor gy = without_zero_strides(gy_in), x = without_zero_strides(x_in), w = without_zero_strides(w_in);
   const DType dtype = gy.dtype();
-  const Forward hint = forward_entry(x.sizes(), w.sizes(), gy.sizes(), dtype, p, false);
+  const Forward hint = forward_entry(x_shape, w.sizes(), gy.sizes(), dtype, p, false);
   if (!hint.ok) return false;
   BackwardData data;
   BackwardWeights weights;
-  if (gx && !(data = backward_data_entry(x.sizes(), w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
-  if (gw && !(weights = backward_weights_entry(x.sizes(), w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
+  if (gx && !(data = backward_data_entry(x_shape, w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
+  if (gw && !(weights = backward_weights_entry(x_shape, w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
   const memory user_gy = onednn::memory_of(gy);
   Tensor gy_buffer, gy_weights_buffer, w_buffer, x_buffer;
   memory diff_dst;
@@ -206,19 +208,33 @@ bool onednn_backward(const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in
   return true;
 }
 
-// Output sizes (OH * OW) up to which the bfloat16 weight gradient runs as a
-// GEMM rather than through oneDNN's convolution kernel.
+// Output sizes (pixels per channel) up to which the bfloat16 weight
+// gradient runs as a GEMM rather than through oneDNN's convolution kernel.
 constexpr int64_t kGemmWeightGradPixels = 256;
 
 void fill_zero(Tensor& t) {
   if (t.numel() > 0) std::memset(t.data_ptr(), 0, size_t(t.numel()) * t.element_size());
 }
 
-// grad_bias[o] = sum of grad_y over (n, oh, ow).
+// Elements per channel of an (N, C, spatial...) tensor.
+int64_t pixels_of(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+// bias (O) as a view broadcast over y's shape (N, O, spatial...).
+Tensor bias_view(const Tensor& bias, const Tensor& y) {
+  Shape strides(size_t(y.dim()), 0);
+  strides[1] = bias.stride(0);
+  return make_view(bias, y.sizes(), strides, bias.storage_offset());
+}
+
+// grad_bias[o] = sum of grad_y over (n, spatial...).
 void bias_grad(const Tensor& gy_in, Tensor& gb) {
   Tensor gy = contiguous(gy_in.detach());
-  const int64_t n = gy.size(0), o = gy.size(1), pixels = gy.size(2) * gy.size(3);
-  dispatch_floating(gy.dtype(), "conv2d", [&]<typename T>() {
+  const int64_t n = gy.size(0), o = gy.size(1), pixels = pixels_of(gy);
+  dispatch_floating(gy.dtype(), "conv", [&]<typename T>() {
     const T* src = gy.data<T>();
     T* dst = gb.data<T>();
     parallel_for(0, o, 1, [&](int64_t lo, int64_t hi) {
@@ -236,38 +252,69 @@ void bias_grad(const Tensor& gy_in, Tensor& gb) {
   });
 }
 
-}  // namespace
-
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
-  if (y.numel() == 0) return;
-  if (x.numel() == 0 || w.numel() == 0) {
-    // No input channels: the output is the bias alone.
-    if (bias.defined()) copy_cast(y, make_view(bias, {bias.size(0), 1, 1}, {bias.stride(0), 0, 0}, bias.storage_offset()));
-    else fill_zero(y);
-    return;
-  }
-  if (y.dtype() != DType::Float64 && onednn_forward(x, w, bias, y, p)) return;
-  im2col_conv2d_forward(x, w, bias, y, p);
+// y (N, O, spatial...) += bias (O), y contiguous.
+void add_bias(Tensor& y, const Tensor& bias_in) {
+  const Tensor bias = contiguous(bias_in.detach());
+  const int64_t channels = y.size(1), pixels = pixels_of(y);
+  dispatch_floating(y.dtype(), "conv", [&]<typename T>() {
+    const T* b = bias.data<T>();
+    T* dst = y.data<T>();
+    parallel_for(0, y.size(0) * channels, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(pixels, 1)),
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t plane = lo; plane < hi; ++plane) {
+                     const acc_type<T> v = acc_type<T>(b[plane % channels]);
+                     T* out = dst + plane * pixels;
+                     for (int64_t i = 0; i < pixels; ++i) out[i] = T(acc_type<T>(out[i]) + v);
+                   }
+                 });
+  });
 }
 
-void conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tensor* grad_x, Tensor* grad_w,
-                     Tensor* grad_bias, const ConvParams& p) {
-  if (grad_bias) bias_grad(grad_y, *grad_bias);
+// Input and weight gradients (grad_bias is separate): the bfloat16 weight
+// gradient of small images as a GEMM, then oneDNN, then im2col.
+void data_and_weight_grads(const Tensor& grad_y, const Tensor& x, const Shape& x_shape, const Tensor& w,
+                           Tensor* grad_x, Tensor* grad_w, const ConvParams& p) {
   if (!grad_x && !grad_w) return;
-  if (grad_y.numel() == 0 || x.numel() == 0 || w.numel() == 0) {
+  if (grad_y.numel() == 0 || shape_numel(x_shape) == 0 || w.numel() == 0) {
     if (grad_x) fill_zero(*grad_x);
     if (grad_w) fill_zero(*grad_w);
     return;
   }
   // Small images: the bfloat16 weight gradient as one GEMM (Note [bfloat16
   // weight gradient by GEMM] in conv_im2col.cpp).
-  if (grad_w && grad_y.dtype() == DType::BFloat16 && grad_y.size(2) * grad_y.size(3) <= kGemmWeightGradPixels &&
-      gemm_conv2d_weight_grad(grad_y, x, *grad_w, p)) {
+  if (grad_w && grad_y.dtype() == DType::BFloat16 && pixels_of(grad_y) <= kGemmWeightGradPixels &&
+      gemm_conv_weight_grad(grad_y, x, *grad_w, p)) {
     grad_w = nullptr;
     if (!grad_x) return;
   }
-  if (grad_y.dtype() != DType::Float64 && onednn_backward(grad_y, x, w, grad_x, grad_w, p)) return;
-  im2col_conv2d_backward(grad_y, x, w, grad_x, grad_w, p);
+  if (grad_y.dtype() != DType::Float64 && onednn_backward(grad_y, x, x_shape, w, grad_x, grad_w, p)) return;
+  im2col_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p);
+}
+
+}  // namespace
+
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
+  if (y.numel() == 0) return;
+  if (x.numel() == 0 || w.numel() == 0) {
+    // No input channels: the output is the bias alone.
+    if (bias.defined()) copy_cast(y, bias_view(bias, y));
+    else fill_zero(y);
+    return;
+  }
+  if (y.dtype() != DType::Float64 && onednn_forward(x, w, bias, y, p)) return;
+  im2col_conv_forward(x, w, bias, y, p);
+}
+
+void conv_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tensor* grad_x, Tensor* grad_w,
+                   Tensor* grad_bias, const ConvParams& p) {
+  if (grad_bias) bias_grad(grad_y, *grad_bias);
+  data_and_weight_grads(grad_y, x, grad_x ? grad_x->sizes() : x.sizes(), w, grad_x, grad_w, p);
+}
+
+void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
+  if (y.numel() == 0) return;
+  data_and_weight_grads(x, Tensor(), y.sizes(), w, &y, nullptr, p);
+  if (bias.defined()) add_bias(y, bias);
 }
 
 }  // namespace mf::cpu

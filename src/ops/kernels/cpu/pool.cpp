@@ -2,7 +2,7 @@
 //
 // Note [Plane blocks]: an NCHW plane is too small and its windows too
 // irregular to vectorise within the plane. The kernels instead take planes
-// kLanes at a time, transpose them into a block laid out (H, W, kLanes) in
+// kLanes at a time, transpose them into a block laid out ([D,] H, W, kLanes) in
 // the accumulation type, and run every window over whole lane vectors:
 // each window element is one contiguous kLanes-wide load, whatever the
 // kernel, stride, dilation or padding (the window position is the same in
@@ -10,6 +10,7 @@
 // to one thread; blocks run in parallel.
 #include "ops/kernels/cpu/pool.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -26,15 +27,33 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
+// Spatial entries are (depth, height, width); a 2-d pool has depth 1.
 struct Planes {
-  int64_t count, h, w, oh, ow;
-  int64_t in_size() const { return h * w; }
-  int64_t out_size() const { return oh * ow; }
+  int64_t count;
+  int64_t in[3], out[3];
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
 };
 
-// in is (count, H, W), out (count, OH, OW).
+// in is (N, C, [D,] H, W), out (N, C, [OD,] OH, OW).
 Planes planes_of(const Tensor& in, const Tensor& out) {
-  return {in.size(0) * in.size(1), in.size(2), in.size(3), out.size(2), out.size(3)};
+  Planes g{in.size(0) * in.size(1), {1, 1, 1}, {1, 1, 1}};
+  const int64_t first = 5 - in.dim();
+  for (int64_t d = first; d < 3; ++d) {
+    g.in[d] = in.size(2 + d - first);
+    g.out[d] = out.size(2 + d - first);
+  }
+  return g;
+}
+
+// Calls fn(o, index) for each output position o = (z, y, x) in order;
+// index is its offset in the output plane.
+template <typename F>
+void for_outputs(const Planes& g, const F& fn) {
+  int64_t index = 0;
+  for (int64_t z = 0; z < g.out[0]; ++z)
+    for (int64_t y = 0; y < g.out[1]; ++y)
+      for (int64_t x = 0; x < g.out[2]; ++x) fn(std::array<int64_t, 3>{z, y, x}, index++);
 }
 
 // Runs fn(first_plane, lanes) for each block of kLanes planes, in parallel;
@@ -102,17 +121,39 @@ void valid_range(int64_t start, int64_t kernel, int64_t dilation, int64_t size, 
   hi = std::max(hi, lo);
 }
 
-// Calls fn(position) for each input position h * W + w of the window of
-// output (oh, ow), in row-major order (PyTorch's order).
+// The window of one output: per spatial dim its first input position
+// (negative in the padding) and the kernel offsets [lo, hi) that land in
+// the input.
+struct Window {
+  int64_t start[3], lo[3], hi[3];
+  bool empty() const { return lo[0] >= hi[0] || lo[1] >= hi[1] || lo[2] >= hi[2]; }
+  // The position (z * H + y) * W + x of the first element inside the input.
+  int64_t first(const Planes& g, const PoolParams& p) const {
+    int64_t pos = 0;
+    for (int d = 0; d < 3; ++d) pos = pos * g.in[d] + start[d] + lo[d] * p.dilation[d];
+    return pos;
+  }
+};
+
+Window window_of(const std::array<int64_t, 3>& o, const Planes& g, const PoolParams& p) {
+  Window w;
+  for (int d = 0; d < 3; ++d) {
+    w.start[d] = o[size_t(d)] * p.stride[d] - p.padding[d];
+    valid_range(w.start[d], p.kernel[d], p.dilation[d], g.in[d], w.lo[d], w.hi[d]);
+  }
+  return w;
+}
+
+// Calls fn(position) for each input position (z * H + y) * W + x of the
+// window, in row-major order (PyTorch's order).
 template <typename F>
-void for_window(int64_t oh, int64_t ow, const Planes& g, const PoolParams& p, const F& fn) {
-  const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
-  int64_t kh_lo, kh_hi, kw_lo, kw_hi;
-  valid_range(h0, p.kernel[0], p.dilation[0], g.h, kh_lo, kh_hi);
-  valid_range(w0, p.kernel[1], p.dilation[1], g.w, kw_lo, kw_hi);
-  for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-    const int64_t row = (h0 + kh * p.dilation[0]) * g.w + w0;
-    for (int64_t kw = kw_lo; kw < kw_hi; ++kw) fn(row + kw * p.dilation[1]);
+void for_window(const Window& w, const Planes& g, const PoolParams& p, const F& fn) {
+  for (int64_t a = w.lo[0]; a < w.hi[0]; ++a) {
+    const int64_t plane = (w.start[0] + a * p.dilation[0]) * g.in[1];
+    for (int64_t b = w.lo[1]; b < w.hi[1]; ++b) {
+      const int64_t row = (plane + w.start[1] + b * p.dilation[1]) * g.in[2] + w.start[2];
+      for (int64_t c = w.lo[2]; c < w.hi[2]; ++c) fn(row + c * p.dilation[2]);
+    }
   }
 }
 
@@ -124,13 +165,37 @@ void for_window(int64_t oh, int64_t ow, const Planes& g, const PoolParams& p, co
 template <typename A>
 using PositionOf = std::conditional_t<sizeof(A) == 4, int32_t, int64_t>;
 
-template <typename T>
-void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParams& p) {
-  using A = acc_type<T>;
+// best/where (kLanes each) = the lane-wise max over a window and its
+// position: for_positions(fn) calls fn(position) for each window element
+// in row-major order. The max starts from the element at `first` (PyTorch's
+// index for an all -inf window); a later element replaces it when larger
+// or NaN.
+template <typename A, typename ForPositions>
+void window_max(const A* in, int64_t first, const ForPositions& for_positions, A* best, PositionOf<A>* where) {
   using Index = PositionOf<A>;
   // Explicit vector types: GCC does not vectorise the two-type blend below.
   using Values [[gnu::vector_size(sizeof(A) * kLanes)]] = A;
   using Positions [[gnu::vector_size(sizeof(A) * kLanes)]] = Index;
+  Positions a = Positions{} + Index(first);
+  Values b;
+  std::memcpy(&b, in + first * kLanes, sizeof b);
+  for_positions([&](int64_t pos) {
+    Values v;
+    std::memcpy(&v, in + pos * kLanes, sizeof v);
+    const Positions take = (v > b) | (v != v);
+    b = take ? v : b;
+    a = take ? Positions{} + Index(pos) : a;
+  });
+  std::memcpy(best, &b, sizeof b);
+  std::memcpy(where, &a, sizeof a);
+}
+
+// The max pools: window_for(o) gives output o's window, whose dilation is
+// p's.
+template <typename T, typename WindowFor>
+void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParams& p, const WindowFor& window_for) {
+  using A = acc_type<T>;
+  using Index = PositionOf<A>;
   Tensor x = contiguous(x_in.detach());
   const Planes g = planes_of(x, y);
   const T* xp = x.data<T>();
@@ -142,42 +207,20 @@ void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParam
     load_block(xp, g.in_size(), first, lanes, in);
     best.resize(static_cast<size_t>(g.out_size() * kLanes));
     where.resize(static_cast<size_t>(g.out_size() * kLanes));
-    const A* in_data = in.data();
-    for (int64_t oh = 0; oh < g.oh; ++oh)
-      for (int64_t ow = 0; ow < g.ow; ++ow) {
-        const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
-        int64_t kh_lo, kh_hi, kw_lo, kw_hi;
-        valid_range(h0, p.kernel[0], p.dilation[0], g.h, kh_lo, kh_hi);
-        valid_range(w0, p.kernel[1], p.dilation[1], g.w, kw_lo, kw_hi);
-        // Start from the window's first element (PyTorch's index for an
-        // all -inf window); then take anything larger, or NaN, in
-        // row-major order.
-        const int64_t start = (h0 + kh_lo * p.dilation[0]) * g.w + w0 + kw_lo * p.dilation[1];
-        Positions a = Positions{} + Index(start);
-        if (kh_lo >= kh_hi || kw_lo >= kw_hi) {
-          // A dilated window that holds only padding: -inf, and PyTorch's
-          // index of its first dilated position (past the input: not read).
-          const Values b = Values{} - std::numeric_limits<A>::infinity();
-          std::memcpy(best.data() + (oh * g.ow + ow) * kLanes, &b, sizeof b);
-          std::memcpy(where.data() + (oh * g.ow + ow) * kLanes, &a, sizeof a);
-          continue;
-        }
-        Values b;
-        std::memcpy(&b, in_data + start * kLanes, sizeof b);
-        for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-          const int64_t row = (h0 + kh * p.dilation[0]) * g.w + w0;
-          for (int64_t kw = kw_lo; kw < kw_hi; ++kw) {
-            const int64_t pos = row + kw * p.dilation[1];
-            Values v;
-            std::memcpy(&v, in_data + pos * kLanes, sizeof v);
-            const Positions take = (v > b) | (v != v);
-            b = take ? v : b;
-            a = take ? Positions{} + Index(pos) : a;
-          }
-        }
-        std::memcpy(best.data() + (oh * g.ow + ow) * kLanes, &b, sizeof b);
-        std::memcpy(where.data() + (oh * g.ow + ow) * kLanes, &a, sizeof a);
+    for_outputs(g, [&](const std::array<int64_t, 3>& o, int64_t index) {
+      const Window w = window_for(o, g);
+      const int64_t start = w.first(g, p);
+      A* best_out = best.data() + index * kLanes;
+      Index* where_out = where.data() + index * kLanes;
+      if (w.empty()) {
+        // A dilated window that holds only padding: -inf, and PyTorch's
+        // index of its first dilated position (past the input: not read).
+        std::fill(best_out, best_out + kLanes, -std::numeric_limits<A>::infinity());
+        std::fill(where_out, where_out + kLanes, Index(start));
+        return;
       }
+      window_max(in.data(), start, [&](const auto& fn) { for_window(w, g, p, fn); }, best_out, where_out);
+    });
     store_block(best, g.out_size(), first, lanes, yp);
     store_block(where, g.out_size(), first, lanes, ip);
   });
@@ -223,15 +266,19 @@ void max_gather(const Tensor& t_in, const Tensor& indices_in, Tensor& out) {
 
 // --- average -----------------------------------------------------------------------------
 
-// PyTorch's divisor for the average of output (oh, ow): the window clipped
-// to the padded input, or to the input without count_include_pad.
-int64_t avg_divisor(int64_t oh, int64_t ow, const Planes& g, const PoolParams& p) {
-  int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
-  int64_t h1 = std::min(h0 + p.kernel[0], g.h + p.padding[0]), w1 = std::min(w0 + p.kernel[1], g.w + p.padding[1]);
-  if (p.count_include_pad) return (h1 - h0) * (w1 - w0);
-  h0 = std::max<int64_t>(h0, 0);
-  w0 = std::max<int64_t>(w0, 0);
-  return (std::min(h1, g.h) - h0) * (std::min(w1, g.w) - w0);
+// PyTorch's divisor for the average over window w: the window clipped to
+// the padded input, or to the input without count_include_pad.
+int64_t avg_divisor(const Window& w, const Planes& g, const PoolParams& p) {
+  int64_t divisor = 1;
+  for (int d = 0; d < 3; ++d) {
+    int64_t lo = w.start[d], hi = std::min(lo + p.kernel[d], g.in[d] + p.padding[d]);
+    if (!p.count_include_pad) {
+      lo = std::max<int64_t>(lo, 0);
+      hi = std::min(hi, g.in[d]);
+    }
+    divisor *= hi - lo;
+  }
+  return divisor;
 }
 
 template <typename T>
@@ -246,14 +293,14 @@ void avg_forward(const Tensor& x_in, Tensor& y, const PoolParams& p) {
     load_block(xp, g.in_size(), first, lanes, in);
     out.resize(static_cast<size_t>(g.out_size() * kLanes));
     const A* in_data = in.data();
-    for (int64_t oh = 0; oh < g.oh; ++oh)
-      for (int64_t ow = 0; ow < g.ow; ++ow) {
-        A* sum = out.data() + (oh * g.ow + ow) * kLanes;
-        std::fill(sum, sum + kLanes, A(0));
-        for_window(oh, ow, g, p, [&](int64_t pos) { add_lanes(sum, in_data + pos * kLanes); });
-        const A divisor = A(avg_divisor(oh, ow, g, p));
-        for (int64_t l = 0; l < kLanes; ++l) sum[l] /= divisor;
-      }
+    for_outputs(g, [&](const std::array<int64_t, 3>& o, int64_t index) {
+      const Window w = window_of(o, g, p);
+      A* sum = out.data() + index * kLanes;
+      std::fill(sum, sum + kLanes, A(0));
+      for_window(w, g, p, [&](int64_t pos) { add_lanes(sum, in_data + pos * kLanes); });
+      const A divisor = A(avg_divisor(w, g, p));
+      for (int64_t l = 0; l < kLanes; ++l) sum[l] /= divisor;
+    });
     store_block(out, g.out_size(), first, lanes, yp);
   });
 }
@@ -270,13 +317,13 @@ void avg_backward(const Tensor& gy_in, Tensor& gx, const PoolParams& p) {
     load_block(gyp, g.out_size(), first, lanes, grad);
     acc.assign(static_cast<size_t>(g.in_size() * kLanes), A(0));
     A* acc_data = acc.data();
-    for (int64_t oh = 0; oh < g.oh; ++oh)
-      for (int64_t ow = 0; ow < g.ow; ++ow) {
-        const A divisor = A(avg_divisor(oh, ow, g, p));
-        A* share = grad.data() + (oh * g.ow + ow) * kLanes;
-        for (int64_t l = 0; l < kLanes; ++l) share[l] /= divisor;
-        for_window(oh, ow, g, p, [&](int64_t pos) { add_lanes(acc_data + pos * kLanes, share); });
-      }
+    for_outputs(g, [&](const std::array<int64_t, 3>& o, int64_t index) {
+      const Window w = window_of(o, g, p);
+      const A divisor = A(avg_divisor(w, g, p));
+      A* share = grad.data() + index * kLanes;
+      for (int64_t l = 0; l < kLanes; ++l) share[l] /= divisor;
+      for_window(w, g, p, [&](int64_t pos) { add_lanes(acc_data + pos * kLanes, share); });
+    });
     store_block(acc, g.in_size(), first, lanes, gxp);
   });
 }
@@ -290,8 +337,9 @@ void avg_backward(const Tensor& gy_in, Tensor& gx, const PoolParams& p) {
 // keep the loops.
 bool onednn_fits(const Planes& g, const PoolParams& p, DType dtype) {
   if (dtype != DType::Float32 && dtype != DType::BFloat16) return false;
-  return (g.h + 2 * p.padding[0] - p.kernel[0]) / p.stride[0] + 1 == g.oh &&
-         (g.w + 2 * p.padding[1] - p.kernel[1]) / p.stride[1] + 1 == g.ow;
+  for (int d = 0; d < 3; ++d)
+    if ((g.in[d] + 2 * p.padding[d] - p.kernel[d]) / p.stride[d] + 1 != g.out[d]) return false;
+  return true;
 }
 
 struct AvgPrimitives {
@@ -302,19 +350,23 @@ struct AvgPrimitives {
   dnnl::pooling_backward backward;
 };
 
-// x and y are the (N, C, H, W) and (N, C, OH, OW) shapes.
+// x and y are the (N, C, [D,] H, W) and (N, C, [OD,] OH, OW) shapes.
 AvgPrimitives avg_primitives(const Shape& x, const Shape& y, DType dtype, const PoolParams& p) {
   static onednn::PrimitiveCache<AvgPrimitives> cache;
   std::vector<int64_t> key{int64_t(dtype), p.count_include_pad};
   key.insert(key.end(), x.begin(), x.end());
   key.insert(key.end(), y.begin(), y.end());
-  for (int i = 0; i < 2; ++i) key.insert(key.end(), {p.kernel[i], p.stride[i], p.padding[i]});
+  for (int i = 0; i < 3; ++i) key.insert(key.end(), {p.kernel[i], p.stride[i], p.padding[i]});
   return cache.get(key, [&] {
     const auto algo = p.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                           : dnnl::algorithm::pooling_avg_exclude_padding;
     const dnnl::memory::desc src = onednn::dense_desc(x, dtype), dst = onednn::dense_desc(y, dtype);
-    const dnnl::memory::dims strides{p.stride[0], p.stride[1]}, kernel{p.kernel[0], p.kernel[1]},
-        padding{p.padding[0], p.padding[1]};
+    dnnl::memory::dims strides, kernel, padding;
+    for (size_t d = 5 - x.size(); d < 3; ++d) {
+      strides.push_back(p.stride[d]);
+      kernel.push_back(p.kernel[d]);
+      padding.push_back(p.padding[d]);
+    }
     try {
       AvgPrimitives out;
       out.forward_pd = dnnl::pooling_forward::primitive_desc(
@@ -364,16 +416,21 @@ bool onednn_avg_backward(const Tensor& gy_in, Tensor& gx, const PoolParams& p) {
 int64_t window_start(int64_t i, int64_t n, int64_t m) { return (i * m) / n; }
 int64_t window_end(int64_t i, int64_t n, int64_t m) { return ((i + 1) * m + n - 1) / n; }
 
-// Calls fn(position, 1 / window size) for each input position of adaptive
-// output (oh, ow).
-template <typename A, typename F>
-void for_adaptive_window(int64_t oh, int64_t ow, const Planes& g, const F& fn) {
-  const int64_t h0 = window_start(oh, g.oh, g.h), h1 = window_end(oh, g.oh, g.h);
-  const int64_t w0 = window_start(ow, g.ow, g.w), w1 = window_end(ow, g.ow, g.w);
-  const A divisor = A((h1 - h0) * (w1 - w0));
-  for (int64_t ih = h0; ih < h1; ++ih)
-    for (int64_t iw = w0; iw < w1; ++iw) fn(ih * g.w + iw, divisor);
+// The adaptive window of output o: per dim [lo, hi) of the input.
+Window adaptive_window(const std::array<int64_t, 3>& o, const Planes& g) {
+  Window w;
+  for (int d = 0; d < 3; ++d) {
+    w.start[d] = window_start(o[size_t(d)], g.out[d], g.in[d]);
+    w.lo[d] = 0;
+    w.hi[d] = window_end(o[size_t(d)], g.out[d], g.in[d]) - w.start[d];
+  }
+  return w;
 }
+
+// Dilation 1 everywhere: adaptive windows are dense.
+constexpr PoolParams kDense{};
+
+int64_t window_size(const Window& w) { return (w.hi[0] - w.lo[0]) * (w.hi[1] - w.lo[1]) * (w.hi[2] - w.lo[2]); }
 
 template <typename T>
 void adaptive_forward(const Tensor& x_in, Tensor& y) {
@@ -387,17 +444,14 @@ void adaptive_forward(const Tensor& x_in, Tensor& y) {
     load_block(xp, g.in_size(), first, lanes, in);
     out.resize(static_cast<size_t>(g.out_size() * kLanes));
     const A* in_data = in.data();
-    for (int64_t oh = 0; oh < g.oh; ++oh)
-      for (int64_t ow = 0; ow < g.ow; ++ow) {
-        A* sum = out.data() + (oh * g.ow + ow) * kLanes;
-        std::fill(sum, sum + kLanes, A(0));
-        A divisor = 1;
-        for_adaptive_window<A>(oh, ow, g, [&](int64_t pos, A d) {
-          add_lanes(sum, in_data + pos * kLanes);
-          divisor = d;
-        });
-        for (int64_t l = 0; l < kLanes; ++l) sum[l] /= divisor;
-      }
+    for_outputs(g, [&](const std::array<int64_t, 3>& o, int64_t index) {
+      const Window w = adaptive_window(o, g);
+      A* sum = out.data() + index * kLanes;
+      std::fill(sum, sum + kLanes, A(0));
+      for_window(w, g, kDense, [&](int64_t pos) { add_lanes(sum, in_data + pos * kLanes); });
+      const A divisor = A(window_size(w));
+      for (int64_t l = 0; l < kLanes; ++l) sum[l] /= divisor;
+    });
     store_block(out, g.out_size(), first, lanes, yp);
   });
 }
@@ -414,42 +468,48 @@ void adaptive_backward(const Tensor& gy_in, Tensor& gx) {
     load_block(gyp, g.out_size(), first, lanes, grad);
     acc.assign(static_cast<size_t>(g.in_size() * kLanes), A(0));
     A* acc_data = acc.data();
-    for (int64_t oh = 0; oh < g.oh; ++oh)
-      for (int64_t ow = 0; ow < g.ow; ++ow) {
-        const A* gv = grad.data() + (oh * g.ow + ow) * kLanes;
-        for_adaptive_window<A>(oh, ow, g, [&](int64_t pos, A divisor) {
-          A* dst = acc_data + pos * kLanes;
-          for (int64_t l = 0; l < kLanes; ++l) dst[l] += gv[l] / divisor;
-        });
-      }
+    for_outputs(g, [&](const std::array<int64_t, 3>& o, int64_t index) {
+      const Window w = adaptive_window(o, g);
+      const A* gv = grad.data() + index * kLanes;
+      const A divisor = A(window_size(w));
+      for_window(w, g, kDense, [&](int64_t pos) {
+        A* dst = acc_data + pos * kLanes;
+        for (int64_t l = 0; l < kLanes; ++l) dst[l] += gv[l] / divisor;
+      });
+    });
     store_block(acc, g.in_size(), first, lanes, gxp);
   });
 }
 
 }  // namespace
 
-void max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const PoolParams& p) {
-  dispatch_floating(x.dtype(), "max_pool2d", [&]<typename T>() { max_forward<T>(x, y, indices, p); });
+void max_pool_forward(const Tensor& x, Tensor& y, Tensor& indices, const PoolParams& p) {
+  auto window_for = [&](const std::array<int64_t, 3>& o, const Planes& g) { return window_of(o, g, p); };
+  dispatch_floating(x.dtype(), "max_pool", [&]<typename T>() { max_forward<T>(x, y, indices, p, window_for); });
 }
-void max_pool2d_scatter(const Tensor& grad_y, const Tensor& indices, Tensor& grad_x) {
-  dispatch_floating(grad_y.dtype(), "max_pool2d", [&]<typename T>() { max_scatter<T>(grad_y, indices, grad_x); });
+void max_pool_scatter(const Tensor& grad_y, const Tensor& indices, Tensor& grad_x) {
+  dispatch_floating(grad_y.dtype(), "max_pool", [&]<typename T>() { max_scatter<T>(grad_y, indices, grad_x); });
 }
-void max_pool2d_gather(const Tensor& t, const Tensor& indices, Tensor& out) {
-  dispatch_floating(t.dtype(), "max_pool2d", [&]<typename T>() { max_gather<T>(t, indices, out); });
+void max_pool_gather(const Tensor& t, const Tensor& indices, Tensor& out) {
+  dispatch_floating(t.dtype(), "max_pool", [&]<typename T>() { max_gather<T>(t, indices, out); });
 }
-void avg_pool2d_forward(const Tensor& x, Tensor& y, const PoolParams& p) {
+void avg_pool_forward(const Tensor& x, Tensor& y, const PoolParams& p) {
   if (y.numel() == 0 || onednn_avg_forward(x, y, p)) return;
-  dispatch_floating(x.dtype(), "avg_pool2d", [&]<typename T>() { avg_forward<T>(x, y, p); });
+  dispatch_floating(x.dtype(), "avg_pool", [&]<typename T>() { avg_forward<T>(x, y, p); });
 }
-void avg_pool2d_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams& p) {
+void avg_pool_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams& p) {
   if (grad_x.numel() == 0 || onednn_avg_backward(grad_y, grad_x, p)) return;
-  dispatch_floating(grad_y.dtype(), "avg_pool2d", [&]<typename T>() { avg_backward<T>(grad_y, grad_x, p); });
+  dispatch_floating(grad_y.dtype(), "avg_pool", [&]<typename T>() { avg_backward<T>(grad_y, grad_x, p); });
 }
-void adaptive_avg_pool2d_forward(const Tensor& x, Tensor& y) {
-  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&]<typename T>() { adaptive_forward<T>(x, y); });
+void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
+  dispatch_floating(x.dtype(), "adaptive_avg_pool", [&]<typename T>() { adaptive_forward<T>(x, y); });
 }
-void adaptive_avg_pool2d_backward(const Tensor& grad_y, Tensor& grad_x) {
-  dispatch_floating(grad_y.dtype(), "adaptive_avg_pool2d", [&]<typename T>() { adaptive_backward<T>(grad_y, grad_x); });
+void adaptive_avg_pool_backward(const Tensor& grad_y, Tensor& grad_x) {
+  dispatch_floating(grad_y.dtype(), "adaptive_avg_pool", [&]<typename T>() { adaptive_backward<T>(grad_y, grad_x); });
+}
+void adaptive_max_pool_forward(const Tensor& x, Tensor& y, Tensor& indices) {
+  dispatch_floating(x.dtype(), "adaptive_max_pool",
+                    [&]<typename T>() { max_forward<T>(x, y, indices, kDense, adaptive_window); });
 }
 
 }  // namespace mf::cpu
