@@ -1,5 +1,5 @@
 """The beta distribution (torch.distributions.beta), built on Dirichlet as in torch."""
-from numbers import Number, Real
+from numbers import Real
 
 import meshflow as mf
 from meshflow.distributions import constraints
@@ -68,17 +68,11 @@ class Beta(ExponentialFamily):
 
     @property
     def concentration1(self):
-        result = self._dirichlet.concentration[..., 0]
-        if isinstance(result, Number):
-            return mf.tensor([result])
-        return result
+        return self._dirichlet.concentration[..., 0]
 
     @property
     def concentration0(self):
-        result = self._dirichlet.concentration[..., 1]
-        if isinstance(result, Number):
-            return mf.tensor([result])
-        return result
+        return self._dirichlet.concentration[..., 1]
 
     @property
     def _natural_params(self):
