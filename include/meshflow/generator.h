@@ -9,8 +9,11 @@
 
 namespace mf {
 
-// Philox4x32 with 10 rounds: four 32-bit random words per 64-bit counter.
-std::array<uint32_t, 4> philox(uint64_t seed, uint64_t counter);
+// Philox4x32 with 10 rounds: four 32-bit random words per 128-bit counter
+// (counter, substream). Ops use substream 0; an op that needs an unbounded
+// number of words per element (rejection sampling) gives element i the
+// counter it reserved for it and walks the substreams 0, 1, 2, ...
+std::array<uint32_t, 4> philox(uint64_t seed, uint64_t counter, uint64_t substream = 0);
 
 class Generator {
  public:

@@ -121,6 +121,7 @@ void init_creation(py::module_& m) {
         py::arg("generator") = py::none());
   m.def("bernoulli", py::overload_cast<const Tensor&, double, Generator*>(&bernoulli), py::arg("input"),
         py::arg("p"), py::kw_only(), py::arg("generator") = py::none());
+  m.def("_standard_gamma", &standard_gamma, py::arg("input"), py::kw_only(), py::arg("generator") = py::none());
   m.def("multinomial", &multinomial, py::arg("input"), py::arg("num_samples"), py::arg("replacement") = false,
         py::kw_only(), py::arg("generator") = py::none());
   // torch.normal: the values of mean + std * N(0, 1), with no gradient

@@ -80,6 +80,7 @@ void init_elementwise(py::module_& m) {
            {"isnan", &isnan}, {"isinf", &isinf}, {"isfinite", &isfinite}})
     def_unary(m, name, f);
   m.def("polygamma", &polygamma, py::arg("n"), py::arg("input"));
+  m.def("_standard_gamma_grad", &standard_gamma_grad, py::arg("input"), py::arg("output"));
   m.def("gelu", &gelu, py::arg("input"), py::kw_only(), py::arg("approximate") = "none");
   m.def("leaky_relu", &leaky_relu, py::arg("input"), py::arg("negative_slope") = 0.01);
   m.def("elu", &elu, py::arg("input"), py::arg("alpha") = 1.0);

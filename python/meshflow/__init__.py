@@ -14,6 +14,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from meshflow import _C  # noqa: E402
 from meshflow._C import *  # noqa: F401,F403  (ops, Tensor, dtype, device, ...)
 from meshflow._C import Tensor, dtype, device
+from meshflow._C import _standard_gamma, _standard_gamma_grad  # noqa: F401  (torch's private ops)
 from meshflow._grad_mode import enable_grad, inference_mode, no_grad, set_grad_enabled
 from meshflow._type_info import finfo, iinfo
 from meshflow._size import Size

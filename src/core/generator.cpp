@@ -3,11 +3,12 @@
 namespace mf {
 
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
-// SC 2011). The key is the seed; the counter is (counter, 0).
-std::array<uint32_t, 4> philox(uint64_t seed, uint64_t counter) {
+// SC 2011). The key is the seed; the counter is (counter, substream).
+std::array<uint32_t, 4> philox(uint64_t seed, uint64_t counter, uint64_t substream) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32);
+  uint32_t c2 = uint32_t(substream), c3 = uint32_t(substream >> 32);
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int round = 0; round < 10; ++round) {
     uint64_t p0 = uint64_t(kM0) * c0;

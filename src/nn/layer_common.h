@@ -1,5 +1,5 @@
-// Helpers shared by the layer files: argument checks, PyTorch's default
-// affine initialisation and Python's text of a tuple.
+// Helpers shared by the layer files: argument checks and PyTorch's default
+// affine initialisation (Python's text of values: nn/repr.h).
 #pragma once
 
 #include <cmath>
@@ -8,15 +8,9 @@
 #include "meshflow/error.h"
 #include "meshflow/nn/init.h"
 #include "meshflow/ops/creation.h"
+#include "nn/repr.h"  // py_tuple
 
 namespace mf::nn {
-
-// (a, b) as Python prints a tuple; a 1-tuple gets its comma.
-inline std::string py_tuple(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
 
 inline void check_positive(int64_t v, const char* layer, const char* arg) {
   MF_CHECK(v > 0, ValueError, layer, ": ", arg, " must be positive, got ", v);

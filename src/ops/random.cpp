@@ -12,6 +12,8 @@
 //   randint: one word (ranges up to 2^32, k = 4) or two (k = 2)
 //   randperm: two words, a 64-bit sort key (k = 2)
 //   bernoulli: a uniform of the probability's dtype (float64: k = 2, else 4)
+//   _standard_gamma: one counter per element and all its substreams (k = 1,
+//     Note [Gamma sampling] in gamma.cpp)
 // Values therefore never depend on the thread count, and any slice of the
 // output can be produced on its own.
 #include <algorithm>
@@ -27,27 +29,12 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
 #include "ops/kernels/cpu/loops.h"
+#include "ops/random_common.h"
 
 namespace mf {
 namespace {
 
-struct Stream {
-  uint64_t seed;
-  uint64_t offset;
-};
-
-Stream stream_of(const Attrs& attrs) {
-  return {uint64_t(attrs.get_int("seed")), uint64_t(attrs.get_int("offset"))};
-}
-
-// Reserves the counters of n elements, k per counter, from gen and adds them
-// to attrs.
-Attrs& with_stream(Attrs& attrs, int64_t n, int64_t k, Generator& gen = default_generator()) {
-  const uint64_t offset = gen.reserve(uint64_t((n + k - 1) / k));
-  return attrs.set("seed", int64_t(gen.seed())).set("offset", int64_t(offset));
-}
-
-Generator& gen(Generator* generator) { return generator ? *generator : default_generator(); }
+using namespace random_detail;
 
 // Philox4x32-10 of kPhiloxBatch consecutive counters: the same function as
 // mf::philox (generator.cpp), laid out so that the rounds vectorise across

@@ -395,6 +395,8 @@ op("xlogy", [X(), Other()], dtypes=ALL, method=True)
 op("polygamma", [Int(-2, 4), X()], dtypes=ALL)
 op("multinomial", [X(), Int(-1, 6)], {"replacement": Lit("True", "False")}, dtypes=ALL, method=True)
 op("normal", [X(), Other()], dtypes=ALL)
+op("_standard_gamma", [X()], dtypes=("float32", "float64"))
+op("_standard_gamma_grad", [X(), Y()], dtypes=("float32", "float64"))
 for _n in ("clamp_min", "clamp_max"):
     op(_n, [X(), Scalar()], dtypes=NUMERIC, method=True)
 for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"):

@@ -1129,6 +1129,27 @@ def _init(g):
     return "nn.init." + name
 
 
+@family("distributions(gamma)", 3.0, covers=("distributions.Gamma", "distributions.Chi2", "distributions.Beta",
+                                            "distributions.Dirichlet"))
+def _gamma_distributions(g):
+    """A distribution drawn through the gamma sampler, with parameters of any sign,
+    then one of its methods."""
+    dtype = g.dtype(FLOATS) if g.chance(0.9) else g.dtype()
+    x = g.tensor(g.shape(0, 3), dtype, grad=g.chance(0.5))
+    y = g.tensor(g.bshape(x.shape), dtype)
+    name = g.choice(("Gamma", "Chi2", "Beta", "Dirichlet"))
+    params = {"Gamma": [g.targ(x), g.choice((g.targ(y), a(g, "float", 2.0)))], "Chi2": [g.targ(x)],
+              "Beta": [g.targ(x), g.choice((g.targ(y), a(g, "float", 0.5)))], "Dirichlet": [g.targ(x)]}[name]
+    params += kwargs(g, [("validate_args", "bool", g.chance(0.5))])
+    g.emit(f"d = mf.distributions.{name}({', '.join(params)})")
+    shape = size_arg(g, [g.size(0, 3) for _ in range(g.r.randint(0, 2))])
+    g.emit(g.choice((f"r = d.rsample({shape})", f"r = d.sample({shape})", "r = d.log_prob(d.sample())",
+                     "r = d.entropy()", "r = (d.mean, d.variance, d.mode)", "r = mf.distributions.kl_divergence(d, d)",
+                     f"r = d.expand({size_arg(g, [2] + list(x.shape[:-1] if name == 'Dirichlet' else x.shape))})",
+                     f"r = d.rsample({shape}).sum().backward()")))
+    return "distributions." + name
+
+
 @family("autograd", 4.0, covers=("Tensor.backward", "autograd.grad"))
 def _autograd(g):
     """A small graph through a random op, then backward with the awkward options."""

@@ -15,7 +15,7 @@ import numpy as np
 from sampling import (ALL, BINARY_SHAPES, BOOL, FLOATS, INTS, NUMERIC, Arr, Dt, S, binary, in_range, index_arr,
                       inplace, make, method_call, mf_function_or_method, no_tensor, reduction, scalar_of, unary,
                       validate_binary_values, validate_multinomial, validate_normal, validate_randint, validate_randn,
-                      validate_randperm, wider)
+                      validate_randperm, values_of, wider)
 
 GRAD_DTYPES = ("float32", "float64")
 
@@ -414,6 +414,37 @@ def normal_samples(rng, dtype):
 
 op("normal", normal_samples, check="meta", differentiable=False, validate=validate_normal,
    dtypes=("float32", "float64"))
+
+
+def standard_gamma_samples(rng, dtype):
+    return [S(make(rng, (3, 4), dtype, 0.05, 5)), S(make(rng, (0, 3), dtype, 0.5, 2)),
+            S(make(rng, (), dtype, 0.5, 2)), S(make(rng, (30, 30), dtype, 0.01, 50)),
+            S(Arr(np.array([0.0, 1e-3, 1e3, 1e8]), dtype))]
+
+
+def validate_gamma_samples(args, out):
+    v = values_of(out)
+    assert np.isfinite(v).all() and (v > 0).all(), v
+
+
+# Random: shapes and dtypes against torch, values (finite, positive) here; the
+# distribution of the samples and their gradient are tested in test_distributions_gamma.py.
+op("_standard_gamma", standard_gamma_samples, check="meta", validate=validate_gamma_samples,
+   dtypes=("float32", "float64"))
+
+
+def standard_gamma_grad_samples(rng, dtype):
+    a = make(rng, (3, 4), dtype, 0.5, 5, requires_grad=False)
+    x = Arr(a.data * rng.uniform(0.3, 2.5, size=a.data.shape), dtype, requires_grad=False)
+    a0 = make(rng, (), dtype, 1, 3, requires_grad=False)
+    return [S(a, x), S(a0, Arr(a0.data * 0.7, dtype, requires_grad=False)),
+            S(make(rng, (0, 2), dtype, 1, 2, requires_grad=False), make(rng, (0, 2), dtype, 1, 2, requires_grad=False))]
+
+
+# torch approximates d sample / d concentration (to about 1e-4 relative here, 1e-3 at worst
+# in these ranges); meshflow computes it to about 1e-13 (test_distributions_gamma.py checks it against mpmath).
+op("_standard_gamma_grad", standard_gamma_grad_samples, differentiable=False, dtypes=("float32", "float64"),
+   tol={"float64": (2e-3, 1e-6), "float32": (2e-3, 1e-5)})
 op("bernoulli", lambda rng, dtype: bernoulli_samples(rng, dtype)[:2] + bernoulli_samples(rng, dtype)[3:5],
    method=True, differentiable=False)
 op("Tensor.uniform_", lambda rng, dtype: [S(make(rng, (20, 30), dtype), -2.0, 3.0), S(make(rng, (0,), dtype))],
@@ -808,10 +839,15 @@ NOT_OPS = {
 }
 
 
+# torch's private ops that meshflow binds under the same names (torch.distributions uses them).
+PRIVATE_OPS = ("_standard_gamma", "_standard_gamma_grad")
+
+
 def public_names(mf):
     """Every public callable of meshflow, meshflow.nn.functional, meshflow.linalg and Tensor, by qualified name."""
     names = {n for n in dir(mf) if not n.startswith("_") and callable(getattr(mf, n))
              and not isinstance(getattr(mf, n), type)}
+    names |= {n for n in PRIVATE_OPS if hasattr(mf, n)}
     names |= {"nn.functional." + n for n in mf.nn.functional.__all__}
     names |= {"Tensor." + n for n in dir(mf.Tensor) if not n.startswith("_")}
     names |= {"linalg." + n for n in mf.linalg.__all__ if not isinstance(getattr(mf.linalg, n), type)}

@@ -50,6 +50,11 @@ Tensor bernoulli(const Tensor& like, double p, Generator* generator = nullptr);
 // a positive sum.
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
                    Generator* generator = nullptr);
+// A Gamma(a, 1) sample for each element a >= 0 of a float32 or float64
+// concentration (torch._standard_gamma); differentiable in the
+// concentration by the implicit reparameterisation gradient,
+// standard_gamma_grad (elementwise.h).
+Tensor standard_gamma(const Tensor& concentration, Generator* generator = nullptr);
 // In-place fills (no autograd history; they bump the version counter).
 Tensor& uniform_(Tensor& t, double from = 0.0, double to = 1.0, Generator* generator = nullptr);
 Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* generator = nullptr);

@@ -88,6 +88,10 @@ Tensor& apply_unary_(Tensor& t, Tensor (*f)(const Tensor&), const char* name);
 Tensor lgamma(const Tensor& t);
 Tensor digamma(const Tensor& t);
 Tensor polygamma(int64_t n, const Tensor& t);
+// d sample / d concentration of a standard gamma sample (torch's
+// _standard_gamma_grad, computed exactly rather than approximated; not
+// differentiable itself).
+Tensor standard_gamma_grad(const Tensor& concentration, const Tensor& sample);
 Tensor floor(const Tensor& t);
 Tensor ceil(const Tensor& t);
 Tensor round(const Tensor& t);

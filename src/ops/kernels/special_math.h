@@ -1,13 +1,16 @@
 // Special functions as scalar functions of double: the gamma family
 // (lgamma, digamma, trigamma and the Hurwitz zeta function, which gives
-// polygamma) and erfinv. Plain inline functions of <cmath> only, so that every
+// polygamma), the derivative of a gamma sample with respect to its shape
+// (standard_gamma_grad) and erfinv. Plain inline functions of <cmath> only, so that every
 // backend's loops can use them. The methods are the classical ones (Cephes'
 // asymptotic digamma series and Euler-Maclaurin zeta summation), which are
 // also those PyTorch uses, so results agree to rounding.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace mf::special_math {
 
@@ -145,6 +148,160 @@ inline double erfinv(double y) {
     x -= r / (2.0 / std::sqrt(kPi) * std::exp(-x * x));
   }
   return x;
+}
+
+// log(a) - digamma(a), without the cancellation of the difference for large a.
+inline double log_minus_digamma(double a) {
+  if (a < 10) return std::log(a) - digamma(a);
+  // 1/(2a) + sum B_2k / (2k a^2k), to a^-10: the next term is below 1e-13 of the sum
+  const double z = 1 / (a * a);
+  return 0.5 / a + z * (1. / 12 - z * (1. / 120 - z * (1. / 252 - z * (1. / 240 - z / 132))));
+}
+
+namespace gamma_detail {
+
+// Note [Gamma sample gradient]: a standard gamma sample x of shape a moves
+// with a as dx/da = -(dP/da) / (dP/dx), P(a, x) the regularised lower
+// incomplete gamma function and dP/dx = x^(a-1) e^-x / Gamma(a) its
+// density (implicit reparameterisation, Figurnov et al. 2018). Two exact
+// evaluations, each accurate to about 1e-12 relative over the whole range:
+//
+// Small shapes (a < 10, x < a + 50): the power series of P for x <= a or
+// x <= 1, the continued fraction of Q = 1 - P otherwise (Cephes' igam and
+// igamc), both differentiated term by term in a, as Eigen's igamma_der_a:
+//   P = x^a e^-x / Gamma(a + 1) * S,  dx/da = -(x / a) (S (log x - psi(a + 1)) + dS/da)
+//   Q = x^a e^-x / Gamma(a) * C,      dx/da = x (C (log x - psi(a)) + dC/da)
+// They converge in O(x + a) terms, which is why they stop at a = 10.
+//
+// Otherwise, the same derivative as an integral. Differentiating P under
+// the integral sign and substituting t = x e^-s (x <= a) or t = x e^s
+// (x > a) gives, with c = log x - psi(a),
+//   x <= a:  dx/da = -x Integral_0^inf (c - s) exp(phi(s)) ds,  phi(s) = -a s + x (1 - e^-s)
+//   x > a:   dx/da =  x Integral_0^inf (c + s) exp(phi(s)) ds,  phi(s) = a s - x (e^s - 1)
+// (the second is the first's complement: the integrand over all t has
+// mean zero). phi is concave and decreasing from phi(0) = 0, so the
+// integrand is smooth and decays from s = 0: exponentially at rate |x - a|
+// or as a Gaussian of width 1/sqrt(x), whichever is faster. It is cut where
+// phi = -50 (found by Newton's method from an upper bound, which converges
+// monotonically on a concave function) and integrated by 8 panels of
+// 16-point Gauss-Legendre. Neither form cancels badly: c - s < 0 for x
+// below exp(psi(a)) and c + s > 0 above a, and in between c is O(1/a).
+// The cost is fixed (128 exponentials), so any a works, 1e300 included.
+
+inline constexpr double kPhiCut = 50;
+inline constexpr int kPanels = 8;
+// Gauss-Legendre nodes on [-1, 1] (positive half) and their weights.
+inline constexpr std::array<std::pair<double, double>, 8> kGaussLegendre16{{
+    {0.9894009349916499326, 0.027152459411754094852},
+    {0.94457502307323257608, 0.062253523938647892863},
+    {0.86563120238783174388, 0.09515851168249278481},
+    {0.7554044083550030339, 0.12462897125553387205},
+    {0.61787624440264374845, 0.14959598881657673208},
+    {0.45801677765722738634, 0.16915651939500253819},
+    {0.28160355077925891323, 0.18260341504492358887},
+    {0.095012509837637440185, 0.18945061045506849629},
+}};
+
+// e^(sign s) - 1 - sign s for s >= 0, accurate where it is O(s^2).
+inline double exp_minus_linear(double s, double sign) {
+  if (s >= 0.5) return std::expm1(sign * s) - sign * s;
+  double term = s * s / 2, sum = 0;
+  for (int k = 3; term != 0 && std::abs(term) > 1e-17 * std::abs(sum); ++k) {
+    sum += term;
+    term *= sign * s / k;
+  }
+  return sum;
+}
+
+inline double integral_grad(double a, double x) {
+  const bool lower = x <= a;
+  const double sign = lower ? -1.0 : 1.0;  // t = x e^(sign s)
+  // phi(s) = (x - a) s + ... written so that x close to a does not cancel
+  const auto phi = [&](double s) { return sign * (a - x) * s - x * exp_minus_linear(s, sign); };
+  const auto dphi = [&](double s) { return sign * (a - x) - x * sign * std::expm1(sign * s); };
+  double cut;
+  if (lower) {
+    // phi <= x - a s, phi <= (x - a) s, and phi <= -x s^2 / 4 for s <= 1.5
+    cut = (kPhiCut + x) / a;
+    if (a > x) cut = std::min(cut, kPhiCut / (a - x));
+    const double gaussian = std::sqrt(4 * kPhiCut / x);
+    if (gaussian <= 1.5) cut = std::min(cut, gaussian);
+  } else {
+    cut = std::min(kPhiCut / (x - a), std::sqrt(2 * kPhiCut / x));  // phi <= (a - x) s - x s^2 / 2
+  }
+  for (int i = 0; i < 100; ++i) {
+    const double slope = dphi(cut);
+    if (!(slope < 0)) break;
+    const double step = (phi(cut) + kPhiCut) / slope;
+    cut -= step;
+    if (std::abs(step) <= 1e-3 * cut) break;
+  }
+  const double log_ratio = (x > 0.5 * a && x < 2 * a) ? std::log1p((x - a) / a) : std::log(x) - std::log(a);
+  const double c = log_ratio + log_minus_digamma(a);
+  const double half = cut / (2 * kPanels);
+  double sum = 0;
+  for (int p = 0; p < kPanels; ++p) {
+    const double mid = (2 * p + 1) * half;
+    for (const auto& [node, weight] : kGaussLegendre16) {
+      for (const double s : {mid - half * node, mid + half * node}) sum += weight * (c + sign * s) * std::exp(phi(s));
+    }
+  }
+  return sign * x * half * sum;
+}
+
+inline double series_grad(double a, double x) {
+  double r = a, term = 1, sum = 1, dterm = 0, dsum = 0;
+  for (int i = 0; i < 2000; ++i) {
+    r += 1;
+    dterm = dterm * (x / r) - term * x / (r * r);
+    term *= x / r;
+    sum += term;
+    dsum += dterm;
+    if (term <= kMachEp * sum && std::abs(dterm) <= kMachEp * std::abs(dsum)) break;
+  }
+  return -(dsum + sum * (std::log(x) - digamma(a + 1))) * x / a;
+}
+
+inline double continued_fraction_grad(double a, double x) {
+  constexpr double kBig = 0x1p500, kBigInv = 0x1p-500;
+  double y = 1 - a, z = x + y + 1, c = 0;
+  double pkm2 = 1, qkm2 = x, pkm1 = x + 1, qkm1 = z * x;
+  double dpkm2 = 0, dqkm2 = 0, dpkm1 = 0, dqkm1 = -x;
+  double ans = pkm1 / qkm1, dans = (dpkm1 - ans * dqkm1) / qkm1;
+  for (int i = 0; i < 2000; ++i) {
+    c += 1, y += 1, z += 2;
+    const double yc = y * c;
+    const double pk = pkm1 * z - pkm2 * yc, qk = qkm1 * z - qkm2 * yc;
+    const double dpk = dpkm1 * z - pkm1 - dpkm2 * yc + pkm2 * c;
+    const double dqk = dqkm1 * z - qkm1 - dqkm2 * yc + qkm2 * c;
+    if (qk != 0) {
+      const double previous = ans, dprevious = dans;
+      ans = pk / qk;
+      dans = (dpk - ans * dqk) / qk;
+      if (std::abs(ans - previous) <= kMachEp * std::abs(ans) &&
+          std::abs(dans - dprevious) <= kMachEp * std::abs(dans))
+        break;
+    }
+    pkm2 = pkm1, pkm1 = pk, qkm2 = qkm1, qkm1 = qk;
+    dpkm2 = dpkm1, dpkm1 = dpk, dqkm2 = dqkm1, dqkm1 = dqk;
+    if (std::abs(pk) > kBig) {
+      for (double* v : {&pkm2, &pkm1, &qkm2, &qkm1, &dpkm2, &dpkm1, &dqkm2, &dqkm1}) *v *= kBigInv;
+    }
+  }
+  return x * (dans + ans * (std::log(x) - digamma(a)));
+}
+
+}  // namespace gamma_detail
+
+// dx/da of a sample x of the standard gamma distribution of shape a (Note
+// [Gamma sample gradient]). 0 at x = 0; NaN where a <= 0, x < 0 or either is
+// infinite or NaN.
+inline double standard_gamma_grad(double a, double x) {
+  if (!(a > 0) || !(x >= 0) || std::isinf(a) || std::isinf(x)) return std::numeric_limits<double>::quiet_NaN();
+  if (x == 0) return 0;
+  if (a >= 10 || x >= a + 50) return gamma_detail::integral_grad(a, x);
+  if (x <= a || x <= 1) return gamma_detail::series_grad(a, x);
+  return gamma_detail::continued_fraction_grad(a, x);
 }
 
 }  // namespace mf::special_math

@@ -155,6 +155,28 @@ TEST(Random, CounterScheme) {
   }
 }
 
+// Note [Gamma sampling] (src/ops/gamma.cpp): element i reads only the
+// substreams of counter offset + i, so it is the one-element draw made from
+// that offset, whatever the other elements are.
+TEST(Random, StandardGammaCounterScheme) {
+  EXPECT_EQ(philox(5, 7), philox(5, 7, 0));
+  EXPECT_NE(philox(5, 7), philox(5, 7, 1));
+  EXPECT_NE(philox(5, 7, 1), philox(5, 8, 0));
+  std::vector<double> alphas;
+  for (int i = 0; i < 200; ++i) alphas.push_back(0.01 + 0.37 * i);
+  const Tensor concentration = from_vector(alphas, {200}, {.dtype = kFloat64});
+  manual_seed(5);
+  rand({10});
+  const uint64_t offset = default_generator().offset();
+  const std::vector<double> all = values(standard_gamma(concentration));
+  EXPECT_EQ(default_generator().offset(), offset + 200);  // one counter per element
+  for (size_t i = 0; i < alphas.size(); ++i) {
+    default_generator().set_state(5, offset + i);
+    const Tensor one = from_vector({alphas[i]}, {1}, {.dtype = kFloat64});
+    ASSERT_EQ(values(standard_gamma(one))[0], all[i]) << i;
+  }
+}
+
 TEST(Random, SameValuesOnAnyThreadCount) {
   auto draw = [] {
     manual_seed(6);
@@ -165,6 +187,7 @@ TEST(Random, SameValuesOnAnyThreadCount) {
     out.push_back(values(randperm(100000)));
     out.push_back(values(bernoulli(full({300000}, 0.25))));
     out.push_back(values(bernoulli(zeros({300000}), 0.75)));
+    out.push_back(values(standard_gamma(full({100000}, 0.7, {.dtype = kFloat64}))));
     Tensor t = empty({300, 1000}, {.dtype = kFloat16});
     Tensor tt = transpose(t, 0, 1);
     out.push_back(values(uniform_(tt, 1.0, 2.0)));
