@@ -57,16 +57,18 @@ void test_delay(const std::atomic<double>& seconds) {
 
 int64_t sum(const Shape& counts) { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
 
+void all_reduce_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  cpu::copy_cast(out[0], in[0]);
+  group_comm(attrs).all_reduce(out[0]);
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "comm_all_reduce",
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      cpu::copy_cast(out[0], in[0]);
-      group_comm(attrs).all_reduce(out[0]);
-    },
+    .cpu_kernel = all_reduce_kernel,
     .differentiable = false,
     .collective = true,
 });
@@ -77,10 +79,7 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      cpu::copy_cast(out[0], in[0]);
-      group_comm(attrs).all_reduce(out[0]);
-    },
+    .cpu_kernel = all_reduce_kernel,
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("all_reduce_sum");
       return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0]}, ctx.attrs)};

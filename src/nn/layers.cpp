@@ -309,6 +309,17 @@ std::optional<int64_t> wrap_padding_idx(std::optional<int64_t> idx, int64_t n) {
            n, ")");
   return *idx < 0 ? *idx + n : *idx;
 }
+// An embedding table, N(0, 1) with the padding row zero, as PyTorch initialises it.
+Tensor embedding_table(int64_t rows, int64_t dim, std::optional<int64_t> padding_idx) {
+  Tensor table = new_param({rows, dim});
+  init::normal_(table);
+  if (padding_idx) {
+    NoGradGuard no_grad;
+    Tensor row = select(table, 0, *padding_idx);
+    zero_(row);
+  }
+  return table;
+}
 }  // namespace
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx)
@@ -316,13 +327,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optiona
       num_embeddings(num_embeddings),
       embedding_dim(embedding_dim),
       padding_idx(wrap_padding_idx(padding_idx, num_embeddings)) {
-  register_parameter("weight", new_param({num_embeddings, embedding_dim}));
-  init::normal_(weight());
-  if (this->padding_idx) {
-    NoGradGuard no_grad;
-    Tensor row = select(weight(), 0, *this->padding_idx);
-    zero_(row);
-  }
+  register_parameter("weight", embedding_table(num_embeddings, embedding_dim, this->padding_idx));
 }
 
 Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight(), padding_idx); }
@@ -368,13 +373,7 @@ EmbeddingBag::EmbeddingBag(int64_t num_embeddings, int64_t embedding_dim, std::s
       padding_idx(wrap_padding_idx(padding_idx, num_embeddings)) {
   MF_CHECK(this->mode == "sum" || this->mode == "mean" || this->mode == "max", ValueError,
            "EmbeddingBag: mode has to be one of sum, mean or max, got ", this->mode);
-  register_parameter("weight", new_param({num_embeddings, embedding_dim}));
-  init::normal_(weight());
-  if (this->padding_idx) {
-    NoGradGuard no_grad;
-    Tensor row = select(weight(), 0, *this->padding_idx);
-    zero_(row);
-  }
+  register_parameter("weight", embedding_table(num_embeddings, embedding_dim, this->padding_idx));
 }
 
 Tensor EmbeddingBag::forward(const Tensor& input, const Tensor& offsets, const Tensor& per_sample_weights) {

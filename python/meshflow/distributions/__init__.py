@@ -21,6 +21,7 @@ from meshflow.distributions.geometric import Geometric
 from meshflow.distributions.independent import Independent
 from meshflow.distributions.kl import kl_divergence, register_kl
 from meshflow.distributions.laplace import Laplace
+from meshflow.distributions.multivariate_normal import MultivariateNormal
 from meshflow.distributions.normal import Normal
 from meshflow.distributions.one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
 from meshflow.distributions.uniform import Uniform
@@ -38,6 +39,7 @@ __all__ = [
     "Geometric",
     "Independent",
     "Laplace",
+    "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
     "OneHotCategoricalStraightThrough",

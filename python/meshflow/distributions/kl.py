@@ -15,6 +15,7 @@ from meshflow.distributions.gamma import Gamma
 from meshflow.distributions.geometric import Geometric
 from meshflow.distributions.independent import Independent
 from meshflow.distributions.laplace import Laplace
+from meshflow.distributions.multivariate_normal import MultivariateNormal, _batch_mahalanobis
 from meshflow.distributions.normal import Normal
 from meshflow.distributions.one_hot_categorical import OneHotCategorical
 from meshflow.distributions.uniform import Uniform
@@ -393,3 +394,20 @@ def _kl_uniform_gamma(p, q):
     t4 = q.rate * (p.high + p.low) / 2
     result = -t1 + t2 + t3 + t4
     return _set_where(result, p.low < q.support.lower_bound, inf)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_multivariatenormal_multivariatenormal(p, q):
+    if p.event_shape != q.event_shape:
+        raise ValueError("KL-divergence between two Multivariate Normals with different event shapes cannot be "
+                         "computed")
+    half_term1 = (q._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1) -
+                  p._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1))
+    n = p.event_shape[0]
+    batch = mf.broadcast_shapes(tuple(q._unbroadcasted_scale_tril.shape[:-2]),
+                                tuple(p._unbroadcasted_scale_tril.shape[:-2]))
+    q_scale_tril = q._unbroadcasted_scale_tril.tril().expand(batch + (n, n))
+    p_scale_tril = p._unbroadcasted_scale_tril.expand(batch + (n, n))
+    term2 = mf.linalg.solve(q_scale_tril, p_scale_tril).pow(2).sum(-1).sum(-1)  # trace(X X^T), X = Lq^-1 Lp
+    term3 = _batch_mahalanobis(q._unbroadcasted_scale_tril, (q.loc - p.loc))
+    return half_term1 + 0.5 * (term2 + term3 - n)
