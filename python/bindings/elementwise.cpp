@@ -229,7 +229,9 @@ void init_elementwise(py::module_& m) {
       return self;
     };
     tensor.def(method.c_str(), apply);
-    m.def(method.c_str(), apply, py::arg("input"));
+    // torch has no module-level form of these four
+    const std::string n = name;
+    if (n != "lgamma" && n != "digamma" && n != "sign" && n != "erfinv") m.def(method.c_str(), apply, py::arg("input"));
   }
   // PyTorch's other names of the same functions (and of their methods and in-place forms).
   for (auto [alias, name] : std::initializer_list<std::pair<const char*, const char*>>{
@@ -239,7 +241,12 @@ void init_elementwise(py::module_& m) {
            {"greater_equal", "ge"}, {"less", "lt"}, {"less_equal", "le"}, {"not_equal", "ne"}, {"fix", "trunc"}}) {
     for (const std::string suffix : {"", "_"}) {
       const std::string from = name + suffix, to = alias + suffix;
-      if (py::hasattr(m, from.c_str()) && !py::hasattr(m, to.c_str())) m.attr(to.c_str()) = m.attr(from.c_str());
+      // the in-place aliases torch has are methods only, but for the inverse trigonometric ones
+      const std::string a = alias;
+      const bool module_level =
+          suffix.empty() || (a.rfind("arc", 0) == 0 && a != "arctan2") || a == "negative" || a == "fix";
+      if (module_level && py::hasattr(m, from.c_str()) && !py::hasattr(m, to.c_str()))
+        m.attr(to.c_str()) = m.attr(from.c_str());
       if (py::hasattr(cls, from.c_str()) && !py::hasattr(cls, to.c_str())) cls.attr(to.c_str()) = cls.attr(from.c_str());
     }
   }

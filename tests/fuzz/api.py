@@ -366,8 +366,17 @@ for _n in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "ata
 for _n in ("multiply", "subtract", "divide", "true_divide", "greater", "greater_equal", "less", "less_equal",
            "not_equal", "arctan2"):
     op(_n, [X(), Other()], dtypes=ALL, method=True)
-for _n in ("exp_", "log_", "sqrt_", "sin_", "tan_", "erfinv_", "floor_", "sigmoid_", "frac_", "asin_", "arcsin_"):
-    op("Tensor." + _n, [X()], dtypes=ALL)
+_IN_PLACE = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "square", "reciprocal", "sin", "cos", "tanh", "sigmoid",
+             "erf", "lgamma", "digamma", "sign", "floor", "ceil", "round", "trunc", "tan", "asin", "acos", "atan",
+             "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "exp2", "erfc", "erfinv", "sinc", "frac",
+             "deg2rad", "rad2deg", "absolute", "negative", "fix", "arcsin", "arccos", "arctan", "arcsinh", "arccosh",
+             "arctanh")
+for _n in _IN_PLACE:
+    op("Tensor." + _n + "_", [X()], dtypes=ALL)
+    if _n not in ("absolute", "lgamma", "digamma", "sign", "erfinv", "negative"):
+        op(_n + "_", [X()], dtypes=ALL)
+for _n in ("multiply_", "divide_", "subtract_", "true_divide_"):
+    op("Tensor." + _n, [X(), Other()], dtypes=ALL)
 op("relu_", [X()], dtypes=NUMERIC)
 op("gelu", [X()], {"approximate": Str("tanh", "none")}, dtypes=FLOATS)
 op("silu", [X()], dtypes=FLOATS)

@@ -103,10 +103,34 @@ op("frac", unary(-5.0, 5.0), method=True)
 op("absolute", unary(), dtypes=NUMERIC, method=True)
 op("negative", unary(), dtypes=NUMERIC, method=True)
 op("fix", unary(-5.0, 5.0), dtypes=NUMERIC, method=True)
-for _name in ("exp", "log", "sqrt", "sin", "tan", "erfinv", "floor", "asin", "arcsin"):
-    # in-place forms write into a clone when gradients are checked (inplace())
-    op("Tensor." + _name + "_", unary(-0.9 if _name in ("erfinv", "asin", "arcsin") else 0.1, 0.9),
-       call=inplace(_name + "_"))
+# The in-place forms (Tensor.f_() and mf.f_(t)) on (0.1, 0.9), inside every function's domain; they
+# write into a clone when gradients are checked (inplace()).
+_IN_PLACE = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "square", "reciprocal", "sin", "cos", "tanh", "sigmoid",
+             "erf", "lgamma", "digamma", "sign", "floor", "ceil", "round", "trunc", "tan", "asin", "acos", "atan",
+             "sinh", "cosh", "asinh", "atanh", "log2", "log10", "exp2", "erfc", "erfinv", "sinc", "frac", "deg2rad",
+             "rad2deg", "absolute", "negative", "fix", "arcsin", "arccos", "arctan", "arcsinh", "arctanh")
+
+
+def _module_inplace(name):
+    def call(lib, x):
+        target = x.clone() if x.requires_grad else x
+        return getattr(lib, name)(target)
+
+    return call
+
+
+# torch 1.13 has no derivative for the in-place inverse hyperbolic functions: forward only for those
+_NO_TORCH_GRAD = ("asinh", "atanh", "arcsinh", "arctanh", "acosh", "arccosh")
+for _name in _IN_PLACE:
+    _grads = {"grad_dtypes": ()} if _name in _NO_TORCH_GRAD else {}
+    op("Tensor." + _name + "_", unary(0.1, 0.9), call=inplace(_name + "_"), **_grads)
+    if _name not in ("absolute", "lgamma", "digamma", "sign", "erfinv", "negative"):  # no module-level form
+        op(_name + "_", unary(0.1, 0.9), call=_module_inplace(_name + "_"), **_grads)
+for _name in ("acosh", "arccosh"):
+    op("Tensor." + _name + "_", unary(1.1, 3.0), call=inplace(_name + "_"), grad_dtypes=())
+    op(_name + "_", unary(1.1, 3.0), call=_module_inplace(_name + "_"), grad_dtypes=())
+for _name in ("multiply", "divide", "subtract", "true_divide"):
+    op("Tensor." + _name + "_", binary(rhs={"nonzero": True}, inplace=True), call=inplace(_name + "_"))
 # The gamma family: negative non-integers too (reflection), and integer inputs (computed as float).
 # meshflow evaluates them in double: near a pole, float32 results differ from torch's float ones
 # by more than float32's usual tolerance (and are closer to the exact value).

@@ -264,7 +264,8 @@ def test_ops_table_is_current():
 CPP_TO_PYTHON = {"to": "Tensor.to", "cast": "Tensor.to", "from_vector": "tensor", "from_data": "tensor",
                  "slice": "Tensor.__getitem__", "index": "Tensor.__getitem__", "sum_to": "Tensor.sum_to_size",
                  "channel_dropout": "dropout2d",  # dropout1d/2d/3d
-                 "standard_gamma": "_standard_gamma", "standard_gamma_grad": "_standard_gamma_grad"}
+                 "standard_gamma": "_standard_gamma", "standard_gamma_grad": "_standard_gamma_grad",
+                 "apply_unary_": "Tensor.exp_"}  # the in-place unary forms
 
 
 def test_every_cpp_op_is_bound():
