@@ -112,7 +112,7 @@ RNNResult RNNBase::forward_rnn(const Tensor& input, const Tensor& h0, const Tens
   const bool lstm = mode == "lstm";
   Tensor h = checked_state(h0, x, batch, batched, "hx");
   Tensor c = lstm ? checked_state(c0, x, batch, batched, "cx") : Tensor();
-  RNNResult r = run_layers(x, {}, batch, h, c);
+  RNNResult r = run_layers(x, {}, h, c);
   if (!batched) {
     r.output = squeeze(r.output, 1);
     r.h_n = squeeze(r.h_n, 1);
@@ -132,10 +132,10 @@ RNNResult RNNBase::forward_packed(const Tensor& data, const Shape& batch_sizes, 
   const int64_t batch = batch_sizes[0];
   Tensor h = checked_state(h0, data, batch, true, "hx");
   Tensor c = mode == "lstm" ? checked_state(c0, data, batch, true, "cx") : Tensor();
-  return run_layers(data, batch_sizes, batch, h, c);
+  return run_layers(data, batch_sizes, h, c);
 }
 
-RNNResult RNNBase::run_layers(const Tensor& x, const Shape& batch_sizes, int64_t, Tensor h0, Tensor c0) {
+RNNResult RNNBase::run_layers(const Tensor& x, const Shape& batch_sizes, Tensor h0, Tensor c0) {
   const bool lstm = mode == "lstm";
   const int64_t dirs = num_directions(), per = options.bias ? 4 : 2;
   Tensor layer_input = x;

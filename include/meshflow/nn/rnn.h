@@ -48,7 +48,7 @@ class RNNBase : public Module {
   const RNNOptions options;
 
  private:
-  RNNResult run_layers(const Tensor& x, const Shape& batch_sizes, int64_t batch, Tensor h0, Tensor c0);
+  RNNResult run_layers(const Tensor& x, const Shape& batch_sizes, Tensor h0, Tensor c0);
   Tensor checked_state(const Tensor& h, const Tensor& x, int64_t batch, bool batched, const char* which);
 };
 
