@@ -43,11 +43,35 @@ void init_graph(py::module_& parent) {
       .def("unscale_accumulated", &Tracer::unscale_accumulated)
       .def("name_variable", &Tracer::name_variable, py::arg("tensor"), py::arg("name"))
       .def("num_updates", &Tracer::num_updates)
+      .def(
+          "set_pipeline_phase",
+          [](Tracer& t, const std::string& phase, int32_t micro_batch) {
+            const graph::Phase p = phase == "forward" ? graph::Phase::Forward
+                                   : phase == "update" ? graph::Phase::Update
+                                   : phase == "none"   ? graph::Phase::None
+                                                       : throw ValueError("set_pipeline_phase: phase must be "
+                                                                          "'none', 'forward' or 'update', got '" +
+                                                                          phase + "'");
+            t.set_pipeline_phase(p, micro_batch);
+          },
+          py::arg("phase"), py::arg("micro_batch") = -1)
+      .def("enter_stage", &Tracer::enter_stage, py::arg("stage"))
+      .def("exit_stage", &Tracer::exit_stage)
       .def("finish", &Tracer::finish, py::arg("outputs"))
       .def("close", &Tracer::close);
 
   m.def("optimize", &graph::optimize, py::arg("graph"), py::arg("exact") = false);
   m.def("is_tracing", &graph::is_tracing);
+  m.def(
+      "schedule_pipeline",
+      [](Graph& g, const std::string& kind, int num_ranks, int n_microbatches, int stages_per_rank, int rank) {
+        namespace pp = distributed::pipelining;
+        const pp::Schedule s = pp::make_schedule(pp::parse_schedule_kind(kind), num_ranks, n_microbatches,
+                                                 stages_per_rank);
+        return graph::schedule_pipeline(g, s.actions.at(size_t(rank)));
+      },
+      py::arg("graph"), py::arg("kind"), py::arg("num_ranks"), py::arg("n_microbatches"), py::arg("stages_per_rank"),
+      py::arg("rank"));
 
   py::class_<Executable>(m, "Executable")
       .def(py::init([](Graph& g, bool overlap) { return std::make_unique<Executable>(std::move(g), overlap); }),

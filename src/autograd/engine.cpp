@@ -8,6 +8,7 @@
 
 #include "meshflow/autocast.h"
 #include "meshflow/autograd.h"
+#include "autograd/observer.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
@@ -65,6 +66,7 @@ std::vector<Node*> post_order(Node* root, std::unordered_map<Node*, int>& depend
 // this thread (a hook may start a nested backward).
 thread_local std::vector<std::vector<std::function<void()>>> callback_stack;
 thread_local LossScaling* tls_loss_scaling = nullptr;
+thread_local BackwardObserver* tls_observer = nullptr;
 
 // Pushes this pass's callback list and pops it on exit; run() runs the
 // callbacks (a callback may queue more).
@@ -135,6 +137,7 @@ TensorList run_pass(std::vector<std::pair<std::shared_ptr<Node>, TensorList>> se
   while (!ready.empty()) {
     std::shared_ptr<Node> node = ready.top();
     ready.pop();
+    if (tls_observer) tls_observer->node_started(node->sequence_nr());
     TensorList inputs;
     if (auto it = buffers.find(node.get()); it != buffers.end()) {
       inputs = std::move(it->second);
@@ -182,6 +185,7 @@ TensorList run_pass(std::vector<std::pair<std::shared_ptr<Node>, TensorList>> se
     }
   }
   callbacks.run();
+  if (tls_observer) tls_observer->pass_ended();
   return results;
 }
 
@@ -262,6 +266,8 @@ void queue_callback(std::function<void()> fn) {
 }
 
 LossScaling* set_loss_scaling(LossScaling* scaling) { return std::exchange(tls_loss_scaling, scaling); }
+
+BackwardObserver* set_backward_observer(BackwardObserver* observer) { return std::exchange(tls_observer, observer); }
 
 void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph,
               bool create_graph) {

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "meshflow/autograd.h"
+#include "autograd/observer.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
@@ -35,6 +36,8 @@ void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
 // --- Node -------------------------------------------------------------------------
 
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+
+uint64_t autograd::next_sequence_nr() { return g_next_sequence_nr.load(); }
 
 int Node::add_tensor_hook(uint32_t output_nr, TensorHook hook) {
   int handle = next_hook_handle();

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "distributed/job_thread.h"
+#include "meshflow/dispatch.h"
+#include "meshflow/distributed/communicator.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/generator.h"
 #include "meshflow/graph/fusion.h"
@@ -23,6 +25,15 @@ namespace {
 int64_t align_up(int64_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
 // Whether value id owns a buffer that the plan places in the arena.
+const OpDef& send_op() {
+  static const OpDef& op = dispatch::op("comm_send");
+  return op;
+}
+const OpDef& recv_op() {
+  static const OpDef& op = dispatch::op("comm_recv");
+  return op;
+}
+
 bool is_planned(const Graph& graph, ValueId id) {
   const Value& v = graph.value(id);
   if (v.root != id) return false;
@@ -38,7 +49,7 @@ std::vector<int32_t> communication_waits(const Graph& graph) {
   std::vector<int32_t> waits(nodes.size(), -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& c = nodes[i];
-    if (!c.op->collective) continue;
+    if (!c.op->collective || c.op == &send_op()) continue;
     std::vector<ValueId> read, written;
     for (ValueId in : c.inputs)
       if (in != kNoValue) read.push_back(root_of(in));
@@ -142,8 +153,25 @@ Executable::Executable(Graph graph, bool overlap_communication)
     : graph_(std::move(graph)), overlap_communication_(overlap_communication) {
   for (const Value& v : graph_.values())
     MF_CHECK(v.device.is_cpu(), Error, "graph: only CPU graphs can be compiled yet (a value is on ", v.device, ")");
+  if (graph_.random_span == 0) {
+    // A hand-built graph: one block per random_key (or node), in node order.
+    std::unordered_map<uint64_t, uint64_t> position;
+    for (Node& n : graph_.nodes()) {
+      if (!n.random_counters) continue;
+      auto [it, first] = position.try_emplace(n.random_key, graph_.random_span);
+      if (first || n.random_key == 0) {
+        it->second = graph_.random_span;
+        graph_.random_span += n.random_counters;
+      }
+      n.random_position = it->second;
+    }
+  }
   plan_ = plan_memory(graph_);
   lower();
+}
+
+void Executable::reserve_random_counters() {
+  if (graph_.random_span) random_base_ = int64_t(default_generator().reserve(graph_.random_span));
 }
 
 Executable::~Executable() = default;
@@ -180,7 +208,7 @@ void Executable::lower() {
       continue;
     }
     Step step{.op = node.op, .inputs = std::move(inputs), .attrs = node.attrs, .lr_group = node.lr_group,
-              .random_counters = node.random_counters, .random_key = node.random_key};
+              .random_counters = node.random_counters, .random_position = node.random_position};
     if (node.inplace) {
       tensors_[size_t(node.outputs[0])] = step.inputs[0];
       step.outputs.push_back(step.inputs[0]);
@@ -196,6 +224,8 @@ void Executable::lower() {
         step.outputs.push_back(tensors_[size_t(id)]);
       }
     }
+    step.send = node.op == &send_op();
+    step.recv = node.op == &recv_op();
     const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
     step.kernel = node.fused ? fused_kernel(node.fused) : node.op->kernels[size_t(device.type())];
     MF_CHECK(bool(step.kernel), Error, node.op->name, ": no kernel for device ", device);
@@ -245,13 +275,23 @@ bool Executable::refresh_variables() {
 
 void Executable::bind_inputs(const TensorList& inputs) {
   const auto& graph_inputs = graph_.inputs();
-  MF_CHECK(inputs.size() == graph_inputs.size(), ValueError, "graph: expected ", graph_inputs.size(),
-           " inputs, got ", inputs.size());
+  const auto& absent = graph_.absent_inputs;
+  MF_CHECK(inputs.size() == graph_inputs.size() + absent.size(), ValueError, "graph: expected ",
+           graph_inputs.size() + absent.size(), " inputs, got ", inputs.size());
   TensorList locals;
+  size_t next_absent = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const Value& v = graph_.value(graph_inputs[i]);
     const Tensor& t = inputs[i];
     MF_CHECK(t.defined(), ValueError, "graph: input ", i, " is undefined");
+    if (next_absent < absent.size() && absent[next_absent].first == i) {
+      const GlobalLayout& layout = absent[next_absent++].second;
+      MF_CHECK(t.is_global() && placement_of(t) == layout.placement && sbp_of(t) == layout.sbp &&
+                   t.sizes() == layout.shape,
+               ValueError, "graph: input ", i, " is ", t.is_global() ? "global " + nd_sbp_str(sbp_of(t)) : "local",
+               " of ", shape_str(t.sizes()), " but the graph was compiled for ", layout.str());
+      continue;
+    }
+    const Value& v = graph_.value(graph_inputs[locals.size()]);
     MF_CHECK(t.is_global() == v.global.has_value(), ValueError, "graph: input ", i, " is ",
              t.is_global() ? "a global tensor" : "a local tensor", " but the graph was compiled for ",
              v.global ? "a global one" : "a local one");
@@ -276,34 +316,68 @@ void Executable::refresh_attrs(Step& step) {
     step.attrs.set("lr", source.optimizer->param_groups()[source.group].lr());
   }
   if (step.random_counters) {
-    Generator& generator = default_generator();
-    step.attrs.set("seed", int64_t(generator.seed()));
-    // A recomputed random op draws what the forward's op drew this run.
-    auto [it, first] = drawn_.try_emplace(step.random_key, 0);
-    if (first || step.random_key == 0) it->second = int64_t(generator.reserve(step.random_counters));
-    step.attrs.set("offset", it->second);
+    step.attrs.set("seed", int64_t(default_generator().seed()));
+    step.attrs.set("offset", random_base_ + int64_t(step.random_position));
   }
 }
 
+void Executable::on_comm_thread(const std::function<void()>& job) {
+  if (comm_thread_) comm_thread_->submit(job).get();
+  else job();
+}
+
 void Executable::run_steps() {
-  drawn_.clear();
+  reserve_random_counters();
   std::vector<std::future<void>> pending(static_cast<size_t>(num_slots_));
+  receives_.assign(size_t(num_slots_), nullptr);
+  sends_.clear();
+  std::vector<std::future<void>> posted_sends;
+  auto wait_slot = [&](int32_t slot) {
+    pending[size_t(slot)].get();
+    if (auto& work = receives_[size_t(slot)]) {
+      on_comm_thread([&work] { work->wait(); });
+      work.reset();
+    }
+  };
   try {
     for (Step& step : steps_) {
-      for (int32_t slot : step.waits) pending[size_t(slot)].get();
+      for (int32_t slot : step.waits) wait_slot(slot);
       if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
-      if (step.async_slot >= 0) {
+      if (step.send) {
+        // A copy: the step's buffer is free as soon as the step ends.
+        Tensor copy = make_empty(step.inputs[0].sizes(), step.inputs[0].dtype(), step.inputs[0].device());
+        cpu::copy_cast(copy, step.inputs[0]);
+        auto post = [this, copy, dst = int(step.attrs.get_int("dst")), tag = int(step.attrs.get_int("tag"))] {
+          sends_.push_back(distributed::world().isend(copy, dst, tag));
+        };
+        if (comm_thread_) posted_sends.push_back(comm_thread_->submit(post));
+        else post();
+      } else if (step.recv && step.async_slot >= 0) {
+        pending[size_t(step.async_slot)] = comm_thread_->submit([this, &step] {
+          receives_[size_t(step.async_slot)] = distributed::world().irecv(
+              step.outputs[0], int(step.attrs.get_int("src")), int(step.attrs.get_int("tag")));
+        });
+      } else if (step.async_slot >= 0) {
         pending[size_t(step.async_slot)] =
             comm_thread_->submit([&step] { step.kernel(step.inputs, step.outputs, step.attrs); });
       } else {
         step.kernel(step.inputs, step.outputs, step.attrs);
       }
     }
-    for (int32_t slot : final_waits_) pending[size_t(slot)].get();
+    for (int32_t slot : final_waits_) wait_slot(slot);
+    for (auto& p : posted_sends) p.get();
+    on_comm_thread([this] {
+      for (auto& work : sends_) work->wait();
+    });
+    sends_.clear();
   } catch (...) {
     // The communication thread may still use the plan's buffers.
     for (auto& p : pending)
       if (p.valid()) p.wait();
+    for (auto& p : posted_sends)
+      if (p.valid()) p.wait();
+    receives_.clear();
+    sends_.clear();
     throw;
   }
 }
@@ -312,13 +386,25 @@ TensorList Executable::run(const TensorList& inputs) {
   bind_inputs(inputs);
   run_steps();
   TensorList outputs;
+  size_t next_absent = 0;
+  const auto& absent = graph_.absent_outputs;
   for (size_t i = 0; i < graph_.outputs().size(); ++i) {
+    for (; next_absent < absent.size() && absent[next_absent].first == outputs.size(); ++next_absent) {
+      const GlobalLayout& layout = absent[next_absent].second;
+      outputs.push_back(make_global(Tensor(), layout.shape, graph_.absent_output_dtypes.at(next_absent),
+                                    layout.placement, layout.sbp));
+    }
     const Tensor& src = tensors_[size_t(graph_.outputs()[i])];
     Tensor out = make_empty(src.sizes(), src.dtype(), src.device());
     cpu::copy_cast(out, src);
     if (const auto& layout = graph_.output_layouts()[i])
       out = make_global(std::move(out), layout->shape, src.dtype(), layout->placement, layout->sbp);
     outputs.push_back(std::move(out));
+  }
+  for (; next_absent < absent.size(); ++next_absent) {
+    const GlobalLayout& layout = absent[next_absent].second;
+    outputs.push_back(make_global(Tensor(), layout.shape, graph_.absent_output_dtypes.at(next_absent),
+                                  layout.placement, layout.sbp));
   }
   return outputs;
 }
@@ -345,7 +431,7 @@ std::string Executable::profile(const TensorList& inputs, int runs, bool by_shap
   double total = 0;
   for (int r = 0; r < runs; ++r) {
     bind_inputs(inputs);
-    drawn_.clear();
+    reserve_random_counters();
     for (Step& step : steps_) {
       if (step.lr_group >= 0 || step.random_counters) refresh_attrs(step);
       const auto begin = std::chrono::steady_clock::now();

@@ -144,6 +144,17 @@ void Graph::remove_nodes(const std::vector<bool>& removed) {
     for (ValueId out : nodes_[i].outputs) values_[size_t(out)].producer = int32_t(i);
 }
 
+void Graph::reorder(const std::vector<int32_t>& order) {
+  MF_CHECK(order.size() == nodes_.size(), Error, "internal: Graph::reorder got ", order.size(), " indices for ",
+           nodes_.size(), " nodes");
+  std::vector<Node> sorted;
+  sorted.reserve(nodes_.size());
+  for (int32_t i : order) sorted.push_back(std::move(nodes_.at(size_t(i))));
+  nodes_ = std::move(sorted);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (ValueId out : nodes_[i].outputs) values_[size_t(out)].producer = int32_t(i);
+}
+
 std::vector<int32_t> Graph::use_counts() const {
   std::vector<int32_t> uses(values_.size(), 0);
   for (const Node& n : nodes_)

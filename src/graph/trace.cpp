@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "autograd/observer.h"
 #include "meshflow/amp.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/communicator.h"
@@ -24,12 +25,7 @@ Value value_from(const Tensor& t) {
 // The tensor a graph binds for t: a global tensor's local tensor.
 Tensor bound_tensor(const Tensor& t) { return t.is_global() ? global_to_local(t) : t; }
 
-void check_member(const Tensor& t, const char* what) {
-  const Placement& p = placement_of(t);
-  MF_CHECK(p.contains(distributed::get_rank()), Error, what, ": rank ", distributed::get_rank(),
-           " is outside the placement ", p.str(),
-           " of a global tensor; in graph mode every rank must be in the placement of every global tensor");
-}
+bool is_member(const Tensor& t) { return placement_of(t).contains(distributed::get_rank()); }
 
 // Counters a random op reserved (Note [Counter-based random ops]): the op
 // has just reserved them, so they end at the generator's offset.
@@ -40,15 +36,64 @@ uint64_t random_counters(const Attrs& attrs) {
   return end > first ? end - first : 0;
 }
 
-// Note [Recomputed nodes] in ir.h.
-void mark_recomputation(Node& node) {
+// Note [Recomputed nodes] in ir.h
+// and Note [Random counters of a run].
+void mark_random(Node& node, uint64_t first_offset) {
   node.recomputed = autograd::in_recomputation();
-  if (node.random_counters) node.random_key = uint64_t(node.attrs.get_int("offset")) + 1;
+  if (!node.random_counters) return;
+  const auto offset = uint64_t(node.attrs.get_int("offset"));
+  node.random_key = offset + 1;
+  node.random_position = offset - first_offset;
 }
 
 }  // namespace
 
 Tracer* current_tracer() { return tls_tracer; }
+
+// Tells the tracer which autograd node the engine runs (pipeline tags).
+class Tracer::Observer final : public autograd::BackwardObserver {
+ public:
+  explicit Observer(Tracer* tracer) : tracer_(tracer) {}
+  void node_started(uint64_t sequence_nr) override {
+    tracer_->in_backward_ = true;
+    tracer_->backward_stage_ = -1;
+    const auto& scopes = tracer_->stage_scopes_;
+    auto it = std::upper_bound(scopes.begin(), scopes.end(), sequence_nr,
+                               [](uint64_t s, const StageScope& scope) { return s < scope.begin; });
+    if (it != scopes.begin() && sequence_nr < std::prev(it)->end) tracer_->backward_stage_ = std::prev(it)->stage;
+  }
+  void pass_ended() override {
+    tracer_->in_backward_ = false;
+    tracer_->backward_stage_ = -1;
+  }
+
+ private:
+  Tracer* tracer_;
+};
+
+void Tracer::set_pipeline_phase(Phase phase, int32_t micro_batch) {
+  phase_ = phase;
+  micro_batch_ = micro_batch;
+}
+
+void Tracer::enter_stage(int32_t stage) {
+  MF_CHECK(current_stage_ < 0, Error, "graph: pipeline stage ", stage, "'s module was called inside stage ",
+           current_stage_, "'s module; stages cannot nest");
+  MF_CHECK(stage >= 0, ValueError, "graph: a pipeline stage id must be >= 0, got ", stage);
+  current_stage_ = stage;
+  stage_scopes_.push_back({autograd::next_sequence_nr(), UINT64_MAX, stage});
+}
+
+void Tracer::exit_stage() {
+  if (current_stage_ < 0) return;
+  stage_scopes_.back().end = autograd::next_sequence_nr();
+  current_stage_ = -1;
+}
+
+PipelineTag Tracer::pipeline_tag() const {
+  if (in_backward_) return {.stage = backward_stage_, .micro_batch = micro_batch_, .phase = Phase::Backward};
+  return {.stage = current_stage_, .micro_batch = micro_batch_, .phase = phase_};
+}
 
 SuspendTracing::SuspendTracing() : suspended_(tls_tracer) { tls_tracer = nullptr; }
 SuspendTracing::~SuspendTracing() { tls_tracer = suspended_; }
@@ -67,6 +112,8 @@ Tracer::Tracer() {
   generator_offset_ = gen.offset();
   tls_tracer = this;
   active_ = true;
+  observer_ = std::make_unique<Observer>(this);
+  previous_observer_ = autograd::set_backward_observer(observer_.get());
 }
 
 Tracer::~Tracer() { close(); }
@@ -75,6 +122,7 @@ void Tracer::close() {
   if (!active_) return;
   active_ = false;
   tls_tracer = nullptr;
+  autograd::set_backward_observer(previous_observer_);
   if (scaling_) autograd::set_loss_scaling(scaling_->previous_hook);
   scaling_.reset();
   for (auto& [t, grad] : saved_grads_) t.set_grad(grad);
@@ -112,9 +160,13 @@ TensorList Tracer::add_inputs(const TensorList& examples) {
       stand_ins.push_back(stand_in);
       continue;
     }
-    check_member(t, "graph input");
-    const Tensor& local = global_to_local(t);
     const GlobalLayout layout{placement_of(t), sbp_of(t), t.sizes()};
+    if (!is_member(t)) {  // another rank's input: no value here
+      graph_.absent_inputs.emplace_back(stand_ins.size(), layout);
+      stand_ins.push_back(make_global(Tensor(), t.sizes(), t.dtype(), layout.placement, layout.sbp));
+      continue;
+    }
+    const Tensor& local = global_to_local(t);
     const ValueId id = graph_.add_input({local.sizes(), local.dtype(), local.device()}, {}, layout);
     Tensor stand_in = make_meta(local.sizes(), local.dtype(), local.device());
     bind(stand_in, id);
@@ -233,11 +285,8 @@ void Tracer::name_variable(const Tensor& t, std::string name) {
 }
 
 void Tracer::enter_global(const OpDef& op, const TensorList& inputs) {
-  for (const Tensor& t : inputs) {
-    if (!t.defined() || !t.is_global()) continue;
-    check_member(t, op.name.c_str());
-    shield_grad(t);
-  }
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.is_global()) shield_grad(t);
   global_update_op_ = nullptr;
   global_update_group_ = -1;
   if (op.inplace && !inputs.empty() && inputs[0].defined())
@@ -309,10 +358,10 @@ ValueId Tracer::value_of(const Tensor& t, const OpDef* op) {
 }
 
 TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  Node node{.op = &op, .attrs = attrs};
+  Node node{.op = &op, .attrs = attrs, .pipeline = pipeline_tag()};
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
   node.random_counters = random_counters(attrs);
-  mark_recomputation(node);
+  mark_random(node, generator_offset_);
   TensorList outputs;
   std::vector<Value> values;
   if (op.view) {
@@ -334,8 +383,9 @@ TensorList Tracer::record(const OpDef& op, const TensorList& inputs, const Attrs
 }
 
 void Tracer::record_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  Node node{.op = &op, .attrs = attrs, .inplace = true, .random_counters = random_counters(attrs)};
-  mark_recomputation(node);
+  Node node{.op = &op, .attrs = attrs, .inplace = true, .random_counters = random_counters(attrs),
+            .pipeline = pipeline_tag()};
+  mark_random(node, generator_offset_);
   for (const Tensor& t : inputs) node.inputs.push_back(value_of(t, &op));
   if (attrs.has("lr")) {
     int32_t group = -1;
@@ -378,8 +428,11 @@ Graph Tracer::finish(const TensorList& outputs) {
   std::vector<std::optional<GlobalLayout>> layouts;
   for (const Tensor& t : outputs) {
     MF_CHECK(t.defined(), ValueError, "graph: build() returned an undefined tensor (output ", ids.size(), ")");
-    if (t.is_global()) {
-      check_member(t, "graph output");
+    if (t.is_global() && !is_member(t)) {  // another rank's result
+      graph_.absent_outputs.emplace_back(ids.size() + graph_.absent_outputs.size(),
+                                         GlobalLayout{placement_of(t), sbp_of(t), t.sizes()});
+      graph_.absent_output_dtypes.push_back(t.dtype());
+    } else if (t.is_global()) {
       ids.push_back(value_of(global_to_local(t), nullptr));
       layouts.emplace_back(GlobalLayout{placement_of(t), sbp_of(t), t.sizes()});
     } else {
@@ -397,6 +450,7 @@ Graph Tracer::finish(const TensorList& outputs) {
     amp::update_scale_(s.scale, s.growth_tracker, found_inf, s.growth_factor, s.backoff_factor, s.growth_interval);
   }
   graph_.set_outputs(std::move(ids), std::move(layouts));
+  graph_.random_span = default_generator().offset() - generator_offset_;
   close();
   return std::move(graph_);
 }

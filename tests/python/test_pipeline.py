@@ -104,6 +104,14 @@ def test_eager_schedules_equal_one_process(ranks):
 
 
 @needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_graph_schedules_equal_one_process(ranks):
+    """Pipelined nn.Graph (GraphModule.set_stage): every schedule, tied
+    weights, dropout, BatchNorm and the errors of bad stage layouts."""
+    assert mpirun(ranks, "graph_pipeline.py", timeout=900).count("graph pipeline OK") == ranks
+
+
+@needs_mpi
 def test_bad_input_fails_on_every_rank():
     assert mpirun(2, "pipeline_errors.py").count("pipeline errors OK") == 2
 

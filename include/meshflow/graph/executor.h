@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -25,6 +26,7 @@
 
 namespace mf::distributed {
 class JobThread;
+class Work;
 }
 
 namespace mf::graph {
@@ -63,7 +65,14 @@ constexpr int64_t kArenaAlignment = 64;
 // buffer is placed over them meanwhile. The thread runs collectives in
 // program order, so every rank still issues them in the same order, and
 // each collective reads and writes the same bits as in a run without
-// overlap: the results do not change. The thread's waits yield the core
+// overlap: the results do not change. Point-to-point messages (comm_send,
+// comm_recv: a placement change, pipeline stages) never block the thread:
+// a send copies its input and posts an isend at once (its buffer is free
+// after the step), waited for at the end of the run; a receive posts an
+// irecv into its output and its wait node waits for the message. With
+// sends that never block and receives that wait only where their data is
+// read, each rank runs its part of a pipeline schedule as the schedule
+// simulator assumes (Note [Pipeline schedules in graph mode], passes.h). The thread's waits yield the core
 // at once (set_yielding_waits), so that on machines with as many ranks as
 // cores the polling does not take the compute's time.
 
@@ -108,12 +117,14 @@ class Executable {
     Attrs attrs;
     int32_t lr_group = -1;
     uint64_t random_counters = 0;
-    uint64_t random_key = 0;  // Note [Recomputed nodes] in ir.h
+    uint64_t random_position = 0;  // Note [Random counters of a run] in ir.h
     // A collective run on the communication thread: its slot of pending
     // work (-1: runs here).
     int32_t async_slot = -1;
     // Slots to wait for before this step.
     std::vector<int32_t> waits;
+    // comm_send / comm_recv: posted, not run (Note [Overlapping communication]).
+    bool send = false, recv = false;
   };
   void lower();
   // Rebinds optimizer state replaced since the last run; true if a
@@ -122,19 +133,26 @@ class Executable {
   void bind_inputs(const TensorList& inputs);
   void refresh_attrs(Step& step);
   void run_steps();
+  // Runs job on the communication thread and waits (here, without one).
+  void on_comm_thread(const std::function<void()>& job);
 
   Graph graph_;
   MemoryPlan plan_;
   Tensor arena_;
   std::vector<Tensor> tensors_;  // per value
   std::vector<Step> steps_;
-  // This run's offsets per random_key (Note [Recomputed nodes] in ir.h).
-  std::unordered_map<uint64_t, int64_t> drawn_;
+  // This run's first counter (Note [Random counters of a run] in ir.h).
+  int64_t random_base_ = 0;
+  // Reserves the run's counters.
+  void reserve_random_counters();
   std::vector<const StorageImpl*> variable_storages_;
   bool overlap_communication_ = true;
   // Slots waited for at the end of the run.
   std::vector<int32_t> final_waits_;
   int32_t num_slots_ = 0;
+  // Per slot, a posted receive; the sends of this run.
+  std::vector<std::shared_ptr<distributed::Work>> receives_;
+  std::vector<std::shared_ptr<distributed::Work>> sends_;
   std::unique_ptr<distributed::JobThread> comm_thread_;
 };
 

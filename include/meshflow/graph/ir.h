@@ -89,6 +89,17 @@ struct Value {
   int64_t nbytes() const;  // bytes of the buffer an owner needs
 };
 
+// Where in a pipelined train step the tracer recorded a node (Note
+// [Pipeline schedules in graph mode] in passes.h): before the micro-batches
+// (None), in a micro-batch's forward or backward, or after them (the
+// optimizers' updates, the outputs' averaging).
+enum class Phase : uint8_t { None, Forward, Backward, Update };
+struct PipelineTag {
+  int32_t stage = -1;  // the stage whose module (or whose forward, for a backward op) recorded it; -1: none
+  int32_t micro_batch = -1;
+  Phase phase = Phase::None;
+};
+
 struct Node {
   const OpDef* op = nullptr;
   Attrs attrs;
@@ -110,11 +121,21 @@ struct Node {
   // offset they drew while tracing), and a run reserves counters once per key.
   bool recomputed = false;
   uint64_t random_key = 0;
+  // Note [Random counters of a run]: a run reserves Graph::random_span
+  // counters at once, and a random node draws at this position among them,
+  // the offset it drew while tracing less the trace's first. So every run
+  // draws what an eager step would, whatever order the plan runs the nodes
+  // in (a pipeline schedule), and every rank's generator advances alike:
+  // a rank traces every random op of the program, its own or another
+  // stage's (the op's frontend reserves the counters on every rank), but
+  // records only its own.
+  uint64_t random_position = 0;
   // An optimizer update: the learning rate is read from this parameter
   // group before every run (-1: none). Indexes Graph::lr_sources.
   int32_t lr_group = -1;
   // A fused node's program (fusion.h); its op is fused_elementwise_op().
   std::shared_ptr<const FusedProgram> fused;
+  PipelineTag pipeline;
 
   bool is_view() const { return bool(op->view); }
   // Whether the node writes input i: input 0 of an in-place node, and the
@@ -160,6 +181,8 @@ class Graph {
   void replace_uses(ValueId from, ValueId to);
   // Removes the nodes whose flag is set; values stay (unreferenced).
   void remove_nodes(const std::vector<bool>& removed);
+  // Puts the nodes in this order (a permutation of their indices).
+  void reorder(const std::vector<int32_t>& order);
   // Number of uses of each value by nodes and graph outputs.
   std::vector<int32_t> use_counts() const;
 
@@ -171,6 +194,17 @@ class Graph {
   // this); the executor refreshes their "lr" attribute before every run.
   std::vector<LrSource> lr_sources;
   std::vector<StateBinding> state_bindings;
+  // Global inputs and outputs on placements without this rank (pipeline
+  // stages of other ranks): (position among the graph's arguments or
+  // results, layout). They have no value here; a run checks such an
+  // argument's layout and returns such a result as a global tensor without
+  // a local part.
+  std::vector<std::pair<size_t, GlobalLayout>> absent_inputs, absent_outputs;
+  std::vector<DType> absent_output_dtypes;
+  // Counters a run reserves (Note [Random counters of a run]); 0 for a
+  // hand-built graph: the executor then lays out one block per random_key
+  // (or node) in node order.
+  uint64_t random_span = 0;
 
  private:
   ValueId add_value(Value v);

@@ -18,6 +18,7 @@
 
 #include <string>
 
+#include "meshflow/distributed/pipelining.h"
 #include "meshflow/graph/ir.h"
 
 namespace mf::graph {
@@ -105,6 +106,46 @@ int schedule_updates_early(Graph& graph);
 // so the collectives still match); the gathered buffer lives one layer
 // longer.
 int prefetch_gathers(Graph& graph);
+
+// Note [Pipeline schedules in graph mode]
+// A pipelined Graph (GraphModule.set_stage, docs/pipeline.md) is traced as
+// any other: every rank runs build() once per micro-batch, recording only
+// the ops of placements it is in (Note [Tracing global ops] in trace.h),
+// so its graph holds its stages' forwards and backwards for every
+// micro-batch, the comm_send / comm_recv of to_global between stages, and
+// after the last micro-batch the optimizers' updates. The tracer tags each
+// node (PipelineTag): a forward op with the stage whose module was running,
+// a backward op with the stage whose forward made the autograd node that
+// recorded it (found by its sequence number), both with the micro-batch.
+// schedule_pipeline then makes the trace this rank's part of a schedule
+// (distributed/pipelining.h, the same action lists eager mode runs):
+//   1. a tagged node goes to its action: F or B of (stage, micro-batch);
+//   2. an untagged one (the loss after the last stage, boxing between
+//      stages) joins the stage of its latest tagged producer, else of its
+//      earliest tagged consumer, in its own phase;
+//   3. for the zero-bubble kinds, a backward's nodes from which a node of
+//      another stage or a send is reached are its I action, the others
+//      (weight gradients, their sums over micro-batches) its W action;
+//   4. nodes are sorted by action, in trace order within one; receives go
+//      one action early, so their messages arrive while the rank computes;
+//   5. the order is checked to keep every dependency (and every read of a
+//      value before an in-place write of it), else an error names the
+//      nodes (a value passed between stages without to_global);
+//   6. sends and receives get one tag per message: the k-th send to a rank
+//      in trace order (the same program on every rank) meets the k-th
+//      receive from it there.
+// The plan is one program whose steps run in the schedule's order; its
+// actions are the per-stage programs. Sends never block and receives wait
+// where their data is read (Note [Overlapping communication],
+// executor.h), which is how the simulator runs the lists that it proved
+// free of deadlock. The passes of optimize() run afterwards and move no
+// collective; the memory plan then sees the schedule's lifetimes (1F1B
+// holds fewer micro-batches' activations than GPipe).
+constexpr int64_t kPipelineTagBase = 8192;
+constexpr int64_t kPipelineTags = 16384;
+// Returns a one-line summary; actions: this rank's list (communication
+// actions are ignored: the graph's own sends and receives take their place).
+std::string schedule_pipeline(Graph& graph, const std::vector<distributed::pipelining::Action>& actions);
 
 // The default pipeline: constant folding, CSE, clone forwarding, DCE,
 // slice-gradient merging, recomputation, the fusions of fusion.h (linear

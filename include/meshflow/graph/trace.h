@@ -32,8 +32,13 @@
 // so: OpDef::collective). A global graph input becomes a graph input of
 // its local shape that the run fills with the argument's local tensor; a
 // global graph output is returned as a global tensor around the local
-// result. Every rank must be in the placement of every global tensor of
-// the trace (a rank outside one would trace another program).
+// result. A global op on a placement without this rank records nothing
+// here (its results are global tensors without a local part, as eagerly),
+// and a global input or output on such a placement has no value in this
+// rank's graph (Graph::absent_inputs, absent_outputs): each rank traces
+// the whole program and keeps its part, which is how pipeline stages on
+// disjoint placements compile (Note [Pipeline schedules in graph mode] in
+// passes.h).
 //
 // Note [Graph grad scaling]
 // With a grad scaling set (OneFlow's set_grad_scaler), a traced train step
@@ -63,6 +68,9 @@
 
 namespace mf::amp {
 class GradScaler;
+}
+namespace mf::autograd {
+class BackwardObserver;
 }
 
 namespace mf::graph {
@@ -105,6 +113,14 @@ class Tracer {
   void unscale_accumulated();
   // A name for the variable made from t (state-dict keys, for printing).
   void name_variable(const Tensor& t, std::string name);
+  // Pipeline tags (Note [Pipeline schedules in graph mode] in passes.h).
+  // Nodes recorded from now on belong to this micro-batch (-1: none) and
+  // phase; while the autograd engine runs, the phase is Backward and the
+  // stage that of the forward that made the running autograd node.
+  void set_pipeline_phase(Phase phase, int32_t micro_batch);
+  // The forward of pipeline stage `stage` starts or ends (scopes do not nest).
+  void enter_stage(int32_t stage);
+  void exit_stage();
   // How many optimizer updates of add_optimizer's parameters were traced.
   int64_t num_updates() const;
   // Ends the trace with these graph outputs and returns the graph.
@@ -136,6 +152,9 @@ class Tracer {
   void unscale_gradients();
   // The found_inf value an update node of optimizer's parameter skips on.
   ValueId skip_input(const OpDef& op, const optim::Optimizer* optimizer);
+  PipelineTag pipeline_tag() const;
+  class Observer;
+  friend class Observer;
 
   struct Scaling {
     GradScaling state;
@@ -168,6 +187,18 @@ class Tracer {
   std::vector<std::pair<Tensor, Tensor>> saved_grads_;  // (tensor, its .grad before the trace)
   uint64_t generator_seed_ = 0, generator_offset_ = 0;
   bool active_ = false;
+  // Pipeline tags: the stage scopes' autograd sequence numbers [begin, end)
+  // and stages, in order; the context of the nodes recorded now.
+  struct StageScope {
+    uint64_t begin, end;
+    int32_t stage;
+  };
+  std::vector<StageScope> stage_scopes_;
+  int32_t current_stage_ = -1, backward_stage_ = -1, micro_batch_ = -1;
+  Phase phase_ = Phase::None;
+  bool in_backward_ = false;
+  std::unique_ptr<autograd::BackwardObserver> observer_;
+  autograd::BackwardObserver* previous_observer_ = nullptr;
 };
 
 // The tracer of this thread, or null outside a trace.

@@ -53,10 +53,32 @@ class GraphModule:
     def __init__(self, module):
         self._module = module
         self.activation_checkpointing = False
+        self._stage = None  # (stage_id, placement) once set_stage is called
 
     @property
     def module(self):
         return self._module
+
+    def set_stage(self, stage_id, placement=None):
+        """Makes the module pipeline stage `stage_id` (OneFlow's
+        GraphModule.set_stage): its parameters must be global tensors on
+        `placement`, and its inputs must arrive there (x.to_global(placement=
+        ..., sbp=...)). Every Graph that runs the module pipelines it by the
+        graph's schedule (config.set_pipeline_schedule) over the micro-batches
+        of config.set_gradient_accumulation_steps (docs/pipeline.md)."""
+        from meshflow._C import placement as _placement_type
+        if isinstance(stage_id, bool) or not isinstance(stage_id, int) or stage_id < 0:
+            raise ValueError(f"set_stage: stage_id must be an int >= 0, got {stage_id!r}")
+        if placement is None:
+            placement = _placement_of_parameters(self._module, stage_id)
+        if not isinstance(placement, _placement_type):
+            raise TypeError(f"set_stage: placement must be a meshflow.placement, got {type(placement).__name__}")
+        object.__setattr__(self, "_stage", (stage_id, placement))
+        return self
+
+    @property
+    def stage_id(self):
+        return None if self._stage is None else self._stage[0]
 
     def __setattr__(self, name, value):
         if name == "activation_checkpointing":
@@ -67,8 +89,17 @@ class GraphModule:
         object.__setattr__(self, name, value)
 
     def __repr__(self):
+        stage = "" if self._stage is None else f", stage={self._stage[0]}, placement={self._stage[1]}"
         return (f"GraphModule({type(self._module).__name__}, "
-                f"activation_checkpointing={self.activation_checkpointing})")
+                f"activation_checkpointing={self.activation_checkpointing}{stage})")
+
+
+def _placement_of_parameters(module, stage_id):
+    placements = {repr(p.placement): p.placement for p in module.parameters() if p.is_global}
+    if len(placements) != 1:
+        raise ValueError(f"set_stage({stage_id}): give the stage's placement (its module has parameters on "
+                         f"{len(placements)} placements)")
+    return next(iter(placements.values()))
 
 
 def _settings(module, create=False):
@@ -119,6 +150,120 @@ def _checkpointed_forwards(modules):
             del module.forward
 
 
+_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv")
+
+
+def _pipeline_stages(modules):
+    """[(stage_id, placement, module)] of the stages among these modules'
+    submodules, sorted by id."""
+    stages, seen = [], set()
+    for root in modules:
+        for module in root.modules():
+            settings = _settings(module)
+            if settings is None or settings._stage is None or id(module) in seen:
+                continue
+            seen.add(id(module))
+            stages.append((settings._stage[0], settings._stage[1], module))
+    return sorted(stages, key=lambda s: s[0])
+
+
+def _ranks(placement):
+    """A placement's ranks as a flat list."""
+    out, todo = [], [placement.ranks]
+    while todo:
+        r = todo.pop()
+        if isinstance(r, list):
+            todo.extend(reversed(r))
+        else:
+            out.append(r)
+    return out
+
+
+class _Pipeline:
+    """A graph's stages laid out for its schedule: the checks of bad input
+    (every rank reaches the same verdict: they see the same modules)."""
+
+    def __init__(self, name, stages, kind, m):
+        from meshflow.distributed import get_rank
+        ids = [s[0] for s in stages]
+        for a, b in zip(ids, ids[1:]):
+            if a == b:
+                raise ValueError(f"{name}: pipeline stage id {a} is used by two modules "
+                                 f"({type(stages[ids.index(a)][2]).__name__} and "
+                                 f"{type(stages[ids.index(a) + 1][2]).__name__})")
+        if ids != list(range(len(ids))):
+            raise ValueError(f"{name}: pipeline stage ids must be 0, 1, ..., {len(ids) - 1}; got {ids}")
+        placements = []  # distinct, in order of first stage
+        for _, p, _ in stages:
+            if not any(p == q for q in placements):
+                placements.append(p)
+        for i, p in enumerate(placements):
+            for q in placements[i + 1:]:
+                shared = set(_ranks(p)) & set(_ranks(q))
+                if shared:
+                    raise ValueError(f"{name}: the placements of pipeline stages must be equal or disjoint; {p} and "
+                                     f"{q} share ranks {sorted(shared)}")
+        num_stages, p = len(stages), len(placements)
+        if kind in ("gpipe", "1f1b", "zero_bubble"):
+            if p != num_stages:
+                first = next(q for q in placements if sum(s[1] == q for s in stages) > 1)
+                twice = [s[0] for s in stages if s[1] == first]
+                raise ValueError(f"{name}: stages {twice} are on one placement {first}; schedule {kind!r} runs one "
+                                 "stage per placement (use 'interleaved_1f1b' or 'zbv' for several stages per rank)")
+            rank_of = list(range(num_stages))
+        elif kind == "interleaved_1f1b":
+            if num_stages % p:
+                raise ValueError(f"{name}: 'interleaved_1f1b' needs the same number of stages on each placement; "
+                                 f"{num_stages} stages on {p} placements")
+            rank_of = [s % p for s in range(num_stages)]
+        else:  # zbv: stage s and 2p-1-s on one placement
+            if num_stages != 2 * p:
+                raise ValueError(f"{name}: 'zbv' needs two stages per placement, got {num_stages} stages on {p}")
+            rank_of = [s if s < p else 2 * p - 1 - s for s in range(num_stages)]
+        for s, placement, _ in stages:
+            if not placement == placements[rank_of[s]]:
+                raise ValueError(f"{name}: schedule {kind!r} puts stage {s} with stage {rank_of[s]} "
+                                 f"({placements[rank_of[s]]}), but it is on {placement}")
+        from meshflow.distributed import pipelining
+        self.schedule = pipelining.make_schedule(kind, p, m, num_stages // p)  # ValueError for m it cannot take
+        self.kind, self.num_ranks, self.stages_per_rank, self.m = kind, p, num_stages // p, m
+        me = get_rank()
+        self.rank = next((i for i, q in enumerate(placements) if me in _ranks(q)), None)
+        self.stages = stages
+
+
+@contextlib.contextmanager
+def _stage_scopes(pipeline, tracer):
+    """While tracing: each stage's forward runs inside the tracer's stage
+    scope, and its tensor inputs must be on the stage's placement."""
+    patched = []
+    try:
+        for stage_id, placement, module in pipeline.stages:
+            forward = module.forward
+
+            def scoped(*args, _forward=forward, _id=stage_id, _placement=placement, **kwargs):
+                for i, a in enumerate(list(args) + list(kwargs.values())):
+                    if isinstance(a, Tensor) and a.is_global and not a.placement == _placement:
+                        raise ValueError(f"pipeline stage {_id} ({type(module).__name__} on {_placement}) got an "
+                                         f"input on {a.placement}; move it with "
+                                         f"x.to_global(placement=<stage {_id}'s placement>, sbp=...)")
+                tracer.enter_stage(_id)
+                try:
+                    return _forward(*args, **kwargs)
+                finally:
+                    tracer.exit_stage()
+
+            patched.append((module, module.__dict__.get("forward")))
+            module.forward = scoped
+        yield
+    finally:
+        for module, previous in patched:
+            if previous is None:
+                del module.forward
+            else:
+                module.forward = previous
+
+
 class GraphConfig:
     """A graph's options (OneFlow's graph.config)."""
 
@@ -130,6 +275,7 @@ class GraphConfig:
         self.exact = False
         self.zero = None  # (stage, shard_min_size) while ZeRO is on
         self.accumulation_steps = 1
+        self.pipeline_schedule = "1f1b"
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -173,6 +319,17 @@ class GraphConfig:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"set_gradient_accumulation_steps: expected an int >= 1, got {value!r}")
         self.accumulation_steps = value
+
+    def set_pipeline_schedule(self, name):
+        """The order in which each rank runs its pipeline stages' forwards
+        and backwards over the micro-batches: "gpipe", "1f1b" (the default),
+        "interleaved_1f1b" (several stages per placement, stage s with stage
+        s % p), "zero_bubble" (backward split into its input-gradient and
+        weight-gradient parts) or "zbv" (two stages per placement in a V).
+        See docs/pipeline.md."""
+        if name not in _SCHEDULES:
+            raise ValueError(f"set_pipeline_schedule: expected one of {', '.join(map(repr, _SCHEDULES))}, got {name!r}")
+        self.pipeline_schedule = name
 
     def enable_exact_mode(self, mode=True):
         """Only the graph rewrites that give the bits of eager mode: the
@@ -251,7 +408,8 @@ class Graph:
         trained = tuple(p.requires_grad for _, m in self._modules() for p in m.parameters())
         return (tuple(_tensor_signature(a) for a in args),
                 tuple(m.training for _, m in self._modules()), trained, str(self.config.amp_dtype), scaling,
-                self.config.exact, self.config.zero, self.config.accumulation_steps)
+                self.config.exact, self.config.zero, self.config.accumulation_steps, self.config.pipeline_schedule,
+                tuple((s[0], repr(s[1])) for s in _pipeline_stages([m for _, m in self._modules()])))
 
     def _compile(self, args):
         scaler = self._scaler()
@@ -261,6 +419,9 @@ class Graph:
                                    "scales a training step (call add_optimizer)")
             scaler._lazy_init()  # its state tensors, made before the trace
         self._lay_out_optimizer_state()
+        stages = _pipeline_stages([m for _, m in self._modules()])
+        pipeline = (_Pipeline(type(self).__name__, stages, self.config.pipeline_schedule,
+                              self.config.accumulation_steps) if stages else None)
         tracer = _graph.Tracer()
         try:
             for optimizer, _ in self._optimizers:
@@ -275,8 +436,9 @@ class Graph:
             # Autocast as configured, whatever region the caller is in.
             from meshflow.amp import autocast
             amp = self.config.amp_dtype
+            scopes = _stage_scopes(pipeline, tracer) if pipeline else contextlib.nullcontext()
             with autocast("cpu", dtype=amp, enabled=amp is not None), \
-                    _checkpointed_forwards([m for _, m in self._modules()]):
+                    _checkpointed_forwards([m for _, m in self._modules()]), scopes:
                 if scaler is not None:
                     scaler._graph_scaled = type(self).__name__
                 try:
@@ -293,6 +455,10 @@ class Graph:
             ir = tracer.finish(outputs)
         finally:
             tracer.close()
+        if pipeline is not None and pipeline.rank is not None:
+            _graph.schedule_pipeline(ir, pipeline.kind, pipeline.num_ranks, pipeline.m, pipeline.stages_per_rank,
+                                     pipeline.rank)
+        object.__setattr__(self, "_pipeline", pipeline)
         passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
 
@@ -302,7 +468,10 @@ class Graph:
         the summed gradients are unscaled and checked once, at the end."""
         m = self.config.accumulation_steps
         if m == 1:
-            return _flatten(self.build(*inputs))
+            tracer.set_pipeline_phase("forward", 0)
+            result = _flatten(self.build(*inputs))
+            tracer.set_pipeline_phase("update")
+            return result
         name = type(self).__name__
         scaled = self._grad_scaler is not None and self._grad_scaler.is_enabled()
         if scaled:
@@ -319,8 +488,10 @@ class Graph:
         per_micro = []
         rebuild = None
         for k in range(m):
+            tracer.set_pipeline_phase("forward", k)
             outs, rebuild = _flatten(self.build(*[p[k] for p in parts]))
             per_micro.append(outs)
+        tracer.set_pipeline_phase("update")
         from meshflow import cat, no_grad, stack
         with no_grad():
             for optimizer, _ in self._optimizers:
@@ -380,6 +551,13 @@ class Graph:
             if scheduler is not None:
                 scheduler.step()
         return plan.rebuild(outputs)
+
+    def pipeline_schedule(self):
+        """The pipeline schedule of the last compiled plan as a per-rank
+        timeline (every rank's actions and the simulated bubble), or None
+        for a graph without stages."""
+        pipeline = getattr(self, "_pipeline", None)
+        return None if pipeline is None else pipeline.schedule.describe()
 
     @property
     def num_compiled(self):
