@@ -112,6 +112,14 @@ def test_graph_schedules_equal_one_process(ranks):
 
 
 @needs_mpi
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_graph_pipeline_with_data_and_tensor_parallel_stages(ranks):
+    """2 stages of 2 data-parallel ranks (4), or of 2x2 data x tensor
+    parallel meshes (8: the 2x2x2 case) equal one process."""
+    assert mpirun(ranks, "graph_pipeline_3d.py", timeout=900).count("graph pipeline 3d OK") == ranks
+
+
+@needs_mpi
 def test_bad_input_fails_on_every_rank():
     assert mpirun(2, "pipeline_errors.py").count("pipeline errors OK") == 2
 
