@@ -2,8 +2,10 @@
 #include "meshflow/graph/trace.h"
 
 #include <algorithm>
+#include <set>
 
 #include "autograd/observer.h"
+#include "distributed/comm_ops.h"
 #include "meshflow/amp.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/communicator.h"
@@ -276,8 +278,28 @@ void Tracer::unscale_gradients() {
           grads.push_back(p.grad());
         }
     amp::non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+    agree_on_found_inf(*optimizer, found_inf);
   }
   scaling_->unscaled = true;
+}
+
+// Pipeline stages: a rank checks only the gradients of its stages, so the
+// flags are summed over every rank that holds a parameter of the optimizer,
+// and a step that any stage found an inf in is skipped on all of them.
+void Tracer::agree_on_found_inf(optim::Optimizer& optimizer, Tensor& found_inf) {
+  std::set<int> ranks;
+  bool apart = false;
+  const Placement* first = nullptr;
+  for (const auto& group : optimizer.param_groups())
+    for (const Tensor& p : group.params) {
+      if (!p.is_global()) return;
+      const Placement& placement = placement_of(p);
+      apart = apart || (first && !(placement == *first));
+      first = &placement;
+      ranks.insert(placement.ranks().begin(), placement.ranks().end());
+    }
+  if (!apart || !ranks.count(distributed::get_rank())) return;
+  copy_(found_inf, distributed::comm_all_reduce(found_inf, std::vector<int>(ranks.begin(), ranks.end())));
 }
 
 void Tracer::name_variable(const Tensor& t, std::string name) {

@@ -3,7 +3,11 @@
 
 #include <cmath>
 
+#include <algorithm>
+#include <set>
+
 #include "meshflow/autograd.h"
+#include "meshflow/distributed/global.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
@@ -31,6 +35,21 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm, double norm_ty
     dtype = promote_types(dtype, g.dtype());
   }
   for (Tensor& n : norms) n = to(n, dtype);
+  // Gradients of pipeline stages live on different placements: their norms
+  // meet, broadcast, on the union of the ranks, so that every stage scales
+  // by the norm over all of them.
+  const bool apart = grads[0].is_global() && std::any_of(grads.begin(), grads.end(), [&](const Tensor& g) {
+                       return !g.is_global() || !(placement_of(g) == placement_of(grads[0]));
+                     });
+  if (apart) {
+    std::set<int> ranks;
+    for (const Tensor& g : grads) {
+      MF_CHECK(g.is_global(), ValueError, "clip_grad_norm_: the gradients mix local and global tensors");
+      ranks.insert(placement_of(g).ranks().begin(), placement_of(g).ranks().end());
+    }
+    const Placement all(placement_of(grads[0]).type(), std::vector<int>(ranks.begin(), ranks.end()));
+    for (Tensor& n : norms) n = to_global(n, all, NdSbp{Sbp::broadcast()});
+  }
   Tensor total_norm = norms.size() == 1 ? norms[0] : norm(stack(norms), norm_type);
   if (error_if_nonfinite) {
     const double total = total_norm.item<double>();
@@ -40,7 +59,9 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm, double norm_ty
              "anyway, set error_if_nonfinite=false");
   }
   const Tensor clip_coef = clamp(div(scalar_tensor(max_norm, dtype), add(total_norm, 1e-6)), std::nullopt, 1.0);
-  for (Tensor& g : grads) mul_(g, clip_coef);
+  for (Tensor& g : grads)
+    mul_(g, apart ? to_global(clip_coef, placement_of(g), NdSbp(placement_of(g).hierarchy().size(), Sbp::broadcast()))
+                  : clip_coef);
   return total_norm;
 }
 

@@ -150,6 +150,7 @@ class Tracer {
   void shield_grad(const Tensor& t);
   // The end of a scaled backward(): zero the flags, unscale and check.
   void unscale_gradients();
+  void agree_on_found_inf(optim::Optimizer& optimizer, Tensor& found_inf);
   // The found_inf value an update node of optimizer's parameter skips on.
   ValueId skip_input(const OpDef& op, const optim::Optimizer* optimizer);
   PipelineTag pipeline_tag() const;

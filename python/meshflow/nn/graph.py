@@ -422,6 +422,7 @@ class Graph:
         stages = _pipeline_stages([m for _, m in self._modules()])
         pipeline = (_Pipeline(type(self).__name__, stages, self.config.pipeline_schedule,
                               self.config.accumulation_steps) if stages else None)
+        object.__setattr__(self, "_pipeline", pipeline)
         tracer = _graph.Tracer()
         try:
             for optimizer, _ in self._optimizers:
@@ -458,7 +459,6 @@ class Graph:
         if pipeline is not None and pipeline.rank is not None:
             _graph.schedule_pipeline(ir, pipeline.kind, pipeline.num_ranks, pipeline.m, pipeline.stages_per_rank,
                                      pipeline.rank)
-        object.__setattr__(self, "_pipeline", pipeline)
         passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
 
@@ -467,7 +467,10 @@ class Graph:
         accumulation (set_gradient_accumulation_steps); under a grad scaler
         the summed gradients are unscaled and checked once, at the end."""
         m = self.config.accumulation_steps
-        if m == 1:
+        pipelined = getattr(self, "_pipeline", None) is not None
+        clipped = any("clip_grad_max_norm" in group for optimizer, _ in self._optimizers
+                      for group in optimizer.param_groups)
+        if m == 1 and not pipelined and not clipped:
             tracer.set_pipeline_phase("forward", 0)
             result = _flatten(self.build(*inputs))
             tracer.set_pipeline_phase("update")
@@ -501,6 +504,7 @@ class Graph:
                             p.grad.mul_(1.0 / m)
         if scaled:
             tracer.unscale_accumulated()
+        self._clip_gradients()
         outputs = []
         for j in range(len(per_micro[0])):
             column = [outs[j] for outs in per_micro]
@@ -509,6 +513,19 @@ class Graph:
             else:
                 outputs.append(cat(column, 0))
         return outputs, rebuild
+
+    def _clip_gradients(self):
+        """OneFlow's clip_grad_max_norm / clip_grad_norm_type of a parameter
+        group: the group's gradients are clipped after the last micro-batch
+        (and after unscaling), by their norm over all pipeline stages."""
+        from meshflow.nn.utils import clip_grad_norm_
+        for optimizer, _ in self._optimizers:
+            for group in optimizer.param_groups:
+                if "clip_grad_max_norm" not in group:
+                    continue
+                params = [p for p in group["params"] if p.grad is not None]
+                if params:
+                    clip_grad_norm_(params, group["clip_grad_max_norm"], group.get("clip_grad_norm_type", 2.0))
 
     def _lay_out_optimizer_state(self):
         """ZeRO's layouts of the optimizers' state (Note [ZeRO as layouts] in

@@ -85,7 +85,7 @@ def data(tied, n=120):
     return x, y
 
 
-def reference(stages, x, y, m, steps, lr, seed):
+def reference(stages, x, y, m, steps, lr, seed, clip=None):
     """One process: the micro-batches accumulated, as the graph does."""
     params = [p for s in stages for p in s.parameters()]
     opt = mf.optim.SGD(params, lr=lr)
@@ -102,6 +102,8 @@ def reference(stages, x, y, m, steps, lr, seed):
             (loss / m).backward()
             per_micro.append(loss.item())
         losses.append(np.mean(per_micro))
+        if clip is not None:
+            mf.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
     return losses
 
@@ -135,7 +137,7 @@ class Train(mf.nn.Graph):
         return loss
 
 
-def run(kind, m, *, steps=2, lr=0.1, **model_kw):
+def run(kind, m, *, steps=2, lr=0.1, clip=None, **model_kw):
     ranks_of = stage_ranks(kind, world)
     num_stages = len(ranks_of)
     placements = [mf.placement("cpu", [r]) for r in ranks_of]
@@ -145,14 +147,17 @@ def run(kind, m, *, steps=2, lr=0.1, **model_kw):
     seed = 11
 
     ref = local_stages(num_stages, **model_kw)
-    ref_losses = reference(ref, to_tensor(xs), mf.tensor(ys), m, steps, lr, seed)
+    ref_losses = reference(ref, to_tensor(xs), mf.tensor(ys), m, steps, lr, seed, clip)
 
     stages = local_stages(num_stages, **model_kw)
     if tied:
         stages[-1].head.placement = placements[-1]
     stages = [s.to_global(placements[i], B) for i, s in enumerate(stages)]
     model = Pipelined(stages, placements)
-    opt = mf.optim.SGD(model.parameters(), lr=lr)
+    group = {"params": list(model.parameters())}
+    if clip is not None:  # OneFlow's graph clipping: after the last micro-batch, over all stages
+        group.update(clip_grad_max_norm=clip, clip_grad_norm_type=2.0)
+    opt = mf.optim.SGD([group], lr=lr)
     g = Train(model, opt, kind, m, placements)
     x = mf.tensor(xs, placement=placements[0], sbp=B) if tied else \
         mf.tensor(xs, dtype=mf.float64, placement=placements[0], sbp=B)
@@ -203,6 +208,55 @@ def planned_bytes(kind, m):
     return g.planned_peak_bytes
 
 
+class Scaled(mf.nn.Graph):
+    """A grad scaler over the stages; `bad` multiplies the last stage's
+    head weight gradient (inf: only that stage sees an inf)."""
+
+    def __init__(self, model, opt, kind, m, placements):
+        super().__init__()
+        self.model = model
+        for s, pl in enumerate(placements):
+            self.model.stages[s].to(mf.nn.graph.GraphModule).set_stage(s, pl)
+        self.config.set_gradient_accumulation_steps(m)
+        self.config.set_pipeline_schedule(kind)
+        self.add_optimizer(opt)
+        self.set_grad_scaler(mf.amp.GradScaler(init_scale=1024.0))
+        self.last = placements[-1]
+
+    def build(self, x, y, bad):
+        head = self.model.stages[-1][-1].weight
+        handle = head.register_hook(lambda g: g * bad)
+        loss = F.cross_entropy(self.model(x), y.to_global(placement=self.last, sbp=B))
+        loss.backward()
+        handle.remove()
+        return loss
+
+
+def run_scaled(kind, m, lr=0.1):
+    """Step 1 equals one process's step; step 2 has an inf in the last
+    stage's gradient only and is skipped on every stage."""
+    ranks_of = stage_ranks(kind, world)
+    placements = [mf.placement("cpu", [r]) for r in ranks_of]
+    xs, ys = data(False)
+    ref = local_stages(len(ranks_of))
+    reference(ref, mf.tensor(xs, dtype=mf.float64), mf.tensor(ys), m, 1, lr, 0)
+    stages = [s.to_global(placements[i], B) for i, s in enumerate(local_stages(len(ranks_of)))]
+    model = Pipelined(stages, placements)
+    g = Scaled(model, mf.optim.SGD(model.parameters(), lr=lr), kind, m, placements)
+    x = mf.tensor(xs, dtype=mf.float64, placement=placements[0], sbp=B)
+    y = mf.tensor(ys, placement=placements[0], sbp=B)
+    for value in (1.0, float("inf")):
+        g(x, y, mf.tensor(value, dtype=mf.float64, placement=placements[-1], sbp=B))
+        assert g._grad_scaler.get_scale() == (1024.0 if value == 1.0 else 512.0), g._grad_scaler.get_scale()
+    for s in range(len(ranks_of)):
+        if ranks_of[s] != rank:
+            continue
+        got = stages[s].state_dict()
+        for name, want in ref[s].state_dict().items():
+            np.testing.assert_allclose(got[name].to_local().numpy(), want.numpy(), rtol=RTOL, atol=ATOL,
+                                       err_msg=f"scaled {kind} stage {s} {name}")
+
+
 p = world
 counts = sorted({p, 2 * p, p + 1})
 for kind in ("gpipe", "1f1b", "zero_bubble"):
@@ -217,6 +271,10 @@ for kind in ("1f1b", "zbv"):
     run(kind, p, dropout=True)
     run(kind, p, bn=True)
 g = run("zero_bubble", 2 * p, dropout=True, bn=True)
+run("1f1b", 2 * p, clip=0.05)
+run("zbv", p, clip=0.05, tied=True)
+run_scaled("1f1b", p)
+run_scaled("zbv", 2 * p)
 assert "zero_bubble" in g.pipeline_schedule() and "rank 0" in g.pipeline_schedule()
 
 if p > 1:
