@@ -105,10 +105,12 @@ def test_eager_schedules_equal_one_process(ranks):
 
 @needs_mpi
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_graph_schedules_equal_one_process(ranks):
+def test_graph_schedules_equal_one_process(ranks, tmp_path):
     """Pipelined nn.Graph (GraphModule.set_stage): every schedule, tied
-    weights, dropout, BatchNorm and the errors of bad stage layouts."""
-    assert mpirun(ranks, "graph_pipeline.py", timeout=900).count("graph pipeline OK") == ranks
+    weights, dropout, BatchNorm, a grad scaler, clipping, checkpoints across
+    stage splits and the errors of bad stage layouts."""
+    out = mpirun(ranks, "graph_pipeline.py", str(tmp_path), timeout=900)
+    assert out.count("graph pipeline OK") == ranks
 
 
 @needs_mpi

@@ -154,8 +154,9 @@ _SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv")
 
 
 def _pipeline_stages(modules):
-    """[(stage_id, placement, module)] of the stages among these modules'
-    submodules, sorted by id."""
+    """[(stage_id, placement, module)] of the modules marked with set_stage
+    among these modules' submodules, sorted by id (a stage may have several:
+    OneFlow marks each layer)."""
     stages, seen = [], set()
     for root in modules:
         for module in root.modules():
@@ -183,16 +184,19 @@ class _Pipeline:
     """A graph's stages laid out for its schedule: the checks of bad input
     (every rank reaches the same verdict: they see the same modules)."""
 
-    def __init__(self, name, stages, kind, m):
+    def __init__(self, name, modules, kind, m):
         from meshflow.distributed import get_rank
-        ids = [s[0] for s in stages]
-        for a, b in zip(ids, ids[1:]):
-            if a == b:
-                raise ValueError(f"{name}: pipeline stage id {a} is used by two modules "
-                                 f"({type(stages[ids.index(a)][2]).__name__} and "
-                                 f"{type(stages[ids.index(a) + 1][2]).__name__})")
+        by_id = {}
+        for stage_id, placement, module in modules:
+            if stage_id in by_id and not by_id[stage_id][0] == placement:
+                raise ValueError(f"{name}: pipeline stage id {stage_id} is used twice, on {by_id[stage_id][0]} "
+                                 f"({type(by_id[stage_id][1][0]).__name__}) and on {placement} "
+                                 f"({type(module).__name__}); a stage's modules share one placement")
+            by_id.setdefault(stage_id, (placement, []))[1].append(module)
+        ids = sorted(by_id)
         if ids != list(range(len(ids))):
             raise ValueError(f"{name}: pipeline stage ids must be 0, 1, ..., {len(ids) - 1}; got {ids}")
+        stages = [(s, by_id[s][0], by_id[s][1]) for s in ids]
         placements = []  # distinct, in order of first stage
         for _, p, _ in stages:
             if not any(p == q for q in placements):
@@ -237,24 +241,30 @@ def _stage_scopes(pipeline, tracer):
     """While tracing: each stage's forward runs inside the tracer's stage
     scope, and its tensor inputs must be on the stage's placement."""
     patched = []
+    state = {"inside": None}
     try:
-        for stage_id, placement, module in pipeline.stages:
-            forward = module.forward
+        for stage_id, placement, modules in pipeline.stages:
+            for module in modules:
+                forward = module.forward
 
-            def scoped(*args, _forward=forward, _id=stage_id, _placement=placement, **kwargs):
-                for i, a in enumerate(list(args) + list(kwargs.values())):
-                    if isinstance(a, Tensor) and a.is_global and not a.placement == _placement:
-                        raise ValueError(f"pipeline stage {_id} ({type(module).__name__} on {_placement}) got an "
-                                         f"input on {a.placement}; move it with "
-                                         f"x.to_global(placement=<stage {_id}'s placement>, sbp=...)")
-                tracer.enter_stage(_id)
-                try:
-                    return _forward(*args, **kwargs)
-                finally:
-                    tracer.exit_stage()
+                def scoped(*args, _forward=forward, _id=stage_id, _placement=placement, _module=module, **kwargs):
+                    if state["inside"] is not None:  # a stage module inside another: the outer one's scope
+                        return _forward(*args, **kwargs)
+                    for a in list(args) + list(kwargs.values()):
+                        if isinstance(a, Tensor) and a.is_global and not a.placement == _placement:
+                            raise ValueError(f"pipeline stage {_id} ({type(_module).__name__} on {_placement}) got "
+                                             f"an input on {a.placement}; move it with "
+                                             f"x.to_global(placement=<stage {_id}'s placement>, sbp=...)")
+                    state["inside"] = _id
+                    tracer.enter_stage(_id)
+                    try:
+                        return _forward(*args, **kwargs)
+                    finally:
+                        tracer.exit_stage()
+                        state["inside"] = None
 
-            patched.append((module, module.__dict__.get("forward")))
-            module.forward = scoped
+                patched.append((module, module.__dict__.get("forward")))
+                module.forward = scoped
         yield
     finally:
         for module, previous in patched:
