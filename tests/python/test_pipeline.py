@@ -143,6 +143,21 @@ def test_a_rank_that_fails_mid_schedule_ends_the_job(fault):
 
 
 @needs_mpi
+@pytest.mark.parametrize("fault", ["die", "stall"])
+def test_a_rank_that_fails_mid_graph_schedule_ends_the_job(fault):
+    from test_distributed import run_failing_job
+    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+               os.path.join(SCRIPTS, "graph_pipeline_fault.py"), fault]
+    result, _ = run_failing_job(command, timeout=60, extra_env={"MESHFLOW_COMM_TIMEOUT": "3"})
+    assert result.returncode != 0
+    if fault == "stall":
+        # Rank 0 sends its forwards and waits for the first gradient of the next step.
+        raised = re.search(r"rank 0 raised DistributedError: (.*)", result.stdout)
+        assert raised, result.stdout + result.stderr
+        assert "timed out after 3 s" in raised.group(1) and "recv" in raised.group(1), raised.group(1)
+
+
+@needs_mpi
 def test_isend_irecv():
     assert mpirun(2, "p2p_nonblocking.py").count("p2p nonblocking OK") == 2
 
