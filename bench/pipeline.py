@@ -1,9 +1,9 @@
-"""Pipeline parallelism (docs/pipeline.md): for each eager schedule on P
-ranks x 1 thread, the measured bubble (idle time over step time, per rank
+"""Pipeline parallelism (docs/pipeline.md): for each schedule, eager and in
+graph mode, on P ranks x 1 thread, the measured bubble (idle time over step time, per rank
 and overall) next to the simulator's prediction (with the measured mean
 costs of F, B, I and W) and the formula; the peak activation memory per
 stage of GPipe against 1F1B; and a GPT step pipelined on 2 ranks against
-data parallel on 2 ranks at the same global batch.
+data parallel on 2 ranks at the same global batch (eager and graph).
 
     PYTHONPATH=python /usr/bin/python3 bench/pipeline.py [--ranks 2 4] [--steps 5]
 
@@ -75,24 +75,101 @@ def stage_worker(args):
             samples.append({"wall": wall, "busy": busy, "peak": peak, "held": held,
                             "costs": {k: statistics.mean(v) for k, v in costs.items()}})
         results.append({"kind": kind, "v": v, "rank": rank, "samples": samples})
+    gather_and_report(args, rank, p, results, "eager: ")
+
+
+def graph_stage_worker(args):
+    """The same stages as a pipelined mf.nn.Graph (GraphModule.set_stage):
+    busy time and action costs from the plan's timeline, memory from its
+    static plan."""
+    import meshflow as mf
+    import meshflow.nn as nn
+    import meshflow.nn.functional as F
+    rank, p = mf.distributed.get_rank(), mf.distributed.get_world_size()
+    m, rows, width = args.microbatches, args.rows, args.width
+    B = mf.sbp.broadcast
+    results = []
+    for kind, v in SCHEDULES:
+        if kind == "interleaved_1f1b" and m % p:
+            continue
+        stages = p * v
+        rank_of = [s if s < p else 2 * p - 1 - s for s in range(stages)] if kind == "zbv" else \
+            [s % p for s in range(stages)]
+        placements = [mf.placement("cpu", [r]) for r in rank_of]
+        mf.manual_seed(0)
+        layers_per_stage = max(1, args.layers // v)
+        modules = []
+        for s in range(stages):
+            mods = []
+            for _ in range(layers_per_stage):
+                mods += [nn.Linear(width, width), nn.Tanh()]
+            modules.append(nn.Sequential(*mods).to_global(placements[s], B))
+        model = nn.ModuleList(modules)
+
+        class Step(mf.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+                for s in range(stages):
+                    model[s].to(mf.nn.graph.GraphModule).set_stage(s, placements[s])
+                self.config.set_gradient_accumulation_steps(m)
+                self.config.set_pipeline_schedule(kind)
+                self.add_optimizer(mf.optim.SGD(model.parameters(), lr=1e-4))
+
+            def build(self, x, y):
+                for s in range(stages):
+                    x = model[s](x.to_global(placement=placements[s], sbp=B))
+                loss = F.mse_loss(x, y.to_global(placement=placements[-1], sbp=B))
+                loss.backward()
+                return loss
+
+        g = Step()
+        x = mf.randn(m * rows, width, placement=placements[0], sbp=B)
+        y = mf.randn(m * rows, width, placement=placements[0], sbp=B)
+        split = kind in ("zero_bubble", "zbv")
+        samples = []
+        for step in range(args.steps + 1):
+            mf.distributed.barrier()
+            start = time.perf_counter()
+            g(x, y)
+            wall = time.perf_counter() - start
+            if step == 0:
+                g._last.executable.set_timing(True)
+                continue
+            costs, busy = {}, 0.0
+            for stage, micro, phase, a, b in g._last.executable.timeline():
+                if phase not in ("forward", "backward", "weight") or stage < 0:
+                    continue
+                letter = {"forward": "F", "backward": "I" if split else "B", "weight": "W"}[phase]
+                costs.setdefault(f"{stage}{letter}", {}).setdefault(micro, 0.0)
+                costs[f"{stage}{letter}"][micro] += b - a
+                busy += b - a
+            planned = g.planned_peak_bytes
+            samples.append({"wall": wall, "busy": busy, "peak": planned, "held": planned,
+                            "costs": {k: statistics.mean(v.values()) for k, v in costs.items()}})
+        results.append({"kind": kind, "v": v, "rank": rank, "samples": samples})
+    gather_and_report(args, rank, p, results, "graph mode (mf.nn.Graph): ")
+
+
+def gather_and_report(args, rank, p, results, title=""):
+    import meshflow as mf
     gathered = [None] * p
-    payload = json.dumps(results)
     # Rank 0 collects every rank's samples through files (small, once).
     path = os.path.join(args.out, f"rank{rank}.json")
     with open(path + ".tmp", "w") as f:
-        f.write(payload)
+        f.write(json.dumps(results))
     os.replace(path + ".tmp", path)
     mf.distributed.barrier()
     if rank == 0:
         for r in range(p):
             with open(os.path.join(args.out, f"rank{r}.json")) as f:
                 gathered[r] = json.load(f)
-        report_stages(gathered, p, m)
+        report_stages(gathered, p, args.microbatches, title)
 
 
-def report_stages(gathered, p, m):
+def report_stages(gathered, p, m, title=""):
     from meshflow.distributed import pipelining as pp
-    print(f"\n## {p} ranks x 1 thread, {m} micro-batches")
+    print(f"\n## {title}{p} ranks x 1 thread, {m} micro-batches")
     print("| schedule | stages | step ms | measured bubble | per rank | simulated (measured stage costs) | formula |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     memory = {}
@@ -116,7 +193,9 @@ def report_stages(gathered, p, m):
         if f"0B" in mean:
             i_cost = w_cost = [mean[f"{s}B"] / 2 for s in range(stages)]
         else:
-            i_cost, w_cost = [mean[f"{s}I"] for s in range(stages)], [mean[f"{s}W"] for s in range(stages)]
+            # (stage 0 has no input gradient: its I is empty)
+            i_cost = [mean.get(f"{s}I", 0.0) for s in range(stages)]
+            w_cost = [mean.get(f"{s}W", 0.0) for s in range(stages)]
         schedule = pp.make_schedule(kind, p, m, v)
         # The simulator with each stage's measured costs (no latency).
         predicted = schedule.simulate(forward=f, backward_input=i_cost, backward_weight=w_cost).bubble_fraction
@@ -127,8 +206,12 @@ def report_stages(gathered, p, m):
               f"{'-' if formula is None else f'{100 * formula:.1f}%'} |")
         memory[kind] = ([max(s["held"] for s in r["samples"]) for r in per_rank],
                         [max(s["peak"] for s in r["samples"]) for r in per_rank])
-    print("\nMemory per rank in MiB over the step's baseline (parameters, gradients): held = the most kept "
-          "between actions (activations), peak = the allocator's peak (transients inside an action too)")
+    if title.startswith("graph"):
+        print("\nMemory per rank in MiB: the static memory plan's arena (every buffer of the step but the "
+              "parameters, gradients and optimizer state; held = peak)")
+    else:
+        print("\nMemory per rank in MiB over the step's baseline (parameters, gradients): held = the most kept "
+              "between actions (activations), peak = the allocator's peak (transients inside an action too)")
     print("| schedule | " + " | ".join(f"rank {r} held / peak" for r in range(p)) + " |")
     print("| --- |" + " --- |" * p)
     for kind, (held, peaks) in memory.items():
@@ -168,6 +251,8 @@ def gpt_worker(args):
             opt.zero_grad()
             schedule.step(x) if rank == 0 else schedule.step(target=y)
             opt.step()
+    elif args.mode in ("graph_pipeline", "graph_dp"):
+        step = gpt_graph_step(args, mf, models, kw, x_np, y_np, lm_loss)
     else:
         model = mf.nn.parallel.DistributedDataParallel(models.gpt(mf, **kw))
         opt = mf.optim.AdamW(model.parameters(), lr=1e-3)
@@ -191,6 +276,52 @@ def gpt_worker(args):
         print(json.dumps({"mode": args.mode, "median_ms": 1000 * statistics.median(times)}), flush=True)
 
 
+def gpt_graph_step(args, mf, models, kw, x_np, y_np, lm_loss):
+    """A compiled GPT train step: pipelined over 2 ranks (embed and the
+    first half of the blocks on rank 0, the rest on rank 1, 1F1B), or data
+    parallel on both (the batch split)."""
+    B, S = mf.sbp.broadcast, mf.sbp.split
+    p = mf.distributed.get_world_size()
+    if args.mode == "graph_pipeline":
+        model = models.gpt_sequential(mf, **kw)
+        children = list(model.children())
+        half = 1 + kw["layers"] // 2
+        where = [mf.placement("cpu", [0 if k < half else p - 1]) for k in range(len(children))]
+        for child, placement in zip(children, where):
+            child.to_global(placement, B)
+        sbp = B
+    else:
+        model = models.gpt(mf, **kw).to_global(mf.placement("cpu", list(range(p))), B)
+        where, sbp = None, S(0)
+    opt = mf.optim.AdamW(model.parameters(), lr=1e-3)
+
+    class Step(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            if where is not None:
+                for k, (child, placement) in enumerate(zip(children, where)):
+                    child.to(mf.nn.graph.GraphModule).set_stage(0 if k < half else 1, placement)
+                self.config.set_gradient_accumulation_steps(args.gpt_microbatches)
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            if where is None:
+                out = self.model(x)
+            else:
+                out = x
+                for child, placement in zip(children, where):
+                    out = child(out.to_global(placement=placement, sbp=B))
+            loss = lm_loss(out, y.to_global(placement=out.placement, sbp=sbp))
+            loss.backward()
+            return loss
+
+    g = Step()
+    first = where[0] if where is not None else mf.placement("cpu", list(range(p)))
+    x, y = mf.tensor(x_np, placement=first, sbp=sbp), mf.tensor(y_np, placement=first, sbp=sbp)
+    return lambda: g(x, y)
+
+
 def launch(n, argv):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(ROOT, "python"))
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n), sys.executable,
@@ -211,12 +342,14 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--gpt-batch", type=int, default=16)
     ap.add_argument("--gpt-microbatches", type=int, default=4)
-    ap.add_argument("--worker", choices=["stages", "gpt"])
-    ap.add_argument("--mode", choices=["pipeline", "dp"])
+    ap.add_argument("--worker", choices=["stages", "graph_stages", "gpt"])
+    ap.add_argument("--mode", choices=["pipeline", "dp", "graph_pipeline", "graph_dp"])
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.worker == "stages":
         return stage_worker(args)
+    if args.worker == "graph_stages":
+        return graph_stage_worker(args)
     if args.worker == "gpt":
         return gpt_worker(args)
     import tempfile
@@ -225,18 +358,23 @@ def main():
     common = ["--steps", str(args.steps), "--microbatches", str(args.microbatches), "--rows", str(args.rows),
               "--width", str(args.width), "--layers", str(args.layers)]
     for n in args.ranks:
-        with tempfile.TemporaryDirectory() as out:
-            print(launch(n, ["--worker", "stages", "--out", out, *common]), end="")
+        for worker in ("stages", "graph_stages"):
+            with tempfile.TemporaryDirectory() as out:
+                print(launch(n, ["--worker", worker, "--out", out, *common]), end="")
     print(f"\n## GPT (vocab 512, d_model 128, 4 layers, seq 64), global batch {args.gpt_batch}, 2 ranks x 1 thread")
     results = {}
-    for mode in ("pipeline", "dp"):
+    for mode in ("pipeline", "dp", "graph_pipeline", "graph_dp"):
         line = launch(2, ["--worker", "gpt", "--mode", mode, "--steps", str(args.steps), "--gpt-batch",
                           str(args.gpt_batch), "--gpt-microbatches", str(args.gpt_microbatches)]).strip().splitlines()[-1]
         results[mode] = json.loads(line)["median_ms"]
     print("| mode | step ms (median) |\n| --- | --- |")
     print(f"| pipeline, 2 stages, 1F1B, {args.gpt_microbatches} micro-batches | {results['pipeline']:.1f} |")
     print(f"| data parallel (DDP) | {results['dp']:.1f} |")
-    print(f"pipeline / data parallel: {results['pipeline'] / results['dp']:.2f}x the time")
+    print(f"| graph, pipeline, 2 stages, 1F1B, {args.gpt_microbatches} micro-batches | "
+          f"{results['graph_pipeline']:.1f} |")
+    print(f"| graph, data parallel | {results['graph_dp']:.1f} |")
+    print(f"pipeline / data parallel: eager {results['pipeline'] / results['dp']:.2f}x the time, graph "
+          f"{results['graph_pipeline'] / results['graph_dp']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,17 @@ void init_graph(py::module_& parent) {
       .def_property_readonly("planned_bytes", [](const Executable& e) { return e.memory_plan().arena_bytes; })
       .def_property_readonly("live_peak_bytes", [](const Executable& e) { return e.memory_plan().live_peak_bytes; })
       .def_property_readonly("unplanned_bytes", [](const Executable& e) { return e.memory_plan().total_bytes; })
+      .def("set_timing", &Executable::set_timing, py::arg("on"))
+      .def("timeline",
+           [](const Executable& e) {
+             // (stage, micro-batch, phase, start, end) per span of one pipeline action
+             static const char* phases[] = {"none", "forward", "backward", "update", "weight"};
+             py::list out;
+             for (const auto& span : e.timeline())
+               out.append(py::make_tuple(span.tag.stage, span.tag.micro_batch, phases[int(span.tag.phase)],
+                                         span.start, span.end));
+             return out;
+           })
       .def("memory_report", &Executable::memory_report, py::arg("max_rows") = 20)
       .def("profile", &Executable::profile, py::arg("inputs"), py::arg("runs") = 10, py::arg("by_shape") = false,
            py::call_guard<py::gil_scoped_release>())

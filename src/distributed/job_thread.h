@@ -5,6 +5,7 @@
 // order. A job's exception reaches the caller through its future.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -31,6 +32,17 @@ class JobThread {
   JobThread(const JobThread&) = delete;
   JobThread& operator=(const JobThread&) = delete;
 
+  // While no job is queued and poll() returns true (work is outstanding),
+  // the thread calls it about every 100 microseconds: point-to-point
+  // messages posted without blocking move only while some thread calls
+  // into MPI, and the submitting thread computes meanwhile (Note
+  // [Overlapping communication] in include/meshflow/graph/executor.h).
+  // Set before the first submit.
+  void set_idle_poll(std::function<bool()> poll) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    poll_ = std::move(poll);
+  }
+
   std::future<void> submit(std::function<void()> job) {
     std::packaged_task<void()> task(std::move(job));
     std::future<void> done = task.get_future();
@@ -50,7 +62,15 @@ class JobThread {
       std::packaged_task<void()> task;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        auto ready = [this] { return stop_ || !jobs_.empty(); };
+        while (poll_ && !ready()) {
+          lock.unlock();
+          const bool outstanding = poll_();
+          lock.lock();
+          if (!outstanding) break;
+          wake_.wait_for(lock, std::chrono::microseconds(100), ready);
+        }
+        wake_.wait(lock, ready);
         if (jobs_.empty()) return;
         task = std::move(jobs_.front());
         jobs_.pop_front();
@@ -62,6 +82,7 @@ class JobThread {
   std::condition_variable wake_;
   std::deque<std::packaged_task<void()>> jobs_;
   bool stop_ = false;
+  std::function<bool()> poll_;
   std::thread thread_;  // last: starts after the members it uses
 };
 

@@ -7,6 +7,7 @@
 #include <climits>
 #include <future>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "distributed/job_thread.h"
@@ -32,6 +33,10 @@ const OpDef& send_op() {
 const OpDef& recv_op() {
   static const OpDef& op = dispatch::op("comm_recv");
   return op;
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 bool is_planned(const Graph& graph, ValueId id) {
@@ -224,6 +229,8 @@ void Executable::lower() {
         step.outputs.push_back(tensors_[size_t(id)]);
       }
     }
+    step.tag = node.pipeline;
+    if (step.tag.phase == Phase::None && !steps_.empty()) step.tag = steps_.back().tag;
     step.send = node.op == &send_op();
     step.recv = node.op == &recv_op();
     const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
@@ -245,7 +252,10 @@ void Executable::lower() {
     if (waits[i] == int32_t(waits.size())) final_waits_.push_back(slot);
     else steps_[size_t(step_of[size_t(waits[i])])].waits.push_back(slot);
   }
-  if (num_slots_ && !comm_thread_) comm_thread_ = std::make_unique<distributed::JobThread>();
+  if (num_slots_ && !comm_thread_) {
+    comm_thread_ = std::make_unique<distributed::JobThread>();
+    comm_thread_->set_idle_poll([this] { return poll_messages(); });
+  }
 }
 
 bool Executable::refresh_variables() {
@@ -321,6 +331,19 @@ void Executable::refresh_attrs(Step& step) {
   }
 }
 
+bool Executable::poll_messages() {
+  std::unique_lock<std::mutex> lock(works_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return true;
+  bool outstanding = false;
+  try {
+    for (auto* list : {&receives_, &sends_})
+      for (auto& work : *list) outstanding = outstanding || (work && !work->is_completed());
+  } catch (...) {
+    return false;  // the wait that follows reports the error
+  }
+  return outstanding;
+}
+
 void Executable::on_comm_thread(const std::function<void()>& job) {
   if (comm_thread_) comm_thread_->submit(job).get();
   else job();
@@ -329,14 +352,24 @@ void Executable::on_comm_thread(const std::function<void()>& job) {
 void Executable::run_steps() {
   reserve_random_counters();
   std::vector<std::future<void>> pending(static_cast<size_t>(num_slots_));
-  receives_.assign(size_t(num_slots_), nullptr);
-  sends_.clear();
+  {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    receives_.assign(size_t(num_slots_), nullptr);
+    sends_.clear();
+  }
+  timeline_.clear();
   std::vector<std::future<void>> posted_sends;
   auto wait_slot = [&](int32_t slot) {
     pending[size_t(slot)].get();
-    if (auto& work = receives_[size_t(slot)]) {
-      on_comm_thread([&work] { work->wait(); });
-      work.reset();
+    if (receives_[size_t(slot)]) {
+      on_comm_thread([this, slot] {
+        std::shared_ptr<distributed::Work> work;
+        {
+          std::lock_guard<std::mutex> lock(works_mutex_);
+          work = std::move(receives_[size_t(slot)]);
+        }
+        work->wait();
+      });
     }
   };
   try {
@@ -348,18 +381,32 @@ void Executable::run_steps() {
         Tensor copy = make_empty(step.inputs[0].sizes(), step.inputs[0].dtype(), step.inputs[0].device());
         cpu::copy_cast(copy, step.inputs[0]);
         auto post = [this, copy, dst = int(step.attrs.get_int("dst")), tag = int(step.attrs.get_int("tag"))] {
-          sends_.push_back(distributed::world().isend(copy, dst, tag));
+          auto work = distributed::world().isend(copy, dst, tag);
+          std::lock_guard<std::mutex> lock(works_mutex_);
+          sends_.push_back(std::move(work));
         };
         if (comm_thread_) posted_sends.push_back(comm_thread_->submit(post));
         else post();
       } else if (step.recv && step.async_slot >= 0) {
         pending[size_t(step.async_slot)] = comm_thread_->submit([this, &step] {
-          receives_[size_t(step.async_slot)] = distributed::world().irecv(
-              step.outputs[0], int(step.attrs.get_int("src")), int(step.attrs.get_int("tag")));
+          auto work = distributed::world().irecv(step.outputs[0], int(step.attrs.get_int("src")),
+                                                 int(step.attrs.get_int("tag")));
+          std::lock_guard<std::mutex> lock(works_mutex_);
+          receives_[size_t(step.async_slot)] = std::move(work);
         });
       } else if (step.async_slot >= 0) {
         pending[size_t(step.async_slot)] =
             comm_thread_->submit([&step] { step.kernel(step.inputs, step.outputs, step.attrs); });
+      } else if (timing_) {
+        const double start = seconds_now();
+        step.kernel(step.inputs, step.outputs, step.attrs);
+        const double end = seconds_now();
+        const PipelineTag& last = timeline_.empty() ? step.tag : timeline_.back().tag;
+        if (timeline_.empty() || last.stage != step.tag.stage || last.micro_batch != step.tag.micro_batch ||
+            last.phase != step.tag.phase)
+          timeline_.push_back({step.tag, start, end});
+        else
+          timeline_.back().end = end;
       } else {
         step.kernel(step.inputs, step.outputs, step.attrs);
       }
@@ -367,17 +414,26 @@ void Executable::run_steps() {
     for (int32_t slot : final_waits_) wait_slot(slot);
     for (auto& p : posted_sends) p.get();
     on_comm_thread([this] {
-      for (auto& work : sends_) work->wait();
+      std::vector<std::shared_ptr<distributed::Work>> sends;
+      {
+        std::lock_guard<std::mutex> lock(works_mutex_);
+        sends.swap(sends_);
+      }
+      for (auto& work : sends) work->wait();
     });
-    sends_.clear();
   } catch (...) {
     // The communication thread may still use the plan's buffers.
     for (auto& p : pending)
       if (p.valid()) p.wait();
     for (auto& p : posted_sends)
       if (p.valid()) p.wait();
-    receives_.clear();
-    sends_.clear();
+    std::vector<std::shared_ptr<distributed::Work>> dropped;  // waited for by their destructors, unlocked
+    {
+      std::lock_guard<std::mutex> lock(works_mutex_);
+      dropped.swap(sends_);
+      for (auto& work : receives_) dropped.push_back(std::move(work));
+      receives_.clear();
+    }
     throw;
   }
 }

@@ -276,6 +276,7 @@ int fuse_elementwise(Graph& graph) {
     }
     Node fused{.op = &fused_elementwise_op(), .attrs = {{"program", text.str()}}, .inputs = externals,
                .outputs = nodes[size_t(root)].outputs, .fused = program};
+    fused.pipeline = nodes[size_t(root)].pipeline;
     nodes[size_t(root)] = std::move(fused);
     for (size_t k = 0; k + 1 < list.size(); ++k) removed[list[k]] = true;
     count += int(list.size());

@@ -145,6 +145,7 @@ int fuse_updates_into_gemms(Graph& graph) {
     if (!ok) continue;
     Node fused{.op = &matmul_sgd_update_op(), .attrs = update.attrs, .inputs = {param, mm.inputs[0], mm.inputs[1]},
                .outputs = update.outputs, .inplace = true, .lr_group = update.lr_group};
+    fused.pipeline = nodes[m].pipeline;
     nodes[m] = std::move(fused);
     removed[u] = true;
     ++count;
@@ -195,6 +196,7 @@ int fuse_linear_activations(Graph& graph) {
     if (keep_product) outputs.insert(outputs.begin(), product);
     Node fused{.op = &fused_linear_op(), .attrs = {{"program", program_text(*program)}}, .inputs = mm.inputs,
                .outputs = std::move(outputs), .fused = std::move(program)};
+    fused.pipeline = nodes[i].pipeline;
     nodes[i] = std::move(fused);
     removed[act] = true;
     count += 2;
@@ -242,6 +244,7 @@ int fuse_gelu_with_backward(Graph& graph) {
       Node fused{.op = &fused_elementwise_op(), .attrs = {{"program", program_text(*program)}},
                  .inputs = {grad_root, forward.inputs[0]}, .outputs = {back.outputs[0], forward.outputs[0]},
                  .fused = std::move(program)};
+      fused.pipeline = nodes[a].pipeline;
       nodes[a] = std::move(fused);
       removed[b] = true;
       ++count;
@@ -304,6 +307,7 @@ int fuse_bias_gradients(Graph& graph) {
                .inputs = producer.inputs,
                .outputs = std::move(outputs),
                .fused = std::move(program)};
+    fused.pipeline = nodes[g].pipeline;
     nodes[g] = std::move(fused);
     removed[j] = true;
     ++count;
@@ -360,6 +364,7 @@ int fuse_add_layer_norms(Graph& graph) {
     Node fused{.op = &fused_add_layer_norm_op(), .attrs = {{"program", program_text(*program)}},
                .inputs = {sum.inputs[0], sum.inputs[1], weight, bias}, .outputs = std::move(outputs),
                .fused = std::move(program)};
+    fused.pipeline = nodes[i].pipeline;
     nodes[i] = std::move(fused);
     removed[j] = true;
     count += 2;

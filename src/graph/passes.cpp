@@ -226,6 +226,7 @@ int merge_slice_gradients(Graph& graph) {
       removed[size_t(s - nodes.data())] = true;
     }
     for (size_t k = 1; k < sums.size(); ++k) removed[size_t(sums[k] - nodes.data())] = true;
+    cat.pipeline = nodes[i].pipeline;
     nodes[i] = std::move(cat);
     count += int(slices.size() + sums.size());
   }

@@ -131,14 +131,19 @@ std::string schedule_pipeline(Graph& graph, const std::vector<pp::Action>& rank_
       input_part[size_t(j)] = leaves;
     }
     for (int j = 0; j < n; ++j) {
-      const Node& node = nodes[size_t(j)];
+      Node& node = nodes[size_t(j)];
       if (node.pipeline.phase != Phase::Backward || stage[size_t(j)] < 0 || input_part[size_t(j)]) continue;
       auto it = index.find({stage[size_t(j)], node.pipeline.micro_batch, 2});
       MF_CHECK(it != index.end(), Error, "graph pipeline: no weight-gradient action for ", where(node));
       key[size_t(j)] = it->second;
+      node.pipeline.phase = Phase::Weight;
       ++weight_nodes;
     }
   }
+
+  // The actions' stages, for timelines (Executable::timeline).
+  for (int j = 0; j < n; ++j)
+    if (nodes[size_t(j)].pipeline.stage < 0 && stage[size_t(j)] >= 0) nodes[size_t(j)].pipeline.stage = stage[size_t(j)];
 
   // 4. Receives are posted one action early (the message arrives while the
   // rank computes); everything else keeps its trace order within its action.

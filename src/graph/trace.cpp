@@ -196,7 +196,8 @@ void Tracer::add_optimizer(optim::Optimizer& optimizer) {
         const auto* name = std::get_if<std::string>(&key);
         if (name && entry.is_tensor() && entry.to_tensor().defined()) {
           const Tensor state = bound_tensor(entry.to_tensor());
-          state_of_[state.storage().get()] = {state, StateBinding{&optimizer, p, *name}};
+          // (undefined: the state of another stage's parameter)
+          if (state.defined()) state_of_[state.storage().get()] = {state, StateBinding{&optimizer, p, *name}};
         }
       }
     }

@@ -88,13 +88,26 @@ void follow_inputs(std::optional<AutocastGuard>& guard, const Tensor& t) {
 Tensor scaled(const Tensor& t, Scalar s) { return s.to_double() == 1.0 ? t : mul(t, s); }
 
 // True for the transpose of a contiguous matrix (weight.t() in linear).
-// Always false for a global tensor: the choice decides which collectives
-// backward runs, so it must be the same on every rank, and a shard's strides
-// are not (a rank whose part of a dim has one element sees a contiguous
-// shard where the others see a transposed one).
+// For a global tensor the choice decides which collectives backward runs, so
+// it must be the same on every rank of its placement: it reads this rank's
+// shard, which is only decisive when every rank's shard has at least two
+// elements along both dims (a shard with one row looks contiguous where the
+// others look transposed); otherwise, and on a rank outside the placement
+// (which runs none of it), it is false.
 bool is_transposed_matrix(const Tensor& t) {
-  return !t.is_global() && t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 &&
-         t.stride(1) == t.size(0);
+  if (t.dim() != 2 || t.size(0) < 2 || t.size(1) < 2) return false;
+  if (!t.is_global()) return t.stride(0) == 1 && t.stride(1) == t.size(0);
+  const Tensor& local = global_to_local(t);
+  if (!local.defined()) return false;
+  const Placement& placement = placement_of(t);
+  const NdSbp& sbp = sbp_of(t);
+  for (int64_t d = 0; d < 2; ++d) {
+    int64_t parts = 1;
+    for (size_t a = 0; a < sbp.size(); ++a)
+      if (sbp[a].is_split() && sbp[a].axis() == d) parts *= placement.hierarchy()[a];
+    if (t.size(d) < 2 * parts) return false;
+  }
+  return local.stride(0) == 1 && local.stride(1) == local.size(0);
 }
 
 // Gradients of alpha * (a @ b) for a and b, summed over broadcast batch dims.

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -103,6 +104,16 @@ class Executable {
   // largest first, with the node that writes each: what to recompute or
   // fuse to lower the peak.
   std::string memory_report(int max_rows = 20) const;
+  // Timing of runs (off by default): each run then records, for every span
+  // of consecutive compute steps with one pipeline tag (a pipeline action:
+  // stage, micro-batch, phase), when it started and ended
+  // (steady_clock seconds), and the run's total compute time.
+  struct TimedSpan {
+    PipelineTag tag;
+    double start = 0, end = 0;
+  };
+  void set_timing(bool on) { timing_ = on; }
+  const std::vector<TimedSpan>& timeline() const { return timeline_; }
   // Runs the plan `runs` times and returns a table of kernel time per op
   // type (by_shape: per op and input shapes), slowest first (what to fuse
   // or speed up next).
@@ -125,6 +136,7 @@ class Executable {
     std::vector<int32_t> waits;
     // comm_send / comm_recv: posted, not run (Note [Overlapping communication]).
     bool send = false, recv = false;
+    PipelineTag tag;  // the node's (or, for a node a pass made, the step's before)
   };
   void lower();
   // Rebinds optimizer state replaced since the last run; true if a
@@ -135,6 +147,9 @@ class Executable {
   void run_steps();
   // Runs job on the communication thread and waits (here, without one).
   void on_comm_thread(const std::function<void()>& job);
+  // Moves the posted messages on (the communication thread calls it while
+  // idle); true while some are outstanding.
+  bool poll_messages();
 
   Graph graph_;
   MemoryPlan plan_;
@@ -150,9 +165,13 @@ class Executable {
   // Slots waited for at the end of the run.
   std::vector<int32_t> final_waits_;
   int32_t num_slots_ = 0;
-  // Per slot, a posted receive; the sends of this run.
+  // Per slot, a posted receive; the sends of this run (under works_mutex_:
+  // the communication thread polls them).
+  std::mutex works_mutex_;
   std::vector<std::shared_ptr<distributed::Work>> receives_;
   std::vector<std::shared_ptr<distributed::Work>> sends_;
+  bool timing_ = false;
+  std::vector<TimedSpan> timeline_;
   std::unique_ptr<distributed::JobThread> comm_thread_;
 };
 

@@ -92,8 +92,9 @@ struct Value {
 // Where in a pipelined train step the tracer recorded a node (Note
 // [Pipeline schedules in graph mode] in passes.h): before the micro-batches
 // (None), in a micro-batch's forward or backward, or after them (the
-// optimizers' updates, the outputs' averaging).
-enum class Phase : uint8_t { None, Forward, Backward, Update };
+// optimizers' updates, the outputs' averaging). schedule_pipeline marks the
+// weight-gradient part of a split backward (zero-bubble schedules) Weight.
+enum class Phase : uint8_t { None, Forward, Backward, Update, Weight };
 struct PipelineTag {
   int32_t stage = -1;  // the stage whose module (or whose forward, for a backward op) recorded it; -1: none
   int32_t micro_batch = -1;

@@ -8,6 +8,8 @@
 // pool (parallel.h).
 #pragma once
 
+#include <cstdlib>
+
 #include <array>
 #include <tuple>
 #include <cstring>
@@ -70,6 +72,60 @@ struct StridedOperands {
   }
 };
 
+// Note [Tiled transposed operands]
+// An operand whose innermost dim is not its fastest in memory (a transposed
+// view: the gradient of a weight used as W^T, a .t() added to a contiguous
+// tensor) would make every element of a row run touch another cache line.
+// When some operand has a smaller stride along the second-innermost dim
+// than along the innermost, the loop walks the last two dims in square
+// tiles instead, so each cache line a tile touches is reused across the
+// tile's rows. Elementwise results do not depend on the order.
+constexpr int64_t kTransposeTile = 32;
+
+template <size_t N>
+bool has_transposed_operand(const StridedOperands<N>& ops) {
+  const size_t nd = ops.sizes.size();
+  if (nd < 2 || ops.sizes[nd - 1] < kTransposeTile / 2 || ops.sizes[nd - 2] < kTransposeTile / 2) return false;
+  for (size_t k = 0; k < N; ++k) {
+    const int64_t inner = std::abs(ops.strides[k][nd - 1]), outer = std::abs(ops.strides[k][nd - 2]);
+    if (inner != 0 && outer != 0 && outer < inner) return true;
+  }
+  return false;
+}
+
+// for_each_run over square tiles of the last two dims (runs of at most a
+// tile's width).
+template <size_t N, typename Inner>
+void for_each_tile_run(const StridedOperands<N>& ops, int64_t grain, const Inner& inner) {
+  const int64_t nd = int64_t(ops.sizes.size());
+  const int64_t rows = ops.sizes[nd - 2], cols = ops.sizes[nd - 1], T = kTransposeTile;
+  const int64_t row_tiles = (rows + T - 1) / T, col_tiles = (cols + T - 1) / T;
+  int64_t outer = 1;
+  for (int64_t d = 0; d < nd - 2; ++d) outer *= ops.sizes[d];
+  std::array<int64_t, N> inner_strides;
+  for (size_t k = 0; k < N; ++k) inner_strides[k] = ops.strides[k][nd - 1];
+  parallel_for(0, outer * row_tiles * col_tiles, std::max<int64_t>(1, grain / (T * T)), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t o = t / (row_tiles * col_tiles), rt = t / col_tiles % row_tiles, ct = t % col_tiles;
+      std::array<char*, N> base;
+      for (size_t k = 0; k < N; ++k) {
+        char* p = ops.data[k];
+        for (int64_t d = nd - 3, rem = o; d >= 0; --d) {
+          p += rem % ops.sizes[d] * ops.strides[k][d];
+          rem /= ops.sizes[d];
+        }
+        base[k] = p + ct * T * ops.strides[k][nd - 1];
+      }
+      const int64_t n = std::min(T, cols - ct * T);
+      for (int64_t r = rt * T; r < std::min(rows, rt * T + T); ++r) {
+        std::array<char*, N> ptrs;
+        for (size_t k = 0; k < N; ++k) ptrs[k] = base[k] + r * ops.strides[k][nd - 2];
+        inner(ptrs, inner_strides, n);
+      }
+    }
+  });
+}
+
 // Calls inner(ptrs, byte_strides, n) for runs along the innermost dim
 // covering all elements, in parallel chunks.
 template <size_t N, typename Inner>
@@ -79,6 +135,7 @@ void for_each_run(const StridedOperands<N>& ops, int64_t grain, const Inner& inn
   int64_t numel = 1;
   for (int64_t s : ops.sizes) numel *= s;
   if (numel == 0) return;
+  if (has_transposed_operand(ops)) return for_each_tile_run(ops, grain, inner);
   std::array<int64_t, N> inner_strides;
   for (size_t k = 0; k < N; ++k) inner_strides[k] = ops.strides[k][nd - 1];
 
