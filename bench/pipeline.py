@@ -144,8 +144,8 @@ def graph_stage_worker(args):
                 costs.setdefault(f"{stage}{letter}", {}).setdefault(micro, 0.0)
                 costs[f"{stage}{letter}"][micro] += b - a
                 busy += b - a
-            planned = g.planned_peak_bytes
-            samples.append({"wall": wall, "busy": busy, "peak": planned, "held": planned,
+            samples.append({"wall": wall, "busy": busy, "peak": g.planned_peak_bytes,
+                            "held": g._last.executable.forward_peak_bytes,
                             "costs": {k: statistics.mean(v.values()) for k, v in costs.items()}})
         results.append({"kind": kind, "v": v, "rank": rank, "samples": samples})
     gather_and_report(args, rank, p, results, "graph mode (mf.nn.Graph): ")
@@ -207,8 +207,9 @@ def report_stages(gathered, p, m, title=""):
         memory[kind] = ([max(s["held"] for s in r["samples"]) for r in per_rank],
                         [max(s["peak"] for s in r["samples"]) for r in per_rank])
     if title.startswith("graph"):
-        print("\nMemory per rank in MiB: the static memory plan's arena (every buffer of the step but the "
-              "parameters, gradients and optimizer state; held = peak)")
+        print("\nMemory per rank in MiB from the static memory plan: held = the most bytes of forward-made buffers "
+              "(activations) live at once, peak = the plan's arena (every buffer of the step but parameters and "
+              "optimizer state: accumulated gradients, inputs and transients too)")
     else:
         print("\nMemory per rank in MiB over the step's baseline (parameters, gradients): held = the most kept "
               "between actions (activations), peak = the allocator's peak (transients inside an action too)")

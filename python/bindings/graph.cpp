@@ -80,6 +80,7 @@ void init_graph(py::module_& parent) {
       .def_property_readonly("graph", &Executable::graph, py::return_value_policy::reference_internal)
       .def_property_readonly("num_steps", &Executable::num_steps)
       .def_property_readonly("planned_bytes", [](const Executable& e) { return e.memory_plan().arena_bytes; })
+      .def_property_readonly("forward_peak_bytes", &Executable::forward_peak_bytes)
       .def_property_readonly("live_peak_bytes", [](const Executable& e) { return e.memory_plan().live_peak_bytes; })
       .def_property_readonly("unplanned_bytes", [](const Executable& e) { return e.memory_plan().total_bytes; })
       .def("set_timing", &Executable::set_timing, py::arg("on"))

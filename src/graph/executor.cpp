@@ -508,6 +508,22 @@ std::string Executable::profile(const TensorList& inputs, int runs, bool by_shap
   return os.str();
 }
 
+int64_t Executable::forward_peak_bytes() const {
+  const auto& values = graph_.values();
+  const auto& nodes = graph_.nodes();
+  std::vector<int64_t> delta(nodes.size() + 3, 0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (plan_.offsets[i] < 0 || values[i].producer < 0) continue;
+    if (nodes[size_t(values[i].producer)].pipeline.phase != Phase::Forward) continue;
+    const auto [first, last] = plan_.lifetimes[i];
+    delta[size_t(first + 1)] += values[i].nbytes();
+    delta[size_t(last + 2)] -= values[i].nbytes();
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t d : delta) peak = std::max(peak, live += d);
+  return peak;
+}
+
 std::string Executable::memory_report(int max_rows) const {
   const auto& values = graph_.values();
   const auto& nodes = graph_.nodes();

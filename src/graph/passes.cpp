@@ -447,8 +447,7 @@ int schedule_updates_early(Graph& graph) {
   };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    const bool update = n.inplace && values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable &&
-                        !reads_communicated(n);
+    const bool update = n.inplace && !n.op->collective && !reads_communicated(n);
     if (!update) {
       order.push_back(i);
       continue;

@@ -100,6 +100,9 @@ class Executable {
   int64_t num_steps() const { return int64_t(steps_.size()); }
   // The graph followed by the memory plan's summary.
   std::string str() const;
+  // The most bytes of buffers made by forward nodes (PipelineTag) live at
+  // once in the memory plan: the activations kept for backward.
+  int64_t forward_peak_bytes() const;
   // The buffers live when the most bytes are live (the memory plan's bound),
   // largest first, with the node that writes each: what to recompute or
   // fuse to lower the peak.

@@ -84,11 +84,13 @@ int recompute_elementwise(Graph& graph);
 int run_in_place(Graph& graph);
 
 // Note [Early updates]
-// An in-place node that writes a variable (an optimizer update, a buffer's
-// counter) moves up to just after the last earlier node that reads or
-// writes any buffer it reads: a parameter is updated as soon as backward
-// no longer needs its old value, so its gradient dies there instead of
-// living to the end of the step. What every node computes is unchanged.
+// An in-place node (an optimizer update, a buffer's counter, the sum of a
+// micro-batch's gradient into the accumulated one) moves up to just after
+// the last earlier node that reads or writes any buffer it reads: a
+// parameter is updated as soon as backward no longer needs its old value,
+// and a micro-batch's gradient is added in as soon as it is made, so the
+// gradient dies there instead of living to the end of the step (or of the
+// micro-batch's backward). What every node computes is unchanged.
 // An update that reads a collective's result (the all-reduced gradient of
 // a data-parallel parameter) stays where the trace put it, after backward:
 // moved up, it would wait for its collective at once, and the collective
