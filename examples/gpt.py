@@ -15,6 +15,9 @@ Pipelined over N processes (docs/pipeline.md), the blocks split evenly:
 ('interleaved_1f1b' and 'zbv' put two stages on each process.) The
 gradient norm is clipped over all stages; the last stage's process prints
 the losses; sampling needs the whole model in one process and is skipped.
+With --graph the pipelined step is a compiled mf.nn.Graph: each block is
+marked with its stage (GraphModule.set_stage) and the graph runs the
+schedule over the micro-batches.
 """
 import argparse
 import math
@@ -50,6 +53,7 @@ def parse_args(argv=None):
                    help="processes of a pipeline (one per process of the job)")
     p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b, zero_bubble, interleaved_1f1b or zbv")
     p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--graph", action="store_true", help="pipelined: train with a compiled mf.nn.Graph")
     return p.parse_args(argv)
 
 
@@ -112,7 +116,8 @@ def main(argv=None):
     print(f"{n} training windows of {args.seq} characters, vocabulary {text.vocab_size}")
 
     if args.pipeline_stages > 1:
-        return train_pipelined(args, text, loader, val_loader)
+        train = train_pipelined_graph if args.graph else train_pipelined
+        return train(args, text, loader, val_loader)
     model = models.gpt(mf, vocab=text.vocab_size, d_model=args.d_model, heads=args.heads, layers=args.layers,
                        seq=args.seq)
     params = sum(p.numel() for p in model.parameters())
@@ -141,13 +146,8 @@ def main(argv=None):
 def train_pipelined(args, text, loader, val_loader):
     from meshflow.distributed import pipelining as pp
     rank, world = mf.distributed.get_rank(), mf.distributed.get_world_size()
-    if world != args.pipeline_stages:
-        raise SystemExit(f"--pipeline-stages {args.pipeline_stages} needs as many processes, got {world} "
-                         f"(python -m meshflow.distributed.launch --nproc-per-node {args.pipeline_stages} ...)")
-    per_rank = 2 if args.schedule in ("interleaved_1f1b", "zbv") else 1
-    stages = world * per_rank
-    if args.layers < stages:
-        raise SystemExit(f"--layers {args.layers} cannot fill {stages} stages")
+    stages, _ = stage_layout(args)
+    per_rank = stages // world
     model = models.gpt_sequential(mf, vocab=text.vocab_size, d_model=args.d_model, heads=args.heads,
                                   layers=args.layers, seq=args.seq)
     pipe = pp.pipeline(model, split_points=[f"block{s * args.layers // stages}" for s in range(1, stages)])
@@ -201,6 +201,88 @@ def train_pipelined(args, text, loader, val_loader):
                 val.append(loss_fn(out, y).item())
     if holds_last:
         print(f"held-out loss {sum(val) / len(val):.4f}")
+        print("sampling needs the whole model in one process: skipped when pipelined")
+    return history
+
+
+def stage_layout(args):
+    """(stages, the rank of each stage) for args.schedule over the job."""
+    world = mf.distributed.get_world_size()
+    if world != args.pipeline_stages:
+        raise SystemExit(f"--pipeline-stages {args.pipeline_stages} needs as many processes, got {world} "
+                         f"(python -m meshflow.distributed.launch --nproc-per-node {args.pipeline_stages} ...)")
+    per_rank = 2 if args.schedule in ("interleaved_1f1b", "zbv") else 1
+    stages = world * per_rank
+    if args.layers < stages:
+        raise SystemExit(f"--layers {args.layers} cannot fill {stages} stages")
+    if args.schedule == "zbv":
+        return stages, [s if s < world else stages - 1 - s for s in range(stages)]
+    return stages, [s % world for s in range(stages)]
+
+
+def train_pipelined_graph(args, text, loader, val_loader):
+    """The pipelined GPT as a compiled graph: embed and the first blocks on
+    stage 0, ..., the last blocks and the head on the last stage."""
+    rank = mf.distributed.get_rank()
+    stages, rank_of = stage_layout(args)
+    placements = [mf.placement("cpu", [r]) for r in rank_of]
+    model = models.gpt_sequential(mf, vocab=text.vocab_size, d_model=args.d_model, heads=args.heads,
+                                  layers=args.layers, seq=args.seq)
+    children = list(model.children())
+    stage_of = [0] + [k * stages // args.layers for k in range(args.layers)] + [stages - 1]
+    for child, s in zip(children, stage_of):
+        child.to_global(placements[s], mf.sbp.broadcast)
+    # OneFlow's graph clipping: after the last micro-batch, by the norm over all stages.
+    optimizer = mf.optim.AdamW([{"params": list(model.parameters()), "clip_grad_max_norm": 1.0}], lr=args.lr,
+                               weight_decay=0.1, betas=(0.9, 0.95))
+    first, last = placements[0], placements[-1]
+
+    class Step(mf.nn.Graph):
+        def __init__(self, train):
+            super().__init__()
+            self.model = model
+            for child, s in zip(children, stage_of):
+                child.to(mf.nn.graph.GraphModule).set_stage(s, placements[s])
+            self.config.set_gradient_accumulation_steps(args.microbatches)
+            self.config.set_pipeline_schedule(args.schedule)
+            if train:
+                self.add_optimizer(optimizer)
+            self.train_step = train
+
+        def build(self, x, y):
+            h = x
+            for child, s in zip(children, stage_of):
+                h = child(h.to_global(placement=placements[s], sbp=mf.sbp.broadcast))
+            loss = models.loss_fn("gpt", mf, h, y.to_global(placement=last, sbp=mf.sbp.broadcast))
+            if self.train_step:
+                loss.backward()
+            return loss
+
+    train_step, evaluate = Step(True), Step(False)
+    holds_last = rank == rank_of[-1]
+    if holds_last:
+        print(f"GPT: {args.layers} layers over {stages} stages on {args.pipeline_stages} processes, schedule "
+              f"{args.schedule}, {args.microbatches} micro-batches, compiled graph", flush=True)
+
+    def as_global(t):
+        return t.to_global(placement=first, sbp=mf.sbp.broadcast)
+
+    history, begin = [], time.perf_counter()
+    for step, x, y in training_steps(args, loader, optimizer):
+        loss = train_step(as_global(x), as_global(y))
+        if holds_last:
+            history.append(loss.to_local().item())
+            report(args, step, history, begin)
+    model.eval()
+    val = []
+    for x, y in val_loader:
+        if x.shape[0] % args.microbatches:
+            continue  # a last batch the micro-batches do not divide
+        loss = evaluate(as_global(x), as_global(y))
+        if holds_last:
+            val.append(loss.to_local().item())
+    if holds_last:
+        print(f"held-out loss {sum(val) / max(1, len(val)):.4f}")
         print("sampling needs the whole model in one process: skipped when pipelined")
     return history
 

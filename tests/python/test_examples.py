@@ -57,9 +57,9 @@ def test_fashion_mnist_missing_data_is_a_clear_error(tmp_path):
         fashion_mnist.main(fashion_args(tmp_path, 1, "--data", str(tmp_path / "absent")))
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "zbv"])
-def test_gpt_trains_pipelined_under_the_launcher(schedule):
-    """examples/gpt.py --pipeline-stages 2 on 2 processes (docs/pipeline.md)."""
+@pytest.mark.parametrize("schedule,graph", [("1f1b", False), ("zbv", False), ("1f1b", True), ("zbv", True)])
+def test_gpt_trains_pipelined_under_the_launcher(schedule, graph):
+    """examples/gpt.py --pipeline-stages 2 [--graph] on 2 processes (docs/pipeline.md)."""
     import re
     import shutil
     import subprocess
@@ -70,7 +70,7 @@ def test_gpt_trains_pipelined_under_the_launcher(schedule):
     out = subprocess.run([sys.executable, "-m", "meshflow.distributed.launch", "--nproc-per-node", "2",
                           os.path.join(EXAMPLES, "gpt.py"), "--pipeline-stages", "2", "--schedule", schedule,
                           "--steps", "4", "--layers", "4", "--d-model", "32", "--heads", "2", "--seq", "32",
-                          "--log-every", "2", "--microbatches", "4"],
+                          "--log-every", "2", "--microbatches", "4", *(["--graph"] if graph else [])],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     losses = [float(v) for v in re.findall(r"step \d+/4: loss ([0-9.]+)", out.stdout)]
