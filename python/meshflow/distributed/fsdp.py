@@ -33,7 +33,15 @@ import weakref as _weakref
 import meshflow as _mf
 from meshflow.autograd import Function as _Function
 
-__all__ = ["fully_shard", "FSDPModule", "MixedPrecisionPolicy"]
+import sys as _sys
+
+from meshflow.distributed import sharded_grad_scaler
+from meshflow.distributed.sharded_grad_scaler import ShardedGradScaler
+
+# torch's path: torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler
+_sys.modules[__name__ + ".sharded_grad_scaler"] = sharded_grad_scaler
+
+__all__ = ["fully_shard", "FSDPModule", "MixedPrecisionPolicy", "ShardedGradScaler"]
 
 _B, _S, _P = _mf.sbp.broadcast, _mf.sbp.split, _mf.sbp.partial_sum
 

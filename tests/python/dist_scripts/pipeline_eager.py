@@ -1,8 +1,9 @@
-"""Run under mpirun (2 or 4 ranks): every eager pipeline schedule gives the
+"""Run under mpirun (1, 2 or 4 ranks): every eager pipeline schedule gives the
 losses and every parameter's gradient of one process on the whole batch, in
 float64 (rtol 1e-10): uneven stages, m = p, 2p and a count that is not a
 multiple of p, two stages per rank (interleaved, ZBV), tied weights across
-stages, BatchNorm in a stage, and two steps with an optimizer between."""
+stages, BatchNorm in a stage, and two steps with an optimizer between; and
+a ShardedGradScaler that skips a step with an inf on every stage."""
 import numpy as np
 
 import meshflow as mf
@@ -189,6 +190,37 @@ for kind in ("gpipe", "1f1b"):
     x = mf.tensor(rng.standard_normal((4 * p, 4)))
     y = mf.tensor(rng.standard_normal((4 * p, 2)))
     run(kind, lambda: bn_model(p), [3 * k for k in range(1, p)], x, y, F.mse_loss, 2 * p, check_whole=False)
+
+# AMP: a ShardedGradScaler agrees on found_inf over the ranks, so an inf in
+# the last stage's gradient only skips the step on every stage.
+def amp_case():
+    from meshflow.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    x, y = regression_batch(4 * p)
+    cuts = [2 * k for k in range(1, p)]
+    ref_model, _, _ = reference(lambda: mlp(p - 1), x, y, F.mse_loss, p, 1, 0.1)
+    pipe = pp.pipeline(mlp(p - 1), split_points=cuts)
+    stage = pipe.build_stage(rank)
+    scaler = ShardedGradScaler(init_scale=1024.0)
+    schedule = pp.Schedule1F1B(stage, p, loss_fn=lambda out, target: scaler.scale(F.mse_loss(out, target)))
+    opt = mf.optim.SGD(stage.submod.parameters(), lr=0.1)
+    factor = [1.0]
+    if rank == p - 1:  # the last Linear's weight gradient times factor
+        list(stage.submod.parameters())[-2].register_hook(lambda g: g * factor[0])
+    for value in (1.0, float("inf")):
+        factor[0] = value
+        opt.zero_grad()
+        args = [x] if rank == 0 else []
+        kwargs = {"target": y} if rank == p - 1 else {}
+        schedule.step(*args, **kwargs)
+        scaler.step(opt)
+        scaler.update()
+        assert scaler.get_scale() == (1024.0 if value == 1.0 else 512.0), scaler.get_scale()
+    ref_state = ref_model.state_dict()
+    for key, value in pipe.get_stage_module(rank).state_dict().items():
+        np.testing.assert_allclose(value.numpy(), ref_state[key].numpy(), rtol=RTOL, atol=ATOL, err_msg=f"amp {key}")
+
+
+amp_case()
 
 # describe() names every rank.
 text = pp.Schedule1F1B(pp.pipeline(mlp(p - 1), split_points=[2 * k for k in range(1, p)]).build_stage(rank), p,
