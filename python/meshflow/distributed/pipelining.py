@@ -143,6 +143,12 @@ def _split(value, m, what):
     return [value] * m
 
 
+def _tensors_of(chunk):
+    """The tensors of one micro-batch's (args, kwargs), in order."""
+    args, kwargs = chunk
+    return [t for t in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(t, _mf.Tensor)]
+
+
 def _merge(chunks):
     first = chunks[0]
     if isinstance(first, _mf.Tensor):
@@ -231,6 +237,9 @@ class _PipelineSchedule:
         self._stage_rank = list(self._schedule.stage_rank)
         self._actions = list(self._schedule.actions[comm.rank()])
         self._tied_groups = self._exchange_ties(comm, stages)
+        # Note [Random counters of a pipelined step]: (input signature of
+        # stage 0's micro-batch, counters of each stage's forward) once known.
+        self._counters = None
         # (action, start, end, bytes allocated after it) of this rank's
         # compute actions in the last step, times in time.perf_counter()
         # seconds (bench/pipeline.py reads it).
@@ -311,10 +320,15 @@ class _PipelineSchedule:
         state = {}
         sends = []
         self.last_step_timeline = []
+        seed, base = _C.default_generator.get_state()
+        counts = self._stage_counters(chunks)
+        per_micro = sum(counts)
+        self._draw_at = lambda s, i: (seed, base + i * per_micro + sum(counts[:s]))
         for action in self._actions:
             self._run(action, state, chunks, targets, sends)
         for work in sends:
             work.wait()
+        _C.default_generator.set_state((seed, base + m * per_micro))
         for (param, group), old in zip(self._tied_groups, before):
             step_grad = _mf.zeros_like(param) if param.grad is None else \
                 (param.grad.clone() if old is None else param.grad - old)
@@ -359,6 +373,75 @@ class _PipelineSchedule:
             chunks = list(zip(arg_chunks, kwarg_chunks))
         targets = _split(target, m, "target") if target is not None else None
         return chunks, targets
+
+    # Note [Random counters of a pipelined step]
+    # One process running the micro-batches one after another draws random
+    # counters (dropout's Philox offsets) micro-batch by micro-batch, stage
+    # by stage: stage s of micro-batch i starts at base + i * C + (the
+    # counters of stages 0..s-1), C being one micro-batch's counters over all
+    # stages. A pipeline runs the stages on several ranks in another order,
+    # so each forward sets its rank's generator there before it runs, and a
+    # step leaves every generator at base + m * C: the masks are those of
+    # one process, on every schedule. The counters of each stage come from
+    # running its forward once on micro-batch 0 (stage 0's data, zeros of
+    # the received shapes after it), stage after stage, with its buffers
+    # and the generator restored afterwards; they are found again when the
+    # micro-batch's shapes change.
+    def _stage_counters(self, chunks):
+        signature = [] if chunks is None else [d for t in _tensors_of(chunks[0]) for d in (t.dim(), *t.shape)]
+        key = _mf.tensor((signature + [0] * _HEADER)[:_HEADER], dtype=_mf.int64)
+        self._comm.broadcast(key, self._stage_rank[0])
+        key = tuple(key.tolist())
+        if self._counters is not None and self._counters[0] == key:
+            return self._counters[1]
+        counts, received = [], None
+        for s in range(self._num_stages):
+            values = [0] * (_HEADER + 1)
+            if s in self._stages:
+                if s == 0:
+                    call_args, call_kwargs = chunks[0]
+                else:
+                    call_args, call_kwargs = tuple(_mf.zeros(shape, dtype=dtype) for dtype, shape in received), {}
+                drawn, outputs = self._dry_forward(s, call_args, call_kwargs)
+                described = [len(outputs)]
+                for o in outputs:
+                    described += [_DTYPES.index(o.dtype), o.dim(), *o.shape]
+                if len(described) > _HEADER:
+                    raise ValueError(f"{type(self).__name__}: a stage's outputs are described by at most {_HEADER} "
+                                     f"numbers, got {len(described)}")
+                values[:len(described) + 1] = [drawn] + described
+            words = _mf.tensor(values, dtype=_mf.int64)
+            self._comm.broadcast(words, self._stage_rank[s])
+            values = words.tolist()
+            counts.append(values[0])
+            received, k = [], 2
+            for _ in range(values[1]):
+                dtype, ndim = _DTYPES[values[k]], values[k + 1]
+                received.append((dtype, values[k + 2:k + 2 + ndim]))
+                k += 2 + ndim
+        self._counters = (key, counts)
+        return counts
+
+    def _dry_forward(self, s, call_args, call_kwargs):
+        """(counters drawn, output tensors) of stage s's forward, leaving
+        its buffers and the generator as they were."""
+        module = self._stages[s].submod
+        saved = [(b, b.clone()) for b in module.buffers()]
+        state = _C.default_generator.get_state()
+        try:
+            with _mf.no_grad():
+                out = module(*call_args, **call_kwargs)
+            drawn = _C.default_generator.get_state()[1] - state[1]
+        finally:
+            _C.default_generator.set_state(state)
+            with _mf.no_grad():
+                for b, copy in saved:
+                    b.copy_(copy)
+        outputs = _as_tuple(out)
+        if not all(isinstance(o, _mf.Tensor) for o in outputs):
+            raise TypeError(f"{type(self).__name__}: a stage must return tensors, got "
+                            f"{[type(o).__name__ for o in outputs]}")
+        return drawn, outputs
 
     def _peer(self, stage):
         return self._stage_rank[stage]
@@ -413,6 +496,7 @@ class _PipelineSchedule:
             mb.inputs = ()
         else:
             call_args, call_kwargs = mb.inputs, {}
+        _C.default_generator.set_state(self._draw_at(s, i))  # Note [Random counters of a pipelined step]
         out = stage.submod(*call_args, **call_kwargs)
         mb.outputs = _as_tuple(out)
         if stage.is_last and self._has_backward:

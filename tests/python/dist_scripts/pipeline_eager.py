@@ -2,8 +2,9 @@
 losses and every parameter's gradient of one process on the whole batch, in
 float64 (rtol 1e-10): uneven stages, m = p, 2p and a count that is not a
 multiple of p, two stages per rank (interleaved, ZBV), tied weights across
-stages, BatchNorm in a stage, and two steps with an optimizer between; and
-a ShardedGradScaler that skips a step with an inf on every stage."""
+stages, dropout (the masks of one process), BatchNorm in a stage, and two
+steps with an optimizer between; and a ShardedGradScaler that skips a step
+with an inf on every stage."""
 import numpy as np
 
 import meshflow as mf
@@ -16,15 +17,17 @@ RTOL, ATOL = 1e-10, 1e-13
 rng = np.random.default_rng(0)
 
 
-def mlp(layers):
-    """layers + 1 Linear layers of uneven widths with Tanh between."""
+def mlp(layers, dropout=0.0):
+    """layers + 1 Linear layers of uneven widths with Tanh between (and
+    Dropout(dropout) after each Tanh when asked: one child per layer
+    either way, so the same split points cut it)."""
     mf.manual_seed(1)
     widths = [6] + [5 + (k % 3) for k in range(layers)] + [3]
     mods = []
     for k in range(len(widths) - 1):
         mods.append(nn.Linear(widths[k], widths[k + 1]))
         if k < len(widths) - 2:
-            mods.append(nn.Tanh())
+            mods.append(nn.Sequential(nn.Tanh(), nn.Dropout(dropout)) if dropout else nn.Tanh())
     return nn.Sequential(*mods).double()
 
 
@@ -165,6 +168,14 @@ for kind in ("interleaved_1f1b", "zbv"):
         x, y = regression_batch(2 * m)
         # 2p stages: the MLP's 2p Linear layers, one per stage.
         run(kind, lambda: mlp(2 * p - 1), [2 * k for k in range(1, 2 * p)], x, y, F.mse_loss, m)
+
+# Dropout: every schedule draws the masks of one process (Note [Random
+# counters of a pipelined step]).
+for kind in ("gpipe", "1f1b", "zero_bubble", "interleaved_1f1b", "zbv"):
+    stages = 2 * p if kind in ("interleaved_1f1b", "zbv") else p
+    x, y = regression_batch(4 * p)
+    run(kind, lambda: mlp(stages - 1, dropout=0.4), [2 * k for k in range(1, stages)], x, y, F.mse_loss, 2 * p,
+        check_whole=False)
 
 # Tied embedding and head on the first and last stage.
 ids = mf.tensor(rng.integers(0, 11, (8, 5)))
