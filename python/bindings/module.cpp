@@ -1,6 +1,7 @@
 // meshflow._C: the module, the error mapping, the casters shared by the
 // other binding files, and the small value types (dtype, device, generator).
 #include "bindings.h"
+#include "meshflow/version.h"
 
 #include <cstring>
 
@@ -220,6 +221,13 @@ void init_types(py::module_& m) {
   }, py::arg("seed"));
   m.def("initial_seed", [] { return default_generator().seed(); });
 
+  m.attr("_version") = version();
+  m.attr("_git_revision") = git_revision();
+  m.def("_build_info", [] {
+    py::dict info;
+    for (const auto& [name, value] : build_info()) info[py::str(name)] = value;
+    return info;
+  });
   m.def("get_num_threads", &get_num_threads);
   m.def("set_num_threads", &set_num_threads, py::arg("num"));
 

@@ -179,7 +179,9 @@ for _f, _n in ((_new_full, "new_full"), (_new_tensor, "new_tensor"), (_deepcopy,
 del _f, _n
 Tensor.__module__ = "meshflow"
 
-__version__ = "0.1.0"
+# The CMake project version, plus the commit when built from a checkout
+# (a PEP 440 local version: "0.10.0+g856efd6aa1b2").
+__version__ = _C._version + (f"+g{_C._git_revision}" if _C._git_revision else "")
 
 
 def _rebuild_tensor(data, dtype, shape, requires_grad):
