@@ -327,6 +327,11 @@ void init_interop(py::module_& m) {
     return t;
   }, py::arg("data"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
         py::arg("requires_grad") = false);
+  // GCC 12 reports the std::optional<DType> that pybind11's argument caster
+  // holds as maybe used uninitialized when the lambda copies it: a false
+  // positive (the caster sets it before the call), silenced here only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
   m.def("as_tensor", [](py::handle data, std::optional<DType> dtype, std::optional<Device> device) {
     MF_CHECK(!device || device->is_cpu(), Error, "as_tensor: device ", *device, " is not available in this build");
     if (py::isinstance<Tensor>(data)) {
@@ -339,6 +344,7 @@ void init_interop(py::module_& m) {
     }
     return tensor_from_data(data, dtype);
   }, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+#pragma GCC diagnostic pop
 }
 
 }  // namespace mf::python
