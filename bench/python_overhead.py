@@ -17,17 +17,7 @@ import time
 import torch
 
 import meshflow as mf
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from meshflow.utils.collect_env import _cpu_model
 
 
 def chain(x):
@@ -70,7 +60,7 @@ def main():
     torch.set_num_threads(1)
     mf.set_num_threads(1)
     libs = {"meshflow": cases(mf), "torch": cases(torch)}
-    print(f"Python per-op overhead on {cpu_name()}, 1 thread each")
+    print(f"Python per-op overhead on {_cpu_model()}, 1 thread each")
     print(f"meshflow {mf.__version__}, torch {torch.__version__}, Python {platform.python_version()}; "
           f"median of {args.rounds} rounds of {args.calls} calls")
     print(f"{'case':40s} {'meshflow us':>12s} {'torch us':>10s} {'ratio':>7s}")

@@ -128,33 +128,22 @@ def test_bad_input_fails_on_every_rank():
 
 @needs_mpi
 @pytest.mark.parametrize("fault", ["die", "stall"])
-def test_a_rank_that_fails_mid_schedule_ends_the_job(fault):
+@pytest.mark.parametrize("script,waits_in", [
+    # Eager: rank 1 stalls in its second forward; rank 0 waits for that micro-batch's gradient.
+    ("pipeline_errors.py", "Schedule1F1B.step: action 0RECV_B1 on rank 0"),
+    # Graph: rank 1 skips the second step; rank 0 sends its forwards and waits for a gradient.
+    ("graph_pipeline_fault.py", "irecv"),
+])
+def test_a_rank_that_fails_mid_schedule_ends_the_job(fault, script, waits_in):
     from test_distributed import run_failing_job
     command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
-               os.path.join(SCRIPTS, "pipeline_errors.py"), fault]
+               os.path.join(SCRIPTS, script), fault]
     result, _ = run_failing_job(command, timeout=60, extra_env={"MESHFLOW_COMM_TIMEOUT": "3"})
     assert result.returncode != 0
     if fault == "stall":
-        # Rank 1 stalls in its second forward; rank 0 waits for that micro-batch's gradient and gives up.
         raised = re.search(r"rank 0 raised DistributedError: (.*)", result.stdout)
         assert raised, result.stdout + result.stderr
-        assert "Schedule1F1B.step: action 0RECV_B1 on rank 0" in raised.group(1)
-        assert "timed out after 3 s" in raised.group(1)
-
-
-@needs_mpi
-@pytest.mark.parametrize("fault", ["die", "stall"])
-def test_a_rank_that_fails_mid_graph_schedule_ends_the_job(fault):
-    from test_distributed import run_failing_job
-    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
-               os.path.join(SCRIPTS, "graph_pipeline_fault.py"), fault]
-    result, _ = run_failing_job(command, timeout=60, extra_env={"MESHFLOW_COMM_TIMEOUT": "3"})
-    assert result.returncode != 0
-    if fault == "stall":
-        # Rank 0 sends its forwards and waits for the first gradient of the next step.
-        raised = re.search(r"rank 0 raised DistributedError: (.*)", result.stdout)
-        assert raised, result.stdout + result.stderr
-        assert "timed out after 3 s" in raised.group(1) and "recv" in raised.group(1), raised.group(1)
+        assert waits_in in raised.group(1) and "timed out after 3 s" in raised.group(1), raised.group(1)
 
 
 @needs_mpi

@@ -15,6 +15,7 @@ import numpy as np
 import meshflow as mf
 import meshflow.nn as nn
 import meshflow.nn.functional as F
+from layouts import Embed
 
 rank, world = mf.distributed.get_rank(), mf.distributed.get_world_size()
 RTOL, ATOL = 1e-10, 1e-13
@@ -29,15 +30,6 @@ def stage_ranks(kind, p):
     if kind == "zbv":
         return [s if s < p else 2 * p - 1 - s for s in range(2 * p)]
     return list(range(p))
-
-
-class Embed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(11, 6)
-
-    def forward(self, ids):
-        return self.emb(ids)
 
 
 class TiedHead(nn.Module):
@@ -122,7 +114,11 @@ class Pipelined(nn.Module):
 
 
 class Train(mf.nn.Graph):
-    def __init__(self, model, opt, kind, m, placements):
+    """With a scaler: a grad scaler over the stages, and build()'s third
+    input multiplies the last stage's head weight gradient (inf: only that
+    stage sees an inf)."""
+
+    def __init__(self, model, opt, kind, m, placements, scaler=None):
         super().__init__()
         self.model = model
         for s, p in enumerate(placements):
@@ -130,11 +126,16 @@ class Train(mf.nn.Graph):
         self.config.set_gradient_accumulation_steps(m)
         self.config.set_pipeline_schedule(kind)
         self.add_optimizer(opt)
+        if scaler is not None:
+            self.set_grad_scaler(scaler)
         self.last = placements[-1]
 
-    def build(self, x, y):
+    def build(self, x, y, *factor):
+        handles = [self.model.stages[-1][-1].weight.register_hook(lambda g: g * factor[0])] if factor else []
         loss = F.cross_entropy(self.model(x), y.to_global(placement=self.last, sbp=B))
         loss.backward()
+        for h in handles:
+            h.remove()
         return loss
 
 
@@ -209,30 +210,6 @@ def planned_bytes(kind, m):
     return g.planned_peak_bytes
 
 
-class Scaled(mf.nn.Graph):
-    """A grad scaler over the stages; `bad` multiplies the last stage's
-    head weight gradient (inf: only that stage sees an inf)."""
-
-    def __init__(self, model, opt, kind, m, placements):
-        super().__init__()
-        self.model = model
-        for s, pl in enumerate(placements):
-            self.model.stages[s].to(mf.nn.graph.GraphModule).set_stage(s, pl)
-        self.config.set_gradient_accumulation_steps(m)
-        self.config.set_pipeline_schedule(kind)
-        self.add_optimizer(opt)
-        self.set_grad_scaler(mf.amp.GradScaler(init_scale=1024.0))
-        self.last = placements[-1]
-
-    def build(self, x, y, bad):
-        head = self.model.stages[-1][-1].weight
-        handle = head.register_hook(lambda g: g * bad)
-        loss = F.cross_entropy(self.model(x), y.to_global(placement=self.last, sbp=B))
-        loss.backward()
-        handle.remove()
-        return loss
-
-
 def run_scaled(kind, m, lr=0.1):
     """Step 1 equals one process's step; step 2 has an inf in the last
     stage's gradient only and is skipped on every stage."""
@@ -243,7 +220,7 @@ def run_scaled(kind, m, lr=0.1):
     reference(ref, mf.tensor(xs, dtype=mf.float64), mf.tensor(ys), m, 1, lr, 0)
     stages = [s.to_global(placements[i], B) for i, s in enumerate(local_stages(len(ranks_of)))]
     model = Pipelined(stages, placements)
-    g = Scaled(model, mf.optim.SGD(model.parameters(), lr=lr), kind, m, placements)
+    g = Train(model, mf.optim.SGD(model.parameters(), lr=lr), kind, m, placements, mf.amp.GradScaler(init_scale=1024.0))
     x = mf.tensor(xs, dtype=mf.float64, placement=placements[0], sbp=B)
     y = mf.tensor(ys, placement=placements[0], sbp=B)
     for value in (1.0, float("inf")):

@@ -1,5 +1,6 @@
 """What the distributed test scripts share: a global tensor's whole value,
-and the tensor-parallel layouts of an MLP and of a transformer layer."""
+the tensor-parallel layouts of an MLP and of a transformer layer, and the
+embedding stage of the pipeline tests' tied models."""
 import meshflow as mf
 
 B, S = mf.sbp.broadcast, mf.sbp.split
@@ -38,3 +39,15 @@ def shard_transformer_layer(layer):
     shard(layer.linear1, "bias", (S(0),))
     shard(layer.linear2, "weight", (S(1),))
     return layer
+
+
+class Embed(mf.nn.Module):
+    """A pipeline's first stage: an embedding whose weight a later stage's
+    head reuses (tied)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = mf.nn.Embedding(11, 6)
+
+    def forward(self, ids):
+        return self.emb(ids)

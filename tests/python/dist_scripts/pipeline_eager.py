@@ -11,6 +11,7 @@ import meshflow as mf
 import meshflow.nn as nn
 import meshflow.nn.functional as F
 from meshflow.distributed import pipelining as pp
+from layouts import Embed
 
 rank, world = mf.distributed.get_rank(), mf.distributed.get_world_size()
 RTOL, ATOL = 1e-10, 1e-13
@@ -29,15 +30,6 @@ def mlp(layers, dropout=0.0):
         if k < len(widths) - 2:
             mods.append(nn.Sequential(nn.Tanh(), nn.Dropout(dropout)) if dropout else nn.Tanh())
     return nn.Sequential(*mods).double()
-
-
-class Embed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(11, 6)
-
-    def forward(self, ids):
-        return self.emb(ids)
 
 
 class Head(nn.Module):
