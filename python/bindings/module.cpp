@@ -6,6 +6,8 @@
 #include <cstring>
 
 namespace mf::python {
+
+void init_one_embedding(py::module_& m);  // one_embedding.cpp
 namespace {
 
 // Set once by meshflow/__init__.py and kept for the life of the process.
@@ -359,5 +361,6 @@ PYBIND11_MODULE(_C, m) {
   init_data(m);
   init_distributed(m);
   init_graph(m);
+  init_one_embedding(m);
   init_amp(m);
 }

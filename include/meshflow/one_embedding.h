@@ -1,0 +1,95 @@
+// OneEmbedding: embedding tables keyed by arbitrary 64-bit ids (hash ids),
+// whose rows exist once looked up, updated sparsely by fused optimizer
+// rules that keep their state in the row itself (docs/embedding.md).
+//
+// Note [Embedding rows]
+// A table set (one MultiTableEmbedding) keeps one row per (table, id) that
+// was ever looked up: the embedding values first, then the optimizer's
+// state (momentum buffer, Adagrad's sum, Adam's two moments), each of the
+// embedding's width, so an update reads and writes one row and a lookup
+// one row. Rows start with the values only; the first update of a rule
+// with state widens every row once. A row's initial values depend only on
+// (seed, table, id, column), not on when or where it is first looked up, so
+// that lookups in any order, on any rank, give the same model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshflow/tensor.h"
+
+namespace mf::one_embedding {
+
+// How a table's new rows are filled: uniform in [a, b) or normal(a, b).
+struct Initializer {
+  enum class Kind { Uniform, Normal };
+  Kind kind = Kind::Uniform;
+  double a = -0.05, b = 0.05;
+};
+
+// A fused sparse update, applied to the touched rows only.
+struct UpdateRule {
+  enum class Kind { SGD, Adagrad, Adam };
+  Kind kind = Kind::SGD;
+  double lr = 0.01;
+  double weight_decay = 0;
+  bool maximize = false;
+  // SGD
+  double momentum = 0, dampening = 0;
+  bool nesterov = false;
+  // Adagrad
+  double lr_decay = 0, initial_accumulator_value = 0, eps = 1e-10;
+  // Adam / AdamW (decoupled weight decay)
+  double beta1 = 0.9, beta2 = 0.999;
+  bool decoupled_weight_decay = false;
+  // The state columns the rule keeps per row (in units of the embedding width).
+  int state_slots() const;
+};
+
+class TableSet {
+ public:
+  // dim: the embedding width; dtype: float32 or float64; one initializer
+  // per table (per feature column of the ids).
+  TableSet(int64_t dim, DType dtype, std::vector<Initializer> tables, uint64_t seed);
+  ~TableSet();
+  TableSet(const TableSet&) = delete;
+  TableSet& operator=(const TableSet&) = delete;
+
+  int64_t dim() const;
+  DType dtype() const;
+  int64_t num_tables() const;
+  // Rows that exist (looked up at least once), over all tables.
+  int64_t num_rows() const;
+
+  // ids: an integer tensor (batch, num_tables), column f holding ids of
+  // table f. Returns (batch, num_tables, dim): each id's row, made (and
+  // initialised) if new. Throws TypeError for non-integer ids, ShapeError
+  // for a column count that is not num_tables.
+  Tensor lookup(const Tensor& ids);
+  // Adds grad (batch, num_tables, dim), the gradient of lookup(ids), to the
+  // pending gradient of each distinct (table, id) (summed over repeats and
+  // over calls until apply() or clear_gradients()).
+  void accumulate_gradients(const Tensor& ids, const Tensor& grad);
+  // Applies rule to every row with a pending gradient, then drops them;
+  // counts one step (Adam's bias correction, Adagrad's decay).
+  void apply(const UpdateRule& rule);
+  void clear_gradients();
+  // Distinct (table, id) pairs with a pending gradient.
+  int64_t num_pending() const;
+  // Multiplies every pending gradient by factor (gradient unscaling,
+  // accumulation averaging).
+  void scale_gradients(double factor);
+  // Whether some pending gradient holds an inf or NaN.
+  bool pending_non_finite() const;
+  // The current values of these rows (batch, num_tables, dim) without making
+  // missing ones (their rows read as their initial values).
+  Tensor peek(const Tensor& ids) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mf::one_embedding

@@ -1,0 +1,66 @@
+// meshflow._C._one_embedding: the rows of a MultiTableEmbedding
+// (include/meshflow/one_embedding.h); meshflow.one_embedding is built on it.
+#include "bindings.h"
+#include "meshflow/one_embedding.h"
+
+namespace mf::python {
+
+void init_one_embedding(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_one_embedding", "OneEmbedding's tables (include/meshflow/one_embedding.h)");
+  using one_embedding::Initializer;
+  using one_embedding::TableSet;
+  using one_embedding::UpdateRule;
+
+  py::class_<TableSet>(m, "TableSet")
+      .def(py::init([](int64_t dim, DType dtype, const std::vector<std::tuple<std::string, double, double>>& tables,
+                       uint64_t seed) {
+             std::vector<Initializer> inits;
+             for (const auto& [kind, a, b] : tables) {
+               MF_CHECK(kind == "uniform" || kind == "normal", ValueError,
+                        "MultiTableEmbedding: an initializer is 'uniform' or 'normal', got '", kind, "'");
+               inits.push_back({kind == "uniform" ? Initializer::Kind::Uniform : Initializer::Kind::Normal, a, b});
+             }
+             return std::make_unique<TableSet>(dim, dtype, std::move(inits), seed);
+           }),
+           py::arg("dim"), py::arg("dtype"), py::arg("tables"), py::arg("seed"))
+      .def_property_readonly("dim", &TableSet::dim)
+      .def_property_readonly("num_tables", &TableSet::num_tables)
+      .def_property_readonly("num_rows", &TableSet::num_rows)
+      .def_property_readonly("num_pending", &TableSet::num_pending)
+      .def("lookup", &TableSet::lookup, py::arg("ids"))
+      .def("peek", &TableSet::peek, py::arg("ids"))
+      .def("accumulate_gradients", &TableSet::accumulate_gradients, py::arg("ids"), py::arg("grad"))
+      .def("clear_gradients", &TableSet::clear_gradients)
+      .def("scale_gradients", &TableSet::scale_gradients, py::arg("factor"))
+      .def("pending_non_finite", &TableSet::pending_non_finite)
+      .def(
+          "apply",
+          [](TableSet& t, const std::string& kind, const py::dict& options) {
+            UpdateRule rule;
+            rule.kind = kind == "sgd"       ? UpdateRule::Kind::SGD
+                        : kind == "adagrad" ? UpdateRule::Kind::Adagrad
+                        : kind == "adam"    ? UpdateRule::Kind::Adam
+                                            : throw ValueError("MultiTableEmbedding: no sparse update rule '" + kind +
+                                                               "' (sgd, adagrad, adam)");
+            for (const auto& [key, value] : options) {
+              const std::string k = py::str(key);
+              if (k == "lr") rule.lr = value.cast<double>();
+              else if (k == "weight_decay") rule.weight_decay = value.cast<double>();
+              else if (k == "maximize") rule.maximize = value.cast<bool>();
+              else if (k == "momentum") rule.momentum = value.cast<double>();
+              else if (k == "dampening") rule.dampening = value.cast<double>();
+              else if (k == "nesterov") rule.nesterov = value.cast<bool>();
+              else if (k == "lr_decay") rule.lr_decay = value.cast<double>();
+              else if (k == "initial_accumulator_value") rule.initial_accumulator_value = value.cast<double>();
+              else if (k == "eps") rule.eps = value.cast<double>();
+              else if (k == "beta1") rule.beta1 = value.cast<double>();
+              else if (k == "beta2") rule.beta2 = value.cast<double>();
+              else if (k == "decoupled_weight_decay") rule.decoupled_weight_decay = value.cast<bool>();
+              else throw ValueError("MultiTableEmbedding: unknown update option '" + k + "'");
+            }
+            t.apply(rule);
+          },
+          py::arg("kind"), py::arg("options"));
+}
+
+}  // namespace mf::python

@@ -1,0 +1,178 @@
+"""meshflow.one_embedding: embedding tables of arbitrary 64-bit ids with
+sparse, fused optimizer updates, with OneFlow's OneEmbedding names
+(docs/embedding.md).
+
+    tables = [mf.one_embedding.make_table_options(mf.one_embedding.make_uniform_initializer(-0.05, 0.05))
+              for _ in range(26)]
+    embedding = mf.one_embedding.MultiTableEmbedding(
+        "sparse", embedding_dim=16, dtype=mf.float32, key_type=mf.int64, tables=tables,
+        store_options=mf.one_embedding.make_device_mem_store_options("/tmp/emb", capacity=1 << 20))
+    opt = mf.optim.Adam(model.parameters(), lr=1e-3)   # model holds `embedding`
+    out = embedding(ids)          # ids (batch, 26), any int64 values -> (batch, 26, 16)
+    loss.backward(); opt.step(); opt.zero_grad()
+
+A row exists once its id is looked up, with initial values that depend
+only on the id (Note [Embedding rows] in include/meshflow/one_embedding.h).
+backward() sums the gradient of each distinct id; the optimizer that holds
+the embedding's parameters (its one `shadow` parameter, as OneFlow's) then
+updates the touched rows only, by its own rule and hyper-parameters (SGD
+with momentum, Adagrad, Adam, AdamW), keeping the rule's state in the row.
+Learning-rate schedulers work as for dense parameters.
+
+Built so far: the in-memory store in one process, eager mode. Not built
+yet: sharding over ranks, the cached store over a file, snapshots, graph
+mode, GradScaler, FTRL (docs/embedding.md).
+"""
+import weakref as _weakref
+
+import meshflow as _mf
+from meshflow._C import _one_embedding
+from meshflow.autograd import Function as _Function
+
+__all__ = ["MultiTableEmbedding", "make_table_options", "make_uniform_initializer", "make_normal_initializer",
+           "make_device_mem_store_options"]
+
+
+def make_uniform_initializer(low, high):
+    """New rows uniform in [low, high)."""
+    if not low <= high:
+        raise ValueError(f"make_uniform_initializer: low must be <= high, got {low} and {high}")
+    return {"type": "uniform", "low": float(low), "high": float(high)}
+
+
+def make_normal_initializer(mean, std):
+    """New rows normal(mean, std)."""
+    if not std >= 0:
+        raise ValueError(f"make_normal_initializer: std must be >= 0, got {std}")
+    return {"type": "normal", "mean": float(mean), "std": float(std)}
+
+
+def make_table_options(initializer):
+    """One table (one feature column of the ids) and how its rows start."""
+    if not isinstance(initializer, dict) or initializer.get("type") not in ("uniform", "normal"):
+        raise TypeError("make_table_options: expected an initializer from make_uniform_initializer or "
+                        f"make_normal_initializer, got {initializer!r}")
+    return {"initializer": initializer}
+
+
+def make_device_mem_store_options(persistent_path, capacity, size_factor=1, physical_block_size=512):
+    """The whole table in memory (capacity: the rows expected, a sizing hint)."""
+    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+        raise ValueError(f"make_device_mem_store_options: capacity must be a positive int, got {capacity!r}")
+    return {"kind": "device_mem", "persistent_path": str(persistent_path), "capacity": capacity}
+
+
+# Embeddings by their shadow parameter (Optimizer.step finds them here).
+_by_shadow = _weakref.WeakValueDictionary()
+
+
+class _Lookup(_Function):
+    @staticmethod
+    def forward(ctx, shadow, ids, tables):
+        ctx.ids, ctx.tables = ids, tables
+        return tables.lookup(ids)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.tables.accumulate_gradients(ctx.ids, grad)
+        return None, None, None
+
+
+class MultiTableEmbedding(_mf.nn.Module):
+    def __init__(self, name, embedding_dim, dtype, key_type, tables, store_options, default_initializer=None,
+                 padding_idx=None, seed=0):
+        super().__init__()
+        if not isinstance(tables, (list, tuple)) or not tables:
+            raise ValueError("MultiTableEmbedding: tables must be a non-empty list of make_table_options(...)")
+        if key_type not in (_mf.int64, _mf.int32):
+            raise TypeError(f"MultiTableEmbedding: key_type must be meshflow.int64 or meshflow.int32, got {key_type}")
+        if not isinstance(store_options, dict) or store_options.get("kind") != "device_mem":
+            raise ValueError("MultiTableEmbedding: store_options must come from make_device_mem_store_options (the "
+                             "cached store is not built yet)")
+        if padding_idx is not None:
+            raise ValueError("MultiTableEmbedding: padding_idx is not supported")
+        inits = []
+        for k, table in enumerate(tables):
+            init = (table or {}).get("initializer", default_initializer) if isinstance(table, dict) else None
+            if init is None:
+                raise ValueError(f"MultiTableEmbedding: table {k} has no initializer (make_table_options)")
+            inits.append(("uniform", init["low"], init["high"]) if init["type"] == "uniform"
+                         else ("normal", init["mean"], init["std"]))
+        self.name = name
+        self.embedding_dim = embedding_dim
+        self.key_type = key_type
+        self.store_options = dict(store_options)
+        self._tables = _one_embedding.TableSet(embedding_dim, dtype, inits, seed)
+        # The parameter an optimizer holds for the tables (it has no values).
+        self.shadow = _mf.nn.Parameter(_mf.zeros(1, dtype=dtype))
+        _by_shadow[self.shadow._impl_id] = self
+
+    @property
+    def num_tables(self):
+        return self._tables.num_tables
+
+    @property
+    def num_rows(self):
+        """Rows that exist (ids looked up at least once), over all tables."""
+        return self._tables.num_rows
+
+    def forward(self, ids):
+        if _mf._C._graph.is_tracing():
+            raise RuntimeError("MultiTableEmbedding is not traceable in graph mode yet: train it eagerly")
+        if not isinstance(ids, _mf.Tensor) or ids.is_floating_point() or ids.dtype == _mf.bool:
+            raise TypeError(f"MultiTableEmbedding: ids must be an integer tensor, got "
+                            f"{getattr(ids, 'dtype', type(ids).__name__)}")
+        if ids.dim() != 2 or ids.shape[1] != self.num_tables:
+            raise ValueError(f"MultiTableEmbedding: ids must have shape (batch, {self.num_tables}) (one column per "
+                             f"table), got {tuple(ids.shape)}")
+        return _Lookup.apply(self.shadow, ids, self._tables)
+
+    def peek(self, ids):
+        """The rows of ids now (new ids: their initial values), without
+        making rows or recording gradients."""
+        return self._tables.peek(ids)
+
+    def extra_repr(self):
+        return (f"name={self.name!r}, embedding_dim={self.embedding_dim}, num_tables={self.num_tables}, "
+                f"rows={self.num_rows}")
+
+
+def _rule(optimizer, group):
+    """(kind, options) of the sparse update an optimizer's group makes."""
+    name = type(optimizer).__name__
+    common = {"lr": group["lr"], "weight_decay": group.get("weight_decay", 0.0),
+              "maximize": bool(group.get("maximize", False))}
+    if name == "SGD":
+        return "sgd", {**common, "momentum": group["momentum"], "dampening": group["dampening"],
+                       "nesterov": bool(group["nesterov"])}
+    if name == "Adagrad":
+        return "adagrad", {**common, "lr_decay": group["lr_decay"], "eps": group["eps"],
+                           "initial_accumulator_value": group["initial_accumulator_value"]}
+    if name in ("Adam", "AdamW"):
+        if group.get("amsgrad"):
+            raise ValueError("MultiTableEmbedding: Adam with amsgrad has no sparse update")
+        beta1, beta2 = group["betas"]
+        return "adam", {**common, "beta1": beta1, "beta2": beta2, "eps": group["eps"],
+                        "decoupled_weight_decay": name == "AdamW"}
+    raise ValueError(f"MultiTableEmbedding: {name} has no sparse update (SGD, Adagrad, Adam, AdamW)")
+
+
+def _optimizer_step(optimizer):
+    """After the optimizer's dense step: the sparse update of every
+    embedding whose shadow parameter it holds."""
+    if _mf._C._graph.is_tracing():
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            embedding = _by_shadow.get(p._impl_id)
+            if embedding is not None and embedding._tables.num_pending:
+                kind, options = _rule(optimizer, group)
+                embedding._tables.apply(kind, options)
+
+
+def _optimizer_zero_grad(optimizer):
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            embedding = _by_shadow.get(p._impl_id)
+            if embedding is not None:
+                embedding._tables.clear_gradients()

@@ -1,0 +1,331 @@
+// TableSet: the rows of one MultiTableEmbedding in memory; see Note
+// [Embedding rows] in include/meshflow/one_embedding.h.
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "meshflow/error.h"
+#include "meshflow/one_embedding.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/shape.h"
+
+namespace mf::one_embedding {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+struct Key {
+  uint64_t id;
+  uint64_t table;
+  bool operator==(const Key&) const = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const { return size_t(splitmix64(k.id ^ splitmix64(k.table))); }
+};
+
+// A uniform in (0, 1) from a hash.
+double unit(uint64_t h) { return (double(h >> 11) + 0.5) * 0x1.0p-53; }
+
+// The initial value of column j of row (table, id): a function of the
+// seed, the table, the id and the column only.
+double initial_value(const Initializer& init, uint64_t seed, const Key& key, int64_t j) {
+  const uint64_t h = splitmix64(seed ^ splitmix64(key.id ^ splitmix64(key.table + 1)) ^ splitmix64(uint64_t(j)));
+  if (init.kind == Initializer::Kind::Uniform) return init.a + (init.b - init.a) * unit(h);
+  const double u1 = unit(h), u2 = unit(splitmix64(h));
+  return init.a + init.b * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+int64_t id_at(const Tensor& ids, int64_t i) {
+  switch (ids.dtype()) {
+    case DType::Int64: return static_cast<const int64_t*>(ids.data_ptr())[i];
+    case DType::Int32: return static_cast<const int32_t*>(ids.data_ptr())[i];
+    case DType::Int16: return static_cast<const int16_t*>(ids.data_ptr())[i];
+    case DType::Int8: return static_cast<const int8_t*>(ids.data_ptr())[i];
+    case DType::UInt8: return static_cast<const uint8_t*>(ids.data_ptr())[i];
+    default: break;
+  }
+  MF_CHECK(false, TypeError, "MultiTableEmbedding: ids must be integers, got ", dtype_name(ids.dtype()));
+  return 0;
+}
+
+}  // namespace
+
+int UpdateRule::state_slots() const {
+  switch (kind) {
+    case Kind::SGD: return momentum != 0 ? 1 : 0;
+    case Kind::Adagrad: return 1;
+    case Kind::Adam: return 2;
+  }
+  return 0;
+}
+
+struct TableSet::Impl {
+  int64_t dim;
+  DType dtype;
+  std::vector<Initializer> tables;
+  uint64_t seed;
+  // Rows: (1 + slots) * dim values each, in dtype (stored as double or float).
+  int slots = 0;
+  std::vector<double> state_initial;  // per slot: what a new row's state starts at
+  UpdateRule::Kind state_kind = UpdateRule::Kind::SGD;
+  std::unordered_map<Key, int64_t, KeyHash> index;
+  std::vector<double> rows64;
+  std::vector<float> rows32;
+  std::vector<uint8_t> updated;  // per row: updated at least once (momentum starts from the gradient)
+  std::unordered_map<Key, int64_t, KeyHash> pending_index;
+  std::vector<Key> pending_keys;
+  std::vector<double> pending;  // dim per pending key
+  int64_t step = 0;
+
+  int64_t width() const { return (1 + slots) * dim; }
+  int64_t num_rows() const { return int64_t(index.size()); }
+
+  template <typename T>
+  std::vector<T>& rows() {
+    if constexpr (std::is_same_v<T, double>) return rows64;
+    else return rows32;
+  }
+
+  Key key_of(const Tensor& ids, int64_t b, int64_t f) const {
+    const int64_t id = id_at(ids, b * int64_t(tables.size()) + f);
+    return Key{uint64_t(id), uint64_t(f)};
+  }
+
+  template <typename T>
+  int64_t make_row(const Key& key) {
+    auto& r = rows<T>();
+    const int64_t row = num_rows();
+    r.resize(size_t((row + 1) * width()));
+    T* p = r.data() + row * width();
+    for (int64_t j = 0; j < dim; ++j) p[j] = T(initial_value(tables[size_t(key.table)], seed, key, j));
+    for (int s = 0; s < slots; ++s)
+      for (int64_t j = 0; j < dim; ++j) p[(1 + s) * dim + j] = T(state_initial[size_t(s)]);
+    updated.push_back(0);
+    index.emplace(key, row);
+    return row;
+  }
+
+  template <typename T>
+  void widen(int new_slots, const std::vector<double>& initial) {
+    auto& r = rows<T>();
+    const int64_t old_width = width();
+    std::vector<T> wider(size_t(num_rows() * (1 + new_slots) * dim));
+    for (int64_t row = 0; row < num_rows(); ++row) {
+      T* dst = wider.data() + row * (1 + new_slots) * dim;
+      std::memcpy(dst, r.data() + row * old_width, size_t(dim) * sizeof(T));
+      for (int s = 0; s < new_slots; ++s)
+        for (int64_t j = 0; j < dim; ++j) dst[(1 + s) * dim + j] = T(initial[size_t(s)]);
+    }
+    r = std::move(wider);
+    slots = new_slots;
+    state_initial = initial;
+  }
+
+  template <typename T>
+  void apply(const UpdateRule& rule) {
+    T* base = rows<T>().data();
+    ++step;
+    const double sign = rule.maximize ? -1.0 : 1.0;
+    for (size_t k = 0; k < pending_keys.size(); ++k) {
+      const int64_t row = index.at(pending_keys[k]);
+      T* w = base + row * width();
+      const double* g = pending.data() + k * size_t(dim);
+      switch (rule.kind) {
+        case UpdateRule::Kind::SGD: {
+          T* buf = w + dim;
+          for (int64_t j = 0; j < dim; ++j) {
+            double d = sign * g[j] + rule.weight_decay * double(w[j]);
+            if (rule.momentum != 0) {
+              const double b = updated[size_t(row)] ? rule.momentum * double(buf[j]) + (1 - rule.dampening) * d : d;
+              buf[j] = T(b);
+              d = rule.nesterov ? d + rule.momentum * b : b;
+            }
+            w[j] = T(double(w[j]) - rule.lr * d);
+          }
+          break;
+        }
+        case UpdateRule::Kind::Adagrad: {
+          T* sum = w + dim;
+          const double clr = rule.lr / (1 + double(step - 1) * rule.lr_decay);
+          for (int64_t j = 0; j < dim; ++j) {
+            const double d = sign * g[j] + rule.weight_decay * double(w[j]);
+            const double s = double(sum[j]) + d * d;
+            sum[j] = T(s);
+            w[j] = T(double(w[j]) - clr * d / (std::sqrt(double(T(s))) + rule.eps));
+          }
+          break;
+        }
+        case UpdateRule::Kind::Adam: {
+          T* m = w + dim;
+          T* v = w + 2 * dim;
+          const double bias1 = 1 - std::pow(rule.beta1, double(step));
+          const double bias2_sqrt = std::sqrt(1 - std::pow(rule.beta2, double(step)));
+          for (int64_t j = 0; j < dim; ++j) {
+            double wj = double(w[j]);
+            double d = sign * g[j];
+            if (rule.decoupled_weight_decay) wj *= 1 - rule.lr * rule.weight_decay;
+            else d += rule.weight_decay * wj;
+            const double mj = rule.beta1 * double(m[j]) + (1 - rule.beta1) * d;
+            const double vj = rule.beta2 * double(v[j]) + (1 - rule.beta2) * d * d;
+            m[j] = T(mj);
+            v[j] = T(vj);
+            const double denom = std::sqrt(double(T(vj))) / bias2_sqrt + rule.eps;
+            w[j] = T(wj - rule.lr / bias1 * double(T(mj)) / denom);
+          }
+          break;
+        }
+      }
+      updated[size_t(row)] = 1;
+    }
+  }
+};
+
+TableSet::TableSet(int64_t dim, DType dtype, std::vector<Initializer> tables, uint64_t seed)
+    : impl_(std::make_unique<Impl>()) {
+  MF_CHECK(dim > 0, ValueError, "MultiTableEmbedding: embedding_dim must be positive, got ", dim);
+  MF_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
+           "MultiTableEmbedding: dtype must be float32 or float64, got ", dtype_name(dtype));
+  MF_CHECK(!tables.empty(), ValueError, "MultiTableEmbedding: at least one table is needed");
+  for (const Initializer& t : tables)
+    MF_CHECK(t.kind == Initializer::Kind::Normal ? t.b >= 0 : t.a <= t.b, ValueError,
+             "MultiTableEmbedding: an initializer needs low <= high (uniform) or std >= 0 (normal), got ", t.a, ", ",
+             t.b);
+  impl_->dim = dim;
+  impl_->dtype = dtype;
+  impl_->tables = std::move(tables);
+  impl_->seed = seed;
+}
+
+TableSet::~TableSet() = default;
+
+int64_t TableSet::dim() const { return impl_->dim; }
+DType TableSet::dtype() const { return impl_->dtype; }
+int64_t TableSet::num_tables() const { return int64_t(impl_->tables.size()); }
+int64_t TableSet::num_rows() const { return impl_->num_rows(); }
+int64_t TableSet::num_pending() const { return int64_t(impl_->pending_keys.size()); }
+
+namespace {
+
+void check_ids(const Tensor& ids, int64_t tables) {
+  MF_CHECK(ids.defined() && !is_floating(ids.dtype()) && ids.dtype() != DType::Bool, TypeError,
+           "MultiTableEmbedding: ids must be an integer tensor, got ",
+           ids.defined() ? dtype_name(ids.dtype()) : "None");
+  MF_CHECK(ids.dim() == 2 && ids.size(1) == tables, ShapeError,
+           "MultiTableEmbedding: ids must have shape (batch, num_tables=", tables, "), got ", shape_str(ids.sizes()));
+}
+
+}  // namespace
+
+Tensor TableSet::lookup(const Tensor& ids_in) {
+  check_ids(ids_in, num_tables());
+  const Tensor ids = contiguous(ids_in);
+  const int64_t batch = ids.size(0), tables = num_tables(), dim = impl_->dim;
+  Tensor out = make_empty({batch, tables, dim}, impl_->dtype, Device());
+  auto run = [&]<typename T>() {
+    T* o = static_cast<T*>(out.data_ptr());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t f = 0; f < tables; ++f) {
+        const Key key = impl_->key_of(ids, b, f);
+        auto it = impl_->index.find(key);
+        const int64_t row = it != impl_->index.end() ? it->second : impl_->make_row<T>(key);
+        std::memcpy(o + (b * tables + f) * dim, impl_->rows<T>().data() + row * impl_->width(),
+                    size_t(dim) * sizeof(T));
+      }
+  };
+  if (impl_->dtype == DType::Float64) run.template operator()<double>();
+  else run.template operator()<float>();
+  return out;
+}
+
+Tensor TableSet::peek(const Tensor& ids_in) const {
+  check_ids(ids_in, num_tables());
+  const Tensor ids = contiguous(ids_in);
+  const int64_t batch = ids.size(0), tables = num_tables(), dim = impl_->dim;
+  Tensor out = make_empty({batch, tables, dim}, impl_->dtype, Device());
+  auto run = [&]<typename T>() {
+    T* o = static_cast<T*>(out.data_ptr());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t f = 0; f < tables; ++f) {
+        const Key key = impl_->key_of(ids, b, f);
+        T* dst = o + (b * tables + f) * dim;
+        auto it = impl_->index.find(key);
+        if (it != impl_->index.end()) {
+          std::memcpy(dst, impl_->rows<T>().data() + it->second * impl_->width(), size_t(dim) * sizeof(T));
+        } else {
+          for (int64_t j = 0; j < dim; ++j)
+            dst[j] = T(initial_value(impl_->tables[size_t(f)], impl_->seed, key, j));
+        }
+      }
+  };
+  if (impl_->dtype == DType::Float64) run.template operator()<double>();
+  else run.template operator()<float>();
+  return out;
+}
+
+void TableSet::accumulate_gradients(const Tensor& ids_in, const Tensor& grad_in) {
+  check_ids(ids_in, num_tables());
+  const int64_t batch = ids_in.size(0), tables = num_tables(), dim = impl_->dim;
+  MF_CHECK(grad_in.defined() && grad_in.sizes() == Shape({batch, tables, dim}), ShapeError,
+           "MultiTableEmbedding: the gradient must have shape ", shape_str(Shape({batch, tables, dim})), ", got ",
+           grad_in.defined() ? shape_str(grad_in.sizes()) : "None");
+  const Tensor ids = contiguous(ids_in);
+  const Tensor grad = contiguous(to(grad_in, DType::Float64));
+  const double* g = static_cast<const double*>(grad.data_ptr());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t f = 0; f < tables; ++f) {
+      const Key key = impl_->key_of(ids, b, f);
+      MF_CHECK(impl_->index.count(key), ValueError, "MultiTableEmbedding: a gradient for id ", int64_t(key.id),
+               " of table ", f, ", which was never looked up");
+      auto [it, added] = impl_->pending_index.try_emplace(key, int64_t(impl_->pending_keys.size()));
+      if (added) {
+        impl_->pending_keys.push_back(key);
+        impl_->pending.resize(impl_->pending.size() + size_t(dim), 0.0);
+      }
+      double* dst = impl_->pending.data() + it->second * dim;
+      const double* src = g + (b * tables + f) * dim;
+      for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+}
+
+void TableSet::scale_gradients(double factor) {
+  for (double& g : impl_->pending) g *= factor;
+}
+
+bool TableSet::pending_non_finite() const {
+  for (double g : impl_->pending)
+    if (!std::isfinite(g)) return true;
+  return false;
+}
+
+void TableSet::clear_gradients() {
+  impl_->pending_index.clear();
+  impl_->pending_keys.clear();
+  impl_->pending.clear();
+}
+
+void TableSet::apply(const UpdateRule& rule) {
+  MF_CHECK(rule.lr >= 0, ValueError, "MultiTableEmbedding: the learning rate must be >= 0, got ", rule.lr);
+  const int slots = rule.state_slots();
+  if (slots != impl_->slots || (slots > 0 && rule.kind != impl_->state_kind)) {
+    MF_CHECK(impl_->slots == 0, ValueError,
+             "MultiTableEmbedding: the rows hold the state of another optimizer rule; an embedding keeps one "
+             "optimizer for its whole training");
+    std::vector<double> initial(size_t(slots), 0.0);
+    if (rule.kind == UpdateRule::Kind::Adagrad) initial[0] = rule.initial_accumulator_value;
+    if (impl_->dtype == DType::Float64) impl_->widen<double>(slots, initial);
+    else impl_->widen<float>(slots, initial);
+    impl_->state_kind = rule.kind;
+  }
+  if (impl_->dtype == DType::Float64) impl_->apply<double>(rule);
+  else impl_->apply<float>(rule);
+  clear_gradients();
+}
+
+}  // namespace mf::one_embedding

@@ -1,0 +1,159 @@
+"""meshflow.one_embedding (docs/embedding.md): MultiTableEmbedding trained
+with each optimizer equals nn.Embedding with the same optimizer on dense
+gradients (float64, 20 steps, every used row checked), rows start from
+values that depend only on their id, and bad input gets clear errors."""
+import numpy as np
+import pytest
+
+import meshflow as mf
+import meshflow.one_embedding as oe
+
+DIM = 5
+# Hash ids: large, sparse, negative too; a different set per table.
+IDS = [np.array([10**12 + 7, 3, -42, 2**40 + 1, 99]), np.array([5, 6, 123456789012, -1])]
+
+
+def embedding(dtype=mf.float64, seed=0, normal=False):
+    init = oe.make_normal_initializer(0.0, 0.1) if normal else oe.make_uniform_initializer(-0.2, 0.3)
+    return oe.MultiTableEmbedding("test", DIM, dtype, mf.int64, [oe.make_table_options(init) for _ in IDS],
+                                  oe.make_device_mem_store_options("/tmp/unused", capacity=64), seed=seed)
+
+
+def batches(steps, rows=12, seed=0):
+    """(ids (rows, 2), dense indices per table) per step; every id of each
+    table appears in every step (so sparse and dense updates agree)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        cols, dense = [], []
+        for ids in IDS:
+            pick = np.concatenate([np.arange(len(ids)), rng.integers(0, len(ids), rows - len(ids))])
+            rng.shuffle(pick)
+            cols.append(ids[pick])
+            dense.append(pick)
+        out.append((np.stack(cols, 1), dense))
+    return out
+
+
+OPTIMIZERS = [
+    (mf.optim.SGD, dict(lr=0.1)),
+    (mf.optim.SGD, dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
+    (mf.optim.SGD, dict(lr=0.05, momentum=0.8, dampening=0.1, nesterov=False, maximize=True)),
+    (mf.optim.SGD, dict(lr=0.05, momentum=0.9, nesterov=True)),
+    (mf.optim.Adagrad, dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1, weight_decay=0.001)),
+    (mf.optim.Adam, dict(lr=0.01, betas=(0.8, 0.95), weight_decay=0.01)),
+    (mf.optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
+]
+
+
+@pytest.mark.parametrize("opt_cls,options", OPTIMIZERS, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_sparse_updates_equal_dense_embedding(opt_cls, options):
+    mf.manual_seed(0)
+    sparse = embedding()
+    head = mf.nn.Linear(2 * DIM, 1).double()
+    # The dense model: one nn.Embedding per table, starting from the same rows.
+    dense = [mf.nn.Embedding(len(ids), DIM).double() for ids in IDS]
+    with mf.no_grad():
+        for f, (table, ids) in enumerate(zip(dense, IDS)):
+            cols = np.zeros((len(ids), len(IDS)), dtype=np.int64)
+            cols[:, f] = ids
+            table.weight.copy_(sparse.peek(mf.tensor(cols))[:, f])
+    dense_head = mf.nn.Linear(2 * DIM, 1).double()
+    dense_head.load_state_dict(head.state_dict())
+    opt = opt_cls(list(sparse.parameters()) + list(head.parameters()), **options)
+    dense_opt = opt_cls([p for t in dense for p in t.parameters()] + list(dense_head.parameters()), **options)
+    for ids, picks in batches(20):
+        out = sparse(mf.tensor(ids))
+        loss = (head(out.reshape(len(ids), -1)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        dense_out = mf.stack([t(mf.tensor(p)) for t, p in zip(dense, picks)], 1)
+        dense_loss = (dense_head(dense_out.reshape(len(ids), -1)) ** 2).mean()
+        dense_opt.zero_grad()
+        dense_loss.backward()
+        dense_opt.step()
+        np.testing.assert_allclose(loss.item(), dense_loss.item(), rtol=1e-10)
+    for f, (table, ids) in enumerate(zip(dense, IDS)):
+        cols = np.zeros((len(ids), len(IDS)), dtype=np.int64)
+        cols[:, f] = ids
+        np.testing.assert_allclose(sparse.peek(mf.tensor(cols))[:, f].numpy(), table.weight.detach().numpy(),
+                                   rtol=1e-10, atol=1e-12)
+    assert sparse.num_rows == sum(len(ids) for ids in IDS)
+
+
+def test_rows_start_from_their_id_alone():
+    ids = mf.tensor([[5, 6], [10**12 + 7, -1], [5, 123456789012]])
+    a, b = embedding(), embedding()
+    first = a(ids).detach()
+    b(mf.tensor([[99, -1]]))  # another order of first lookups
+    np.testing.assert_array_equal(b(ids).detach().numpy(), first.numpy())
+    np.testing.assert_array_equal(embedding().peek(ids).numpy(), first.numpy())
+    assert not np.array_equal(embedding(seed=1).peek(ids).numpy(), first.numpy())
+    values = embedding().peek(mf.tensor(np.arange(2000).reshape(1000, 2))).numpy()
+    assert values.min() >= -0.2 and values.max() < 0.3 and abs(values.mean() - 0.05) < 0.01
+    normal = embedding(normal=True).peek(mf.tensor(np.arange(4000).reshape(2000, 2))).numpy()
+    assert abs(normal.mean()) < 0.01 and abs(normal.std() - 0.1) < 0.01
+    # Repeated ids in one batch share a row and sum their gradients.
+    e = embedding()
+    opt = mf.optim.SGD(e.parameters(), lr=1.0)
+    out = e(mf.tensor([[5, 6], [5, 6]]))
+    out.sum().backward()
+    before = e.peek(mf.tensor([[5, 6]]))
+    opt.step()
+    np.testing.assert_allclose(e.peek(mf.tensor([[5, 6]])).numpy(), before.numpy() - 2.0)
+
+
+def test_float32_rows_and_schedulers():
+    e = embedding(dtype=mf.float32)
+    opt = mf.optim.SGD(e.parameters(), lr=1.0)
+    sched = mf.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    ids = mf.tensor([[3, 5]])
+    start = e.peek(ids)
+    for _ in range(3):
+        opt.zero_grad()
+        e(ids).sum().backward()
+        opt.step()
+        sched.step()
+    assert e(ids).dtype == mf.float32
+    np.testing.assert_allclose(e.peek(ids).numpy(), start.numpy() - (1 + 0.5 + 0.25), rtol=1e-6)
+    # zero_grad drops the pending gradient: a step after it changes nothing.
+    e(ids).sum().backward()
+    opt.zero_grad()
+    before = e.peek(ids)
+    opt.step()
+    np.testing.assert_array_equal(e.peek(ids).numpy(), before.numpy())
+
+
+def test_bad_input():
+    e = embedding()
+    with pytest.raises(TypeError, match="ids must be an integer tensor"):
+        e(mf.tensor([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match=r"ids must have shape \(batch, 2\)"):
+        e(mf.tensor([[1, 2, 3]]))
+    with pytest.raises(ValueError, match="tables must be a non-empty list"):
+        oe.MultiTableEmbedding("x", 4, mf.float32, mf.int64, [], oe.make_device_mem_store_options("/tmp", 8))
+    with pytest.raises(TypeError, match="key_type"):
+        oe.MultiTableEmbedding("x", 4, mf.float32, mf.float32, [oe.make_table_options(
+            oe.make_uniform_initializer(0, 1))], oe.make_device_mem_store_options("/tmp", 8))
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        oe.MultiTableEmbedding("x", 4, mf.int64, mf.int64, [oe.make_table_options(
+            oe.make_uniform_initializer(0, 1))], oe.make_device_mem_store_options("/tmp", 8))
+    with pytest.raises(ValueError, match="low must be <= high"):
+        oe.make_uniform_initializer(1, 0)
+    with pytest.raises(ValueError, match="capacity must be a positive int"):
+        oe.make_device_mem_store_options("/tmp", 0)
+    opt = mf.optim.RMSprop(e.parameters(), lr=0.1)
+    e(mf.tensor([[1, 2]])).sum().backward()
+    with pytest.raises(ValueError, match="RMSprop has no sparse update"):
+        opt.step()
+    # One rule for an embedding's whole training.
+    e2 = embedding()
+    for cls in (mf.optim.Adam, mf.optim.Adagrad):
+        opt = cls(e2.parameters(), lr=0.1)
+        e2(mf.tensor([[1, 2]])).sum().backward()
+        if cls is mf.optim.Adam:
+            opt.step()
+        else:
+            with pytest.raises(ValueError, match="state of another optimizer"):
+                opt.step()
