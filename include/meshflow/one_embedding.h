@@ -87,6 +87,13 @@ class TableSet {
   // missing ones (their rows read as their initial values).
   Tensor peek(const Tensor& ids) const;
 
+  // The same by keys: ids and tables are 1-d integer tensors of equal length
+  // n (key i is id ids[i] of table tables[i]); rows come as (n, dim). A
+  // sharded embedding's owner serves the keys other ranks send it this way.
+  Tensor lookup_keys(const Tensor& ids, const Tensor& tables);
+  Tensor peek_keys(const Tensor& ids, const Tensor& tables) const;
+  void accumulate_key_gradients(const Tensor& ids, const Tensor& tables, const Tensor& grad);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -30,6 +30,10 @@ void init_one_embedding(py::module_& parent) {
       .def("lookup", &TableSet::lookup, py::arg("ids"))
       .def("peek", &TableSet::peek, py::arg("ids"))
       .def("accumulate_gradients", &TableSet::accumulate_gradients, py::arg("ids"), py::arg("grad"))
+      .def("lookup_keys", &TableSet::lookup_keys, py::arg("ids"), py::arg("tables"))
+      .def("peek_keys", &TableSet::peek_keys, py::arg("ids"), py::arg("tables"))
+      .def("accumulate_key_gradients", &TableSet::accumulate_key_gradients, py::arg("ids"), py::arg("tables"),
+           py::arg("grad"))
       .def("clear_gradients", &TableSet::clear_gradients)
       .def("scale_gradients", &TableSet::scale_gradients, py::arg("factor"))
       .def("pending_non_finite", &TableSet::pending_non_finite)

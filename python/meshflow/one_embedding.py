@@ -19,11 +19,15 @@ updates the touched rows only, by its own rule and hyper-parameters (SGD
 with momentum, Adagrad, Adam, AdamW), keeping the rule's state in the row.
 Learning-rate schedulers work as for dense parameters.
 
-Built so far: the in-memory store in one process, eager mode. Not built
-yet: sharding over ranks, the cached store over a file, snapshots, graph
-mode, GradScaler, FTRL (docs/embedding.md).
+In a job of several processes the rows are sharded over the ranks by a
+hash of the id (Note [Sharded lookups]); each rank's optimizer updates the
+rows it owns. Built so far: the in-memory store, eager mode. Not built
+yet: the cached store over a file, snapshots, graph mode, GradScaler, FTRL
+(docs/embedding.md).
 """
 import weakref as _weakref
+
+import numpy as _np
 
 import meshflow as _mf
 from meshflow._C import _one_embedding
@@ -78,6 +82,69 @@ class _Lookup(_Function):
         return None, None, None
 
 
+def _splitmix64(x):
+    x = x + _np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> _np.uint64(30))) * _np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _np.uint64(27))) * _np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> _np.uint64(31))
+
+
+def _owner(ids, tables, n):
+    """The rank that keeps each (id, table) row: a hash of both, mod n."""
+    with _np.errstate(over="ignore"):
+        h = _splitmix64(ids.astype(_np.uint64) ^ _splitmix64(tables.astype(_np.uint64) + _np.uint64(1)))
+    return (h % _np.uint64(n)).astype(_np.int64)
+
+
+# Note [Sharded lookups]: in a job of n ranks every table is split by a hash
+# of (id, table) and each rank keeps the rows it owns. A lookup dedupes this
+# rank's keys, sends each distinct key to its owner and gets its row back
+# (two all-to-alls, keys then rows), and backward sends the summed gradient
+# of each distinct key the same way; the owner sums what every rank sent,
+# divided by n: the mean over ranks that DistributedDataParallel gives the
+# dense parameters, so a model trained on n ranks' batches equals one
+# process on their union. Every rank must look up (and run backward) the
+# same number of times.
+class _ShardedLookup(_Function):
+    @staticmethod
+    def forward(ctx, shadow, ids, tables):
+        from meshflow import distributed
+        n = distributed.get_world_size()
+        matrix = ids.numpy().astype(_np.int64)
+        batch, num = matrix.shape
+        keys = _np.stack([matrix.reshape(-1), _np.tile(_np.arange(num, dtype=_np.int64), batch)], 1)
+        unique, inverse = _np.unique(keys, axis=0, return_inverse=True)
+        owner = _owner(unique[:, 0], unique[:, 1], n)
+        order = _np.argsort(owner, kind="stable")
+        send_counts = _np.bincount(owner, minlength=n)
+        recv_counts = _mf.empty(n, dtype=_mf.int64)
+        distributed.all_to_all_single(recv_counts, _mf.tensor(send_counts))
+        recv_counts = recv_counts.tolist()
+        received = _mf.empty(sum(recv_counts), 2, dtype=_mf.int64)
+        distributed.all_to_all_single(received, _mf.tensor(unique[order]), recv_counts, send_counts.tolist())
+        rows = tables.lookup_keys(received[:, 0], received[:, 1])
+        back = _mf.empty(len(unique), tables.dim, dtype=rows.dtype)
+        distributed.all_to_all_single(back, rows, send_counts.tolist(), recv_counts)
+        unique_rows = _mf.empty(len(unique), tables.dim, dtype=rows.dtype)
+        unique_rows[_mf.tensor(order)] = back
+        ctx.tables, ctx.n, ctx.shape = tables, n, (batch, num)
+        ctx.inverse, ctx.order, ctx.received = _mf.tensor(inverse.reshape(-1)), _mf.tensor(order), received
+        ctx.counts = (send_counts.tolist(), recv_counts)
+        return unique_rows[ctx.inverse].reshape(batch, num, tables.dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from meshflow import distributed
+        send_counts, recv_counts = ctx.counts
+        dim = ctx.tables.dim
+        flat = grad.reshape(-1, dim).to(_mf.float64)
+        unique = _mf.zeros(len(ctx.order), dim, dtype=_mf.float64).index_add_(0, ctx.inverse, flat)
+        received = _mf.empty(sum(recv_counts), dim, dtype=_mf.float64)
+        distributed.all_to_all_single(received, unique[ctx.order].contiguous(), recv_counts, send_counts)
+        ctx.tables.accumulate_key_gradients(ctx.received[:, 0], ctx.received[:, 1], received / ctx.n)
+        return None, None, None
+
+
 class MultiTableEmbedding(_mf.nn.Module):
     def __init__(self, name, embedding_dim, dtype, key_type, tables, store_options, default_initializer=None,
                  padding_idx=None, seed=0):
@@ -125,7 +192,9 @@ class MultiTableEmbedding(_mf.nn.Module):
         if ids.dim() != 2 or ids.shape[1] != self.num_tables:
             raise ValueError(f"MultiTableEmbedding: ids must have shape (batch, {self.num_tables}) (one column per "
                              f"table), got {tuple(ids.shape)}")
-        return _Lookup.apply(self.shadow, ids, self._tables)
+        from meshflow import distributed
+        sharded = distributed.is_initialized() and distributed.get_world_size() > 1
+        return (_ShardedLookup if sharded else _Lookup).apply(self.shadow, ids, self._tables)
 
     def peek(self, ids):
         """The rows of ids now (new ids: their initial values), without

@@ -42,19 +42,6 @@ double initial_value(const Initializer& init, uint64_t seed, const Key& key, int
   return init.a + init.b * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-int64_t id_at(const Tensor& ids, int64_t i) {
-  switch (ids.dtype()) {
-    case DType::Int64: return static_cast<const int64_t*>(ids.data_ptr())[i];
-    case DType::Int32: return static_cast<const int32_t*>(ids.data_ptr())[i];
-    case DType::Int16: return static_cast<const int16_t*>(ids.data_ptr())[i];
-    case DType::Int8: return static_cast<const int8_t*>(ids.data_ptr())[i];
-    case DType::UInt8: return static_cast<const uint8_t*>(ids.data_ptr())[i];
-    default: break;
-  }
-  MF_CHECK(false, TypeError, "MultiTableEmbedding: ids must be integers, got ", dtype_name(ids.dtype()));
-  return 0;
-}
-
 }  // namespace
 
 int UpdateRule::state_slots() const {
@@ -91,11 +78,6 @@ struct TableSet::Impl {
   std::vector<T>& rows() {
     if constexpr (std::is_same_v<T, double>) return rows64;
     else return rows32;
-  }
-
-  Key key_of(const Tensor& ids, int64_t b, int64_t f) const {
-    const int64_t id = id_at(ids, b * int64_t(tables.size()) + f);
-    return Key{uint64_t(id), uint64_t(f)};
   }
 
   template <typename T>
@@ -223,75 +205,125 @@ void check_ids(const Tensor& ids, int64_t tables) {
 
 }  // namespace
 
-Tensor TableSet::lookup(const Tensor& ids_in) {
-  check_ids(ids_in, num_tables());
-  const Tensor ids = contiguous(ids_in);
-  const int64_t batch = ids.size(0), tables = num_tables(), dim = impl_->dim;
-  Tensor out = make_empty({batch, tables, dim}, impl_->dtype, Device());
+namespace {
+
+// (ids, tables) of a (batch, num_tables) id matrix: column f is table f.
+std::pair<Tensor, Tensor> flatten_keys(const Tensor& ids_in, int64_t tables) {
+  check_ids(ids_in, tables);
+  const Tensor ids = contiguous(to(ids_in, DType::Int64));
+  const int64_t n = ids.numel();
+  Tensor columns = make_empty({n}, DType::Int64, Device());
+  int64_t* c = static_cast<int64_t*>(columns.data_ptr());
+  for (int64_t i = 0; i < n; ++i) c[i] = i % tables;
+  return {reshape(ids, {n}), columns};
+}
+
+}  // namespace
+
+Tensor TableSet::lookup(const Tensor& ids) {
+  const auto [flat, columns] = flatten_keys(ids, num_tables());
+  return reshape(lookup_keys(flat, columns), {ids.size(0), num_tables(), dim()});
+}
+
+Tensor TableSet::peek(const Tensor& ids) const {
+  const auto [flat, columns] = flatten_keys(ids, num_tables());
+  return reshape(peek_keys(flat, columns), {ids.size(0), num_tables(), dim()});
+}
+
+void TableSet::accumulate_gradients(const Tensor& ids, const Tensor& grad) {
+  const auto [flat, columns] = flatten_keys(ids, num_tables());
+  const Shape expected{ids.size(0), num_tables(), dim()};
+  MF_CHECK(grad.defined() && grad.sizes() == expected, ShapeError, "MultiTableEmbedding: the gradient must have shape ",
+           shape_str(expected), ", got ", grad.defined() ? shape_str(grad.sizes()) : "None");
+  accumulate_key_gradients(flat, columns, reshape(contiguous(grad), {flat.numel(), dim()}));
+}
+
+namespace {
+
+// Checked int64 (ids, tables) vectors of equal length, tables in range.
+std::pair<Tensor, Tensor> checked_keys(const Tensor& ids, const Tensor& tables, int64_t num_tables) {
+  MF_CHECK(ids.defined() && tables.defined() && ids.dim() == 1 && tables.dim() == 1 && ids.numel() == tables.numel(),
+           ShapeError, "MultiTableEmbedding: keys are two 1-d tensors of equal length (ids, tables), got ",
+           ids.defined() ? shape_str(ids.sizes()) : "None", " and ",
+           tables.defined() ? shape_str(tables.sizes()) : "None");
+  MF_CHECK(!is_floating(ids.dtype()) && !is_floating(tables.dtype()), TypeError,
+           "MultiTableEmbedding: ids and tables must be integer tensors");
+  Tensor t = contiguous(to(tables, DType::Int64));
+  const int64_t* tp = static_cast<const int64_t*>(t.data_ptr());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    MF_CHECK(tp[i] >= 0 && tp[i] < num_tables, IndexError, "MultiTableEmbedding: table ", tp[i], " out of range [0, ",
+             num_tables, ")");
+  return {contiguous(to(ids, DType::Int64)), t};
+}
+
+}  // namespace
+
+Tensor TableSet::lookup_keys(const Tensor& ids_in, const Tensor& tables_in) {
+  const auto [ids, tables] = checked_keys(ids_in, tables_in, num_tables());
+  const int64_t n = ids.numel(), dim = impl_->dim;
+  const int64_t* ip = static_cast<const int64_t*>(ids.data_ptr());
+  const int64_t* tp = static_cast<const int64_t*>(tables.data_ptr());
+  Tensor out = make_empty({n, dim}, impl_->dtype, Device());
   auto run = [&]<typename T>() {
     T* o = static_cast<T*>(out.data_ptr());
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t f = 0; f < tables; ++f) {
-        const Key key = impl_->key_of(ids, b, f);
-        auto it = impl_->index.find(key);
-        const int64_t row = it != impl_->index.end() ? it->second : impl_->make_row<T>(key);
-        std::memcpy(o + (b * tables + f) * dim, impl_->rows<T>().data() + row * impl_->width(),
-                    size_t(dim) * sizeof(T));
-      }
+    for (int64_t i = 0; i < n; ++i) {
+      const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
+      auto it = impl_->index.find(key);
+      const int64_t row = it != impl_->index.end() ? it->second : impl_->make_row<T>(key);
+      std::memcpy(o + i * dim, impl_->rows<T>().data() + row * impl_->width(), size_t(dim) * sizeof(T));
+    }
   };
   if (impl_->dtype == DType::Float64) run.template operator()<double>();
   else run.template operator()<float>();
   return out;
 }
 
-Tensor TableSet::peek(const Tensor& ids_in) const {
-  check_ids(ids_in, num_tables());
-  const Tensor ids = contiguous(ids_in);
-  const int64_t batch = ids.size(0), tables = num_tables(), dim = impl_->dim;
-  Tensor out = make_empty({batch, tables, dim}, impl_->dtype, Device());
+Tensor TableSet::peek_keys(const Tensor& ids_in, const Tensor& tables_in) const {
+  const auto [ids, tables] = checked_keys(ids_in, tables_in, num_tables());
+  const int64_t n = ids.numel(), dim = impl_->dim;
+  const int64_t* ip = static_cast<const int64_t*>(ids.data_ptr());
+  const int64_t* tp = static_cast<const int64_t*>(tables.data_ptr());
+  Tensor out = make_empty({n, dim}, impl_->dtype, Device());
   auto run = [&]<typename T>() {
     T* o = static_cast<T*>(out.data_ptr());
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t f = 0; f < tables; ++f) {
-        const Key key = impl_->key_of(ids, b, f);
-        T* dst = o + (b * tables + f) * dim;
-        auto it = impl_->index.find(key);
-        if (it != impl_->index.end()) {
-          std::memcpy(dst, impl_->rows<T>().data() + it->second * impl_->width(), size_t(dim) * sizeof(T));
-        } else {
-          for (int64_t j = 0; j < dim; ++j)
-            dst[j] = T(initial_value(impl_->tables[size_t(f)], impl_->seed, key, j));
-        }
+    for (int64_t i = 0; i < n; ++i) {
+      const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
+      T* dst = o + i * dim;
+      auto it = impl_->index.find(key);
+      if (it != impl_->index.end()) {
+        std::memcpy(dst, impl_->rows<T>().data() + it->second * impl_->width(), size_t(dim) * sizeof(T));
+      } else {
+        for (int64_t j = 0; j < dim; ++j) dst[j] = T(initial_value(impl_->tables[size_t(key.table)], impl_->seed, key, j));
       }
+    }
   };
   if (impl_->dtype == DType::Float64) run.template operator()<double>();
   else run.template operator()<float>();
   return out;
 }
 
-void TableSet::accumulate_gradients(const Tensor& ids_in, const Tensor& grad_in) {
-  check_ids(ids_in, num_tables());
-  const int64_t batch = ids_in.size(0), tables = num_tables(), dim = impl_->dim;
-  MF_CHECK(grad_in.defined() && grad_in.sizes() == Shape({batch, tables, dim}), ShapeError,
-           "MultiTableEmbedding: the gradient must have shape ", shape_str(Shape({batch, tables, dim})), ", got ",
+void TableSet::accumulate_key_gradients(const Tensor& ids_in, const Tensor& tables_in, const Tensor& grad_in) {
+  const auto [ids, tables] = checked_keys(ids_in, tables_in, num_tables());
+  const int64_t n = ids.numel(), dim = impl_->dim;
+  MF_CHECK(grad_in.defined() && grad_in.sizes() == Shape({n, dim}), ShapeError,
+           "MultiTableEmbedding: the gradient of ", n, " keys must have shape ", shape_str(Shape({n, dim})), ", got ",
            grad_in.defined() ? shape_str(grad_in.sizes()) : "None");
-  const Tensor ids = contiguous(ids_in);
   const Tensor grad = contiguous(to(grad_in, DType::Float64));
   const double* g = static_cast<const double*>(grad.data_ptr());
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t f = 0; f < tables; ++f) {
-      const Key key = impl_->key_of(ids, b, f);
-      MF_CHECK(impl_->index.count(key), ValueError, "MultiTableEmbedding: a gradient for id ", int64_t(key.id),
-               " of table ", f, ", which was never looked up");
-      auto [it, added] = impl_->pending_index.try_emplace(key, int64_t(impl_->pending_keys.size()));
-      if (added) {
-        impl_->pending_keys.push_back(key);
-        impl_->pending.resize(impl_->pending.size() + size_t(dim), 0.0);
-      }
-      double* dst = impl_->pending.data() + it->second * dim;
-      const double* src = g + (b * tables + f) * dim;
-      for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+  const int64_t* ip = static_cast<const int64_t*>(ids.data_ptr());
+  const int64_t* tp = static_cast<const int64_t*>(tables.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
+    MF_CHECK(impl_->index.count(key), ValueError, "MultiTableEmbedding: a gradient for id ", ip[i], " of table ", tp[i],
+             ", which was never looked up");
+    auto [it, added] = impl_->pending_index.try_emplace(key, int64_t(impl_->pending_keys.size()));
+    if (added) {
+      impl_->pending_keys.push_back(key);
+      impl_->pending.resize(impl_->pending.size() + size_t(dim), 0.0);
     }
+    double* dst = impl_->pending.data() + it->second * dim;
+    for (int64_t j = 0; j < dim; ++j) dst[j] += g[i * dim + j];
+  }
 }
 
 void TableSet::scale_gradients(double factor) {

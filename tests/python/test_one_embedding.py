@@ -157,3 +157,12 @@ def test_bad_input():
         else:
             with pytest.raises(ValueError, match="state of another optimizer"):
                 opt.step()
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_sharded_over_ranks_equals_one_process(ranks):
+    import shutil
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI is not installed")
+    from test_global import mpirun
+    assert mpirun(ranks, "one_embedding_sharded.py").count("one embedding sharded OK") == ranks

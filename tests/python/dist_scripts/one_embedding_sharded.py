@@ -1,0 +1,76 @@
+"""Run under mpirun (1, 2 or 4 ranks): a MultiTableEmbedding sharded over
+the ranks (Note [Sharded lookups] in python/meshflow/one_embedding.py),
+each rank training on its part of every batch, equals nn.Embedding tables
+trained by one process on the whole batches, with SGD (momentum), Adagrad
+and Adam, in float64 over 10 steps: losses, and every row on its owner."""
+import numpy as np
+
+import meshflow as mf
+import meshflow.one_embedding as oe
+
+rank, world = mf.distributed.get_rank(), mf.distributed.get_world_size()
+DIM, ROWS = 4, 8  # rows per rank per step
+IDS = [np.array([10**12 + 7, 3, -42, 2**40 + 1, 99, 7, 8]), np.array([5, 6, 123456789012, -1, 77])]
+
+
+def batches(steps, seed=0):
+    """Per step, the whole batch (world * ROWS, 2) as dense indices per table;
+    every id of every table is in every step's whole batch."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        picks = []
+        for ids in IDS:
+            pick = np.concatenate([np.arange(len(ids)), rng.integers(0, len(ids), world * ROWS - len(ids))])
+            rng.shuffle(pick)
+            picks.append(pick)
+        out.append(np.stack(picks, 1))
+    return out
+
+
+def run(opt_cls, options, steps=10):
+    tables = [oe.make_table_options(oe.make_uniform_initializer(-0.3, 0.3)) for _ in IDS]
+    emb = oe.MultiTableEmbedding("sharded", DIM, mf.float64, mf.int64, tables,
+                                 oe.make_device_mem_store_options("/tmp/unused", 64), seed=3)
+    w = mf.tensor(np.linspace(-1, 1, DIM))
+    opt = opt_cls(emb.parameters(), **options)
+    dense = [mf.nn.Embedding(len(ids), DIM).double() for ids in IDS]
+    with mf.no_grad():
+        for f, (table, ids) in enumerate(zip(dense, IDS)):
+            table.weight.copy_(emb._tables.peek_keys(mf.tensor(ids), mf.full((len(ids),), f, dtype=mf.int64)))
+    dense_opt = opt_cls([t.weight for t in dense], **options)
+    for picks in batches(steps):
+        ids = np.stack([IDS[f][picks[:, f]] for f in range(len(IDS))], 1)
+        mine = slice(rank * ROWS, (rank + 1) * ROWS)
+        out = emb(mf.tensor(ids[mine]))
+        loss = ((out * w).sum(-1) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        mean_loss = loss.detach().reshape(1).clone()
+        mf.distributed.all_reduce(mean_loss)
+        dense_out = mf.stack([t(mf.tensor(picks[:, f])) for f, t in enumerate(dense)], 1)
+        dense_loss = ((dense_out * w).sum(-1) ** 2).mean()
+        dense_opt.zero_grad()
+        dense_loss.backward()
+        dense_opt.step()
+        np.testing.assert_allclose(mean_loss.item() / world, dense_loss.item(), rtol=1e-10)
+    owned = 0
+    for f, (table, ids) in enumerate(zip(dense, IDS)):
+        for k, i in enumerate(ids):
+            if oe._owner(np.array([i]), np.array([f]), world)[0] != rank:
+                continue
+            owned += 1
+            row = emb._tables.peek_keys(mf.tensor([int(i)]), mf.tensor([f]))[0]
+            np.testing.assert_allclose(row.numpy(), table.weight[k].detach().numpy(), rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{opt_cls.__name__} table {f} id {i}")
+    assert emb.num_rows == owned, (emb.num_rows, owned)  # each rank keeps only its rows
+    total = mf.tensor([owned])
+    mf.distributed.all_reduce(total)
+    assert total.item() == sum(len(ids) for ids in IDS)
+
+
+run(mf.optim.SGD, dict(lr=0.1, momentum=0.9))
+run(mf.optim.Adagrad, dict(lr=0.2, initial_accumulator_value=0.1))
+run(mf.optim.Adam, dict(lr=0.05, weight_decay=0.01))
+print(f"rank {rank}/{world}: one embedding sharded OK", flush=True)
