@@ -21,8 +21,9 @@ Learning-rate schedulers work as for dense parameters.
 
 In a job of several processes the rows are sharded over the ranks by a
 hash of the id (Note [Sharded lookups]); each rank's optimizer updates the
-rows it owns. Built so far: the in-memory store, eager mode. Not built
-yet: the cached store over a file, snapshots, graph mode, GradScaler, FTRL
+rows it owns. GradScaler unscales and checks the sparse gradients with the
+dense ones. Built so far: the in-memory store, eager mode. Not built yet:
+the cached store over a file, snapshots, graph mode, FTRL
 (docs/embedding.md).
 """
 import weakref as _weakref
@@ -192,9 +193,11 @@ class MultiTableEmbedding(_mf.nn.Module):
         if ids.dim() != 2 or ids.shape[1] != self.num_tables:
             raise ValueError(f"MultiTableEmbedding: ids must have shape (batch, {self.num_tables}) (one column per "
                              f"table), got {tuple(ids.shape)}")
+        return (_ShardedLookup if self._sharded() else _Lookup).apply(self.shadow, ids, self._tables)
+
+    def _sharded(self):
         from meshflow import distributed
-        sharded = distributed.is_initialized() and distributed.get_world_size() > 1
-        return (_ShardedLookup if sharded else _Lookup).apply(self.shadow, ids, self._tables)
+        return distributed.is_initialized() and distributed.get_world_size() > 1
 
     def peek(self, ids):
         """The rows of ids now (new ids: their initial values), without
@@ -237,6 +240,29 @@ def _optimizer_step(optimizer):
             if embedding is not None and embedding._tables.num_pending:
                 kind, options = _rule(optimizer, group)
                 embedding._tables.apply(kind, options)
+
+
+def _unscale(optimizer, factor):
+    """GradScaler.unscale_: multiplies the pending gradients of the
+    embeddings the optimizer holds by factor; True if any holds an inf or
+    NaN. A sharded embedding agrees over the ranks (each checks the rows it
+    owns), so a plain GradScaler skips the step on every rank alike."""
+    found = False
+    sharded = False
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            embedding = _by_shadow.get(p._impl_id)
+            if embedding is None:
+                continue
+            embedding._tables.scale_gradients(factor)
+            found = found or embedding._tables.pending_non_finite()
+            sharded = sharded or embedding._sharded()
+    if sharded:
+        from meshflow import distributed
+        flag = _mf.tensor([1.0 if found else 0.0])
+        distributed.all_reduce(flag)
+        found = flag.item() > 0
+    return found
 
 
 def _optimizer_zero_grad(optimizer):

@@ -125,6 +125,33 @@ def test_float32_rows_and_schedulers():
     np.testing.assert_array_equal(e.peek(ids).numpy(), before.numpy())
 
 
+def test_grad_scaler_unscales_and_skips_sparse_gradients():
+    e = embedding()
+    head = mf.nn.Linear(2 * DIM, 1).double()
+    opt = mf.optim.SGD(list(e.parameters()) + list(head.parameters()), lr=0.1)
+    scaler = mf.amp.GradScaler(init_scale=1024.0)
+    ref = embedding()
+    ref_head = mf.nn.Linear(2 * DIM, 1).double()
+    ref_head.load_state_dict(head.state_dict())
+    ref_opt = mf.optim.SGD(list(ref.parameters()) + list(ref_head.parameters()), lr=0.1)
+    ids = mf.tensor([[3, 5], [99, 6], [3, -1]])
+    factor = [1.0]
+    for value in (1.0, float("inf")):
+        factor[0] = value
+        opt.zero_grad()
+        out = e(ids)
+        out.register_hook(lambda g: g * factor[0])
+        scaler.scale((head(out.reshape(3, -1)) ** 2).mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert scaler.get_scale() == 512.0
+    ref_opt.zero_grad()
+    (ref_head(ref(ids).reshape(3, -1)) ** 2).mean().backward()
+    ref_opt.step()  # the one step that was not skipped
+    np.testing.assert_allclose(e.peek(ids).numpy(), ref.peek(ids).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(head.weight.detach().numpy(), ref_head.weight.detach().numpy(), rtol=1e-12)
+
+
 def test_bad_input():
     e = embedding()
     with pytest.raises(TypeError, match="ids must be an integer tensor"):

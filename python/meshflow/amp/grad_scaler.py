@@ -106,6 +106,9 @@ class GradScaler:
                     raise ValueError("Attempting to unscale FP16 gradients.")
                 grads.append(grad)
         _C._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
+        from meshflow import one_embedding
+        if one_embedding._unscale(optimizer, inv_scale.item()):  # the sparse gradients of its embeddings
+            found_inf.fill_(1.0)
         state["found_inf"] = found_inf
         state["stage"] = _UNSCALED
 
