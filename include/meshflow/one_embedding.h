@@ -31,7 +31,7 @@ struct Initializer {
 
 // A fused sparse update, applied to the touched rows only.
 struct UpdateRule {
-  enum class Kind { SGD, Adagrad, Adam };
+  enum class Kind { SGD, Adagrad, Adam, Ftrl };
   Kind kind = Kind::SGD;
   double lr = 0.01;
   double weight_decay = 0;
@@ -44,6 +44,8 @@ struct UpdateRule {
   // Adam / AdamW (decoupled weight decay)
   double beta1 = 0.9, beta2 = 0.999;
   bool decoupled_weight_decay = false;
+  // FTRL (OneFlow's one_embedding.Ftrl; initial_accumulator_value above)
+  double lr_power = -0.5, lambda1 = 0, lambda2 = 0, beta = 0;
   // The state columns the rule keeps per row (in units of the embedding width).
   int state_slots() const;
 };

@@ -44,8 +44,9 @@ void init_one_embedding(py::module_& parent) {
             rule.kind = kind == "sgd"       ? UpdateRule::Kind::SGD
                         : kind == "adagrad" ? UpdateRule::Kind::Adagrad
                         : kind == "adam"    ? UpdateRule::Kind::Adam
+                        : kind == "ftrl"    ? UpdateRule::Kind::Ftrl
                                             : throw ValueError("MultiTableEmbedding: no sparse update rule '" + kind +
-                                                               "' (sgd, adagrad, adam)");
+                                                               "' (sgd, adagrad, adam, ftrl)");
             for (const auto& [key, value] : options) {
               const std::string k = py::str(key);
               if (k == "lr") rule.lr = value.cast<double>();
@@ -60,6 +61,10 @@ void init_one_embedding(py::module_& parent) {
               else if (k == "beta1") rule.beta1 = value.cast<double>();
               else if (k == "beta2") rule.beta2 = value.cast<double>();
               else if (k == "decoupled_weight_decay") rule.decoupled_weight_decay = value.cast<bool>();
+              else if (k == "lr_power") rule.lr_power = value.cast<double>();
+              else if (k == "lambda1") rule.lambda1 = value.cast<double>();
+              else if (k == "lambda2") rule.lambda2 = value.cast<double>();
+              else if (k == "beta") rule.beta = value.cast<double>();
               else throw ValueError("MultiTableEmbedding: unknown update option '" + k + "'");
             }
             t.apply(rule);

@@ -22,9 +22,9 @@ Learning-rate schedulers work as for dense parameters.
 In a job of several processes the rows are sharded over the ranks by a
 hash of the id (Note [Sharded lookups]); each rank's optimizer updates the
 rows it owns. GradScaler unscales and checks the sparse gradients with the
-dense ones. Built so far: the in-memory store, eager mode. Not built yet:
-the cached store over a file, snapshots, graph mode, FTRL
-(docs/embedding.md).
+dense ones. `Ftrl` (OneFlow's) updates embeddings and dense parameters.
+Built so far: the in-memory store, eager mode. Not built yet: the cached
+store over a file, snapshots, graph mode (docs/embedding.md).
 """
 import weakref as _weakref
 
@@ -34,8 +34,8 @@ import meshflow as _mf
 from meshflow._C import _one_embedding
 from meshflow.autograd import Function as _Function
 
-__all__ = ["MultiTableEmbedding", "make_table_options", "make_uniform_initializer", "make_normal_initializer",
-           "make_device_mem_store_options"]
+__all__ = ["MultiTableEmbedding", "Ftrl", "make_table_options", "make_uniform_initializer",
+           "make_normal_initializer", "make_device_mem_store_options"]
 
 
 def make_uniform_initializer(low, high):
@@ -226,7 +226,10 @@ def _rule(optimizer, group):
         beta1, beta2 = group["betas"]
         return "adam", {**common, "beta1": beta1, "beta2": beta2, "eps": group["eps"],
                         "decoupled_weight_decay": name == "AdamW"}
-    raise ValueError(f"MultiTableEmbedding: {name} has no sparse update (SGD, Adagrad, Adam, AdamW)")
+    if isinstance(optimizer, Ftrl):
+        return "ftrl", {**common, **{k: group[k] for k in ("lr_power", "initial_accumulator_value", "lambda1",
+                                                             "lambda2", "beta")}}
+    raise ValueError(f"MultiTableEmbedding: {name} has no sparse update (SGD, Adagrad, Adam, AdamW, Ftrl)")
 
 
 def _optimizer_step(optimizer):
@@ -271,3 +274,80 @@ def _optimizer_zero_grad(optimizer):
             embedding = _by_shadow.get(p._impl_id)
             if embedding is not None:
                 embedding._tables.clear_gradients()
+
+
+class Ftrl:
+    """FTRL-Proximal, as OneFlow's one_embedding.Ftrl, for MultiTableEmbedding
+    rows (fused, in the row) and dense parameters alike:
+
+        g = grad + weight_decay * w
+        n' = n + g^2
+        sigma = (n'^(-lr_power) - n^(-lr_power)) / lr
+        z = z + g - sigma * w
+        w = 0 if |z| <= lambda1 else (sign(z) lambda1 - z) / ((beta + n'^(-lr_power)) / lr + lambda2)
+
+    with n starting at initial_accumulator_value and z at 0. param_groups,
+    state, step() and zero_grad() behave as torch.optim's (learning-rate
+    schedulers are not supported for it)."""
+
+    def __init__(self, params, lr=0.001, weight_decay=0.0, lr_power=-0.5, initial_accumulator_value=0.1,
+                 lambda1=0.0, lambda2=0.0, beta=0.0):
+        if not lr > 0:
+            raise ValueError(f"Ftrl: lr must be > 0, got {lr}")
+        if not initial_accumulator_value > 0:
+            raise ValueError(f"Ftrl: initial_accumulator_value must be > 0, got {initial_accumulator_value}")
+        if lr_power > 0:
+            raise ValueError(f"Ftrl: lr_power must be <= 0, got {lr_power}")
+        if lambda1 < 0 or lambda2 < 0 or beta < 0 or weight_decay < 0:
+            raise ValueError("Ftrl: lambda1, lambda2, beta and weight_decay must be >= 0")
+        defaults = dict(lr=lr, weight_decay=weight_decay, lr_power=lr_power,
+                        initial_accumulator_value=initial_accumulator_value, lambda1=lambda1, lambda2=lambda2,
+                        beta=beta)
+        params = list(params)
+        groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+        self.defaults = defaults
+        self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
+        self.state = {}
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with _mf.enable_grad():
+                loss = closure()
+        with _mf.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state.setdefault(p._impl_id, {
+                        "accumulator": _mf.full_like(p, group["initial_accumulator_value"]),
+                        "z": _mf.zeros_like(p)})
+                    self._dense_update(p, p.grad, state, group)
+        _optimizer_step(self)
+        return loss
+
+    @staticmethod
+    def _dense_update(w, grad, state, group):
+        lr, power = group["lr"], group["lr_power"]
+        g = grad + group["weight_decay"] * w
+        n, z = state["accumulator"], state["z"]
+        n_new = n + g * g
+        sigma = (n_new ** -power - n ** -power) / lr
+        z.add_(g - sigma * w)
+        n.copy_(n_new)
+        lambda1 = group["lambda1"]
+        new = (_mf.sign(z) * lambda1 - z) / ((group["beta"] + n_new ** -power) / lr + group["lambda2"])
+        w.copy_(_mf.where(z.abs() <= lambda1, _mf.zeros_like(w), new))
+
+    def zero_grad(self, set_to_none=True):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.zero_()
+        _optimizer_zero_grad(self)
+
+    def __repr__(self):
+        return f"Ftrl({', '.join(f'{k}={v}' for k, v in self.defaults.items())})"

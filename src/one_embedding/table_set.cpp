@@ -49,6 +49,7 @@ int UpdateRule::state_slots() const {
     case Kind::SGD: return momentum != 0 ? 1 : 0;
     case Kind::Adagrad: return 1;
     case Kind::Adam: return 2;
+    case Kind::Ftrl: return 2;
   }
   return 0;
 }
@@ -160,6 +161,24 @@ struct TableSet::Impl {
             v[j] = T(vj);
             const double denom = std::sqrt(double(T(vj))) / bias2_sqrt + rule.eps;
             w[j] = T(wj - rule.lr / bias1 * double(T(mj)) / denom);
+          }
+          break;
+        }
+        case UpdateRule::Kind::Ftrl: {
+          T* acc = w + dim;
+          T* z = w + 2 * dim;
+          for (int64_t j = 0; j < dim; ++j) {
+            const double wj = double(w[j]);
+            const double d = sign * g[j] + rule.weight_decay * wj;
+            const double a = double(acc[j]), a_new = a + d * d;
+            const double sigma = (std::pow(a_new, -rule.lr_power) - std::pow(a, -rule.lr_power)) / rule.lr;
+            const double zj = double(z[j]) + d - sigma * wj;
+            acc[j] = T(a_new);
+            z[j] = T(zj);
+            w[j] = std::abs(zj) <= rule.lambda1
+                       ? T(0)
+                       : T(((zj > 0 ? 1.0 : -1.0) * rule.lambda1 - zj) /
+                           ((rule.beta + std::pow(a_new, -rule.lr_power)) / rule.lr + rule.lambda2));
           }
           break;
         }
@@ -344,13 +363,17 @@ void TableSet::clear_gradients() {
 
 void TableSet::apply(const UpdateRule& rule) {
   MF_CHECK(rule.lr >= 0, ValueError, "MultiTableEmbedding: the learning rate must be >= 0, got ", rule.lr);
+  MF_CHECK(rule.kind != UpdateRule::Kind::Ftrl || (rule.lr > 0 && rule.initial_accumulator_value > 0), ValueError,
+           "MultiTableEmbedding: FTRL needs lr > 0 and initial_accumulator_value > 0, got ", rule.lr, " and ",
+           rule.initial_accumulator_value);
   const int slots = rule.state_slots();
   if (slots != impl_->slots || (slots > 0 && rule.kind != impl_->state_kind)) {
     MF_CHECK(impl_->slots == 0, ValueError,
              "MultiTableEmbedding: the rows hold the state of another optimizer rule; an embedding keeps one "
              "optimizer for its whole training");
     std::vector<double> initial(size_t(slots), 0.0);
-    if (rule.kind == UpdateRule::Kind::Adagrad) initial[0] = rule.initial_accumulator_value;
+    if (rule.kind == UpdateRule::Kind::Adagrad || rule.kind == UpdateRule::Kind::Ftrl)
+      initial[0] = rule.initial_accumulator_value;
     if (impl_->dtype == DType::Float64) impl_->widen<double>(slots, initial);
     else impl_->widen<float>(slots, initial);
     impl_->state_kind = rule.kind;

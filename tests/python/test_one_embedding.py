@@ -43,6 +43,8 @@ OPTIMIZERS = [
     (mf.optim.Adagrad, dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1, weight_decay=0.001)),
     (mf.optim.Adam, dict(lr=0.01, betas=(0.8, 0.95), weight_decay=0.01)),
     (mf.optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
+    (oe.Ftrl, dict(lr=0.1, weight_decay=0.01, lambda1=0.001, lambda2=0.01, beta=0.5)),
+    (oe.Ftrl, dict(lr=0.05, lr_power=-0.7, initial_accumulator_value=0.5)),
 ]
 
 
@@ -80,6 +82,28 @@ def test_sparse_updates_equal_dense_embedding(opt_cls, options):
         np.testing.assert_allclose(sparse.peek(mf.tensor(cols))[:, f].numpy(), table.weight.detach().numpy(),
                                    rtol=1e-10, atol=1e-12)
     assert sparse.num_rows == sum(len(ids) for ids in IDS)
+
+
+def test_ftrl_follows_its_formula():
+    """oe.Ftrl on a dense parameter against the formula in numpy."""
+    rng = np.random.default_rng(4)
+    w0 = rng.standard_normal((3, 4))
+    options = dict(lr=0.1, weight_decay=0.05, lr_power=-0.6, initial_accumulator_value=0.2, lambda1=0.02,
+                   lambda2=0.1, beta=0.3)
+    p = mf.nn.Parameter(mf.tensor(w0))
+    opt = oe.Ftrl([p], **options)
+    w, n, z = w0.copy(), np.full_like(w0, 0.2), np.zeros_like(w0)
+    for _ in range(5):
+        grad = rng.standard_normal(w0.shape)
+        p.grad = mf.tensor(grad)
+        opt.step()
+        g = grad + 0.05 * w
+        n_new = n + g * g
+        sigma = (n_new ** 0.6 - n ** 0.6) / 0.1
+        z = z + g - sigma * w
+        n = n_new
+        w = np.where(np.abs(z) <= 0.02, 0.0, (np.sign(z) * 0.02 - z) / ((0.3 + n ** 0.6) / 0.1 + 0.1))
+        np.testing.assert_allclose(p.detach().numpy(), w, rtol=1e-12, atol=1e-14)
 
 
 def test_rows_start_from_their_id_alone():
