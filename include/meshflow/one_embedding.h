@@ -96,6 +96,20 @@ class TableSet {
   Tensor peek_keys(const Tensor& ids, const Tensor& tables) const;
   void accumulate_key_gradients(const Tensor& ids, const Tensor& tables, const Tensor& grad);
 
+  // Every row, for a snapshot: ids (n), tables (n) and the rows (n, (1 +
+  // state_slots()) * dim) in dtype, values then optimizer state.
+  struct Rows {
+    Tensor ids, tables, rows;
+  };
+  Rows export_rows() const;
+  // Replaces every row by these (the layout of export_rows with `slots`
+  // state columns of rule kind `kind`, after `step` updates); drops pending
+  // gradients.
+  void import_rows(const Rows& rows, int slots, UpdateRule::Kind kind, int64_t step);
+  int state_slots() const;
+  UpdateRule::Kind state_kind() const;
+  int64_t step() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

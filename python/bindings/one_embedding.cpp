@@ -35,6 +35,36 @@ void init_one_embedding(py::module_& parent) {
       .def("accumulate_key_gradients", &TableSet::accumulate_key_gradients, py::arg("ids"), py::arg("tables"),
            py::arg("grad"))
       .def("clear_gradients", &TableSet::clear_gradients)
+      .def("export_rows",
+           [](const TableSet& t) {
+             auto r = t.export_rows();
+             return py::make_tuple(r.ids, r.tables, r.rows);
+           })
+      .def(
+          "import_rows",
+          [](TableSet& t, const Tensor& ids, const Tensor& tables, const Tensor& rows, int slots,
+             const std::string& kind, int64_t step) {
+            const UpdateRule::Kind k = kind == "sgd" ? UpdateRule::Kind::SGD
+                                       : kind == "adagrad" ? UpdateRule::Kind::Adagrad
+                                       : kind == "adam"    ? UpdateRule::Kind::Adam
+                                       : kind == "ftrl"    ? UpdateRule::Kind::Ftrl
+                                                           : throw ValueError("MultiTableEmbedding: a snapshot of an "
+                                                                              "unknown rule '" + kind + "'");
+            t.import_rows({ids, tables, rows}, slots, k, step);
+          },
+          py::arg("ids"), py::arg("tables"), py::arg("rows"), py::arg("slots"), py::arg("kind"), py::arg("step"))
+      .def_property_readonly("state_slots", &TableSet::state_slots)
+      .def_property_readonly("state_kind",
+                             [](const TableSet& t) {
+                               switch (t.state_kind()) {
+                                 case UpdateRule::Kind::SGD: return "sgd";
+                                 case UpdateRule::Kind::Adagrad: return "adagrad";
+                                 case UpdateRule::Kind::Adam: return "adam";
+                                 case UpdateRule::Kind::Ftrl: return "ftrl";
+                               }
+                               return "sgd";
+                             })
+      .def_property_readonly("step", &TableSet::step)
       .def("scale_gradients", &TableSet::scale_gradients, py::arg("factor"))
       .def("pending_non_finite", &TableSet::pending_non_finite)
       .def(

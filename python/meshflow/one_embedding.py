@@ -23,9 +23,15 @@ In a job of several processes the rows are sharded over the ranks by a
 hash of the id (Note [Sharded lookups]); each rank's optimizer updates the
 rows it owns. GradScaler unscales and checks the sparse gradients with the
 dense ones. `Ftrl` (OneFlow's) updates embeddings and dense parameters.
-Built so far: the in-memory store, eager mode. Not built yet: the cached
-store over a file, snapshots, graph mode (docs/embedding.md).
+save_snapshot / load_snapshot write and read every row crash-safely, across
+rank counts (Note [Embedding snapshots]). Built so far: the in-memory store,
+eager mode. Not built yet: the cached store over a file and graph mode
+(docs/embedding.md).
 """
+import json as _json
+import os as _os
+import shutil as _shutil
+import time as _time
 import weakref as _weakref
 
 import numpy as _np
@@ -166,7 +172,15 @@ class MultiTableEmbedding(_mf.nn.Module):
                 raise ValueError(f"MultiTableEmbedding: table {k} has no initializer (make_table_options)")
             inits.append(("uniform", init["low"], init["high"]) if init["type"] == "uniform"
                          else ("normal", init["mean"], init["std"]))
+        path = store_options["persistent_path"]
+        try:
+            _os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"MultiTableEmbedding: the persistent path {path!r} cannot be made: {e}") from None
+        if not _os.access(path, _os.W_OK | _os.X_OK):
+            raise ValueError(f"MultiTableEmbedding: the persistent path {path!r} is not writable")
         self.name = name
+        self.seed = seed
         self.embedding_dim = embedding_dim
         self.key_type = key_type
         self.store_options = dict(store_options)
@@ -204,6 +218,90 @@ class MultiTableEmbedding(_mf.nn.Module):
         making rows or recording gradients."""
         return self._tables.peek(ids)
 
+    # Note [Embedding snapshots]: a snapshot is a directory of one file per
+    # rank (its rows: values and optimizer state) and a manifest, written
+    # under a fresh name; then one small pointer file
+    # <persistent_path>/snapshots/<name> is replaced atomically to name it.
+    # A crash at any moment leaves the pointer on the previous complete
+    # snapshot, which is what load_snapshot reads; older directories are
+    # removed only after the pointer moved. Loading on M ranks reads every
+    # file and keeps the rows the new sharding gives the rank.
+    def _snapshots(self):
+        return _os.path.join(self.store_options["persistent_path"], "snapshots")
+
+    def save_snapshot(self, snapshot_name):
+        """Writes every row (values and optimizer state) as snapshot
+        `snapshot_name`, crash-safe (Note [Embedding snapshots]). Collective
+        when sharded: every rank calls it."""
+        from meshflow import distributed
+        _check_snapshot_name(snapshot_name)
+        rank, world = (distributed.get_rank(), distributed.get_world_size()) if self._sharded() else (0, 1)
+        root = self._snapshots()
+        version = f".{snapshot_name}.{_time.time_ns()}"
+        if world > 1:  # one version name for all ranks: rank 0's
+            stamp = _mf.tensor([int(version.rsplit(".", 1)[1])])
+            distributed.broadcast(stamp, 0)
+            version = f".{snapshot_name}.{stamp.item()}"
+        directory = _os.path.join(root, version)
+        if rank == 0:
+            _os.makedirs(directory, exist_ok=True)
+        if world > 1:
+            distributed.barrier()
+        ids, tables, rows = self._tables.export_rows()
+        _mf.save({"ids": ids, "tables": tables, "rows": rows}, _os.path.join(directory, f"rank{rank}.safetensors"))
+        if _os.environ.get("MESHFLOW_SNAPSHOT_TEST_PAUSE"):  # the crash test kills the job here
+            _time.sleep(float(_os.environ["MESHFLOW_SNAPSHOT_TEST_PAUSE"]))
+        if world > 1:
+            distributed.barrier()
+        if rank == 0:
+            manifest = {"embedding_dim": self.embedding_dim, "dtype": str(self.shadow.dtype),
+                        "num_tables": self.num_tables, "seed": self.seed, "ranks": world,
+                        "state_slots": self._tables.state_slots, "state_kind": self._tables.state_kind,
+                        "step": self._tables.step}
+            _write_atomically(_os.path.join(directory, "manifest.json"), _json.dumps(manifest))
+            pointer = _os.path.join(root, snapshot_name)
+            previous = _read_pointer(pointer)
+            _write_atomically(pointer, version)
+            if previous and previous != version:
+                _shutil.rmtree(_os.path.join(root, previous), ignore_errors=True)
+        if world > 1:
+            distributed.barrier()
+
+    def load_snapshot(self, snapshot_name):
+        """Replaces every row by those of snapshot `snapshot_name` (saved
+        on any number of ranks); the optimizer state and step come back
+        too. Raises ValueError for a missing snapshot or one of another
+        embedding_dim, dtype or number of tables."""
+        from meshflow import distributed
+        _check_snapshot_name(snapshot_name)
+        rank, world = (distributed.get_rank(), distributed.get_world_size()) if self._sharded() else (0, 1)
+        root = self._snapshots()
+        version = _read_pointer(_os.path.join(root, snapshot_name))
+        if not version:
+            raise ValueError(f"MultiTableEmbedding.load_snapshot: no snapshot {snapshot_name!r} in {root}")
+        directory = _os.path.join(root, version)
+        try:
+            with open(_os.path.join(directory, "manifest.json")) as f:
+                manifest = _json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"MultiTableEmbedding.load_snapshot: snapshot {snapshot_name!r} has no readable "
+                             f"manifest ({e})") from None
+        mine = {"embedding_dim": self.embedding_dim, "dtype": str(self.shadow.dtype), "num_tables": self.num_tables}
+        for key, value in mine.items():
+            if manifest.get(key) != value:
+                raise ValueError(f"MultiTableEmbedding.load_snapshot: snapshot {snapshot_name!r} has {key} "
+                                 f"{manifest.get(key)!r}, this embedding {value!r}")
+        parts = []
+        for r in range(int(manifest["ranks"])):
+            part = _mf.load(_os.path.join(directory, f"rank{r}.safetensors"))
+            keep = _np.ones(part["ids"].shape[0], dtype=bool) if world == 1 else \
+                _owner(part["ids"].numpy(), part["tables"].numpy(), world) == rank
+            index = _mf.tensor(_np.nonzero(keep)[0])
+            parts.append([part["ids"][index], part["tables"][index], part["rows"][index]])
+        self._tables.import_rows(_mf.cat([p[0] for p in parts]), _mf.cat([p[1] for p in parts]),
+                                 _mf.cat([p[2] for p in parts]), int(manifest["state_slots"]),
+                                 manifest["state_kind"], int(manifest["step"]))
+
     def extra_repr(self):
         return (f"name={self.name!r}, embedding_dim={self.embedding_dim}, num_tables={self.num_tables}, "
                 f"rows={self.num_rows}")
@@ -240,9 +338,31 @@ def _optimizer_step(optimizer):
     for group in optimizer.param_groups:
         for p in group["params"]:
             embedding = _by_shadow.get(p._impl_id)
-            if embedding is not None and embedding._tables.num_pending:
+            if embedding is not None:  # every step counts (Adam's bias correction), rows touched or not
                 kind, options = _rule(optimizer, group)
                 embedding._tables.apply(kind, options)
+
+
+def _check_snapshot_name(name):
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\0" in name:
+        raise ValueError(f"MultiTableEmbedding: a snapshot name is a non-empty file name, got {name!r}")
+
+
+def _write_atomically(path, text):
+    temporary = f"{path}.tmp{_os.getpid()}"
+    with open(temporary, "w") as f:
+        f.write(text)
+        f.flush()
+        _os.fsync(f.fileno())
+    _os.replace(temporary, path)
+
+
+def _read_pointer(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def _unscale(optimizer, factor):

@@ -345,6 +345,61 @@ void TableSet::accumulate_key_gradients(const Tensor& ids_in, const Tensor& tabl
   }
 }
 
+int TableSet::state_slots() const { return impl_->slots; }
+UpdateRule::Kind TableSet::state_kind() const { return impl_->state_kind; }
+int64_t TableSet::step() const { return impl_->step; }
+
+TableSet::Rows TableSet::export_rows() const {
+  const int64_t n = num_rows(), width = impl_->width();
+  Rows out{make_empty({n}, DType::Int64, Device()), make_empty({n}, DType::Int64, Device()),
+           make_empty({n, width}, impl_->dtype, Device())};
+  int64_t* ip = static_cast<int64_t*>(out.ids.data_ptr());
+  int64_t* tp = static_cast<int64_t*>(out.tables.data_ptr());
+  for (const auto& [key, row] : impl_->index) {
+    ip[row] = int64_t(key.id);
+    tp[row] = int64_t(key.table);
+  }
+  const size_t bytes = size_t(n * width) * (impl_->dtype == DType::Float64 ? sizeof(double) : sizeof(float));
+  if (bytes) {
+    const void* src = impl_->dtype == DType::Float64 ? static_cast<const void*>(impl_->rows64.data())
+                                                     : static_cast<const void*>(impl_->rows32.data());
+    std::memcpy(out.rows.data_ptr(), src, bytes);
+  }
+  return out;
+}
+
+void TableSet::import_rows(const Rows& in, int slots, UpdateRule::Kind kind, int64_t step) {
+  MF_CHECK(slots >= 0 && slots <= 2, ValueError, "MultiTableEmbedding: a snapshot with ", slots,
+           " state columns per row (at most 2)");
+  const int64_t width = (1 + slots) * impl_->dim;
+  const auto [ids, tables] = checked_keys(in.ids, in.tables, num_tables());
+  const int64_t n = ids.numel();
+  MF_CHECK(in.rows.defined() && in.rows.sizes() == Shape({n, width}), ShapeError,
+           "MultiTableEmbedding: a snapshot's rows must have shape ", shape_str(Shape({n, width})),
+           " for embedding_dim ", impl_->dim, " and ", slots, " state columns, got ",
+           in.rows.defined() ? shape_str(in.rows.sizes()) : "None");
+  const Tensor rows = contiguous(to(in.rows, impl_->dtype));
+  clear_gradients();
+  impl_->index.clear();
+  impl_->slots = slots;
+  impl_->state_kind = kind;
+  impl_->step = step;
+  impl_->state_initial.assign(size_t(slots), 0.0);
+  impl_->updated.assign(size_t(n), uint8_t(step > 0));
+  const int64_t* ip = static_cast<const int64_t*>(ids.data_ptr());
+  const int64_t* tp = static_cast<const int64_t*>(tables.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    MF_CHECK(impl_->index.emplace(Key{uint64_t(ip[i]), uint64_t(tp[i])}, i).second, ValueError,
+             "MultiTableEmbedding: a snapshot holds id ", ip[i], " of table ", tp[i], " twice");
+  }
+  auto copy = [&]<typename T>() {
+    auto& r = impl_->rows<T>();
+    r.assign(static_cast<const T*>(rows.data_ptr()), static_cast<const T*>(rows.data_ptr()) + n * width);
+  };
+  if (impl_->dtype == DType::Float64) copy.template operator()<double>();
+  else copy.template operator()<float>();
+}
+
 void TableSet::scale_gradients(double factor) {
   for (double& g : impl_->pending) g *= factor;
 }

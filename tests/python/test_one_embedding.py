@@ -13,10 +13,10 @@ DIM = 5
 IDS = [np.array([10**12 + 7, 3, -42, 2**40 + 1, 99]), np.array([5, 6, 123456789012, -1])]
 
 
-def embedding(dtype=mf.float64, seed=0, normal=False):
+def embedding(dtype=mf.float64, seed=0, normal=False, path="/tmp/meshflow_one_embedding_test", dim=DIM):
     init = oe.make_normal_initializer(0.0, 0.1) if normal else oe.make_uniform_initializer(-0.2, 0.3)
-    return oe.MultiTableEmbedding("test", DIM, dtype, mf.int64, [oe.make_table_options(init) for _ in IDS],
-                                  oe.make_device_mem_store_options("/tmp/unused", capacity=64), seed=seed)
+    return oe.MultiTableEmbedding("test", dim, dtype, mf.int64, [oe.make_table_options(init) for _ in IDS],
+                                  oe.make_device_mem_store_options(str(path), capacity=64), seed=seed)
 
 
 def batches(steps, rows=12, seed=0):
@@ -176,6 +176,37 @@ def test_grad_scaler_unscales_and_skips_sparse_gradients():
     np.testing.assert_allclose(head.weight.detach().numpy(), ref_head.weight.detach().numpy(), rtol=1e-12)
 
 
+def test_snapshot_round_trip_restores_rows_and_optimizer_state(tmp_path):
+    ids = [mf.tensor(b[0]) for b in batches(6)]
+
+    def train(e, opt, steps):
+        for x in steps:
+            opt.zero_grad()
+            (e(x) ** 2).sum().backward()
+            opt.step()
+
+    a = embedding(path=tmp_path)
+    opt_a = mf.optim.Adam(a.parameters(), lr=0.05)
+    train(a, opt_a, ids[:3])
+    a.save_snapshot("model")
+    train(a, opt_a, ids[3:])
+    b = embedding(path=tmp_path, seed=5)  # another initialisation: everything comes from the snapshot
+    opt_b = mf.optim.Adam(b.parameters(), lr=0.05)
+    b.load_snapshot("model")
+    assert b.num_rows == a.num_rows
+    train(b, opt_b, ids[3:])
+    every = mf.tensor(np.stack([np.resize(IDS[0], 5), np.resize(IDS[1], 5)], 1))
+    np.testing.assert_allclose(b.peek(every).numpy(), a.peek(every).numpy(), rtol=1e-12)
+    a.save_snapshot("model")  # replacing it keeps one directory
+    assert len([d for d in (tmp_path / "snapshots").iterdir() if d.is_dir()]) == 1
+    with pytest.raises(ValueError, match="no snapshot 'other'"):
+        b.load_snapshot("other")
+    with pytest.raises(ValueError, match="has embedding_dim 5, this embedding 3"):
+        embedding(path=tmp_path, dim=3).load_snapshot("model")
+    with pytest.raises(ValueError, match="a snapshot name is a non-empty file name"):
+        a.save_snapshot("../x")
+
+
 def test_bad_input():
     e = embedding()
     with pytest.raises(TypeError, match="ids must be an integer tensor"):
@@ -192,6 +223,8 @@ def test_bad_input():
             oe.make_uniform_initializer(0, 1))], oe.make_device_mem_store_options("/tmp", 8))
     with pytest.raises(ValueError, match="low must be <= high"):
         oe.make_uniform_initializer(1, 0)
+    with pytest.raises(ValueError, match="persistent path '/proc/none' cannot be made"):
+        embedding(path="/proc/none")
     with pytest.raises(ValueError, match="capacity must be a positive int"):
         oe.make_device_mem_store_options("/tmp", 0)
     opt = mf.optim.RMSprop(e.parameters(), lr=0.1)
@@ -217,3 +250,49 @@ def test_sharded_over_ranks_equals_one_process(ranks):
         pytest.skip("Open MPI is not installed")
     from test_global import mpirun
     assert mpirun(ranks, "one_embedding_sharded.py").count("one embedding sharded OK") == ranks
+
+
+@pytest.mark.parametrize("saved,loaded", [(2, 1), (1, 4), (4, 2)])
+def test_snapshot_saved_on_n_ranks_loads_on_m(tmp_path, saved, loaded):
+    import shutil
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI is not installed")
+    from test_global import mpirun
+    assert mpirun(saved, "one_embedding_snapshot.py", "save", str(tmp_path)).count("snapshot save OK") == saved
+    assert mpirun(loaded, "one_embedding_snapshot.py", "load", str(tmp_path)).count("snapshot load OK") == loaded
+
+
+def test_a_crash_during_a_snapshot_keeps_the_previous_one(tmp_path):
+    """kill -9 of the whole job while a second snapshot is written: the
+    first one still loads (and trains on as if nothing happened)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI is not installed")
+    from test_global import SCRIPTS, mpirun
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(mf.__file__))))
+    job = subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+                            os.path.join(SCRIPTS, "one_embedding_snapshot.py"), "crash", str(tmp_path)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    try:
+        deadline, seen = time.monotonic() + 120, 0
+        while seen < 2 and time.monotonic() < deadline:
+            line = job.stdout.readline()
+            seen += "saving again" in line
+        assert seen == 2, "the job did not reach its second snapshot"
+        # Both ranks wrote their files and wait before the manifest and the pointer.
+        for _ in range(200):
+            partial = [d for d in (tmp_path / "snapshots").iterdir() if d.is_dir()]
+            if len(partial) == 2 and all(len(list(d.glob("rank*.safetensors"))) == 2 for d in partial):
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert mpirun(1, "one_embedding_snapshot.py", "load", str(tmp_path)).count("snapshot load OK") == 1

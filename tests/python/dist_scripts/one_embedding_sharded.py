@@ -9,52 +9,70 @@ import meshflow as mf
 import meshflow.one_embedding as oe
 
 rank, world = mf.distributed.get_rank(), mf.distributed.get_world_size()
-DIM, ROWS = 4, 8  # rows per rank per step
+DIM, BATCH = 4, 16  # the whole batch of a step, split over the ranks
+ROWS = BATCH // world
 IDS = [np.array([10**12 + 7, 3, -42, 2**40 + 1, 99, 7, 8]), np.array([5, 6, 123456789012, -1, 77])]
 
 
 def batches(steps, seed=0):
-    """Per step, the whole batch (world * ROWS, 2) as dense indices per table;
+    """Per step, the whole batch (BATCH, 2) as dense indices per table;
     every id of every table is in every step's whole batch."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(steps):
         picks = []
         for ids in IDS:
-            pick = np.concatenate([np.arange(len(ids)), rng.integers(0, len(ids), world * ROWS - len(ids))])
+            pick = np.concatenate([np.arange(len(ids)), rng.integers(0, len(ids), BATCH - len(ids))])
             rng.shuffle(pick)
             picks.append(pick)
         out.append(np.stack(picks, 1))
     return out
 
 
-def run(opt_cls, options, steps=10):
+W = mf.tensor(np.linspace(-1, 1, DIM))
+
+
+def make_embedding(path="/tmp/meshflow_one_embedding_sharded", seed=3):
     tables = [oe.make_table_options(oe.make_uniform_initializer(-0.3, 0.3)) for _ in IDS]
-    emb = oe.MultiTableEmbedding("sharded", DIM, mf.float64, mf.int64, tables,
-                                 oe.make_device_mem_store_options("/tmp/unused", 64), seed=3)
-    w = mf.tensor(np.linspace(-1, 1, DIM))
-    opt = opt_cls(emb.parameters(), **options)
+    return oe.MultiTableEmbedding("sharded", DIM, mf.float64, mf.int64, tables,
+                                  oe.make_device_mem_store_options(path, 64), seed=seed)
+
+
+def dense_tables(emb):
+    """One process's nn.Embedding per table, starting from emb's initial rows."""
     dense = [mf.nn.Embedding(len(ids), DIM).double() for ids in IDS]
     with mf.no_grad():
         for f, (table, ids) in enumerate(zip(dense, IDS)):
             table.weight.copy_(emb._tables.peek_keys(mf.tensor(ids), mf.full((len(ids),), f, dtype=mf.int64)))
-    dense_opt = opt_cls([t.weight for t in dense], **options)
-    for picks in batches(steps):
-        ids = np.stack([IDS[f][picks[:, f]] for f in range(len(IDS))], 1)
-        mine = slice(rank * ROWS, (rank + 1) * ROWS)
-        out = emb(mf.tensor(ids[mine]))
-        loss = ((out * w).sum(-1) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        mean_loss = loss.detach().reshape(1).clone()
-        mf.distributed.all_reduce(mean_loss)
-        dense_out = mf.stack([t(mf.tensor(picks[:, f])) for f, t in enumerate(dense)], 1)
-        dense_loss = ((dense_out * w).sum(-1) ** 2).mean()
-        dense_opt.zero_grad()
-        dense_loss.backward()
-        dense_opt.step()
-        np.testing.assert_allclose(mean_loss.item() / world, dense_loss.item(), rtol=1e-10)
+    return dense
+
+
+def train(emb, opt, steps, dense=None, dense_opt=None):
+    """The given steps of batches(): this rank's part on emb; the whole
+    batch on the dense tables, losses compared."""
+    for picks in steps:
+        if emb is not None:
+            ids = np.stack([IDS[f][picks[:, f]] for f in range(len(IDS))], 1)
+            mine = slice(rank * ROWS, (rank + 1) * ROWS)
+            loss = ((emb(mf.tensor(ids[mine])) * W).sum(-1) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            mean_loss = loss.detach().reshape(1).clone()
+            mf.distributed.all_reduce(mean_loss)
+        if dense is not None:
+            dense_out = mf.stack([t(mf.tensor(picks[:, f])) for f, t in enumerate(dense)], 1)
+            dense_loss = ((dense_out * W).sum(-1) ** 2).mean()
+            dense_opt.zero_grad()
+            dense_loss.backward()
+            dense_opt.step()
+            if emb is not None:
+                np.testing.assert_allclose(mean_loss.item() / world, dense_loss.item(), rtol=1e-10)
+
+
+def check_rows(emb, dense, what):
+    """Every row on its owner equals the dense tables'; returns how many
+    rows this rank owns."""
     owned = 0
     for f, (table, ids) in enumerate(zip(dense, IDS)):
         for k, i in enumerate(ids):
@@ -63,14 +81,23 @@ def run(opt_cls, options, steps=10):
             owned += 1
             row = emb._tables.peek_keys(mf.tensor([int(i)]), mf.tensor([f]))[0]
             np.testing.assert_allclose(row.numpy(), table.weight[k].detach().numpy(), rtol=1e-10, atol=1e-12,
-                                       err_msg=f"{opt_cls.__name__} table {f} id {i}")
+                                       err_msg=f"{what} table {f} id {i}")
     assert emb.num_rows == owned, (emb.num_rows, owned)  # each rank keeps only its rows
     total = mf.tensor([owned])
     mf.distributed.all_reduce(total)
     assert total.item() == sum(len(ids) for ids in IDS)
 
 
-run(mf.optim.SGD, dict(lr=0.1, momentum=0.9))
-run(mf.optim.Adagrad, dict(lr=0.2, initial_accumulator_value=0.1))
-run(mf.optim.Adam, dict(lr=0.05, weight_decay=0.01))
-print(f"rank {rank}/{world}: one embedding sharded OK", flush=True)
+def run(opt_cls, options, steps=10):
+    emb = make_embedding()
+    dense = dense_tables(emb)
+    train(emb, opt_cls(emb.parameters(), **options), batches(steps), dense, opt_cls([t.weight for t in dense],
+                                                                                     **options))
+    check_rows(emb, dense, opt_cls.__name__)
+
+
+if __name__ == "__main__":
+    run(mf.optim.SGD, dict(lr=0.1, momentum=0.9))
+    run(mf.optim.Adagrad, dict(lr=0.2, initial_accumulator_value=0.1))
+    run(mf.optim.Adam, dict(lr=0.05, weight_decay=0.01))
+    print(f"rank {rank}/{world}: one embedding sharded OK", flush=True)
