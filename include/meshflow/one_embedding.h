@@ -8,7 +8,8 @@
 // state (momentum buffer, Adagrad's sum, Adam's two moments), each of the
 // embedding's width, so an update reads and writes one row and a lookup
 // one row. Rows start with the values only; the first update of a rule
-// with state widens every row once. A row's initial values depend only on
+// with state widens every row once (SGD's momentum buffer starts as NaN:
+// its first update takes the gradient). A row's initial values depend only on
 // (seed, table, id, column), not on when or where it is first looked up, so
 // that lookups in any order, on any rank, give the same model.
 #pragma once
@@ -50,11 +51,19 @@ struct UpdateRule {
   int state_slots() const;
 };
 
+// Where the rows live: all in memory (cache_bytes 0), or an LRU cache of
+// cache_bytes in memory over the file `path` (Note [Cached rows] in
+// src/one_embedding/row_store.h).
+struct StoreOptions {
+  int64_t cache_bytes = 0;
+  std::string path;
+};
+
 class TableSet {
  public:
   // dim: the embedding width; dtype: float32 or float64; one initializer
   // per table (per feature column of the ids).
-  TableSet(int64_t dim, DType dtype, std::vector<Initializer> tables, uint64_t seed);
+  TableSet(int64_t dim, DType dtype, std::vector<Initializer> tables, uint64_t seed, const StoreOptions& store = {});
   ~TableSet();
   TableSet(const TableSet&) = delete;
   TableSet& operator=(const TableSet&) = delete;

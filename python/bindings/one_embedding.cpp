@@ -13,16 +13,18 @@ void init_one_embedding(py::module_& parent) {
 
   py::class_<TableSet>(m, "TableSet")
       .def(py::init([](int64_t dim, DType dtype, const std::vector<std::tuple<std::string, double, double>>& tables,
-                       uint64_t seed) {
+                       uint64_t seed, int64_t cache_bytes, const std::string& path) {
              std::vector<Initializer> inits;
              for (const auto& [kind, a, b] : tables) {
                MF_CHECK(kind == "uniform" || kind == "normal", ValueError,
                         "MultiTableEmbedding: an initializer is 'uniform' or 'normal', got '", kind, "'");
                inits.push_back({kind == "uniform" ? Initializer::Kind::Uniform : Initializer::Kind::Normal, a, b});
              }
-             return std::make_unique<TableSet>(dim, dtype, std::move(inits), seed);
+             return std::make_unique<TableSet>(dim, dtype, std::move(inits), seed,
+                                               one_embedding::StoreOptions{cache_bytes, path});
            }),
-           py::arg("dim"), py::arg("dtype"), py::arg("tables"), py::arg("seed"))
+           py::arg("dim"), py::arg("dtype"), py::arg("tables"), py::arg("seed"), py::arg("cache_bytes") = 0,
+           py::arg("path") = "")
       .def_property_readonly("dim", &TableSet::dim)
       .def_property_readonly("num_tables", &TableSet::num_tables)
       .def_property_readonly("num_rows", &TableSet::num_rows)

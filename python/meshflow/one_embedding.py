@@ -24,9 +24,9 @@ hash of the id (Note [Sharded lookups]); each rank's optimizer updates the
 rows it owns. GradScaler unscales and checks the sparse gradients with the
 dense ones. `Ftrl` (OneFlow's) updates embeddings and dense parameters.
 save_snapshot / load_snapshot write and read every row crash-safely, across
-rank counts (Note [Embedding snapshots]). Built so far: the in-memory store,
-eager mode. Not built yet: the cached store over a file and graph mode
-(docs/embedding.md).
+rank counts (Note [Embedding snapshots]). make_cached_ssd_store_options
+keeps the rows in a file behind an LRU cache in memory. Eager mode; graph
+mode is not built yet (docs/embedding.md).
 """
 import json as _json
 import os as _os
@@ -41,7 +41,7 @@ from meshflow._C import _one_embedding
 from meshflow.autograd import Function as _Function
 
 __all__ = ["MultiTableEmbedding", "Ftrl", "make_table_options", "make_uniform_initializer",
-           "make_normal_initializer", "make_device_mem_store_options"]
+           "make_normal_initializer", "make_device_mem_store_options", "make_cached_ssd_store_options"]
 
 
 def make_uniform_initializer(low, high):
@@ -73,8 +73,25 @@ def make_device_mem_store_options(persistent_path, capacity, size_factor=1, phys
     return {"kind": "device_mem", "persistent_path": str(persistent_path), "capacity": capacity}
 
 
-# Embeddings by their shadow parameter (Optimizer.step finds them here).
+def make_cached_ssd_store_options(cache_budget_mb, persistent_path, capacity=None, size_factor=1,
+                                  physical_block_size=512, host_cache_budget_mb=0):
+    """Rows in a file under persistent_path, with an LRU cache of
+    cache_budget_mb MiB in memory (Note [Cached rows] in
+    src/one_embedding/row_store.h): tables larger than memory. The cache
+    must hold at least the distinct ids of one lookup."""
+    if isinstance(cache_budget_mb, bool) or not isinstance(cache_budget_mb, (int, float)) or not cache_budget_mb > 0:
+        raise ValueError(f"make_cached_ssd_store_options: cache_budget_mb must be a positive number, got "
+                         f"{cache_budget_mb!r}")
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+        raise ValueError(f"make_cached_ssd_store_options: capacity must be a positive int, got {capacity!r}")
+    return {"kind": "cached_ssd", "persistent_path": str(persistent_path), "capacity": capacity,
+            "cache_budget_mb": float(cache_budget_mb)}
+
+
+# Embeddings by their shadow parameter (Optimizer.step finds them here),
+# and by the file of their cached store (one embedding per file).
 _by_shadow = _weakref.WeakValueDictionary()
+_store_files = _weakref.WeakValueDictionary()
 
 
 class _Lookup(_Function):
@@ -160,9 +177,9 @@ class MultiTableEmbedding(_mf.nn.Module):
             raise ValueError("MultiTableEmbedding: tables must be a non-empty list of make_table_options(...)")
         if key_type not in (_mf.int64, _mf.int32):
             raise TypeError(f"MultiTableEmbedding: key_type must be meshflow.int64 or meshflow.int32, got {key_type}")
-        if not isinstance(store_options, dict) or store_options.get("kind") != "device_mem":
-            raise ValueError("MultiTableEmbedding: store_options must come from make_device_mem_store_options (the "
-                             "cached store is not built yet)")
+        if not isinstance(store_options, dict) or store_options.get("kind") not in ("device_mem", "cached_ssd"):
+            raise ValueError("MultiTableEmbedding: store_options must come from make_device_mem_store_options or "
+                             "make_cached_ssd_store_options")
         if padding_idx is not None:
             raise ValueError("MultiTableEmbedding: padding_idx is not supported")
         inits = []
@@ -184,7 +201,19 @@ class MultiTableEmbedding(_mf.nn.Module):
         self.embedding_dim = embedding_dim
         self.key_type = key_type
         self.store_options = dict(store_options)
-        self._tables = _one_embedding.TableSet(embedding_dim, dtype, inits, seed)
+        cache_bytes, store_file = 0, ""
+        if store_options["kind"] == "cached_ssd":
+            from meshflow import distributed
+            rank = distributed.get_rank() if distributed.is_initialized() else 0
+            _os.makedirs(_os.path.join(path, "store"), exist_ok=True)
+            store_file = _os.path.realpath(_os.path.join(path, "store", f"{name}.rank{rank}.rows"))
+            if store_file in _store_files:
+                raise ValueError(f"MultiTableEmbedding: the store file {store_file} is in use by another embedding; "
+                                 "give each embedding its own name or persistent_path")
+            cache_bytes = int(store_options["cache_budget_mb"] * 2 ** 20)
+        self._tables = _one_embedding.TableSet(embedding_dim, dtype, inits, seed, cache_bytes, store_file)
+        if store_file:
+            _store_files[store_file] = self
         # The parameter an optimizer holds for the tables (it has no values).
         self.shadow = _mf.nn.Parameter(_mf.zeros(1, dtype=dtype))
         _by_shadow[self.shadow._impl_id] = self

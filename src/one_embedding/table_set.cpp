@@ -6,6 +6,7 @@
 
 #include "meshflow/error.h"
 #include "meshflow/one_embedding.h"
+#include "one_embedding/row_store.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
@@ -13,22 +14,6 @@
 namespace mf::one_embedding {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-struct Key {
-  uint64_t id;
-  uint64_t table;
-  bool operator==(const Key&) const = default;
-};
-struct KeyHash {
-  size_t operator()(const Key& k) const { return size_t(splitmix64(k.id ^ splitmix64(k.table))); }
-};
 
 // A uniform in (0, 1) from a hash.
 double unit(uint64_t h) { return (double(h >> 11) + 0.5) * 0x1.0p-53; }
@@ -59,66 +44,53 @@ struct TableSet::Impl {
   DType dtype;
   std::vector<Initializer> tables;
   uint64_t seed;
-  // Rows: (1 + slots) * dim values each, in dtype (stored as double or float).
+  // Rows: (1 + slots) * dim values each, in dtype.
   int slots = 0;
   std::vector<double> state_initial;  // per slot: what a new row's state starts at
   UpdateRule::Kind state_kind = UpdateRule::Kind::SGD;
-  std::unordered_map<Key, int64_t, KeyHash> index;
-  std::vector<double> rows64;
-  std::vector<float> rows32;
-  std::vector<uint8_t> updated;  // per row: updated at least once (momentum starts from the gradient)
+  std::unique_ptr<RowStore> store;
   std::unordered_map<Key, int64_t, KeyHash> pending_index;
   std::vector<Key> pending_keys;
   std::vector<double> pending;  // dim per pending key
   int64_t step = 0;
 
   int64_t width() const { return (1 + slots) * dim; }
-  int64_t num_rows() const { return int64_t(index.size()); }
+  size_t element_size() const { return dtype == DType::Float64 ? sizeof(double) : sizeof(float); }
+  int64_t num_rows() const { return store->size(); }
 
   template <typename T>
-  std::vector<T>& rows() {
-    if constexpr (std::is_same_v<T, double>) return rows64;
-    else return rows32;
-  }
-
-  template <typename T>
-  int64_t make_row(const Key& key) {
-    auto& r = rows<T>();
-    const int64_t row = num_rows();
-    r.resize(size_t((row + 1) * width()));
-    T* p = r.data() + row * width();
+  T* make_row(const Key& key) {
+    T* p = reinterpret_cast<T*>(store->insert(key));
     for (int64_t j = 0; j < dim; ++j) p[j] = T(initial_value(tables[size_t(key.table)], seed, key, j));
     for (int s = 0; s < slots; ++s)
       for (int64_t j = 0; j < dim; ++j) p[(1 + s) * dim + j] = T(state_initial[size_t(s)]);
-    updated.push_back(0);
-    index.emplace(key, row);
-    return row;
+    return p;
+  }
+
+  template <typename T>
+  T* row(const Key& key, bool make) {
+    char* r = store->find(key);
+    return r ? reinterpret_cast<T*>(r) : make ? make_row<T>(key) : nullptr;
   }
 
   template <typename T>
   void widen(int new_slots, const std::vector<double>& initial) {
-    auto& r = rows<T>();
-    const int64_t old_width = width();
-    std::vector<T> wider(size_t(num_rows() * (1 + new_slots) * dim));
-    for (int64_t row = 0; row < num_rows(); ++row) {
-      T* dst = wider.data() + row * (1 + new_slots) * dim;
-      std::memcpy(dst, r.data() + row * old_width, size_t(dim) * sizeof(T));
+    store->restride(int64_t((1 + new_slots) * dim * int64_t(sizeof(T))), [&](char* tail) {
+      T* t = reinterpret_cast<T*>(tail);
       for (int s = 0; s < new_slots; ++s)
-        for (int64_t j = 0; j < dim; ++j) dst[(1 + s) * dim + j] = T(initial[size_t(s)]);
-    }
-    r = std::move(wider);
+        for (int64_t j = 0; j < dim; ++j) t[s * dim + j] = T(initial[size_t(s)]);
+    });
     slots = new_slots;
     state_initial = initial;
   }
 
   template <typename T>
   void apply(const UpdateRule& rule) {
-    T* base = rows<T>().data();
     ++step;
     const double sign = rule.maximize ? -1.0 : 1.0;
     for (size_t k = 0; k < pending_keys.size(); ++k) {
-      const int64_t row = index.at(pending_keys[k]);
-      T* w = base + row * width();
+      T* w = row<T>(pending_keys[k], false);
+      MF_CHECK(w != nullptr, Error, "internal: MultiTableEmbedding: a pending gradient's row is gone");
       const double* g = pending.data() + k * size_t(dim);
       switch (rule.kind) {
         case UpdateRule::Kind::SGD: {
@@ -126,7 +98,9 @@ struct TableSet::Impl {
           for (int64_t j = 0; j < dim; ++j) {
             double d = sign * g[j] + rule.weight_decay * double(w[j]);
             if (rule.momentum != 0) {
-              const double b = updated[size_t(row)] ? rule.momentum * double(buf[j]) + (1 - rule.dampening) * d : d;
+              // A new buffer holds NaN: its first update takes the gradient, as torch's does.
+              const double b =
+                  std::isnan(double(buf[j])) ? d : rule.momentum * double(buf[j]) + (1 - rule.dampening) * d;
               buf[j] = T(b);
               d = rule.nesterov ? d + rule.momentum * b : b;
             }
@@ -183,12 +157,11 @@ struct TableSet::Impl {
           break;
         }
       }
-      updated[size_t(row)] = 1;
     }
   }
 };
 
-TableSet::TableSet(int64_t dim, DType dtype, std::vector<Initializer> tables, uint64_t seed)
+TableSet::TableSet(int64_t dim, DType dtype, std::vector<Initializer> tables, uint64_t seed, const StoreOptions& store)
     : impl_(std::make_unique<Impl>()) {
   MF_CHECK(dim > 0, ValueError, "MultiTableEmbedding: embedding_dim must be positive, got ", dim);
   MF_CHECK(dtype == DType::Float32 || dtype == DType::Float64, TypeError,
@@ -202,6 +175,13 @@ TableSet::TableSet(int64_t dim, DType dtype, std::vector<Initializer> tables, ui
   impl_->dtype = dtype;
   impl_->tables = std::move(tables);
   impl_->seed = seed;
+  const int64_t stride = dim * int64_t(impl_->element_size());
+  if (store.cache_bytes > 0) {
+    MF_CHECK(!store.path.empty(), ValueError, "MultiTableEmbedding: a cached store needs a file path");
+    impl_->store = cached_row_store(stride, store.cache_bytes, store.path);
+  } else {
+    impl_->store = memory_row_store(stride);
+  }
 }
 
 TableSet::~TableSet() = default;
@@ -283,14 +263,18 @@ Tensor TableSet::lookup_keys(const Tensor& ids_in, const Tensor& tables_in) {
   const int64_t* ip = static_cast<const int64_t*>(ids.data_ptr());
   const int64_t* tp = static_cast<const int64_t*>(tables.data_ptr());
   Tensor out = make_empty({n, dim}, impl_->dtype, Device());
+  if (n > impl_->store->batch_limit()) {
+    std::unordered_map<Key, char, KeyHash> distinct;
+    for (int64_t i = 0; i < n; ++i) distinct.emplace(Key{uint64_t(ip[i]), uint64_t(tp[i])}, 0);
+    MF_CHECK(int64_t(distinct.size()) <= impl_->store->batch_limit(), ValueError,
+             "MultiTableEmbedding: the cache holds ", impl_->store->batch_limit(), " rows, fewer than the ",
+             distinct.size(), " distinct ids of one lookup; give make_cached_ssd_store_options a larger "
+             "cache_budget_mb");
+  }
   auto run = [&]<typename T>() {
     T* o = static_cast<T*>(out.data_ptr());
-    for (int64_t i = 0; i < n; ++i) {
-      const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
-      auto it = impl_->index.find(key);
-      const int64_t row = it != impl_->index.end() ? it->second : impl_->make_row<T>(key);
-      std::memcpy(o + i * dim, impl_->rows<T>().data() + row * impl_->width(), size_t(dim) * sizeof(T));
-    }
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(o + i * dim, impl_->row<T>(Key{uint64_t(ip[i]), uint64_t(tp[i])}, true), size_t(dim) * sizeof(T));
   };
   if (impl_->dtype == DType::Float64) run.template operator()<double>();
   else run.template operator()<float>();
@@ -308,9 +292,8 @@ Tensor TableSet::peek_keys(const Tensor& ids_in, const Tensor& tables_in) const 
     for (int64_t i = 0; i < n; ++i) {
       const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
       T* dst = o + i * dim;
-      auto it = impl_->index.find(key);
-      if (it != impl_->index.end()) {
-        std::memcpy(dst, impl_->rows<T>().data() + it->second * impl_->width(), size_t(dim) * sizeof(T));
+      if (const char* r = impl_->store->find(key)) {
+        std::memcpy(dst, r, size_t(dim) * sizeof(T));
       } else {
         for (int64_t j = 0; j < dim; ++j) dst[j] = T(initial_value(impl_->tables[size_t(key.table)], impl_->seed, key, j));
       }
@@ -333,8 +316,8 @@ void TableSet::accumulate_key_gradients(const Tensor& ids_in, const Tensor& tabl
   const int64_t* tp = static_cast<const int64_t*>(tables.data_ptr());
   for (int64_t i = 0; i < n; ++i) {
     const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
-    MF_CHECK(impl_->index.count(key), ValueError, "MultiTableEmbedding: a gradient for id ", ip[i], " of table ", tp[i],
-             ", which was never looked up");
+    MF_CHECK(impl_->store->find(key) != nullptr, ValueError, "MultiTableEmbedding: a gradient for id ", ip[i],
+             " of table ", tp[i], ", which was never looked up");
     auto [it, added] = impl_->pending_index.try_emplace(key, int64_t(impl_->pending_keys.size()));
     if (added) {
       impl_->pending_keys.push_back(key);
@@ -355,16 +338,15 @@ TableSet::Rows TableSet::export_rows() const {
            make_empty({n, width}, impl_->dtype, Device())};
   int64_t* ip = static_cast<int64_t*>(out.ids.data_ptr());
   int64_t* tp = static_cast<int64_t*>(out.tables.data_ptr());
-  for (const auto& [key, row] : impl_->index) {
-    ip[row] = int64_t(key.id);
-    tp[row] = int64_t(key.table);
-  }
-  const size_t bytes = size_t(n * width) * (impl_->dtype == DType::Float64 ? sizeof(double) : sizeof(float));
-  if (bytes) {
-    const void* src = impl_->dtype == DType::Float64 ? static_cast<const void*>(impl_->rows64.data())
-                                                     : static_cast<const void*>(impl_->rows32.data());
-    std::memcpy(out.rows.data_ptr(), src, bytes);
-  }
+  char* rows = static_cast<char*>(out.rows.data_ptr());
+  const size_t bytes = size_t(width) * impl_->element_size();
+  int64_t i = 0;
+  impl_->store->for_each([&](const Key& key, const char* row) {
+    ip[i] = int64_t(key.id);
+    tp[i] = int64_t(key.table);
+    std::memcpy(rows + size_t(i) * bytes, row, bytes);
+    ++i;
+  });
   return out;
 }
 
@@ -380,24 +362,22 @@ void TableSet::import_rows(const Rows& in, int slots, UpdateRule::Kind kind, int
            in.rows.defined() ? shape_str(in.rows.sizes()) : "None");
   const Tensor rows = contiguous(to(in.rows, impl_->dtype));
   clear_gradients();
-  impl_->index.clear();
+  impl_->store->clear();
+  impl_->store->restride(width * int64_t(impl_->element_size()), [](char*) {});
   impl_->slots = slots;
   impl_->state_kind = kind;
   impl_->step = step;
   impl_->state_initial.assign(size_t(slots), 0.0);
-  impl_->updated.assign(size_t(n), uint8_t(step > 0));
+  if (kind == UpdateRule::Kind::SGD && slots == 1) impl_->state_initial[0] = std::nan("");
   const int64_t* ip = static_cast<const int64_t*>(ids.data_ptr());
   const int64_t* tp = static_cast<const int64_t*>(tables.data_ptr());
+  const size_t bytes = size_t(width) * impl_->element_size();
   for (int64_t i = 0; i < n; ++i) {
-    MF_CHECK(impl_->index.emplace(Key{uint64_t(ip[i]), uint64_t(tp[i])}, i).second, ValueError,
-             "MultiTableEmbedding: a snapshot holds id ", ip[i], " of table ", tp[i], " twice");
+    const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
+    MF_CHECK(impl_->store->find(key) == nullptr, ValueError, "MultiTableEmbedding: a snapshot holds id ", ip[i],
+             " of table ", tp[i], " twice");
+    std::memcpy(impl_->store->insert(key), static_cast<const char*>(rows.data_ptr()) + size_t(i) * bytes, bytes);
   }
-  auto copy = [&]<typename T>() {
-    auto& r = impl_->rows<T>();
-    r.assign(static_cast<const T*>(rows.data_ptr()), static_cast<const T*>(rows.data_ptr()) + n * width);
-  };
-  if (impl_->dtype == DType::Float64) copy.template operator()<double>();
-  else copy.template operator()<float>();
 }
 
 void TableSet::scale_gradients(double factor) {
@@ -429,6 +409,7 @@ void TableSet::apply(const UpdateRule& rule) {
     std::vector<double> initial(size_t(slots), 0.0);
     if (rule.kind == UpdateRule::Kind::Adagrad || rule.kind == UpdateRule::Kind::Ftrl)
       initial[0] = rule.initial_accumulator_value;
+    if (rule.kind == UpdateRule::Kind::SGD && slots == 1) initial[0] = std::nan("");  // no momentum buffer yet
     if (impl_->dtype == DType::Float64) impl_->widen<double>(slots, initial);
     else impl_->widen<float>(slots, initial);
     impl_->state_kind = rule.kind;
