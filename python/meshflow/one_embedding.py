@@ -95,15 +95,18 @@ _store_files = _weakref.WeakValueDictionary()
 
 
 class _Lookup(_Function):
+    """The rows of keys (ids, tables: 1-d), (n, dim); backward sums each
+    key's gradient into its pending gradient."""
+
     @staticmethod
-    def forward(ctx, shadow, ids, tables):
-        ctx.ids, ctx.tables = ids, tables
-        return tables.lookup(ids)
+    def forward(ctx, shadow, ids, tables, table_set):
+        ctx.keys, ctx.table_set = (ids, tables), table_set
+        return table_set.lookup_keys(ids, tables)
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.tables.accumulate_gradients(ctx.ids, grad)
-        return None, None, None
+        ctx.table_set.accumulate_key_gradients(*ctx.keys, grad)
+        return None, None, None, None
 
 
 def _splitmix64(x):
@@ -131,12 +134,10 @@ def _owner(ids, tables, n):
 # same number of times.
 class _ShardedLookup(_Function):
     @staticmethod
-    def forward(ctx, shadow, ids, tables):
+    def forward(ctx, shadow, ids, tables, table_set):
         from meshflow import distributed
         n = distributed.get_world_size()
-        matrix = ids.numpy().astype(_np.int64)
-        batch, num = matrix.shape
-        keys = _np.stack([matrix.reshape(-1), _np.tile(_np.arange(num, dtype=_np.int64), batch)], 1)
+        keys = _np.stack([ids.numpy().astype(_np.int64), tables.numpy().astype(_np.int64)], 1)
         unique, inverse = _np.unique(keys, axis=0, return_inverse=True)
         owner = _owner(unique[:, 0], unique[:, 1], n)
         order = _np.argsort(owner, kind="stable")
@@ -146,27 +147,27 @@ class _ShardedLookup(_Function):
         recv_counts = recv_counts.tolist()
         received = _mf.empty(sum(recv_counts), 2, dtype=_mf.int64)
         distributed.all_to_all_single(received, _mf.tensor(unique[order]), recv_counts, send_counts.tolist())
-        rows = tables.lookup_keys(received[:, 0], received[:, 1])
-        back = _mf.empty(len(unique), tables.dim, dtype=rows.dtype)
+        rows = table_set.lookup_keys(received[:, 0], received[:, 1])
+        back = _mf.empty(len(unique), table_set.dim, dtype=rows.dtype)
         distributed.all_to_all_single(back, rows, send_counts.tolist(), recv_counts)
-        unique_rows = _mf.empty(len(unique), tables.dim, dtype=rows.dtype)
+        unique_rows = _mf.empty(len(unique), table_set.dim, dtype=rows.dtype)
         unique_rows[_mf.tensor(order)] = back
-        ctx.tables, ctx.n, ctx.shape = tables, n, (batch, num)
+        ctx.table_set, ctx.n = table_set, n
         ctx.inverse, ctx.order, ctx.received = _mf.tensor(inverse.reshape(-1)), _mf.tensor(order), received
         ctx.counts = (send_counts.tolist(), recv_counts)
-        return unique_rows[ctx.inverse].reshape(batch, num, tables.dim)
+        return unique_rows[ctx.inverse]
 
     @staticmethod
     def backward(ctx, grad):
         from meshflow import distributed
         send_counts, recv_counts = ctx.counts
-        dim = ctx.tables.dim
+        dim = ctx.table_set.dim
         flat = grad.reshape(-1, dim).to(_mf.float64)
         unique = _mf.zeros(len(ctx.order), dim, dtype=_mf.float64).index_add_(0, ctx.inverse, flat)
         received = _mf.empty(sum(recv_counts), dim, dtype=_mf.float64)
         distributed.all_to_all_single(received, unique[ctx.order].contiguous(), recv_counts, send_counts)
-        ctx.tables.accumulate_key_gradients(ctx.received[:, 0], ctx.received[:, 1], received / ctx.n)
-        return None, None, None
+        ctx.table_set.accumulate_key_gradients(ctx.received[:, 0], ctx.received[:, 1], received / ctx.n)
+        return None, None, None, None
 
 
 class MultiTableEmbedding(_mf.nn.Module):
@@ -227,16 +228,65 @@ class MultiTableEmbedding(_mf.nn.Module):
         """Rows that exist (ids looked up at least once), over all tables."""
         return self._tables.num_rows
 
-    def forward(self, ids):
+    def forward(self, ids, offsets=None, mode="sum", per_sample_weights=None):
+        """ids (batch, num_tables), one column per table -> (batch,
+        num_tables, embedding_dim). The bag form, as nn.EmbeddingBag: ids
+        1-d and offsets 1-d of batch * num_tables bag starts (bag k is
+        sample k // num_tables of table k % num_tables; a last offset equal
+        to len(ids) may follow), pooled by mode "sum" or "mean" (optionally
+        weighted per id) -> (batch, num_tables, embedding_dim)."""
         if _mf._C._graph.is_tracing():
             raise RuntimeError("MultiTableEmbedding is not traceable in graph mode yet: train it eagerly")
         if not isinstance(ids, _mf.Tensor) or ids.is_floating_point() or ids.dtype == _mf.bool:
             raise TypeError(f"MultiTableEmbedding: ids must be an integer tensor, got "
                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
-        if ids.dim() != 2 or ids.shape[1] != self.num_tables:
-            raise ValueError(f"MultiTableEmbedding: ids must have shape (batch, {self.num_tables}) (one column per "
-                             f"table), got {tuple(ids.shape)}")
-        return (_ShardedLookup if self._sharded() else _Lookup).apply(self.shadow, ids, self._tables)
+        num = self.num_tables
+        if offsets is None:
+            if ids.dim() != 2 or ids.shape[1] != num:
+                raise ValueError(f"MultiTableEmbedding: ids must have shape (batch, {num}) (one column per table), "
+                                 f"got {tuple(ids.shape)}")
+            batch = ids.shape[0]
+            tables = _mf.arange(num, dtype=_mf.int64).repeat(batch)
+            return self._lookup(ids.reshape(-1), tables).reshape(batch, num, self.embedding_dim)
+        bags, starts = self._bags(ids, offsets)
+        tables = bags % num
+        rows = self._lookup(ids, tables)
+        if per_sample_weights is not None:
+            if not isinstance(per_sample_weights, _mf.Tensor) or tuple(per_sample_weights.shape) != tuple(ids.shape):
+                raise ValueError(f"MultiTableEmbedding: per_sample_weights must have the shape of ids "
+                                 f"{tuple(ids.shape)}")
+            if mode != "sum":
+                raise ValueError("MultiTableEmbedding: per_sample_weights needs mode='sum'")
+            rows = rows * per_sample_weights.reshape(-1, 1).to(rows.dtype)
+        pooled = _mf.zeros(len(starts), self.embedding_dim, dtype=rows.dtype).index_add(0, bags, rows)
+        if mode == "mean":
+            counts = _np.diff(_np.append(starts, ids.shape[0])).clip(min=1)
+            pooled = pooled / _mf.tensor(counts, dtype=rows.dtype).reshape(-1, 1)
+        elif mode != "sum":
+            raise ValueError(f"MultiTableEmbedding: mode must be 'sum' or 'mean', got {mode!r}")
+        return pooled.reshape(len(starts) // num, num, self.embedding_dim)
+
+    def _lookup(self, ids, tables):
+        return (_ShardedLookup if self._sharded() else _Lookup).apply(self.shadow, ids, tables, self._tables)
+
+    def _bags(self, ids, offsets):
+        """(bag of each id, bag starts) of the bag form, checked."""
+        if ids.dim() != 1:
+            raise ValueError(f"MultiTableEmbedding: with offsets, ids must be 1-d, got shape {tuple(ids.shape)}")
+        if not isinstance(offsets, _mf.Tensor) or offsets.dim() != 1 or offsets.is_floating_point():
+            raise ValueError("MultiTableEmbedding: offsets must be a 1-d integer tensor")
+        starts = offsets.numpy().astype(_np.int64)
+        n = ids.shape[0]
+        if len(starts) and starts[-1] == n and len(starts) % self.num_tables == 1:
+            starts = starts[:-1]  # include_last_offset
+        if len(starts) == 0 or len(starts) % self.num_tables:
+            raise ValueError(f"MultiTableEmbedding: offsets must hold batch * {self.num_tables} bag starts, got "
+                             f"{len(starts)}")
+        if starts[0] != 0 or (_np.diff(starts) < 0).any() or starts[-1] > n:
+            raise ValueError("MultiTableEmbedding: offsets must start at 0, never decrease and stay within ids "
+                             f"({n} ids)")
+        bags = _np.repeat(_np.arange(len(starts)), _np.diff(_np.append(starts, n)))
+        return _mf.tensor(bags), starts
 
     def _sharded(self):
         from meshflow import distributed

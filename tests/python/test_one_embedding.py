@@ -276,6 +276,47 @@ def test_cached_store_trains_as_the_memory_store(tmp_path):
         oe.make_cached_ssd_store_options(0, tmp_path)
 
 
+@pytest.mark.parametrize("mode,weighted", [("sum", False), ("mean", False), ("sum", True)])
+def test_bag_form_pools_rows_and_their_gradients(mode, weighted):
+    rng = np.random.default_rng(5)
+    batch, num = 3, len(IDS)
+    sizes = rng.integers(0, 4, batch * num)  # empty bags too
+    ids = np.concatenate([rng.choice(IDS[k % num], size) for k, size in enumerate(sizes)]).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    bags = np.repeat(np.arange(batch * num), sizes)
+    weights = rng.standard_normal(len(ids)) if weighted else np.ones(len(ids))
+    e = embedding()
+    opt = mf.optim.SGD(e.parameters(), lr=1.0)
+    rows = e._tables.peek_keys(mf.tensor(ids), mf.tensor(bags % num)).numpy()
+    expected = np.zeros((batch * num, DIM))
+    np.add.at(expected, bags, rows * weights[:, None])
+    if mode == "mean":
+        expected /= np.maximum(sizes, 1)[:, None]
+    out = e(mf.tensor(ids), offsets=mf.tensor(starts), mode=mode,
+            per_sample_weights=mf.tensor(weights) if weighted else None)
+    np.testing.assert_allclose(out.detach().numpy(), expected.reshape(batch, num, DIM), rtol=1e-12)
+    w = rng.standard_normal((batch, num, DIM))
+    (out * mf.tensor(w)).sum().backward()
+    opt.step()
+    grads = w.reshape(-1, DIM)[bags] * weights[:, None]
+    if mode == "mean":
+        grads /= np.maximum(sizes, 1)[bags][:, None]
+    want = {}
+    for i, t, g, r in zip(ids, bags % num, grads, rows):
+        want.setdefault((i, t), r.copy())
+        want[(i, t)] -= g
+    for (i, t), r in want.items():
+        np.testing.assert_allclose(e._tables.peek_keys(mf.tensor([i]), mf.tensor([t]))[0].numpy(), r, rtol=1e-12)
+    # The last offset may be given (include_last_offset), as nn.EmbeddingBag takes it.
+    again = e(mf.tensor(ids), offsets=mf.tensor(np.append(starts, len(ids))), mode=mode,
+              per_sample_weights=mf.tensor(weights) if weighted else None)
+    assert tuple(again.shape) == (batch, num, DIM)
+    with pytest.raises(ValueError, match="offsets must hold batch \\* 2 bag starts"):
+        e(mf.tensor(ids), offsets=mf.tensor(starts[:-1]))
+    with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
+        e(mf.tensor(ids), offsets=mf.tensor(starts[::-1].copy()))
+
+
 def test_bad_input():
     e = embedding()
     with pytest.raises(TypeError, match="ids must be an integer tensor"):
