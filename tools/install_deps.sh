@@ -8,7 +8,7 @@ packages=(
   libopenblas-dev libopenblas0-openmp libdnnl-dev
   libgtest-dev zlib1g-dev openmpi-bin libopenmpi-dev procps
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
-  python3-tqdm python3-matplotlib python3-venv
+  python3-tqdm python3-matplotlib python3-venv python3-sklearn
   dataset-fashion-mnist fortunes
 )
 

@@ -131,10 +131,13 @@ def _owner(ids, tables, n):
 # divided by n: the mean over ranks that DistributedDataParallel gives the
 # dense parameters, so a model trained on n ranks' batches equals one
 # process on their union. Every rank must look up (and run backward) the
-# same number of times.
+# same number of times. The exchanges run on the embedding's own
+# communicator (the group of every rank), not the world's, on which
+# DistributedDataParallel reduces on another thread during backward.
 class _ShardedLookup(_Function):
     @staticmethod
-    def forward(ctx, shadow, ids, tables, table_set):
+    def forward(ctx, shadow, ids, tables, table_set, group, outbox):
+        ctx.outbox = outbox
         from meshflow import distributed
         n = distributed.get_world_size()
         keys = _np.stack([ids.numpy().astype(_np.int64), tables.numpy().astype(_np.int64)], 1)
@@ -143,31 +146,44 @@ class _ShardedLookup(_Function):
         order = _np.argsort(owner, kind="stable")
         send_counts = _np.bincount(owner, minlength=n)
         recv_counts = _mf.empty(n, dtype=_mf.int64)
-        distributed.all_to_all_single(recv_counts, _mf.tensor(send_counts))
+        distributed.all_to_all_single(recv_counts, _mf.tensor(send_counts), group=group)
         recv_counts = recv_counts.tolist()
         received = _mf.empty(sum(recv_counts), 2, dtype=_mf.int64)
-        distributed.all_to_all_single(received, _mf.tensor(unique[order]), recv_counts, send_counts.tolist())
+        distributed.all_to_all_single(received, _mf.tensor(unique[order]), recv_counts, send_counts.tolist(),
+                                      group=group)
         rows = table_set.lookup_keys(received[:, 0], received[:, 1])
         back = _mf.empty(len(unique), table_set.dim, dtype=rows.dtype)
-        distributed.all_to_all_single(back, rows, send_counts.tolist(), recv_counts)
+        distributed.all_to_all_single(back, rows, send_counts.tolist(), recv_counts, group=group)
         unique_rows = _mf.empty(len(unique), table_set.dim, dtype=rows.dtype)
         unique_rows[_mf.tensor(order)] = back
-        ctx.table_set, ctx.n = table_set, n
+        ctx.table_set, ctx.n, ctx.group = table_set, n, group
         ctx.inverse, ctx.order, ctx.received = _mf.tensor(inverse.reshape(-1)), _mf.tensor(order), received
         ctx.counts = (send_counts.tolist(), recv_counts)
         return unique_rows[ctx.inverse]
 
     @staticmethod
     def backward(ctx, grad):
-        from meshflow import distributed
-        send_counts, recv_counts = ctx.counts
         dim = ctx.table_set.dim
         flat = grad.reshape(-1, dim).to(_mf.float64)
         unique = _mf.zeros(len(ctx.order), dim, dtype=_mf.float64).index_add_(0, ctx.inverse, flat)
-        received = _mf.empty(sum(recv_counts), dim, dtype=_mf.float64)
-        distributed.all_to_all_single(received, unique[ctx.order].contiguous(), recv_counts, send_counts)
-        ctx.table_set.accumulate_key_gradients(ctx.received[:, 0], ctx.received[:, 1], received / ctx.n)
-        return None, None, None, None
+        # Sent to the owners later (_send_gradients), not during backward.
+        ctx.outbox.append((unique[ctx.order].contiguous(), ctx.counts, ctx.received))
+        return None, None, None, None, None, None
+
+
+def _send_gradients(embedding):
+    """Sends the gradients a sharded embedding's backward()s left to their
+    owners (Note [Sharded lookups]). Collective: every rank calls it, after
+    backward: DistributedDataParallel reduces the dense gradients on another
+    thread during backward, and two threads' collectives must not overlap."""
+    from meshflow import distributed
+    outbox = list(embedding._outbox)
+    embedding._outbox.clear()  # in place: lookups not yet backpropagated hold this list
+    n = distributed.get_world_size()
+    for grads, (send_counts, recv_counts), keys in outbox:
+        received = _mf.empty(sum(recv_counts), embedding.embedding_dim, dtype=_mf.float64)
+        distributed.all_to_all_single(received, grads, recv_counts, send_counts, group=embedding._group)
+        embedding._tables.accumulate_key_gradients(keys[:, 0], keys[:, 1], received / n)
 
 
 class MultiTableEmbedding(_mf.nn.Module):
@@ -213,6 +229,13 @@ class MultiTableEmbedding(_mf.nn.Module):
                                  "give each embedding its own name or persistent_path")
             cache_bytes = int(store_options["cache_budget_mb"] * 2 ** 20)
         self._tables = _one_embedding.TableSet(embedding_dim, dtype, inits, seed, cache_bytes, store_file)
+        # Sharded lookups exchange on a communicator of their own (the group
+        # of every rank), apart from the world's, where DistributedDataParallel
+        # reduces gradients on its own thread during the same backward.
+        self._group, self._outbox = None, []
+        if self._sharded():
+            from meshflow import distributed
+            self._group = distributed.new_group()
         if store_file:
             _store_files[store_file] = self
         # The parameter an optimizer holds for the tables (it has no values).
@@ -267,7 +290,9 @@ class MultiTableEmbedding(_mf.nn.Module):
         return pooled.reshape(len(starts) // num, num, self.embedding_dim)
 
     def _lookup(self, ids, tables):
-        return (_ShardedLookup if self._sharded() else _Lookup).apply(self.shadow, ids, tables, self._tables)
+        if self._sharded():
+            return _ShardedLookup.apply(self.shadow, ids, tables, self._tables, self._group, self._outbox)
+        return _Lookup.apply(self.shadow, ids, tables, self._tables)
 
     def _bags(self, ids, offsets):
         """(bag of each id, bag starts) of the bag form, checked."""
@@ -418,6 +443,8 @@ def _optimizer_step(optimizer):
         for p in group["params"]:
             embedding = _by_shadow.get(p._impl_id)
             if embedding is not None:  # every step counts (Adam's bias correction), rows touched or not
+                if embedding._sharded():
+                    _send_gradients(embedding)
                 kind, options = _rule(optimizer, group)
                 embedding._tables.apply(kind, options)
 
@@ -456,6 +483,8 @@ def _unscale(optimizer, factor):
             embedding = _by_shadow.get(p._impl_id)
             if embedding is None:
                 continue
+            if embedding._sharded():
+                _send_gradients(embedding)
             embedding._tables.scale_gradients(factor)
             found = found or embedding._tables.pending_non_finite()
             sharded = sharded or embedding._sharded()
@@ -473,6 +502,7 @@ def _optimizer_zero_grad(optimizer):
             embedding = _by_shadow.get(p._impl_id)
             if embedding is not None:
                 embedding._tables.clear_gradients()
+                embedding._outbox.clear()
 
 
 class Ftrl:

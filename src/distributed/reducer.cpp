@@ -14,6 +14,17 @@
 namespace mf::distributed {
 namespace {
 
+// Note [One reduction thread]: every DistributedDataParallel of the process
+// hands its buckets to this one thread. Two modules wrapped apart (a model's
+// bottom and top) reduce in the same backward pass; with a thread each,
+// their collectives on one communicator could start in another order on
+// each rank and mismatch. On one thread they run in the order the backward
+// launches them, which is the same on every rank.
+JobThread& reduction_thread() {
+  static JobThread thread;
+  return thread;
+}
+
 struct Bucket {
   std::vector<size_t> params;
   std::vector<int64_t> offsets;  // of each parameter in buffer
@@ -35,7 +46,7 @@ struct GradientReducer::State {
   bool as_view = false;  // gradient_as_bucket_view
   bool in_pass = false;
   size_t next_launch = 0;
-  std::unique_ptr<JobThread> worker;
+  JobThread* worker = nullptr;
 
   void start_pass() {
     in_pass = true;
@@ -164,7 +175,7 @@ GradientReducer::GradientReducer(TensorList params, int64_t bucket_cap_bytes, Co
     b.buffer = zeros({b.offsets.back() + last.numel()}, {.dtype = last.dtype()});
   }
   s.ready.assign(s.params.size(), false);
-  s.worker = std::make_unique<JobThread>();
+  s.worker = &reduction_thread();
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     s.hooks.push_back(s.params[i].register_post_accumulate_grad_hook([weak, i](const Tensor&) {
