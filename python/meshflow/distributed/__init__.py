@@ -109,6 +109,12 @@ def _abort_on_uncaught_exception(exc_type, exc, tb):
     print(f"meshflow.distributed: world rank {rank} raised an uncaught exception; aborting the job",
           file=sys.stderr)
     _previous_excepthook(exc_type, exc, tb)
+    # The traceback travels through the launcher's output forwarding; give it
+    # a moment to arrive before the abort notice, which the launcher prints
+    # itself (under load it could otherwise come first).
+    sys.stderr.flush()
+    import time
+    time.sleep(0.3)
     _dist._abort_job(1)
 
 
