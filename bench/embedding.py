@@ -124,8 +124,11 @@ def run(lib, rows, opt, steps, batch, warmup=5):
     out = subprocess.run([python, os.path.abspath(__file__), "--worker", "--lib", lib, "--rows", str(rows),
                           "--opt", opt, "--steps", str(steps), "--batch", str(batch), "--warmup", str(warmup)],
                          env=env, capture_output=True, text=True)
+    if out.returncode < 0:
+        return {"error": f"killed by signal {-out.returncode} (out of memory)"}
     if out.returncode:
-        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1][:120]}
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        return {"error": lines[-1][:120] if lines else f"exit code {out.returncode}"}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -176,12 +179,13 @@ def main():
     for rows in args.sizes:
         rows = int(rows)
         mine = run("meshflow", rows, "adam", args.steps, args.batch)
-        # torch holds every table whole, plus SparseAdam's two moments as they fill.
-        needed = SPARSE * rows * DIM * 4
+        # torch holds every table whole, and SparseAdam's two moments whole too.
+        needed = 3 * SPARSE * rows * DIM * 4
         if not have_torch:
             theirs = "not installed"
         elif needed > 0.8 * available_bytes():
-            theirs = f"out of memory (its tables alone need {needed / 2**30:.0f} GiB, {available_bytes() / 2**30:.0f} available)"
+            theirs = (f"out of memory (tables and Adam state need {needed / 2**30:.0f} GiB, "
+                      f"{available_bytes() / 2**30:.0f} available)")
         else:
             theirs = run("torch", rows, "adam", args.steps, args.batch)
         t_cols = (f"{theirs['samples_per_s']:.0f} | {theirs['rss'] / 2**30:.2f}" if isinstance(theirs, dict) and
