@@ -24,27 +24,27 @@ class MemoryRowStore final : public RowStore {
  public:
   explicit MemoryRowStore(int64_t stride) : stride_(stride) {}
   char* find(const Key& key) override {
-    auto it = index_.find(key);
-    return it == index_.end() ? nullptr : bytes_.data() + it->second * stride_;
+    const int64_t row = index_.find(key);
+    return row < 0 ? nullptr : bytes_.data() + row * stride_;
   }
   char* insert(const Key& key) override {
     const int64_t row = int64_t(index_.size());
     index_.emplace(key, row);
-    bytes_.resize(size_t((row + 1) * stride_));
+    if (bytes_.size() < size_t((row + 1) * stride_)) bytes_.resize(std::max(bytes_.size() * 2, size_t((row + 1) * stride_)));
     return bytes_.data() + row * stride_;
   }
   int64_t size() const override { return int64_t(index_.size()); }
   int64_t stride() const override { return stride_; }
   int64_t batch_limit() const override { return INT64_MAX; }
   void for_each(const std::function<void(const Key&, const char*)>& fn) override {
-    for (const auto& [key, row] : index_) fn(key, bytes_.data() + row * stride_);
+    index_.for_each([&](const Key& key, int64_t row) { fn(key, bytes_.data() + row * stride_); });
   }
   void clear() override {
     index_.clear();
     bytes_.clear();
   }
   void restride(int64_t new_stride, const std::function<void(char*)>& fill) override {
-    std::vector<char> wider(size_t(size() * new_stride));
+    std::vector<char> wider(static_cast<size_t>(size() * new_stride));
     for (int64_t row = 0; row < size(); ++row) {
       char* dst = wider.data() + row * new_stride;
       std::memcpy(dst, bytes_.data() + row * stride_, size_t(stride_));
@@ -56,8 +56,8 @@ class MemoryRowStore final : public RowStore {
 
  private:
   int64_t stride_;
-  std::unordered_map<Key, int64_t, KeyHash> index_;
-  std::vector<char> bytes_;
+  KeyIndex index_;
+  std::vector<char> bytes_;  // grown geometrically: rows beyond size() are spare
 };
 
 class CachedRowStore final : public RowStore {

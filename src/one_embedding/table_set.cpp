@@ -10,6 +10,7 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
+#include "meshflow/parallel.h"
 
 namespace mf::one_embedding {
 
@@ -49,7 +50,7 @@ struct TableSet::Impl {
   std::vector<double> state_initial;  // per slot: what a new row's state starts at
   UpdateRule::Kind state_kind = UpdateRule::Kind::SGD;
   std::unique_ptr<RowStore> store;
-  std::unordered_map<Key, int64_t, KeyHash> pending_index;
+  KeyIndex pending_index;
   std::vector<Key> pending_keys;
   std::vector<double> pending;  // dim per pending key
   int64_t step = 0;
@@ -88,10 +89,7 @@ struct TableSet::Impl {
   void apply(const UpdateRule& rule) {
     ++step;
     const double sign = rule.maximize ? -1.0 : 1.0;
-    for (size_t k = 0; k < pending_keys.size(); ++k) {
-      T* w = row<T>(pending_keys[k], false);
-      MF_CHECK(w != nullptr, Error, "internal: MultiTableEmbedding: a pending gradient's row is gone");
-      const double* g = pending.data() + k * size_t(dim);
+    auto update = [&](T* w, const double* g) {
       switch (rule.kind) {
         case UpdateRule::Kind::SGD: {
           T* buf = w + dim;
@@ -157,7 +155,24 @@ struct TableSet::Impl {
           break;
         }
       }
+    };
+    const auto n = int64_t(pending_keys.size());
+    auto row_of = [&](int64_t k) {
+      T* w = row<T>(pending_keys[size_t(k)], false);
+      MF_CHECK(w != nullptr, Error, "internal: MultiTableEmbedding: a pending gradient's row is gone");
+      return w;
+    };
+    if (store->batch_limit() != INT64_MAX) {  // the cache may evict: one row at a time
+      for (int64_t k = 0; k < n; ++k) update(row_of(k), pending.data() + k * dim);
+      return;
     }
+    // In memory rows stay put: find them all, then update them in parallel
+    // (distinct rows: no two threads touch one).
+    std::vector<T*> rows(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) rows[size_t(k)] = row_of(k);
+    parallel_for(0, n, std::max<int64_t>(1, 4096 / dim), [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) update(rows[size_t(k)], pending.data() + k * dim);
+    });
   }
 };
 
@@ -318,12 +333,12 @@ void TableSet::accumulate_key_gradients(const Tensor& ids_in, const Tensor& tabl
     const Key key{uint64_t(ip[i]), uint64_t(tp[i])};
     MF_CHECK(impl_->store->find(key) != nullptr, ValueError, "MultiTableEmbedding: a gradient for id ", ip[i],
              " of table ", tp[i], ", which was never looked up");
-    auto [it, added] = impl_->pending_index.try_emplace(key, int64_t(impl_->pending_keys.size()));
+    const auto [index, added] = impl_->pending_index.emplace(key, int64_t(impl_->pending_keys.size()));
     if (added) {
       impl_->pending_keys.push_back(key);
       impl_->pending.resize(impl_->pending.size() + size_t(dim), 0.0);
     }
-    double* dst = impl_->pending.data() + it->second * dim;
+    double* dst = impl_->pending.data() + index * dim;
     for (int64_t j = 0; j < dim; ++j) dst[j] += g[i * dim + j];
   }
 }
