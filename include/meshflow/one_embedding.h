@@ -119,9 +119,29 @@ class TableSet {
   UpdateRule::Kind state_kind() const;
   int64_t step() const;
 
+  // The tokens of the gradient accumulations since the last update (Note
+  // [Embedding ops]): the next update op takes them as inputs.
+  void add_token(const Tensor& token);
+  TensorList take_tokens();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Note [Embedding ops]: lookups, gradient accumulation and updates are
+// dispatched ops (src/one_embedding/ops.cpp) on a registered TableSet,
+// named by an id attr, so a graph trace records them like any op:
+// one_embedding_lookup (shadow, ids, tables) -> rows, whose backward runs
+// one_embedding_accumulate (ids, tables, grad) -> a one-element token; and
+// one_embedding_apply, in place on the embedding's shadow parameter, whose
+// inputs after the shadow are the tokens of the accumulations it applies.
+// The tokens order every accumulation before the update, and the update is
+// an optimizer update of the shadow (its learning rate follows the
+// parameter group in a compiled plan).
+int64_t register_table_set(const std::shared_ptr<TableSet>& tables);
+Tensor lookup(const Tensor& shadow, const Tensor& ids, const Tensor& tables, int64_t table_set);
+// grad_scale multiplies the pending gradients first (gradient accumulation).
+void apply_update(const Tensor& shadow, int64_t table_set, const UpdateRule& rule, double grad_scale = 1.0);
 
 }  // namespace mf::one_embedding

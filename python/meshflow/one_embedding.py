@@ -25,8 +25,9 @@ rows it owns. GradScaler unscales and checks the sparse gradients with the
 dense ones. `Ftrl` (OneFlow's) updates embeddings and dense parameters.
 save_snapshot / load_snapshot write and read every row crash-safely, across
 rank counts (Note [Embedding snapshots]). make_cached_ssd_store_options
-keeps the rows in a file behind an LRU cache in memory. Eager mode; graph
-mode is not built yet (docs/embedding.md).
+keeps the rows in a file behind an LRU cache in memory. Lookups, gradient
+accumulation and updates are ops (Note [Embedding ops]): an unsharded
+embedding trains in mf.nn.Graph too (docs/embedding.md).
 """
 import json as _json
 import os as _os
@@ -92,21 +93,6 @@ def make_cached_ssd_store_options(cache_budget_mb, persistent_path, capacity=Non
 # and by the file of their cached store (one embedding per file).
 _by_shadow = _weakref.WeakValueDictionary()
 _store_files = _weakref.WeakValueDictionary()
-
-
-class _Lookup(_Function):
-    """The rows of keys (ids, tables: 1-d), (n, dim); backward sums each
-    key's gradient into its pending gradient."""
-
-    @staticmethod
-    def forward(ctx, shadow, ids, tables, table_set):
-        ctx.keys, ctx.table_set = (ids, tables), table_set
-        return table_set.lookup_keys(ids, tables)
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.table_set.accumulate_key_gradients(*ctx.keys, grad)
-        return None, None, None, None
 
 
 def _splitmix64(x):
@@ -229,6 +215,8 @@ class MultiTableEmbedding(_mf.nn.Module):
                                  "give each embedding its own name or persistent_path")
             cache_bytes = int(store_options["cache_budget_mb"] * 2 ** 20)
         self._tables = _one_embedding.TableSet(embedding_dim, dtype, inits, seed, cache_bytes, store_file)
+        self._table_id = _one_embedding.register(self._tables)  # Note [Embedding ops]
+        self._grad_scale = 1.0  # set by a graph's gradient accumulation for its update
         # Sharded lookups exchange on a communicator of their own (the group
         # of every rank), apart from the world's, where DistributedDataParallel
         # reduces gradients on its own thread during the same backward.
@@ -258,8 +246,9 @@ class MultiTableEmbedding(_mf.nn.Module):
         sample k // num_tables of table k % num_tables; a last offset equal
         to len(ids) may follow), pooled by mode "sum" or "mean" (optionally
         weighted per id) -> (batch, num_tables, embedding_dim)."""
-        if _mf._C._graph.is_tracing():
-            raise RuntimeError("MultiTableEmbedding is not traceable in graph mode yet: train it eagerly")
+        if _mf._C._graph.is_tracing() and self._sharded():
+            raise RuntimeError("MultiTableEmbedding: a sharded embedding is not traceable in graph mode yet: train "
+                               "it eagerly (one process traces)")
         if not isinstance(ids, _mf.Tensor) or ids.is_floating_point() or ids.dtype == _mf.bool:
             raise TypeError(f"MultiTableEmbedding: ids must be an integer tensor, got "
                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
@@ -292,7 +281,7 @@ class MultiTableEmbedding(_mf.nn.Module):
     def _lookup(self, ids, tables):
         if self._sharded():
             return _ShardedLookup.apply(self.shadow, ids, tables, self._tables, self._group, self._outbox)
-        return _Lookup.apply(self.shadow, ids, tables, self._tables)
+        return _one_embedding.lookup(self.shadow, ids.to(_mf.int64), tables, self._table_id)
 
     def _bags(self, ids, offsets):
         """(bag of each id, bag starts) of the bag form, checked."""
@@ -436,9 +425,8 @@ def _rule(optimizer, group):
 
 def _optimizer_step(optimizer):
     """After the optimizer's dense step: the sparse update of every
-    embedding whose shadow parameter it holds."""
-    if _mf._C._graph.is_tracing():
-        return
+    embedding whose shadow parameter it holds (an op: a graph's trace
+    records it, Note [Embedding ops])."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             embedding = _by_shadow.get(p._impl_id)
@@ -446,7 +434,20 @@ def _optimizer_step(optimizer):
                 if embedding._sharded():
                     _send_gradients(embedding)
                 kind, options = _rule(optimizer, group)
-                embedding._tables.apply(kind, options)
+                _one_embedding.apply_update(embedding.shadow, embedding._table_id, kind, options,
+                                            embedding._grad_scale)
+                embedding._grad_scale = 1.0
+
+
+def _scale_accumulated(optimizers, factor):
+    """A graph's gradient accumulation: the next update of the embeddings
+    these optimizers hold scales their summed gradients by factor."""
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                embedding = _by_shadow.get(p._impl_id)
+                if embedding is not None:
+                    embedding._grad_scale = factor
 
 
 def _check_snapshot_name(name):
@@ -502,6 +503,7 @@ def _optimizer_zero_grad(optimizer):
             embedding = _by_shadow.get(p._impl_id)
             if embedding is not None:
                 embedding._tables.clear_gradients()
+                _one_embedding.take_tokens(embedding._tables)
                 embedding._outbox.clear()
 
 

@@ -53,6 +53,7 @@ struct TableSet::Impl {
   KeyIndex pending_index;
   std::vector<Key> pending_keys;
   std::vector<double> pending;  // dim per pending key
+  TensorList tokens;            // Note [Embedding ops]
   int64_t step = 0;
 
   int64_t width() const { return (1 + slots) * dim; }
@@ -341,6 +342,14 @@ void TableSet::accumulate_key_gradients(const Tensor& ids_in, const Tensor& tabl
     double* dst = impl_->pending.data() + index * dim;
     for (int64_t j = 0; j < dim; ++j) dst[j] += g[i * dim + j];
   }
+}
+
+void TableSet::add_token(const Tensor& token) { impl_->tokens.push_back(token); }
+
+TensorList TableSet::take_tokens() {
+  TensorList out;
+  out.swap(impl_->tokens);
+  return out;
 }
 
 int TableSet::state_slots() const { return impl_->slots; }

@@ -317,6 +317,54 @@ def test_bag_form_pools_rows_and_their_gradients(mode, weighted):
         e(mf.tensor(ids), offsets=mf.tensor(starts[::-1].copy()))
 
 
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_graph_mode_equals_eager(accumulation):
+    """An mf.nn.Graph step (lookup, accumulation and the fused update are
+    ops in the plan) trains as eager steps do, with gradient accumulation
+    and a learning-rate schedule."""
+    def make():
+        e = embedding()
+        mf.manual_seed(3)
+        head = mf.nn.Linear(2 * DIM, 1).double()
+        opt = mf.optim.Adam(list(e.parameters()) + list(head.parameters()), lr=0.05)
+        return e, head, opt, mf.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+
+    e, head, opt, sched = make()
+    g_e, g_head, g_opt, g_sched = make()
+
+    class Step(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.e, self.head = g_e, g_head
+            self.add_optimizer(g_opt, lr_sch=g_sched)
+            self.config.set_gradient_accumulation_steps(accumulation)
+
+        def build(self, ids):
+            loss = (self.head(self.e(ids).reshape(ids.shape[0], -1)) ** 2).mean()
+            loss.backward()
+            return loss
+
+    step = Step()
+    for ids, _ in batches(6, rows=8):
+        x = mf.tensor(ids)
+        g_loss = step(x)
+        opt.zero_grad()
+        losses = []
+        for part in x.chunk(accumulation, 0):
+            loss = (head(e(part).reshape(part.shape[0], -1)) ** 2).mean()
+            (loss / accumulation).backward()
+            losses.append(loss.item())
+        opt.step()
+        sched.step()
+        np.testing.assert_allclose(g_loss.item(), np.mean(losses), rtol=1e-10)
+    every = mf.tensor(np.stack([np.resize(IDS[0], 5), np.resize(IDS[1], 5)], 1))
+    np.testing.assert_allclose(g_e.peek(every).numpy(), e.peek(every).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(g_head.weight.detach().numpy(), head.weight.detach().numpy(), rtol=1e-10)
+    names = step._last.executable.graph.op_names()
+    assert "one_embedding_lookup" in names and "one_embedding_apply_" in names
+    assert names.count("one_embedding_accumulate") == accumulation
+
+
 def test_bad_input():
     e = embedding()
     with pytest.raises(TypeError, match="ids must be an integer tensor"):

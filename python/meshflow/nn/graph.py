@@ -512,6 +512,8 @@ class Graph:
                     for p in group["params"]:
                         if p.grad is not None:
                             p.grad.mul_(1.0 / m)
+        from meshflow import one_embedding  # their sparse gradients too, at their update
+        one_embedding._scale_accumulated([optimizer for optimizer, _ in self._optimizers], 1.0 / m)
         if scaled:
             tracer.unscale_accumulated()
         self._clip_gradients()
