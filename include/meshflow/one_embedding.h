@@ -129,6 +129,18 @@ class TableSet {
   std::unique_ptr<Impl> impl_;
 };
 
+// Note [Sharded lookups]: over a group of n ranks every table is split by
+// a hash of (id, table) and each rank keeps the rows it owns. A lookup
+// (one_embedding_sharded_lookup, a collective) dedupes this rank's keys,
+// sends each distinct key to its owner and gets its row back (all-to-alls
+// of the counts, the keys and the rows); its backward
+// (one_embedding_sharded_accumulate) sums the gradient of each distinct key
+// and sends it to the owner the same way, which adds what every rank sent
+// divided by n: the mean over ranks that DistributedDataParallel gives the
+// dense layers, so a model trained on n ranks' batches equals one process
+// on their union. Every rank must look up (and run backward) the same
+// number of times; the exchanges run on the group's own communicator.
+//
 // Note [Embedding ops]: lookups, gradient accumulation and updates are
 // dispatched ops (src/one_embedding/ops.cpp) on a registered TableSet,
 // named by an id attr, so a graph trace records them like any op:
@@ -140,8 +152,19 @@ class TableSet {
 // an optimizer update of the shadow (its learning rate follows the
 // parameter group in a compiled plan).
 int64_t register_table_set(const std::shared_ptr<TableSet>& tables);
-Tensor lookup(const Tensor& shadow, const Tensor& ids, const Tensor& tables, int64_t table_set);
+// group: the world ranks the tables are sharded over (Note [Sharded
+// lookups]); one rank or none: all rows here.
+Tensor lookup(const Tensor& shadow, const Tensor& ids, const Tensor& tables, int64_t table_set,
+              const std::vector<int>& group = {});
 // grad_scale multiplies the pending gradients first (gradient accumulation).
 void apply_update(const Tensor& shadow, int64_t table_set, const UpdateRule& rule, double grad_scale = 1.0);
+// A graph grad scaler (Note [Graph grad scaling] in graph/trace.h): the
+// shadow parameter of an embedding names its table set; for such a
+// parameter unscale_if_embedding records the unscaling of the embedding's
+// gradients into found_inf (one_embedding_unscale) and returns true.
+void register_shadow(const Tensor& shadow, int64_t table_set, const std::vector<int>& group);
+// Forgets a shadow (its embedding is gone), by its TensorImpl's address.
+void unregister_shadow(uintptr_t shadow);
+bool unscale_if_embedding(const Tensor& param, const Tensor& found_inf, const Tensor& inv_scale);
 
 }  // namespace mf::one_embedding

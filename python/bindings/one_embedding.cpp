@@ -109,7 +109,8 @@ void init_one_embedding(py::module_& parent) {
           "apply", [](TableSet& t, const std::string& kind, const py::dict& options) { t.apply(rule_from(kind, options)); },
           py::arg("kind"), py::arg("options"));
   m.def("register", &one_embedding::register_table_set, py::arg("tables"));
-  m.def("lookup", &one_embedding::lookup, py::arg("shadow"), py::arg("ids"), py::arg("tables"), py::arg("table_set"));
+  m.def("lookup", &one_embedding::lookup, py::arg("shadow"), py::arg("ids"), py::arg("tables"), py::arg("table_set"),
+        py::arg("group") = std::vector<int>{});
   m.def(
       "apply_update",
       [](const Tensor& shadow, int64_t table_set, const std::string& kind, const py::dict& options, double grad_scale) {
@@ -117,6 +118,9 @@ void init_one_embedding(py::module_& parent) {
       },
       py::arg("shadow"), py::arg("table_set"), py::arg("kind"), py::arg("options"), py::arg("grad_scale") = 1.0);
   m.def("take_tokens", [](TableSet& t) { return t.take_tokens(); }, py::arg("tables"));
+  m.def("register_shadow", &one_embedding::register_shadow, py::arg("shadow"), py::arg("table_set"),
+        py::arg("group"));
+  m.def("unregister_shadow", &one_embedding::unregister_shadow, py::arg("impl_id"));
 }
 
 }  // namespace mf::python

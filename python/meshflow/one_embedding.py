@@ -20,14 +20,14 @@ with momentum, Adagrad, Adam, AdamW), keeping the rule's state in the row.
 Learning-rate schedulers work as for dense parameters.
 
 In a job of several processes the rows are sharded over the ranks by a
-hash of the id (Note [Sharded lookups]); each rank's optimizer updates the
-rows it owns. GradScaler unscales and checks the sparse gradients with the
+hash of the id (Note [Sharded lookups] in include/meshflow/one_embedding.h);
+each rank's optimizer updates the rows it owns. GradScaler unscales and checks the sparse gradients with the
 dense ones. `Ftrl` (OneFlow's) updates embeddings and dense parameters.
 save_snapshot / load_snapshot write and read every row crash-safely, across
 rank counts (Note [Embedding snapshots]). make_cached_ssd_store_options
 keeps the rows in a file behind an LRU cache in memory. Lookups, gradient
-accumulation and updates are ops (Note [Embedding ops]): an unsharded
-embedding trains in mf.nn.Graph too (docs/embedding.md).
+accumulation and updates are ops (Note [Embedding ops]): an embedding,
+sharded or not, trains in mf.nn.Graph too (docs/embedding.md).
 """
 import json as _json
 import os as _os
@@ -39,7 +39,6 @@ import numpy as _np
 
 import meshflow as _mf
 from meshflow._C import _one_embedding
-from meshflow.autograd import Function as _Function
 
 __all__ = ["MultiTableEmbedding", "Ftrl", "make_table_options", "make_uniform_initializer",
            "make_normal_initializer", "make_device_mem_store_options", "make_cached_ssd_store_options"]
@@ -109,69 +108,6 @@ def _owner(ids, tables, n):
     return (h % _np.uint64(n)).astype(_np.int64)
 
 
-# Note [Sharded lookups]: in a job of n ranks every table is split by a hash
-# of (id, table) and each rank keeps the rows it owns. A lookup dedupes this
-# rank's keys, sends each distinct key to its owner and gets its row back
-# (two all-to-alls, keys then rows), and backward sends the summed gradient
-# of each distinct key the same way; the owner sums what every rank sent,
-# divided by n: the mean over ranks that DistributedDataParallel gives the
-# dense parameters, so a model trained on n ranks' batches equals one
-# process on their union. Every rank must look up (and run backward) the
-# same number of times. The exchanges run on the embedding's own
-# communicator (the group of every rank), not the world's, on which
-# DistributedDataParallel reduces on another thread during backward.
-class _ShardedLookup(_Function):
-    @staticmethod
-    def forward(ctx, shadow, ids, tables, table_set, group, outbox):
-        ctx.outbox = outbox
-        from meshflow import distributed
-        n = distributed.get_world_size()
-        keys = _np.stack([ids.numpy().astype(_np.int64), tables.numpy().astype(_np.int64)], 1)
-        unique, inverse = _np.unique(keys, axis=0, return_inverse=True)
-        owner = _owner(unique[:, 0], unique[:, 1], n)
-        order = _np.argsort(owner, kind="stable")
-        send_counts = _np.bincount(owner, minlength=n)
-        recv_counts = _mf.empty(n, dtype=_mf.int64)
-        distributed.all_to_all_single(recv_counts, _mf.tensor(send_counts), group=group)
-        recv_counts = recv_counts.tolist()
-        received = _mf.empty(sum(recv_counts), 2, dtype=_mf.int64)
-        distributed.all_to_all_single(received, _mf.tensor(unique[order]), recv_counts, send_counts.tolist(),
-                                      group=group)
-        rows = table_set.lookup_keys(received[:, 0], received[:, 1])
-        back = _mf.empty(len(unique), table_set.dim, dtype=rows.dtype)
-        distributed.all_to_all_single(back, rows, send_counts.tolist(), recv_counts, group=group)
-        unique_rows = _mf.empty(len(unique), table_set.dim, dtype=rows.dtype)
-        unique_rows[_mf.tensor(order)] = back
-        ctx.table_set, ctx.n, ctx.group = table_set, n, group
-        ctx.inverse, ctx.order, ctx.received = _mf.tensor(inverse.reshape(-1)), _mf.tensor(order), received
-        ctx.counts = (send_counts.tolist(), recv_counts)
-        return unique_rows[ctx.inverse]
-
-    @staticmethod
-    def backward(ctx, grad):
-        dim = ctx.table_set.dim
-        flat = grad.reshape(-1, dim).to(_mf.float64)
-        unique = _mf.zeros(len(ctx.order), dim, dtype=_mf.float64).index_add_(0, ctx.inverse, flat)
-        # Sent to the owners later (_send_gradients), not during backward.
-        ctx.outbox.append((unique[ctx.order].contiguous(), ctx.counts, ctx.received))
-        return None, None, None, None, None, None
-
-
-def _send_gradients(embedding):
-    """Sends the gradients a sharded embedding's backward()s left to their
-    owners (Note [Sharded lookups]). Collective: every rank calls it, after
-    backward: DistributedDataParallel reduces the dense gradients on another
-    thread during backward, and two threads' collectives must not overlap."""
-    from meshflow import distributed
-    outbox = list(embedding._outbox)
-    embedding._outbox.clear()  # in place: lookups not yet backpropagated hold this list
-    n = distributed.get_world_size()
-    for grads, (send_counts, recv_counts), keys in outbox:
-        received = _mf.empty(sum(recv_counts), embedding.embedding_dim, dtype=_mf.float64)
-        distributed.all_to_all_single(received, grads, recv_counts, send_counts, group=embedding._group)
-        embedding._tables.accumulate_key_gradients(keys[:, 0], keys[:, 1], received / n)
-
-
 class MultiTableEmbedding(_mf.nn.Module):
     def __init__(self, name, embedding_dim, dtype, key_type, tables, store_options, default_initializer=None,
                  padding_idx=None, seed=0):
@@ -217,17 +153,20 @@ class MultiTableEmbedding(_mf.nn.Module):
         self._tables = _one_embedding.TableSet(embedding_dim, dtype, inits, seed, cache_bytes, store_file)
         self._table_id = _one_embedding.register(self._tables)  # Note [Embedding ops]
         self._grad_scale = 1.0  # set by a graph's gradient accumulation for its update
-        # Sharded lookups exchange on a communicator of their own (the group
-        # of every rank), apart from the world's, where DistributedDataParallel
-        # reduces gradients on its own thread during the same backward.
-        self._group, self._outbox = None, []
+        # Sharded over every rank (Note [Sharded lookups] in
+        # include/meshflow/one_embedding.h); the exchanges run on that
+        # group's communicator, apart from the world's.
+        self._ranks = []
         if self._sharded():
             from meshflow import distributed
-            self._group = distributed.new_group()
+            self._ranks = list(range(distributed.get_world_size()))
+            distributed.new_group(self._ranks)  # made now, on every rank together
         if store_file:
             _store_files[store_file] = self
         # The parameter an optimizer holds for the tables (it has no values).
         self.shadow = _mf.nn.Parameter(_mf.zeros(1, dtype=dtype))
+        _one_embedding.register_shadow(self.shadow, self._table_id, self._ranks)
+        _weakref.finalize(self, _one_embedding.unregister_shadow, self.shadow._impl_id)
         _by_shadow[self.shadow._impl_id] = self
 
     @property
@@ -246,9 +185,6 @@ class MultiTableEmbedding(_mf.nn.Module):
         sample k // num_tables of table k % num_tables; a last offset equal
         to len(ids) may follow), pooled by mode "sum" or "mean" (optionally
         weighted per id) -> (batch, num_tables, embedding_dim)."""
-        if _mf._C._graph.is_tracing() and self._sharded():
-            raise RuntimeError("MultiTableEmbedding: a sharded embedding is not traceable in graph mode yet: train "
-                               "it eagerly (one process traces)")
         if not isinstance(ids, _mf.Tensor) or ids.is_floating_point() or ids.dtype == _mf.bool:
             raise TypeError(f"MultiTableEmbedding: ids must be an integer tensor, got "
                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
@@ -279,9 +215,7 @@ class MultiTableEmbedding(_mf.nn.Module):
         return pooled.reshape(len(starts) // num, num, self.embedding_dim)
 
     def _lookup(self, ids, tables):
-        if self._sharded():
-            return _ShardedLookup.apply(self.shadow, ids, tables, self._tables, self._group, self._outbox)
-        return _one_embedding.lookup(self.shadow, ids.to(_mf.int64), tables, self._table_id)
+        return _one_embedding.lookup(self.shadow, ids.to(_mf.int64), tables, self._table_id, self._ranks)
 
     def _bags(self, ids, offsets):
         """(bag of each id, bag starts) of the bag form, checked."""
@@ -431,8 +365,6 @@ def _optimizer_step(optimizer):
         for p in group["params"]:
             embedding = _by_shadow.get(p._impl_id)
             if embedding is not None:  # every step counts (Adam's bias correction), rows touched or not
-                if embedding._sharded():
-                    _send_gradients(embedding)
                 kind, options = _rule(optimizer, group)
                 _one_embedding.apply_update(embedding.shadow, embedding._table_id, kind, options,
                                             embedding._grad_scale)
@@ -484,8 +416,6 @@ def _unscale(optimizer, factor):
             embedding = _by_shadow.get(p._impl_id)
             if embedding is None:
                 continue
-            if embedding._sharded():
-                _send_gradients(embedding)
             embedding._tables.scale_gradients(factor)
             found = found or embedding._tables.pending_non_finite()
             sharded = sharded or embedding._sharded()
@@ -504,7 +434,6 @@ def _optimizer_zero_grad(optimizer):
             if embedding is not None:
                 embedding._tables.clear_gradients()
                 _one_embedding.take_tokens(embedding._tables)
-                embedding._outbox.clear()
 
 
 class Ftrl:

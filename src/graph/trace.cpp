@@ -13,6 +13,7 @@
 #include "meshflow/generator.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/one_embedding.h"
 #include "meshflow/optim/optimizer.h"
 
 namespace mf::graph {
@@ -273,7 +274,9 @@ void Tracer::unscale_gradients() {
     TensorList grads;
     for (const auto& group : optimizer->param_groups())
       for (const Tensor& p : group.params)
-        if (p.grad().defined()) {
+        if (one_embedding::unscale_if_embedding(p, found_inf, inv_scale)) {
+          continue;  // a MultiTableEmbedding's sparse gradients
+        } else if (p.grad().defined()) {
           MF_CHECK(p.grad().dtype() != kFloat16, ValueError,
                    "graph: the grad scaler cannot unscale float16 gradients (keep the parameters float32)");
           grads.push_back(p.grad());

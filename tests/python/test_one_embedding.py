@@ -48,10 +48,18 @@ OPTIMIZERS = [
 ]
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["memory", "cached"])
 @pytest.mark.parametrize("opt_cls,options", OPTIMIZERS, ids=lambda v: getattr(v, "__name__", str(v)))
-def test_sparse_updates_equal_dense_embedding(opt_cls, options):
+def test_sparse_updates_equal_dense_embedding(opt_cls, options, cached, tmp_path):
+    """cached: the rows live in a file behind a cache just large enough for
+    one lookup (evictions every step are in
+    test_cached_store_trains_as_the_memory_store)."""
     mf.manual_seed(0)
-    sparse = embedding()
+    sparse = embedding(path=tmp_path)
+    if cached:
+        tables = [oe.make_table_options(oe.make_uniform_initializer(-0.2, 0.3)) for _ in IDS]
+        sparse = oe.MultiTableEmbedding("cached", DIM, mf.float64, mf.int64, tables, oe.make_cached_ssd_store_options(
+            9 * 3 * DIM * 8 / 2 ** 20, tmp_path))
     head = mf.nn.Linear(2 * DIM, 1).double()
     # The dense model: one nn.Embedding per table, starting from the same rows.
     dense = [mf.nn.Embedding(len(ids), DIM).double() for ids in IDS]
@@ -363,6 +371,53 @@ def test_graph_mode_equals_eager(accumulation):
     names = step._last.executable.graph.op_names()
     assert "one_embedding_lookup" in names and "one_embedding_apply_" in names
     assert names.count("one_embedding_accumulate") == accumulation
+
+
+def test_graph_grad_scaler_skips_steps_with_sparse_infs():
+    """A graph grad scaler unscales and checks the embedding's gradients in
+    the plan (one_embedding_unscale): equal to eager GradScaler steps, and
+    a step whose sparse gradient holds an inf is skipped."""
+    def make():
+        e = embedding()
+        mf.manual_seed(3)
+        head = mf.nn.Linear(2 * DIM, 1).double()
+        return e, head, mf.optim.Adam(list(e.parameters()) + list(head.parameters()), lr=0.05)
+
+    e, head, opt = make()
+    g_e, g_head, g_opt = make()
+    scaler, g_scaler = mf.amp.GradScaler(init_scale=1024.0), mf.amp.GradScaler(init_scale=1024.0)
+
+    class Step(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.e, self.head = g_e, g_head
+            self.add_optimizer(g_opt)
+            self.set_grad_scaler(g_scaler)
+
+        def build(self, ids, factor):
+            out = self.e(ids)
+            out.register_hook(lambda g: g * factor)
+            loss = (self.head(out.reshape(ids.shape[0], -1)) ** 2).mean()
+            loss.backward()
+            return loss
+
+    step = Step()
+    for k, (ids, _) in enumerate(batches(4, rows=8)):
+        value = float("inf") if k == 2 else 1.0
+        x = mf.tensor(ids)
+        step(x, mf.tensor(value, dtype=mf.float64))
+        opt.zero_grad()
+        out = e(x)
+        out.register_hook(lambda g, v=value: g * v)
+        scaler.scale((head(out.reshape(8, -1)) ** 2).mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+        assert g_scaler.get_scale() == scaler.get_scale()
+    assert scaler.get_scale() == 512.0
+    every = mf.tensor(np.stack([np.resize(IDS[0], 5), np.resize(IDS[1], 5)], 1))
+    np.testing.assert_allclose(g_e.peek(every).numpy(), e.peek(every).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(g_head.weight.detach().numpy(), head.weight.detach().numpy(), rtol=1e-10)
+    assert "one_embedding_unscale_" in step._last.executable.graph.op_names()
 
 
 def test_bad_input():

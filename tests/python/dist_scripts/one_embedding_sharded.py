@@ -1,8 +1,9 @@
 """Run under mpirun (1, 2 or 4 ranks): a MultiTableEmbedding sharded over
 the ranks (Note [Sharded lookups] in python/meshflow/one_embedding.py),
 each rank training on its part of every batch, equals nn.Embedding tables
-trained by one process on the whole batches, with SGD (momentum), Adagrad
-and Adam, in float64 over 10 steps: losses, and every row on its owner."""
+trained by one process on the whole batches, with SGD (with and without
+momentum), Adagrad, Adam, AdamW and FTRL, in float64 over 10 steps: losses,
+and every row on its owner; also with each rank's step a compiled graph."""
 import numpy as np
 
 import meshflow as mf
@@ -96,8 +97,42 @@ def run(opt_cls, options, steps=10):
     check_rows(emb, dense, opt_cls.__name__)
 
 
+def run_graph(opt_cls, options, steps=6):
+    """The same training as run(), each rank's step a compiled mf.nn.Graph
+    (the sharded lookups and accumulations are collective ops in the plan)."""
+    emb = make_embedding(seed=5)
+    dense = dense_tables(emb)
+    opt = opt_cls(emb.parameters(), **options)
+
+    class Step(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.emb = emb
+            self.add_optimizer(opt)
+
+        def build(self, ids):
+            loss = ((self.emb(ids) * W).sum(-1) ** 2).mean()
+            loss.backward()
+            return loss
+
+    step, dense_opt = Step(), opt_cls([t.weight for t in dense], **options)
+    for picks in batches(steps, seed=1):
+        ids = np.stack([IDS[f][picks[:, f]] for f in range(len(IDS))], 1)
+        loss = step(mf.tensor(ids[rank * ROWS:(rank + 1) * ROWS])).reshape(1).clone()
+        mf.distributed.all_reduce(loss)
+        train(None, None, [picks], dense, dense_opt)
+    names = step._last.executable.graph.op_names()
+    sharded = "one_embedding_sharded_lookup" in names and "one_embedding_sharded_accumulate" in names
+    assert sharded == (world > 1), names
+    check_rows(emb, dense, f"graph {opt_cls.__name__}")
+
+
 if __name__ == "__main__":
+    run_graph(mf.optim.Adam, dict(lr=0.05))
+    run(mf.optim.SGD, dict(lr=0.1))
     run(mf.optim.SGD, dict(lr=0.1, momentum=0.9))
     run(mf.optim.Adagrad, dict(lr=0.2, initial_accumulator_value=0.1))
     run(mf.optim.Adam, dict(lr=0.05, weight_decay=0.01))
+    run(mf.optim.AdamW, dict(lr=0.05, weight_decay=0.1))
+    run(oe.Ftrl, dict(lr=0.1, lambda1=0.001))
     print(f"rank {rank}/{world}: one embedding sharded OK", flush=True)
