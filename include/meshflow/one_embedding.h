@@ -135,10 +135,12 @@ class TableSet {
 // sends each distinct key to its owner and gets its row back (all-to-alls
 // of the counts, the keys and the rows); its backward
 // (one_embedding_sharded_accumulate) sums the gradient of each distinct key
-// and sends it to the owner the same way, which adds what every rank sent
-// divided by n: the mean over ranks that DistributedDataParallel gives the
-// dense layers, so a model trained on n ranks' batches equals one process
-// on their union. Every rank must look up (and run backward) the same
+// and sends it to the owner the same way. For local ids (each rank its own
+// batch and loss) the owner adds what every rank sent divided by n: the
+// mean over ranks that DistributedDataParallel gives the dense layers, so a
+// model trained on n ranks' batches equals one process on their union. For
+// global ids (split over the ranks, the output global too) the gradients
+// are already those of the global loss, and the owner sums them. Every rank must look up (and run backward) the same
 // number of times; the exchanges run on the group's own communicator.
 //
 // Note [Embedding ops]: lookups, gradient accumulation and updates are
@@ -153,9 +155,11 @@ class TableSet {
 // parameter group in a compiled plan).
 int64_t register_table_set(const std::shared_ptr<TableSet>& tables);
 // group: the world ranks the tables are sharded over (Note [Sharded
-// lookups]); one rank or none: all rows here.
+// lookups]); one rank or none: all rows here. average: the owners divide
+// the gradients all ranks sent by the ranks (local batches, as under DDP)
+// rather than summing them (the global view's exact gradient).
 Tensor lookup(const Tensor& shadow, const Tensor& ids, const Tensor& tables, int64_t table_set,
-              const std::vector<int>& group = {});
+              const std::vector<int>& group = {}, bool average = true);
 // grad_scale multiplies the pending gradients first (gradient accumulation).
 void apply_update(const Tensor& shadow, int64_t table_set, const UpdateRule& rule, double grad_scale = 1.0);
 // A graph grad scaler (Note [Graph grad scaling] in graph/trace.h): the

@@ -110,7 +110,7 @@ void init_one_embedding(py::module_& parent) {
           py::arg("kind"), py::arg("options"));
   m.def("register", &one_embedding::register_table_set, py::arg("tables"));
   m.def("lookup", &one_embedding::lookup, py::arg("shadow"), py::arg("ids"), py::arg("tables"), py::arg("table_set"),
-        py::arg("group") = std::vector<int>{});
+        py::arg("group") = std::vector<int>{}, py::arg("average") = true);
   m.def(
       "apply_update",
       [](const Tensor& shadow, int64_t table_set, const std::string& kind, const py::dict& options, double grad_scale) {

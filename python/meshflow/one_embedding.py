@@ -189,6 +189,8 @@ class MultiTableEmbedding(_mf.nn.Module):
             raise TypeError(f"MultiTableEmbedding: ids must be an integer tensor, got "
                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
         num = self.num_tables
+        if ids.is_global:
+            return self._global_forward(ids, offsets)
         if offsets is None:
             if ids.dim() != 2 or ids.shape[1] != num:
                 raise ValueError(f"MultiTableEmbedding: ids must have shape (batch, {num}) (one column per table), "
@@ -214,8 +216,27 @@ class MultiTableEmbedding(_mf.nn.Module):
             raise ValueError(f"MultiTableEmbedding: mode must be 'sum' or 'mean', got {mode!r}")
         return pooled.reshape(len(starts) // num, num, self.embedding_dim)
 
-    def _lookup(self, ids, tables):
-        return _one_embedding.lookup(self.shadow, ids.to(_mf.int64), tables, self._table_id, self._ranks)
+    def _lookup(self, ids, tables, average=True):
+        return _one_embedding.lookup(self.shadow, ids.to(_mf.int64), tables, self._table_id, self._ranks, average)
+
+    def _global_forward(self, ids, offsets):
+        """Global ids (the global view): each rank looks up its part, and
+        the rows come back as a global tensor laid out as the ids; the
+        gradients are the global loss's, summed at the owners (Note
+        [Sharded lookups] in include/meshflow/one_embedding.h)."""
+        ranks = sorted(_np.array(ids.placement.ranks).ravel().tolist())
+        if offsets is not None or ids.dim() != 2 or ids.shape[1] != self.num_tables:
+            raise ValueError(f"MultiTableEmbedding: global ids must have shape (batch, {self.num_tables}), without "
+                             "offsets")
+        if len(ids.placement.hierarchy) != 1 or ranks != (self._ranks or [0]) or ids.sbp[0] == _mf.sbp.partial_sum:
+            raise ValueError(f"MultiTableEmbedding: global ids must be split or broadcast over all {len(ranks)} "
+                             f"ranks on a 1-d placement, got {ids.sbp} on {ids.placement}")
+        local = ids.to_local()
+        batch = local.shape[0]
+        tables = _mf.arange(self.num_tables, dtype=_mf.int64).repeat(batch)
+        rows = self._lookup(local.reshape(-1), tables, average=False).reshape(batch, self.num_tables,
+                                                                             self.embedding_dim)
+        return rows.to_global(placement=ids.placement, sbp=ids.sbp)
 
     def _bags(self, ids, offsets):
         """(bag of each id, bag starts) of the bag form, checked."""

@@ -202,9 +202,11 @@ MF_REGISTER_OP(OpDef{
       const auto [ids, tables] = exchange_keys(comm, r, recv_counts);
       Tensor got = make_empty({ids.numel(), dim}, DType::Float64, Device());
       comm.all_to_all(send, r.send_counts, got, recv_counts);
-      double* gp = static_cast<double*>(got.data_ptr());
-      const double inv = 1.0 / double(comm.size());
-      for (int64_t k = 0; k < got.numel(); ++k) gp[k] *= inv;
+      if (attrs.get_int("average")) {  // local batches, as under DDP: the mean over ranks
+        double* gp = static_cast<double*>(got.data_ptr());
+        const double inv = 1.0 / double(comm.size());
+        for (int64_t k = 0; k < got.numel(); ++k) gp[k] *= inv;
+      }
       t->accumulate_key_gradients(ids, tables, got);
       *static_cast<float*>(out[0].data_ptr()) = 0.0f;
     },
@@ -343,11 +345,13 @@ int64_t register_table_set(const std::shared_ptr<TableSet>& tables) {
 }
 
 Tensor lookup(const Tensor& shadow, const Tensor& ids, const Tensor& tables, int64_t table_set,
-              const std::vector<int>& group) {
+              const std::vector<int>& group, bool average) {
   if (group.size() > 1) {
     static const OpDef& op = dispatch::op("one_embedding_sharded_lookup");
     return dispatch::apply_one(op, {shadow, ids, tables},
-                               {{"table_set", table_set}, {"group", Shape(group.begin(), group.end())}});
+                               {{"table_set", table_set},
+                                {"group", Shape(group.begin(), group.end())},
+                                {"average", int64_t(average)}});
   }
   static const OpDef& op = dispatch::op("one_embedding_lookup");
   return dispatch::apply_one(op, {shadow, ids, tables}, {{"table_set", table_set}});

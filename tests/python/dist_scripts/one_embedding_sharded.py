@@ -3,7 +3,9 @@ the ranks (Note [Sharded lookups] in python/meshflow/one_embedding.py),
 each rank training on its part of every batch, equals nn.Embedding tables
 trained by one process on the whole batches, with SGD (with and without
 momentum), Adagrad, Adam, AdamW and FTRL, in float64 over 10 steps: losses,
-and every row on its owner; also with each rank's step a compiled graph."""
+and every row on its owner; also with each rank's step a compiled graph,
+and a graph composing the embedding (global ids, split over the ranks) with
+a data-parallel global dense layer."""
 import numpy as np
 
 import meshflow as mf
@@ -127,7 +129,51 @@ def run_graph(opt_cls, options, steps=6):
     check_rows(emb, dense, f"graph {opt_cls.__name__}")
 
 
+def run_graph_with_global_dense(steps=5, lr=0.05):
+    """A graph step composing the sharded embedding with a data-parallel
+    global dense layer (its input split S(0) over the ranks, its weight
+    broadcast): rows and the dense weight equal one process's dense model."""
+    emb = make_embedding(seed=8)
+    dense = dense_tables(emb)
+    mf.manual_seed(4)
+    head = mf.nn.Linear(len(IDS) * DIM, 1).double()
+    ref_head = mf.nn.Linear(len(IDS) * DIM, 1).double()
+    ref_head.load_state_dict(head.state_dict())
+    mesh = mf.placement("cpu", list(range(world)))
+    head = head.to_global(mesh, mf.sbp.broadcast)
+    opt = mf.optim.SGD(list(emb.parameters()) + list(head.parameters()), lr=lr)
+    ref_opt = mf.optim.SGD([t.weight for t in dense] + list(ref_head.parameters()), lr=lr)
+
+    class Step(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = emb, head
+            self.add_optimizer(opt)
+
+        def build(self, ids):  # global ids, split over the ranks: the rows come back global too
+            x = self.emb(ids).reshape(ids.shape[0], -1)
+            loss = (self.head(x) ** 2).mean()
+            loss.backward()
+            return loss
+
+    step = Step()
+    for picks in batches(steps, seed=2):
+        ids = np.stack([IDS[f][picks[:, f]] for f in range(len(IDS))], 1)
+        loss = step(mf.tensor(ids[rank * ROWS:(rank + 1) * ROWS]).to_global(placement=mesh, sbp=mf.sbp.split(0)))
+        ref_out = mf.stack([t(mf.tensor(picks[:, f])) for f, t in enumerate(dense)], 1).reshape(BATCH, -1)
+        ref_loss = (ref_head(ref_out) ** 2).mean()
+        ref_opt.zero_grad()
+        ref_loss.backward()
+        ref_opt.step()
+        np.testing.assert_allclose(loss.to_global(sbp=mf.sbp.broadcast).to_local().item(), ref_loss.item(),
+                                   rtol=1e-10)
+    np.testing.assert_allclose(head.weight.to_local().detach().numpy(), ref_head.weight.detach().numpy(),
+                               rtol=1e-10)
+    check_rows(emb, dense, "graph with a global dense layer")
+
+
 if __name__ == "__main__":
+    run_graph_with_global_dense()
     run_graph(mf.optim.Adam, dict(lr=0.05))
     run(mf.optim.SGD, dict(lr=0.1))
     run(mf.optim.SGD, dict(lr=0.1, momentum=0.9))
