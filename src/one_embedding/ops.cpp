@@ -62,6 +62,20 @@ UpdateRule rule_of(const Attrs& a) {
   return r;
 }
 
+// The rows of keys (shadow, ids, tables): (n, dim) in the tables' dtype.
+std::vector<TensorMeta> rows_of_keys(const TensorList& in, const Attrs& attrs) {
+  const auto t = of(attrs);
+  MF_CHECK(in[1].dim() == 1 && in[2].dim() == 1 && in[1].numel() == in[2].numel(), ShapeError,
+           "MultiTableEmbedding lookup: ids and tables must be 1-d of equal length, got ", shape_str(in[1].sizes()),
+           " and ", shape_str(in[2].sizes()));
+  return {{{in[1].numel(), t->dim()}, t->dtype(), in[1].device()}};
+}
+
+// An in-place op's result: input 0.
+std::vector<TensorMeta> like_input0(const TensorList& in, const Attrs&) {
+  return {{in[0].sizes(), in[0].dtype(), in[0].device()}};
+}
+
 // --- sharded lookups (Note [Sharded lookups] in include/meshflow/one_embedding.h) ---------------------------
 
 // This rank's keys deduplicated, and sorted by owner for the exchange.
@@ -145,12 +159,7 @@ std::pair<Tensor, Tensor> exchange_keys(distributed::Communicator& comm, const R
 MF_REGISTER_OP(OpDef{
     .name = "one_embedding_sharded_lookup",
     .inputs = {"shadow", "ids", "tables"},
-    .infer = [](const TensorList& in, const Attrs& attrs) {
-      const auto t = of(attrs);
-      MF_CHECK(in[1].dim() == 1 && in[2].dim() == 1 && in[1].numel() == in[2].numel(), ShapeError,
-               "one_embedding_sharded_lookup: ids and tables must be 1-d of equal length");
-      return std::vector<TensorMeta>{{{in[1].numel(), t->dim()}, t->dtype(), in[1].device()}};
-    },
+    .infer = rows_of_keys,
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
       const auto t = of(attrs);
       distributed::Communicator& comm = group_of(attrs);
@@ -217,13 +226,7 @@ MF_REGISTER_OP(OpDef{
 MF_REGISTER_OP(OpDef{
     .name = "one_embedding_lookup",
     .inputs = {"shadow", "ids", "tables"},
-    .infer = [](const TensorList& in, const Attrs& attrs) {
-      const auto t = of(attrs);
-      MF_CHECK(in[1].dim() == 1 && in[2].dim() == 1 && in[1].numel() == in[2].numel(), ShapeError,
-               "one_embedding_lookup: ids and tables must be 1-d of equal length, got ", shape_str(in[1].sizes()),
-               " and ", shape_str(in[2].sizes()));
-      return std::vector<TensorMeta>{{{in[1].numel(), t->dim()}, t->dtype(), in[1].device()}};
-    },
+    .infer = rows_of_keys,
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
       const Tensor rows = of(attrs)->lookup_keys(in[1], in[2]);
       std::memcpy(out[0].data_ptr(), rows.data_ptr(), size_t(rows.numel()) * rows.element_size());
@@ -260,9 +263,7 @@ MF_REGISTER_OP(OpDef{
     // scaler's flag, set when the step is skipped (Note [Skipped updates]).
     .inputs = {"shadow", "tokens", "found_inf"},
     .variadic = true,
-    .infer = [](const TensorList& in, const Attrs&) {
-      return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
-    },
+    .infer = like_input0,
     .cpu_kernel = [](const TensorList& in, TensorList&, const Attrs& attrs) {
       const auto t = of(attrs);
       const Tensor& flag = in.back();
@@ -286,9 +287,7 @@ MF_REGISTER_OP(OpDef{
     .name = "one_embedding_unscale",
     .inputs = {"found_inf", "inv_scale", "tokens"},
     .variadic = true,
-    .infer = [](const TensorList& in, const Attrs&) {
-      return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
-    },
+    .infer = like_input0,
     .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
       const auto t = of(attrs);
       t->scale_gradients(double(*static_cast<const float*>(in[1].data_ptr())));
