@@ -31,6 +31,7 @@ NAMESPACES = [
     ("torch.autograd", "meshflow.autograd"),
     ("torch.linalg", "meshflow.linalg"),
     ("torch.distributions", "meshflow.distributions"),
+    ("torch.profiler", "meshflow.profiler"),
 ]
 
 # Names that are not part of a device-independent training API: backend

@@ -21,7 +21,7 @@ from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
 from meshflow import autograd, datasets, errors, io, linalg, nn, optim, return_types, testing, utils  # noqa: F401
 from meshflow import distributed, env  # noqa: F401
-from meshflow import amp, cpu, cuda, distributions, one_embedding  # noqa: F401
+from meshflow import amp, cpu, cuda, distributions, one_embedding, profiler  # noqa: F401
 from meshflow.amp import autocast  # noqa: F401
 from meshflow.errors import OutOfMemoryError  # noqa: F401  (torch.OutOfMemoryError)
 from meshflow.io import load, save  # noqa: F401

@@ -12,6 +12,7 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
+#include "meshflow/profiler.h"
 
 namespace mf::autograd {
 namespace {
@@ -165,6 +166,7 @@ TensorList run_pass(std::vector<std::pair<std::shared_ptr<Node>, TensorList>> se
       if (keep && pass.kept) pass.kept(node, inputs);
       {
         EdgeMaskScope scope(mask);
+        profiler::Span span("autograd", [&] { return node->name(); }, 0);
         outputs = node->apply(std::move(inputs));
       }
       if (!pass.retain_graph && !keep) node->release_variables();

@@ -6,6 +6,7 @@
 #include "meshflow/autocast.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/ops/shape.h"
+#include "meshflow/profiler.h"
 
 namespace mf::dispatch {
 
@@ -108,6 +109,13 @@ void record_call(const OpDef& op, const TensorList& inputs, const Attrs& attrs, 
 
 }  // namespace
 
+// An op span's input shapes (Note [Profiler]).
+static void record_input_shapes(profiler::Span& span, const TensorList& inputs) {
+  for (const Tensor& t : inputs)
+    span.event().shapes.push_back(t.defined() ? std::vector<int64_t>(t.sizes().begin(), t.sizes().end())
+                                              : std::vector<int64_t>{});
+}
+
 CallRecorder::CallRecorder() : prev_(recorder) { recorder = this; }
 CallRecorder::~CallRecorder() { recorder = prev_; }
 
@@ -144,6 +152,9 @@ TensorList apply_below_autocast(const OpDef& op, const TensorList& inputs, const
 }  // namespace
 
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  profiler::Span span("op", op.name.c_str());
+  if (span.on() && profiler::record_shapes()) [[unlikely]]
+    record_input_shapes(span, inputs);
   if (autocast::any_enabled() && op.autocast != AutocastPolicy::Follow) [[unlikely]] {
     TensorList cast = autocast::cast_inputs(op, inputs);
     return apply_below_autocast(op, cast, attrs);
@@ -158,6 +169,9 @@ Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) 
 }
 
 Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  profiler::Span span("op", [&] { return op.name + "_"; }, 0);
+  if (span.on() && profiler::record_shapes()) [[unlikely]]
+    record_input_shapes(span, inputs);
   check_inputs(op, inputs);
   MF_CHECK(op.inplace, Error, op.name, ": has no in-place form");
   MF_CHECK(!inputs.empty() && inputs[0].defined(), Error, op.name, "_: the tensor to write is undefined");

@@ -5,7 +5,9 @@
 namespace mf::distributed {
 
 FlightRecorder::Scope::Scope(FlightRecorder& recorder, const char* name, bool collective, std::string what)
-    : recorder_(recorder) {
+    : recorder_(recorder), span_("comm", name) {
+  if (span_.on()) [[unlikely]]
+    span_.event().args = what;
   std::lock_guard<std::mutex> guard(recorder.mutex_);
   id_ = ++recorder.calls_;
   Record& rec = recorder.records_[(id_ - 1) % kRecords];

@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "meshflow/profiler.h"
+
 namespace mf::distributed {
 
 class FlightRecorder {
@@ -27,6 +29,7 @@ class FlightRecorder {
    private:
     FlightRecorder& recorder_;
     uint64_t id_ = 0;
+    profiler::Span span_;  // the call's span in a profiler trace
   };
 
   // (collectives so far, name) of the latest call begun.

@@ -11,15 +11,21 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "meshflow/distributed/communicator.h"
+#include "meshflow/profiler.h"
 
 namespace mf::distributed {
 
 class JobThread {
  public:
-  JobThread() : thread_([this] { loop(); }) {}
+  // name: the thread's name in profiler traces.
+  explicit JobThread(std::string name) : thread_([this, name = std::move(name)] {
+    profiler::set_thread_name(name);
+    loop();
+  }) {}
   // Runs the jobs already submitted, then ends the thread.
   ~JobThread() {
     {

@@ -21,7 +21,7 @@ namespace {
 // each rank and mismatch. On one thread they run in the order the backward
 // launches them, which is the same on every rank.
 JobThread& reduction_thread() {
-  static JobThread thread;
+  static JobThread thread("DDP reduction");
   return thread;
 }
 

@@ -17,6 +17,7 @@
 #include "meshflow/generator.h"
 #include "meshflow/graph/fusion.h"
 #include "meshflow/optim/optimizer.h"
+#include "meshflow/profiler.h"
 #include "ops/kernels/cpu/loops.h"
 
 namespace mf::graph {
@@ -253,7 +254,7 @@ void Executable::lower() {
     else steps_[size_t(step_of[size_t(waits[i])])].waits.push_back(slot);
   }
   if (num_slots_ && !comm_thread_) {
-    comm_thread_ = std::make_unique<distributed::JobThread>();
+    comm_thread_ = std::make_unique<distributed::JobThread>("graph communication");
     comm_thread_->set_idle_poll([this] { return poll_messages(); });
   }
 }
@@ -349,6 +350,17 @@ void Executable::on_comm_thread(const std::function<void()>& job) {
   else job();
 }
 
+namespace {
+
+// A plan node's kernel inside its profiler span (Note [Profiler]).
+template <class Step>
+void run_kernel(Step& step) {
+  profiler::Span span("graph", step.op->name.c_str());
+  step.kernel(step.inputs, step.outputs, step.attrs);
+}
+
+}  // namespace
+
 void Executable::run_steps() {
   reserve_random_counters();
   std::vector<std::future<void>> pending(static_cast<size_t>(num_slots_));
@@ -396,10 +408,10 @@ void Executable::run_steps() {
         });
       } else if (step.async_slot >= 0) {
         pending[size_t(step.async_slot)] =
-            comm_thread_->submit([&step] { step.kernel(step.inputs, step.outputs, step.attrs); });
+            comm_thread_->submit([&step] { run_kernel(step); });
       } else if (timing_) {
         const double start = seconds_now();
-        step.kernel(step.inputs, step.outputs, step.attrs);
+        run_kernel(step);
         const double end = seconds_now();
         const PipelineTag& last = timeline_.empty() ? step.tag : timeline_.back().tag;
         if (timeline_.empty() || last.stage != step.tag.stage || last.micro_batch != step.tag.micro_batch ||
@@ -408,7 +420,7 @@ void Executable::run_steps() {
         else
           timeline_.back().end = end;
       } else {
-        step.kernel(step.inputs, step.outputs, step.attrs);
+        run_kernel(step);
       }
     }
     for (int32_t slot : final_waits_) wait_slot(slot);
@@ -439,6 +451,7 @@ void Executable::run_steps() {
 }
 
 TensorList Executable::run(const TensorList& inputs) {
+  profiler::Span span("graph", "graph step");
   bind_inputs(inputs);
   run_steps();
   TensorList outputs;

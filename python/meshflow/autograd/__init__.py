@@ -4,7 +4,7 @@ jacobian / hessian / vjp / jvp / vhp / hvp of functions (functional)."""
 from meshflow import _C
 from meshflow._C import Node
 from meshflow._grad_mode import enable_grad, inference_mode, no_grad, set_grad_enabled
-from meshflow.autograd import functional, graph  # noqa: F401
+from meshflow.autograd import functional, graph, profiler  # noqa: F401
 from meshflow.autograd.function import Function, FunctionCtx, once_differentiable  # noqa: F401
 
 __all__ = ["backward", "grad", "Node", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "Function",

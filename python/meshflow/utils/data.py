@@ -21,6 +21,7 @@ import time
 import warnings
 
 import meshflow as _mf
+from meshflow._C import _profiler
 from meshflow._C import data as _data
 from meshflow.utils.sampler import (  # noqa: F401  (also meshflow.utils.data's)
     BatchSampler, DistributedSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
@@ -262,6 +263,16 @@ class _Batches:
     def __iter__(self):
         return self
 
+    def __next__(self):
+        if not _profiler.enabled():
+            return self._next()
+        start = _profiler.now_ns()
+        try:
+            return self._next()
+        finally:
+            _profiler.add(f"enumerate(DataLoader)#{type(self).__name__}.__next__", "data", start,
+                          _profiler.now_ns())
+
     def __len__(self):
         if self._length is None:
             raise TypeError("this DataLoader's dataset has no len()")
@@ -279,7 +290,7 @@ class _SerialBatches(_Batches):
         self._tasks = iter(tasks)
         self._build = build
 
-    def __next__(self):
+    def _next(self):
         return self._build(next(self._tasks))
 
 
@@ -486,7 +497,7 @@ class _ThreadedBatches(_Batches):
         for thread in self._threads:
             thread.start()
 
-    def __next__(self):
+    def _next(self):
         try:
             return self._state.next()
         except StopIteration:
@@ -512,7 +523,7 @@ class _FastBatches(_Batches):
         super().__init__(len(batches))
         self._it = _data.BatchIterator(cpp_dataset, batches, num_workers, prefetch_factor)
 
-    def __next__(self):
+    def _next(self):
         return next(self._it)
 
     def close(self):
@@ -526,7 +537,7 @@ class _FailedBatches(_Batches):
         super().__init__(length)
         self._error = error
 
-    def __next__(self):
+    def _next(self):
         raise self._error
 
 
