@@ -137,7 +137,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   int64_t weight_count = keys;
   for (int64_t d : batch) weight_count = checked_mul(weight_count, d, op, "the attention weights' count");
   weight_count = checked_mul(weight_count, queries, op, "the attention weights' count");
-  constexpr int64_t kFusedMinWeightBytes = int64_t(64) << 20;
+  constexpr int64_t kFusedMinWeightBytes = int64_t(512) << 20;
   const bool wide = q.dtype() == kFloat32 || q.dtype() == kFloat64;
   const bool fusable = keys > 0 && (wide || weight_count > kFusedMinWeightBytes / 6) &&
                        Shape(k.sizes().begin(), k.sizes().end() - 2) == batch &&
