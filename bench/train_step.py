@@ -11,7 +11,12 @@ processes each, and its best counts: active waiting wins on small,
 latency-bound steps (LeNet) while passive waiting keeps OpenBLAS at full
 speed. A second table gives both libraries at PASSIVE. Libraries: meshflow,
 Debian's PyTorch 1.13 (/usr/bin/python3) and, when bench/setup_torch_venv.sh
-has installed it, the newest PyTorch release (bench/.venv-torch).
+has installed it, the newest PyTorch release (bench/.venv-torch), eager and
+under torch.compile (inductor; the peer of graph mode; passive waiting, one
+policy: it compiles for tens of seconds in each process). The first step of
+meshflow's graph and of torch.compile, which compiles, is timed apart.
+Workloads: MLP, LeNet, ResNet-18 and GPT, and ViT-Tiny, a BERT-style encoder
+with padding and a ConvNeXt-style CNN (examples/models.py).
 
 Also printed: model-FLOP utilisation, the training FLOPs of a step (3x the
 forward's matmul/conv/attention FLOPs) per second over the sgemm rate
@@ -41,8 +46,11 @@ WORKLOADS = {
     "lenet": ("lenet", 32, "sgd_momentum", {}),
     "resnet18": ("resnet18", 32, "sgd_momentum", {}),
     "gpt": ("gpt", 8, "adamw", {}),
+    "vit_tiny": ("vit_tiny", 64, "adamw", {}),
+    "bert": ("bert", 8, "adamw", {}),
+    "convnext": ("convnext", 64, "adamw", {}),
 }
-STEPS = {"mlp": 30, "lenet": 50, "resnet18": 6, "gpt": 10}
+STEPS = {"mlp": 30, "lenet": 50, "resnet18": 6, "gpt": 10, "vit_tiny": 5, "bert": 10, "convnext": 5}
 
 
 def make_optimizer(lib, kind, params):
@@ -110,6 +118,8 @@ def worker(lib_name, workload, steps, precision="fp32"):
     model = models.build(name, lib, **kwargs)
     model.train()
     optimizer = make_optimizer(lib, opt_kind, model.parameters())
+    if lib_name == "torch-compile":
+        model = lib.compile(model)
     rng = np.random.default_rng(0)
     x, y = models.random_batch(name, batch, rng)
     x, y = lib.tensor(x), lib.tensor(y)
@@ -140,7 +150,10 @@ def worker(lib_name, workload, steps, precision="fp32"):
         def step():  # noqa: F811
             return graph(x, y).item()
 
-    for _ in range(3):
+    begin = time.perf_counter()
+    step()  # graph mode and torch.compile compile here
+    extra["first_step_s"] = time.perf_counter() - begin
+    for _ in range(2):
         step()
     if lib_name.startswith("meshflow"):
         # Memory a step needs beyond parameters and optimizer state: eager's
@@ -192,13 +205,14 @@ def measure(configs, workload, steps, rounds):
     runs = {}
     for _ in range(rounds):
         for key in configs:
-            for policy in ("PASSIVE", "ACTIVE"):
+            # torch.compile compiles for 15-50 s in each process: passive only
+            for policy in ("PASSIVE",) if key[1] == "torch-compile" else ("PASSIVE", "ACTIVE"):
                 r = run_child(*key[:2], workload, steps, policy, *key[2:])
                 best = runs.setdefault(key, {}).get(policy)
                 if best is None or r["ms"] < best["ms"]:
                     runs[key][policy] = r
     for per_policy in runs.values():
-        per_policy["best"] = min(per_policy["PASSIVE"], per_policy["ACTIVE"], key=lambda r: r["ms"])
+        per_policy["best"] = min(per_policy.values(), key=lambda r: r["ms"])
     return [runs[key] for key in configs]
 
 
@@ -208,6 +222,7 @@ def main():
     p.add_argument("--steps", type=int, default=0, help="timed steps (0: per-workload default)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--no-new-torch", action="store_true", help="skip the newest-PyTorch venv")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     p.add_argument("--rounds", type=int, default=3, help="processes per library and policy (the best counts)")
     p.add_argument("--amp", action="store_true", help="bfloat16 autocast columns (see the module docstring)")
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
@@ -229,19 +244,35 @@ def main():
         flops = 3 * forward_flops(name, batch, kwargs)
         configs = [("/usr/bin/python3", "meshflow"), ("/usr/bin/python3", "meshflow-graph")] + [
             (python, "torch") for python in peers]
+        with_compile = VENV_PYTHON in peers and not args.no_compile
+        if with_compile:
+            configs.append((VENV_PYTHON, "torch-compile"))
         mine, graph, *theirs = measure(configs, workload, steps, args.rounds)
-        rows.append((workload, flops, mine, graph, theirs))
-        print(workload, json.dumps({"meshflow": mine, "graph": graph, "torch": theirs}), flush=True)
+        compiled = theirs.pop() if with_compile else None
+        rows.append((workload, flops, mine, graph, theirs, compiled))
+        print(workload, json.dumps({"meshflow": mine, "graph": graph, "torch": theirs, "torch_compile": compiled}),
+              flush=True)
 
     def fmt(r):
         return f"{r['ms']:.1f} ({r['policy'][0].lower()})"
 
     versions = [t["best"]["version"] for t in rows[0][4]]
+    if any(r[5] for r in rows):
+        print("\nGraph mode against torch.compile (newest PyTorch, inductor; passive waiting), and the first "
+              "step, which compiles:\n")
+        print("| workload | graph ms | torch.compile ms | graph / compile | graph first step s | "
+              "torch.compile first step s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for workload, flops, mine, graph, theirs, compiled in rows:
+            if compiled:
+                g, c = graph["best"], compiled["best"]
+                print(f"| {workload} | {g['ms']:.1f} | {c['ms']:.1f} | {g['ms'] / c['ms']:.2f} | "
+                      f"{g['first_step_s']:.2f} | {c['first_step_s']:.1f} |")
     print("\nEach at its best OpenMP wait policy (p: passive, a: active); graph = meshflow.nn.Graph:\n")
     print("| workload | meshflow ms | graph ms | " +
           " | ".join(f"torch {v} ms | ratio | graph ratio" for v in versions) + " | meshflow MFU |")
     print("|---|---:|---:|" + "---:|---:|---:|" * len(versions) + "---:|")
-    for workload, flops, mine, graph, theirs in rows:
+    for workload, flops, mine, graph, theirs, _ in rows:
         best, best_graph = mine["best"], graph["best"]
         cells = [workload, fmt(best), fmt(best_graph)]
         for t in theirs:
@@ -255,7 +286,7 @@ def main():
     print("| workload | meshflow ms | graph ms | " +
           " | ".join(f"torch {v} ms | ratio | graph ratio" for v in versions) + " |")
     print("|---|---:|---:|" + "---:|---:|---:|" * len(versions))
-    for workload, flops, mine, graph, theirs in rows:
+    for workload, flops, mine, graph, theirs, _ in rows:
         cells = [workload, f"{mine['PASSIVE']['ms']:.1f}", f"{graph['PASSIVE']['ms']:.1f}"]
         for t in theirs:
             cells += [f"{t['PASSIVE']['ms']:.1f}", f"{mine['PASSIVE']['ms'] / t['PASSIVE']['ms']:.2f}",
@@ -265,7 +296,7 @@ def main():
           "peak, the graph's planned arena, and what the graph allocated besides it:\n")
     print("| workload | eager peak | graph planned | planned / eager | graph other |")
     print("|---|---:|---:|---:|---:|")
-    for workload, flops, mine, graph, theirs in rows:
+    for workload, flops, mine, graph, theirs, _ in rows:
         eager_mb, planned_mb = mine["PASSIVE"]["step_peak_mb"], graph["PASSIVE"]["planned_mb"]
         print(f"| {workload} | {eager_mb:.1f} | {planned_mb:.1f} | {planned_mb / eager_mb:.2f} | "
               f"{graph['PASSIVE']['step_peak_mb']:.1f} |")

@@ -159,7 +159,125 @@ def gpt_sequential(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
     return model
 
 
-BUILDERS = {"mlp": mlp, "lenet": lenet, "fashion_cnn": fashion_cnn, "resnet18": resnet18, "gpt": gpt}
+def vit_tiny(lib, image=32, patch=4, dim=192, depth=12, heads=12, mlp=768, classes=10):
+    """A ViT-Tiny-sized vision transformer on (N, 3, image, image): a
+    patch-embedding convolution, a class token and learned positions,
+    pre-norm encoder layers (GELU MLP) and a linear head on the class
+    token."""
+    nn = lib.nn
+    tokens = (image // patch) ** 2
+
+    class ViT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patch = nn.Conv2d(3, dim, patch, stride=patch)
+            self.cls = nn.Parameter(lib.zeros(1, 1, dim))
+            self.pos = nn.Parameter(lib.zeros(1, tokens + 1, dim))
+            nn.init.trunc_normal_(self.pos, std=0.02)
+            nn.init.trunc_normal_(self.cls, std=0.02)
+            self.blocks = nn.ModuleList([
+                nn.TransformerEncoderLayer(dim, heads, mlp, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True) for _ in range(depth)])
+            self.ln = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, classes)
+
+        def forward(self, x):
+            x = self.patch(x).flatten(2).transpose(1, 2)  # (N, tokens, dim)
+            x = lib.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x[:, 0]))
+
+    return ViT()
+
+
+def bert(lib, vocab=1024, dim=256, heads=4, layers=4, mlp=1024, seq=128):
+    """A BERT-style encoder for masked-language modelling: token and
+    position embeddings with a LayerNorm, post-norm encoder layers (GELU)
+    that ignore padding (src_key_padding_mask from token 0), and an MLM head
+    (dense, GELU, LayerNorm, vocabulary projection). forward(tokens (N, T)
+    int64) -> logits (N, T, vocab); see random_batch for the data."""
+    nn = lib.nn
+    F = lib.nn.functional
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, dim)
+            self.pos = nn.Embedding(seq, dim)
+            self.ln_embed = nn.LayerNorm(dim)
+            self.layers = nn.ModuleList([
+                nn.TransformerEncoderLayer(dim, heads, mlp, dropout=0.0, activation="gelu", batch_first=True)
+                for _ in range(layers)])
+            self.dense = nn.Linear(dim, dim)
+            self.ln_head = nn.LayerNorm(dim)
+            self.decoder = nn.Linear(dim, vocab)
+
+        def forward(self, tokens):
+            padding = tokens == BERT_PAD
+            x = self.ln_embed(self.tok(tokens) + self.pos(lib.arange(tokens.shape[1])))
+            for layer in self.layers:
+                x = layer(x, src_key_padding_mask=padding)
+            return self.decoder(self.ln_head(F.gelu(self.dense(x))))
+
+    return Bert()
+
+
+def convnext(lib, dims=(48, 96, 192, 384), depths=(2, 2, 4, 2), classes=10):
+    """A ConvNeXt-style CNN on (N, 3, 32, 32): a 2x2 patchify stem, stages
+    of blocks (depthwise 7x7 convolution, LayerNorm over channels in
+    channels-last layout, a GELU MLP, layer scale, residual) joined by
+    LayerNorm + 2x2 stride-2 downsampling, global average pooling and a
+    linear head."""
+    nn = lib.nn
+    F = lib.nn.functional
+
+    class ChannelsFirstNorm(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.norm = nn.LayerNorm(d, eps=1e-6)
+
+        def forward(self, x):
+            return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.dwconv = nn.Conv2d(d, d, 7, padding=3, groups=d)
+            self.norm = nn.LayerNorm(d, eps=1e-6)
+            self.pw1 = nn.Linear(d, 4 * d)
+            self.pw2 = nn.Linear(4 * d, d)
+            self.gamma = nn.Parameter(lib.full((d,), 1e-6))
+
+        def forward(self, x):
+            y = self.dwconv(x).permute(0, 2, 3, 1)  # channels last
+            y = self.pw2(F.gelu(self.pw1(self.norm(y)))) * self.gamma
+            return x + y.permute(0, 3, 1, 2)
+
+    class ConvNeXt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            stages = []
+            for i, (d, n) in enumerate(zip(dims, depths)):
+                down = (nn.Sequential(nn.Conv2d(3, d, 2, stride=2), ChannelsFirstNorm(d)) if i == 0 else
+                        nn.Sequential(ChannelsFirstNorm(dims[i - 1]), nn.Conv2d(dims[i - 1], d, 2, stride=2)))
+                stages.append(nn.Sequential(down, *[Block(d) for _ in range(n)]))
+            self.stages = nn.Sequential(*stages)
+            self.norm = nn.LayerNorm(dims[-1], eps=1e-6)
+            self.head = nn.Linear(dims[-1], classes)
+
+        def forward(self, x):
+            x = self.stages(x)
+            return self.head(self.norm(x.mean((2, 3))))
+
+    return ConvNeXt()
+
+
+BERT_PAD, BERT_MASK = 0, 1  # token ids: padding, [MASK]
+
+
+BUILDERS = {"mlp": mlp, "lenet": lenet, "fashion_cnn": fashion_cnn, "resnet18": resnet18, "gpt": gpt,
+            "vit_tiny": vit_tiny, "bert": bert, "convnext": convnext}
 
 
 def build(name, lib, **kwargs):
@@ -180,8 +298,20 @@ def random_batch(name, batch, rng, vocab=1024, seq=128):
     if name == "gpt":
         tokens = rng.integers(0, vocab, size=(batch, seq + 1))
         return tokens[:, :-1].copy(), tokens[:, 1:].copy()
+    if name == "bert":
+        # sentences of seq/2..seq tokens (ids 2..vocab-1) padded with BERT_PAD;
+        # 15% of the real tokens become BERT_MASK, and only those are
+        # predicted (the other targets are cross_entropy's ignore_index -100)
+        tokens = rng.integers(2, vocab, size=(batch, seq))
+        lengths = rng.integers(seq // 2, seq + 1, size=batch)
+        real = np.arange(seq)[None, :] < lengths[:, None]
+        tokens = np.where(real, tokens, BERT_PAD)
+        masked = real & (rng.random((batch, seq)) < 0.15)
+        masked[:, 0] = True  # at least one prediction per sentence
+        return np.where(masked, BERT_MASK, tokens), np.where(masked, tokens, -100)
     shape = {"mlp": (batch, 784), "lenet": (batch, 3, 32, 32), "fashion_cnn": (batch, 1, 28, 28),
-             "resnet18": (batch, 3, 32, 32)}[name]
+             "resnet18": (batch, 3, 32, 32), "vit_tiny": (batch, 3, 32, 32),
+             "convnext": (batch, 3, 32, 32)}[name]
     x = rng.standard_normal(shape).astype(np.float32)
     y = rng.integers(0, 10, size=(batch,))
     return x, y
@@ -189,6 +319,6 @@ def random_batch(name, batch, rng, vocab=1024, seq=128):
 
 def loss_fn(name, lib, output, target):
     F = lib.nn.functional
-    if name == "gpt":
+    if name in ("gpt", "bert"):  # bert's unmasked positions are ignore_index (-100)
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
     return F.cross_entropy(output, target)

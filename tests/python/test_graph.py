@@ -19,12 +19,15 @@ SMALL = {
     "resnet18": dict(kwargs={}, batch=2),
     # (2, 2, 64, 64) attention scores: big enough for the masked softmax to fuse
     "gpt": dict(kwargs=dict(vocab=64, d_model=32, heads=2, layers=2, seq=64), batch=2),
+    "vit_tiny": dict(kwargs=dict(dim=48, depth=2, mlp=96), batch=2),
+    "bert": dict(kwargs=dict(vocab=64, dim=32, layers=2, mlp=64, seq=24), batch=3),
+    "convnext": dict(kwargs=dict(dims=(8, 16, 24, 32), depths=(1, 1, 2, 1)), batch=2),
 }
 
 
 def batch(name, rng):
     cfg = SMALL[name]
-    if name == "gpt":
+    if name in ("gpt", "bert"):
         x, y = models.random_batch(name, cfg["batch"], rng, vocab=cfg["kwargs"]["vocab"], seq=cfg["kwargs"]["seq"])
     else:
         x, y = models.random_batch(name, cfg["batch"], rng)
@@ -85,7 +88,7 @@ def assert_same_state(a, b):
         np.testing.assert_array_equal(sa[k].numpy(), sb[k].numpy(), err_msg=k)
 
 
-@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet18", "gpt"])
+@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet18", "gpt", "vit_tiny", "bert", "convnext"])
 def test_train_steps_equal_eager(name):
     eager, traced = twin_models(name)
     make = (lambda p: mf.optim.AdamW(p, lr=1e-3)) if name == "gpt" else (

@@ -24,6 +24,9 @@ CASES = {
     "lenet": dict(batch=8, kwargs={}),
     "resnet18": dict(batch=4, kwargs={}),
     "gpt": dict(batch=2, kwargs=dict(seq=32)),
+    "vit_tiny": dict(batch=2, kwargs=dict(dim=48, depth=2, mlp=96)),
+    "bert": dict(batch=3, kwargs=dict(vocab=64, dim=32, layers=2, mlp=64, seq=24)),
+    "convnext": dict(batch=2, kwargs=dict(dims=(8, 16, 24, 32), depths=(1, 1, 2, 1))),
 }
 
 OPTIMIZERS = {
@@ -55,7 +58,8 @@ def test_three_steps_match_pytorch(name, opt):
 
     rng = np.random.default_rng(1)
     seq = case["kwargs"].get("seq", 128)
-    data = [models.random_batch(name, case["batch"], rng, seq=seq) for _ in range(3)]
+    vocab = case["kwargs"].get("vocab", 1024)
+    data = [models.random_batch(name, case["batch"], rng, vocab=vocab, seq=seq) for _ in range(3)]
 
     def as_lib(lib, arr):
         t = lib.tensor(arr)
