@@ -322,3 +322,37 @@ def test_adaptive_pools_to_empty_outputs_as_torch():
         assert tuple(m[0].shape) == tuple(t[0].shape) and tuple(m[1].shape) == tuple(t[1].shape)
     t = torch.nn.functional.adaptive_avg_pool3d(torch.tensor(x), (0, 2, 2))
     assert tuple(mf.nn.functional.adaptive_avg_pool3d(mf.tensor(x), (0, 2, 2)).shape) == tuple(t.shape)
+
+
+# Depthwise convolutions (groups == in == out channels) take their own loops
+# for backward, and for the forward in float64 and where the padding spans
+# the input (Note [Depthwise convolution]).
+DEPTHWISE = [  # N, C, H, W, kernel, stride, padding, dilation
+    (2, 3, 9, 11, 3, 1, 1, 1), (2, 4, 16, 16, 7, 1, 3, 1), (1, 5, 8, 7, 3, 2, 1, 1), (2, 3, 10, 10, 5, 2, 0, 1),
+    (1, 2, 12, 13, 3, 1, 2, 2), (3, 6, 5, 5, 7, 1, 3, 1), (2, 4, 2, 2, 7, 1, 3, 1), (1, 3, 6, 9, 4, 3, 2, 1),
+    (70, 2, 4, 4, 3, 1, 1, 1),  # images in several stacks
+]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape", DEPTHWISE)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_depthwise_convolution_matches_torch(shape, dtype, channels_last):
+    N, C, H, W, K, s, p, d = shape
+    rng = np.random.default_rng(N * 100 + H)
+    x, w, b = rng.standard_normal((N, C, H, W)), rng.standard_normal((C, 1, K, K)), rng.standard_normal(C)
+    if channels_last:  # x and the output's gradient arrive as permuted views
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    results = []
+    for lib in (torch, mf):
+        tx, tw, tb = (lib.tensor(a, dtype=getattr(lib, dtype), requires_grad=True) for a in (x, w, b))
+        inp = tx.permute(0, 3, 1, 2) if channels_last else tx
+        y = lib.nn.functional.conv2d(inp, tw, tb, stride=s, padding=p, dilation=d, groups=C)
+        if channels_last:
+            y = y.permute(0, 2, 3, 1)
+        g = np.random.default_rng(7).standard_normal(tuple(y.shape))
+        y.backward(lib.tensor(g, dtype=getattr(lib, dtype)))
+        results.append([to_numpy(t) for t in (y.detach(), tx.grad, tw.grad, tb.grad)])
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-4, atol=1e-4)
+    for name, a, e in zip(("out", "grad_x", "grad_w", "grad_b"), results[1], results[0]):
+        np.testing.assert_allclose(a, e, err_msg=name, **tol)

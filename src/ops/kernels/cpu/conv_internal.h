@@ -15,4 +15,11 @@ void im2col_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape& x_
 // GEMM]); false when it does not apply (grouped convolutions, other dtypes).
 bool gemm_conv_weight_grad(const Tensor& grad_y, const Tensor& x, Tensor& grad_w, const ConvParams& p);
 
+// Depthwise 2-d convolutions (groups == in == out channels) by direct loops
+// (Note [Depthwise convolution] in conv_depthwise.cpp); false (nothing
+// written) when the call is not one: another path runs it.
+bool depthwise_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p);
+bool depthwise_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape& x_shape, const Tensor& w,
+                             Tensor* grad_x, Tensor* grad_w, const ConvParams& p);
+
 }  // namespace mf::cpu

@@ -301,6 +301,11 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& 
     else fill_zero(y);
     return;
   }
+  // Note [Depthwise convolution]: oneDNN's forward unless the dtype has
+  // no oneDNN path or the padding reaches across the whole input.
+  const bool pad_spans_input = p.spatial == 2 && x.dim() == 4 &&
+                               (p.padding[1] >= x.size(2) || p.padding[2] >= x.size(3));
+  if ((y.dtype() == DType::Float64 || pad_spans_input) && depthwise_conv_forward(x, w, bias, y, p)) return;
   if (y.dtype() != DType::Float64 && onednn_forward(x, w, bias, y, p)) return;
   im2col_conv_forward(x, w, bias, y, p);
 }
@@ -308,7 +313,9 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& 
 void conv_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tensor* grad_x, Tensor* grad_w,
                    Tensor* grad_bias, const ConvParams& p) {
   if (grad_bias) bias_grad(grad_y, *grad_bias);
-  data_and_weight_grads(grad_y, x, grad_x ? grad_x->sizes() : x.sizes(), w, grad_x, grad_w, p);
+  const Shape x_shape = grad_x ? grad_x->sizes() : x.sizes();
+  if (depthwise_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p)) return;
+  data_and_weight_grads(grad_y, x, x_shape, w, grad_x, grad_w, p);
 }
 
 void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
