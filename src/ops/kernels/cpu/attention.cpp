@@ -1,8 +1,6 @@
 // The fused attention kernels on the CPU (attention.h).
 #include "ops/kernels/cpu/attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,6 +9,8 @@
 #include <optional>
 #include <type_traits>
 #include <vector>
+
+#include <oneapi/dnnl/dnnl.h>
 
 #include "meshflow/dtype.h"
 #include "meshflow/error.h"
@@ -51,27 +51,27 @@ namespace mf::cpu {
 
 namespace {
 
+// The block products run inside parallel_for tasks, several at once: float
+// goes through oneDNN's sgemm, which runs on the calling thread there (the
+// pthreads OpenBLAS, called from two OpenMP threads at once, left the
+// library's later large GEMMs up to 2x slower), double through OpenBLAS.
+template <typename A>
+void block_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda, const A* b,
+                int64_t ldb, A beta, A* c, int64_t ldc) {
+  if constexpr (std::is_same_v<A, float>) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) return gemm_rows<A>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);  // C = beta * C
+    const dnnl_status_t status =
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    MF_CHECK(status == dnnl_success, Error, "scaled_dot_product_attention: internal: oneDNN sgemm failed (status ",
+             int(status), ")");
+  } else {
+    gemm_rows<A>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
 constexpr int64_t kQueryBlock = 64;
 constexpr int64_t kKeyBlock = 128;
-
-// Row-major C = alpha * op(A) op(B) + beta * C.
-template <typename A>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda, const A* b,
-          int64_t ldb, A beta, A* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == A(0) ? A(0) : beta * c[i * ldc + j];
-    return;
-  }
-  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<A, float>)
-    cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
-                int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
-                int(ldc));
-}
 
 // A (batch..., rows, cols) operand read through its strides: element
 // (b, r, c) is data[offsets[b] + r * rs + c * cs] (a broadcast dim steps 0).
@@ -183,7 +183,7 @@ struct Problem {
   // false when every one is -inf.
   bool scores(int64_t b, int64_t i0, int64_t nq, int64_t j0, int64_t nk, const A* qs, const A* ks, int64_t ldk,
               A* s) const {
-    gemm<A>(false, true, nq, nk, e, A(1), qs, e, ks, ldk, A(0), s, nk);
+    block_gemm<A>(false, true, nq, nk, e, A(1), qs, e, ks, ldk, A(0), s, nk);
     constexpr A neg_inf = -std::numeric_limits<A>::infinity();
     bool any = false;
     for (int64_t r = 0; r < nq; ++r) {
@@ -272,7 +272,7 @@ void forward(const Problem<T, M>& pb, T* out, acc_type<T>* lse_out) {
           if (alpha != A(1))
             for (int64_t c = 0; c < ev; ++c) w.o[size_t(r * ev + c)] *= alpha;
         }
-        gemm<A>(false, false, nq, ev, nk, A(1), w.s.data(), nk, vb, ldv, A(1), w.o.data(), ev);
+        block_gemm<A>(false, false, nq, ev, nk, A(1), w.s.data(), nk, vb, ldv, A(1), w.o.data(), ev);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const int64_t row = b * pb.queries + i0 + r;
@@ -332,9 +332,9 @@ void backward(const Problem<T, M>& pb, const Strided<T>& grad_out, const T* out,
             for (int64_t x = 0; x < nq * nk; ++x) w.p[size_t(x)] = w.s[size_t(x)] * w.keep[size_t(x)];
             pd = w.p.data();
           }
-          gemm<A>(true, false, nk, ev, nq, A(1), pd, nk, gb, ldg, A(1), w.dv.data(), ev);
+          block_gemm<A>(true, false, nk, ev, nq, A(1), pd, nk, gb, ldg, A(1), w.dv.data(), ev);
           // p <- dP (of the kept weights), then dS = P * (dP * keep - D)
-          gemm<A>(false, true, nq, nk, ev, A(1), gb, ldg, vb, ldv, A(0), w.p.data(), nk);
+          block_gemm<A>(false, true, nq, nk, ev, A(1), gb, ldg, vb, ldv, A(0), w.p.data(), nk);
           for (int64_t r = 0; r < nq; ++r) {
             const A d = dvec[size_t(i0 + r)];
             A* dp = w.p.data() + r * nk;
@@ -348,8 +348,8 @@ void backward(const Problem<T, M>& pb, const Strided<T>& grad_out, const T* out,
               for (int64_t c = 0; c < nk; ++c) dp[c] = p[c] * (dp[c] - d);
             }
           }
-          gemm<A>(false, false, nq, e, nk, scale, w.p.data(), nk, kb, ldk, A(1), dq.data() + i0 * e, e);
-          gemm<A>(true, false, nk, e, nq, A(1), w.p.data(), nk, w.q.data(), e, A(1), w.dk.data(), e);
+          block_gemm<A>(false, false, nq, e, nk, scale, w.p.data(), nk, kb, ldk, A(1), dq.data() + i0 * e, e);
+          block_gemm<A>(true, false, nk, e, nq, A(1), w.p.data(), nk, w.q.data(), e, A(1), w.dk.data(), e);
         }
         for (int64_t r = 0; r < nk; ++r) {
           const int64_t row = b * S + j0 + r;

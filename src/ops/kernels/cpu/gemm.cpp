@@ -261,6 +261,28 @@ bool prefers_onednn(const Tensor& a, const Tensor& out) {
 
 }  // namespace
 
+template <typename T>
+void gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+               int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
+                int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
+                int(ldc));
+}
+template void gemm_rows<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                               int64_t, float, float*, int64_t);
+template void gemm_rows<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                                const double*, int64_t, double, double*, int64_t);
+
 std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
   const int64_t nb = int64_t(batch.size()), tb = t.dim() - 2;
   Shape strides(size_t(nb), 0);

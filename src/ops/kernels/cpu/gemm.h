@@ -14,6 +14,14 @@ namespace mf::cpu {
 // beta != 0.
 void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha = 1, Scalar beta = 0);
 
+// Row-major C (m, n) = alpha * op(A) op(B) + beta * C on raw float or
+// double pointers (OpenBLAS), op(X) = X^T where the flag is set; k == 0
+// scales C by beta (zero-fills at beta == 0). For kernels that multiply
+// blocks of their own scratch; sizes must fit BLAS's int.
+template <typename T>
+void gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+               int64_t ldb, T beta, T* c, int64_t ldc);
+
 // The element offset of every matrix of t (..., rows, cols) when its batch
 // dims broadcast to `batch`, in batch order (a broadcast dim steps by 0).
 std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch);

@@ -1,7 +1,7 @@
 // The recurrent op's CPU kernels (rnn.h).
 #include "ops/kernels/cpu/rnn.h"
 
-#include <cblas.h>
+#include "ops/kernels/cpu/gemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,22 +21,12 @@ using Steps = RnnSteps;
 int64_t gate_count(Mode m) { return rnn_gates(m); }
 int64_t workspace_width(Mode m, int64_t h) { return rnn_workspace_width(m, h); }
 
-// Row-major C = alpha * op(A) @ op(B) + beta * C; sizes were checked to fit
-// BLAS's int by rnn_layer.
+// Row-major C = op(A) @ op(B) + beta * C; sizes were checked to fit BLAS's
+// int by rnn_layer.
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
           T beta, T* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
-    return;
-  }
-  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  gemm_rows<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 template <typename T>
