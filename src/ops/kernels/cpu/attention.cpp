@@ -29,7 +29,8 @@ namespace mf::cpu {
 // m and sum l rescale the partial output when m grows). Memory is the
 // blocks plus out and lse = m + log(l): linear in the sequence, where the
 // composed formula keeps (L, S) weights (and, under dropout, their mask).
-// Products are float32 (float64 for float64 inputs) BLAS calls on blocks
+// Products are float32 (float64 for float64 inputs) GEMM calls on blocks
+// (block_gemm: oneDNN's sgemm, OpenBLAS for float64) read in place or
 // packed from any strides, scale folded into the query block.
 //
 // Backward recomputes each block's weights from lse: P = exp(S - lse),
