@@ -115,7 +115,10 @@ MemoryPlan plan_memory(const Graph& graph) {
   };
   std::vector<ValueId> order;
   for (size_t i = 0; i < values.size(); ++i)
-    if (is_planned(graph, ValueId(i)) && plan.lifetimes[i].second >= 0) order.push_back(ValueId(i));
+    // Every touched buffer, an input that no node reads included (its
+    // lifetime is the write at -1 alone: the run still copies it in).
+    if (is_planned(graph, ValueId(i)) && plan.lifetimes[i].first <= plan.lifetimes[i].second)
+      order.push_back(ValueId(i));
   std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {
     const int64_t sa = values[size_t(a)].nbytes(), sb = values[size_t(b)].nbytes();
     if (sa != sb) return sa > sb;

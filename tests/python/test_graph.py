@@ -565,3 +565,21 @@ def test_a_parameter_frozen_between_calls_gets_its_own_plan():
     assert graph.num_compiled == 2
     for p, q in zip(model.parameters(), ref.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_an_input_no_node_reads_gets_its_own_buffer():
+    """An unused build() input is still copied into the plan's arena each
+    run: it needs a buffer of its own (it once got offset -1 and the copy
+    wrote before the arena)."""
+    r = mf.randn(1, 4)
+
+    class G(mf.nn.Graph):
+        def build(self, x, unused):
+            return x * 0.5 + r
+
+    g = G()
+    x = mf.randn(4, 4)
+    for _ in range(3):
+        out = g(x, mf.randn(64, 64))
+        np.testing.assert_array_equal(out.numpy(), (x * 0.5 + r).numpy())
+    assert g.planned_peak_bytes >= 64 * 64 * 4
