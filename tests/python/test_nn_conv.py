@@ -325,12 +325,14 @@ def test_adaptive_pools_to_empty_outputs_as_torch():
 
 
 # Depthwise convolutions (groups == in == out channels) take their own loops
-# for backward, and for the forward in float64 and where the padding spans
-# the input (Note [Depthwise convolution]).
+# for backward (but oneDNN's for 3x3 kernels), and for the forward in float64
+# and where the padding spans the input (Note [Depthwise convolution]).
 DEPTHWISE = [  # N, C, H, W, kernel, stride, padding, dilation
     (2, 3, 9, 11, 3, 1, 1, 1), (2, 4, 16, 16, 7, 1, 3, 1), (1, 5, 8, 7, 3, 2, 1, 1), (2, 3, 10, 10, 5, 2, 0, 1),
     (1, 2, 12, 13, 3, 1, 2, 2), (3, 6, 5, 5, 7, 1, 3, 1), (2, 4, 2, 2, 7, 1, 3, 1), (1, 3, 6, 9, 4, 3, 2, 1),
-    (70, 2, 4, 4, 3, 1, 1, 1),  # images in several stacks
+    (70, 2, 4, 4, 3, 1, 1, 1),
+    (2, 70, 6, 6, 7, 1, 3, 1),  # 16-channel blocks with a partial last block
+    (2, 64, 5, 5, 5, 2, 2, 1),
 ]
 
 

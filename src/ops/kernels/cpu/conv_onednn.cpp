@@ -293,6 +293,15 @@ void data_and_weight_grads(const Tensor& grad_y, const Tensor& x, const Shape& x
 
 }  // namespace
 
+namespace {
+
+// A 2-d input plane smaller than the kernel (the padding reaches across it).
+bool plane_smaller_than_kernel(const Shape& x, const Tensor& w, const ConvParams& p) {
+  return p.spatial == 2 && x.size() == 4 && w.dim() == 4 && (x[2] < w.size(2) || x[3] < w.size(3));
+}
+
+}  // namespace
+
 void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
   if (y.numel() == 0) return;
   if (x.numel() == 0 || w.numel() == 0) {
@@ -303,8 +312,8 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& 
   }
   // Note [Depthwise convolution]: oneDNN's forward unless the dtype has
   // no oneDNN path or the padding reaches across the whole input.
-  const bool pad_spans_input = p.spatial == 2 && x.dim() == 4 &&
-                               (p.padding[1] >= x.size(2) || p.padding[2] >= x.size(3));
+  const bool pad_spans_input =
+      p.spatial == 2 && x.dim() == 4 && (p.padding[1] >= x.size(2) || p.padding[2] >= x.size(3));
   if ((y.dtype() == DType::Float64 || pad_spans_input) && depthwise_conv_forward(x, w, bias, y, p)) return;
   if (y.dtype() != DType::Float64 && onednn_forward(x, w, bias, y, p)) return;
   im2col_conv_forward(x, w, bias, y, p);
@@ -314,7 +323,11 @@ void conv_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tenso
                    Tensor* grad_bias, const ConvParams& p) {
   if (grad_bias) bias_grad(grad_y, *grad_bias);
   const Shape x_shape = grad_x ? grad_x->sizes() : x.sizes();
-  if (depthwise_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p)) return;
+  // Note [Depthwise convolution]: oneDNN's backward only for 3x3 kernels
+  // on planes at least as large.
+  const bool onednn_kernel = w.dim() == 4 && w.size(2) == 3 && w.size(3) == 3 &&
+                             !plane_smaller_than_kernel(x_shape, w, p) && grad_y.dtype() != DType::Float64;
+  if (!onednn_kernel && depthwise_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p)) return;
   data_and_weight_grads(grad_y, x, x_shape, w, grad_x, grad_w, p);
 }
 
