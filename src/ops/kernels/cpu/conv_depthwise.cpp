@@ -111,58 +111,48 @@ struct Block {
         for (int64_t ox = 0; ox < g.ow; ++ox) y[size_t((oy * g.ow + ox) * CB + cc)] = A(*src.at(img, c0 + cc, oy, ox));
   }
 
-  // Y += conv(X)
-  void forward() {
+  // fn(y, x, w): the CB-channel offsets of an output in Y (or GY), of the
+  // input it meets in X through a tap, and of the tap in W, for every
+  // output and tap whose input row is not padding.
+  template <typename F>
+  void each_tap(F&& fn) const {
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ky = 0; ky < g.kh; ++ky) {
         const int64_t r = oy * g.sh + ky * g.dh;
         if (!g.real_row(r)) continue;
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          A* out = y.data() + (oy * g.ow + ox) * CB;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const A* in = x.data() + (r * g.wp + ox * g.sw + kx * g.dw) * CB;
-            const A* f = wts.data() + (ky * g.kw + kx) * CB;
-#pragma omp simd
-            for (int cc = 0; cc < CB; ++cc) out[cc] += f[cc] * in[cc];
-          }
-        }
+        for (int64_t ox = 0; ox < g.ow; ++ox)
+          for (int64_t kx = 0; kx < g.kw; ++kx)
+            fn((oy * g.ow + ox) * CB, (r * g.wp + ox * g.sw + kx * g.dw) * CB, (ky * g.kw + kx) * CB);
       }
+  }
+
+  // Y += conv(X)
+  void forward() {
+    A* out = y.data();
+    const A *in = x.data(), *f = wts.data();
+    each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
+#pragma omp simd
+      for (int cc = 0; cc < CB; ++cc) out[yo + cc] += f[wo + cc] * in[xo + cc];
+    });
   }
 
   // X (as the padded input gradient) += the adjoint of conv applied to Y
   void input_gradient() {
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        const int64_t r = oy * g.sh + ky * g.dh;
-        if (!g.real_row(r)) continue;
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const A* gy = y.data() + (oy * g.ow + ox) * CB;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            A* gx = x.data() + (r * g.wp + ox * g.sw + kx * g.dw) * CB;
-            const A* f = wts.data() + (ky * g.kw + kx) * CB;
+    A* gx = x.data();
+    const A *gy = y.data(), *f = wts.data();
+    each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
 #pragma omp simd
-            for (int cc = 0; cc < CB; ++cc) gx[cc] += f[cc] * gy[cc];
-          }
-        }
-      }
+      for (int cc = 0; cc < CB; ++cc) gx[xo + cc] += f[wo + cc] * gy[yo + cc];
+    });
   }
 
   // sums[tap][:] += sum over outputs of GY * X
   void weight_gradient(A* sums) const {
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        const int64_t r = oy * g.sh + ky * g.dh;
-        if (!g.real_row(r)) continue;
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const A* gy = y.data() + (oy * g.ow + ox) * CB;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const A* in = x.data() + (r * g.wp + ox * g.sw + kx * g.dw) * CB;
-            A* s = sums + (ky * g.kw + kx) * CB;
+    const A *gy = y.data(), *in = x.data();
+    each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
 #pragma omp simd
-            for (int cc = 0; cc < CB; ++cc) s[cc] += gy[cc] * in[cc];
-          }
-        }
-      }
+      for (int cc = 0; cc < CB; ++cc) sums[wo + cc] += gy[yo + cc] * in[xo + cc];
+    });
   }
 };
 
