@@ -16,7 +16,8 @@ under torch.compile (inductor; the peer of graph mode; passive waiting, one
 policy: it compiles for tens of seconds in each process). The first step of
 meshflow's graph and of torch.compile, which compiles, is timed apart.
 Workloads: MLP, LeNet, ResNet-18 and GPT, and ViT-Tiny, a BERT-style encoder
-with padding and a ConvNeXt-style CNN (examples/models.py).
+with padding, a ConvNeXt-style CNN and DLRM with plain embedding tables
+(examples/models.py).
 
 Also printed: model-FLOP utilisation, the training FLOPs of a step (3x the
 forward's matmul/conv/attention FLOPs) per second over the sgemm rate
@@ -49,8 +50,9 @@ WORKLOADS = {
     "vit_tiny": ("vit_tiny", 64, "adamw", {}),
     "bert": ("bert", 8, "adamw", {}),
     "convnext": ("convnext", 64, "adamw", {}),
+    "dlrm": ("dlrm", 256, "adamw", {}),
 }
-STEPS = {"mlp": 30, "lenet": 50, "resnet18": 6, "gpt": 10, "vit_tiny": 5, "bert": 10, "convnext": 5}
+STEPS = {"mlp": 30, "lenet": 50, "resnet18": 6, "gpt": 10, "vit_tiny": 5, "bert": 10, "convnext": 5, "dlrm": 30}
 
 
 def make_optimizer(lib, kind, params):

@@ -273,11 +273,48 @@ def convnext(lib, dims=(48, 96, 192, 384), depths=(2, 2, 4, 2), classes=10):
     return ConvNeXt()
 
 
+def dlrm(lib, dense=13, tables=26, rows=1000, dim=32, bottom=(64,), top=(64,)):
+    """DLRM with plain embedding tables (one nn.EmbeddingBag per categorical
+    feature, sum of one id per sample; examples/dlrm.py trains the sharded
+    OneEmbedding form): a bottom MLP over the dense features, the pairwise
+    dot products of the dense vector and the embeddings (the strict upper
+    triangle), and a top MLP to one logit. forward(x (N, dense + tables)
+    float: the dense features, then the ids as floats) -> (N,) logits."""
+    nn = lib.nn
+    F = lib.nn.functional
+    vectors = tables + 1
+    upper = [i * vectors + j for i in range(vectors) for j in range(i + 1, vectors)]
+
+    def mlp_layers(sizes):
+        layers = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        return layers
+
+    class DLRM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bottom = nn.Sequential(*mlp_layers((dense, *bottom, dim)))
+            self.embeddings = nn.ModuleList([nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(tables)])
+            self.top = nn.Sequential(*mlp_layers((dim + len(upper), *top)), nn.Linear(top[-1], 1))
+            self.register_buffer("upper", lib.tensor(upper), persistent=False)
+
+        def forward(self, x):
+            ids = x[:, dense:].long()
+            d = self.bottom(x[:, :dense])
+            vecs = [d] + [emb(ids[:, k:k + 1]) for k, emb in enumerate(self.embeddings)]
+            t = lib.stack(vecs, 1)  # (N, tables + 1, dim)
+            z = lib.bmm(t, t.transpose(1, 2)).flatten(1)  # all pairwise dot products
+            return self.top(lib.cat([d, z.index_select(1, self.upper)], 1)).squeeze(1)
+
+    return DLRM()
+
+
 BERT_PAD, BERT_MASK = 0, 1  # token ids: padding, [MASK]
 
 
 BUILDERS = {"mlp": mlp, "lenet": lenet, "fashion_cnn": fashion_cnn, "resnet18": resnet18, "gpt": gpt,
-            "vit_tiny": vit_tiny, "bert": bert, "convnext": convnext}
+            "vit_tiny": vit_tiny, "bert": bert, "convnext": convnext, "dlrm": dlrm}
 
 
 def build(name, lib, **kwargs):
@@ -309,6 +346,13 @@ def random_batch(name, batch, rng, vocab=1024, seq=128):
         masked = real & (rng.random((batch, seq)) < 0.15)
         masked[:, 0] = True  # at least one prediction per sentence
         return np.where(masked, BERT_MASK, tokens), np.where(masked, tokens, -100)
+    if name == "dlrm":
+        # log-normal dense features, Zipf-like ids (below 1000, the default
+        # table size), labels from a hidden rule
+        dense = rng.lognormal(0.0, 1.0, size=(batch, 13))
+        ids = np.minimum(rng.zipf(1.3, size=(batch, 26)) - 1, 999)
+        y = (np.log1p(dense[:, 0]) + (ids[:, 0] % 2) > 1.0).astype(np.float32)
+        return np.concatenate([dense, ids], 1).astype(np.float32), y
     shape = {"mlp": (batch, 784), "lenet": (batch, 3, 32, 32), "fashion_cnn": (batch, 1, 28, 28),
              "resnet18": (batch, 3, 32, 32), "vit_tiny": (batch, 3, 32, 32),
              "convnext": (batch, 3, 32, 32)}[name]
@@ -321,4 +365,6 @@ def loss_fn(name, lib, output, target):
     F = lib.nn.functional
     if name in ("gpt", "bert"):  # bert's unmasked positions are ignore_index (-100)
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+    if name == "dlrm":
+        return F.binary_cross_entropy_with_logits(output, target)
     return F.cross_entropy(output, target)

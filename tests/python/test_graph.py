@@ -22,6 +22,7 @@ SMALL = {
     "vit_tiny": dict(kwargs=dict(dim=48, depth=2, mlp=96), batch=2),
     "bert": dict(kwargs=dict(vocab=64, dim=32, layers=2, mlp=64, seq=24), batch=3),
     "convnext": dict(kwargs=dict(dims=(8, 16, 24, 32), depths=(1, 1, 2, 1)), batch=2),
+    "dlrm": dict(kwargs=dict(dim=8, bottom=(16,), top=(16,)), batch=16),
 }
 
 
@@ -88,7 +89,7 @@ def assert_same_state(a, b):
         np.testing.assert_array_equal(sa[k].numpy(), sb[k].numpy(), err_msg=k)
 
 
-@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet18", "gpt", "vit_tiny", "bert", "convnext"])
+@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet18", "gpt", "vit_tiny", "bert", "convnext", "dlrm"])
 def test_train_steps_equal_eager(name):
     eager, traced = twin_models(name)
     make = (lambda p: mf.optim.AdamW(p, lr=1e-3)) if name == "gpt" else (

@@ -27,6 +27,7 @@ CASES = {
     "vit_tiny": dict(batch=2, kwargs=dict(dim=48, depth=2, mlp=96)),
     "bert": dict(batch=3, kwargs=dict(vocab=64, dim=32, layers=2, mlp=64, seq=24)),
     "convnext": dict(batch=2, kwargs=dict(dims=(8, 16, 24, 32), depths=(1, 1, 2, 1))),
+    "dlrm": dict(batch=16, kwargs=dict(dim=8, bottom=(16,), top=(16,))),
 }
 
 OPTIMIZERS = {
