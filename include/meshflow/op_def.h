@@ -115,6 +115,9 @@ struct SbpSignature {
 // global output shapes, and `parts` ranks on the mesh axis.
 using SbpRuleFn = std::function<std::vector<SbpSignature>(const TensorList& inputs, const std::vector<Shape>& outputs,
                                                           const Attrs& attrs, int64_t parts)>;
+// The floating-point operations of a call on whole tensors (metadata
+// stand-ins of the inputs, the output shapes).
+using FlopsFn = std::function<double(const TensorList& inputs, const std::vector<Shape>& outputs, const Attrs& attrs)>;
 
 struct OpDef {
   std::string name;
@@ -165,6 +168,11 @@ struct OpDef {
   // executor may run it on its communication thread. Collectives work on
   // local tensors only and have no SBP rule.
   bool collective = false;
+  // The op's arithmetic, for cost models (Note [Auto parallel] in
+  // meshflow/distributed/auto_parallel.h): set on compute-bound ops
+  // (GEMMs, convolutions, attention); unset, a call costs the bytes it
+  // reads and writes.
+  FlopsFn flops;
 
   // Filled by the registry: kernels[device type], cpu_kernel included.
   std::array<KernelFn, kNumDeviceTypes> kernels;

@@ -9,6 +9,7 @@ namespace mf::python {
 
 void init_one_embedding(py::module_& m);  // one_embedding.cpp
 void init_profiler(py::module_& m);       // profiler.cpp
+void init_auto_parallel(py::module_& m);  // auto_parallel.cpp
 namespace {
 
 // Set once by meshflow/__init__.py and kept for the life of the process.
@@ -364,5 +365,6 @@ PYBIND11_MODULE(_C, m) {
   init_graph(m);
   init_one_embedding(m);
   init_profiler(m);
+  init_auto_parallel(m);
   init_amp(m);
 }

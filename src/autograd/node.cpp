@@ -4,6 +4,7 @@
 
 #include "meshflow/autograd.h"
 #include "autograd/observer.h"
+#include "meshflow/distributed/auto_parallel.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
@@ -76,8 +77,11 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     // A global leaf's gradient has the leaf's layout or its gradient layout
     // (a partial sum is reduced, a local zero-filled gradient laid out).
     const NdSbp& layout = global->grad_sbp ? *global->grad_sbp : global->sbp;
-    grad = grad.is_global() ? to_global(grad, global->placement, layout)
-                            : global_from_full(grad, global->placement, layout);
+    Tensor laid_out = grad.is_global() ? to_global(grad, global->placement, layout)
+                                       : global_from_full(grad, global->placement, layout);
+    if (distributed::auto_parallel::LogCalls::active())
+      distributed::auto_parallel::log_accumulation(Tensor(variable_), grad, laid_out);
+    grad = std::move(laid_out);
   }
   if (!meta.grad.defined()) {
     // Keep the gradient's graph only when differentiating twice; otherwise

@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "meshflow/autograd.h"
+#include "meshflow/distributed/auto_parallel.h"
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/distributed/global.h"
@@ -138,9 +139,12 @@ Prepared prepare(const OpDef& op, const TensorList& given, const Attrs& attrs, b
   for (const Tensor& t : inputs) {
     current.push_back(t.defined() && t.is_global() ? sbp_of(t) : NdSbp(size_t(axes), Sbp::broadcast()));
   }
-  // A forced signature applies to the first call of its op only.
+  // A forced signature applies to the first call of its op only; an
+  // auto-parallel plan forces every call's (Note [Auto parallel]).
   std::vector<size_t> force;
-  if (auto taken = ForceSignature::take(op)) {
+  if (auto planned = auto_parallel::FollowPlan::take(op)) {
+    force = std::move(*planned);
+  } else if (auto taken = ForceSignature::take(op)) {
     force = std::move(*taken);
     MF_CHECK(int64_t(force.size()) == axes, ValueError, op.name, ": a forced signature needs one index per mesh axis (",
              axes, "), got ", force.size());
@@ -269,6 +273,7 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
     local_outputs = dispatch::apply(op, r.local_inputs, local_attrs(op, attrs, r));
   }
   if (op.mutates) write_back(op, inputs, r, false);
+  const std::vector<Shape> planned_shapes = r.out_shapes;
   if (op.shape_depends_on_data) {
     MF_CHECK(r.placement->contains(get_rank()), ValueError, op.name,
              ": its output shape depends on the data, so every rank must be in the inputs' placement");
@@ -284,6 +289,7 @@ TensorList interpret_global(const OpDef& op, const TensorList& inputs, const Att
                                          : dispatch::infer(op, r.metas, attrs)[o].dtype;
     outputs.push_back(wrap_output(r, o, dtype, local_outputs.empty() ? Tensor() : local_outputs[o]));
   }
+  if (auto_parallel::LogCalls::active()) auto_parallel::log_call(op, false, inputs, r.metas, planned_shapes, attrs, outputs);
   return outputs;
 }
 
@@ -298,6 +304,7 @@ Tensor interpret_global_inplace(const OpDef& op, const TensorList& inputs, const
     dispatch::apply_inplace(op, r.local_inputs, attrs);
   }
   write_back(op, inputs, r, true);
+  if (auto_parallel::LogCalls::active()) auto_parallel::log_call(op, true, inputs, r.metas, r.out_shapes, attrs, {});
   return self;
 }
 

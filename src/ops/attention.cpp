@@ -46,6 +46,17 @@ std::vector<TensorMeta> fused_infer(const TensorList& in, const Attrs&) {
   return {{out, q.dtype(), q.device()}, {lse, q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()}};
 }
 
+// `products` GEMMs of the (..., T, S) weights with head dim D, causal or not
+// (a causal call skips about half the blocks).
+template <int products>
+double attention_flops(const TensorList& in, const std::vector<Shape>&, const Attrs& attrs) {
+  const Tensor& q = in[0];
+  const Tensor& k = in[1];
+  const double weights = double(q.numel() / std::max<int64_t>(q.size(-1), 1)) * double(k.size(-2));
+  const double causal = attrs.has("is_causal") && attrs.get_bool("is_causal") ? 0.5 : 1.0;
+  return 2.0 * products * weights * double(q.size(-1)) * causal;
+}
+
 MF_REGISTER_OP(OpDef{
     .name = "fused_attention",
     .inputs = {"query", "key", "value", "attn_mask"},
@@ -67,6 +78,7 @@ MF_REGISTER_OP(OpDef{
     .save_inputs = 0b1111,
     .save_outputs = 0b11,
     .sbp = sbp::batched({2, 2, 2, 2}, {2, 1}),
+    .flops = attention_flops<2>,
 });
 
 // inputs (grad_out, query, key, value, attn_mask, out, lse); outputs the
@@ -85,6 +97,7 @@ MF_REGISTER_OP(OpDef{
     },
     .differentiable = false,
     .sbp = sbp::batched({2, 2, 2, 2, 2, 2, 1}, {2, 2, 2}),
+    .flops = attention_flops<5>,  // four block products and the recomputed logits
 });
 
 bool any_global(std::initializer_list<const Tensor*> ts) {

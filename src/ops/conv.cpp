@@ -213,6 +213,10 @@ OpDef conv_def(int64_t spatial) {
       .save_inputs = 0b011,
       .autocast = AutocastPolicy::LowPrecision,
       .sbp = conv_sbp(false),
+      // Each output element sums C_in / groups x kernel products.
+      .flops = [](const TensorList& in, const std::vector<Shape>& out, const Attrs&) {
+        return 2.0 * double(shape_numel(out[0])) * double(in[1].numel() / std::max<int64_t>(in[1].size(0), 1));
+      },
   };
 }
 
@@ -261,6 +265,12 @@ OpDef conv_backward_def(int64_t spatial) {
       },
       .save_inputs = 0b111,
       .sbp = conv_sbp(true),
+      // grad_x and grad_w each cost what the forward does.
+      .flops = [](const TensorList& in, const std::vector<Shape>&, const Attrs& attrs) {
+        const Shape& mask = attrs.get_shape("output_mask");
+        const double forward = 2.0 * double(in[0].numel()) * double(in[2].numel() / std::max<int64_t>(in[2].size(0), 1));
+        return forward * double((mask[0] ? 1 : 0) + (mask[1] ? 1 : 0));
+      },
   };
 }
 

@@ -524,6 +524,12 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
   const Reduction r = parse_reduction("nll_loss", reduction);
   FlatClassInput flat = flatten_class_input("nll_loss", log_probs, target);
   Tensor w = checked_class_weight("nll_loss", weight, flat.logits.sizes()[1], log_probs.dtype());
+  // A global mean is the sum over the total weight (Note [Global means] in
+  // reduce.cpp).
+  if (r == Reduction::Mean && (log_probs.is_global() || target.is_global())) {
+    TensorList sum = dispatch::apply(op, {flat.logits, flat.target, w}, {{"ignore_index", ignore_index}, {"reduction", std::string("sum")}});
+    return div(sum[0], sum.back());
+  }
   Tensor loss = dispatch::apply(op, {flat.logits, flat.target, w},
                                 {{"ignore_index", ignore_index}, {"reduction", reduction}})[0];
   return r == Reduction::None ? reshape(loss, flat.loss_shape) : loss;
@@ -546,6 +552,13 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const Tensor
   }
   FlatClassInput flat = flatten_class_input("cross_entropy", logits, target);
   Tensor w = checked_class_weight("cross_entropy", weight, flat.logits.sizes()[1], logits.dtype());
+  if (r == Reduction::Mean && (logits.is_global() || target.is_global())) {
+    TensorList sum = dispatch::apply(op, {flat.logits, flat.target, w},
+                                     {{"ignore_index", ignore_index},
+                                      {"reduction", std::string("sum")},
+                                      {"label_smoothing", label_smoothing}});
+    return div(sum[0], sum.back());
+  }
   Tensor loss = dispatch::apply(op, {flat.logits, flat.target, w},
                                 {{"ignore_index", ignore_index},
                                  {"reduction", reduction},

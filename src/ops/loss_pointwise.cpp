@@ -243,6 +243,13 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& re
   const DType dt = result_type(input, target);
   MF_CHECK(is_floating(dt), TypeError, "mse_loss: expected floating-point input and target, got ",
            dtype_name(input.dtype()), " and ", dtype_name(target.dtype()));
+  // A global mean is a sum over the count (Note [Global means] in reduce.cpp).
+  if (reduction == "mean" && (input.is_global() || target.is_global())) {
+    const Shape shape = broadcast_shapes(input.sizes(), target.sizes(), "mse_loss");
+    if (shape_numel(shape) > 0)
+      return div(dispatch::apply_one(op, {to(input, dt), to(target, dt)}, {{"reduction", std::string("sum")}}),
+                 Scalar(double(shape_numel(shape))));
+  }
   return dispatch::apply_one(op, {to(input, dt), to(target, dt)}, {{"reduction", reduction}});
 }
 

@@ -147,6 +147,9 @@ MF_REGISTER_OP(OpDef{
     .save_inputs = 0b11,
     .autocast = AutocastPolicy::LowPrecision,
     .sbp = sbp::matmul(false),
+    .flops = [](const TensorList& in, const std::vector<Shape>& out, const Attrs&) {
+      return 2.0 * double(shape_numel(out[0])) * double(in[0].size(-1));
+    },
 });
 
 // beta * t + alpha * (a @ b); t broadcasts to the product's shape.
@@ -178,6 +181,9 @@ MF_REGISTER_OP(OpDef{
     .save_inputs = 0b110,
     .autocast = AutocastPolicy::LowPrecision,
     .sbp = sbp::matmul(true),
+    .flops = [](const TensorList& in, const std::vector<Shape>& out, const Attrs&) {
+      return 2.0 * double(shape_numel(out[0])) * double(in[1].size(-1));
+    },
 });
 
 void check_scalars(const char* op, DType dtype, Scalar beta, Scalar alpha) {

@@ -187,8 +187,28 @@ Tensor sum(const Tensor& t, const Shape& dims, bool keepdim, std::optional<DType
   return dispatch::apply_one(op, {t}, {{"dims", dims}, {"keepdim", keepdim}, {"dtype", out}});
 }
 
+// Note [Global means]: on a global tensor a mean is a sum divided by the
+// count, so that a split reduced dim gives a partial sum (the mean op's
+// kernel divides each shard by its own count, so its rule runs a reduced
+// split broadcast: data parallelism would gather the whole batch for a
+// mean loss). Losses with reduction "mean" do the same.
+std::optional<double> global_mean_count(const Tensor& t, const Shape& dims) {
+  if (!t.is_global() || !is_floating(t.dtype()) || t.numel() == 0) return std::nullopt;
+  double count = 1;
+  if (dims.empty()) return double(t.numel());
+  std::vector<bool> seen(size_t(t.dim()), false);
+  for (int64_t d : dims) {
+    const int64_t n = d < 0 ? d + t.dim() : d;
+    if (n < 0 || n >= t.dim() || seen[size_t(n)]) return std::nullopt;  // the mean op reports it
+    seen[size_t(n)] = true;
+    count *= double(t.size(n));
+  }
+  return count;
+}
+
 Tensor mean(const Tensor& t, const Shape& dims, bool keepdim) {
   static const OpDef& op = dispatch::op("mean");
+  if (auto count = global_mean_count(t, dims)) return div(sum(t, dims, keepdim, std::nullopt), Scalar(*count));
   return dispatch::apply_one(op, {t}, {{"dims", dims}, {"keepdim", keepdim}});
 }
 

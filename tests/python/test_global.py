@@ -13,10 +13,12 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), "dist_scripts")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-def mpirun(n, script, *args, timeout=300):
-    """Runs dist_scripts/<script> on n ranks; fails the test unless every
-    rank ends well and prints its "OK" line."""
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(mf.__file__))), OMP_NUM_THREADS="1")
+def mpirun(n, script, *args, timeout=300, env=None):
+    """Runs dist_scripts/<script> on n ranks (with `env` added to the
+    environment); fails the test unless every rank ends well and prints its
+    "OK" line."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(mf.__file__))), OMP_NUM_THREADS="1",
+               **(env or {}))
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
            os.path.join(SCRIPTS, script), *args]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

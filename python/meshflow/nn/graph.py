@@ -286,6 +286,9 @@ class GraphConfig:
         self.zero = None  # (stage, shard_min_size) while ZeRO is on
         self.accumulation_steps = 1
         self.pipeline_schedule = "1f1b"
+        self.auto_parallel = False
+        self.auto_parallel_memory_limit = 0
+        self.auto_parallel_ignore_user_sbp = False
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -340,6 +343,30 @@ class GraphConfig:
         if name not in _SCHEDULES:
             raise ValueError(f"set_pipeline_schedule: expected one of {', '.join(map(repr, _SCHEDULES))}, got {name!r}")
         self.pipeline_schedule = name
+
+    def enable_auto_parallel(self, mode=True):
+        """OneFlow's automatic parallelism: the graph chooses every
+        parameter's layout and every op's SBP signature on the placement of
+        its inputs (or of its parameters) to minimise the predicted step time
+        (meshflow.distributed.auto). Parameters may be local (the model as
+        written for one device) or broadcast; a parameter laid out otherwise
+        keeps its layout unless enable_auto_parallel_ignore_user_sbp_config
+        is on. The parameters keep the chosen layouts after the compile. See
+        docs/auto_parallel.md."""
+        self.auto_parallel = bool(mode)
+
+    def set_auto_parallel_memory_limit(self, limit):
+        """Bytes per rank the searched plan may keep (parameters, gradients,
+        optimizer state and the peak of live activations, as predicted); 0
+        (the default) sets no limit."""
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
+            raise ValueError(f"set_auto_parallel_memory_limit: expected a number of bytes >= 0, got {limit!r}")
+        self.auto_parallel_memory_limit = float(limit)
+
+    def enable_auto_parallel_ignore_user_sbp_config(self, mode=True):
+        """The search lays out every parameter, also those the user laid out
+        other than broadcast (OneFlow's name)."""
+        self.auto_parallel_ignore_user_sbp = bool(mode)
 
     def enable_exact_mode(self, mode=True):
         """Only the graph rewrites that give the bits of eager mode: the
@@ -419,6 +446,8 @@ class Graph:
         return (tuple(_tensor_signature(a) for a in args),
                 tuple(m.training for _, m in self._modules()), trained, str(self.config.amp_dtype), scaling,
                 self.config.exact, self.config.zero, self.config.accumulation_steps, self.config.pipeline_schedule,
+                self.config.auto_parallel, self.config.auto_parallel_memory_limit,
+                self.config.auto_parallel_ignore_user_sbp,
                 tuple((s[0], repr(s[1])) for s in _pipeline_stages([m for _, m in self._modules()])))
 
     def _compile(self, args):
@@ -428,11 +457,37 @@ class Graph:
                 raise RuntimeError(f"{type(self).__name__}: set_grad_scaler needs an optimizer; a grad scaler "
                                    "scales a training step (call add_optimizer)")
             scaler._lazy_init()  # its state tensors, made before the trace
-        self._lay_out_optimizer_state()
         stages = _pipeline_stages([m for _, m in self._modules()])
+        follow = contextlib.nullcontext()
+        if self.config.auto_parallel:
+            if stages:
+                raise ValueError(f"{type(self).__name__}: enable_auto_parallel searches the layouts of one "
+                                 "placement; it does not combine with set_stage (pipeline stages)")
+            if self.config.zero is not None:
+                raise ValueError(f"{type(self).__name__}: enable_auto_parallel chooses the optimizer state's "
+                                 "layouts itself; turn enable_zero off")
+            from meshflow.distributed import auto
+            plan = auto._plan_graph(self, args)
+            follow = auto._follow(plan)
+        self._lay_out_optimizer_state()
         pipeline = (_Pipeline(type(self).__name__, stages, self.config.pipeline_schedule,
                               self.config.accumulation_steps) if stages else None)
         object.__setattr__(self, "_pipeline", pipeline)
+        with follow:
+            ir, rebuild = self._trace(args, pipeline)
+        if self.config.auto_parallel:
+            auto._check_followed(self, follow)
+        if pipeline is not None and pipeline.rank is not None:
+            _graph.schedule_pipeline(ir, pipeline.kind, pipeline.num_ranks, pipeline.m, pipeline.stages_per_rank,
+                                     pipeline.rank)
+        passes = _graph.optimize(ir, exact=self.config.exact)
+        return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
+
+    def _trace(self, args, pipeline, on_state=None):
+        """build(), its backward and the optimizers' updates traced into an
+        IR; on_state(), if given, runs once the optimizers' state exists,
+        before build()."""
+        scaler = self._scaler()
         tracer = _graph.Tracer()
         try:
             for optimizer, _ in self._optimizers:
@@ -443,6 +498,8 @@ class Graph:
             for prefix, module in self._modules():
                 for name, t in list(module.named_parameters()) + list(module.named_buffers()):
                     tracer.name_variable(t, f"{prefix}.{name}")
+            if on_state is not None:
+                on_state()
             traced_inputs = tracer.add_inputs(list(args))
             # Autocast as configured, whatever region the caller is in.
             from meshflow.amp import autocast
@@ -466,11 +523,7 @@ class Graph:
             ir = tracer.finish(outputs)
         finally:
             tracer.close()
-        if pipeline is not None and pipeline.rank is not None:
-            _graph.schedule_pipeline(ir, pipeline.kind, pipeline.num_ranks, pipeline.m, pipeline.stages_per_rank,
-                                     pipeline.rank)
-        passes = _graph.optimize(ir, exact=self.config.exact)
-        return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
+        return ir, rebuild
 
     def _build_micro_batches(self, inputs, tracer):
         """build() on the whole inputs, or on each micro-batch under gradient
@@ -607,6 +660,14 @@ class Graph:
         if plan is None:
             raise ValueError(f"{type(self).__name__}.profile: no plan for these inputs yet; call the graph first")
         return plan.executable.profile(list(args), runs, by_shape)
+
+    def auto_parallel_report(self):
+        """The plan enable_auto_parallel chose for the last compiled input
+        signature, as a table: each op call's signature, its predicted
+        compute time and the boxing of its inputs; then the parameters'
+        layouts and the predicted step time and memory per rank."""
+        from meshflow.distributed import auto
+        return auto._report_table(self)
 
     def debug(self):
         """Prints the IR of the last plan, the passes run and its memory plan."""

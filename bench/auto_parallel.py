@@ -1,0 +1,168 @@
+"""Automatic parallelism against hand-written plans, on 2 and 4 ranks x 1
+thread (graph mode, float32, SGD momentum):
+
+* mlp: examples/models.py's MLP (784-1024-1024-10), batch 256;
+* wide: the same shape widened to 256-2048-2048-256, batch 16;
+* gpt: examples/models.py's GPT (2 layers, d_model 128, sequence 64,
+  vocabulary 512), batch 16.
+
+For each: the measured step of the searched plan (auto) and of the
+hand-written plans (dp: parameters broadcast, batch split; tp: the MLPs'
+first layer column-parallel, the second row-parallel, the batch whole;
+dp_tp on a 2x2 mesh: dp along mesh axis 0, tp along axis 1), the search
+time, and the error of the searched plan's predicted step time. The
+model is calibrate()'s (cached). Then the collective model against fresh
+measurements at 1 to 64 MiB.
+
+    PYTHONPATH=python /usr/bin/python3 bench/auto_parallel.py
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STEPS = 10
+
+
+def build(mf, models, workload):
+    if workload == "mlp":
+        return models.mlp(mf), models.random_batch("mlp", 256, __import__("numpy").random.default_rng(0))
+    if workload == "wide":
+        import numpy as np
+        rng = np.random.default_rng(0)
+        return (models.mlp(mf, in_features=256, hidden=2048, classes=256),
+                (rng.standard_normal((16, 256)).astype(np.float32), rng.integers(0, 256, size=16)))
+    import numpy as np
+    model = models.gpt(mf, vocab=512, d_model=128, heads=4, layers=2, seq=64)
+    return model, models.random_batch("gpt", 16, np.random.default_rng(0), vocab=512, seq=64)
+
+
+def lay_out(mf, model, plan, mesh):
+    """The hand-written plans of the MLPs (Sequential: Flatten, Linear,
+    ReLU, Linear, ReLU, Linear)."""
+    B, S = mf.sbp.broadcast, mf.sbp.split
+    nd = len(mesh.hierarchy)
+    model.to_global(mesh, (B,) * nd)
+    if plan in ("tp", "dp_tp"):
+        lead = (B,) * (nd - 1)
+
+        def shard(m, name, sbp):
+            setattr(m, name, mf.nn.Parameter(getattr(m, name).detach().to_global(sbp=sbp)))
+        shard(model[1], "weight", lead + (S(0),))
+        shard(model[1], "bias", lead + (S(0),))
+        shard(model[3], "weight", lead + (S(1),))
+
+
+def worker(workload, plan):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import meshflow as mf
+    import models
+    from meshflow.distributed import auto
+    world, rank = mf.env.get_world_size(), mf.env.get_rank()
+    B, S = mf.sbp.broadcast, mf.sbp.split
+    auto.calibrate()
+    mesh = mf.placement("cpu", [[0, 1], [2, 3]] if plan == "dp_tp" else list(range(world)))
+    nd = len(mesh.hierarchy)
+    mf.manual_seed(0)
+    model, (x_np, y_np) = build(mf, models, workload)
+    if plan != "auto":
+        lay_out(mf, model, plan, mesh)
+    opt = mf.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    input_sbp = {"tp": (B,), "dp_tp": (S(0), B)}.get(plan, (S(0),) * nd)
+    whole = (B,) * nd
+    x = mf.tensor(x_np).to_global(placement=mesh, sbp=whole).to_global(sbp=input_sbp)
+    y = mf.tensor(y_np).to_global(placement=mesh, sbp=whole).to_global(sbp=input_sbp)
+
+    class Step(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+            self.config.enable_auto_parallel(plan == "auto")
+
+        def build(self, x, y):
+            loss = models.loss_fn(workload, mf, self.model(x), y)
+            loss.backward()
+            return loss
+
+    g = Step()
+    times = []
+    for i in range(STEPS + 3):
+        mf.distributed.barrier()
+        begin = time.perf_counter()
+        g(x, y).to_local().item()
+        if i >= 3:
+            times.append(time.perf_counter() - begin)
+    out = {"ms": 1000 * statistics.median(times)}
+    if plan == "auto":
+        report = auto.cost_report(g)
+        out.update(predicted_ms=1000 * report["step_time"], search_s=report["search_seconds"],
+                   layouts=sorted({str(tuple(str(s) for s in p["sbp"])) for p in report["parameters"]}))
+    if rank == 0:
+        print(json.dumps(out), flush=True)
+
+
+def collectives_worker():
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import meshflow as mf
+    from meshflow.distributed import auto
+    world = mf.env.get_world_size()
+    model = auto.calibrate()
+    sizes = [int(m * (1 << 20)) for m in (1, 2.5, 10, 40, 64)]
+    measured = auto.measure_collectives(sizes)
+    again = auto.measure_collectives(sizes)
+    rows = []
+    for kind in auto.COLLECTIVES:
+        for (b, t), (_, t2) in zip(measured[kind], again[kind]):
+            rows.append([kind, b / (1 << 20), 1e3 * model.collective(kind, world, b), 1e3 * t, 1e3 * t2])
+    if mf.env.get_rank() == 0:
+        print(json.dumps(rows), flush=True)
+
+
+def run(ranks, *args):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
+           sys.executable, os.path.abspath(__file__), "--worker", *args]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        raise RuntimeError(out.stdout[-2000:] + out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        if sys.argv[2] == "collectives":
+            collectives_worker()
+        else:
+            worker(sys.argv[2], sys.argv[3])
+        return
+    print("| ranks | workload | searched ms | dp ms | tp ms | dp_tp ms | searched / best hand | search s | "
+          "predicted ms | error |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for ranks in (2, 4):
+        for workload in ("mlp", "wide", "gpt"):
+            plans = ["auto", "dp"] + (["tp"] if workload != "gpt" else []) + \
+                    (["dp_tp"] if ranks == 4 and workload != "gpt" else [])
+            res = {p: run(ranks, workload, p) for p in plans}
+            best = min(res[p]["ms"] for p in plans if p != "auto")
+            a = res["auto"]
+            cell = lambda p: f"{res[p]['ms']:.2f}" if p in res else "-"  # noqa: E731
+            err = abs(a["predicted_ms"] - a["ms"]) / a["ms"]
+            print(f"| {ranks} | {workload} | {a['ms']:.2f} | {cell('dp')} | {cell('tp')} | {cell('dp_tp')} | "
+                  f"{a['ms'] / best:.2f} | {a['search_s']:.3f} | {a['predicted_ms']:.2f} | {err:.0%} |", flush=True)
+    print()
+    print("| ranks | collective | MiB | predicted ms | measured ms | measured again ms | error |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for ranks in (2, 4):
+        for kind, mib, pred, t, t2 in run(ranks, "collectives"):
+            print(f"| {ranks} | {kind} | {mib:g} | {pred:.3f} | {t:.3f} | {t2:.3f} | {abs(pred - t) / t:.0%} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,399 @@
+"""Automatic parallelism: the cost model, its calibration, and the reports
+of graph mode's strategy search (graph.config.enable_auto_parallel).
+
+    model = build_model()                          # written for one device
+    g = TrainGraph(model, optimizer)
+    g.config.enable_auto_parallel(True)
+    g.config.set_auto_parallel_memory_limit(2 << 30)   # optional
+    loss = g(x_global, y_global)                   # traced, searched, compiled
+    print(g.auto_parallel_report())
+
+The search (Note [Auto parallel] in include/meshflow/distributed/
+auto_parallel.h) costs each op call's signature from its FLOPs and bytes at
+the rates `calibrate()` measured here, and each boxing by a fitted
+alpha-beta model of the local MPI's collectives. See docs/auto_parallel.md.
+"""
+import json
+import os
+import tempfile
+import time
+
+import meshflow as _mf
+from meshflow.utils.collect_env import _cpu_model
+from meshflow._C import _auto_parallel as _ap
+
+__all__ = ["CostModel", "calibrate", "cost_model", "set_cost_model", "cost_report", "COLLECTIVES"]
+
+CostModel = _ap.CostModel
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+_current = None  # the cost model the searches use (set_cost_model / calibrate)
+
+
+def _cache_path(world):
+    root = os.environ.get("MESHFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshflow")
+    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v2"
+    import zlib
+    return os.path.join(root, f"cost_model_{zlib.crc32(key.encode()):08x}.json")
+
+
+def to_dict(model):
+    """The cost model as plain data (JSON-able)."""
+    return {
+        "gemm_flops": model.gemm_flops, "gemm_flops_f64": model.gemm_flops_f64,
+        "gemm_flops_16": model.gemm_flops_16, "memory_bandwidth": model.memory_bandwidth,
+        "op_overhead": model.op_overhead,
+        "collectives": {kind: {str(m): [list(p) for p in points] for m, points in fits.items()}
+                        for kind, fits in model.collectives().items()},
+    }
+
+
+def from_dict(d):
+    """A cost model from to_dict's data (a device/network description for
+    the simulator has the same keys)."""
+    model = CostModel()
+    for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth", "op_overhead"):
+        if key in d:
+            value = float(d[key])
+            if not value > 0 and key != "op_overhead":
+                raise ValueError(f"cost model: {key} must be > 0, got {d[key]!r}")
+            setattr(model, key, value)
+    for kind, fits in d.get("collectives", {}).items():
+        for m, points in fits.items():
+            model.set_collective(kind, int(m), [(float(b), float(t)) for b, t in points])
+    return model
+
+
+def _time(fn, reps):
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _measure_compute():
+    """GEMM rates per dtype, elementwise bandwidth and the per-op overhead
+    of this process (its thread count)."""
+    out = {}
+    n = 384
+    for key, dtype in (("gemm_flops", _mf.float32), ("gemm_flops_f64", _mf.float64),
+                       ("gemm_flops_16", _mf.bfloat16)):
+        a = _mf.randn(n, n).to(dtype)
+        b = _mf.randn(n, n).to(dtype)
+        t = _time(lambda: _mf.matmul(a, b), 5)
+        out[key] = 2.0 * n ** 3 / t
+    x = _mf.randn(1 << 22)
+    y = _mf.randn(1 << 22)
+    t = _time(lambda: x + y, 10)
+    out["memory_bandwidth"] = 3 * x.numel() * 4 / t
+    s = _mf.randn(1)
+    reps = 200
+
+    def small():
+        for _ in range(reps):
+            s + s
+    out["op_overhead"] = _time(small, 3) / reps
+    return out
+
+
+def collective_time(kind, group, nbytes, reps=7):
+    """Measured seconds of one collective on a float32 tensor of `nbytes`
+    (the whole tensor, as the cost model counts) over `group` (None: the
+    world): the slowest rank's best of `reps` samples, each the mean of a
+    run of calls."""
+    dist = _mf.distributed
+    ranks = dist.get_world_size(group)
+    numel = max(ranks, int(nbytes) // 4 // ranks * ranks)
+    whole = _mf.zeros(numel)
+    part = _mf.zeros(numel // ranks)
+    if kind == "all_reduce":
+        fn = lambda: dist.all_reduce(whole, group=group)  # noqa: E731
+    elif kind == "all_gather":
+        fn = lambda: dist.all_gather_into_tensor(whole, part, group=group)  # noqa: E731
+    elif kind == "reduce_scatter":
+        fn = lambda: dist.reduce_scatter_tensor(part, whole, group=group)  # noqa: E731
+    elif kind == "all_to_all":
+        out = _mf.zeros(numel)
+        fn = lambda: dist.all_to_all_single(out, whole, group=group)  # noqa: E731
+    else:
+        raise ValueError(f"collective_time: kind must be one of {COLLECTIVES}, got {kind!r}")
+    # Each sample times a run of calls (more for short ones), so that one
+    # descheduled rank (ranks may share cores) weighs less.
+    calls = max(1, min(16, (8 << 20) // max(int(nbytes), 1)))
+    if nbytes <= 4 << 20:
+        reps *= 2  # cheap: more samples where a spell weighs most
+    samples = []
+    for i in range(reps + 1):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if i:
+            samples.append((time.perf_counter() - t0) / calls)
+    best = min(samples)
+    slowest = _mf.tensor([best], dtype=_mf.float64)
+    dist.all_reduce(slowest, op="max")
+    return float(slowest.item())
+
+
+# 1.5 x powers of two, 6 KiB to 48 MiB: exact powers of two are often
+# slower (buffers that alias in the caches), so they are no typical point.
+_CALIBRATION_BYTES = tuple(3 << k for k in (11, 15, 17, 19, 20, 21, 22, 23, 24))
+
+
+def measure_collectives(sizes, group=None, rounds=2):
+    """{kind: [[bytes, seconds], ...]} for each collective and size over
+    `group` (None: the world): the best of `rounds` passes over all of
+    them, so that a slow spell of the machine (ranks may share cores)
+    spoils one pass rather than one point."""
+    table = {kind: [[b, float("inf")] for b in sizes] for kind in COLLECTIVES}
+    for _ in range(rounds):
+        for kind in COLLECTIVES:
+            for point in table[kind]:
+                point[1] = min(point[1], collective_time(kind, group, point[0]))
+    return table
+
+
+def _measure_collectives():
+    """Measured times per collective and message size (6 KiB to 48 MiB;
+    the model interpolates between them) over the world and, for a
+    world of 4 or more that splits in halves, over each half (a 2-D mesh's
+    axis groups, communicating at once)."""
+    dist = _mf.distributed
+    world = dist.get_world_size()
+    rank = dist.get_rank()
+    groups = [(world, None)]
+    if world >= 4 and world % 2 == 0:
+        halves = [dist.new_group(list(range(0, world // 2))), dist.new_group(list(range(world // 2, world)))]
+        pairs = [dist.new_group([r, r + world // 2]) for r in range(world // 2)]
+        groups.append((world // 2, halves[0] if rank < world // 2 else halves[1]))
+        if world // 2 != 2:
+            groups.append((2, pairs[rank % (world // 2)]))
+    # The first large collectives of a process run slower (buffers, pages):
+    # measure warm.
+    for kind in COLLECTIVES:
+        collective_time(kind, None, 1 << 24, reps=1)
+    fits = {}
+    for ranks, group in groups:
+        for kind, points in measure_collectives(_CALIBRATION_BYTES, group).items():
+            fits.setdefault(kind, {})[str(ranks)] = points
+    return fits
+
+
+def calibrate(force=False):
+    """Measures this machine's rates (GEMM per dtype, elementwise bandwidth,
+    per-op overhead) and, under the launcher, fits the collectives' alpha
+    and beta on the local MPI; every rank gets rank 0's numbers. The
+    result is cached per CPU model, thread count and world size
+    ($MESHFLOW_CACHE_DIR or ~/.cache/meshflow) and becomes the model the
+    searches use. Collective over the world when it has more than one
+    rank."""
+    global _current
+    dist = _mf.distributed
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    path = _cache_path(world)
+    data = None
+    if not force and rank == 0 and os.path.exists(path):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            from_dict(data)
+        except (OSError, ValueError, TypeError, KeyError):
+            data = None  # a damaged cache is measured again
+    if world > 1:
+        box = [data]
+        dist.broadcast_object_list(box, src=0)
+        data = box[0]
+    if data is None:
+        # Collectives first: the GEMM libraries' threads may spin for a
+        # while after a GEMM, slowing the collectives measured after it.
+        collectives = _measure_collectives() if world > 1 else {}
+        data = _measure_compute()
+        data["collectives"] = collectives
+        if world > 1:
+            box = [data]
+            dist.broadcast_object_list(box, src=0)
+            data = box[0]
+        if rank == 0:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".cost_model.")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1)
+            os.replace(tmp, path)
+    _current = from_dict(data)
+    return _current
+
+
+def cost_model():
+    """The cost model the searches use: set_cost_model's, else calibrate()'s."""
+    return _current if _current is not None else calibrate()
+
+
+def set_cost_model(model):
+    """Makes `model` (a CostModel or to_dict's data) the one the searches use."""
+    global _current
+    _current = model if isinstance(model, CostModel) else from_dict(model)
+    return _current
+
+
+# --- graph mode ---------------------------------------------------------------------------
+
+def _placement_of(graph, args):
+    for a in args:
+        if isinstance(a, _mf.Tensor) and a.is_global:
+            return a.placement
+    for _, module in graph._modules():
+        for p in module.parameters():
+            if p.is_global:
+                return p.placement
+    raise ValueError(f"{type(graph).__name__}: enable_auto_parallel needs a placement to plan on: pass global "
+                     "inputs (tensor.to_global(placement, sbp)) or lay the model out on one")
+
+
+def _plan_graph(graph, args):
+    """The first trace (logged), the search, and the parameters moved to
+    the chosen layouts. Returns the plan's record for the second trace."""
+    placement = _placement_of(graph, args)
+    B = [_mf.sbp.broadcast] * len(placement.hierarchy)
+    modules = graph._modules()
+    ignore_user = graph.config.auto_parallel_ignore_user_sbp
+    # Layouts an earlier search of this graph chose are not the user's.
+    chosen_before = getattr(graph, "_auto_laid_out", set())
+    params, names, pinned = [], [], []
+    seen = set()
+    with _mf.no_grad():
+        for prefix, module in modules:
+            for name, p in module.named_parameters():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                if not p.is_global:
+                    p.data = p.detach().to_global(placement=placement, sbp=B)
+                elif p.placement != placement:
+                    raise ValueError(f"{type(graph).__name__}: parameter {prefix}.{name} is on {p.placement} but "
+                                     f"the graph's inputs on {placement}; auto parallel plans one placement")
+                user = any(s != _mf.sbp.broadcast for s in p.sbp) and id(p) not in chosen_before
+                params.append(p)
+                names.append(f"{prefix}.{name}")
+                pinned.append(user and not ignore_user)
+            for name, b in module.named_buffers():
+                if b is not None and not b.is_global:
+                    b.data = b.detach().to_global(placement=placement, sbp=B)
+        # Free parameters start broadcast (pinned ones keep their layouts).
+        for p, pin in zip(params, pinned):
+            if not pin and any(s != _mf.sbp.broadcast for s in p.sbp):
+                p.data = p.detach().to_global(placement=placement, sbp=B)
+        for optimizer, _ in graph._optimizers:
+            optimizer._set_zero(0, 0)
+    log = _ap.CallLog()
+
+    def register():
+        states = {}
+        for optimizer, _ in graph._optimizers:
+            sd = optimizer.state_dict()
+            index = 0
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    entry = sd["state"].get(index, {})
+                    states.setdefault(id(p), []).extend(
+                        t for t in entry.values() if isinstance(t, _mf.Tensor) and tuple(t.shape) == tuple(p.shape))
+                    index += 1
+        for p, name, pin in zip(params, names, pinned):
+            tied = states.get(id(p), [])
+            # The parameter and its optimizer state; its gradient is a value
+            # of the step, live from backward to the update.
+            s = log.add_source(p, name, pin, 1 + len(tied))
+            for t in tied:
+                log.tie(t, s)
+
+    with _ap.LogCalls(log):
+        graph._trace(args, None, on_state=register)
+    model = cost_model()
+    plan = _ap.search(log, model, graph.config.auto_parallel_memory_limit)
+    log.release_tensors()  # the old parameters' replicas are freed when moved
+    with _mf.no_grad():
+        for p, layout in zip(params, plan.sources):
+            if tuple(p.sbp) != tuple(layout):
+                p.data = p.detach().to_global(placement=placement, sbp=list(layout))
+        for optimizer, _ in graph._optimizers:
+            optimizer._set_zero(0, 0)
+    object.__setattr__(graph, "_auto_laid_out", chosen_before | {id(p) for p, pin in zip(params, pinned) if not pin})
+    record = {"log": log, "plan": plan, "model": model, "names": names, "placement": placement}
+    object.__setattr__(graph, "_auto_parallel", record)
+    return record
+
+
+def _follow(record):
+    guard = _ap.FollowPlan(record["plan"])
+    record["guard"] = guard
+    return guard
+
+
+def _check_followed(graph, guard):
+    record = graph._auto_parallel
+    plan = record["plan"]
+    if guard.followed != plan.num_calls:
+        raise RuntimeError(f"{type(graph).__name__}: auto parallel: the compiled step made {guard.followed} global "
+                           f"op calls but the planned step {plan.num_calls}; build() must make the same calls on "
+                           "every trace")
+
+
+def _one_sbp(s):
+    if s == _mf.sbp.broadcast:
+        return "B"
+    if s == _mf.sbp.partial_sum:
+        return "P"
+    return f"S({s.axis})"
+
+
+def _sbp_str(layout):
+    if layout is None:
+        return "-"
+    return "(" + ", ".join(_one_sbp(s) for s in layout) + ")"
+
+
+def cost_report(graph):
+    """The plan the last auto-parallel compile of `graph` chose, as data:
+    {"calls": [{op, input_shapes, inputs, outputs, compute, boxing,
+    boxing_bytes, collectives}, ...], "parameters": [{name, shape, sbp}],
+    "step_time", "compute_time", "communication_time",
+    "communication_bytes", "memory", "parameter_memory", "search_seconds",
+    "memory_limit_met", "cost_model"} (times in seconds, memory in bytes
+    per rank)."""
+    record = getattr(graph, "_auto_parallel", None)
+    if record is None:
+        raise ValueError(f"cost_report: {type(graph).__name__} has no auto-parallel plan; enable "
+                         "graph.config.enable_auto_parallel() and call the graph first")
+    log, plan, model = record["log"], record["plan"], record["model"]
+    params = [{"name": record["names"][s], "shape": tuple(log.source_shape(s)), "sbp": tuple(plan.sources[s])}
+              for s in range(log.num_sources)]
+    return {
+        "calls": _ap.report(log, model, plan), "parameters": params, "placement": record["placement"],
+        "step_time": plan.step_time, "compute_time": plan.compute_time,
+        "communication_time": plan.communication_time, "communication_bytes": plan.communication_bytes,
+        "memory": plan.memory, "parameter_memory": plan.parameter_memory, "search_seconds": plan.search_seconds,
+        "memory_limit_met": plan.memory_limit_met, "cost_model": to_dict(model),
+    }
+
+
+def _report_table(graph):
+    r = cost_report(graph)
+    lines = [f"auto parallel plan on {r['placement']}",
+             f"{'#':>4}  {'op':<24} {'signature':<44} {'compute ms':>10} {'boxing ms':>9}  boxing"]
+    for i, c in enumerate(r["calls"]):
+        sig = ", ".join(_sbp_str(x) for x in c["inputs"]) + " -> " + ", ".join(_sbp_str(x) for x in c["outputs"])
+        lines.append(f"{i:>4}  {c['op']:<24} {sig:<44} {c['compute'] * 1e3:>10.3f} {c['boxing'] * 1e3:>9.3f}  "
+                     + "; ".join(c["collectives"]))
+    lines.append("parameters:")
+    for p in r["parameters"]:
+        lines.append(f"  {p['name']:<40} {str(p['shape']):<16} {_sbp_str(p['sbp'])}")
+    lines.append(f"predicted step {r['step_time'] * 1e3:.3f} ms (compute {r['compute_time'] * 1e3:.3f} ms, "
+                 f"communication {r['communication_time'] * 1e3:.3f} ms, {r['communication_bytes'] / 2**20:.2f} MiB "
+                 f"per rank); memory per rank {r['memory'] / 2**20:.2f} MiB (parameters and optimizer state "
+                 f"{r['parameter_memory'] / 2**20:.2f} MiB); searched in {r['search_seconds'] * 1e3:.1f} ms"
+                 + ("" if r["memory_limit_met"] else "; the memory limit could not be met"))
+    return "\n".join(lines)

@@ -1,0 +1,181 @@
+// The call log of the first auto-parallel trace, the plan guard of the
+// second, and the collective model (Note [Auto parallel] in
+// meshflow/distributed/auto_parallel.h).
+#include <algorithm>
+#include <cmath>
+
+#include "meshflow/distributed/auto_parallel.h"
+#include "meshflow/distributed/global.h"
+#include "meshflow/error.h"
+
+namespace mf::distributed::auto_parallel {
+namespace {
+
+thread_local CallLog* logging = nullptr;
+thread_local FollowPlan* following = nullptr;
+
+double nbytes(const Shape& shape, DType dtype) { return double(shape_numel(shape)) * double(itemsize(dtype)); }
+
+// The ring algorithm's bytes per rank, as a multiple of the tensor's bytes.
+double ring_factor(const std::string& kind, int64_t m) {
+  const double f = double(m - 1) / double(m);
+  return kind == "all_reduce" ? 2 * f : f;
+}
+
+}  // namespace
+
+double CollectiveFit::operator()(double bytes) const {
+  if (points.empty()) return 0;
+  if (points.size() == 1) return points[0].second * std::max(1.0, bytes / std::max(points[0].first, 1.0));
+  size_t i = 1;
+  while (i + 1 < points.size() && points[i].first < bytes) ++i;
+  const auto& [x0, y0] = points[i - 1];
+  const auto& [x1, y1] = points[i];
+  if (bytes <= x0) return y0;  // below the first point: its latency
+  if (bytes < x1 && x0 > 0 && y0 > 0 && y1 > 0) {
+    // Between two points: a power law through both (the measured curve
+    // bends up where messages leave the caches; a chord overestimates).
+    return y0 * std::pow(bytes / x0, std::log(y1 / y0) / std::log(x1 / x0));
+  }
+  const double beta = x1 > x0 ? (y1 - y0) / (x1 - x0) : 0.0;  // past the last point: its line
+  return std::max(0.0, y0 + beta * (bytes - x0));
+}
+
+double CostModel::collective(const std::string& kind, int64_t ranks, double bytes) const {
+  if (ranks <= 1) return 0;
+  auto it = collectives.find(kind);
+  if (it == collectives.end() || it->second.empty()) {
+    // Undescribed: 20 us per ring step and 10 GB/s.
+    return 20e-6 * double(ranks - 1) + bytes * ring_factor(kind, ranks) / 10e9;
+  }
+  // The fit of this group size, else the nearest one, its bytes scaled by
+  // the ring's bytes per rank and its first point's time by its steps.
+  int64_t best = -1;
+  for (const auto& [m, fit] : it->second)
+    if (best < 0 || std::abs(m - ranks) < std::abs(best - ranks) ||
+        (std::abs(m - ranks) == std::abs(best - ranks) && m > best))
+      best = m;
+  const CollectiveFit& fit = it->second.at(best);
+  if (best == ranks || best < 2) return fit(bytes);
+  const double latency = fit.points.empty() ? 0 : fit.points.front().second;
+  return fit(bytes * ring_factor(kind, ranks) / ring_factor(kind, best)) +
+         latency * (double(ranks - 1) / double(best - 1) - 1.0);
+}
+
+int64_t CallLog::value_of(const Tensor& t) {
+  if (!t.defined()) return -1;
+  if (t.is_global()) {
+    const auto& meta = t.impl()->global();
+    if (auto it = ids.find(meta.get()); it != ids.end()) return it->second;
+    const int64_t id = int64_t(values.size());
+    values.push_back({.shape = t.sizes(), .dtype = t.dtype(), .kind = ValueKind::Fixed, .fixed = sbp_of(t)});
+    ids[meta.get()] = id;
+    keep.push_back(meta);
+    return id;
+  }
+  // A local tensor: the same value on every rank.
+  const int64_t id = int64_t(values.size());
+  const size_t axes = placement ? size_t(placement->ndim()) : 1;
+  values.push_back({.shape = t.sizes(), .dtype = t.dtype(), .kind = ValueKind::Fixed,
+                    .fixed = NdSbp(axes, Sbp::broadcast())});
+  return id;
+}
+
+int64_t CallLog::add_source(const Tensor& t, std::string name, bool pinned) {
+  MF_CHECK(t.defined() && t.is_global(), ValueError, "auto parallel: parameter ", name,
+           " must be a global tensor while the step is logged");
+  if (!placement) placement = placement_of(t);
+  MF_CHECK(placement_of(t) == *placement, ValueError, "auto parallel: parameter ", name, " is on ",
+           placement_of(t).str(), " but the graph runs on ", placement->str(),
+           "; the search lays out one placement");
+  const auto& meta = t.impl()->global();
+  if (auto it = ids.find(meta.get()); it != ids.end() && values[size_t(it->second)].kind == ValueKind::Source)
+    return values[size_t(it->second)].node;  // the same parameter twice (tied weights)
+  const int64_t s = int64_t(sources.size());
+  sources.push_back({.name = std::move(name), .shape = t.sizes(), .dtype = t.dtype(), .copies = 1,
+                     .pinned = pinned ? std::optional<NdSbp>(sbp_of(t)) : std::nullopt});
+  tie(t, s);
+  return s;
+}
+
+void CallLog::tie(const Tensor& t, int64_t source) {
+  if (!t.defined() || !t.is_global()) return;
+  const auto& meta = t.impl()->global();
+  const int64_t id = int64_t(values.size());
+  values.push_back({.shape = t.sizes(), .dtype = t.dtype(), .kind = ValueKind::Source, .node = source});
+  ids[meta.get()] = id;
+  keep.push_back(meta);
+}
+
+LogCalls::LogCalls(CallLog& log) : prev_(logging) { logging = &log; }
+LogCalls::~LogCalls() { logging = prev_; }
+CallLog* LogCalls::active() { return logging; }
+
+void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const TensorList& metas,
+              const std::vector<Shape>& out_shapes, const Attrs& attrs, const TensorList& outputs) {
+  CallLog& log = *logging;
+  const Tensor* first = nullptr;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.is_global()) first = first ? first : &t;
+  if (!first) return;
+  if (!log.placement) log.placement = placement_of(*first);
+  MF_CHECK(placement_of(*first) == *log.placement, ValueError, "auto parallel: ", op.name, " runs on ",
+           placement_of(*first).str(), " but the graph's other ops on ", log.placement->str(),
+           "; the search lays out one placement (pipeline stages are not searched)");
+  CallRecord rec;
+  rec.op = &op;
+  rec.inplace = inplace;
+  for (const Tensor& t : inputs) {
+    rec.inputs.push_back(log.value_of(t));
+    if (t.defined()) rec.bytes += nbytes(t.sizes(), t.dtype());
+  }
+  for (int64_t parts : log.placement->hierarchy())
+    rec.candidates.push_back(sbp_candidates(op, metas, out_shapes, attrs, parts));
+  if (op.flops && !out_shapes.empty()) rec.flops = op.flops(metas, out_shapes, attrs);
+  const int64_t call = int64_t(log.calls.size());
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const Tensor& t = outputs[o];
+    if (!t.defined()) {
+      rec.outputs.push_back(-1);
+      continue;
+    }
+    rec.bytes += nbytes(t.sizes(), t.dtype());
+    const int64_t id = int64_t(log.values.size());
+    log.values.push_back({.shape = t.sizes(), .dtype = t.dtype(), .kind = ValueKind::Output, .node = call,
+                          .index = int64_t(o)});
+    if (t.is_global()) {
+      log.ids[t.impl()->global().get()] = id;
+      log.keep.push_back(t.impl()->global());
+    }
+    rec.outputs.push_back(id);
+  }
+  log.calls.push_back(std::move(rec));
+}
+
+void log_accumulation(const Tensor& variable, const Tensor& before, const Tensor& after) {
+  CallLog& log = *logging;
+  if (!variable.is_global()) return;
+  auto it = log.ids.find(variable.impl()->global().get());
+  if (it == log.ids.end() || log.values[size_t(it->second)].kind != ValueKind::Source) return;
+  const int64_t source = log.values[size_t(it->second)].node;
+  if (before.defined() && before.is_global()) log.accumulations.emplace_back(log.value_of(before), source);
+  log.tie(after, source);
+}
+
+FollowPlan::FollowPlan(const Plan& plan) : plan_(&plan), prev_(following) { following = this; }
+FollowPlan::~FollowPlan() { following = prev_; }
+
+std::optional<std::vector<size_t>> FollowPlan::take(const OpDef& op) {
+  FollowPlan* f = following;
+  if (!f) return std::nullopt;
+  const Plan& plan = *f->plan_;
+  MF_CHECK(f->next_ < plan.calls.size(), Error, "auto parallel: the compiled step makes more global op calls than ",
+           "the step the search planned (", plan.calls.size(), "; the next is ", op.name,
+           "): build() must make the same calls on every trace");
+  MF_CHECK(plan.ops[f->next_] == &op, Error, "auto parallel: global op call ", f->next_, " of the compiled step is ",
+           op.name, " but the planned step's was ", plan.ops[f->next_]->name,
+           ": build() must make the same calls on every trace");
+  return plan.calls[f->next_++];
+}
+
+}  // namespace mf::distributed::auto_parallel

@@ -1,0 +1,183 @@
+"""Automatic parallelism (graph.config.enable_auto_parallel): the searched
+plans on 1, 2 and 4 processes (mpirun), the cost model, calibration and
+its cache, the reports and the errors."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import meshflow as mf
+import meshflow.nn.functional as F
+from meshflow.distributed import auto
+from test_global import mpirun, needs_mpi
+
+B, S = mf.sbp.broadcast, mf.sbp.split
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_searched_plans_are_the_known_best_and_train_equal_to_one_process(ranks, tmp_path):
+    out = mpirun(ranks, "auto_parallel.py", env={"MESHFLOW_CACHE_DIR": str(tmp_path)})
+    assert out.count("auto parallel OK") == ranks
+
+
+def described(points=((4096, 20e-6), (1 << 20, 120e-6), (1 << 24, 1.7e-3))):
+    model = auto.CostModel()
+    for kind in auto.COLLECTIVES:
+        model.set_collective(kind, 2, list(points))
+    return model
+
+
+def test_collective_model_interpolates_its_points():
+    model = described()
+    for b, t in ((4096, 20e-6), (1 << 20, 120e-6), (1 << 24, 1.7e-3)):
+        assert model.collective("all_reduce", 2, b) == pytest.approx(t, rel=1e-12)
+    # Between two points a power law through both; past the last, its line;
+    # before the first, the first's time.
+    mid = model.collective("all_gather", 2, 1 << 22)
+    k = np.log(1.7e-3 / 120e-6) / np.log(16)
+    assert mid == pytest.approx(120e-6 * 4 ** k, rel=1e-12)
+    beta = (1.7e-3 - 120e-6) / ((1 << 24) - (1 << 20))
+    assert model.collective("all_gather", 2, 1 << 25) == pytest.approx(1.7e-3 + beta * (1 << 24), rel=1e-12)
+    assert model.collective("all_gather", 2, 16) == pytest.approx(20e-6, rel=1e-12)
+    assert model.collective("all_gather", 1, 1 << 24) == 0
+    # A group size without points scales the nearest fit: bytes per rank
+    # by the ring's factor, the latency by its steps.
+    four = model.collective("all_reduce", 4, 1 << 20)
+    assert four == pytest.approx(model.collective("all_reduce", 2, (1 << 20) * 1.5) + 20e-6 * 2, rel=1e-12)
+    # Undescribed collectives: 20 us per ring step and 10 GB/s.
+    assert auto.CostModel().collective("all_to_all", 4, 1e9) == pytest.approx(60e-6 + 0.75 * 1e9 / 10e9)
+
+
+def test_cost_model_round_trips_and_rejects_bad_descriptions():
+    model = described()
+    model.gemm_flops = 123e9
+    again = auto.from_dict(json.loads(json.dumps(auto.to_dict(model))))
+    assert auto.to_dict(again) == auto.to_dict(model)
+    with pytest.raises(ValueError, match="kind must be"):
+        model.set_collective("broadcast", 2, [(1, 1e-6)])
+    with pytest.raises(ValueError, match="ranks must be >= 2"):
+        model.set_collective("all_reduce", 1, [(1, 1e-6)])
+    with pytest.raises(ValueError, match="bytes increasing"):
+        model.set_collective("all_reduce", 2, [(10, 1e-6), (5, 2e-6)])
+    with pytest.raises(ValueError, match="at least one"):
+        model.set_collective("all_reduce", 2, [])
+    with pytest.raises(ValueError, match="gemm_flops must be > 0"):
+        auto.from_dict({"gemm_flops": 0})
+
+
+def test_calibration_is_cached_atomically_and_remeasured_when_damaged(tmp_path, monkeypatch):
+    monkeypatch.setenv("MESHFLOW_CACHE_DIR", str(tmp_path))
+    first = auto.calibrate(force=True)
+    data = auto.to_dict(first)
+    for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth", "op_overhead"):
+        assert data[key] > 0, key
+    assert data["collectives"] == {}  # one process: nothing to measure
+    files = os.listdir(tmp_path)
+    assert len(files) == 1 and files[0].startswith("cost_model_") and files[0].endswith(".json")
+    assert auto.to_dict(auto.calibrate()) == data  # read back
+    with open(tmp_path / files[0], "w") as f:
+        f.write("{not json")
+    assert auto.calibrate().gemm_flops > 0  # measured again, and cached again
+    with open(tmp_path / files[0]) as f:
+        json.load(f)
+
+
+class Step(mf.nn.Graph):
+    def __init__(self, model, opt, auto_parallel=True):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+        self.config.enable_auto_parallel(auto_parallel)
+
+    def build(self, x, y):
+        loss = F.mse_loss(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def one_rank():
+    return mf.placement("cpu", [0])
+
+
+def test_one_process_auto_parallel_trains_as_eager_and_reports_its_plan():
+    mf.distributed.auto.set_cost_model(described())
+    rng = np.random.default_rng(0)
+    data = [(mf.tensor(rng.standard_normal((16, 8))), mf.tensor(rng.standard_normal((16, 4)))) for _ in range(3)]
+    mf.manual_seed(0)
+    eager = mf.nn.Sequential(mf.nn.Linear(8, 16), mf.nn.Tanh(), mf.nn.Linear(16, 4)).to(mf.float64)
+    mf.manual_seed(0)
+    model = mf.nn.Sequential(mf.nn.Linear(8, 16), mf.nn.Tanh(), mf.nn.Linear(16, 4)).to(mf.float64)
+    eager_opt = mf.optim.Adam(eager.parameters(), lr=0.01)
+    g = Step(model, mf.optim.Adam(model.parameters(), lr=0.01))
+    with pytest.raises(ValueError, match="no auto-parallel plan"):
+        auto.cost_report(g)
+    p = one_rank()
+    for x, y in data:
+        eager_opt.zero_grad()
+        loss = F.mse_loss(eager(x), y)
+        loss.backward()
+        eager_opt.step()
+        got = g(x.to_global(placement=p, sbp=S(0)), y.to_global(placement=p, sbp=S(0)))
+        np.testing.assert_allclose(got.to_local().numpy(), loss.detach().numpy(), rtol=1e-13)
+    for (name, a), b in zip(eager.named_parameters(), model.parameters()):
+        assert b.is_global and b.placement == p
+        np.testing.assert_allclose(b.detach().to_local().numpy(), a.detach().numpy(), rtol=1e-12, err_msg=name)
+    report = auto.cost_report(g)
+    assert [c["op"] for c in report["calls"]].count("addmm") == 2
+    names = [q["name"] for q in report["parameters"]]
+    assert names == ["model.0.weight", "model.0.bias", "model.2.weight", "model.2.bias"]
+    # FLOPs from the op's trait at the described rate: 2 * 16 * 16 * 8.
+    first = next(c for c in report["calls"] if c["op"] == "addmm")
+    assert first["compute"] == pytest.approx(5e-6 + max(2 * 16 * 16 * 8 / 25e9, first_bytes(first) / 10e9))
+    text = g.auto_parallel_report()
+    assert "addmm" in text and "model.2.weight" in text and "predicted step" in text
+
+
+def first_bytes(call):
+    return sum(int(np.prod(s)) * 8 for s in call["input_shapes"] if s is not None) + 16 * 16 * 8
+
+
+def test_auto_parallel_errors():
+    model = mf.nn.Linear(4, 2)
+    g = Step(model, mf.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="expected a number of bytes >= 0"):
+        g.config.set_auto_parallel_memory_limit(-1)
+    with pytest.raises(ValueError, match="needs a placement"):
+        g(mf.randn(3, 4), mf.randn(3, 2))
+    g.config.enable_zero(True)
+    x = mf.randn(3, 4).to_global(placement=one_rank(), sbp=B)
+    with pytest.raises(ValueError, match="turn enable_zero off"):
+        g(x, mf.randn(3, 2).to_global(placement=one_rank(), sbp=B))
+    with pytest.raises(ValueError, match="no auto-parallel plan"):
+        g.auto_parallel_report()
+
+
+def test_global_means_are_sums_over_the_count():
+    # Note [Global means]: forward and backward as the local ops.
+    rng = np.random.default_rng(1)
+    p = one_rank()
+    x = rng.standard_normal((6, 5))
+    t = rng.standard_normal((6, 5))
+    labels = rng.integers(0, 5, size=6)
+    weight = rng.random(5) + 0.5
+    cases = [
+        lambda a: a.mean(),
+        lambda a: a.mean(dim=1),
+        lambda a: a.mean(dim=(0, 1), keepdim=True),
+        lambda a: F.mse_loss(a, mf.tensor(t).to_global(placement=p, sbp=B) if a.is_global else mf.tensor(t)),
+        lambda a: F.cross_entropy(a, mf.tensor(labels).to_global(placement=p, sbp=B) if a.is_global
+                                  else mf.tensor(labels), weight=mf.tensor(weight), label_smoothing=0.1),
+        lambda a: F.nll_loss(F.log_softmax(a, dim=1), mf.tensor(labels).to_global(placement=p, sbp=B) if a.is_global
+                             else mf.tensor(labels), ignore_index=2),
+    ]
+    for fn in cases:
+        local = mf.tensor(x, requires_grad=True)
+        expected = fn(local)
+        expected.sum().backward()
+        glob = mf.tensor(x).to_global(placement=p, sbp=S(0)).requires_grad_()
+        got = fn(glob)
+        got.sum().backward()
+        np.testing.assert_allclose(got.detach().to_local().numpy(), expected.detach().numpy(), rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(glob.grad.to_local().numpy(), local.grad.numpy(), rtol=1e-13, atol=1e-15)
