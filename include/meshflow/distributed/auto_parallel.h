@@ -161,6 +161,13 @@ struct SearchOptions {
 
 Plan search(const CallLog& log, const CostModel& model, const SearchOptions& options);
 
+// The predictions of a given plan: per call the candidate index per mesh
+// axis, per source its layout (a hand-written plan, or one to check a
+// search against). Throws ValueError for a choice the search would not
+// consider (a layout or signature that leaves a rank an empty part).
+Plan predict(const CallLog& log, const CostModel& model, const std::vector<std::vector<size_t>>& calls,
+             const std::vector<NdSbp>& sources);
+
 // The cost of one call and of its inputs' boxing under a plan, for reports.
 struct CallCost {
   std::vector<NdSbp> inputs, outputs;  // the signature

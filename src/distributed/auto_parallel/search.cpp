@@ -610,6 +610,33 @@ Plan search(const CallLog& log, const CostModel& model, const SearchOptions& opt
   return plan;
 }
 
+Plan predict(const CallLog& log, const CostModel& model, const std::vector<std::vector<size_t>>& calls,
+             const std::vector<NdSbp>& sources) {
+  MF_CHECK(log.placement.has_value(), ValueError, "auto parallel: the step made no global op call to plan");
+  const Problem p(log, model);
+  MF_CHECK(calls.size() == log.calls.size() && sources.size() == log.sources.size(), ValueError,
+           "auto parallel: a plan needs ", log.calls.size(), " call choices and ", log.sources.size(),
+           " source layouts, got ", calls.size(), " and ", sources.size());
+  std::vector<int32_t> assign;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const auto& choices = p.source_choices[s];
+    auto it = std::find(choices.begin(), choices.end(), sources[s]);
+    MF_CHECK(it != choices.end(), ValueError, "auto parallel: ", nd_sbp_str(sources[s]), " is not a layout of ",
+             log.sources[s].name, " the search considers");
+    assign.push_back(int32_t(it - choices.begin()));
+  }
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const auto& choices = p.call_choices[c];
+    auto it = std::find_if(choices.begin(), choices.end(), [&](const CallChoice& ch) { return ch.per_axis == calls[c]; });
+    MF_CHECK(it != choices.end(), ValueError, "auto parallel: call ", c, " (", log.calls[c].op->name,
+             ") has no such signature the search considers");
+    assign.push_back(int32_t(it - choices.begin()));
+  }
+  Plan plan;
+  evaluate(p, assign, plan);
+  return plan;
+}
+
 CallCost call_cost(const CallLog& log, const CostModel& model, const Plan& plan, size_t call) {
   MF_CHECK(call < log.calls.size() && call < plan.calls.size(), IndexError, "auto parallel: call ", call,
            " out of range (", log.calls.size(), " calls)");

@@ -1,0 +1,153 @@
+// The auto-parallel search (Note [Auto parallel]): on random small step
+// logs (chains with skips, shared parameters, several candidate
+// signatures per call) its plan's predicted step time is the brute-force
+// minimum over every assignment, and its predictions are predict()'s for
+// the same plan. The collective model interpolates its measured points.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "meshflow/distributed/auto_parallel.h"
+#include "meshflow/error.h"
+#include "meshflow/op_def.h"
+
+namespace mf::distributed::auto_parallel {
+namespace {
+
+CostModel model() {
+  CostModel m;
+  m.gemm_flops = 1e11;
+  m.memory_bandwidth = 2e10;
+  m.op_overhead = 1e-6;
+  for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+    m.collectives[kind][2] = CollectiveFit{{{4096, 10e-6}, {1 << 20, 60e-6}, {1 << 24, 3e-3}}};
+  return m;
+}
+
+Sbp random_sbp(std::mt19937& rng) {
+  switch (rng() % 4) {
+    case 0: return Sbp::broadcast();
+    case 1: return Sbp::split(0);
+    case 2: return Sbp::split(1);
+    default: return Sbp::partial_sum();
+  }
+}
+
+// calls calls of 1-2 inputs each (an earlier call's output, one of two
+// parameters, or a fixed input), 2-3 random signatures plus all-broadcast.
+CallLog random_log(std::mt19937& rng, int calls) {
+  CallLog log;
+  log.placement = Placement(DeviceType::CPU, {0, 1});
+  const Shape shape{64, 32};
+  auto value = [&](ValueRecord v) {
+    log.values.push_back(std::move(v));
+    return int64_t(log.values.size() - 1);
+  };
+  const int64_t fixed = value({.shape = shape, .kind = ValueKind::Fixed, .fixed = {Sbp::split(0)}});
+  std::vector<int64_t> params;
+  for (int s = 0; s < 2; ++s) {
+    log.sources.push_back({.name = "p" + std::to_string(s), .shape = shape, .copies = 2});
+    params.push_back(value({.shape = shape, .kind = ValueKind::Source, .node = s}));
+  }
+  const OpDef* add = &OpRegistry::instance().get("add");
+  std::vector<int64_t> outputs;
+  for (int c = 0; c < calls; ++c) {
+    CallRecord rec;
+    rec.op = add;
+    const int nin = 1 + int(rng() % 2);
+    for (int i = 0; i < nin; ++i) {
+      const int pick = int(rng() % 4);
+      if (pick == 0 || outputs.empty()) rec.inputs.push_back(params[rng() % 2]);
+      else if (pick == 1) rec.inputs.push_back(fixed);
+      else rec.inputs.push_back(outputs[rng() % outputs.size()]);
+    }
+    std::vector<SbpSignature> sigs;
+    const int nsig = 2 + int(rng() % 2);
+    for (int k = 0; k < nsig; ++k) {
+      SbpSignature sig;
+      for (int i = 0; i < nin; ++i) sig.inputs.push_back(random_sbp(rng));
+      sig.outputs.push_back(random_sbp(rng));
+      sigs.push_back(std::move(sig));
+    }
+    sigs.push_back({std::vector<Sbp>(size_t(nin), Sbp::broadcast()), {Sbp::broadcast()}});
+    rec.candidates.push_back(std::move(sigs));
+    rec.flops = double(rng() % 4) * 1e6;
+    rec.bytes = 3.0 * 64 * 32 * 4;
+    const int64_t out = value({.shape = shape, .kind = ValueKind::Output, .node = c, .index = 0});
+    rec.outputs.push_back(out);
+    outputs.push_back(out);
+    log.calls.push_back(std::move(rec));
+  }
+  // A gradient of each parameter accumulated from the last outputs.
+  log.accumulations.emplace_back(outputs.back(), 0);
+  log.accumulations.emplace_back(outputs[outputs.size() / 2], 1);
+  return log;
+}
+
+TEST(AutoParallel, SearchFindsTheBruteForceOptimumOnSmallLogs) {
+  std::mt19937 rng(7);
+  const CostModel m = model();
+  const std::vector<NdSbp> layouts{{Sbp::broadcast()}, {Sbp::split(0)}, {Sbp::split(1)}};
+  for (int trial = 0; trial < 30; ++trial) {
+    const CallLog log = random_log(rng, 4 + trial % 4);
+    const Plan found = search(log, m, {});
+    // Every assignment, in mixed radix.
+    std::vector<std::vector<size_t>> calls(log.calls.size(), std::vector<size_t>{0});
+    std::vector<NdSbp> sources(2, layouts[0]);
+    double best = INFINITY;
+    std::function<void(size_t)> rec = [&](size_t k) {
+      if (k < 2) {
+        for (const NdSbp& l : layouts) {
+          sources[k] = l;
+          rec(k + 1);
+        }
+        return;
+      }
+      const size_t c = k - 2;
+      if (c == log.calls.size()) {
+        best = std::min(best, predict(log, m, calls, sources).step_time);
+        return;
+      }
+      for (size_t x = 0; x < log.calls[c].candidates[0].size(); ++x) {
+        calls[c][0] = x;
+        rec(k + 1);
+      }
+    };
+    rec(0);
+    EXPECT_NEAR(found.step_time, best, 1e-12 + 1e-9 * best) << "trial " << trial;
+    const Plan again = predict(log, m, found.calls, found.sources);
+    EXPECT_DOUBLE_EQ(again.step_time, found.step_time);
+    EXPECT_DOUBLE_EQ(again.memory, found.memory);
+  }
+}
+
+TEST(AutoParallel, MemoryLimitIsMetOrReported) {
+  std::mt19937 rng(11);
+  const CostModel m = model();
+  for (int trial = 0; trial < 10; ++trial) {
+    const CallLog log = random_log(rng, 6);
+    const Plan free = search(log, m, {});
+    const Plan tight = search(log, m, {.memory_limit = free.memory * 0.8});
+    if (tight.memory_limit_met) {
+      EXPECT_LE(tight.memory, free.memory * 0.8);
+      EXPECT_GE(tight.step_time, free.step_time - 1e-15);
+    } else {
+      EXPECT_GT(tight.memory, free.memory * 0.8);
+    }
+  }
+  EXPECT_THROW(search(random_log(rng, 3), m, {.memory_limit = -1}), ValueError);
+}
+
+TEST(AutoParallel, CollectiveModel) {
+  const CostModel m = model();
+  EXPECT_DOUBLE_EQ(m.collective("all_reduce", 2, 1 << 20), 60e-6);
+  EXPECT_DOUBLE_EQ(m.collective("all_reduce", 2, 100), 10e-6);
+  EXPECT_NEAR(m.collective("all_gather", 2, 1 << 22), 60e-6 * std::pow(4.0, std::log(50.0) / std::log(16.0)), 1e-15);
+  EXPECT_EQ(m.collective("all_gather", 1, 1 << 22), 0.0);
+  EXPECT_GT(m.collective("all_reduce", 4, 1 << 20), m.collective("all_reduce", 2, 1 << 20));
+}
+
+}  // namespace
+}  // namespace mf::distributed::auto_parallel
