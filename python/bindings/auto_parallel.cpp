@@ -116,6 +116,7 @@ void init_auto_parallel(py::module_& parent) {
         return out;
       });
 
+  m.def("remesh", &remesh, py::arg("log"), py::arg("mesh"));
   m.def(
       "search",
       [](const CallLog& log, const CostModel& model, double memory_limit) {

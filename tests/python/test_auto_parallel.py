@@ -3,6 +3,8 @@ plans on 1, 2 and 4 processes (mpirun), the cost model, calibration and
 its cache, the reports and the errors."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ import pytest
 import meshflow as mf
 import meshflow.nn.functional as F
 from meshflow.distributed import auto
-from test_global import mpirun, needs_mpi
+from test_global import SCRIPTS, mpirun, needs_mpi
 
 B, S = mf.sbp.broadcast, mf.sbp.split
 
@@ -181,3 +183,59 @@ def test_global_means_are_sums_over_the_count():
         got.sum().backward()
         np.testing.assert_allclose(got.detach().to_local().numpy(), expected.detach().numpy(), rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(glob.grad.to_local().numpy(), local.grad.numpy(), rtol=1e-13, atol=1e-15)
+
+
+def simulated_step_module():
+    sys.path.insert(0, SCRIPTS)
+    try:
+        import layouts
+        import simulated_step
+    finally:
+        sys.path.remove(SCRIPTS)
+    return layouts, simulated_step
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_simulator_predicts_the_plan_the_search_makes_on_that_many_ranks(ranks):
+    from meshflow.distributed import simulate
+    layouts, simulated_step = simulated_step_module()
+    machine = auto.from_dict(layouts.MACHINE)
+    model, opt, loss_fn, inputs = simulated_step.step()
+    predicted = simulate.simulate(model, opt, loss_fn, inputs, (ranks,), machine)
+    out = mpirun(ranks, "auto_parallel_simulated.py")
+    assert out.count("simulated OK") == ranks
+    real = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert real["layouts"] == [str(q["sbp"]) for q in predicted["parameters"]]
+    for key in ("step_time", "memory", "communication_bytes"):
+        assert predicted[key] == pytest.approx(real[key], rel=1e-9), key
+
+
+def test_simulator_plans_meshes_larger_than_the_machine(tmp_path):
+    from meshflow.distributed import simulate
+    _, simulated_step = simulated_step_module()
+    model, opt, loss_fn, inputs = simulated_step.step()
+    machine = simulate.described_machine(300, 2000, 100, 5, [8])
+    report = simulate.simulate(model, opt, loss_fn, inputs, (8, 8), machine)
+    assert report["mesh"] == (8, 8) and len(report["parameters"]) == 4
+    assert all(len(q["sbp"]) == 2 for q in report["parameters"])
+    assert report["step_time"] > 0 and report["memory"] > 0
+    # A ring all-reduce of 1 GiB over 8 at 100 GB/s with 5 us per step.
+    assert machine.collective("all_reduce", 8, 1 << 30) == pytest.approx(14 * 5e-6 + (1 << 30) * 1.75 / 100e9)
+    # The command line.
+    cmd = [sys.executable, "-m", "meshflow.distributed.simulate", os.path.join(SCRIPTS, "simulated_step.py"),
+           "--mesh", "4x2", "--gemm-tflops", "300", "--memory-bandwidth", "2000", "--interconnect", "100,5"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(mf.__file__))))
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("mesh 4x2: predicted step") and "model.0.weight" in run.stdout
+    machine_file = tmp_path / "machine.json"
+    machine_file.write_text(json.dumps(auto.to_dict(machine)))
+    run = subprocess.run(cmd[:6] + ["--machine", str(machine_file), "--json"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["mesh"] == [4, 2]
+    bad = subprocess.run(cmd[:6], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "describe the machine" in bad.stderr
+    with pytest.raises(ValueError, match="must be > 0"):
+        simulate.described_machine(0, 1, 1, 1, [2])

@@ -89,6 +89,10 @@ struct CallRecord {
   std::vector<std::vector<SbpSignature>> candidates;  // per mesh axis (sbp_candidates)
   double flops = 0;  // OpDef::flops of the whole call; 0: memory-bound
   double bytes = 0;  // inputs + outputs, whole tensors
+  // What the candidates came from, to derive them for another mesh (remesh).
+  TensorList metas;
+  std::vector<Shape> out_shapes;
+  Attrs attrs;
 };
 
 // A parameter: one layout for it, its optimizer state and its gradient.
@@ -160,6 +164,12 @@ struct SearchOptions {
 };
 
 Plan search(const CallLog& log, const CostModel& model, const SearchOptions& options);
+
+// The log as if traced on `mesh` (the simulator: a mesh larger than the
+// machine): every call's candidates derived again for mesh's axes; a fixed
+// value's or pinned parameter's layout given on one mesh axis is taken on
+// every axis.
+CallLog remesh(const CallLog& log, const Placement& mesh);
 
 // The predictions of a given plan: per call the candidate index per mesh
 // axis, per source its layout (a hand-written plan, or one to check a

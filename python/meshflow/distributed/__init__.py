@@ -342,7 +342,7 @@ def irecv(tensor, src, group=None, tag=0):
 
 def __getattr__(name):
     # meshflow.distributed.pipelining loads on first use (it needs meshflow.nn).
-    if name in ("pipelining", "optim", "checkpoint", "fsdp", "device_mesh", "auto"):
+    if name in ("pipelining", "optim", "checkpoint", "fsdp", "device_mesh", "auto", "simulate"):
         import importlib
         return importlib.import_module("meshflow.distributed." + name)
     raise AttributeError(f"module 'meshflow.distributed' has no attribute {name!r}")

@@ -254,9 +254,10 @@ def _placement_of(graph, args):
                      "inputs (tensor.to_global(placement, sbp)) or lay the model out on one")
 
 
-def _plan_graph(graph, args):
-    """The first trace (logged), the search, and the parameters moved to
-    the chosen layouts. Returns the plan's record for the second trace."""
+def _log_step(graph, args):
+    """The first trace: every free parameter broadcast on the graph's
+    placement, each global op call logged. Returns (log, placement, params,
+    names, pinned)."""
     placement = _placement_of(graph, args)
     B = [_mf.sbp.broadcast] * len(placement.hierarchy)
     modules = graph._modules()
@@ -312,6 +313,14 @@ def _plan_graph(graph, args):
 
     with _ap.LogCalls(log):
         graph._trace(args, None, on_state=register)
+    return log, placement, params, names, pinned
+
+
+def _plan_graph(graph, args):
+    """The first trace (logged), the search, and the parameters moved to
+    the chosen layouts. Returns the plan's record for the second trace."""
+    chosen_before = getattr(graph, "_auto_laid_out", set())
+    log, placement, params, names, pinned = _log_step(graph, args)
     model = cost_model()
     plan = _ap.search(log, model, graph.config.auto_parallel_memory_limit)
     log.release_tensors()  # the old parameters' replicas are freed when moved

@@ -132,6 +132,9 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   for (int64_t parts : log.placement->hierarchy())
     rec.candidates.push_back(sbp_candidates(op, metas, out_shapes, attrs, parts));
   if (op.flops && !out_shapes.empty()) rec.flops = op.flops(metas, out_shapes, attrs);
+  rec.metas = metas;
+  rec.out_shapes = out_shapes;
+  rec.attrs = attrs;
   const int64_t call = int64_t(log.calls.size());
   for (size_t o = 0; o < outputs.size(); ++o) {
     const Tensor& t = outputs[o];
@@ -160,6 +163,32 @@ void log_accumulation(const Tensor& variable, const Tensor& before, const Tensor
   const int64_t source = log.values[size_t(it->second)].node;
   if (before.defined() && before.is_global()) log.accumulations.emplace_back(log.value_of(before), source);
   log.tie(after, source);
+}
+
+CallLog remesh(const CallLog& log, const Placement& mesh) {
+  CallLog out;
+  out.placement = mesh;
+  out.calls = log.calls;
+  out.values = log.values;
+  out.sources = log.sources;
+  out.accumulations = log.accumulations;
+  const size_t axes = size_t(mesh.ndim());
+  auto spread = [&](const NdSbp& layout, const std::string& what) {
+    if (layout.size() == axes) return layout;
+    for (const Sbp& s : layout)
+      MF_CHECK(s == layout[0], ValueError, "auto parallel: ", what, " has layout ", nd_sbp_str(layout),
+               ", which names no layout on a mesh of ", axes, " axes");
+    return NdSbp(axes, layout.empty() ? Sbp::broadcast() : layout[0]);
+  };
+  for (ValueRecord& v : out.values)
+    if (v.kind == ValueKind::Fixed) v.fixed = spread(v.fixed, "a traced input");
+  for (SourceRecord& s : out.sources)
+    if (s.pinned) s.pinned = spread(*s.pinned, s.name);
+  for (CallRecord& c : out.calls) {
+    c.candidates.clear();
+    for (int64_t parts : mesh.hierarchy()) c.candidates.push_back(sbp_candidates(*c.op, c.metas, c.out_shapes, c.attrs, parts));
+  }
+  return out;
 }
 
 FollowPlan::FollowPlan(const Plan& plan) : plan_(&plan), prev_(following) { following = this; }

@@ -12,7 +12,7 @@ import numpy as np
 
 import meshflow as mf
 import meshflow.nn.functional as F
-from layouts import shard, whole
+from layouts import MACHINE, shard, whole
 
 rank, world = mf.env.get_rank(), mf.env.get_world_size()
 B, S, P = mf.sbp.broadcast, mf.sbp.split, mf.sbp.partial_sum
@@ -20,21 +20,9 @@ STEPS = 3
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples"))
 
 
-def ring(kind, m):
-    return 2 * (m - 1) / m if kind == "all_reduce" else (m - 1) / m
-
-
-# The plans below are checked under a described machine (100 GFLOP/s,
-# 20 GB/s memory, collectives of 10 us per ring step at 5 GB/s), so that
-# they do not hang on this machine's timing noise; calibrate() is checked
-# on its own.
-MACHINE = {
-    "gemm_flops": 100e9, "gemm_flops_f64": 50e9, "gemm_flops_16": 200e9, "memory_bandwidth": 20e9,
-    "op_overhead": 1e-6,
-    "collectives": {kind: {str(m): [[4096, 10e-6 * (m - 1) + 4096 * ring(kind, m) / 5e9],
-                                    [1 << 26, 10e-6 * (m - 1) + (1 << 26) * ring(kind, m) / 5e9]]
-                           for m in (2, 4)} for kind in mf.distributed.auto.COLLECTIVES},
-}
+# The plans below are checked under a described machine (layouts.MACHINE),
+# so that they do not hang on this machine's timing noise; calibrate() is
+# checked on its own.
 mf.distributed.auto.set_cost_model(MACHINE)
 
 

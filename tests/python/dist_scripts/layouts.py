@@ -1,6 +1,7 @@
 """What the distributed test scripts share: a global tensor's whole value,
-the tensor-parallel layouts of an MLP and of a transformer layer, and the
-embedding stage of the pipeline tests' tied models."""
+the tensor-parallel layouts of an MLP and of a transformer layer, the
+embedding stage of the pipeline tests' tied models, and the machine the
+auto-parallel tests plan for."""
 import meshflow as mf
 
 B, S = mf.sbp.broadcast, mf.sbp.split
@@ -51,3 +52,19 @@ class Embed(mf.nn.Module):
 
     def forward(self, ids):
         return self.emb(ids)
+
+
+def _ring(kind, m):
+    return 2 * (m - 1) / m if kind == "all_reduce" else (m - 1) / m
+
+
+# A described machine for the auto-parallel tests (100 GFLOP/s, 20 GB/s
+# memory, collectives of 10 us per ring step at 5 GB/s), as
+# meshflow.distributed.auto.to_dict's data.
+MACHINE = {
+    "gemm_flops": 100e9, "gemm_flops_f64": 50e9, "gemm_flops_16": 200e9, "memory_bandwidth": 20e9,
+    "op_overhead": 1e-6,
+    "collectives": {kind: {str(m): [[4096, 10e-6 * (m - 1) + 4096 * _ring(kind, m) / 5e9],
+                                    [1 << 26, 10e-6 * (m - 1) + (1 << 26) * _ring(kind, m) / 5e9]]
+                           for m in (2, 4)} for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")},
+}
