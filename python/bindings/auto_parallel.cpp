@@ -37,6 +37,7 @@ void init_auto_parallel(py::module_& parent) {
       .def_readwrite("gemm_flops", &CostModel::gemm_flops)
       .def_readwrite("gemm_flops_f64", &CostModel::gemm_flops_f64)
       .def_readwrite("gemm_flops_16", &CostModel::gemm_flops_16)
+      .def_readwrite("gemm_half_intensity", &CostModel::gemm_half_intensity)
       .def_readwrite("memory_bandwidth", &CostModel::memory_bandwidth)
       .def_readwrite("op_overhead", &CostModel::op_overhead)
       .def("set_collective",

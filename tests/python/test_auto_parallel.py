@@ -75,6 +75,7 @@ def test_calibration_is_cached_atomically_and_remeasured_when_damaged(tmp_path, 
     data = auto.to_dict(first)
     for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth", "op_overhead"):
         assert data[key] > 0, key
+    assert data["gemm_half_intensity"] >= 0
     assert data["collectives"] == {}  # one process: nothing to measure
     files = os.listdir(tmp_path)
     assert len(files) == 1 and files[0].startswith("cost_model_") and files[0].endswith(".json")

@@ -57,6 +57,11 @@ struct CostModel {
   double gemm_flops = 50e9;      // FLOP/s of float32 GEMM-like ops (OpDef::flops)
   double gemm_flops_f64 = 25e9;  // float64
   double gemm_flops_16 = 50e9;   // bfloat16 / float16
+  // The arithmetic intensity (FLOPs per byte read and written) at which a
+  // GEMM-like op runs at half those rates: a call of intensity I runs at
+  // rate * I / (I + this) (skinny products stream their weights). 0: at
+  // the full rates.
+  double gemm_half_intensity = 0;
   double memory_bandwidth = 10e9;  // bytes/s of elementwise ops (reads + writes)
   double op_overhead = 5e-6;     // s per op call
   // Fits per collective kind and group size; a size without a fit scales

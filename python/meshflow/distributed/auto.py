@@ -32,7 +32,7 @@ _current = None  # the cost model the searches use (set_cost_model / calibrate)
 
 def _cache_path(world):
     root = os.environ.get("MESHFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshflow")
-    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v2"
+    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v4"
     import zlib
     return os.path.join(root, f"cost_model_{zlib.crc32(key.encode()):08x}.json")
 
@@ -41,7 +41,8 @@ def to_dict(model):
     """The cost model as plain data (JSON-able)."""
     return {
         "gemm_flops": model.gemm_flops, "gemm_flops_f64": model.gemm_flops_f64,
-        "gemm_flops_16": model.gemm_flops_16, "memory_bandwidth": model.memory_bandwidth,
+        "gemm_flops_16": model.gemm_flops_16, "gemm_half_intensity": model.gemm_half_intensity,
+        "memory_bandwidth": model.memory_bandwidth,
         "op_overhead": model.op_overhead,
         "collectives": {kind: {str(m): [list(p) for p in points] for m, points in fits.items()}
                         for kind, fits in model.collectives().items()},
@@ -52,11 +53,13 @@ def from_dict(d):
     """A cost model from to_dict's data (a device/network description for
     the simulator has the same keys)."""
     model = CostModel()
-    for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth", "op_overhead"):
+    for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "gemm_half_intensity", "memory_bandwidth",
+                "op_overhead"):
         if key in d:
             value = float(d[key])
-            if not value > 0 and key != "op_overhead":
-                raise ValueError(f"cost model: {key} must be > 0, got {d[key]!r}")
+            least = ">= 0" if key in ("op_overhead", "gemm_half_intensity") else "> 0"
+            if not (value >= 0 if least == ">= 0" else value > 0):
+                raise ValueError(f"cost model: {key} must be {least}, got {d[key]!r}")
             setattr(model, key, value)
     for kind, fits in d.get("collectives", {}).items():
         for m, points in fits.items():
@@ -75,8 +78,9 @@ def _time(fn, reps):
 
 
 def _measure_compute():
-    """GEMM rates per dtype, elementwise bandwidth and the per-op overhead
-    of this process (its thread count)."""
+    """GEMM rates per dtype and their fall-off for skinny products,
+    elementwise bandwidth and the per-op overhead of this process (its
+    thread count)."""
     out = {}
     n = 384
     for key, dtype in (("gemm_flops", _mf.float32), ("gemm_flops_f64", _mf.float64),
@@ -85,6 +89,13 @@ def _measure_compute():
         b = _mf.randn(n, n).to(dtype)
         t = _time(lambda: _mf.matmul(a, b), 5)
         out[key] = 2.0 * n ** 3 / t
+    # A skinny product (8 rows against a 2048 x 2048 weight) for the
+    # intensity at which GEMMs run at half rate (CostModel.gemm_half_intensity).
+    m, k = 8, 2048
+    a, b = _mf.randn(m, k), _mf.randn(k, k)
+    rate = 2.0 * m * k * k / _time(lambda: _mf.matmul(a, b), 5)
+    intensity = 2.0 * m * k * k / ((2 * m * k + k * k) * 4)
+    out["gemm_half_intensity"] = intensity * (out["gemm_flops"] / rate - 1) if rate < out["gemm_flops"] else 0.0
     x = _mf.randn(1 << 22)
     y = _mf.randn(1 << 22)
     t = _time(lambda: x + y, 10)
@@ -185,8 +196,9 @@ def _measure_collectives():
 
 def calibrate(force=False):
     """Measures this machine's rates (GEMM per dtype, elementwise bandwidth,
-    per-op overhead) and, under the launcher, fits the collectives' alpha
-    and beta on the local MPI; every rank gets rank 0's numbers. The
+    per-op overhead; each rank's share where the ranks of a node want more
+    threads than it has cores) and, under the launcher, the collectives'
+    times on the local MPI; every rank gets rank 0's numbers. The
     result is cached per CPU model, thread count and world size
     ($MESHFLOW_CACHE_DIR or ~/.cache/meshflow) and becomes the model the
     searches use. Collective over the world when it has more than one
@@ -214,6 +226,19 @@ def calibrate(force=False):
         collectives = _measure_collectives() if world > 1 else {}
         data = _measure_compute()
         data["collectives"] = collectives
+        # Ranks of one node that want more threads than it has cores share
+        # them: each runs at its share of the rates measured (a short timing
+        # gets a core to itself).
+        local = 1
+        if world > 1:
+            import socket
+            hosts = [None] * world
+            dist.all_gather_object(hosts, socket.gethostname())
+            local = hosts.count(socket.gethostname())
+        share = min(1.0, (os.cpu_count() or 1) / (local * _mf.get_num_threads()))
+        for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth"):
+            data[key] *= share
+        data["op_overhead"] /= share
         if world > 1:
             box = [data]
             dist.broadcast_object_list(box, src=0)

@@ -110,7 +110,10 @@ double compute_time(const CostModel& model, const CallRecord& c, const std::vect
                       : (dtype == kBFloat16 || dtype == kFloat16) ? model.gemm_flops_16
                                                                   : model.gemm_flops;
   // A view moves no data.
-  const double t = c.op->view ? 0.0 : std::max(c.flops / rate, c.bytes / model.memory_bandwidth);
+  const double intensity = c.flops / std::max(c.bytes, 1.0);
+  const double efficiency =
+      model.gemm_half_intensity > 0 && c.flops > 0 ? intensity / (intensity + model.gemm_half_intensity) : 1.0;
+  const double t = c.op->view ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / model.memory_bandwidth);
   return model.op_overhead + frac * t;
 }
 
