@@ -10,8 +10,9 @@ For each: the measured step of the searched plan (auto) and of the
 hand-written plans (dp: parameters broadcast, batch split; tp: the MLPs'
 first layer column-parallel, the second row-parallel, the batch whole;
 dp_tp on a 2x2 mesh: dp along mesh axis 0, tp along axis 1), the search
-time, and the error of the searched plan's predicted step time. The
-model is calibrate()'s (cached). Then the collective model against fresh
+time, and the error of the searched plan's predicted step time and
+memory per rank (against its parameters' and optimizer state's shards
+plus the graph's planned arena). The model is calibrate()'s (cached). Then the collective model against fresh
 measurements at 1 to 64 MiB.
 
     PYTHONPATH=python /usr/bin/python3 bench/auto_parallel.py
@@ -101,7 +102,17 @@ def worker(workload, plan):
     out = {"ms": 1000 * statistics.median(times)}
     if plan == "auto":
         report = auto.cost_report(g)
+        # Memory per rank: the parameters and optimizer state (their shards)
+        # and the graph's planned arena for the step's values.
+        kept = 0
+        state = opt.state_dict()["state"]
+        tensors = list(model.parameters()) + [t for entry in state.values() for t in entry.values()
+                                              if isinstance(t, mf.Tensor) and t.dim() > 0]
+        for t in tensors:
+            local = t.to_local() if t.is_global else t
+            kept += local.numel() * local.element_size()
         out.update(predicted_ms=1000 * report["step_time"], search_s=report["search_seconds"],
+                   predicted_mib=report["memory"] / 2**20, measured_mib=(kept + g.planned_peak_bytes) / 2**20,
                    layouts=sorted({str(tuple(str(s) for s in p["sbp"])) for p in report["parameters"]}))
     if rank == 0:
         print(json.dumps(out), flush=True)
@@ -142,8 +153,8 @@ def main():
             worker(sys.argv[2], sys.argv[3])
         return
     print("| ranks | workload | searched ms | dp ms | tp ms | dp_tp ms | searched / best hand | search s | "
-          "predicted ms | error |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "predicted ms | error | predicted MiB | planned MiB | error |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for ranks in (2, 4):
         for workload in ("mlp", "wide", "gpt"):
             plans = ["auto", "dp"] + (["tp"] if workload != "gpt" else []) + \
@@ -153,8 +164,10 @@ def main():
             a = res["auto"]
             cell = lambda p: f"{res[p]['ms']:.2f}" if p in res else "-"  # noqa: E731
             err = abs(a["predicted_ms"] - a["ms"]) / a["ms"]
+            merr = abs(a["predicted_mib"] - a["measured_mib"]) / a["measured_mib"]
             print(f"| {ranks} | {workload} | {a['ms']:.2f} | {cell('dp')} | {cell('tp')} | {cell('dp_tp')} | "
-                  f"{a['ms'] / best:.2f} | {a['search_s']:.3f} | {a['predicted_ms']:.2f} | {err:.0%} |", flush=True)
+                  f"{a['ms'] / best:.2f} | {a['search_s']:.3f} | {a['predicted_ms']:.2f} | {err:.0%} | "
+                  f"{a['predicted_mib']:.2f} | {a['measured_mib']:.2f} | {merr:.0%} |", flush=True)
     print()
     print("| ranks | collective | MiB | predicted ms | measured ms | measured again ms | error |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
