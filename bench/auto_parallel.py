@@ -30,16 +30,15 @@ STEPS = 10
 
 
 def build(mf, models, workload):
+    import numpy as np
+    rng = np.random.default_rng(0)
     if workload == "mlp":
-        return models.mlp(mf), models.random_batch("mlp", 256, __import__("numpy").random.default_rng(0))
+        return models.mlp(mf), models.random_batch("mlp", 256, rng)
     if workload == "wide":
-        import numpy as np
-        rng = np.random.default_rng(0)
         return (models.mlp(mf, in_features=256, hidden=2048, classes=256),
                 (rng.standard_normal((16, 256)).astype(np.float32), rng.integers(0, 256, size=16)))
-    import numpy as np
     model = models.gpt(mf, vocab=512, d_model=128, heads=4, layers=2, seq=64)
-    return model, models.random_batch("gpt", 16, np.random.default_rng(0), vocab=512, seq=64)
+    return model, models.random_batch("gpt", 16, rng, vocab=512, seq=64)
 
 
 def lay_out(mf, model, plan, mesh):

@@ -12,11 +12,6 @@ namespace {
 
 using namespace distributed::auto_parallel;
 
-py::tuple layout_tuple(const NdSbp& sbp) {
-  py::tuple t(sbp.size());
-  for (size_t i = 0; i < sbp.size(); ++i) t[i] = py::cast(sbp[i]);
-  return t;
-}
 
 // A guard usable as a Python context manager.
 template <class Guard, class Arg>
@@ -113,7 +108,7 @@ void init_auto_parallel(py::module_& parent) {
       .def_property_readonly("num_calls", [](const Plan& p) { return p.calls.size(); })
       .def_property_readonly("sources", [](const Plan& p) {
         py::list out;
-        for (const NdSbp& s : p.sources) out.append(layout_tuple(s));
+        for (const NdSbp& s : p.sources) out.append(sbp_tuple(s));
         return out;
       });
 
@@ -132,14 +127,15 @@ void init_auto_parallel(py::module_& parent) {
       "report",
       [](const CallLog& log, const CostModel& model, const Plan& plan) {
         py::list rows;
+        const std::vector<CallCost> costs = call_costs(log, model, plan);
         for (size_t c = 0; c < log.calls.size(); ++c) {
-          const CallCost cost = call_cost(log, model, plan, c);
+          const CallCost& cost = costs[c];
           const CallRecord& rec = log.calls[c];
           py::list shapes, ins, outs;
           for (int64_t v : rec.inputs) shapes.append(v < 0 ? py::object(py::none()) : py::cast(log.values[size_t(v)].shape));
           for (size_t i = 0; i < cost.inputs.size(); ++i)
-            ins.append(rec.inputs[i] < 0 ? py::object(py::none()) : py::object(layout_tuple(cost.inputs[i])));
-          for (const NdSbp& s : cost.outputs) outs.append(layout_tuple(s));
+            ins.append(rec.inputs[i] < 0 ? py::object(py::none()) : py::object(sbp_tuple(cost.inputs[i])));
+          for (const NdSbp& s : cost.outputs) outs.append(sbp_tuple(s));
           rows.append(py::dict(py::arg("op") = rec.op->name, py::arg("input_shapes") = shapes,
                                py::arg("inputs") = ins, py::arg("outputs") = outs, py::arg("compute") = cost.compute,
                                py::arg("boxing") = cost.boxing, py::arg("boxing_bytes") = cost.boxing_bytes,

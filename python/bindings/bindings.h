@@ -56,6 +56,8 @@ NdSbp nd_sbp_arg(py::handle sbp, const Placement& placement);
 // Throws unless t's data is readable on the host (not a global or traced
 // tensor); op names the caller.
 void check_host_data(const Tensor& t, const char* op);
+// An nd-sbp as a tuple of meshflow.sbp values (one per mesh axis).
+py::object sbp_tuple(const NdSbp& sbp);
 // An int argument (an index object, not a bool).
 bool is_int_arg(py::handle v);
 // A size argument of the convolutions and their layers: an int or a

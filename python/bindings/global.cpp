@@ -56,14 +56,14 @@ NdSbp to_nd_sbp(py::handle sbp) {
   return out;
 }
 
+
+}  // namespace
+
 py::object sbp_tuple(const NdSbp& sbp) {
   py::tuple t(sbp.size());
   for (size_t i = 0; i < sbp.size(); ++i) t[i] = py::cast(sbp[i]);
   return t;
 }
-
-
-}  // namespace
 
 NdSbp nd_sbp_arg(py::handle sbp, const Placement& placement) {
   NdSbp nd = to_nd_sbp(sbp);

@@ -238,5 +238,9 @@ def test_simulator_plans_meshes_larger_than_the_machine(tmp_path):
     assert json.loads(run.stdout)["mesh"] == [4, 2]
     bad = subprocess.run(cmd[:6], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "describe the machine" in bad.stderr
+    bad = subprocess.run(cmd[:4] + ["--mesh", "0x2"] + cmd[6:], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "--mesh: expected sizes >= 1" in bad.stderr
+    bad = subprocess.run(cmd[:3] + [str(machine_file)] + cmd[4:], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode != 0 and "is not a Python file" in bad.stderr
     with pytest.raises(ValueError, match="must be > 0"):
         simulate.described_machine(0, 1, 1, 1, [2])

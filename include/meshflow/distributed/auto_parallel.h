@@ -183,7 +183,7 @@ CallLog remesh(const CallLog& log, const Placement& mesh);
 Plan predict(const CallLog& log, const CostModel& model, const std::vector<std::vector<size_t>>& calls,
              const std::vector<NdSbp>& sources);
 
-// The cost of one call and of its inputs' boxing under a plan, for reports.
+// The cost of each call and of its inputs' boxing under a plan, for reports.
 struct CallCost {
   std::vector<NdSbp> inputs, outputs;  // the signature
   double compute = 0;
@@ -191,7 +191,7 @@ struct CallCost {
   double boxing_bytes = 0;
   std::vector<std::string> collectives;  // "all_reduce 4.0 MiB", one per boxing of an input
 };
-CallCost call_cost(const CallLog& log, const CostModel& model, const Plan& plan, size_t call);
+std::vector<CallCost> call_costs(const CallLog& log, const CostModel& model, const Plan& plan);
 
 // While alive, the global interpreter on this thread runs call k with the
 // plan's signature for call k; a call of another op than the plan's throws.

@@ -25,6 +25,7 @@ The machine is described as follows:
 import argparse
 import importlib.util
 import json
+import math
 import sys
 
 import meshflow as _mf
@@ -64,7 +65,7 @@ def _mesh(shape):
     sizes = [int(s) for s in shape]
     if not sizes or any(s < 1 for s in sizes):
         raise ValueError(f"simulate: a mesh needs sizes >= 1, got {shape!r}")
-    ranks = list(range(int(__import__("math").prod(sizes))))
+    ranks = list(range(math.prod(sizes)))
 
     def nest(rs, dims):
         if len(dims) == 1:
@@ -116,6 +117,8 @@ def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_li
 
 def _load(path):
     spec = importlib.util.spec_from_file_location("simulated_model", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"simulate: {path} is not a Python file (expected model.py defining step())")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not hasattr(module, "step"):
@@ -138,7 +141,9 @@ def main(argv=None):
     try:
         mesh = [int(x) for x in args.mesh.lower().split("x")]
     except ValueError:
-        p.error(f"--mesh: expected sizes like 8 or 8x8, got {args.mesh!r}")
+        mesh = []
+    if not mesh or any(m < 1 for m in mesh):
+        p.error(f"--mesh: expected sizes >= 1 like 8 or 8x8, got {args.mesh!r}")
     if args.machine:
         with open(args.machine) as f:
             cost = _auto.from_dict(json.load(f))

@@ -123,7 +123,6 @@ struct Problem {
   Shape mesh;
   std::vector<std::vector<NdSbp>> source_choices;
   std::vector<std::vector<CallChoice>> call_choices;
-  std::vector<double> source_bytes;  // per rank at choice 0 ... computed per choice below
 
   Problem(const CallLog& l, const CostModel& m) : log(l), model(m), mesh(l.placement->hierarchy()) {
     const size_t axes = mesh.size();
@@ -294,7 +293,6 @@ Graph build_graph(const Problem& p, double lambda, const std::vector<bool>& pric
     } else {
       const int64_t producer = int64_t(ns) + r.node;
       const auto& choices = p.call_choices[size_t(r.node)];
-      const Shape bshape(mesh.size(), 0);
       g.add(producer, reader, [&](size_t xp, size_t y) {
         const CallChoice& ch = choices[xp];
         const NdSbp have = size_t(r.index) < ch.out.size() ? ch.out[size_t(r.index)] : NdSbp(mesh.size(), Sbp::broadcast());
@@ -613,10 +611,12 @@ Plan search(const CallLog& log, const CostModel& model, const SearchOptions& opt
   return plan;
 }
 
-Plan predict(const CallLog& log, const CostModel& model, const std::vector<std::vector<size_t>>& calls,
-             const std::vector<NdSbp>& sources) {
-  MF_CHECK(log.placement.has_value(), ValueError, "auto parallel: the step made no global op call to plan");
-  const Problem p(log, model);
+namespace {
+
+// The node choices of a given plan (Problem's indices).
+std::vector<int32_t> assignment_of(const Problem& p, const std::vector<std::vector<size_t>>& calls,
+                                   const std::vector<NdSbp>& sources) {
+  const CallLog& log = p.log;
   MF_CHECK(calls.size() == log.calls.size() && sources.size() == log.sources.size(), ValueError,
            "auto parallel: a plan needs ", log.calls.size(), " call choices and ", log.sources.size(),
            " source layouts, got ", calls.size(), " and ", sources.size());
@@ -635,57 +635,46 @@ Plan predict(const CallLog& log, const CostModel& model, const std::vector<std::
              ") has no such signature the search considers");
     assign.push_back(int32_t(it - choices.begin()));
   }
+  return assign;
+}
+
+}  // namespace
+
+Plan predict(const CallLog& log, const CostModel& model, const std::vector<std::vector<size_t>>& calls,
+             const std::vector<NdSbp>& sources) {
+  MF_CHECK(log.placement.has_value(), ValueError, "auto parallel: the step made no global op call to plan");
+  const Problem p(log, model);
   Plan plan;
-  evaluate(p, assign, plan);
+  evaluate(p, assignment_of(p, calls, sources), plan);
   return plan;
 }
 
-CallCost call_cost(const CallLog& log, const CostModel& model, const Plan& plan, size_t call) {
-  MF_CHECK(call < log.calls.size() && call < plan.calls.size(), IndexError, "auto parallel: call ", call,
-           " out of range (", log.calls.size(), " calls)");
-  const Shape& mesh = log.placement->hierarchy();
-  const CallRecord& rec = log.calls[call];
-  CallCost out;
-  const size_t axes = mesh.size();
-  out.inputs.assign(rec.inputs.size(), NdSbp(axes, Sbp::broadcast()));
-  out.outputs.assign(rec.outputs.size(), NdSbp(axes, Sbp::broadcast()));
-  for (size_t a = 0; a < axes; ++a) {
-    const SbpSignature& sig = rec.candidates[a][plan.calls[call][a]];
-    for (size_t i = 0; i < rec.inputs.size() && i < sig.inputs.size(); ++i) out.inputs[i][a] = sig.inputs[i];
-    for (size_t o = 0; o < rec.outputs.size() && o < sig.outputs.size(); ++o) out.outputs[o][a] = sig.outputs[o];
-  }
-  DType dtype = kFloat32;
-  if (!rec.outputs.empty() && rec.outputs[0] >= 0) dtype = log.values[size_t(rec.outputs[0])].dtype;
-  else if (!rec.inputs.empty() && rec.inputs[0] >= 0) dtype = log.values[size_t(rec.inputs[0])].dtype;
-  std::vector<NdSbp> defined_in;
-  for (size_t i = 0; i < rec.inputs.size(); ++i) defined_in.push_back(rec.inputs[i] >= 0 ? out.inputs[i] : NdSbp{});
-  out.compute = compute_time(model, rec, defined_in, out.outputs, mesh, dtype);
-  for (size_t i = 0; i < rec.inputs.size(); ++i) {
-    const int64_t v = rec.inputs[i];
-    if (v < 0) continue;
-    const ValueRecord& r = log.values[size_t(v)];
-    NdSbp have;
-    if (r.kind == ValueKind::Fixed) {
-      have = r.fixed;
-    } else if (r.kind == ValueKind::Source) {
-      have = plan.sources[size_t(r.node)];
-    } else {
-      const CallRecord& prod = log.calls[size_t(r.node)];
-      have = NdSbp(axes, Sbp::broadcast());
-      for (size_t a = 0; a < axes; ++a) {
-        const SbpSignature& sig = prod.candidates[a][plan.calls[size_t(r.node)][a]];
-        if (size_t(r.index) < sig.outputs.size()) have[a] = sig.outputs[size_t(r.index)];
-      }
+std::vector<CallCost> call_costs(const CallLog& log, const CostModel& model, const Plan& plan) {
+  MF_CHECK(log.placement.has_value(), ValueError, "auto parallel: the step made no global op call to plan");
+  const Problem p(log, model);
+  const std::vector<int32_t> assign = assignment_of(p, plan.calls, plan.sources);
+  const size_t ns = p.num_sources();
+  std::vector<CallCost> costs;
+  for (size_t c = 0; c < log.calls.size(); ++c) {
+    const CallRecord& rec = log.calls[c];
+    const CallChoice& ch = p.call_choices[c][size_t(assign[ns + c])];
+    CallCost out{.inputs = ch.in, .outputs = ch.out, .compute = ch.compute};
+    for (size_t i = 0; i < rec.inputs.size(); ++i) {
+      const int64_t v = rec.inputs[i];
+      if (v < 0) continue;
+      const ValueRecord& r = log.values[size_t(v)];
+      const NdSbp have = p.layout_of(v, assign);
+      if (have == ch.in[i]) continue;
+      Boxing b;
+      transition(model, p.mesh, have, ch.in[i], nbytes(r.shape, r.dtype), &b, true);
+      if (rec.op->writes_input(i, rec.inplace)) transition(model, p.mesh, ch.in[i], have, nbytes(r.shape, r.dtype), &b, true);
+      out.boxing += b.time;
+      out.boxing_bytes += b.bytes;
+      for (auto& s : b.collectives) out.collectives.push_back(std::move(s));
     }
-    if (have == out.inputs[i]) continue;
-    Boxing b;
-    transition(model, mesh, have, out.inputs[i], nbytes(r.shape, r.dtype), &b, true);
-    if (rec.op->writes_input(i, rec.inplace)) transition(model, mesh, out.inputs[i], have, nbytes(r.shape, r.dtype), &b, true);
-    out.boxing += b.time;
-    out.boxing_bytes += b.bytes;
-    for (auto& s : b.collectives) out.collectives.push_back(std::move(s));
+    costs.push_back(std::move(out));
   }
-  return out;
+  return costs;
 }
 
 }  // namespace mf::distributed::auto_parallel
