@@ -27,6 +27,8 @@ class Allocator {
   virtual void reset_peak_stats() = 0;
   // Returns cached blocks to the system.
   virtual void empty_cache() = 0;
+  // Page-locked host memory (Backend::pinned_host_allocator).
+  virtual bool pinned() const { return false; }
 };
 
 }  // namespace mf

@@ -199,8 +199,9 @@ class OpRegistry {
   // Checks that every op is complete: infer, a view or CPU kernel, a
   // backward unless declared non-differentiable, SBP rules unless it has no
   // inputs or is a collective, and a mutates mask within its inputs.
-  // Throws on the first gap.
-  void validate() const;
+  // Throws on the first gap. Returns, per device type, the names of the ops
+  // with no kernel there (sorted; view ops run on every device).
+  std::array<std::vector<std::string>, kNumDeviceTypes> validate() const;
 
  private:
   OpRegistry() = default;

@@ -28,6 +28,8 @@ class StorageImpl {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool has_data() const { return data_ != nullptr || nbytes_ == 0; }
+  // Host memory from a backend's pinned allocator (Tensor.pin_memory()).
+  bool pinned() const { return allocator_ != nullptr && allocator_->pinned(); }
 
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }

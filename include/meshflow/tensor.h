@@ -137,6 +137,8 @@ class Tensor {
   size_t element_size() const { return itemsize(dtype()); }
   const Storage& storage() const { return checked()->storage(); }
   bool shares_storage(const Tensor& other) const { return storage() == other.storage(); }
+  // Host memory that a device copies without staging (pin_memory()).
+  bool is_pinned() const { return storage() && storage()->pinned(); }
   // A tensor of the global view (distributed/global.h).
   bool is_global() const { return checked()->global() != nullptr; }
 

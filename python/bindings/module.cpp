@@ -1,6 +1,7 @@
 // meshflow._C: the module, the error mapping, the casters shared by the
 // other binding files, and the small value types (dtype, device, generator).
 #include "bindings.h"
+#include "meshflow/backend.h"
 #include "meshflow/version.h"
 
 #include <cstring>
@@ -247,6 +248,47 @@ void init_types(py::module_& m) {
         py::arg("device") = Device());
   m.def("reset_peak_memory_stats", &reset_peak_memory_stats, py::arg("device") = Device());
   m.def("empty_cache", &empty_cache, py::arg("device") = Device());
+
+  // Device backends (Note [Device backends]): what meshflow.cuda and
+  // meshflow.backends read.
+  auto device_type = [](const std::string& name) { return Device(name).type(); };
+  m.def("_backend_built", [=](const std::string& type) { return has_backend(device_type(type)); }, py::arg("type"));
+  m.def("_device_count", [=](const std::string& type) {
+    const DeviceType t = device_type(type);
+    return has_backend(t) ? get_backend(t).device_count() : 0;
+  }, py::arg("type"));
+  m.def("_check_device", [](const Device& d, const std::string& op) { check_device(d, op.c_str()); },
+        py::arg("device"), py::arg("op"));
+  m.def("_synchronize", [](const Device& d) { get_backend(d.type()).synchronize(d.index()); }, py::arg("device"));
+  m.def("_op_coverage", [] {
+    const auto missing = OpRegistry::instance().validate();
+    py::dict out;
+    for (int type = 0; type < kNumDeviceTypes; ++type) out[device_type_name(DeviceType(type))] = missing[size_t(type)];
+    return out;
+  });
+  py::class_<Stream>(m, "_Stream")
+      .def(py::init([](const Device& d) {
+        check_device(d, "Stream");
+        return get_backend(d.type()).create_stream(d.index());
+      }), py::arg("device"))
+      .def_static("current", [](const Device& d) { return get_backend(d.type()).current_stream(d.index()); })
+      .def_static("default", [](const Device& d) { return Stream{d, 0}; })
+      .def_property_readonly("device", [](const Stream& s) { return s.device; })
+      .def_property_readonly("stream_id", [](const Stream& s) { return s.id; })
+      .def("set_current", [](const Stream& s) { get_backend(s.device.type()).set_current_stream(s); })
+      .def("synchronize", [](const Stream& s) { get_backend(s.device.type()).synchronize_stream(s); })
+      .def("__eq__", [](const Stream& a, const Stream& b) { return a == b; }, py::is_operator())
+      .def("__hash__", [](const Stream& s) { return py::hash(py::make_tuple(s.device.str(), s.id)); });
+  py::class_<DeviceEvent>(m, "_Event")
+      .def(py::init([](const Device& d, bool timing) {
+        check_device(d, "Event");
+        return get_backend(d.type()).create_event(d.index(), timing);
+      }), py::arg("device"), py::arg("enable_timing"))
+      .def("record", &DeviceEvent::record, py::arg("stream"))
+      .def("block", &DeviceEvent::block, py::arg("stream"))
+      .def("query", &DeviceEvent::query)
+      .def("synchronize", &DeviceEvent::synchronize)
+      .def("elapsed_ms", &DeviceEvent::elapsed_ms, py::arg("end"));
 
   m.def("_set_size_type", [](py::object t) { set_type(g_size_type, std::move(t)); });
   m.def("_set_values_indices_type", [](py::object t) { set_type(g_values_indices_type, std::move(t)); });

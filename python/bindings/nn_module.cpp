@@ -315,14 +315,15 @@ py::object load_state_dict(py::handle self, py::handle state, bool strict) {
 // to(dtype) / to(device) / to(tensor) / to(device, dtype), as nn.Module.to.
 py::object module_to(py::object self, py::args args, py::kwargs kwargs) {
   std::optional<DType> dtype;
+  std::optional<Device> device;
   auto take = [&](py::handle v) {
     if (py::isinstance<DType>(v)) {
       dtype = v.cast<DType>();
     } else if (py::isinstance<Tensor>(v)) {
       dtype = v.cast<Tensor>().dtype();
+      device = v.cast<Tensor>().device();
     } else if (py::isinstance<Device>(v) || py::isinstance<py::str>(v)) {
-      Device d = py::isinstance<Device>(v) ? v.cast<Device>() : Device(std::string(py::str(v)));
-      MF_CHECK(d.is_cpu(), ValueError, "Module.to: device ", d.str(), " is not available in this build");
+      device = py::isinstance<Device>(v) ? v.cast<Device>() : Device(std::string(py::str(v)));
     } else if (!v.is_none()) {
       throw TypeError("Module.to: expected a dtype, device or tensor, got " + py_type_name(v));
     }
@@ -334,6 +335,7 @@ py::object module_to(py::object self, py::args args, py::kwargs kwargs) {
              "Module.to() got an unexpected keyword argument '", key, "'");
     if (key != "non_blocking") take(v);
   }
+  if (device) self.cast<Module&>().to(*device);
   if (dtype) self.cast<Module&>().to(*dtype);
   return self;
 }
@@ -532,7 +534,18 @@ Subclasses assign Parameters, buffers and Modules as attributes in __init__
       .def("double", &convert<DType::Float64>)
       .def("half", &convert<DType::Float16>)
       .def("bfloat16", &convert<DType::BFloat16>)
-      .def("cpu", [](py::object self) { return self; })
+      .def("cpu", [](py::object self) {
+        self.cast<Module&>().to(Device());
+        return self;
+      })
+      .def("cuda", [](py::object self, py::object device) {
+        Device d(DeviceType::CUDA, 0);
+        if (py::isinstance<py::int_>(device)) d = Device(DeviceType::CUDA, device.cast<int>());
+        else if (!device.is_none()) d = device.cast<Device>();
+        MF_CHECK(d.type() == DeviceType::CUDA, ValueError, "Module.cuda: expected a cuda device, got ", d);
+        self.cast<Module&>().to(d);
+        return self;
+      }, py::arg("device") = py::none())
       .def("to_global", [](py::object self, const Placement& placement, py::handle sbp) {
         self.cast<Module&>().to_global(placement, nd_sbp_arg(sbp, placement));
         return self;

@@ -27,10 +27,14 @@ py::object size_of(const Shape& shape) {
   return size_type()(t);
 }
 
-Tensor convert(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy) {
-  MF_CHECK(!device || *device == t.device(), Error, "Tensor.to: copying a tensor from ", t.device(), " to ",
-           *device, " is not supported");
-  Tensor out = dtype ? to(t, *dtype) : t;
+// Tensor.to: casts on the CPU side of a copy between devices.
+Tensor convert(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool non_blocking,
+               bool copy) {
+  Tensor out = t;
+  const bool cast_first = device && !device->is_cpu();
+  if (dtype && cast_first) out = to(out, *dtype);
+  if (device) out = to(out, *device, non_blocking);
+  if (dtype && !cast_first) out = to(out, *dtype);
   if (copy && out.is_same(t)) out = clone(t);
   return out;
 }
@@ -265,17 +269,26 @@ void init_tensor(py::module_& m) {
         return index_put_(out, entries, values, accumulate);
       }, py::arg("indices"), py::arg("values"), py::arg("accumulate") = false)
       .def("to", [](const Tensor& t, DType dtype, bool non_blocking, bool copy) {
-        return convert(t, std::nullopt, dtype, copy);
+        return convert(t, std::nullopt, dtype, non_blocking, copy);
       }, py::arg("dtype"), py::arg("non_blocking") = false, py::arg("copy") = false)
       .def("to", [](const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool non_blocking,
-                    bool copy) { return convert(t, device, dtype, copy); },
+                    bool copy) { return convert(t, device, dtype, non_blocking, copy); },
            py::arg("device") = py::none(), py::arg("dtype") = py::none(), py::arg("non_blocking") = false,
            py::arg("copy") = false)
       .def("to", [](const Tensor& t, const Tensor& other, bool non_blocking, bool copy) {
-        return convert(t, other.device(), other.dtype(), copy);
+        return convert(t, other.device(), other.dtype(), non_blocking, copy);
       }, py::arg("other"), py::arg("non_blocking") = false, py::arg("copy") = false)
       .def("type_as", [](const Tensor& t, const Tensor& other) { return to(t, other.dtype()); }, py::arg("other"))
-      .def("cpu", [](const Tensor& t) { return convert(t, Device(), std::nullopt, false); })
+      .def("cpu", [](const Tensor& t) { return to(t, Device()); })
+      .def("cuda", [](const Tensor& t, py::object device, bool non_blocking) {
+        Device d(DeviceType::CUDA, 0);
+        if (py::isinstance<py::int_>(device)) d = Device(DeviceType::CUDA, device.cast<int>());
+        else if (!device.is_none()) d = device.cast<Device>();
+        MF_CHECK(d.type() == DeviceType::CUDA, ValueError, "Tensor.cuda: expected a cuda device, got ", d);
+        return to(t, d, non_blocking);
+      }, py::arg("device") = py::none(), py::arg("non_blocking") = false)
+      .def("pin_memory", [](const Tensor& t) { return pin_memory(t); })
+      .def("is_pinned", [](const Tensor& t) { return !t.is_global() && t.is_pinned(); })
       .def("float", [](const Tensor& t) { return to(t, DType::Float32); })
       .def("double", [](const Tensor& t) { return to(t, DType::Float64); })
       .def("half", [](const Tensor& t) { return to(t, DType::Float16); })

@@ -21,7 +21,7 @@ from meshflow._size import Size
 from meshflow.return_types import ValuesIndices
 from meshflow import autograd, datasets, errors, io, linalg, nn, optim, return_types, testing, utils  # noqa: F401
 from meshflow import distributed, env  # noqa: F401
-from meshflow import amp, cpu, cuda, distributions, one_embedding, profiler  # noqa: F401
+from meshflow import amp, backends, cpu, cuda, distributions, one_embedding, ops, profiler  # noqa: F401
 from meshflow.amp import autocast  # noqa: F401
 from meshflow.errors import OutOfMemoryError  # noqa: F401  (torch.OutOfMemoryError)
 from meshflow.io import load, save  # noqa: F401
@@ -81,11 +81,6 @@ def seed():
     value = builtins.int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)  # int is meshflow.int here
     _C.manual_seed(value)
     return value
-
-
-def _cuda(self, device=None, non_blocking=False, memory_format=None):
-    raise _C._errors.Error("Tensor.cuda: this build of meshflow has no CUDA backend "
-                           "(meshflow.cuda.is_available() is False)")
 
 
 def set_rng_state(new_state):
@@ -166,14 +161,13 @@ del _name
 
 Tensor.__format__ = _format
 Tensor.__deepcopy__ = _deepcopy
-Tensor.cuda = _cuda
 Tensor.new_zeros = _new_factory(zeros)
 Tensor.new_ones = _new_factory(ones)
 Tensor.new_empty = _new_factory(empty)
 Tensor.new_full = _new_full
 Tensor.new_tensor = _new_tensor
 Tensor.slogdet = slogdet
-for _f, _n in ((_new_full, "new_full"), (_new_tensor, "new_tensor"), (_deepcopy, "__deepcopy__"), (_cuda, "cuda"),
+for _f, _n in ((_new_full, "new_full"), (_new_tensor, "new_tensor"), (_deepcopy, "__deepcopy__"),
                (_format, "__format__")):
     _f.__name__, _f.__qualname__ = _n, "Tensor." + _n
 del _f, _n

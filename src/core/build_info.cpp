@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "meshflow/backend.h"
 #include "meshflow/version.h"
 
 namespace mf {
@@ -69,7 +70,10 @@ std::vector<std::pair<std::string, std::string>> build_info() {
   if (const auto end = mpi_text.find_first_of("\r\n,"); end != std::string::npos) mpi_text.resize(end);
   info.emplace_back("MPI", mpi_text);
   info.emplace_back("CPU features", cpu_features());
-  info.emplace_back("backends", "cpu");
+  std::string backends;
+  for (int type = 0; type < kNumDeviceTypes; ++type)
+    if (has_backend(DeviceType(type))) backends += (backends.empty() ? "" : " ") + std::string(device_type_name(DeviceType(type)));
+  info.emplace_back("backends", backends);
   return info;
 }
 

@@ -174,6 +174,8 @@ void set_default_dtype(DType dtype) {
 
 Tensor make_empty(const Shape& sizes, DType dtype, Device device) {
   const size_t nbytes = size_t(checked_nbytes(sizes, dtype, "empty"));
+  if (!device.is_cpu()) [[unlikely]]
+    check_device(device, "empty");
   auto storage = std::make_shared<StorageImpl>(nbytes, device, &get_backend(device.type()).allocator(device.index()));
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
 }

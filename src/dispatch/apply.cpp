@@ -4,6 +4,7 @@
 #include "autograd/op_node.h"
 #include "distributed/global_interpreter.h"
 #include "meshflow/autocast.h"
+#include "meshflow/backend.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/profiler.h"
@@ -55,6 +56,14 @@ Device pick_device(const TensorList& inputs, const std::vector<TensorMeta>& meta
   return metas.empty() ? Device() : metas[0].device;
 }
 
+// An op without a kernel for `device`: first whether the device can be used
+// at all (its backend built, a device present), then the op.
+[[noreturn]] void throw_no_kernel(const OpDef& op, Device device) {
+  if (!device.is_cpu()) check_device(device, op.name.c_str());
+  throw Error(detail::concat(op.name, ": no kernel for device ", device, " (meshflow.ops.coverage() lists the ops ",
+                             "each device lacks)"));
+}
+
 // The local eager interpreter: runs the kernel of the inputs' device (or
 // the view function), or only infers metadata for traced tensors.
 TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
@@ -72,7 +81,8 @@ TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& att
   }
   Device device = pick_device(inputs, metas);
   const KernelFn& kernel = op.kernels[size_t(device.type())];
-  MF_CHECK(bool(kernel), Error, op.name, ": no kernel for device ", device);
+  if (!kernel) [[unlikely]]
+    throw_no_kernel(op, device);
   for (const auto& m : metas) outputs.push_back(make_empty(m.sizes, m.dtype, m.device));
   kernel(inputs, outputs, attrs);
   return outputs;
@@ -223,7 +233,8 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
     tracer->record_inplace(op, inputs, attrs);
   } else if (has_data(inputs)) {
     const KernelFn& kernel = op.kernels[size_t(self.device().type())];
-    MF_CHECK(bool(kernel), Error, op.name, ": no kernel for device ", self.device());
+    if (!kernel) [[unlikely]]
+      throw_no_kernel(op, self.device());
     TensorList outputs{self};
     kernel(inputs, outputs, attrs);
   }

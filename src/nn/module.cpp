@@ -426,6 +426,20 @@ void Module::to(DType dtype) {
   for (auto& t : buffers()) convert(t);
 }
 
+void Module::to(Device device) {
+  NoGradGuard no_grad;
+  auto move = [&](const Tensor& t) {
+    if (!t.defined() || t.device() == device) return;
+    MF_CHECK(!t.is_global(), Error, type_name_, ".to: a global parameter or buffer moves to ", device,
+             " with to_global(placement=...) on a placement of that device type");
+    t.set_data(mf::to(t, device));
+    Tensor g = t.grad();
+    if (g.defined()) g.set_data(mf::to(g, device));
+  };
+  for (auto& t : parameters()) move(t);
+  for (auto& t : buffers()) move(t);
+}
+
 void Module::to_global(const Placement& placement, const NdSbp& sbp) {
   NoGradGuard no_grad;
   const Placement source(placement.type(), {placement.ranks()[0]});

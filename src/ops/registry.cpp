@@ -146,9 +146,12 @@ std::vector<const OpDef*> OpRegistry::all() {
   return out;
 }
 
-void OpRegistry::validate() const {
+std::array<std::vector<std::string>, kNumDeviceTypes> OpRegistry::validate() const {
   std::lock_guard<std::mutex> lock(registry_mutex());
+  std::array<std::vector<std::string>, kNumDeviceTypes> missing;
   for (const auto& op : ops_) {
+    for (int type = 0; type < kNumDeviceTypes; ++type)
+      if (!op->view && !op->kernels[size_t(type)]) missing[size_t(type)].push_back(op->name);
     MF_CHECK(bool(op->infer), Error, "OpRegistry: op '", op->name, "' has no infer function");
     bool has_kernel = bool(op->kernels[size_t(DeviceType::CPU)]);
     MF_CHECK(bool(op->view) != has_kernel, Error, "OpRegistry: op '", op->name,
@@ -163,6 +166,8 @@ void OpRegistry::validate() const {
              "OpRegistry: op '", op->name, "' declares a written input past its ", op->inputs.size(), " inputs");
     MF_CHECK(!op->elementwise || !op->view, Error, "OpRegistry: op '", op->name, "' is a view and cannot be elementwise");
   }
+  for (auto& names : missing) std::sort(names.begin(), names.end());
+  return missing;
 }
 
 }  // namespace mf

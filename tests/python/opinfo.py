@@ -852,6 +852,7 @@ NOT_OPS = {
     "Tensor.new_full", "Tensor.new_tensor",
     # properties
     "Tensor.shape", "Tensor.dtype", "Tensor.device", "Tensor.ndim", "Tensor.is_cpu", "Tensor.is_cuda", "Tensor.cuda",
+    "Tensor.pin_memory", "Tensor.is_pinned",  # tests/python/test_backends.py
     "Tensor.itemsize", "Tensor.nbytes", "Tensor.data", "Tensor.grad", "Tensor.grad_fn", "Tensor.is_leaf",
     "Tensor.requires_grad", "Tensor.output_nr", "Tensor.retains_grad",
     # the global view's conversions and metadata (tests/python/test_global.py)

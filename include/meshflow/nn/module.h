@@ -167,6 +167,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // Converts floating-point parameters, their gradients and buffers in place
   // (their identity stays, so optimizers keep working).
   void to(DType dtype);
+  // Moves every parameter and buffer (and a parameter's .grad) to device,
+  // in place: references held by optimizers stay valid.
+  void to(Device device);
   // Makes every parameter and buffer a global tensor on placement with sbp
   // (one entry per mesh axis), in place: the values are those of the
   // placement's first rank, sent to the others. Collective over all ranks.

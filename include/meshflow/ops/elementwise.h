@@ -19,6 +19,11 @@ Tensor scalar_tensor(Scalar s, std::optional<DType> dtype = {}, Device device = 
 
 // cast
 Tensor to(const Tensor& t, DType dtype);  // a copy only when the dtype differs
+// A copy on `device` (t itself when already there); non_blocking returns once
+// the copy is queued where the backend can (Note [Copies between devices]).
+Tensor to(const Tensor& t, Device device, bool non_blocking = false);
+// A copy of a CPU tensor in pinned host memory (t itself if it is pinned).
+Tensor pin_memory(const Tensor& t);
 Tensor cast(const Tensor& t, DType dtype);
 
 // binary arithmetic

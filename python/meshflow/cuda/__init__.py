@@ -1,14 +1,227 @@
-"""meshflow.cuda: the device guards of torch.cuda. This build runs on the
-CPU only, so no CUDA device is available; code that checks
-`mf.cuda.is_available()` takes its CPU path."""
+"""meshflow.cuda: torch.cuda's names for meshflow's CUDA backend.
+
+The backend (src/backend/cuda/) is compiled in when the CUDA toolkit was
+found at build time (`meshflow.backends.cuda.is_built()`); it loads the
+driver only when first asked, so importing meshflow works without one.
+`is_available()` is true when it is built and sees a device. Functions that
+need a device raise a RuntimeError naming what is missing; the memory
+statistics read 0 before any CUDA memory is used, as PyTorch's do.
+"""
+import contextlib
+
+from meshflow import _C
 from meshflow.cuda import amp
 
-__all__ = ["amp", "is_available", "device_count"]
+__all__ = ["amp", "is_available", "device_count", "is_initialized", "current_device", "set_device", "device",
+           "synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+           "memory_stats", "reset_peak_memory_stats", "empty_cache", "Stream", "Event", "current_stream",
+           "default_stream", "set_stream", "stream"]
+
+_current = 0
 
 
 def is_available():
-    return False
+    """True when meshflow's CUDA backend is built and sees at least one device."""
+    return _C._device_count("cuda") > 0
 
 
 def device_count():
-    return 0
+    """The number of CUDA devices (0 without the backend, a driver or a device)."""
+    return _C._device_count("cuda")
+
+
+def is_initialized():
+    return is_available()
+
+
+def _device(device, op):
+    """The meshflow.device of a device argument (None: the current device), checked to exist."""
+    if device is None:
+        index = _current
+    elif isinstance(device, int):
+        index = device
+    else:
+        d = _C.device(device) if isinstance(device, str) else device
+        if d.type != "cuda":
+            raise ValueError(f"meshflow.cuda.{op}: expected a cuda device, got {d}")
+        index = d.index
+    d = _C.device("cuda", index)
+    if not _C._backend_built("cuda"):
+        raise _C._errors.Error(f"meshflow.cuda.{op}: meshflow was built without the CUDA backend")
+    _C._check_device(d, f"meshflow.cuda.{op}")
+    return d
+
+
+def current_device():
+    _device(None, "current_device")
+    return _current
+
+
+def set_device(device):
+    global _current
+    _current = _device(device, "set_device").index
+
+
+class device:
+    """Context manager that makes a device current (torch.cuda.device)."""
+
+    def __init__(self, device):
+        self.idx = -1 if device is None else _device(device, "device").index
+        self.prev_idx = -1
+
+    def __enter__(self):
+        global _current
+        if self.idx >= 0:
+            self.prev_idx, _current = _current, self.idx
+        return self
+
+    def __exit__(self, *exc):
+        global _current
+        if self.idx >= 0:
+            _current = self.prev_idx
+        return False
+
+
+def synchronize(device=None):
+    """Waits for all work queued on the device."""
+    _C._synchronize(_device(device, "synchronize"))
+
+
+def _stats(device):
+    """The allocator's statistics, or None before CUDA is usable (PyTorch's zeros)."""
+    if not is_available():
+        return None
+    return _C.memory_stats(_device(device, "memory_stats"))
+
+
+def memory_stats(device=None):
+    s = _stats(device)
+    return {} if s is None else s
+
+
+def memory_allocated(device=None):
+    s = _stats(device)
+    return 0 if s is None else s["allocated_bytes"]
+
+
+def max_memory_allocated(device=None):
+    s = _stats(device)
+    return 0 if s is None else s["peak_allocated_bytes"]
+
+
+def memory_reserved(device=None):
+    s = _stats(device)
+    return 0 if s is None else s["reserved_bytes"]
+
+
+def max_memory_reserved(device=None):
+    s = _stats(device)
+    return 0 if s is None else max(s["reserved_bytes"], s["peak_allocated_bytes"])
+
+
+def reset_peak_memory_stats(device=None):
+    if is_available():
+        _C.reset_peak_memory_stats(_device(device, "reset_peak_memory_stats"))
+
+
+def empty_cache():
+    """Returns the cached blocks of the current device to the driver."""
+    if is_available():
+        _C.empty_cache(_device(None, "empty_cache"))
+
+
+class Stream:
+    """An ordered queue of work on a CUDA device (torch.cuda.Stream)."""
+
+    def __init__(self, device=None, priority=0, **kwargs):
+        self._stream = _C._Stream(_device(device, "Stream"))
+
+    @classmethod
+    def _wrap(cls, handle):
+        s = cls.__new__(cls)
+        s._stream = handle
+        return s
+
+    @property
+    def device(self):
+        return self._stream.device
+
+    @property
+    def stream_id(self):
+        return self._stream.stream_id
+
+    def synchronize(self):
+        self._stream.synchronize()
+
+    def wait_event(self, event):
+        event.wait(self)
+
+    def wait_stream(self, stream):
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event=None):
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def query(self):
+        return self.record_event().query()
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and self._stream == other._stream
+
+    def __hash__(self):
+        return hash(self._stream)
+
+    def __repr__(self):
+        return f"<meshflow.cuda.Stream device={self.device} id={self.stream_id}>"
+
+
+class Event:
+    """A marker in a stream's work (torch.cuda.Event)."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self._device = _device(None, "Event")
+        self._event = _C._Event(self._device, bool(enable_timing))
+
+    def record(self, stream=None):
+        self._event.record((stream or current_stream(self._device))._stream)
+
+    def wait(self, stream=None):
+        self._event.block((stream or current_stream(self._device))._stream)
+
+    def query(self):
+        return self._event.query()
+
+    def synchronize(self):
+        self._event.synchronize()
+
+    def elapsed_time(self, end_event):
+        return self._event.elapsed_ms(end_event._event)
+
+
+def current_stream(device=None):
+    return Stream._wrap(_C._Stream.current(_device(device, "current_stream")))
+
+
+def default_stream(device=None):
+    return Stream._wrap(_C._Stream.default(_device(device, "default_stream")))
+
+
+def set_stream(stream):
+    if stream is not None:
+        stream._stream.set_current()
+
+
+@contextlib.contextmanager
+def stream(stream):
+    """Makes `stream` current on its device for the block (None: no change)."""
+    if stream is None:
+        yield
+        return
+    previous = current_stream(stream.device)
+    stream._stream.set_current()
+    try:
+        yield
+    finally:
+        previous._stream.set_current()

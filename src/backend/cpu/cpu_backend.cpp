@@ -123,7 +123,7 @@ class CpuBackend final : public Backend {
  public:
   DeviceType type() const override { return DeviceType::CPU; }
   Allocator& allocator(int index) override { return allocator_; }
-  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
+  void copy(void* dst, Device, const void* src, Device, size_t nbytes, bool) override {
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
   int device_count() const override { return 1; }

@@ -1,0 +1,206 @@
+// The backend boundary (Note [Device backends]) on an emulated device: host
+// memory behind the CUDA device type, so copies, allocation, kernel lookup,
+// autograd across devices and the errors are checked without a GPU.
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "meshflow/backend.h"
+#include "meshflow/nn.h"
+#include "test_util.h"
+
+namespace mf {
+namespace {
+using testing::expect_values;
+using testing::values;
+
+class CountingAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    void* p = std::malloc(std::max<size_t>(nbytes, 1));
+    sizes_[p] = nbytes;
+    stats_.allocated_bytes += int64_t(nbytes);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    stats_.num_allocations++;
+    return p;
+  }
+  void deallocate(void* p, size_t nbytes) override {
+    if (!p) return;
+    EXPECT_EQ(sizes_.at(p), nbytes);
+    sizes_.erase(p);
+    stats_.allocated_bytes -= int64_t(nbytes);
+    std::free(p);
+  }
+  AllocatorStats stats() const override { return stats_; }
+  void reset_peak_stats() override { stats_.peak_allocated_bytes = stats_.allocated_bytes; }
+  void empty_cache() override {}
+  bool owns(const void* p) const {
+    for (const auto& [base, n] : sizes_)
+      if (p >= base && p < static_cast<const char*>(base) + std::max<size_t>(n, 1)) return true;
+    return false;
+  }
+
+ private:
+  std::map<void*, size_t> sizes_;
+  AllocatorStats stats_;
+};
+
+// Two devices whose memory is host memory, each with its own allocator.
+class EmulatedBackend final : public Backend {
+ public:
+  DeviceType type() const override { return DeviceType::CUDA; }
+  int device_count() const override { return 2; }
+  Allocator& allocator(int index) override { return allocators_[index]; }
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, bool) override {
+    // Each side's pointer must come from that side's memory.
+    if (!dst_device.is_cpu()) EXPECT_TRUE(allocators_[dst_device.index()].owns(dst));
+    if (!src_device.is_cpu()) EXPECT_TRUE(allocators_[src_device.index()].owns(src));
+    std::memcpy(dst, src, nbytes);
+    copies++;
+  }
+  int copies = 0;
+
+ private:
+  CountingAllocator allocators_[2];
+};
+
+class EmulatedDevice : public ::testing::Test {
+ protected:
+  void SetUp() override { previous_ = replace_backend(DeviceType::CUDA, &backend_); }
+  void TearDown() override {
+    for (const char* op : added_) OpRegistry::instance().set_kernel(op, DeviceType::CUDA, KernelFn());
+    replace_backend(DeviceType::CUDA, previous_);
+  }
+  // Runs the CPU kernel of `op` on the emulated device (its memory is host memory).
+  void add_kernel(const char* op) {
+    OpRegistry::instance().set_kernel(op, DeviceType::CUDA, OpRegistry::instance().get(op).cpu_kernel);
+    added_.push_back(op);
+  }
+  EmulatedBackend backend_;
+  const Device dev0{DeviceType::CUDA, 0}, dev1{DeviceType::CUDA, 1};
+
+ private:
+  Backend* previous_ = nullptr;
+  std::vector<const char*> added_;
+};
+
+TEST_F(EmulatedDevice, CopiesRoundTripAndUseTheDevicesAllocator) {
+  Tensor x = reshape(arange(6.0, DType::Float64), {2, 3});
+  Tensor y = to(x, dev0);
+  EXPECT_EQ(y.device(), dev0);
+  EXPECT_EQ(memory_stats(dev0).allocated_bytes, 48);
+  EXPECT_EQ(memory_stats(dev1).allocated_bytes, 0);
+  Tensor z = to(y, dev1);  // device to device
+  EXPECT_EQ(z.device(), dev1);
+  Tensor back = to(z, Device());
+  EXPECT_TRUE(back.device().is_cpu());
+  expect_values(back, {0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(backend_.copies, 3);
+  EXPECT_TRUE(to(y, dev0).is_same(y));  // already there: no copy
+  EXPECT_EQ(backend_.copies, 3);
+  // A strided input is made contiguous on its own device first.
+  expect_values(to(to(transpose(x, 0, 1), dev0), Device()), {0, 3, 1, 4, 2, 5});
+  y = Tensor();
+  z = Tensor();
+  EXPECT_EQ(memory_stats(dev0).allocated_bytes, 0);
+  EXPECT_EQ(memory_stats(dev1).allocated_bytes, 0);
+}
+
+TEST_F(EmulatedDevice, AutogradFlowsBackAcrossTheCopy) {
+  add_kernel("mul");
+  add_kernel("add");  // the two uses' gradients are summed on the device
+  Tensor x = arange(4.0, DType::Float64).requires_grad_();
+  Tensor on_device = to(x, dev0);
+  Tensor product = mul(on_device, on_device);
+  EXPECT_EQ(product.device(), dev0);
+  Tensor loss = sum(to(product, Device()));
+  loss.backward();
+  EXPECT_TRUE(x.grad().device().is_cpu());
+  expect_values(x.grad(), {0, 2, 4, 6});
+}
+
+TEST_F(EmulatedDevice, ClearErrors) {
+  add_kernel("mul");
+  Tensor x = ones({3});
+  Tensor y = to(x, dev0);
+  // Inputs on two devices: both are named.
+  try {
+    mul(x, y);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+  // An op without a kernel there.
+  try {
+    exp(y);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exp: no kernel for device cuda:0"), std::string::npos) << e.what();
+  }
+  // A device that does not exist.
+  try {
+    to(x, Device(DeviceType::CUDA, 5));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:5 does not exist (2 cuda devices)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(pin_memory(y), Error);  // not a CPU tensor
+  EXPECT_THROW(pin_memory(x), Error);  // the emulated backend has no pinned memory
+}
+
+TEST_F(EmulatedDevice, ViewsRunOnEveryDevice) {
+  Tensor y = to(arange(6.0), dev0);
+  Tensor v = transpose(reshape(y, {2, 3}), 0, 1);
+  EXPECT_EQ(v.device(), dev0);
+  EXPECT_TRUE(v.shares_storage(y));
+}
+
+TEST_F(EmulatedDevice, CoverageListsWhatEachDeviceLacks) {
+  auto missing = OpRegistry::instance().validate();
+  auto has = [](const std::vector<std::string>& names, const std::string& op) {
+    return std::find(names.begin(), names.end(), op) != names.end();
+  };
+  const auto& cpu = missing[size_t(DeviceType::CPU)];
+  EXPECT_TRUE(cpu.empty()) << cpu.front();
+  const auto& cuda = missing[size_t(DeviceType::CUDA)];
+  EXPECT_TRUE(std::is_sorted(cuda.begin(), cuda.end()));
+  EXPECT_FALSE(has(cuda, "to_device"));  // the copy is the backend's verb
+  EXPECT_FALSE(has(cuda, "transpose"));  // a view
+  const bool mul_before = has(cuda, "mul");
+  add_kernel("mul");
+  EXPECT_FALSE(has(OpRegistry::instance().validate()[size_t(DeviceType::CUDA)], "mul"));
+  if (mul_before) EXPECT_TRUE(has(cuda, "mul"));
+}
+
+TEST_F(EmulatedDevice, ModuleToMovesParametersInPlace) {
+  nn::Linear lin(3, 2);
+  Tensor weight = lin.weight();
+  Tensor before = clone(weight.detach());
+  lin.to(dev0);
+  EXPECT_EQ(lin.weight().device(), dev0);
+  EXPECT_EQ(lin.bias().device(), dev0);
+  EXPECT_TRUE(lin.weight().is_same(weight));  // the same parameter object, moved
+  lin.to(Device());
+  EXPECT_TRUE(lin.weight().device().is_cpu());
+  expect_values(lin.weight(), values(before));
+}
+
+TEST(HostEvents, TimeStampsOfTheCpuBackend) {
+  Backend& cpu = get_backend(DeviceType::CPU);
+  auto start = cpu.create_event(0, true);
+  auto end = cpu.create_event(0, true);
+  EXPECT_THROW(start->elapsed_ms(*end), Error);  // not recorded yet
+  const Stream stream = cpu.current_stream(0);
+  start->record(stream);
+  end->record(stream);
+  EXPECT_TRUE(end->query());
+  EXPECT_GE(start->elapsed_ms(*end), 0.0);
+  auto untimed = cpu.create_event(0, false);
+  untimed->record(stream);
+  EXPECT_THROW(start->elapsed_ms(*untimed), Error);
+  EXPECT_EQ(cpu.current_stream(0), (Stream{Device(), 0}));
+}
+
+}  // namespace
+}  // namespace mf

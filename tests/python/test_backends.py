@@ -1,0 +1,143 @@
+"""Device backends as a user sees them (torch.cuda / torch.backends names):
+what is built, what is available, moving tensors and modules, and the errors
+where no device is. The boundary itself (copies, allocators, kernel lookup,
+autograd across devices) is checked on an emulated device by
+tests/cpp/test_backend.cpp."""
+import pytest
+
+import meshflow as mf
+
+BUILT = "cuda" in mf._C._build_info()["backends"].split()
+NO_DEVICE = mf.cuda.device_count() == 0
+
+
+def test_what_is_built_and_available():
+    assert mf.backends.cuda.is_built() is BUILT
+    assert mf.cuda.is_available() is (mf.cuda.device_count() > 0)
+    assert mf.cuda.is_available() is False or BUILT
+    assert mf.backends.mkldnn.is_available() and mf.backends.openmp.is_available()
+    assert mf.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2", "AVX512")
+    assert mf.backends.cudnn.is_available() is False
+
+
+def test_coverage_lists_every_device_type():
+    cov = mf.ops.coverage()
+    assert set(cov) == {"cpu", "cuda"}
+    assert cov["cpu"] == []                      # every op runs on the CPU
+    assert cov["cuda"] == sorted(cov["cuda"])
+    assert "to_device" not in cov["cuda"]        # the copy is the backend's own verb
+    assert "transpose" not in cov["cuda"]        # views run everywhere
+    assert {"add", "matmul"} <= set(cov["cuda"])  # no CUDA kernels yet
+
+
+def test_cpu_moves_are_identities():
+    x = mf.arange(6.0, requires_grad=True)
+    assert x.cpu() is x and x.to("cpu") is x and x.to(mf.device("cpu")) is x
+    y = x.to("cpu", mf.float64)
+    assert y.dtype == mf.float64 and y.device == mf.device("cpu")
+    y.sum().backward()
+    assert x.grad.tolist() == [1.0] * 6
+    assert not x.is_pinned() and not x.is_cuda
+    m = mf.nn.Linear(2, 2)
+    w = m.weight
+    assert m.cpu() is m and m.to("cpu") is m and m.weight is w
+
+
+@pytest.mark.skipif(not NO_DEVICE, reason="a CUDA device is present")
+def test_no_device_errors_name_what_is_missing():
+    x = mf.ones(3)
+    want = "no cuda device is available" if BUILT else "built without the cuda backend"
+    for fn in (lambda: x.cuda(), lambda: x.to("cuda"), lambda: x.to("cuda:0", non_blocking=True),
+               lambda: mf.zeros(2, device="cuda"), lambda: mf.nn.Linear(2, 2).cuda(),
+               lambda: mf.nn.Linear(2, 2).to("cuda")):
+        with pytest.raises(RuntimeError, match=want):
+            fn()
+    for fn in (mf.cuda.synchronize, mf.cuda.current_device, mf.cuda.Stream, mf.cuda.Event,
+               mf.cuda.current_stream, lambda: mf.cuda.set_device(0)):
+        with pytest.raises(RuntimeError, match="cuda"):
+            fn()
+    with pytest.raises(RuntimeError, match="pinned memory needs an accelerator"):
+        x.pin_memory()
+    # PyTorch's statistics read zero before CUDA is used.
+    assert mf.cuda.memory_allocated() == 0 and mf.cuda.max_memory_allocated() == 0
+    assert mf.cuda.memory_reserved() == 0 and mf.cuda.memory_stats() == {}
+    assert mf.cuda.empty_cache() is None and mf.cuda.reset_peak_memory_stats() is None
+    with mf.cuda.stream(None):
+        pass
+
+
+def test_device_arguments_are_checked():
+    with pytest.raises(ValueError, match="cuda device"):
+        mf.ones(2).cuda(mf.device("cpu"))
+    with pytest.raises(ValueError):
+        mf.device("cuda:-1")
+    with pytest.raises(ValueError, match="cuda device"):
+        mf.cuda.synchronize("cpu")
+    g = mf.ones(2).to_global(placement=mf.placement("cpu", [0]), sbp=mf.sbp.broadcast)
+    with pytest.raises(RuntimeError, match="to_global"):
+        g.to("cuda")
+
+
+needs_gpu = pytest.mark.skipif(NO_DEVICE, reason="no CUDA device visible (mf.cuda.device_count() == 0)")
+
+
+@needs_gpu
+def test_gpu_round_trip_with_autograd():
+    x = mf.arange(12.0, dtype=mf.float64).reshape(3, 4).t().requires_grad_()
+    on_gpu = x.cuda()
+    assert on_gpu.is_cuda and on_gpu.device == mf.device("cuda:0") and on_gpu.is_contiguous()
+    back = on_gpu.cpu()
+    assert back.tolist() == x.tolist()
+    (back * back).sum().backward()
+    assert x.grad.tolist() == (2 * x.detach()).tolist()
+    assert x.to("cuda", mf.float32).cpu().dtype == mf.float32
+
+
+@needs_gpu
+def test_gpu_memory_statistics_and_cache():
+    mf.cuda.synchronize()
+    before = mf.cuda.memory_allocated()
+    t = mf.ones(1 << 20).cuda()
+    assert mf.cuda.memory_allocated() >= before + 4 * (1 << 20)
+    assert mf.cuda.max_memory_allocated() >= mf.cuda.memory_allocated()
+    del t
+    assert mf.cuda.memory_allocated() == before
+    assert mf.cuda.memory_reserved() >= 4 * (1 << 20)
+    mf.cuda.empty_cache()
+    assert mf.cuda.memory_reserved() == mf.cuda.memory_allocated()
+
+
+@needs_gpu
+def test_gpu_pinned_non_blocking_copies_and_streams():
+    host = mf.arange(1 << 16, dtype=mf.float32).pin_memory()
+    assert host.is_pinned() and host.pin_memory() is host
+    s = mf.cuda.Stream()
+    start, end = mf.cuda.Event(enable_timing=True), mf.cuda.Event(enable_timing=True)
+    with mf.cuda.stream(s):
+        assert mf.cuda.current_stream() == s
+        start.record()
+        dev = host.to("cuda", non_blocking=True)
+        end.record()
+    assert mf.cuda.current_stream() == mf.cuda.default_stream()
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 0
+    mf.cuda.current_stream().wait_stream(s)
+    assert dev.cpu().tolist() == host.tolist()
+
+
+@needs_gpu
+def test_gpu_module_moves_and_errors():
+    m = mf.nn.Linear(3, 2)
+    w = m.weight
+    assert m.cuda() is m and m.weight is w and w.is_cuda and m.bias.is_cuda
+    m.cpu()
+    assert not w.is_cuda
+    x = mf.ones(3)
+    with pytest.raises(RuntimeError, match="cpu.*cuda:0|cuda:0.*cpu"):
+        x + x.cuda()
+    with pytest.raises(RuntimeError, match=f"cuda:{mf.cuda.device_count()} does not exist"):
+        x.to(f"cuda:{mf.cuda.device_count()}")
+    missing = mf.ops.coverage()["cuda"]
+    if "exp" in missing:
+        with pytest.raises(RuntimeError, match="exp: no kernel for device cuda:0"):
+            x.cuda().exp()
