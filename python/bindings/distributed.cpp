@@ -91,7 +91,9 @@ void init_distributed(py::module_& parent) {
       .value("PRODUCT", ReduceOp::Prod);
 
   py::class_<distributed::Work, std::shared_ptr<distributed::Work>>(
-      m, "Work", "A nonblocking send or receive (isend / irecv); wait() is bounded by the communicator's timeout.")
+      m, "Work",
+      "A nonblocking send or receive (isend / irecv) or a queued collective (async_op=True); wait() is bounded "
+      "by the communicator's timeout and rethrows the operation's error.")
       .def("wait", [](distributed::Work& w) {
         w.wait();
         return true;
@@ -117,6 +119,17 @@ void init_distributed(py::module_& parent) {
       .def("isend", &Communicator::isend, py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, release_gil())
       .def("irecv", &Communicator::irecv, py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, release_gil())
       .def("barrier", &Communicator::barrier, release_gil())
+      // Note [Asynchronous collectives]: queued on the communicator's thread.
+      .def("all_reduce_async", &Communicator::all_reduce_async, py::arg("tensor"), py::arg("op") = ReduceOp::Sum,
+           release_gil())
+      .def("broadcast_async", &Communicator::broadcast_async, py::arg("tensor"), py::arg("root"), release_gil())
+      .def("all_gather_async", &Communicator::all_gather_async, py::arg("input"), py::arg("output"),
+           py::arg("counts"), release_gil())
+      .def("reduce_scatter_async", &Communicator::reduce_scatter_async, py::arg("input"), py::arg("output"),
+           py::arg("counts"), py::arg("op") = ReduceOp::Sum, release_gil())
+      .def("all_to_all_async", &Communicator::all_to_all_async, py::arg("input"), py::arg("send_counts"),
+           py::arg("output"), py::arg("recv_counts"), release_gil())
+      .def("barrier_async", &Communicator::barrier_async, release_gil())
       .def("subgroup", &Communicator::subgroup, py::arg("ranks"), release_gil());
 
   py::class_<distributed::GradientReducer>(m, "GradientReducer",

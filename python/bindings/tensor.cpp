@@ -41,6 +41,8 @@ Tensor convert(const Tensor& t, std::optional<Device> device, std::optional<DTyp
 
 
 py::object tolist(const Tensor& t) {
+  // A device tensor's values come through a host copy, as in PyTorch.
+  if (!t.is_global() && !t.device().is_cpu() && t.storage()->has_data()) return tolist(to(t.detach(), Device()));
   check_host_data(t, "Tensor.tolist");
   return dispatch_dtype(t.dtype(), [&]<typename T>() -> py::object {
     const T* base = static_cast<const T*>(t.data_ptr());

@@ -427,9 +427,10 @@ def _read_pointer(path):
 
 def _unscale(optimizer, factor):
     """GradScaler.unscale_: multiplies the pending gradients of the
-    embeddings the optimizer holds by factor; True if any holds an inf or
-    NaN. A sharded embedding agrees over the ranks (each checks the rows it
-    owns), so a plain GradScaler skips the step on every rank alike."""
+    embeddings the optimizer holds by factor (a one-element tensor, read
+    only when there are such gradients); True if any holds an inf or NaN. A
+    sharded embedding agrees over the ranks (each checks the rows it owns),
+    so a plain GradScaler skips the step on every rank alike."""
     found = False
     sharded = False
     for group in optimizer.param_groups:
@@ -437,6 +438,8 @@ def _unscale(optimizer, factor):
             embedding = _by_shadow.get(p._impl_id)
             if embedding is None:
                 continue
+            if not isinstance(factor, float):
+                factor = float(factor.item())
             embedding._tables.scale_gradients(factor)
             found = found or embedding._tables.pending_non_finite()
             sharded = sharded or embedding._sharded()

@@ -77,6 +77,8 @@ Backend& get_backend(DeviceType type) {
 }
 
 void check_device(Device device, const char* op) {
+  MF_CHECK(has_backend(device.type()), Error, op, ": meshflow was built without the ", device_type_name(device.type()),
+           " backend (", device, " is not available)");
   Backend& backend = get_backend(device.type());
   const int count = backend.device_count();
   MF_CHECK(count > 0, Error, op, ": no ", device_type_name(device.type()),

@@ -96,15 +96,19 @@ std::string Tensor::to_string() const {
   if (!defined()) return "tensor(undefined)";
   std::ostringstream os;
   const Tensor& t = *this;
-  const bool has_values = t.storage()->has_data() && t.device().is_cpu();
+  // A device tensor prints from a host copy of its values, as PyTorch's does.
+  Tensor host;
+  if (!t.device().is_cpu() && t.storage()->has_data()) host = mf::to(t.detach(), Device());
+  const Tensor& shown = host.defined() ? host : t;
+  const bool has_values = shown.storage()->has_data() && shown.device().is_cpu();
   const bool summarize = t.numel() > kThreshold;
   Formatter fmt;
   fmt.floating = t.is_floating_point();
   if (has_values && t.numel() > 0 && t.dtype() != DType::Bool) {
     double max_abs = 0, min_abs = INFINITY;
     bool any_finite = false;
-    visit(t, 0, 0, summarize, [&](int64_t off) {
-      double v = value_at(t, off);
+    visit(shown, 0, 0, summarize, [&](int64_t off) {
+      double v = value_at(shown, off);
       if (!std::isfinite(v)) return;
       any_finite = true;
       if (v != std::nearbyint(v)) fmt.int_mode = false;
@@ -116,26 +120,26 @@ std::string Tensor::to_string() const {
       const bool wide_range = (min_abs != INFINITY && max_abs / min_abs > 1000.0) || max_abs > 1e8;
       fmt.sci_mode = fmt.int_mode ? wide_range : wide_range || (min_abs != INFINITY && min_abs < 1e-4);
     }
-    visit(t, 0, 0, summarize, [&](int64_t off) {
-      fmt.width = std::max<int>(fmt.width, int(fmt.format(value_at(t, off)).size()));
+    visit(shown, 0, 0, summarize, [&](int64_t off) {
+      fmt.width = std::max<int>(fmt.width, int(fmt.format(value_at(shown, off)).size()));
     });
   } else if (t.dtype() == DType::Bool) {
     fmt.width = 1;
-    visit(t, 0, 0, summarize, [&](int64_t off) {
-      if (has_values) fmt.width = std::max(fmt.width, value_at(t, off) != 0 ? 4 : 5);
+    visit(shown, 0, 0, summarize, [&](int64_t off) {
+      if (has_values) fmt.width = std::max(fmt.width, value_at(shown, off) != 0 ? 4 : 5);
     });
   }
   os << "tensor(";
   if (!has_values) os << "...";
   else if (t.numel() == 0 && t.dim() <= 1) os << "[]";
   else if (t.numel() == 0) os << "[]";
-  else write(os, t, 0, 0, summarize, fmt, 7);
+  else write(os, shown, 0, 0, summarize, fmt, 7);
   const bool default_dtype_shown = t.dtype() == default_dtype() || t.dtype() == DType::Int64 ||
                                    t.dtype() == DType::Bool;
   if (t.numel() == 0 && t.dim() > 1) os << ", size=" << shape_str(t.sizes());
+  if (!t.device().is_cpu()) os << ", device='" << t.device() << "'";
   if (!default_dtype_shown || (t.numel() == 0 && t.dtype() != default_dtype()))
     os << ", dtype=meshflow." << dtype_name(t.dtype());
-  if (!t.device().is_cpu()) os << ", device='" << t.device() << "'";
   if (t.grad_fn()) os << ", grad_fn=<" << t.grad_fn()->name() << ">";
   else if (t.requires_grad()) os << ", requires_grad=True";
   os << ")";

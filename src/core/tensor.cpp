@@ -209,8 +209,9 @@ int64_t Tensor::stride(int64_t d) const {
 Scalar Tensor::item() const {
   MF_CHECK(numel() == 1, ValueError, "Tensor.item: only a tensor with one element can be converted ",
            "to a number, got shape ", shape_str(sizes()));
-  MF_CHECK(device().is_cpu(), Error, "Tensor.item: copy the tensor to the CPU first (it is on ", device(), ")");
   graph::check_traceable(*this, "Tensor.item()");
+  // A device scalar is copied to the host (the caller waits for it, as in PyTorch).
+  if (!device().is_cpu() && storage()->has_data()) return mf::to(detach(), Device()).item();
   MF_CHECK(data_ptr() != nullptr, Error, "Tensor.item: the tensor has no data (is it a traced graph tensor?)");
   return dispatch_dtype(dtype(), [&]<typename T>() -> Scalar {
     T v = *static_cast<const T*>(data_ptr());

@@ -4,10 +4,14 @@
 // the backend's run_* function, which may assume the checks hold.
 #pragma once
 
+#include <functional>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "distributed/job_thread.h"
 #include "meshflow/distributed/communicator.h"
 
 namespace mf::distributed {
@@ -33,9 +37,22 @@ class CheckedCommunicator : public Communicator {
   std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag) final;
   std::shared_ptr<Work> irecv(Tensor& t, int src, int tag) final;
   void barrier() final;
+  std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op) final;
+  std::shared_ptr<Work> broadcast_async(Tensor& t, int root) final;
+  std::shared_ptr<Work> all_gather_async(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) final;
+  std::shared_ptr<Work> reduce_scatter_async(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
+                                             ReduceOp op) final;
+  std::shared_ptr<Work> all_to_all_async(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                                         const std::vector<int64_t>& recv_counts) final;
+  std::shared_ptr<Work> barrier_async() final;
   std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks) final;
+  ~CheckedCommunicator() override;
 
  protected:
+  // Waits for the queued collectives (Note [Asynchronous collectives]) and
+  // ends their thread; a backend's destructor calls it before it frees
+  // what they use.
+  void stop_queue();
   virtual void run_all_reduce(Tensor& t, ReduceOp op) = 0;
   virtual void run_broadcast(Tensor& t, int root) = 0;
   virtual void run_all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) = 0;
@@ -56,6 +73,20 @@ class CheckedCommunicator : public Communicator {
 
  private:
   void check_point_to_point(const char* name, const Tensor& t, int peer, int tag);
+  // The argument checks of each collective.
+  void check_all_reduce(const Tensor& t);
+  void check_broadcast(const Tensor& t, int root);
+  void check_all_gather(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts);
+  void check_reduce_scatter(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts);
+  void check_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                        const std::vector<int64_t>& recv_counts);
+  // Queues run on the communicator's thread; keep: the tensors it uses.
+  std::shared_ptr<Work> enqueue(std::function<void()> run, TensorList keep);
+  // Waits until the queued collectives have run (blocking calls do this first).
+  void drain();
+  std::mutex queue_mutex_;
+  std::unique_ptr<JobThread> queue_;
+  std::shared_future<void> last_;
   std::mutex subgroups_mutex_;
   std::vector<std::pair<std::vector<int>, std::shared_ptr<Communicator>>> subgroups_;
 };

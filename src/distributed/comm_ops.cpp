@@ -10,7 +10,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::distributed {
 namespace {

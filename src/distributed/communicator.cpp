@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "distributed/checked_communicator.h"
+#include "distributed/job_thread.h"
 
 namespace mf::distributed {
 
@@ -94,18 +95,14 @@ void check_peer(const char* op, const char* arg, int peer, const Communicator& c
 
 }  // namespace
 
-void CheckedCommunicator::all_reduce(Tensor& t, ReduceOp op) {
-  check_tensor("all_reduce", "tensor", t);
-  run_all_reduce(t, op);
-}
+void CheckedCommunicator::check_all_reduce(const Tensor& t) { check_tensor("all_reduce", "tensor", t); }
 
-void CheckedCommunicator::broadcast(Tensor& t, int root) {
+void CheckedCommunicator::check_broadcast(const Tensor& t, int root) {
   check_tensor("broadcast", "tensor", t);
   check_peer("broadcast", "root", root, *this);
-  run_broadcast(t, root);
 }
 
-void CheckedCommunicator::all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {
+void CheckedCommunicator::check_all_gather(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts) {
   check_tensor("all_gather", "input", in);
   check_tensor("all_gather", "output", out);
   check_same_dtype("all_gather", in, out);
@@ -113,11 +110,10 @@ void CheckedCommunicator::all_gather(const Tensor& in, Tensor& out, const std::v
   check_rows("all_gather", "input", in, counts[size_t(rank())], "counts[rank]");
   check_rows("all_gather", "output", out, total, "sum(counts)");
   check_row_shapes("all_gather", in, out);
-  run_all_gather(in, out, counts);
 }
 
-void CheckedCommunicator::reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
-                                         ReduceOp op) {
+void CheckedCommunicator::check_reduce_scatter(const Tensor& in, const Tensor& out,
+                                               const std::vector<int64_t>& counts) {
   check_tensor("reduce_scatter", "input", in);
   check_tensor("reduce_scatter", "output", out);
   check_same_dtype("reduce_scatter", in, out);
@@ -125,11 +121,10 @@ void CheckedCommunicator::reduce_scatter(const Tensor& in, Tensor& out, const st
   check_rows("reduce_scatter", "input", in, total, "sum(counts)");
   check_rows("reduce_scatter", "output", out, counts[size_t(rank())], "counts[rank]");
   check_row_shapes("reduce_scatter", in, out);
-  run_reduce_scatter(in, out, counts, op);
 }
 
-void CheckedCommunicator::all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
-                                     const std::vector<int64_t>& recv_counts) {
+void CheckedCommunicator::check_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts,
+                                           const Tensor& out, const std::vector<int64_t>& recv_counts) {
   check_tensor("all_to_all", "input", in);
   check_tensor("all_to_all", "output", out);
   check_same_dtype("all_to_all", in, out);
@@ -141,7 +136,116 @@ void CheckedCommunicator::all_to_all(const Tensor& in, const std::vector<int64_t
   MF_CHECK(send_counts[size_t(rank())] == recv_counts[size_t(rank())], ValueError,
            "all_to_all: this rank's rows to itself must match: send_counts[", rank(), "] = ",
            send_counts[size_t(rank())], " but recv_counts[", rank(), "] = ", recv_counts[size_t(rank())]);
+}
+
+void CheckedCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  check_all_reduce(t);
+  drain();
+  run_all_reduce(t, op);
+}
+
+void CheckedCommunicator::broadcast(Tensor& t, int root) {
+  check_broadcast(t, root);
+  drain();
+  run_broadcast(t, root);
+}
+
+void CheckedCommunicator::all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {
+  check_all_gather(in, out, counts);
+  drain();
+  run_all_gather(in, out, counts);
+}
+
+void CheckedCommunicator::reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts,
+                                         ReduceOp op) {
+  check_reduce_scatter(in, out, counts);
+  drain();
+  run_reduce_scatter(in, out, counts, op);
+}
+
+void CheckedCommunicator::all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                                     const std::vector<int64_t>& recv_counts) {
+  check_all_to_all(in, send_counts, out, recv_counts);
+  drain();
   run_all_to_all(in, send_counts, out, recv_counts);
+}
+
+// --- Note [Asynchronous collectives] ------------------------------------------
+
+namespace {
+class QueuedWork final : public Work {
+ public:
+  QueuedWork(std::shared_future<void> done, TensorList keep) : done_(std::move(done)), keep_(std::move(keep)) {}
+  // A Work dropped unwaited still completes on the queue; its error is dropped.
+  void wait() override { done_.get(); }
+  bool is_completed() override { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+
+ private:
+  std::shared_future<void> done_;
+  TensorList keep_;  // alive until the collective ran
+};
+}  // namespace
+
+std::shared_ptr<Work> CheckedCommunicator::enqueue(std::function<void()> run, TensorList keep) {
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  if (!queue_) queue_ = std::make_unique<JobThread>("collectives");
+  last_ = queue_->submit(std::move(run)).share();
+  return std::make_shared<QueuedWork>(last_, std::move(keep));
+}
+
+void CheckedCommunicator::drain() {
+  std::shared_future<void> last;
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    if (!queue_) return;
+    last = last_;
+  }
+  if (last.valid()) last.wait();
+}
+
+void CheckedCommunicator::stop_queue() {
+  std::unique_ptr<JobThread> queue;
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    queue = std::move(queue_);
+  }
+  queue.reset();  // runs what is queued, then joins
+}
+
+CheckedCommunicator::~CheckedCommunicator() { stop_queue(); }
+
+std::shared_ptr<Work> CheckedCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
+  check_all_reduce(t);
+  return enqueue([this, t, op]() mutable { run_all_reduce(t, op); }, {t});
+}
+
+std::shared_ptr<Work> CheckedCommunicator::broadcast_async(Tensor& t, int root) {
+  check_broadcast(t, root);
+  return enqueue([this, t, root]() mutable { run_broadcast(t, root); }, {t});
+}
+
+std::shared_ptr<Work> CheckedCommunicator::all_gather_async(const Tensor& in, Tensor& out,
+                                                            const std::vector<int64_t>& counts) {
+  check_all_gather(in, out, counts);
+  return enqueue([this, in, out, counts]() mutable { run_all_gather(in, out, counts); }, {in, out});
+}
+
+std::shared_ptr<Work> CheckedCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out,
+                                                                const std::vector<int64_t>& counts, ReduceOp op) {
+  check_reduce_scatter(in, out, counts);
+  return enqueue([this, in, out, counts, op]() mutable { run_reduce_scatter(in, out, counts, op); }, {in, out});
+}
+
+std::shared_ptr<Work> CheckedCommunicator::all_to_all_async(const Tensor& in, const std::vector<int64_t>& send_counts,
+                                                            Tensor& out, const std::vector<int64_t>& recv_counts) {
+  check_all_to_all(in, send_counts, out, recv_counts);
+  return enqueue([this, in, send_counts, out, recv_counts]() mutable {
+    run_all_to_all(in, send_counts, out, recv_counts);
+  }, {in, out});
+}
+
+std::shared_ptr<Work> CheckedCommunicator::barrier_async() {
+  return enqueue([this] { run_barrier(); }, {});
 }
 
 void CheckedCommunicator::check_point_to_point(const char* name, const Tensor& t, int peer, int tag) {
@@ -155,11 +259,13 @@ void CheckedCommunicator::check_point_to_point(const char* name, const Tensor& t
 
 void CheckedCommunicator::send(const Tensor& t, int dst, int tag) {
   check_point_to_point("send", t, dst, tag);
+  drain();
   run_send(t, dst, tag);
 }
 
 void CheckedCommunicator::recv(Tensor& t, int src, int tag) {
   check_point_to_point("recv", t, src, tag);
+  drain();
   run_recv(t, src, tag);
 }
 
@@ -173,7 +279,10 @@ std::shared_ptr<Work> CheckedCommunicator::irecv(Tensor& t, int src, int tag) {
   return run_irecv(t, src, tag);
 }
 
-void CheckedCommunicator::barrier() { run_barrier(); }
+void CheckedCommunicator::barrier() {
+  drain();
+  run_barrier();
+}
 
 std::shared_ptr<Communicator> CheckedCommunicator::subgroup(const std::vector<int>& ranks) {
   MF_CHECK(!ranks.empty(), ValueError, "subgroup: ranks must not be empty");
@@ -202,6 +311,7 @@ namespace {
 // runs alone fails the same way it would on many ranks.
 class SingleCommunicator final : public CheckedCommunicator {
  public:
+  ~SingleCommunicator() override { stop_queue(); }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const std::vector<int>& world_ranks() const override { return world_ranks_; }

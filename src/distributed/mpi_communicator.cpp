@@ -297,6 +297,7 @@ class MpiCommunicator final : public CheckedCommunicator {
     max_tag_ = found ? *static_cast<int*>(value) : 32767;
   }
   ~MpiCommunicator() override {
+    stop_queue();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized || runtime().broken) return;

@@ -18,7 +18,7 @@
 #include "meshflow/graph/fusion.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/profiler.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::graph {
 

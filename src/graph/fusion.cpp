@@ -8,7 +8,7 @@
 
 #include "meshflow/dispatch.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::graph {
 

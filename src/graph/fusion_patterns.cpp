@@ -9,7 +9,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/graph/fusion.h"
 #include "meshflow/graph/passes.h"
-#include "ops/kernels/cpu/gemm.h"
+#include "backend/cpu/kernels/gemm.h"
 
 namespace mf::graph {
 namespace {

@@ -6,7 +6,7 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/elementwise_common.h"
-#include "ops/kernels/cpu/math.h"
+#include "backend/cpu/kernels/math.h"
 
 namespace mf {
 

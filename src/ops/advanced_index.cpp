@@ -17,7 +17,7 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/index_kernels.h"
+#include "backend/cpu/kernels/index_kernels.h"
 
 namespace mf {
 namespace {

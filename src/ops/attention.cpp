@@ -3,7 +3,7 @@
 // where bias is 0 / -inf from a bool mask (true = attend) or causal mask, or
 // the additive float mask itself. It runs as one fused op, fused_attention
 // (blocked, online softmax, no (L, S) weights kept: Note [Fused attention]
-// in ops/kernels/cpu/attention.cpp), when q, k and v share their batch dims
+// in backend/cpu/kernels/attention.cpp), when q, k and v share their batch dims
 // and the dtype rule of Note [Choosing fused attention] picks it;
 // otherwise (and for a float mask that requires grad, or dropout on global
 // tensors) it is composed from matmul, softmax and dropout, the gradients
@@ -19,7 +19,7 @@
 #include "meshflow/ops/linalg.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/attention.h"
+#include "backend/cpu/kernels/attention.h"
 #include "ops/random_common.h"
 
 namespace mf {

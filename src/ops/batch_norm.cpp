@@ -19,7 +19,7 @@
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/convert.h"
+#include "backend/cpu/kernels/convert.h"
 
 namespace mf {
 namespace {

@@ -3,7 +3,7 @@
 // for x, weight and bias in one call (one reorder of grad_y serves both
 // oneDNN directions). The backward ops are themselves differentiable
 // (double backward), see Note [Convolution adjoints].
-// Kernels: kernels/cpu/conv_onednn.cpp and conv_im2col.cpp.
+// Kernels: backend/cpu/kernels/conv_onednn.cpp and conv_im2col.cpp.
 #include "meshflow/ops/conv.h"
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/tensor.h"
-#include "ops/kernels/cpu/conv.h"
+#include "backend/cpu/kernels/conv.h"
 
 namespace mf::conv_detail {
 

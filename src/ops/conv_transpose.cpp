@@ -1,7 +1,7 @@
 // Transposed convolution: the "conv_transpose2d" and "conv_transpose3d" ops
 // (conv_transpose1d runs as conv_transpose2d over a height of 1). Forward
 // and backward are convolution kernels and ops, see Note [Transposed
-// convolution]. Kernel: cpu::conv_transpose_forward (kernels/cpu/conv_onednn.cpp).
+// convolution]. Kernel: cpu::conv_transpose_forward (backend/cpu/kernels/conv_onednn.cpp).
 #include <algorithm>
 #include <numeric>
 

@@ -7,7 +7,7 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf {
 namespace {

@@ -9,7 +9,7 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/elementwise_common.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf {
 namespace {

@@ -5,7 +5,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 #include "ops/reduce_common.h"
 
 namespace mf {

@@ -7,7 +7,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::elementwise_detail {
 

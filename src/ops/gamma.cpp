@@ -40,7 +40,7 @@
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "ops/elementwise_common.h"
-#include "ops/kernels/special_math.h"
+#include "backend/common/special_math.h"
 #include "ops/random_common.h"
 
 namespace mf {

@@ -1,5 +1,5 @@
 // torch.linalg on the LU and Cholesky factorisations: det, slogdet, inv,
-// solve, cholesky (and torch.logdet). Kernels: kernels/cpu/lapack.cpp.
+// solve, cholesky (and torch.logdet). Kernels: backend/cpu/kernels/lapack.cpp.
 // Every op works on batches of matrices, so its SBP signatures split batch
 // dims only. Under autocast inv, solve and cholesky run in float32 and det
 // and slogdet follow their input (refusing 16-bit ones), as in PyTorch. Backward formulas are PyTorch's, written with these ops so
@@ -14,7 +14,7 @@
 
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/reduce.h"
-#include "ops/kernels/cpu/lapack.h"
+#include "backend/cpu/kernels/lapack.h"
 #include "ops/linalg_common.h"
 
 namespace mf {

@@ -1,5 +1,5 @@
 // torch.linalg's orthogonal decompositions: qr, svd, svdvals, eigh,
-// eigvalsh. Kernels: kernels/cpu/lapack.cpp (geqrf/orgqr, gesdd, syevd).
+// eigvalsh. Kernels: backend/cpu/kernels/lapack.cpp (geqrf/orgqr, gesdd, syevd).
 // Batch dims split; matrices stay whole. Backward formulas follow PyTorch
 // 1.13 (FunctionsManual.cpp) and are written with ops, so they work in
 // graphs, for global tensors and twice:
@@ -19,7 +19,7 @@
 
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/reduce.h"
-#include "ops/kernels/cpu/lapack.h"
+#include "backend/cpu/kernels/lapack.h"
 #include "ops/linalg_common.h"
 
 namespace mf {

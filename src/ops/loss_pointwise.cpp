@@ -9,8 +9,8 @@
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/loops.h"
-#include "ops/kernels/cpu/vec_math.h"
+#include "backend/cpu/kernels/loops.h"
+#include "backend/cpu/kernels/vec_math.h"
 #include "ops/loss_common.h"
 
 namespace mf {

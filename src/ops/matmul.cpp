@@ -2,7 +2,7 @@
 // addmm, baddbmm and linear. Two ops carry them all: "matmul" (a @ b over
 // broadcast batch dims, both operands at least 2-d) and "addmm"
 // (beta * t + alpha * a @ b); 1-d operands become matrices through views, so
-// their gradients come from the views' backward. Kernels: kernels/cpu/gemm.cpp.
+// their gradients come from the views' backward. Kernels: backend/cpu/kernels/gemm.cpp.
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/linalg.h"
 
@@ -13,8 +13,8 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/gemm.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf {
 namespace {

@@ -19,7 +19,7 @@
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/vec_math.h"
+#include "backend/cpu/kernels/vec_math.h"
 
 namespace mf {
 namespace {

@@ -3,7 +3,7 @@
 // pools share theirs, which work for any rank). The gradient ops are linear
 // in the gradient, so each one's own gradient is its partner (scatter <->
 // gather, pooling <-> its adjoint), which gives double backward.
-// Kernels: kernels/cpu/pool.cpp.
+// Kernels: backend/cpu/kernels/pool.cpp.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -13,7 +13,7 @@
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/shape.h"
 #include "ops/conv_common.h"
-#include "ops/kernels/cpu/pool.h"
+#include "backend/cpu/kernels/pool.h"
 
 namespace mf {
 namespace {

@@ -5,7 +5,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "ops/elementwise_common.h"
-#include "ops/kernels/cpu/math.h"
+#include "backend/cpu/kernels/math.h"
 
 namespace mf {
 

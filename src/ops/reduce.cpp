@@ -3,7 +3,7 @@
 #include "meshflow/autocast.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
-#include "ops/kernels/cpu/reduce.h"
+#include "backend/cpu/kernels/reduce.h"
 #include "ops/reduce_common.h"
 
 namespace mf {

@@ -1,6 +1,6 @@
 // Shared pieces of the reduction ops: dim normalisation, output shapes,
 // inference and the gradient broadcast back over reduced dims. The CPU loop
-// is cpu::reduce (Note [Strided reduction] in kernels/cpu/reduce.h).
+// is cpu::reduce (Note [Strided reduction] in backend/cpu/kernels/reduce.h).
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/reduce.h"
+#include "backend/cpu/kernels/reduce.h"
 
 namespace mf::reduce_detail {
 

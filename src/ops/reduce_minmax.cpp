@@ -4,7 +4,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 #include "ops/reduce_common.h"
 
 namespace mf {

@@ -1,4 +1,4 @@
-// Resampling ops (Note [Separable resampling] in kernels/cpu/resample.h):
+// Resampling ops (Note [Separable resampling] in backend/cpu/kernels/resample.h):
 // interpolate's upsample_nearest, upsample_nearest_exact, upsample_linear
 // (linear, bilinear and trilinear) and upsample_bicubic2d, and F.pad's
 // reflection_pad, replication_pad and circular_pad, each with a *_backward
@@ -18,7 +18,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/resample.h"
+#include "backend/cpu/kernels/resample.h"
 
 namespace mf {
 namespace {

@@ -33,7 +33,7 @@
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/rnn.h"
+#include "backend/cpu/kernels/rnn.h"
 
 namespace mf {
 namespace {

@@ -7,7 +7,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/index_kernels.h"
+#include "backend/cpu/kernels/index_kernels.h"
 
 namespace mf {
 namespace {

@@ -5,7 +5,7 @@
 // polygamma(n)' = polygamma(n + 1).
 #include "meshflow/ops/elementwise.h"
 #include "ops/elementwise_common.h"
-#include "ops/kernels/special_math.h"
+#include "backend/common/special_math.h"
 
 namespace mf {
 

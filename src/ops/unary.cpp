@@ -6,14 +6,14 @@
 // API casts, so their kernels only see floating inputs. Kernels evaluate in
 // acc_type<T>, float for float32, float16 and bfloat16; exp, expm1, log,
 // log1p, sqrt, tanh and erf use the vectorisable float versions of
-// kernels/cpu/math.h.
+// backend/cpu/kernels/math.h.
 #include <cmath>
 
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/elementwise_common.h"
-#include "ops/kernels/cpu/math.h"
+#include "backend/cpu/kernels/math.h"
 
 namespace mf {
 

@@ -11,7 +11,7 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/elementwise_common.h"
-#include "ops/kernels/special_math.h"
+#include "backend/common/special_math.h"
 
 namespace mf {
 

@@ -143,7 +143,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   MF_CHECK(scale_.defined(), Error,
            "GradScaler: unscale_ was called before scale(); scale the loss first in this iteration");
   NoGradGuard no_grad;
-  const Tensor inv_scale = full({1}, float(1.0 / scale_.item<double>()), {.dtype = kFloat32});
+  // On the scale's device, with no host read: float32(1 / double(scale)).
+  const Tensor inv_scale = to(reciprocal(to(scale_, kFloat64)), kFloat32);
   state.found_inf = zeros({1}, {.dtype = kFloat32});
   TensorList grads;
   for (const auto& group : optimizer.param_groups())

@@ -4,7 +4,7 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
-#include "ops/kernels/cpu/math.h"
+#include "backend/cpu/kernels/math.h"
 #include "optim/update_common.h"
 
 namespace mf::optim {

@@ -12,7 +12,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::optim::detail {
 

@@ -149,6 +149,16 @@ TEST_F(EmulatedDevice, ClearErrors) {
   EXPECT_THROW(pin_memory(x), Error);  // the emulated backend has no pinned memory
 }
 
+TEST_F(EmulatedDevice, ValuesAreReadThroughAHostCopy) {
+  Tensor y = to(arange(3.0), dev0);
+  const int copies = backend_.copies;
+  EXPECT_EQ(to(full({}, 2.5), dev0).item<double>(), 2.5);
+  EXPECT_EQ(y.to_string(), "tensor([0., 1., 2.], device='cuda:0')");
+  EXPECT_EQ(to(ones({2}, {.dtype = DType::Float64}), dev0).to_string(),
+            "tensor([1., 1.], device='cuda:0', dtype=meshflow.float64)");
+  EXPECT_GT(backend_.copies, copies);
+}
+
 TEST_F(EmulatedDevice, ViewsRunOnEveryDevice) {
   Tensor y = to(arange(6.0), dev0);
   Tensor v = transpose(reshape(y, {2, 3}), 0, 1);

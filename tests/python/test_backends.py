@@ -88,6 +88,9 @@ def test_gpu_round_trip_with_autograd():
     assert on_gpu.is_cuda and on_gpu.device == mf.device("cuda:0") and on_gpu.is_contiguous()
     back = on_gpu.cpu()
     assert back.tolist() == x.tolist()
+    # Values are read through a host copy, as in PyTorch.
+    assert on_gpu.tolist() == x.tolist() and on_gpu[1, 2].item() == x[1, 2].item()
+    assert "device='cuda:0'" in repr(on_gpu) and "dtype=meshflow.float64" in repr(on_gpu)
     (back * back).sum().backward()
     assert x.grad.tolist() == (2 * x.detach()).tolist()
     assert x.to("cuda", mf.float32).cpu().dtype == mf.float32

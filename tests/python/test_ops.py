@@ -1,5 +1,8 @@
 """Differential tests: every op of opinfo.OPS run in PyTorch and in meshflow on
-the same NumPy data, forward values and input gradients compared."""
+the same NumPy data, forward values and input gradients compared. Each case
+runs on every device meshflow can use: on the CPU, and on a CUDA device when
+one is available (its inputs and gradient leaves live there; its results are
+compared with PyTorch's CPU results)."""
 import functools
 import importlib.util
 import pathlib
@@ -15,6 +18,7 @@ from sampling import Arr, Dt, exact
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOW_PRECISION = ("float16", "bfloat16")
+DEVICES = ["cpu"] + (["cuda"] if mf.cuda.is_available() else [])
 
 
 def _cases():
@@ -23,7 +27,8 @@ def _cases():
         seen[info.name] = seen.get(info.name, 0) + 1
         label = info.name if seen[info.name] == 1 else f"{info.name}#{seen[info.name]}"
         for dtype in info.dtypes:
-            yield pytest.param(info, dtype, id=f"{label}-{dtype}")
+            for device in DEVICES:
+                yield pytest.param(info, dtype, device, id=f"{label}-{dtype}" + ("" if device == "cpu" else f"-{device}"))
 
 
 def dtype_name(d):
@@ -37,8 +42,9 @@ def lib_tensor(lib, data, dtype):
 class Builder:
     """Turns sample arguments into one library's tensors; remembers the grad leaves."""
 
-    def __init__(self, lib, layout, grad_dtypes, upcast=False):
+    def __init__(self, lib, layout, grad_dtypes, upcast=False, device="cpu"):
         self.lib, self.layout, self.grad_dtypes, self.upcast = lib, layout, grad_dtypes, upcast
+        self.device = device
         self.leaves = []
 
     def __call__(self, value):
@@ -68,6 +74,8 @@ class Builder:
             base = lib_tensor(self.lib, wide, dtype)
         else:
             base = lib_tensor(self.lib, data, dtype)
+        if self.device != "cpu":
+            base = base.to(self.device)
         if arr.requires_grad and arr.dtype in self.grad_dtypes and not self.upcast:
             base.requires_grad_()
             self.leaves.append(base)
@@ -105,7 +113,7 @@ def flatten(value):
 
 
 def to_numpy(t):
-    t = t.detach()
+    t = t.detach().cpu()
     return t.double().numpy() if t.is_floating_point() else t.numpy()
 
 
@@ -197,7 +205,8 @@ def check_gradients(info, sample, t_out, m_out, t_build, m_build, rng, what):
             return
         raise
     m_grads = mf.autograd.grad([m for _, m in pairs], m_build.leaves,
-                               [lib_tensor(mf, c, dtype_name(t.dtype)) for c, (t, _) in zip(cotangents, pairs)],
+                               [lib_tensor(mf, c, dtype_name(t.dtype)).to(m_build.device)
+                                for c, (t, _) in zip(cotangents, pairs)],
                                allow_unused=True)
     for i, (tg, mg, leaf) in enumerate(zip(t_grads, m_grads, t_build.leaves)):
         tg = torch.zeros_like(leaf) if tg is None else tg
@@ -206,8 +215,8 @@ def check_gradients(info, sample, t_out, m_out, t_build, m_build, rng, what):
         assert_same(tg, mg, info, f"{what} grad of input {i}", grad=True, tol_dtype=least_precise(involved))
 
 
-@pytest.mark.parametrize("info,dtype", list(_cases()))
-def test_op(info, dtype):
+@pytest.mark.parametrize("info,dtype,device", list(_cases()))
+def test_op(info, dtype, device):
     grad_dtypes = info.checked_grad_dtypes()
     seed = zlib.crc32(f"{info.name}-{dtype}-{len(info.aliases)}".encode())
     rng = np.random.default_rng(seed)
@@ -220,7 +229,7 @@ def test_op(info, dtype):
         for label, fn in variants(info):
             what = f"{label}{sample!r} [{dtype}, {layout or 'contiguous'}]"
             t_out, t_build, t_args, upcast = run_torch(fn, sample, layout, grad_dtypes, dtype)
-            m_build = Builder(mf, layout, () if upcast else grad_dtypes)
+            m_build = Builder(mf, layout, () if upcast else grad_dtypes, device=device)
             m_args, m_kwargs = m_build(sample.args), m_build(sample.kwargs)
             m_out = fn(mf)(*m_args, **m_kwargs)
             meta = info.check == "meta"

@@ -157,3 +157,10 @@ def test_get_schedule_class():
     assert pp.get_schedule_class("Interleaved1F1B") is pp.ScheduleInterleaved1F1B
     with pytest.raises(ValueError, match="unknown schedule 'pipedream'"):
         pp.get_schedule_class("pipedream")
+
+
+@needs_mpi
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_collectives_with_async_op(n):
+    """Queued collectives (Note [Asynchronous collectives]), beside isend/irecv above."""
+    assert mpirun(n, "async_collectives.py").count("async collectives OK") == n

@@ -74,6 +74,25 @@ class Communicator {
   virtual std::shared_ptr<Work> irecv(Tensor& t, int src, int tag = 0) = 0;
   virtual void barrier() = 0;
 
+  // Note [Asynchronous collectives]: the same collectives without waiting
+  // (torch.distributed's async_op=True). Each checks its arguments at once,
+  // queues the collective on the communicator's own thread and returns its
+  // Work; the queued collectives run in the order they were issued, and
+  // any blocking call on the communicator first waits for them, so every
+  // rank still issues one communicator's calls in program order. The
+  // tensors must stay alive and unchanged until wait() (the Work keeps
+  // references); wait() rethrows the collective's error.
+  virtual std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual std::shared_ptr<Work> broadcast_async(Tensor& t, int root) = 0;
+  virtual std::shared_ptr<Work> all_gather_async(const Tensor& in, Tensor& out,
+                                                 const std::vector<int64_t>& counts) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter_async(const Tensor& in, Tensor& out,
+                                                     const std::vector<int64_t>& counts,
+                                                     ReduceOp op = ReduceOp::Sum) = 0;
+  virtual std::shared_ptr<Work> all_to_all_async(const Tensor& in, const std::vector<int64_t>& send_counts,
+                                                 Tensor& out, const std::vector<int64_t>& recv_counts) = 0;
+  virtual std::shared_ptr<Work> barrier_async() = 0;
+
   // A communicator over some of this group's members (group ranks,
   // ascending, this rank among them). Collective over those members only;
   // results are cached per member list.

@@ -94,7 +94,8 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] == _STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        inv_scale = _C.full((1,), 1.0 / self._scale.item(), dtype=_C.float32)
+        # On the scale's device, with no host read: float32(1 / double(scale)).
+        inv_scale = self._scale.double().reciprocal().float()
         found_inf = _C.zeros((1,), dtype=_C.float32)
         grads = []
         for group in optimizer.param_groups:
@@ -107,7 +108,7 @@ class GradScaler:
                 grads.append(grad)
         _C._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
         from meshflow import one_embedding
-        if one_embedding._unscale(optimizer, inv_scale.item()):  # the sparse gradients of its embeddings
+        if one_embedding._unscale(optimizer, inv_scale):  # the sparse gradients of its embeddings
             found_inf.fill_(1.0)
         state["found_inf"] = found_inf
         state["stage"] = _UNSCALED

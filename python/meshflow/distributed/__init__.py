@@ -158,19 +158,49 @@ def new_group(ranks=None):
     return world.subgroup(ranks)
 
 
-def barrier(group=None):
-    _group(group, "barrier").barrier()
+class _FinishingWork:
+    """A queued collective whose results are copied out by wait()."""
+
+    def __init__(self, work, finish):
+        self._work, self._finish = work, finish
+
+    def wait(self, timeout=None):
+        self._work.wait()
+        finish, self._finish = self._finish, None
+        if finish is not None:
+            finish()
+        return True
+
+    def is_completed(self):
+        return self._work.is_completed()
 
 
-def all_reduce(tensor, op="sum", group=None):
+def _issue(comm, op, args, async_op, finish=None):
+    """Runs the collective `op` of comm; with async_op it is queued (Note
+    [Asynchronous collectives]) and its Work returned, as torch.distributed's
+    async_op=True does; otherwise None."""
+    if async_op:
+        work = getattr(comm, op + "_async")(*args)
+        return _FinishingWork(work, finish) if finish is not None else work
+    getattr(comm, op)(*args)
+    if finish is not None:
+        finish()
+    return None
+
+
+def barrier(group=None, async_op=False):
+    return _issue(_group(group, "barrier"), "barrier", (), async_op)
+
+
+def all_reduce(tensor, op="sum", group=None, async_op=False):
     """In place: tensor becomes the reduction of every rank's tensor."""
-    _group(group, "all_reduce").all_reduce(tensor, _reduce_op(op, "all_reduce"))
+    return _issue(_group(group, "all_reduce"), "all_reduce", (tensor, _reduce_op(op, "all_reduce")), async_op)
 
 
-def broadcast(tensor, src, group=None):
+def broadcast(tensor, src, group=None, async_op=False):
     """In place: tensor becomes world rank src's tensor."""
     comm = _group(group, "broadcast")
-    comm.broadcast(tensor, _group_rank(comm, src, "broadcast", "src"))
+    return _issue(comm, "broadcast", (tensor, _group_rank(comm, src, "broadcast", "src")), async_op)
 
 
 def _object_bytes(obj):
@@ -220,17 +250,17 @@ def _check_whole(op, name, whole, part_numel, ranks):
         raise ValueError(f"{op}: {name} must hold {ranks} x {part_numel} elements, got shape {tuple(whole.shape)}")
 
 
-def all_gather_into_tensor(output_tensor, input_tensor, group=None):
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """output_tensor = every rank's input_tensor, concatenated along dim 0 or
     stacked (output numel = world size x input numel), in rank order."""
     comm = _group(group, "all_gather_into_tensor")
     flat_in = _flat(input_tensor, "all_gather_into_tensor", "input_tensor")
     flat_out = _flat(output_tensor, "all_gather_into_tensor", "output_tensor")
     _check_whole("all_gather_into_tensor", "output_tensor", output_tensor, flat_in.numel(), comm.size())
-    comm.all_gather(flat_in, flat_out, [flat_in.numel()] * comm.size())
+    return _issue(comm, "all_gather", (flat_in, flat_out, [flat_in.numel()] * comm.size()), async_op)
 
 
-def all_gather(tensor_list, tensor, group=None):
+def all_gather(tensor_list, tensor, group=None, async_op=False):
     """tensor_list[r] = rank r's tensor (tensors may differ in numel between
     ranks when tensor_list's entries say so)."""
     comm = _group(group, "all_gather")
@@ -240,24 +270,28 @@ def all_gather(tensor_list, tensor, group=None):
     counts = [t.numel() for t in tensor_list]
     flat_in = _flat(tensor, "all_gather", "tensor")
     gathered = _mf.empty(sum(counts), dtype=tensor.dtype)
-    comm.all_gather(flat_in, gathered, counts)
-    offset = 0
-    for out, count in zip(tensor_list, counts):
-        out.copy_(gathered[offset:offset + count].reshape(out.shape))
-        offset += count
+
+    def finish():
+        offset = 0
+        for out, count in zip(tensor_list, counts):
+            out.copy_(gathered[offset:offset + count].reshape(out.shape))
+            offset += count
+
+    return _issue(comm, "all_gather", (flat_in, gathered, counts), async_op, finish)
 
 
-def reduce_scatter_tensor(output, input, op="sum", group=None):
+def reduce_scatter_tensor(output, input, op="sum", group=None, async_op=False):
     """output = the reduction over ranks of this rank's slice of input
     (input numel = world size x output numel, split in rank order)."""
     comm = _group(group, "reduce_scatter_tensor")
     flat_in = _flat(input, "reduce_scatter_tensor", "input")
     flat_out = _flat(output, "reduce_scatter_tensor", "output")
     _check_whole("reduce_scatter_tensor", "input", input, flat_out.numel(), comm.size())
-    comm.reduce_scatter(flat_in, flat_out, [flat_out.numel()] * comm.size(), _reduce_op(op, "reduce_scatter"))
+    return _issue(comm, "reduce_scatter",
+                  (flat_in, flat_out, [flat_out.numel()] * comm.size(), _reduce_op(op, "reduce_scatter")), async_op)
 
 
-def reduce_scatter(output, input_list, op="sum", group=None):
+def reduce_scatter(output, input_list, op="sum", group=None, async_op=False):
     """output = the reduction over ranks of input_list[rank]."""
     comm = _group(group, "reduce_scatter")
     if len(input_list) != comm.size():
@@ -268,10 +302,12 @@ def reduce_scatter(output, input_list, op="sum", group=None):
         raise ValueError(f"reduce_scatter: output must have input_list[{comm.rank()}]'s {counts[comm.rank()]} "
                          f"elements, got shape {tuple(output.shape)}")
     flat_in = _mf.cat([t.reshape(-1) for t in input_list]) if input_list else _mf.empty(0, dtype=output.dtype)
-    comm.reduce_scatter(flat_in, _flat(output, "reduce_scatter", "output"), counts, _reduce_op(op, "reduce_scatter"))
+    return _issue(comm, "reduce_scatter",
+                  (flat_in, _flat(output, "reduce_scatter", "output"), counts, _reduce_op(op, "reduce_scatter")),
+                  async_op)
 
 
-def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
     """Rows (dim 0) of input go to the ranks in order: input_split_sizes[r]
     rows to rank r (equal splits by default); output receives
     output_split_sizes[r] rows from rank r."""
@@ -287,11 +323,11 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                              f"when no split sizes are given")
         return [rows // n] * n
 
-    comm.all_to_all(input, splits(input_split_sizes, input, "input"), output,
-                    splits(output_split_sizes, output, "output"))
+    return _issue(comm, "all_to_all", (input, splits(input_split_sizes, input, "input"), output,
+                                       splits(output_split_sizes, output, "output")), async_op)
 
 
-def all_to_all(output_tensor_list, input_tensor_list, group=None):
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
     """output_tensor_list[r] = rank r's input_tensor_list[rank] (sizes may
     differ; each output must have the size its sender's input has)."""
     comm = _group(group, "all_to_all")
@@ -302,12 +338,15 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None):
     dtype = input_tensor_list[0].dtype
     sent = _mf.cat([t.reshape(-1) for t in input_tensor_list])
     received = _mf.empty(sum(t.numel() for t in output_tensor_list), dtype=dtype)
-    comm.all_to_all(sent, [t.numel() for t in input_tensor_list], received,
-                    [t.numel() for t in output_tensor_list])
-    offset = 0
-    for out in output_tensor_list:
-        out.copy_(received[offset:offset + out.numel()].reshape(out.shape))
-        offset += out.numel()
+
+    def finish():
+        offset = 0
+        for out in output_tensor_list:
+            out.copy_(received[offset:offset + out.numel()].reshape(out.shape))
+            offset += out.numel()
+
+    return _issue(comm, "all_to_all", (sent, [t.numel() for t in input_tensor_list], received,
+                                       [t.numel() for t in output_tensor_list]), async_op, finish)
 
 
 def send(tensor, dst, group=None, tag=0):

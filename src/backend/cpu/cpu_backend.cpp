@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/caching.h"
 #include "meshflow/backend.h"
 #include "meshflow/error.h"
 
@@ -19,21 +20,19 @@ namespace {
 // loop that allocates the same activations every step stops calling malloc
 // after the first one. Sizes are rounded up to a quarter of their power of
 // two (at most 25% waste). Blocks above kMaxCachedBytes go straight back.
-class CpuCachingAllocator final : public Allocator {
+class CpuCachingAllocator final : public backend_detail::CachingAllocatorBase {
  public:
-  ~CpuCachingAllocator() override { release_cached(); }
+  ~CpuCachingAllocator() override { empty_cache(); }
 
   void* allocate(size_t nbytes) override {
-    size_t rounded = round_size(nbytes);
+    const size_t rounded = backend_detail::round_size(nbytes, 64);
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.num_allocations++;
     void* ptr = nullptr;
     auto it = free_.find(rounded);
-    if (it != free_.end() && !it->second.empty()) {
+    const bool from_cache = it != free_.end() && !it->second.empty();
+    if (from_cache) {
       ptr = it->second.back();
       it->second.pop_back();
-      cached_bytes_ -= int64_t(rounded);
-      stats_.num_cache_hits++;
     } else {
       ptr = std::aligned_alloc(kAlignment, rounded);
       if (!ptr) {
@@ -42,34 +41,18 @@ class CpuCachingAllocator final : public Allocator {
       }
       if (!ptr) throw_out_of_memory(nbytes);
     }
-    stats_.allocated_bytes += int64_t(rounded);
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    count_allocation(rounded, from_cache);
     return ptr;
   }
 
   void deallocate(void* ptr, size_t nbytes) override {
     if (!ptr) return;
-    size_t rounded = round_size(nbytes);
+    const size_t rounded = backend_detail::round_size(nbytes, 64);
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.allocated_bytes -= int64_t(rounded);
-    if (rounded <= kMaxCachedBytes) {
-      free_[rounded].push_back(ptr);
-      cached_bytes_ += int64_t(rounded);
-    } else {
-      std::free(ptr);
-    }
-  }
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    AllocatorStats s = stats_;
-    s.reserved_bytes = s.allocated_bytes + cached_bytes_;
-    return s;
-  }
-
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    const bool cache = rounded <= kMaxCachedBytes;
+    if (cache) free_[rounded].push_back(ptr);
+    else std::free(ptr);
+    count_free(rounded, cache);
   }
 
   void empty_cache() override {
@@ -86,25 +69,8 @@ class CpuCachingAllocator final : public Allocator {
   [[noreturn]] void throw_out_of_memory(size_t nbytes) const {
     const double total = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     throw OutOfMemoryError(detail::concat(
-        "CPU out of memory. Tried to allocate ", gib(double(nbytes)), " (", nbytes, " bytes); the machine has ",
-        gib(total), " of memory, of which meshflow holds ", gib(double(stats_.allocated_bytes)), " in tensors"));
-  }
-  static std::string gib(double bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f GiB", bytes / double(size_t(1) << 30));
-    return text;
-  }
-
-  static size_t round_size(size_t n) {
-    if (n <= 512) return std::max<size_t>(64, (n + 63) & ~size_t(63));
-    size_t pow2 = size_t(1) << (63 - __builtin_clzll(n - 1) + 1);  // next power of two >= n
-    size_t quarter = pow2 / 8;                                       // quarters of the lower octave
-    return (n + quarter - 1) / quarter * quarter;
-  }
-
-  void release_cached() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    release_cached_locked();
+        "CPU out of memory. Tried to allocate ", backend_detail::format_gib(double(nbytes)), " (", nbytes, " bytes); the machine has ",
+        backend_detail::format_gib(total), " of memory, of which meshflow holds ", backend_detail::format_gib(double(stats_.allocated_bytes)), " in tensors"));
   }
   void release_cached_locked() {
     for (auto& [size, blocks] : free_)
@@ -113,10 +79,7 @@ class CpuCachingAllocator final : public Allocator {
     cached_bytes_ = 0;
   }
 
-  mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;
-  int64_t cached_bytes_ = 0;
-  AllocatorStats stats_;
 };
 
 class CpuBackend final : public Backend {

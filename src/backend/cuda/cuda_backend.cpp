@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/caching.h"
 #include "meshflow/backend.h"
 #include "meshflow/error.h"
 
@@ -33,12 +34,6 @@ void check_cuda(cudaError_t status, const char* what) {
     throw Error(detail::concat("CUDA error in ", what, ": ", cudaGetErrorName(status), " (",
                                cudaGetErrorString(status), ")"));
   }
-}
-
-std::string gib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", bytes / double(size_t(1) << 30));
-  return text;
 }
 
 // Makes `device` current for the scope.
@@ -59,34 +54,19 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-size_t round_size(size_t n) {
-  if (n <= 512) return 512;
-  size_t pow2 = size_t(1) << (63 - __builtin_clzll(n - 1) + 1);
-  size_t quarter = pow2 / 8;
-  return (n + quarter - 1) / quarter * quarter;
-}
+using backend_detail::format_gib;
+size_t round_size(size_t n) { return backend_detail::round_size(n, 512); }
 
 class CudaBackend;
 
 // Device memory of one device (Note [CUDA backend]).
-class CudaCachingAllocator final : public Allocator {
+class CudaCachingAllocator final : public backend_detail::CachingAllocatorBase {
  public:
   CudaCachingAllocator(CudaBackend& backend, int device) : backend_(backend), device_(device) {}
   ~CudaCachingAllocator() override = default;  // the driver frees device memory at exit
 
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    AllocatorStats s = stats_;
-    s.reserved_bytes = s.allocated_bytes + cached_bytes_;
-    return s;
-  }
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mutex_);
     release_cached_locked();
@@ -103,61 +83,47 @@ class CudaCachingAllocator final : public Allocator {
 
   CudaBackend& backend_;
   int device_;
-  mutable std::mutex mutex_;
   // (stream id, rounded size) -> free blocks
   std::map<std::pair<int64_t, size_t>, std::vector<void*>> free_;
   std::unordered_map<void*, int64_t> stream_of_;  // live block -> its stream
-  int64_t cached_bytes_ = 0;
-  AllocatorStats stats_;
 };
 
 // Page-locked host memory; blocks wait for the copies that use them.
-class PinnedHostAllocator final : public Allocator {
+class PinnedHostAllocator final : public backend_detail::CachingAllocatorBase {
  public:
   void* allocate(size_t nbytes) override {
     const size_t rounded = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     reclaim_locked();
-    stats_.num_allocations++;
     void* ptr = nullptr;
     auto it = free_.find(rounded);
-    if (it != free_.end() && !it->second.empty()) {
+    const bool from_cache = it != free_.end() && !it->second.empty();
+    if (from_cache) {
       ptr = it->second.back();
       it->second.pop_back();
-      cached_bytes_ -= int64_t(rounded);
-      stats_.num_cache_hits++;
     } else {
       check_cuda(cudaHostAlloc(&ptr, rounded, cudaHostAllocDefault), "cudaHostAlloc");
     }
     blocks_[reinterpret_cast<uintptr_t>(ptr)] = rounded;
-    stats_.allocated_bytes += int64_t(rounded);
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    count_allocation(rounded, from_cache);
     return ptr;
   }
+  // A block that pending copies still use is cached only once they are
+  // done (reclaim_locked); until then it counts as neither.
   void deallocate(void* ptr, size_t nbytes) override {
     if (!ptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t rounded = round_size(nbytes);
-    stats_.allocated_bytes -= int64_t(rounded);
     auto uses = uses_.find(ptr);
-    if (uses != uses_.end()) {
+    const bool in_use = uses != uses_.end();
+    if (in_use) {
       pending_.push_back({ptr, rounded, std::move(uses->second)});
       uses_.erase(uses);
     } else {
       free_[rounded].push_back(ptr);
-      cached_bytes_ += int64_t(rounded);
     }
+    count_free(rounded, !in_use);
     blocks_.erase(reinterpret_cast<uintptr_t>(ptr));
-  }
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    AllocatorStats s = stats_;
-    s.reserved_bytes = s.allocated_bytes + cached_bytes_;
-    return s;
-  }
-  void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
   }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -215,13 +181,10 @@ class PinnedHostAllocator final : public Allocator {
     }
   }
 
-  mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;
   std::map<uintptr_t, size_t> blocks_;  // live blocks: base -> rounded size
   std::unordered_map<void*, std::vector<cudaEvent_t>> uses_;
   std::vector<Pending> pending_;
-  int64_t cached_bytes_ = 0;
-  AllocatorStats stats_;
 };
 
 class CudaEvent final : public DeviceEvent {
@@ -365,14 +328,12 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   const size_t rounded = round_size(nbytes);
   const int64_t stream = backend_.current_stream(device_).id;
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_.num_allocations++;
   void* ptr = nullptr;
   auto it = free_.find({stream, rounded});
-  if (it != free_.end() && !it->second.empty()) {
+  const bool from_cache = it != free_.end() && !it->second.empty();
+  if (from_cache) {
     ptr = it->second.back();
     it->second.pop_back();
-    cached_bytes_ -= int64_t(rounded);
-    stats_.num_cache_hits++;
   } else {
     DeviceGuard guard(device_);
     cudaError_t status = cudaMalloc(&ptr, rounded);
@@ -387,17 +348,16 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
       (void)cudaGetLastError();
       size_t free_bytes = 0, total = 0;
       (void)cudaMemGetInfo(&free_bytes, &total);
-      throw OutOfMemoryError(detail::concat("CUDA out of memory. Tried to allocate ", gib(double(nbytes)), " (",
-                                            nbytes, " bytes) on cuda:", device_, "; the device has ",
-                                            gib(double(total)), ", of which ", gib(double(free_bytes)),
-                                            " is free and meshflow holds ", gib(double(stats_.allocated_bytes)),
-                                            " in tensors"));
+      throw OutOfMemoryError(detail::concat("CUDA out of memory. Tried to allocate ", format_gib(double(nbytes)),
+                                            " (", nbytes, " bytes) on cuda:", device_, "; the device has ",
+                                            format_gib(double(total)), ", of which ", format_gib(double(free_bytes)),
+                                            " is free and meshflow holds ",
+                                            format_gib(double(stats_.allocated_bytes)), " in tensors"));
     }
     check_cuda(status, "cudaMalloc");
   }
   stream_of_[ptr] = stream;
-  stats_.allocated_bytes += int64_t(rounded);
-  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  count_allocation(rounded, from_cache);
   return ptr;
 }
 
@@ -408,9 +368,8 @@ void CudaCachingAllocator::deallocate(void* ptr, size_t nbytes) {
   auto it = stream_of_.find(ptr);
   const int64_t stream = it == stream_of_.end() ? 0 : it->second;
   if (it != stream_of_.end()) stream_of_.erase(it);
-  stats_.allocated_bytes -= int64_t(rounded);
   free_[{stream, rounded}].push_back(ptr);
-  cached_bytes_ += int64_t(rounded);
+  count_free(rounded, true);
 }
 
 CudaEvent::CudaEvent(CudaBackend& backend, int device, bool timing)

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/kernels/cpu/convert.h"
+#include "backend/cpu/kernels/convert.h"
 #include "test_util.h"
 
 namespace mf {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/kernels/cpu/math.h"
+#include "backend/cpu/kernels/math.h"
 #include "test_util.h"
 
 namespace mf {

@@ -8,7 +8,7 @@
 // kernel, stride, dilation or padding (the window position is the same in
 // every plane). Results are transposed back to NCHW. Each block is private
 // to one thread; blocks run in parallel.
-#include "ops/kernels/cpu/pool.h"
+#include "backend/cpu/kernels/pool.h"
 
 #include <array>
 #include <cmath>
@@ -20,7 +20,7 @@
 
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/onednn.h"
+#include "backend/cpu/kernels/onednn.h"
 
 namespace mf::cpu {
 namespace {

@@ -1,7 +1,7 @@
 // The recurrent op's CPU kernels (rnn.h).
-#include "ops/kernels/cpu/rnn.h"
+#include "backend/cpu/kernels/rnn.h"
 
-#include "ops/kernels/cpu/gemm.h"
+#include "backend/cpu/kernels/gemm.h"
 
 #include <algorithm>
 #include <cmath>

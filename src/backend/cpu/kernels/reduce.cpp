@@ -1,6 +1,6 @@
-#include "ops/kernels/cpu/reduce.h"
+#include "backend/cpu/kernels/reduce.h"
 
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::cpu {
 

@@ -1,5 +1,5 @@
 // Row gather/put loops of the indexing ops; see Note [Rows layout].
-#include "ops/kernels/cpu/index_kernels.h"
+#include "backend/cpu/kernels/index_kernels.h"
 
 namespace mf::cpu {
 namespace {

@@ -1,5 +1,5 @@
-#include "ops/kernels/cpu/convert.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/convert.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::cpu {
 

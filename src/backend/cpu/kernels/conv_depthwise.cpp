@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/conv_internal.h"
+#include "backend/cpu/kernels/conv_internal.h"
 
 namespace mf::cpu {
 

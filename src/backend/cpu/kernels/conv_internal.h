@@ -1,7 +1,7 @@
 // The im2col convolution path shared by the conv kernel files.
 #pragma once
 
-#include "ops/kernels/cpu/conv.h"
+#include "backend/cpu/kernels/conv.h"
 
 namespace mf::cpu {
 

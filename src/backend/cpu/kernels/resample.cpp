@@ -1,7 +1,7 @@
 // Resampling maps (PyTorch 1.13's index arithmetic, aten/src/ATen/native/
 // UpSample.h and PadNd.cpp) and the two loops of Note [Separable
 // resampling].
-#include "ops/kernels/cpu/resample.h"
+#include "backend/cpu/kernels/resample.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "ops/kernels/cpu/onednn.h"
+#include "backend/cpu/kernels/onednn.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -7,10 +7,10 @@
 
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/conv.h"
-#include "ops/kernels/cpu/conv_internal.h"
-#include "ops/kernels/cpu/loops.h"
-#include "ops/kernels/cpu/onednn.h"
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/conv_internal.h"
+#include "backend/cpu/kernels/loops.h"
+#include "backend/cpu/kernels/onednn.h"
 
 namespace mf::cpu {
 namespace {

@@ -9,10 +9,10 @@
 #include "meshflow/autograd.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/conv.h"
-#include "ops/kernels/cpu/conv_internal.h"
-#include "ops/kernels/cpu/gemm.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/conv_internal.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::cpu {
 namespace {

@@ -1,5 +1,5 @@
 // The fused attention kernels on the CPU (attention.h).
-#include "ops/kernels/cpu/attention.h"
+#include "backend/cpu/kernels/attention.h"
 
 #include <algorithm>
 #include <array>
@@ -16,8 +16,8 @@
 #include "meshflow/error.h"
 #include "meshflow/generator.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/gemm.h"
-#include "ops/kernels/cpu/math.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/math.h"
 
 namespace mf::cpu {
 

@@ -5,7 +5,7 @@
 // dims are walked by offset, and a broadcast batch dim is an offset step of
 // 0, so broadcasting never materialises a copy either. The same layouts go
 // to oneDNN's matmul for the 16-bit types and large float32 products.
-#include "ops/kernels/cpu/gemm.h"
+#include "backend/cpu/kernels/gemm.h"
 
 #include <cblas.h>
 
@@ -15,8 +15,8 @@
 
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/loops.h"
-#include "ops/kernels/cpu/onednn.h"
+#include "backend/cpu/kernels/loops.h"
+#include "backend/cpu/kernels/onednn.h"
 
 namespace mf::cpu {
 namespace {

@@ -11,7 +11,7 @@
 // the loop, the first failing matrix in batch order is reported as
 // LinAlgError, "(Batch element i): " naming it for batched inputs as
 // PyTorch does, so the error does not depend on the thread count.
-#include "ops/kernels/cpu/lapack.h"
+#include "backend/cpu/kernels/lapack.h"
 
 #include <climits>
 #include <cmath>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "meshflow/parallel.h"
-#include "ops/kernels/cpu/gemm.h"
+#include "backend/cpu/kernels/gemm.h"
 
 // Fortran LAPACK (reference LAPACK 3.x signatures); character arguments
 // carry gfortran's hidden length arguments at the end.

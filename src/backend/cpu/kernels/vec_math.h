@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "meshflow/dtype.h"
-#include "ops/kernels/cpu/convert.h"
-#include "ops/kernels/cpu/math.h"
+#include "backend/cpu/kernels/convert.h"
+#include "backend/cpu/kernels/math.h"
 
 namespace mf::cpu {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "meshflow/tensor.h"
-#include "ops/kernels/cpu/loops.h"
+#include "backend/cpu/kernels/loops.h"
 
 namespace mf::cpu {
 
