@@ -244,3 +244,117 @@ def test_simulator_plans_meshes_larger_than_the_machine(tmp_path):
     assert bad.returncode != 0 and "is not a Python file" in bad.stderr
     with pytest.raises(ValueError, match="must be > 0"):
         simulate.described_machine(0, 1, 1, 1, [2])
+
+
+# --- the stage search (Note [Stage search]) -----------------------------------------------------
+
+def brute_force_partition(n, stages, time, memory=None, limit=0.0, m=1):
+    best = (float("inf"), None)
+    import itertools
+    for cuts in itertools.combinations(range(1, n), stages - 1):
+        bounds = [0, *cuts, n]
+        ranges = list(zip(bounds, bounds[1:]))
+        if limit and memory and any(memory(s, i, j) > limit for s, (i, j) in enumerate(ranges)):
+            continue
+        ts = [time(i, j) for i, j in ranges]
+        cost = sum(ts) + (m - 1) * max(ts)
+        if cost < best[0]:
+            best = (cost, ranges)
+    return best
+
+
+def test_best_partition_is_the_brute_force_optimum():
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n = int(rng.integers(1, 8))
+        stages = int(rng.integers(1, n + 1))
+        m = int(rng.integers(1, 6))
+        layer = rng.uniform(0.1, 3.0, n)
+        extra = {(i, j): rng.uniform(0, 0.5) for i in range(n) for j in range(i + 1, n + 1)}
+        mem = {(i, j): rng.uniform(0, 10) for i in range(n) for j in range(i + 1, n + 1)}
+
+        def time(i, j):
+            return float(layer[i:j].sum()) + extra[(i, j)]
+
+        def memory(s, i, j):
+            return mem[(i, j)] * (stages - s)
+
+        limit = float(rng.uniform(5, 40)) if trial % 2 else 0.0
+        want = brute_force_partition(n, stages, time, memory, limit, m)
+        got = auto.best_partition(n, stages, time, memory, limit, m)
+        if want[1] is None:
+            assert got == (float("inf"), None)
+        else:
+            assert got[0] == pytest.approx(want[0], rel=1e-12), (trial, got, want)
+            bounds = [i for i, _ in got[1]] + [n]
+            assert bounds[0] == 0 and all(a < b for a, b in zip(bounds, bounds[1:]))
+    assert auto.best_partition(3, 4, lambda i, j: 1.0) == (float("inf"), None)
+
+
+def pipeline_model():
+    sys.path.insert(0, SCRIPTS)
+    try:
+        import pipeline_model
+    finally:
+        sys.path.remove(SCRIPTS)
+    return pipeline_model
+
+
+def plan_two_stages():
+    from meshflow.distributed import simulate
+    pm = pipeline_model()
+    machine = simulate.described_machine(0.05, 20, 10, 5, [2])
+    return pm, auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 2, cost_model=machine, num_stages=2,
+                                  microbatches=[2, 4])
+
+
+def test_stage_search_balances_the_stages_under_the_cost_model():
+    pm, plan = plan_two_stages()
+    model = pm.build()
+    names = [name for name, _ in model.named_children()]
+    assert plan["num_stages"] == 2 and plan["data_parallel"] == 1 and plan["schedule"] == "1f1b"
+    assert plan["n_microbatches"] in (2, 4) and len(plan["split_points"]) == 1
+    costs = plan["stage_costs"]
+    n, m = len(names), plan["n_microbatches"]
+    # The cut is the best of every cut under the same figures.
+    want = brute_force_partition(n, 2, lambda i, j: costs[(i, j)]["time"], m=m)
+    assert plan["ranges"] == want[1] and plan["split_points"] == [names[want[1][1][0]]]
+    # The heavy 384 x 384 layer (child 5) and the one before it are on different stages.
+    cut = plan["ranges"][1][0]
+    assert 4 <= cut <= 5
+    # The predicted step is the pipeline's: sum + (m - 1) max + the updates.
+    times = plan["stage_times"]
+    update = max(costs[r]["update"] for r in plan["ranges"])
+    assert plan["step_time"] == pytest.approx(sum(times) + (m - 1) * max(times) + update, rel=1e-12)
+    best = min(c["step_time"] for c in plan["candidates"])
+    assert plan["step_time"] == pytest.approx(best, rel=1e-9)
+    # 1F1B keeps 2 micro-batches on the first stage and 1 on the last.
+    first, second = (costs[r] for r in plan["ranges"])
+    assert plan["memory_per_stage"][0] == pytest.approx(first["parameters"] + min(2, m) * first["activations"])
+    assert plan["memory_per_stage"][1] == pytest.approx(second["parameters"] + second["activations"])
+
+
+def test_stage_search_chooses_the_stage_count_and_checks_its_arguments():
+    from meshflow.distributed import simulate
+    pm = pipeline_model()
+    machine = simulate.described_machine(0.05, 20, 10, 5, [2])
+    plan = auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 2, cost_model=machine, microbatches=[1, 2])
+    seen = {(c["num_stages"], c["n_microbatches"], c["schedule"]) for c in plan["candidates"]}
+    assert seen == {(s, m, k) for s in (1, 2) for m in (1, 2) for k in ("1f1b", "gpipe")}
+    assert plan["step_time"] == pytest.approx(min(c["step_time"] for c in plan["candidates"]), rel=1e-9)
+    with pytest.raises(ValueError, match="num_stages"):
+        auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 2, cost_model=machine, num_stages=3)
+    with pytest.raises(ValueError, match="divide the batch"):
+        auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 2, cost_model=machine, microbatches=[3])
+    with pytest.raises(ValueError, match="children"):
+        auto.plan_pipeline(mf.nn.Tanh(), F.mse_loss, pm.batch(), 2, cost_model=machine)
+    with pytest.raises(ValueError, match="memory limit"):
+        auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 2, cost_model=machine, memory_limit=1)
+
+
+@needs_mpi
+def test_the_searched_stages_train_equal_to_one_process():
+    _, plan = plan_two_stages()
+    out = mpirun(2, "auto_pipeline.py", ",".join(plan["split_points"]), str(plan["n_microbatches"]),
+                 plan["schedule"], SCRIPTS)
+    assert out.count("auto pipeline OK") == 2

@@ -22,7 +22,8 @@ import meshflow as _mf
 from meshflow.utils.collect_env import _cpu_model
 from meshflow._C import _auto_parallel as _ap
 
-__all__ = ["CostModel", "calibrate", "cost_model", "set_cost_model", "cost_report", "COLLECTIVES"]
+__all__ = ["CostModel", "calibrate", "cost_model", "set_cost_model", "cost_report", "COLLECTIVES", "plan_pipeline",
+           "best_partition"]
 
 CostModel = _ap.CostModel
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -431,3 +432,7 @@ def _report_table(graph):
                  f"{r['parameter_memory'] / 2**20:.2f} MiB); searched in {r['search_seconds'] * 1e3:.1f} ms"
                  + ("" if r["memory_limit_met"] else "; the memory limit could not be met"))
     return "\n".join(lines)
+
+
+# Stage search for pipeline parallelism (Note [Stage search]).
+from meshflow.distributed.auto_pipeline import best_partition, plan_pipeline  # noqa: E402

@@ -79,7 +79,8 @@ class _Step(_mf.nn.Graph):
     def __init__(self, model, optimizer, loss_fn):
         super().__init__()
         self.model = model
-        self.add_optimizer(optimizer)
+        if optimizer is not None:
+            self.add_optimizer(optimizer)
         self.loss_fn = loss_fn
 
     def build(self, *inputs):

@@ -1,0 +1,243 @@
+"""Stage search for pipeline parallelism: how many stages, where to cut a
+model whose layers run one after another, which schedule and how many
+micro-batches, from the same cost model as the SBP search.
+
+    plan = mf.distributed.auto.plan_pipeline(model, loss_fn, (x, y), world_size=4)
+    pipe = pp.pipeline(model, split_points=plan["split_points"])
+    stage = pipe.build_stage(rank // plan["data_parallel"])  # ranks of a stage in a row
+    ...
+
+Note [Stage search]: as Alpa does, the model's layers (the children of an
+nn.Sequential, in order) are cut into contiguous ranges. Each stage gets
+world_size / S ranks as a data-parallel (or SBP-searched) mesh of its own.
+For every range, stage count S and micro-batch count M, the range is
+traced once on a micro-batch and costed by `simulate()` on its mesh: the
+calls of the forward and backward pass give the stage's time per
+micro-batch t (plus the messages of its output and its gradient to the
+next stage, costed as a 2-rank all-reduce of the same bytes), the
+optimizer's updates give its time per step u, and the plan's memory gives
+the parameters and state p and the activations a of one micro-batch. A
+pipeline of S stages then takes about
+    sum_s t_s + (M - 1) max_s t_s + max_s u_s
+per step (1F1B and GPipe alike), and stage s keeps p_s + k a_s bytes,
+with k = min(S - s, M) micro-batches in flight under 1F1B and M under
+GPipe. For each candidate bound T on max_s t_s, a dynamic program over the
+cut points finds the cheapest sum_s t_s whose stages are all within T and
+within the memory limit; the best (S, M, schedule, T) wins. Exact for the
+model above; the model ignores overlap of messages with compute.
+"""
+import copy
+import math
+import time
+
+import meshflow as _mf
+
+__all__ = ["plan_pipeline", "best_partition"]
+
+SCHEDULES = ("1f1b", "gpipe")
+
+
+def best_partition(num_layers, num_stages, stage_time, stage_memory=None, memory_limit=0.0, microbatches=1):
+    """The cut of layers 0..num_layers-1 into num_stages contiguous,
+    non-empty ranges that minimises sum_s t_s + (microbatches - 1) max_s t_s,
+    where t_s = stage_time(i, j) for the range [i, j), subject to
+    stage_memory(s, i, j) <= memory_limit (when a limit is given).
+    Returns (cost, [(i, j), ...]) or (inf, None) when no cut fits."""
+    if num_stages < 1 or num_stages > num_layers:
+        return math.inf, None
+    times = {(i, j): stage_time(i, j) for i in range(num_layers) for j in range(i + 1, num_layers + 1)}
+
+    def fits(s, i, j):
+        return not memory_limit or stage_memory is None or stage_memory(s, i, j) <= memory_limit
+
+    best = (math.inf, None)
+    for bound in sorted(set(times.values())):
+        # f[s][j]: the least sum of stage times covering layers [0, j) with s stages, each within bound.
+        f = [[math.inf] * (num_layers + 1) for _ in range(num_stages + 1)]
+        cut = [[None] * (num_layers + 1) for _ in range(num_stages + 1)]
+        f[0][0] = 0.0
+        for s in range(1, num_stages + 1):
+            for j in range(s, num_layers + 1):
+                for i in range(s - 1, j):
+                    t = times[(i, j)]
+                    if f[s - 1][i] == math.inf or t > bound or not fits(s - 1, i, j):
+                        continue
+                    if f[s - 1][i] + t < f[s][j]:
+                        f[s][j], cut[s][j] = f[s - 1][i] + t, i
+        if f[num_stages][num_layers] == math.inf:
+            continue
+        cost = f[num_stages][num_layers] + (microbatches - 1) * bound
+        if cost < best[0]:
+            ranges, j = [], num_layers
+            for s in range(num_stages, 0, -1):
+                i = cut[s][j]
+                ranges.append((i, j))
+                j = i
+            best = (cost, ranges[::-1])
+    return best
+
+
+def _children(model):
+    named = list(model.named_children()) if hasattr(model, "named_children") else []
+    if not named:
+        raise ValueError("plan_pipeline: the model must have children that run one after another (an "
+                         f"nn.Sequential or a module built that way), got {type(model).__name__} without children")
+    return named
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _boundaries(layers, x):
+    """The activation entering each layer and the model's output, for one micro-batch."""
+    acts = [x]
+    with _mf.no_grad():
+        for _, layer in layers:
+            acts.append(layer(acts[-1]))
+    return acts
+
+
+class _InputGradient(_mf.nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.probe = _mf.nn.Parameter(_mf.zeros(*shape))
+
+    def forward(self, x):
+        return x + self.probe
+
+
+class _StageCosts:
+    """The cost-model figures of each layer range on one stage mesh, cached."""
+
+    def __init__(self, layers, loss_fn, acts, targets, ranks, cost_model, simulate):
+        self.layers, self.loss_fn, self.acts, self.targets = layers, loss_fn, acts, targets
+        self.ranks, self.model, self.simulate = ranks, cost_model, simulate
+        self.cache = {}
+
+    def __call__(self, i, j):
+        key = (i, j)
+        if key not in self.cache:
+            self.cache[key] = self._cost(i, j)
+        return self.cache[key]
+
+    def _cost(self, i, j):
+        parts = [copy.deepcopy(layer) for _, layer in self.layers[i:j]]
+        x = self.acts[i].detach().clone()
+        if i > 0 or not any(True for p in parts for _ in p.parameters()):
+            # A stage past the first computes its input's gradient (what the previous stage
+            # waits for), and the traced step's inputs take no gradient: a zero parameter
+            # added to the input makes the backward reach it.
+            parts.insert(0, _InputGradient(x.shape[1:]))
+        sub = _mf.nn.Sequential(*parts)
+        last = j == len(self.layers)
+        if last:
+            loss_fn = self.loss_fn
+            inputs = (x, *self.targets)
+
+            def stage_loss(m, x, *targets):
+                return loss_fn(m(x), *targets)
+        else:
+            # Backward from the next stage: a fixed upstream gradient costs as the real one.
+            upstream = _mf.ones_like(self.acts[j])
+            inputs = (x, upstream)
+
+            def stage_loss(m, x, g):
+                return (m(x) * g).sum()
+        optimizer = _mf.optim.SGD(sub.parameters(), lr=0.0)
+        report = self.simulate(sub, optimizer, stage_loss, inputs, (self.ranks,), cost_model=self.model)
+        per_microbatch = sum(c["compute"] + c["boxing"] for c in report["calls"] if not c["op"].endswith("_update"))
+        per_step = sum(c["compute"] + c["boxing"] for c in report["calls"] if c["op"].endswith("_update"))
+        # Gradient synchronisation inside the stage happens once per step.
+        per_step += max(0.0, report["step_time"] - per_microbatch - per_step)
+        if not last:
+            out_bytes = self.acts[j].numel() * self.acts[j].element_size() / self.ranks
+            per_microbatch += 2 * self.model.collective("all_reduce", 2, out_bytes)
+        return {"time": per_microbatch, "update": per_step, "parameters": report["parameter_memory"],
+                "activations": max(0.0, report["memory"] - report["parameter_memory"])}
+
+
+def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory_limit=0, microbatches=None,
+                  schedules=SCHEDULES, num_stages=None):
+    """Searches the pipeline plan of a training step (Note [Stage search]).
+
+    model: an nn.Sequential (or a module whose children run one after
+    another); loss_fn(output, *targets) -> a 0-d loss; inputs: (x, *targets),
+    the whole batch; world_size: the ranks to plan for; memory_limit: bytes
+    per rank (0: none); microbatches: the counts to try (default: divisors of
+    the batch up to 32); num_stages: the stage count to use (default: every
+    divisor of world_size up to the number of layers). Returns a dict:
+    "num_stages", "data_parallel" (ranks
+    per stage), "split_points" (the names of the children that begin stages
+    2..S, for pipelining.pipeline), "ranges", "schedule", "n_microbatches",
+    "stage_times" (seconds per micro-batch), "step_time" (predicted seconds),
+    "memory_per_stage" (bytes per rank), "stage_costs" (the figures of every
+    layer range [i, j) at the chosen stage and micro-batch counts: "time" and
+    "update" in seconds, "parameters" and "activations" in bytes per rank),
+    "search_seconds" and "candidates" (the best plan of every stage count,
+    micro-batch count and schedule)."""
+    from meshflow.distributed import auto as _auto
+    from meshflow.distributed.simulate import simulate
+
+    start = time.perf_counter()
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"plan_pipeline: world_size must be a positive int, got {world_size!r}")
+    for s in schedules:
+        if s not in SCHEDULES:
+            raise ValueError(f"plan_pipeline: schedules must be among {SCHEDULES}, got {s!r}")
+    if not isinstance(inputs, (tuple, list)) or not inputs or not isinstance(inputs[0], _mf.Tensor):
+        raise ValueError("plan_pipeline: inputs must be (x, *targets) with x a tensor (the whole batch)")
+    layers = _children(model)
+    x, targets = inputs[0], tuple(inputs[1:])
+    batch = x.shape[0] if x.dim() else 0
+    counts = sorted(set(microbatches)) if microbatches is not None else [m for m in _divisors(batch) if m <= 32]
+    if not counts or any((not isinstance(m, int)) or m < 1 or batch % m for m in counts):
+        raise ValueError(f"plan_pipeline: micro-batch counts must divide the batch of {batch}, got {counts}")
+    stage_counts = [s for s in _divisors(world_size) if s <= len(layers)]
+    if num_stages is not None:
+        if num_stages not in _divisors(world_size) or num_stages > len(layers):
+            raise ValueError(f"plan_pipeline: num_stages must divide world_size ({world_size}) and be at most the "
+                             f"number of layers ({len(layers)}), got {num_stages!r}")
+        stage_counts = [num_stages]
+    model_ = cost_model if cost_model is not None else _auto.cost_model()
+
+    candidates, best = [], None
+    for stages in stage_counts:
+        ranks = world_size // stages
+        for m in counts:
+            size = batch // m
+            if size % ranks:
+                continue  # each stage splits its micro-batch over its ranks
+            mb = [t[:size] if isinstance(t, _mf.Tensor) and t.dim() and t.shape[0] == batch else t
+                  for t in (x, *targets)]
+            acts = _boundaries(layers, mb[0])
+            costs = _StageCosts(layers, loss_fn, acts, mb[1:], ranks, model_, simulate)
+            for schedule in schedules:
+                def memory(s, i, j, schedule=schedule, m=m, stages=stages):
+                    c = costs(i, j)
+                    in_flight = m if schedule == "gpipe" else min(stages - s, m)
+                    return c["parameters"] + in_flight * c["activations"]
+
+                total, ranges = best_partition(len(layers), stages, lambda i, j: costs(i, j)["time"], memory,
+                                               float(memory_limit), m)
+                if ranges is None:
+                    candidates.append({"num_stages": stages, "n_microbatches": m, "schedule": schedule,
+                                       "step_time": math.inf})
+                    continue
+                step = total + max(costs(i, j)["update"] for i, j in ranges)
+                plan = {"num_stages": stages, "data_parallel": ranks, "n_microbatches": m, "schedule": schedule,
+                        "ranges": ranges, "split_points": [layers[i][0] for i, _ in ranges[1:]],
+                        "stage_times": [costs(i, j)["time"] for i, j in ranges], "step_time": step,
+                        "memory_per_stage": [memory(s, i, j) for s, (i, j) in enumerate(ranges)],
+                        "stage_costs": {(i, j): costs(i, j) for i in range(len(layers))
+                                        for j in range(i + 1, len(layers) + 1)}}
+                candidates.append({k: plan[k] for k in ("num_stages", "n_microbatches", "schedule", "step_time")})
+                # Ties go to fewer stages, then fewer micro-batches, then 1F1B (less memory).
+                if best is None or step < best["step_time"] * (1 - 1e-9):
+                    best = plan
+    if best is None:
+        raise ValueError(f"plan_pipeline: no plan fits the memory limit of {memory_limit} bytes per rank on "
+                         f"{world_size} ranks")
+    best["candidates"] = candidates
+    best["search_seconds"] = time.perf_counter() - start
+    return best
