@@ -8,6 +8,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "distributed/job_thread.h"
@@ -18,7 +19,6 @@
 #include "meshflow/graph/fusion.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/profiler.h"
-#include "backend/cpu/kernels/loops.h"
 
 namespace mf::graph {
 
@@ -26,7 +26,6 @@ namespace {
 
 int64_t align_up(int64_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
-// Whether value id owns a buffer that the plan places in the arena.
 const OpDef& send_op() {
   static const OpDef& op = dispatch::op("comm_send");
   return op;
@@ -40,6 +39,7 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Whether value id owns a buffer that the plan places in the arena.
 bool is_planned(const Graph& graph, ValueId id) {
   const Value& v = graph.value(id);
   if (v.root != id) return false;
@@ -160,8 +160,6 @@ MemoryPlan plan_memory(const Graph& graph) {
 
 Executable::Executable(Graph graph, bool overlap_communication)
     : graph_(std::move(graph)), overlap_communication_(overlap_communication) {
-  for (const Value& v : graph_.values())
-    MF_CHECK(v.device.is_cpu(), Error, "graph: only CPU graphs can be compiled yet (a value is on ", v.device, ")");
   if (graph_.random_span == 0) {
     // A hand-built graph: one block per random_key (or node), in node order.
     std::unordered_map<uint64_t, uint64_t> position;
@@ -185,9 +183,27 @@ void Executable::reserve_random_counters() {
 
 Executable::~Executable() = default;
 
+// Note [Device-generic graphs]: a graph runs on the device of its values.
+// Its arena is allocated there, each node runs its op's kernel of that
+// device, and inputs, outputs and message buffers are copied by the copy
+// op's kernel of the device (no host loop touches device memory). A graph
+// whose arena values lie on two devices is refused when it is lowered.
+Device Executable::arena_device() const {
+  const auto& values = graph_.values();
+  std::optional<Device> device;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Value& v = values[i];
+    if (!is_planned(graph_, ValueId(i))) continue;
+    if (!device) device = v.device;
+    MF_CHECK(*device == v.device, Error, "graph: its values lie on ", *device, " and ", v.device,
+             "; a graph runs on one device (move the inputs and the model there first)");
+  }
+  return device.value_or(Device());
+}
+
 void Executable::lower() {
   const auto& values = graph_.values();
-  arena_ = make_empty({std::max<int64_t>(plan_.arena_bytes, 1)}, DType::UInt8);
+  arena_ = make_empty({std::max<int64_t>(plan_.arena_bytes, 1)}, DType::UInt8, arena_device());
   tensors_.assign(values.size(), Tensor());
   variable_storages_.clear();
   // Each buffer gets a storage of its own over its arena bytes, so kernels
@@ -238,6 +254,8 @@ void Executable::lower() {
     step.send = node.op == &send_op();
     step.recv = node.op == &recv_op();
     const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
+    MF_CHECK(!node.fused || device.is_cpu(), Error, "graph: the fused node ", node.op->name,
+             " runs on the CPU only, but its values are on ", device);
     step.kernel = node.fused ? fused_kernel(node.fused) : node.op->kernels[size_t(device.type())];
     MF_CHECK(bool(step.kernel), Error, node.op->name, ": no kernel for device ", device);
     step_of[size_t(&node - graph_.nodes().data())] = int32_t(steps_.size());
@@ -315,13 +333,26 @@ void Executable::bind_inputs(const TensorList& inputs) {
                " on ", placement_of(t).str(), " but the graph was compiled for ", v.global->str());
     }
     const Tensor& local = v.global ? global_to_local(t) : t;
-    MF_CHECK(local.sizes() == v.sizes && local.dtype() == v.dtype && local.device() == v.device, ShapeError,
-             "graph: input ", i, " has ", dtype_name(local.dtype()), shape_str(local.sizes()),
-             " but the graph was compiled for ", dtype_name(v.dtype), shape_str(v.sizes));
+    MF_CHECK(local.sizes() == v.sizes && local.dtype() == v.dtype, ShapeError, "graph: input ", i, " has ",
+             dtype_name(local.dtype()), shape_str(local.sizes()), " but the graph was compiled for ",
+             dtype_name(v.dtype), shape_str(v.sizes));
+    MF_CHECK(local.device() == v.device, Error, "graph: input ", i, " is on ", local.device(),
+             " but the graph was compiled for ", v.device);
     locals.push_back(local);
   }
   if (refresh_variables()) lower();
-  for (size_t i = 0; i < locals.size(); ++i) cpu::copy_cast(tensors_[size_t(graph_inputs[i])], locals[i]);
+  for (size_t i = 0; i < locals.size(); ++i) {
+    Tensor& dst = tensors_[size_t(graph_inputs[i])];
+    copy_on_device(dst, locals[i]);
+  }
+}
+
+void Executable::copy_on_device(Tensor& dst, const Tensor& src) {
+  static const OpDef& copy = dispatch::op("copy");
+  const KernelFn& kernel = copy.kernels[size_t(dst.device().type())];
+  MF_CHECK(bool(kernel), Error, "graph: no copy kernel for device ", dst.device());
+  TensorList outs{dst};
+  kernel({dst, src}, outs, Attrs());
 }
 
 void Executable::refresh_attrs(Step& step) {
@@ -394,7 +425,7 @@ void Executable::run_steps() {
       if (step.send) {
         // A copy: the step's buffer is free as soon as the step ends.
         Tensor copy = make_empty(step.inputs[0].sizes(), step.inputs[0].dtype(), step.inputs[0].device());
-        cpu::copy_cast(copy, step.inputs[0]);
+        copy_on_device(copy, step.inputs[0]);
         auto post = [this, copy, dst = int(step.attrs.get_int("dst")), tag = int(step.attrs.get_int("tag"))] {
           auto work = distributed::world().isend(copy, dst, tag);
           std::lock_guard<std::mutex> lock(works_mutex_);
@@ -468,7 +499,7 @@ TensorList Executable::run(const TensorList& inputs) {
     }
     const Tensor& src = tensors_[size_t(graph_.outputs()[i])];
     Tensor out = make_empty(src.sizes(), src.dtype(), src.device());
-    cpu::copy_cast(out, src);
+    copy_on_device(out, src);
     if (const auto& layout = graph_.output_layouts()[i])
       out = make_global(std::move(out), layout->shape, src.dtype(), layout->placement, layout->sbp);
     outputs.push_back(std::move(out));

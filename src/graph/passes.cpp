@@ -523,19 +523,26 @@ int prefetch_gathers(Graph& graph) {
 }
 
 std::string optimize(Graph& graph, bool exact) {
+  // The fused programs and constant folding run CPU loops (Note
+  // [Device-generic graphs] in executor.cpp): a graph on another device
+  // gets the passes that only rearrange nodes.
+  const bool on_cpu = std::all_of(graph.values().begin(), graph.values().end(),
+                                  [](const Value& v) { return v.device.is_cpu(); });
   std::ostringstream os;
-  os << "fold_constants " << fold_constants(graph);
-  os << ", cse " << eliminate_common_subexpressions(graph);
+  if (on_cpu) os << "fold_constants " << fold_constants(graph) << ", ";
+  os << "cse " << eliminate_common_subexpressions(graph);
   os << ", forward_clones " << forward_clones(graph);
   os << ", dce " << eliminate_dead_code(graph);
   os << ", merge_slice_gradients " << merge_slice_gradients(graph);
   os << ", recompute " << recompute_elementwise(graph);
-  os << ", fuse_linear_activations " << fuse_linear_activations(graph);
-  os << ", fuse_add_layer_norms " << fuse_add_layer_norms(graph);
-  os << ", fuse_gelu_with_backward " << fuse_gelu_with_backward(graph);
-  os << ", fuse_elementwise " << fuse_elementwise(graph);
-  if (!exact) os << ", fuse_bias_gradients " << fuse_bias_gradients(graph);
-  if (!exact) os << ", fuse_updates_into_gemms " << fuse_updates_into_gemms(graph);
+  if (on_cpu) {
+    os << ", fuse_linear_activations " << fuse_linear_activations(graph);
+    os << ", fuse_add_layer_norms " << fuse_add_layer_norms(graph);
+    os << ", fuse_gelu_with_backward " << fuse_gelu_with_backward(graph);
+    os << ", fuse_elementwise " << fuse_elementwise(graph);
+    if (!exact) os << ", fuse_bias_gradients " << fuse_bias_gradients(graph);
+    if (!exact) os << ", fuse_updates_into_gemms " << fuse_updates_into_gemms(graph);
+  }
   os << ", in_place " << run_in_place(graph);
   os << ", early_updates " << schedule_updates_early(graph);
   os << ", prefetch_gathers " << prefetch_gathers(graph);

@@ -6,6 +6,8 @@
 #include <map>
 
 #include "meshflow/backend.h"
+#include "meshflow/graph/executor.h"
+#include "meshflow/graph/trace.h"
 #include "meshflow/nn.h"
 #include "test_util.h"
 
@@ -194,6 +196,37 @@ TEST_F(EmulatedDevice, ModuleToMovesParametersInPlace) {
   lin.to(Device());
   EXPECT_TRUE(lin.weight().device().is_cpu());
   expect_values(lin.weight(), values(before));
+}
+
+TEST_F(EmulatedDevice, GraphsRunOnTheDeviceOfTheirValues) {
+  for (const char* op : {"mul", "add", "relu", "copy"}) add_kernel(op);
+  Tensor w = to(testing::random_tensor({4, 3}, 1, -1, 1, DType::Float32), dev0);
+  Tensor b = to(testing::random_tensor({3}, 2, -1, 1, DType::Float32), dev0);
+  Tensor x = to(testing::random_tensor({4, 3}, 3, -1, 1, DType::Float32), dev0);
+  graph::Graph g;
+  {
+    graph::Tracer tracer;
+    Tensor px = tracer.add_inputs({x})[0];
+    g = tracer.finish({relu(add(mul(px, w), b))});
+  }
+  const int64_t before = memory_stats(dev0).allocated_bytes;
+  graph::Executable exe(std::move(g));
+  EXPECT_GT(memory_stats(dev0).allocated_bytes, before);  // the arena is the device's memory
+  for (uint32_t seed : {5u, 6u}) {
+    Tensor xs = testing::random_tensor({4, 3}, seed, -1, 1, DType::Float32);
+    Tensor got = exe.run({to(xs, dev0)})[0];
+    EXPECT_EQ(got.device(), dev0);
+    const Tensor host_w = to(w, Device()), host_b = to(b, Device());
+    testing::expect_close(to(got, Device()), relu(add(mul(xs, host_w), host_b)), 0, 0);
+  }
+  // An input on another device than the graph's is refused.
+  try {
+    exe.run({testing::random_tensor({4, 3}, 7, -1, 1, DType::Float32)});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input 0 is on cpu but the graph was compiled for cuda:0"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(HostEvents, TimeStampsOfTheCpuBackend) {

@@ -142,6 +142,10 @@ class Executable {
     PipelineTag tag;  // the node's (or, for a node a pass made, the step's before)
   };
   void lower();
+  // The device of the arena's values (Note [Device-generic graphs]).
+  Device arena_device() const;
+  // dst = src, by the copy op's kernel of dst's device.
+  static void copy_on_device(Tensor& dst, const Tensor& src);
   // Rebinds optimizer state replaced since the last run; true if a
   // variable's tensor or memory changed (the plan must be lowered again).
   bool refresh_variables();
