@@ -333,6 +333,16 @@ void init_schedulers(py::module_& m) {
 void init_optim(py::module_& parent) {
   py::module_ m = parent.def_submodule("_optim", "optimizers and lr schedulers (see meshflow.optim)");
 
+  // Note [Skipped updates]: `with _SkipUpdatesIf(found_inf): opt.step()`.
+  struct SkipGuard {
+    Tensor flag;
+    std::unique_ptr<optim::SkipUpdatesIf> guard;
+  };
+  py::class_<SkipGuard>(m, "_SkipUpdatesIf")
+      .def(py::init([](const Tensor& flag) { return SkipGuard{flag, nullptr}; }), py::arg("found_inf"))
+      .def("__enter__", [](SkipGuard& g) { g.guard = std::make_unique<optim::SkipUpdatesIf>(g.flag); })
+      .def("__exit__", [](SkipGuard& g, py::args) { g.guard.reset(); });
+
   py::class_<GroupView>(m, "ParamGroup", "One parameter group: a dict-like view of its params and options.")
       .def("__getitem__", &GroupView::get)
       .def("__setitem__", &GroupView::set)

@@ -425,6 +425,11 @@ def _read_pointer(path):
         return None
 
 
+def _holds_embeddings(optimizer):
+    """Whether optimizer holds the parameters of an embedding table set."""
+    return any(_by_shadow.get(p._impl_id) is not None for group in optimizer.param_groups for p in group["params"])
+
+
 def _unscale(optimizer, factor):
     """GradScaler.unscale_: multiplies the pending gradients of the
     embeddings the optimizer holds by factor (a one-element tensor, read

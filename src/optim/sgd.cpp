@@ -166,6 +166,11 @@ void SGD::step() {
       if (args.momentum != 0) {
         auto it = state.find("momentum_buffer");
         if (it == state.end() || it->second.is_none()) {
+          // A first step that a found_inf flag may skip (Note [Skipped updates]): with
+          // dampening, a buffer left at zero is not one filled with the gradient, so
+          // the flag is read here for this one step.
+          const Tensor* skip = SkipUpdatesIf::current();
+          if (skip && args.dampening != 0 && skip->item<double>() != 0) continue;
           // The update fills it with the gradient.
           buffer = detail::state_like(p);
           args.init_momentum_buffer = true;

@@ -2,6 +2,7 @@
 #include "optim/update_common.h"
 
 #include "meshflow/distributed/global.h"
+#include "meshflow/optim/optimizer.h"
 #include "meshflow/ops/creation.h"
 
 namespace mf::optim::detail {
@@ -133,7 +134,32 @@ Tensor state_like(const Tensor& p, Scalar value) {
 
 void apply_update(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   NoGradGuard no_grad;
+  const Tensor* skip = SkipUpdatesIf::current();
+  if (skip && !inputs.back().defined() && op.inputs.back() == "found_inf") {
+    TensorList with_flag = inputs;
+    with_flag.back() = *skip;
+    dispatch::apply_inplace(op, with_flag, attrs);
+    return;
+  }
   dispatch::apply_inplace(op, inputs, attrs);
 }
 
 }  // namespace mf::optim::detail
+
+namespace mf::optim {
+
+namespace {
+thread_local const Tensor* current_skip = nullptr;
+}  // namespace
+
+SkipUpdatesIf::SkipUpdatesIf(Tensor found_inf) : flag_(std::move(found_inf)), previous_(current_skip) {
+  MF_CHECK(flag_.defined() && flag_.numel() == 1 && flag_.dtype() == kFloat32, TypeError,
+           "SkipUpdatesIf: found_inf must be a one-element float32 tensor");
+  current_skip = &flag_;
+}
+
+SkipUpdatesIf::~SkipUpdatesIf() { current_skip = previous_; }
+
+const Tensor* SkipUpdatesIf::current() { return current_skip; }
+
+}  // namespace mf::optim

@@ -430,3 +430,48 @@ def test_grad_scaler_with_autocast_training():
     assert losses[-1] < losses[0]
     for p in net.parameters():
         assert p.dtype == mf.float32
+
+
+@pytest.mark.parametrize("make", [lambda ps: mf.optim.SGD(ps, lr=0.1, momentum=0.9),
+                                  lambda ps: mf.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.5),
+                                  lambda ps: mf.optim.Adam(ps, lr=0.01), lambda ps: mf.optim.AdamW(ps, lr=0.01),
+                                  lambda ps: mf.optim.RMSprop(ps, lr=0.01, momentum=0.5),
+                                  lambda ps: mf.optim.Adagrad(ps, lr=0.1)],
+                         ids=["sgd", "sgd-dampening", "adam", "adamw", "rmsprop", "adagrad"])
+def test_grad_scaler_skips_on_the_flag_without_reading_it(make, monkeypatch):
+    """Note [Skipped updates]: scaler.step gives meshflow's optimizers the
+    found_inf flag instead of reading it on the host; the parameters, the
+    optimizer state and the scale equal those of the host-read path, with
+    a skipped first step and a skipped later one."""
+    overflow = [True, False, False, True, False]
+
+    def train(on_device):
+        monkeypatch.setattr(mf.amp.GradScaler, "_skips_on_device",
+                            staticmethod(lambda opt: on_device and type(opt).__module__ == "meshflow.optim"))
+        mf.manual_seed(0)
+        model = mf.nn.Linear(4, 3)
+        opt = make(list(model.parameters()))
+        scaler = mf.amp.GradScaler(init_scale=2.0**8, growth_interval=2)
+        x = mf.randn(5, 4)
+        reads = []
+        item = mf.Tensor.item
+        for inf in overflow:
+            opt.zero_grad()
+            loss = model(x).square().mean() * (math.inf if inf else 1.0)
+            scaler.scale(loss).backward()
+            monkeypatch.setattr(mf.Tensor, "item", lambda t: reads.append(1) or item(t))
+            scaler.step(opt)
+            monkeypatch.setattr(mf.Tensor, "item", item)
+            scaler.update()
+        state = [v.numpy().copy() for entry in opt.state_dict()["state"].values() for v in entry.values()
+                 if isinstance(v, mf.Tensor) and v.dim() > 0]
+        return [p.detach().numpy().copy() for p in model.parameters()], state, scaler.get_scale(), len(reads)
+
+    params, state, scale, reads = train(True)
+    want_params, want_state, want_scale, want_reads = train(False)
+    assert reads == 0 and want_reads == len(overflow)
+    assert scale == want_scale
+    for got, want in zip(params, want_params):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(state, want_state):
+        np.testing.assert_array_equal(got, want)

@@ -19,7 +19,9 @@
 // so a compiled step skips without a host sync: graph mode with a grad
 // scaler (docs/amp.md) gives each update node of a scaled optimizer that
 // optimizer's flag. Graph passes see found_inf as an ordinary input, so an
-// update is never moved before the unscale that writes its flag.
+// update is never moved before the unscale that writes its flag. Eagerly,
+// a `SkipUpdatesIf` guard gives the flag to every update made on its thread
+// that has none, so GradScaler.step needs no host read of it either.
 //
 // Hyper-parameters live in each group's `options` dict under PyTorch's
 // names ("lr", "momentum", "betas", ...), so lr schedulers and the Python
@@ -38,6 +40,22 @@
 #include "meshflow/tensor.h"
 
 namespace mf::optim {
+
+// While alive, the update ops called on this thread without a found_inf of
+// their own take `found_inf` (Note [Skipped updates]). Guards nest.
+class SkipUpdatesIf {
+ public:
+  explicit SkipUpdatesIf(Tensor found_inf);
+  ~SkipUpdatesIf();
+  SkipUpdatesIf(const SkipUpdatesIf&) = delete;
+  SkipUpdatesIf& operator=(const SkipUpdatesIf&) = delete;
+  // The innermost guard's flag, or null.
+  static const Tensor* current();
+
+ private:
+  Tensor flag_;
+  const Tensor* previous_;
+};
 
 struct ParamGroup {
   TensorList params;

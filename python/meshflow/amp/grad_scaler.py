@@ -127,10 +127,26 @@ class GradScaler:
         if state["stage"] == _READY:
             self.unscale_(optimizer)
         retval = None
-        if state["found_inf"].item() == 0.0:
+        if self._skips_on_device(optimizer):
+            # The updates read the flag themselves: no host read (Note [Skipped updates]).
+            with _C._optim._SkipUpdatesIf(state["found_inf"]):
+                retval = optimizer.step(*args, **kwargs)
+        elif state["found_inf"].item() == 0.0:
             retval = optimizer.step(*args, **kwargs)
         state["stage"] = _STEPPED
         return retval
+
+    @staticmethod
+    def _skips_on_device(optimizer):
+        """Whether optimizer's update ops take the found_inf flag themselves
+        (as torch's fused optimizers do): meshflow's own optimizers over
+        local parameters without embedding tables. Others are stepped only
+        after the flag is read on the host."""
+        from meshflow import one_embedding, optim
+        if type(optimizer) not in (optim.SGD, optim.Adam, optim.AdamW, optim.RMSprop, optim.Adagrad):
+            return False
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        return not any(p.is_global for p in params) and not one_embedding._holds_embeddings(optimizer)
 
     def update(self, new_scale=None):
         """Backs the scale off after a non-finite step, grows it after
