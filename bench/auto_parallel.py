@@ -134,10 +134,11 @@ def collectives_worker():
         print(json.dumps(rows), flush=True)
 
 
-def run(ranks, *args):
+def run(ranks, *args, script=__file__):
+    """The last line of `script --worker *args` on `ranks` ranks x 1 thread, as JSON."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
-           sys.executable, os.path.abspath(__file__), "--worker", *args]
+           sys.executable, os.path.abspath(script), "--worker", *args]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise RuntimeError(out.stdout[-2000:] + out.stderr[-2000:])

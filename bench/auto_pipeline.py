@@ -16,7 +16,6 @@ layer later, or earlier) with the plan's micro-batch count and schedule.
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -81,13 +80,9 @@ def measure_worker(workload, split, m, kind):
 
 
 def run(*args):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
-           sys.executable, os.path.abspath(__file__), "--worker", *args]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
-    if out.returncode != 0:
-        raise RuntimeError(out.stdout[-2000:] + out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    sys.path.insert(0, HERE)
+    from auto_parallel import run as run_ranks
+    return run_ranks(2, *args, script=__file__)
 
 
 def main():
