@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "meshflow/allocator.h"
 #include "meshflow/device.h"
@@ -50,6 +52,14 @@ class DeviceEvent {
   virtual double elapsed_ms(DeviceEvent& end) = 0;
 };
 
+// What a device is (torch.cuda.get_device_properties' fields).
+struct DeviceProperties {
+  std::string name;
+  int64_t total_memory = 0;  // bytes
+  int major = 0, minor = 0;  // compute capability (CUDA)
+  int multi_processor_count = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -76,6 +86,10 @@ class Backend {
   virtual Stream create_stream(int index);
   virtual void synchronize_stream(const Stream& stream) { synchronize(stream.device.index()); }
   virtual std::unique_ptr<DeviceEvent> create_event(int index, bool enable_timing);
+  // The device's name, memory and (CUDA) compute capability.
+  virtual DeviceProperties properties(int index);
+  // (free, total) bytes of the device's memory.
+  virtual std::pair<int64_t, int64_t> memory_info(int index);
 };
 
 // Registers a backend (a static initialiser in its folder calls this) and

@@ -259,6 +259,16 @@ void init_types(py::module_& m) {
   }, py::arg("type"));
   m.def("_check_device", [](const Device& d, const std::string& op) { check_device(d, op.c_str()); },
         py::arg("device"), py::arg("op"));
+  m.def("_device_properties", [](const Device& d) {
+    check_device(d, "get_device_properties");
+    const DeviceProperties p = get_backend(d.type()).properties(d.index());
+    return py::dict(py::arg("name") = p.name, py::arg("total_memory") = p.total_memory, py::arg("major") = p.major,
+                    py::arg("minor") = p.minor, py::arg("multi_processor_count") = p.multi_processor_count);
+  }, py::arg("device"));
+  m.def("_memory_info", [](const Device& d) {
+    check_device(d, "mem_get_info");
+    return get_backend(d.type()).memory_info(d.index());
+  }, py::arg("device"));
   m.def("_synchronize", [](const Device& d) { get_backend(d.type()).synchronize(d.index()); }, py::arg("device"));
   m.def("_op_coverage", [] {
     const auto missing = OpRegistry::instance().validate();

@@ -56,6 +56,10 @@ std::unique_ptr<DeviceEvent> Backend::create_event(int, bool enable_timing) {
   return std::make_unique<HostEvent>(enable_timing);
 }
 
+DeviceProperties Backend::properties(int) { return DeviceProperties{.name = device_type_name(type())}; }
+
+std::pair<int64_t, int64_t> Backend::memory_info(int) { return {0, 0}; }
+
 Backend* replace_backend(DeviceType type, Backend* backend) {
   MF_CHECK(backend == nullptr || backend->type() == type, Error, "replace_backend: a ",
            device_type_name(backend->type()), " backend given for ", device_type_name(type));

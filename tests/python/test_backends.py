@@ -53,7 +53,9 @@ def test_no_device_errors_name_what_is_missing():
         with pytest.raises(RuntimeError, match=want):
             fn()
     for fn in (mf.cuda.synchronize, mf.cuda.current_device, mf.cuda.Stream, mf.cuda.Event,
-               mf.cuda.current_stream, lambda: mf.cuda.set_device(0)):
+               mf.cuda.current_stream, lambda: mf.cuda.set_device(0), mf.cuda.init, mf.cuda.get_device_name,
+               mf.cuda.get_device_capability, mf.cuda.get_device_properties, mf.cuda.mem_get_info,
+               mf.cuda.is_bf16_supported, mf.cuda.initial_seed):
         with pytest.raises(RuntimeError, match="cuda"):
             fn()
     with pytest.raises(RuntimeError, match="pinned memory needs an accelerator"):
@@ -64,6 +66,9 @@ def test_no_device_errors_name_what_is_missing():
     assert mf.cuda.empty_cache() is None and mf.cuda.reset_peak_memory_stats() is None
     with mf.cuda.stream(None):
         pass
+    # Seeding scripts run without a GPU, as PyTorch's do (the seed is kept for later).
+    assert mf.cuda.manual_seed(1) is None and mf.cuda.manual_seed_all(2) is None
+    assert mf.cuda.seed() is None and mf.cuda.seed_all() is None and mf.cuda.get_arch_list() == []
 
 
 def test_device_arguments_are_checked():
@@ -94,6 +99,17 @@ def test_gpu_round_trip_with_autograd():
     (back * back).sum().backward()
     assert x.grad.tolist() == (2 * x.detach()).tolist()
     assert x.to("cuda", mf.float32).cpu().dtype == mf.float32
+
+
+@needs_gpu
+def test_gpu_properties_and_seeds():
+    p = mf.cuda.get_device_properties(0)
+    assert p.name == mf.cuda.get_device_name() and p.total_memory > 0
+    assert mf.cuda.get_device_capability() == (p.major, p.minor) and p.major >= 3
+    free, total = mf.cuda.mem_get_info()
+    assert 0 < free <= total == p.total_memory
+    mf.cuda.manual_seed_all(123)
+    assert mf.cuda.initial_seed() == 123
 
 
 @needs_gpu

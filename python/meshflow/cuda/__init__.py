@@ -12,9 +12,11 @@ import contextlib
 from meshflow import _C
 from meshflow.cuda import amp
 
-__all__ = ["amp", "is_available", "device_count", "is_initialized", "current_device", "set_device", "device",
+__all__ = ["amp", "is_available", "device_count", "is_initialized", "init", "current_device", "set_device", "device",
            "synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-           "memory_stats", "reset_peak_memory_stats", "empty_cache", "Stream", "Event", "current_stream",
+           "memory_stats", "reset_peak_memory_stats", "empty_cache", "mem_get_info", "get_device_name",
+           "get_device_capability", "get_device_properties", "is_bf16_supported", "get_arch_list", "manual_seed",
+           "manual_seed_all", "seed", "seed_all", "initial_seed", "Stream", "Event", "current_stream",
            "default_stream", "set_stream", "stream"]
 
 _current = 0
@@ -80,6 +82,77 @@ class device:
         if self.idx >= 0:
             _current = self.prev_idx
         return False
+
+
+def init():
+    """Checks that a CUDA device can be used (the backend loads the driver on first use)."""
+    _device(None, "init")
+
+
+class _Properties:
+    def __init__(self, d):
+        self.__dict__.update(d)
+
+    def __repr__(self):
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_properties(device=None):
+    return _Properties(_C._device_properties(_device(device, "get_device_properties")))
+
+
+def get_device_name(device=None):
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None):
+    p = get_device_properties(device)
+    return p.major, p.minor
+
+
+def is_bf16_supported():
+    """bfloat16 math needs compute capability 8.0 (Ampere) or newer."""
+    return get_device_capability()[0] >= 8
+
+
+def get_arch_list():
+    """The architectures meshflow's CUDA kernels are compiled for (none yet: the backend has no kernels)."""
+    return []
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes of the device's memory."""
+    return tuple(_C._memory_info(_device(device, "mem_get_info")))
+
+
+# Note [CUDA seeds]: the seeds of CUDA random ops. They are kept, and read
+# lazily as PyTorch's are, so seeding scripts run on machines without a GPU.
+# The CUDA backend has no random kernels yet to use them.
+_seed = None
+
+
+def manual_seed(seed):
+    global _seed
+    _seed = int(seed) & ((1 << 64) - 1)
+
+
+def manual_seed_all(seed):
+    manual_seed(seed)
+
+
+def seed():
+    import random
+    manual_seed(random.getrandbits(63))
+
+
+def seed_all():
+    seed()
+
+
+def initial_seed():
+    _device(None, "initial_seed")
+    return _seed if _seed is not None else _C.initial_seed()
 
 
 def synchronize(device=None):

@@ -90,6 +90,14 @@ class CpuBackend final : public Backend {
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
   int device_count() const override { return 1; }
+  DeviceProperties properties(int) override {
+    return DeviceProperties{.name = "cpu", .total_memory = memory_info(0).second,
+                            .multi_processor_count = int(sysconf(_SC_NPROCESSORS_ONLN))};
+  }
+  std::pair<int64_t, int64_t> memory_info(int) override {
+    const int64_t page = sysconf(_SC_PAGE_SIZE);
+    return {int64_t(sysconf(_SC_AVPHYS_PAGES)) * page, int64_t(sysconf(_SC_PHYS_PAGES)) * page};
+  }
 
  private:
   CpuCachingAllocator allocator_;

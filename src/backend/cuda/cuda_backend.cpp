@@ -300,6 +300,21 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaEvent>(*this, index, enable_timing);
   }
 
+  DeviceProperties properties(int index) override {
+    check_device(Device(DeviceType::CUDA, index), "cuda.get_device_properties");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+    return DeviceProperties{.name = prop.name, .total_memory = int64_t(prop.totalGlobalMem), .major = prop.major,
+                            .minor = prop.minor, .multi_processor_count = prop.multiProcessorCount};
+  }
+  std::pair<int64_t, int64_t> memory_info(int index) override {
+    check_device(Device(DeviceType::CUDA, index), "cuda.mem_get_info");
+    DeviceGuard guard(index);
+    size_t free_bytes = 0, total = 0;
+    check_cuda(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+    return {int64_t(free_bytes), int64_t(total)};
+  }
+
   // The runtime's handle of a stream (id 0: the legacy default stream).
   cudaStream_t cuda_stream(const Stream& stream) {
     if (stream.id == 0) return nullptr;
