@@ -189,8 +189,10 @@ class OpRegistry {
   static OpRegistry& instance();
   // Registers op; a duplicate name throws.
   void add(OpDef op);
-  // Registers the kernel of another device type for an existing op (a
-  // backend folder calls this for the ops it implements).
+  // Registers the kernel of a device type for an op (a backend folder calls
+  // this for the ops it implements, MF_REGISTER_KERNEL). An op not yet
+  // registered gets it when it is; validate() refuses a kernel whose op
+  // never came.
   void set_kernel(std::string_view op, DeviceType device, KernelFn kernel);
   // The op called name; throws mf::Error listing close names if absent.
   const OpDef& get(std::string_view name);
@@ -206,10 +208,22 @@ class OpRegistry {
  private:
   OpRegistry() = default;
   std::vector<std::unique_ptr<OpDef>> ops_;
+  struct PendingKernel {
+    std::string op;
+    DeviceType device;
+    KernelFn kernel;
+  };
+  std::vector<PendingKernel> pending_;
 };
 
 struct OpRegistrar {
   explicit OpRegistrar(OpDef op) { OpRegistry::instance().add(std::move(op)); }
+};
+
+struct KernelRegistrar {
+  KernelRegistrar(std::string_view op, DeviceType device, KernelFn kernel) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  }
 };
 
 }  // namespace mf
@@ -219,3 +233,7 @@ struct OpRegistrar {
 // MF_REGISTER_OP(OpDef{.name = "add", ...});
 #define MF_REGISTER_OP(...) \
   static ::mf::OpRegistrar MF_OP_CONCAT(mf_op_registrar_, __COUNTER__)(__VA_ARGS__)
+// MF_REGISTER_KERNEL("sgd_update", DeviceType::CPU, kernel): a backend
+// folder's kernel of an op defined elsewhere (in any order).
+#define MF_REGISTER_KERNEL(op, device, ...) \
+  static ::mf::KernelRegistrar MF_OP_CONCAT(mf_kernel_registrar_, __COUNTER__)(op, device, __VA_ARGS__)

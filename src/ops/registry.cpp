@@ -109,6 +109,15 @@ void OpRegistry::add(OpDef op) {
     MF_CHECK(existing->name != op.name, Error, "OpRegistry: op '", op.name, "' is registered twice");
   if (op.cpu_kernel) op.kernels[size_t(DeviceType::CPU)] = op.cpu_kernel;
   if (op.elementwise && !op.sbp) op.sbp = sbp::elementwise();
+  // Kernels a backend folder registered before the op (static initialisers
+  // of different files run in any order).
+  for (auto it = pending_.begin(); it != pending_.end();)
+    if (it->op == op.name) {
+      op.kernels[size_t(it->device)] = std::move(it->kernel);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
   ops_.push_back(std::make_unique<OpDef>(std::move(op)));
 }
 
@@ -119,7 +128,7 @@ void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn k
       op->kernels[size_t(device)] = std::move(kernel);
       return;
     }
-  throw Error(detail::concat("OpRegistry: cannot add a ", device_type_name(device), " kernel to unknown op '", name, "'"));
+  pending_.push_back({std::string(name), device, std::move(kernel)});
 }
 
 const OpDef* OpRegistry::find(std::string_view name) {
@@ -149,6 +158,9 @@ std::vector<const OpDef*> OpRegistry::all() {
 std::array<std::vector<std::string>, kNumDeviceTypes> OpRegistry::validate() const {
   std::lock_guard<std::mutex> lock(registry_mutex());
   std::array<std::vector<std::string>, kNumDeviceTypes> missing;
+  MF_CHECK(pending_.empty(), Error, "OpRegistry: a ", device_type_name(pending_.empty() ? DeviceType::CPU
+                                                                                    : pending_[0].device),
+           " kernel was registered for unknown op '", pending_.empty() ? "" : pending_[0].op, "'");
   for (const auto& op : ops_) {
     for (int type = 0; type < kNumDeviceTypes; ++type)
       if (!op->view && !op->kernels[size_t(type)]) missing[size_t(type)].push_back(op->name);

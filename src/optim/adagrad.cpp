@@ -4,55 +4,11 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
-#include "backend/cpu/kernels/math.h"
 #include "optim/update_common.h"
 
 namespace mf::optim {
 
 namespace {
-
-using detail::dispatch_bool;
-
-template <typename A>
-struct AdagradScalars {
-  A sign, weight_decay, eps, neg_clr;
-};
-
-// Inputs (param, grad, sum, step).
-template <typename T, bool kDecay>
-void adagrad_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict sum,
-                  const AdagradScalars<acc_type<T>>& s) {
-  using A = acc_type<T>;
-  for (int64_t i = begin; i < end; ++i) {
-    const A param = A(p[i]);
-    A grad = s.sign * A(g[i]);
-    if constexpr (kDecay) grad = grad + s.weight_decay * param;
-    const T sum_new = T(A(sum[i]) + grad * grad);
-    sum[i] = sum_new;
-    const A std = A(T(cpu::math::sqrt(A(sum_new)))) + s.eps;
-    p[i] = T(param + s.neg_clr * (grad / A(T(std))));
-  }
-}
-
-void adagrad_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const double weight_decay = attrs.get_float("weight_decay");
-  const double step = detail::increment_step(in[3]);
-  const double clr = attrs.get_float("lr") / (1 + (step - 1) * attrs.get_float("lr_decay"));
-  detail::FlatOperands flat;
-  dispatch_floating(out[0].dtype(), "adagrad_update", [&]<typename T>() {
-    using A = acc_type<T>;
-    T* p = flat.written<T>(out[0]);
-    const T* g = flat.read<T>(in[1]);
-    T* sum = flat.written<T>(in[2]);
-    const AdagradScalars<A> s{A(attrs.get_bool("maximize") ? -1.0 : 1.0), A(weight_decay),
-                              A(attrs.get_float("eps")), A(-clr)};
-    dispatch_bool(weight_decay != 0, [&](auto kDecay) {
-      parallel_for(0, out[0].numel(), kGrainSize,
-                   [&](int64_t b, int64_t e) { adagrad_loop<T, kDecay()>(b, e, p, g, sum, s); });
-    });
-  });
-  flat.write_back();
-}
 
 MF_REGISTER_OP(OpDef{
     .name = "adagrad_update",
@@ -60,7 +16,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return detail::infer_update("adagrad_update", in, {{2, true}}, 3);
     },
-    .cpu_kernel = detail::skip_if_found_inf(adagrad_kernel),
     .differentiable = false,
     .inplace = true,
     .mutates = 0b1100,  // sum, step

@@ -6,93 +6,11 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
-#include "backend/cpu/kernels/math.h"
 #include "optim/update_common.h"
 
 namespace mf::optim {
 
 namespace {
-
-using detail::dispatch_bool;
-
-template <typename A>
-struct AdamScalars {
-  A sign, weight_decay, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps,
-      neg_step_size;
-};
-
-// max(a, b) that propagates NaN from either side, as torch.maximum. The
-// conditions combine with | rather than || so that the loop has no branch
-// and vectorises.
-template <typename A>
-[[gnu::always_inline]] inline A maximum(A a, A b) {
-  return cpu::math::select(std::isgreater(b, a) | (b != b), b, a);
-}
-
-// Inputs (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step).
-template <typename T, bool kDecoupled, bool kDecay, bool kAmsgrad>
-void adam_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-               T* __restrict vmax, const AdamScalars<acc_type<T>>& s) {
-  using A = acc_type<T>;
-  for (int64_t i = begin; i < end; ++i) {
-    A param = A(p[i]);
-    A grad = s.sign * A(g[i]);
-    if constexpr (kDecay) {
-      if constexpr (kDecoupled) param = param * s.decay_factor;
-      else grad = grad + s.weight_decay * param;
-    }
-    const T m_new = T(A(m[i]) * s.beta1 + s.one_minus_beta1 * grad);
-    const T v_new = T(A(v[i]) * s.beta2 + s.one_minus_beta2 * grad * grad);
-    m[i] = m_new;
-    v[i] = v_new;
-    A second = A(v_new);
-    if constexpr (kAmsgrad) {
-      const T v_max = T(maximum(A(vmax[i]), second));
-      vmax[i] = v_max;
-      second = A(v_max);
-    }
-    const A denom = cpu::math::sqrt(second) / s.bias_correction2_sqrt + s.eps;
-    p[i] = T(param + s.neg_step_size * (A(m_new) / denom));
-  }
-}
-
-template <bool kDecoupled>
-void adam_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const char* name = kDecoupled ? "adamw_update" : "adam_update";
-  const double lr = attrs.get_float("lr"), beta1 = attrs.get_float("beta1"), beta2 = attrs.get_float("beta2");
-  const double weight_decay = attrs.get_float("weight_decay");
-  const bool amsgrad = attrs.get_bool("amsgrad");
-  const double step = detail::increment_step(in[5]);
-  const double bias_correction1 = 1 - std::pow(beta1, step);
-  const double bias_correction2 = 1 - std::pow(beta2, step);
-  detail::FlatOperands flat;
-  dispatch_floating(out[0].dtype(), name, [&]<typename T>() {
-    using A = acc_type<T>;
-    T* p = flat.written<T>(out[0]);
-    const T* g = flat.read<T>(in[1]);
-    T* m = flat.written<T>(in[2]);
-    T* v = flat.written<T>(in[3]);
-    T* vmax = flat.written<T>(in[4]);
-    const AdamScalars<A> s{A(attrs.get_bool("maximize") ? -1.0 : 1.0),
-                           A(weight_decay),
-                           A(1 - lr * weight_decay),
-                           A(beta1),
-                           A(1 - beta1),
-                           A(beta2),
-                           A(1 - beta2),
-                           A(std::sqrt(bias_correction2)),
-                           A(attrs.get_float("eps")),
-                           A(-(lr / bias_correction1))};
-    dispatch_bool(weight_decay != 0, [&](auto kDecay) {
-      dispatch_bool(amsgrad, [&](auto kAmsgrad) {
-        parallel_for(0, out[0].numel(), kGrainSize, [&](int64_t b, int64_t e) {
-          adam_loop<T, kDecoupled, kDecay(), kAmsgrad()>(b, e, p, g, m, v, vmax, s);
-        });
-      });
-    });
-  });
-  flat.write_back();
-}
 
 std::vector<TensorMeta> infer_adam(const char* name, const TensorList& in, const Attrs& attrs) {
   return detail::infer_update(name, in, {{2, true}, {3, true}, {4, attrs.get_bool("amsgrad")}}, 5);
@@ -102,7 +20,6 @@ MF_REGISTER_OP(OpDef{
     .name = "adam_update",
     .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step", "found_inf"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_adam("adam_update", in, attrs); },
-    .cpu_kernel = detail::skip_if_found_inf(adam_kernel<false>),
     .differentiable = false,
     .inplace = true,
     .mutates = 0b111100,  // exp_avg, exp_avg_sq, max_exp_avg_sq, step
@@ -113,7 +30,6 @@ MF_REGISTER_OP(OpDef{
     .name = "adamw_update",
     .inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step", "found_inf"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_adam("adamw_update", in, attrs); },
-    .cpu_kernel = detail::skip_if_found_inf(adam_kernel<true>),
     .differentiable = false,
     .inplace = true,
     .mutates = 0b111100,  // exp_avg, exp_avg_sq, max_exp_avg_sq, step

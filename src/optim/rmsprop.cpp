@@ -4,77 +4,11 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/update.h"
-#include "backend/cpu/kernels/math.h"
 #include "optim/update_common.h"
 
 namespace mf::optim {
 
 namespace {
-
-using detail::dispatch_bool;
-
-template <typename A>
-struct RMSpropScalars {
-  A sign, weight_decay, alpha, one_minus_alpha, eps, momentum, neg_lr;
-};
-
-// Inputs (param, grad, square_avg, grad_avg, momentum_buffer, step).
-template <typename T, bool kDecay, bool kCentered, bool kMomentum>
-void rmsprop_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict sq,
-                  T* __restrict ga, T* __restrict buf, const RMSpropScalars<acc_type<T>>& s) {
-  using A = acc_type<T>;
-  for (int64_t i = begin; i < end; ++i) {
-    const A param = A(p[i]);
-    A grad = s.sign * A(g[i]);
-    if constexpr (kDecay) grad = grad + s.weight_decay * param;
-    const T sq_new = T(A(sq[i]) * s.alpha + s.one_minus_alpha * grad * grad);
-    sq[i] = sq_new;
-    A avg;
-    if constexpr (kCentered) {
-      const T ga_new = T(A(ga[i]) * s.alpha + s.one_minus_alpha * grad);
-      ga[i] = ga_new;
-      avg = cpu::math::sqrt(A(T(A(sq_new) - A(ga_new) * A(ga_new))));
-    } else {
-      avg = cpu::math::sqrt(A(sq_new));
-    }
-    avg = A(T(avg)) + s.eps;
-    if constexpr (kMomentum) {
-      const T b = T(A(buf[i]) * s.momentum + grad / A(T(avg)));
-      buf[i] = b;
-      p[i] = T(param + s.neg_lr * A(b));
-    } else {
-      p[i] = T(param + s.neg_lr * (grad / A(T(avg))));
-    }
-  }
-}
-
-void rmsprop_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const double weight_decay = attrs.get_float("weight_decay");
-  const bool centered = in[3].defined(), momentum = in[4].defined();
-  detail::increment_step(in[5]);
-  detail::FlatOperands flat;
-  dispatch_floating(out[0].dtype(), "rmsprop_update", [&]<typename T>() {
-    using A = acc_type<T>;
-    T* p = flat.written<T>(out[0]);
-    const T* g = flat.read<T>(in[1]);
-    T* sq = flat.written<T>(in[2]);
-    T* ga = flat.written<T>(in[3]);
-    T* buf = flat.written<T>(in[4]);
-    const double alpha = attrs.get_float("alpha");
-    const RMSpropScalars<A> s{A(attrs.get_bool("maximize") ? -1.0 : 1.0), A(weight_decay), A(alpha), A(1 - alpha),
-                              A(attrs.get_float("eps")), A(attrs.get_float("momentum")), A(-attrs.get_float("lr"))};
-    dispatch_bool(weight_decay != 0, [&](auto kDecay) {
-      dispatch_bool(centered, [&](auto kCentered) {
-        dispatch_bool(momentum, [&](auto kMomentum) {
-          parallel_for(0, out[0].numel(), kGrainSize, [&](int64_t b, int64_t e) {
-            rmsprop_loop<T, kDecay(), kCentered(), kMomentum()>(b, e, p, g, sq, ga, buf, s);
-          });
-        });
-      });
-    });
-  });
-  flat.write_back();
-}
 
 MF_REGISTER_OP(OpDef{
     .name = "rmsprop_update",
@@ -84,7 +18,6 @@ MF_REGISTER_OP(OpDef{
                                   {{2, true}, {3, attrs.get_bool("centered")}, {4, attrs.get_float("momentum") > 0}},
                                   5);
     },
-    .cpu_kernel = detail::skip_if_found_inf(rmsprop_kernel),
     .differentiable = false,
     .inplace = true,
     .mutates = 0b111100,  // square_avg, grad_avg, momentum_buffer, step

@@ -10,71 +10,12 @@ namespace mf::optim {
 
 namespace {
 
-using detail::dispatch_bool;
-
-// Scalars of one update in the compute type A.
-template <typename A>
-struct SGDScalars {
-  A sign, weight_decay, momentum, one_minus_dampening, neg_lr;
-};
-
-// Inputs (param, grad, momentum_buffer); see sgd_update_ in update.h.
-template <typename T, bool kMomentum, bool kInit, bool kNesterov, bool kDecay>
-void sgd_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict buf,
-              const SGDScalars<acc_type<T>>& s) {
-  using A = acc_type<T>;
-  for (int64_t i = begin; i < end; ++i) {
-    const A param = A(p[i]);
-    A d = s.sign * A(g[i]);
-    if constexpr (kDecay) d = d + s.weight_decay * param;
-    if constexpr (kMomentum) {
-      A b;
-      if constexpr (kInit) b = d;
-      else b = A(buf[i]) * s.momentum + s.one_minus_dampening * d;
-      buf[i] = T(b);
-      if constexpr (kNesterov) d = d + s.momentum * A(T(b));
-      else d = A(T(b));
-    }
-    p[i] = T(param + s.neg_lr * d);
-  }
-}
-
-void sgd_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const bool momentum = in[2].defined();
-  const bool init = attrs.get_bool("init_momentum_buffer");
-  const bool nesterov = attrs.get_bool("nesterov");
-  const double weight_decay = attrs.get_float("weight_decay");
-  detail::FlatOperands flat;
-  dispatch_floating(out[0].dtype(), "sgd_update", [&]<typename T>() {
-    using A = acc_type<T>;
-    T* p = flat.written<T>(out[0]);
-    const T* g = flat.read<T>(in[1]);
-    T* buf = flat.written<T>(in[2]);
-    const SGDScalars<A> s{A(attrs.get_bool("maximize") ? -1.0 : 1.0), A(weight_decay),
-                          A(attrs.get_float("momentum")), A(1.0 - attrs.get_float("dampening")),
-                          A(-attrs.get_float("lr"))};
-    dispatch_bool(momentum, [&](auto kMomentum) {
-      dispatch_bool(momentum && init, [&](auto kInit) {
-        dispatch_bool(momentum && nesterov, [&](auto kNesterov) {
-          dispatch_bool(weight_decay != 0, [&](auto kDecay) {
-            parallel_for(0, out[0].numel(), kGrainSize, [&](int64_t b, int64_t e) {
-              sgd_loop<T, kMomentum(), kInit(), kNesterov(), kDecay()>(b, e, p, g, buf, s);
-            });
-          });
-        });
-      });
-    });
-  });
-  flat.write_back();
-}
-
 MF_REGISTER_OP(OpDef{
     .name = "sgd_update",
     .inputs = {"param", "grad", "momentum_buffer", "found_inf"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return detail::infer_update("sgd_update", in, {{2, attrs.get_float("momentum") != 0}});
     },
-    .cpu_kernel = detail::skip_if_found_inf(sgd_kernel),
     .differentiable = false,
     .inplace = true,
     .mutates = 0b100,  // momentum_buffer

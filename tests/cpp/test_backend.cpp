@@ -6,6 +6,7 @@
 #include <map>
 
 #include "meshflow/backend.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/nn.h"
@@ -243,6 +244,41 @@ TEST(HostEvents, TimeStampsOfTheCpuBackend) {
   untimed->record(stream);
   EXPECT_THROW(start->elapsed_ms(*untimed), Error);
   EXPECT_EQ(cpu.current_stream(0), (Stream{Device(), 0}));
+}
+
+}  // namespace
+}  // namespace mf
+
+namespace mf {
+namespace {
+
+// A backend folder's kernel may be registered before its op (static
+// initialisers run in any order): the op gets it when it is added.
+TEST(OpRegistryKernels, AKernelMayComeBeforeItsOp) {
+  OpRegistry& registry = OpRegistry::instance();
+  registry.set_kernel("test_kernel_first", DeviceType::CPU,
+                      [](const TensorList& in, TensorList& out, const Attrs&) { copy_(out[0], in[0]); });
+  try {
+    registry.validate();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel was registered for unknown op 'test_kernel_first'"),
+              std::string::npos) << e.what();
+  }
+  registry.add(OpDef{
+      .name = "test_kernel_first",
+      .inputs = {"input"},
+      .infer = [](const TensorList& in, const Attrs&) {
+        return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
+      },
+      .differentiable = false,
+      .sbp = sbp::broadcast_only(),
+  });
+  const auto missing = registry.validate();
+  const auto& cpu = missing[size_t(DeviceType::CPU)];
+  EXPECT_EQ(std::find(cpu.begin(), cpu.end(), "test_kernel_first"), cpu.end());
+  Tensor x = arange(4.0);
+  testing::expect_values(dispatch::apply_one(registry.get("test_kernel_first"), {x}), {0, 1, 2, 3});
 }
 
 }  // namespace
