@@ -36,4 +36,4 @@ if rank == 0:
     print(json.dumps({"step_time": report["step_time"], "memory": report["memory"],
                       "communication_bytes": report["communication_bytes"],
                       "layouts": [str(p["sbp"]) for p in report["parameters"]]}), flush=True)
-print(f"rank {rank}: simulated OK")
+print(f"rank {rank}: simulated OK", flush=True)
