@@ -30,6 +30,16 @@ inline std::string format_gib(double bytes) {
   return text;
 }
 
+// Takes a block from free_lists[key] (a map of block lists), or null.
+template <class FreeLists, class Key>
+void* take_cached(FreeLists& free_lists, const Key& key) {
+  auto it = free_lists.find(key);
+  if (it == free_lists.end() || it->second.empty()) return nullptr;
+  void* ptr = it->second.back();
+  it->second.pop_back();
+  return ptr;
+}
+
 // An allocator that keeps freed blocks for reuse: the statistics and the
 // lock its subclass's allocate/deallocate hold.
 class CachingAllocatorBase : public Allocator {

@@ -354,6 +354,12 @@ def test_stage_search_chooses_the_stage_count_and_checks_its_arguments():
         auto.plan_pipeline(mf.nn.Tanh(), F.mse_loss, pm.batch(), 2, cost_model=machine)
     with pytest.raises(ValueError, match="memory limit"):
         auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 2, cost_model=machine, memory_limit=1)
+    with pytest.raises(ValueError, match="memory_limit must be >= 0"):
+        auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 2, cost_model=machine, memory_limit=-5)
+    with pytest.raises(ValueError, match="batch dimension"):
+        auto.plan_pipeline(pm.build(), F.mse_loss, (mf.tensor(1.0), pm.batch()[1]), 2, cost_model=machine)
+    with pytest.raises(ValueError, match="world_size"):
+        auto.plan_pipeline(pm.build(), F.mse_loss, pm.batch(), 0, cost_model=machine)
 
 
 @needs_mpi

@@ -188,6 +188,8 @@ def memory_reserved(device=None):
 
 
 def max_memory_reserved(device=None):
+    """A lower bound of the peak reserved bytes: the allocator keeps the peak
+    of allocated bytes, not of reserved ones."""
     s = _stats(device)
     return 0 if s is None else max(s["reserved_bytes"], s["peak_allocated_bytes"])
 

@@ -27,13 +27,9 @@ class CpuCachingAllocator final : public backend_detail::CachingAllocatorBase {
   void* allocate(size_t nbytes) override {
     const size_t rounded = backend_detail::round_size(nbytes, 64);
     std::lock_guard<std::mutex> lock(mutex_);
-    void* ptr = nullptr;
-    auto it = free_.find(rounded);
-    const bool from_cache = it != free_.end() && !it->second.empty();
-    if (from_cache) {
-      ptr = it->second.back();
-      it->second.pop_back();
-    } else {
+    void* ptr = backend_detail::take_cached(free_, rounded);
+    const bool from_cache = ptr != nullptr;
+    if (!from_cache) {
       ptr = std::aligned_alloc(kAlignment, rounded);
       if (!ptr) {
         release_cached_locked();

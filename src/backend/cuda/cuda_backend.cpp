@@ -95,13 +95,9 @@ class PinnedHostAllocator final : public backend_detail::CachingAllocatorBase {
     const size_t rounded = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     reclaim_locked();
-    void* ptr = nullptr;
-    auto it = free_.find(rounded);
-    const bool from_cache = it != free_.end() && !it->second.empty();
-    if (from_cache) {
-      ptr = it->second.back();
-      it->second.pop_back();
-    } else {
+    void* ptr = backend_detail::take_cached(free_, rounded);
+    const bool from_cache = ptr != nullptr;
+    if (!from_cache) {
       check_cuda(cudaHostAlloc(&ptr, rounded, cudaHostAllocDefault), "cudaHostAlloc");
     }
     blocks_[reinterpret_cast<uintptr_t>(ptr)] = rounded;
@@ -343,13 +339,9 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   const size_t rounded = round_size(nbytes);
   const int64_t stream = backend_.current_stream(device_).id;
   std::lock_guard<std::mutex> lock(mutex_);
-  void* ptr = nullptr;
-  auto it = free_.find({stream, rounded});
-  const bool from_cache = it != free_.end() && !it->second.empty();
-  if (from_cache) {
-    ptr = it->second.back();
-    it->second.pop_back();
-  } else {
+  void* ptr = backend_detail::take_cached(free_, std::make_pair(stream, rounded));
+  const bool from_cache = ptr != nullptr;
+  if (!from_cache) {
     DeviceGuard guard(device_);
     cudaError_t status = cudaMalloc(&ptr, rounded);
     if (status == cudaErrorMemoryAllocation) {
