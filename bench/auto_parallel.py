@@ -12,8 +12,10 @@ first layer column-parallel, the second row-parallel, the batch whole;
 dp_tp on a 2x2 mesh: dp along mesh axis 0, tp along axis 1), the search
 time, and the error of the searched plan's predicted step time and
 memory per rank (against its parameters' and optimizer state's shards
-plus the graph's planned arena). The model is calibrate()'s (cached). Then the collective model against fresh
-measurements at 1 to 64 MiB.
+plus the graph's planned arena). The model is calibrate()'s (cached). Then the collective model against
+measurements at 1 to 64 MiB: validate_collectives() (the calibration
+sizes measured in the same passes, the model fitted on them alone), and
+the cached model's prediction of the same measurement.
 
     PYTHONPATH=python /usr/bin/python3 bench/auto_parallel.py
 """
@@ -122,14 +124,11 @@ def collectives_worker():
     import meshflow as mf
     from meshflow.distributed import auto
     world = mf.env.get_world_size()
-    model = auto.calibrate()
-    sizes = [int(m * (1 << 20)) for m in (1, 2.5, 10, 40, 64)]
-    measured = auto.measure_collectives(sizes)
-    again = auto.measure_collectives(sizes)
+    cached = auto.calibrate()
     rows = []
-    for kind in auto.COLLECTIVES:
-        for (b, t), (_, t2) in zip(measured[kind], again[kind]):
-            rows.append([kind, b / (1 << 20), 1e3 * model.collective(kind, world, b), 1e3 * t, 1e3 * t2])
+    for r in auto.validate_collectives():
+        rows.append([r["kind"], r["bytes"] / (1 << 20), 1e3 * r["predicted"], 1e3 * r["measured"],
+                     1e3 * cached.collective(r["kind"], world, r["bytes"])])
     if mf.env.get_rank() == 0:
         print(json.dumps(rows), flush=True)
 
@@ -169,12 +168,12 @@ def main():
                   f"{a['ms'] / best:.2f} | {a['search_s']:.3f} | {a['predicted_ms']:.2f} | {err:.0%} | "
                   f"{a['predicted_mib']:.2f} | {a['measured_mib']:.2f} | {merr:.0%} |", flush=True)
     print()
-    print("| ranks | collective | MiB | predicted ms | measured ms | measured again ms | error |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| ranks | collective | MiB | predicted ms | measured ms | error | cached model ms | error |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for ranks in (2, 4):
-        for kind, mib, pred, t, t2 in run(ranks, "collectives"):
-            print(f"| {ranks} | {kind} | {mib:g} | {pred:.3f} | {t:.3f} | {t2:.3f} | {abs(pred - t) / t:.0%} |",
-                  flush=True)
+        for kind, mib, pred, t, cached in run(ranks, "collectives"):
+            print(f"| {ranks} | {kind} | {mib:g} | {pred:.3f} | {t:.3f} | {abs(pred - t) / t:.0%} | {cached:.3f} | "
+                  f"{abs(cached - t) / t:.0%} |", flush=True)
 
 
 if __name__ == "__main__":

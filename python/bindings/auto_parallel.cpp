@@ -74,6 +74,7 @@ void init_auto_parallel(py::module_& parent) {
           },
           py::arg("tensor"), py::arg("name"), py::arg("pinned"), py::arg("copies"))
       .def("tie", &CallLog::tie, py::arg("tensor"), py::arg("source"))
+      .def("add_input", &CallLog::add_input, py::arg("tensor"))
       // Drops the log's hold on the traced tensors (their metadata kept
       // every id unique while logging); the records stay for reports.
       .def("release_tensors",

@@ -218,7 +218,11 @@ Tensor transition(const Tensor& local, const Shape& global, const Placement& p, 
   if (from == to) return local;
   AxisGroup g = axis_group(p, axis);
   Tensor out;
-  if (from.is_partial_sum()) {
+  if (g.size == 1) {
+    // One rank along the axis: its shard is the whole value under every
+    // layout, so the transition moves nothing.
+    out = local;
+  } else if (from.is_partial_sum()) {
     if (to.is_broadcast()) {
       out = comm_all_reduce(local, g.ranks);
     } else if (to.is_split()) {

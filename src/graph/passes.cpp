@@ -258,9 +258,11 @@ int recompute_elementwise(Graph& graph) {
   std::vector<bool> output_buffer(values.size(), false);
   for (ValueId id : graph.outputs()) output_buffer[size_t(root_of(id))] = true;
 
-  // A recomputation of value (made by node producer) before node `before`.
+  // A recomputation of value (made by the last of the nodes `chain`, in
+  // order) before node `before`.
   struct Plan {
-    size_t before, producer;
+    size_t before;
+    std::vector<size_t> chain;
     ValueId value;
   };
   static const OpDef& clone_op = dispatch::op("clone");
@@ -273,6 +275,41 @@ int recompute_elementwise(Graph& graph) {
     return n.op == &all_gather_op && n.inputs.size() == 1 && n.inputs[0] != kNoValue &&
            values[size_t(root_of(n.inputs[0]))].kind == ValueKind::Variable;
   };
+  // The nodes that make node p's outputs from variables alone, through
+  // views, clones and gathers (a parameter gathered along a dim other than
+  // 0 is a permuted copy, gathered, then copied back: see boxing.cpp), in
+  // order and ending with p; empty if p reads anything else.
+  auto variable_chain = [&](size_t p) {
+    std::vector<size_t> chain;
+    std::vector<size_t> todo{p};
+    while (!todo.empty() && chain.size() <= 8) {
+      const size_t q = todo.back();
+      todo.pop_back();
+      const Node& n = nodes[q];
+      if (!(n.is_view() || n.op == &clone_op || n.op == &all_gather_op) || n.inplace || n.random_counters)
+        return std::vector<size_t>{};
+      chain.push_back(q);
+      for (ValueId in : n.inputs) {
+        if (in == kNoValue) return std::vector<size_t>{};
+        const Value& v = values[size_t(in)];
+        if (v.kind == ValueKind::Variable) continue;
+        if (v.kind != ValueKind::Intermediate || v.producer < 0) return std::vector<size_t>{};
+        todo.push_back(size_t(v.producer));
+      }
+    }
+    if (!todo.empty()) return std::vector<size_t>{};
+    std::sort(chain.begin(), chain.end());
+    chain.erase(std::unique(chain.begin(), chain.end()), chain.end());
+    return chain;
+  };
+  auto variables_written_between = [&](const std::vector<size_t>& chain, size_t from, size_t to) {
+    for (size_t q : chain)
+      for (ValueId in : nodes[q].inputs)
+        if (values[size_t(in)].kind == ValueKind::Variable)
+          for (size_t w : writes[size_t(root_of(in))])
+            if (w >= from && w <= to) return true;
+    return false;
+  };
   // A buffer may live this many nodes longer to feed a recomputation.
   const auto slack = int64_t(n_nodes / 64);
   std::vector<Plan> plans;
@@ -284,6 +321,19 @@ int recompute_elementwise(Graph& graph) {
     const ValueId v = n.outputs[0];
     const std::vector<size_t>& uses = readers[size_t(v)];
     if (uses.size() < 2 || output_buffer[size_t(v)] || root_of(v) != v || !writes[size_t(v)].empty()) continue;
+    // Made from variables through a gather: made again for every reader
+    // past the gap while the variables are unwritten.
+    if (n.op == &clone_op) {
+      std::vector<size_t> chain = variable_chain(p);
+      const bool gathers = std::any_of(chain.begin(), chain.end(), [&](size_t q) { return nodes[q].op == &all_gather_op; });
+      if (gathers && chain.size() > 1) {
+        size_t split = uses.size();
+        for (size_t k = uses.size(); k-- > 1 && !variables_written_between(chain, p, uses[k]);) split = k;
+        if (split < uses.size() && uses[split] - uses[split - 1] >= std::max<size_t>(2, n_nodes / 32))
+          plans.push_back({uses[split], chain, v});
+        continue;
+      }
+    }
     // The earliest reader from which on the inputs are still alive and
     // unwritten: the readers from there on get the recomputed value.
     size_t split = uses.size();
@@ -305,7 +355,7 @@ int recompute_elementwise(Graph& graph) {
     // covers the last block, whose activations are live at the start of
     // backward, where the memory peaks.
     if (split == uses.size() || uses[split] - uses[split - 1] < std::max<size_t>(2, n_nodes / 32)) continue;
-    plans.push_back({uses[split], p, v});
+    plans.push_back({uses[split], {p}, v});
   }
   if (plans.empty()) return 0;
   std::sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) { return a.before < b.before; });
@@ -333,10 +383,11 @@ int recompute_elementwise(Graph& graph) {
         }
         rebuilt.push_back(std::move(copy));
       };
-      recreate(original[plan.producer]);
-      for (size_t k = plan.producer + 1; k < i; ++k)
+      for (size_t q : plan.chain) recreate(original[q]);
+      const size_t producer = plan.chain.back();
+      for (size_t k = producer + 1; k < i; ++k)
         if (original[k].is_view() && renamed.contains(original[k].inputs[0])) recreate(original[k]);
-      for (ValueId out : original[plan.producer].outputs)
+      for (ValueId out : original[producer].outputs)
         for (size_t r : readers[size_t(out)])
           if (r >= i)
             for (ValueId& in : nodes[r].inputs)

@@ -25,6 +25,28 @@ def test_searched_plans_are_the_known_best_and_train_equal_to_one_process(ranks,
     assert out.count("auto parallel OK") == ranks
 
 
+@needs_mpi
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_predicted_memory_follows_the_graphs_memory_plan(ranks, tmp_path):
+    out = mpirun(ranks, "auto_memory.py", env={"MESHFLOW_CACHE_DIR": str(tmp_path)})
+    assert out.count("auto memory OK") == ranks
+    # rank 0 reports each model's prediction (checked within 10% on every rank)
+    assert len(re.findall(r"on %d: predicted [0-9.]+ MiB, planned [0-9.]+ MiB" % ranks, out)) == 4, out
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_collective_predictions_are_within_a_quarter_of_measured_times(ranks):
+    out = mpirun(ranks, "collective_accuracy.py", timeout=600)
+    assert out.count("collective accuracy OK") == ranks
+    assert len(re.findall(r"over %d at [0-9.]+ MiB: predicted" % ranks, out)) == 20, out
+
+
+def test_collective_validation_needs_two_ranks():
+    with pytest.raises(ValueError, match="needs a group of 2 or more ranks, got 1"):
+        auto.validate_collectives()
+
+
 def described(points=((4096, 20e-6), (1 << 20, 120e-6), (1 << 24, 1.7e-3))):
     model = auto.CostModel()
     for kind in auto.COLLECTIVES:
@@ -137,6 +159,10 @@ def test_one_process_auto_parallel_trains_as_eager_and_reports_its_plan():
     assert first["compute"] == pytest.approx(5e-6 + max(2 * 16 * 16 * 8 / 25e9, first_bytes(first) / 10e9))
     text = g.auto_parallel_report()
     assert "addmm" in text and "model.2.weight" in text and "predicted step" in text
+    # On one rank a shard is the whole value under every layout: whatever
+    # the plan's layouts, no collective runs and none is predicted.
+    assert "comm_" not in str(g._last.executable)
+    assert report["communication_bytes"] == 0 and report["communication_time"] == 0
 
 
 def first_bytes(call):

@@ -84,6 +84,8 @@ struct ValueRecord {
   int64_t node = -1;   // Output: the call; Source: the source
   int64_t index = 0;   // Output: which output
   NdSbp fixed;         // Fixed: its layout
+  bool step_input = false;  // Fixed: an input of the step, held for the whole step
+  int64_t gradient = -1;    // Source: a gradient laid out as its parameter, the value before
 };
 
 struct CallRecord {
@@ -126,6 +128,9 @@ struct CallLog {
   // (tie) share its layout.
   int64_t add_source(const Tensor& t, std::string name, bool pinned);
   void tie(const Tensor& t, int64_t source);
+  // Registers t (a global tensor) as an input of the step: its buffer is
+  // held for the whole step (the graph copies its inputs into its arena).
+  void add_input(const Tensor& t);
 };
 
 // While alive, the global interpreter on this thread records into log.

@@ -33,7 +33,7 @@ _current = None  # the cost model the searches use (set_cost_model / calibrate)
 
 def _cache_path(world):
     root = os.environ.get("MESHFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshflow")
-    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v4"
+    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v5"
     import zlib
     return os.path.join(root, f"cost_model_{zlib.crc32(key.encode()):08x}.json")
 
@@ -151,9 +151,12 @@ def collective_time(kind, group, nbytes, reps=7):
     return float(slowest.item())
 
 
-# 1.5 x powers of two, 6 KiB to 48 MiB: exact powers of two are often
-# slower (buffers that alias in the caches), so they are no typical point.
-_CALIBRATION_BYTES = tuple(3 << k for k in (11, 15, 17, 19, 20, 21, 22, 23, 24))
+# 1.5 x powers of two, 6 KiB to 96 MiB (2x apart past 96 KiB), and 36 MiB:
+# exact powers of two are often slower (buffers that alias in the caches),
+# so they are no typical point; the times bend between 24 and 48 MiB (the
+# point between follows the bend); past the last point the model
+# extrapolates a line.
+_CALIBRATION_BYTES = tuple(sorted([3 << k for k in (11, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25)] + [9 << 22]))
 
 
 def measure_collectives(sizes, group=None, rounds=2):
@@ -169,8 +172,59 @@ def measure_collectives(sizes, group=None, rounds=2):
     return table
 
 
+_CHECK_BYTES = (1 << 20, 5 << 19, 10 << 20, 40 << 20, 64 << 20)  # 1, 2.5, 10, 40 and 64 MiB
+
+
+def validate_collectives(sizes=_CHECK_BYTES, group=None, rounds=3, recheck=0.25):
+    """The collective model against measured times over `group` (None: the
+    world) at `sizes` (bytes), as rows {"kind", "ranks", "bytes",
+    "predicted", "measured", "error"} (seconds; error relative to the
+    measured time).
+
+    The calibration sizes and `sizes` are measured in the same passes
+    (measure_collectives), so that both see the machine in one state; the
+    model is fitted on the calibration sizes alone, as calibrate() fits
+    it, and predicts the others. Ranks may share cores, and a slow spell
+    can spoil a whole pass: a point missed by more than `recheck` is
+    measured again, with the calibration sizes around it, in `rounds` more
+    passes (each point keeps its best time)."""
+    dist = _mf.distributed
+    ranks = dist.get_world_size(group)
+    if ranks < 2:
+        raise ValueError(f"validate_collectives: needs a group of 2 or more ranks, got {ranks}")
+    sizes = sorted({int(b) for b in sizes})
+    if not sizes or sizes[0] <= 0:
+        raise ValueError(f"validate_collectives: sizes must be positive byte counts, got {sizes}")
+    calibration = list(_CALIBRATION_BYTES)
+    for kind in COLLECTIVES:  # the first large collectives of a process run slower
+        collective_time(kind, group, 1 << 24, reps=1)
+    table = measure_collectives(sorted(set(calibration) | set(sizes)), group, rounds)
+    best = {kind: dict((b, t) for b, t in points) for kind, points in table.items()}
+
+    def rows():
+        model = CostModel()
+        for kind in COLLECTIVES:
+            model.set_collective(kind, ranks, [[b, best[kind][b]] for b in calibration])
+        out = []
+        for kind in COLLECTIVES:
+            for b in sizes:
+                predicted, measured = model.collective(kind, ranks, b), best[kind][b]
+                out.append({"kind": kind, "ranks": ranks, "bytes": b, "predicted": predicted, "measured": measured,
+                            "error": abs(predicted - measured) / measured})
+        return out
+
+    result = rows()
+    # Every rank decides alike: the times are the slowest rank's.
+    for row in [r for r in result if r["error"] > recheck]:
+        around = [c for c in calibration if c < row["bytes"]][-1:] + [c for c in calibration if c > row["bytes"]][:1]
+        for _ in range(rounds):
+            for b in [row["bytes"]] + around:
+                best[row["kind"]][b] = min(best[row["kind"]][b], collective_time(row["kind"], group, b))
+    return rows() if any(r["error"] > recheck for r in result) else result
+
+
 def _measure_collectives():
-    """Measured times per collective and message size (6 KiB to 48 MiB;
+    """Measured times per collective and message size (6 KiB to 96 MiB;
     the model interpolates between them) over the world and, for a
     world of 4 or more that splits in halves, over each half (a 2-D mesh's
     axis groups, communicating at once)."""
@@ -338,7 +392,8 @@ def _log_step(graph, args):
                 log.tie(t, s)
 
     with _ap.LogCalls(log):
-        graph._trace(args, None, on_state=register)
+        graph._trace(args, None, on_state=register,
+                     on_inputs=lambda inputs: [log.add_input(t) for t in inputs if isinstance(t, _mf.Tensor)])
     return log, placement, params, names, pinned
 
 

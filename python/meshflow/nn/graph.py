@@ -483,10 +483,10 @@ class Graph:
         passes = _graph.optimize(ir, exact=self.config.exact)
         return _Plan(_graph.Executable(ir, self.config.overlap_communication), rebuild, passes)
 
-    def _trace(self, args, pipeline, on_state=None):
+    def _trace(self, args, pipeline, on_state=None, on_inputs=None):
         """build(), its backward and the optimizers' updates traced into an
         IR; on_state(), if given, runs once the optimizers' state exists,
-        before build()."""
+        before build(), and on_inputs(traced inputs) after it."""
         scaler = self._scaler()
         tracer = _graph.Tracer()
         try:
@@ -501,6 +501,8 @@ class Graph:
             if on_state is not None:
                 on_state()
             traced_inputs = tracer.add_inputs(list(args))
+            if on_inputs is not None:
+                on_inputs(traced_inputs)
             # Autocast as configured, whatever region the caller is in.
             from meshflow.amp import autocast
             amp = self.config.amp_dtype

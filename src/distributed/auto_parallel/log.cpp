@@ -98,6 +98,12 @@ int64_t CallLog::add_source(const Tensor& t, std::string name, bool pinned) {
   return s;
 }
 
+void CallLog::add_input(const Tensor& t) {
+  if (!t.defined() || !t.is_global()) return;
+  const int64_t v = value_of(t);
+  if (values[size_t(v)].kind == ValueKind::Fixed) values[size_t(v)].step_input = true;
+}
+
 void CallLog::tie(const Tensor& t, int64_t source) {
   if (!t.defined() || !t.is_global()) return;
   const auto& meta = t.impl()->global();
@@ -161,8 +167,11 @@ void log_accumulation(const Tensor& variable, const Tensor& before, const Tensor
   auto it = log.ids.find(variable.impl()->global().get());
   if (it == log.ids.end() || log.values[size_t(it->second)].kind != ValueKind::Source) return;
   const int64_t source = log.values[size_t(it->second)].node;
-  if (before.defined() && before.is_global()) log.accumulations.emplace_back(log.value_of(before), source);
+  const int64_t gradient = before.defined() && before.is_global() ? log.value_of(before) : -1;
+  if (gradient >= 0) log.accumulations.emplace_back(gradient, source);
   log.tie(after, source);
+  if (after.defined() && after.is_global() && gradient >= 0)
+    log.values[size_t(log.ids.at(after.impl()->global().get()))].gradient = gradient;
 }
 
 CallLog remesh(const CallLog& log, const Placement& mesh) {

@@ -255,6 +255,56 @@ TEST(GraphPasses, ElementwiseResultsReadMuchLaterAreRecomputed) {
   expect_values(exe.run({xs})[0], values(mul(exp(xs), add(mf::t(tanh(exp(xs))), cs))), 1e-6);
 }
 
+TEST(GraphPasses, AParameterGatheredThroughCopiesIsGatheredAgainForLaterReaders) {
+  // A parameter split along dim 1 is gathered as boxing does it: its
+  // transpose copied, gathered, transposed back and copied. The copy read
+  // early and late is made again, gather and all, before the late reader.
+  Graph g;
+  const Tensor w = random_tensor({3, 2}, 5, -1, 1, DType::Float32);
+  ValueId x = g.add_input(f32({3, 2}));
+  ValueId v = g.add_variable(w);
+  ValueId t = g.add_node(op("permute"), {v}, {{"dims", Shape{1, 0}}})[0];
+  ValueId c = g.add_node(op("clone"), {t})[0];
+  ValueId a = g.add_node(op("comm_all_gather"), {c}, {{"group", Shape{0}}, {"counts", Shape{2}}})[0];
+  ValueId b = g.add_node(op("permute"), {a}, {{"dims", Shape{1, 0}}})[0];
+  ValueId gathered = g.add_node(op("clone"), {b})[0];
+  ValueId h = g.add_node(op("mul"), {x, gathered})[0];
+  for (int k = 0; k < 12; ++k) h = g.add_node(op("neg"), {h})[0];
+  ValueId f = g.add_node(op("mul"), {h, gathered})[0];
+  g.set_outputs({f});
+  EXPECT_EQ(graph::recompute_elementwise(g), 1);
+  const std::vector<std::string> names = op_names(g);
+  ASSERT_EQ(names.size(), 24u);
+  EXPECT_EQ(std::vector<std::string>(names.end() - 6, names.end()),
+            (std::vector<std::string>{"permute", "clone", "comm_all_gather", "permute", "clone", "mul"}));
+  // The first gathered copy dies at its first reader.
+  EXPECT_EQ(graph::plan_memory(g).lifetimes[size_t(gathered)].second, 5);
+
+  graph::Executable exe(std::move(g));
+  const Tensor xs = random_tensor({3, 2}, 6, -1, 1, DType::Float32);
+  Tensor want = mul(xs, w);
+  for (int k = 0; k < 12; ++k) want = neg(want);
+  expect_values(exe.run({xs})[0], values(mul(want, w)), 1e-6);
+}
+
+TEST(GraphPasses, AGatheredCopyIsKeptWhenItsParameterIsWrittenBetweenItsReaders) {
+  Graph g;
+  ValueId x = g.add_input(f32({3, 2}));
+  ValueId v = g.add_variable(random_tensor({3, 2}, 7, -1, 1, DType::Float32));
+  ValueId t = g.add_node(op("permute"), {v}, {{"dims", Shape{1, 0}}})[0];
+  ValueId c = g.add_node(op("clone"), {t})[0];
+  ValueId a = g.add_node(op("comm_all_gather"), {c}, {{"group", Shape{0}}, {"counts", Shape{2}}})[0];
+  ValueId b = g.add_node(op("permute"), {a}, {{"dims", Shape{1, 0}}})[0];
+  ValueId gathered = g.add_node(op("clone"), {b})[0];
+  ValueId h = g.add_node(op("mul"), {x, gathered})[0];
+  for (int k = 0; k < 6; ++k) h = g.add_node(op("neg"), {h})[0];
+  g.add_inplace_node(op("mul"), {v, x});  // the parameter changes
+  for (int k = 0; k < 6; ++k) h = g.add_node(op("neg"), {h})[0];
+  ValueId f = g.add_node(op("mul"), {h, gathered})[0];
+  g.set_outputs({f});
+  EXPECT_EQ(graph::recompute_elementwise(g), 0);
+}
+
 // --- in place where safe -------------------------------------------------------------
 
 TEST(GraphPasses, InPlaceWhenTheInputDiesHere) {
