@@ -42,6 +42,38 @@ def test_collective_predictions_are_within_a_quarter_of_measured_times(ranks):
     assert len(re.findall(r"over %d at [0-9.]+ MiB: predicted" % ranks, out)) == 20, out
 
 
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_graph_mode_places_searched_stages_and_trains_equal_to_one_process(ranks):
+    out = mpirun(ranks, "graph_auto_pipeline.py")
+    assert out.count("graph auto pipeline OK") == ranks
+    assert f"{ranks} stages" in out, out
+
+
+def test_auto_parallel_pipeline_on_one_rank_keeps_the_plan_without_stages():
+    mf.distributed.auto.set_cost_model(described())
+    p = mf.placement("cpu", [0])
+
+    class Two(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.a = mf.nn.Sequential(mf.nn.Linear(4, 4))
+            self.b = mf.nn.Sequential(mf.nn.Linear(4, 2))
+            self.add_optimizer(mf.optim.SGD(list(self.a.parameters()) + list(self.b.parameters()), lr=0.1))
+            self.config.enable_auto_parallel(True)
+            self.config.enable_auto_parallel_pipeline(True)
+
+        def build(self, x):
+            loss = self.b(self.a(x)).sum()
+            loss.backward()
+            return loss
+
+    g = Two()
+    g(mf.randn(4, 4).to_global(placement=p, sbp=S(0)))
+    assert "pipeline" not in auto.cost_report(g)
+    assert g.config.auto_parallel_pipeline
+
+
 def test_collective_validation_needs_two_ranks():
     with pytest.raises(ValueError, match="needs a group of 2 or more ranks, got 1"):
         auto.validate_collectives()

@@ -33,7 +33,7 @@ _current = None  # the cost model the searches use (set_cost_model / calibrate)
 
 def _cache_path(world):
     root = os.environ.get("MESHFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshflow")
-    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v5"
+    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v6"
     import zlib
     return os.path.join(root, f"cost_model_{zlib.crc32(key.encode()):08x}.json")
 
@@ -151,12 +151,13 @@ def collective_time(kind, group, nbytes, reps=7):
     return float(slowest.item())
 
 
-# 1.5 x powers of two, 6 KiB to 96 MiB (2x apart past 96 KiB), and 36 MiB:
-# exact powers of two are often slower (buffers that alias in the caches),
-# so they are no typical point; the times bend between 24 and 48 MiB (the
-# point between follows the bend); past the last point the model
-# extrapolates a line.
-_CALIBRATION_BYTES = tuple(sorted([3 << k for k in (11, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25)] + [9 << 22]))
+# 1.5 x and 2.125 x powers of two, 6 KiB to 96 MiB (about sqrt(2) apart
+# past 96 KiB): exact powers of two are often slower (buffers that alias in
+# the caches), so they are no typical point, and the collectives' times
+# bend where MPI switches algorithms, which a grid this fine follows. Past
+# the last point the model extrapolates a line.
+_CALIBRATION_BYTES = tuple(sorted([3 << k for k in (11, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25)]
+                                  + [17 << k for k in range(13, 23)]))
 
 
 def measure_collectives(sizes, group=None, rounds=2):
@@ -187,7 +188,7 @@ def validate_collectives(sizes=_CHECK_BYTES, group=None, rounds=3, recheck=0.25)
     it, and predicts the others. Ranks may share cores, and a slow spell
     can spoil a whole pass: a point missed by more than `recheck` is
     measured again, with the calibration sizes around it, in `rounds` more
-    passes (each point keeps its best time)."""
+    passes, at most twice (each point keeps its best time)."""
     dist = _mf.distributed
     ranks = dist.get_world_size(group)
     if ranks < 2:
@@ -215,12 +216,17 @@ def validate_collectives(sizes=_CHECK_BYTES, group=None, rounds=3, recheck=0.25)
 
     result = rows()
     # Every rank decides alike: the times are the slowest rank's.
-    for row in [r for r in result if r["error"] > recheck]:
-        around = [c for c in calibration if c < row["bytes"]][-1:] + [c for c in calibration if c > row["bytes"]][:1]
-        for _ in range(rounds):
-            for b in [row["bytes"]] + around:
-                best[row["kind"]][b] = min(best[row["kind"]][b], collective_time(row["kind"], group, b))
-    return rows() if any(r["error"] > recheck for r in result) else result
+    for _ in range(2):
+        missed = [r for r in result if r["error"] > recheck]
+        if not missed:
+            break
+        for row in missed:
+            around = [c for c in calibration if c < row["bytes"]][-1:] + [c for c in calibration if c > row["bytes"]][:1]
+            for _ in range(rounds):
+                for b in [row["bytes"]] + around:
+                    best[row["kind"]][b] = min(best[row["kind"]][b], collective_time(row["kind"], group, b))
+        result = rows()
+    return result
 
 
 def _measure_collectives():
@@ -417,6 +423,103 @@ def _plan_graph(graph, args):
     return record
 
 
+def _plan_graph_stages(graph, args):
+    """Note [Searched stages in graph mode]: with enable_auto_parallel_pipeline,
+    the first compile asks plan_pipeline (Note [Stage search]) for the best
+    plan without stages (one stage over the whole placement: the SBP
+    search's prediction) and the best with one stage per rank, from the
+    same cost model. The model is the graph's one module with children; a
+    copy of it, with whole local parameters, is planned on whole local
+    inputs. The last stage's step is the graph's own build() with that
+    stage standing in for the module, so the loss is the graph's. When the
+    pipeline is predicted faster, each child moves to its stage's rank
+    (set_stage), the graph takes the plan's micro-batch count and schedule,
+    and the trace moves inputs to their stages (targets to the last).
+    Every rank plans alike (the cost model is rank 0's). Returns whether
+    stages were placed."""
+    import copy
+    name = type(graph).__name__
+    placement = _placement_of(graph, args)
+    if len(placement.hierarchy) != 1:
+        raise ValueError(f"{name}: enable_auto_parallel_pipeline places one stage per rank of a 1-D placement, got "
+                         f"{placement}")
+    from meshflow.nn.graph import GraphModule, _ranks
+    ranks = _ranks(placement)
+    if len(ranks) < 2:
+        return False
+    owners = [(attr, m) for attr, m in graph._modules() if any(True for _ in m.children())]
+    if len(owners) != 1:
+        raise ValueError(f"{name}: enable_auto_parallel_pipeline cuts the graph's one module whose children run one "
+                         f"after another (an nn.Sequential); the graph has {len(owners)} modules with children")
+    attr, module = owners[0]
+    layers = list(module.named_children())
+    if len(layers) < len(ranks):
+        return False  # fewer layers than ranks: no stage per rank
+    for p in list(module.parameters()) + list(module.buffers()):
+        if p.is_global and (not p.placement == placement or any(x != _mf.sbp.broadcast for x in p.sbp)):
+            raise ValueError(f"{name}: enable_auto_parallel_pipeline moves whole parameters to their stages; a "
+                             f"parameter is {tuple(p.sbp)} on {p.placement} (lay the model out broadcast on "
+                             f"{placement} or leave it local)")
+
+    def whole(t):
+        if not isinstance(t, _mf.Tensor) or not t.is_global:
+            return t
+        return t.to_global(sbp=[_mf.sbp.broadcast] * len(t.placement.hierarchy)).to_local()
+
+    local = copy.deepcopy(module)
+    with _mf.no_grad():
+        for t in list(local.parameters()) + list(local.buffers()):
+            if t.is_global:
+                t.data = whole(t.detach())
+    inputs = tuple(whole(a) for a in args)
+
+    def step(stage, x, *targets):
+        saved = graph.__dict__[attr]
+        object.__setattr__(graph, attr, stage)
+        try:
+            out = type(graph).build(graph, x, *targets)
+        finally:
+            object.__setattr__(graph, attr, saved)
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+    def loss_unused(output, *targets):
+        raise AssertionError("the last stage runs build()")
+
+    model = cost_model()
+    limit = graph.config.auto_parallel_memory_limit
+    flat = plan_pipeline(local, loss_unused, inputs, len(ranks), cost_model=model, memory_limit=limit,
+                         microbatches=[1], num_stages=1, _step_fn=step)
+    piped = plan_pipeline(local, loss_unused, inputs, len(ranks), cost_model=model, memory_limit=limit,
+                          num_stages=len(ranks), _step_fn=step)
+    record = {"plan": piped, "unpipelined_step_time": flat["step_time"], "placement": placement,
+              "module": attr, "layers": [n for n, _ in layers], "model": model}
+    # Rank 0's plan is every rank's: the others trace the one-rank stage
+    # meshes without a part of their own, and their figures may differ by
+    # an op's overhead, enough to break a near tie differently.
+    box = [(piped, flat["step_time"])]
+    _mf.distributed.broadcast_object_list(box, src=0)
+    piped, record["unpipelined_step_time"] = box[0]
+    record["plan"] = piped
+    object.__setattr__(graph, "_auto_stage_search", record)
+    if not piped["step_time"] < record["unpipelined_step_time"]:
+        return False
+    B = [_mf.sbp.broadcast]
+    with _mf.no_grad():
+        for s, (i, j) in enumerate(piped["ranges"]):
+            stage = _mf.placement(placement.type, [ranks[s]])
+            for _, layer in layers[i:j]:
+                for t in list(layer.parameters()) + list(layer.buffers()):
+                    t.data = t.detach().to_global(placement=stage, sbp=B)
+                layer.to(GraphModule).set_stage(s, stage)
+    for optimizer, _ in graph._optimizers:
+        optimizer._set_zero(0, 0)
+    graph.config.set_gradient_accumulation_steps(piped["n_microbatches"])
+    graph.config.set_pipeline_schedule(piped["schedule"])
+    object.__setattr__(graph, "_auto_pipeline", record)
+    object.__setattr__(graph, "_auto_parallel", None)
+    return True
+
+
 def _follow(record):
     guard = _ap.FollowPlan(record["plan"])
     record["guard"] = guard
@@ -454,6 +557,19 @@ def cost_report(graph):
     "communication_bytes", "memory", "parameter_memory", "search_seconds",
     "memory_limit_met", "cost_model"} (times in seconds, memory in bytes
     per rank)."""
+    staged = getattr(graph, "_auto_pipeline", None)
+    if staged is not None:
+        plan = staged["plan"]
+        stages = [{"stage": s, "rank": _ranks_of(staged["placement"])[s],
+                   "layers": staged["layers"][i:j], "time": t, "memory": mem}
+                  for s, ((i, j), t, mem) in enumerate(zip(plan["ranges"], plan["stage_times"],
+                                                           plan["memory_per_stage"]))]
+        return {"pipeline": {"num_stages": plan["num_stages"], "schedule": plan["schedule"],
+                             "n_microbatches": plan["n_microbatches"], "split_points": plan["split_points"],
+                             "stages": stages, "candidates": plan["candidates"]},
+                "placement": staged["placement"], "step_time": plan["step_time"],
+                "unpipelined_step_time": staged["unpipelined_step_time"], "memory": max(plan["memory_per_stage"]),
+                "search_seconds": plan["search_seconds"], "cost_model": to_dict(staged["model"])}
     record = getattr(graph, "_auto_parallel", None)
     if record is None:
         raise ValueError(f"cost_report: {type(graph).__name__} has no auto-parallel plan; enable "
@@ -470,8 +586,25 @@ def cost_report(graph):
     }
 
 
+def _ranks_of(placement):
+    from meshflow.nn.graph import _ranks
+    return _ranks(placement)
+
+
 def _report_table(graph):
     r = cost_report(graph)
+    if "pipeline" in r:
+        pipe = r["pipeline"]
+        lines = [f"auto parallel pipeline on {r['placement']}: {pipe['num_stages']} stages, schedule "
+                 f"{pipe['schedule']!r}, {pipe['n_microbatches']} micro-batches",
+                 f"{'stage':>5}  {'rank':>4}  {'ms per micro-batch':>18}  {'MiB':>8}  layers"]
+        for st in pipe["stages"]:
+            lines.append(f"{st['stage']:>5}  {st['rank']:>4}  {st['time'] * 1e3:>18.3f}  {st['memory'] / 2**20:>8.2f}  "
+                         + ", ".join(st["layers"]))
+        lines.append(f"predicted step {r['step_time'] * 1e3:.3f} ms (without stages: "
+                     f"{r['unpipelined_step_time'] * 1e3:.3f} ms); memory per rank {r['memory'] / 2**20:.2f} MiB; "
+                     f"searched in {r['search_seconds'] * 1e3:.1f} ms")
+        return "\n".join(lines)
     lines = [f"auto parallel plan on {r['placement']}",
              f"{'#':>4}  {'op':<24} {'signature':<44} {'compute ms':>10} {'boxing ms':>9}  boxing"]
     for i, c in enumerate(r["calls"]):

@@ -110,8 +110,9 @@ class _InputGradient(_mf.nn.Module):
 class _StageCosts:
     """The cost-model figures of each layer range on one stage mesh, cached."""
 
-    def __init__(self, layers, loss_fn, acts, targets, ranks, cost_model, simulate):
+    def __init__(self, layers, loss_fn, acts, targets, ranks, cost_model, simulate, step_fn=None):
         self.layers, self.loss_fn, self.acts, self.targets = layers, loss_fn, acts, targets
+        self.step_fn = step_fn
         self.ranks, self.model, self.simulate = ranks, cost_model, simulate
         self.cache = {}
 
@@ -131,7 +132,11 @@ class _StageCosts:
             parts.insert(0, _InputGradient(x.shape[1:]))
         sub = _mf.nn.Sequential(*parts)
         last = j == len(self.layers)
-        if last:
+        backward = True
+        if last and self.step_fn is not None:
+            # The caller's whole step (forward, loss and backward) with this stage as the model.
+            inputs, stage_loss, backward = (x, *self.targets), self.step_fn, False
+        elif last:
             loss_fn = self.loss_fn
             inputs = (x, *self.targets)
 
@@ -145,7 +150,8 @@ class _StageCosts:
             def stage_loss(m, x, g):
                 return (m(x) * g).sum()
         optimizer = _mf.optim.SGD(sub.parameters(), lr=0.0)
-        report = self.simulate(sub, optimizer, stage_loss, inputs, (self.ranks,), cost_model=self.model)
+        report = self.simulate(sub, optimizer, stage_loss, inputs, (self.ranks,), cost_model=self.model,
+                               _backward=backward)
         # The calls' costs sum to the plan's step. Gradient boxing is in the calls of the
         # backward, so it is counted per micro-batch (an over-estimate: it happens once per step).
         per_step = sum(c["compute"] + c["boxing"] for c in report["calls"] if c["op"].endswith("_update"))
@@ -158,7 +164,7 @@ class _StageCosts:
 
 
 def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory_limit=0, microbatches=None,
-                  schedules=SCHEDULES, num_stages=None):
+                  schedules=SCHEDULES, num_stages=None, _step_fn=None):
     """Searches the pipeline plan of a training step (Note [Stage search]).
 
     model: an nn.Sequential (or a module whose children run one after
@@ -215,7 +221,7 @@ def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory
             mb = [t[:size] if isinstance(t, _mf.Tensor) and t.dim() and t.shape[0] == batch else t
                   for t in (x, *targets)]
             acts = _boundaries(layers, mb[0])
-            costs = _StageCosts(layers, loss_fn, acts, mb[1:], ranks, model_, simulate)
+            costs = _StageCosts(layers, loss_fn, acts, mb[1:], ranks, model_, simulate, _step_fn)
             for schedule in schedules:
                 def memory(s, i, j, schedule=schedule, m=m, stages=stages):
                     c = costs(i, j)

@@ -55,8 +55,10 @@ def described_machine(gemm_tflops, memory_bandwidth_gbps, interconnect_gbps, lat
         for m in sorted(set(int(x) for x in mesh_sizes if int(x) >= 2)):
             steps = 2 * (m - 1) if kind == "all_reduce" else m - 1
             factor = (2.0 if kind == "all_reduce" else 1.0) * (m - 1) / m
+            # Points 4x apart, so that the model's power law between them
+            # follows latency + bytes / bandwidth.
             fits[str(m)] = [[b, steps * latency_us * 1e-6 + b * factor / (interconnect_gbps * 1e9)]
-                            for b in (1 << 12, 1 << 30)]
+                            for b in (1 << k for k in range(12, 31, 2))]
         data["collectives"][kind] = fits
     return _auto.from_dict(data)
 
@@ -76,33 +78,36 @@ def _mesh(shape):
 
 
 class _Step(_mf.nn.Graph):
-    def __init__(self, model, optimizer, loss_fn):
+    def __init__(self, model, optimizer, loss_fn, backward=True):
         super().__init__()
         self.model = model
         if optimizer is not None:
             self.add_optimizer(optimizer)
         self.loss_fn = loss_fn
+        self.backward = backward
 
     def build(self, *inputs):
         loss = self.loss_fn(self.model, *inputs)
-        loss.backward()
+        if self.backward:
+            loss.backward()
         return loss
 
 
-def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_limit=0, input_sbp=None):
+def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_limit=0, input_sbp=None,
+             _backward=True):
     """The searched plan of this training step on `mesh` (a tuple of mesh
     sizes, e.g. (8, 8)) as cost_report's dict, plus "mesh" and
     "communication_bytes_per_step". inputs are the whole batch; input_sbp
     (default: split(0) on every mesh axis) is how it arrives. Runs in one
-    process; the model's parameters become global tensors on one rank."""
-    if _mf.distributed.is_initialized() and _mf.distributed.get_world_size() > 1:
-        raise RuntimeError("simulate: run the simulator in one process (not under the launcher)")
+    process, or under the launcher on every rank alike (each traces the
+    step on rank 0's one-rank placement); the model's parameters become
+    global tensors there."""
     virtual = _mesh(mesh)
     one = _mf.placement("cpu", [0])
     sbp = input_sbp or [_mf.sbp.split(0)] * len(virtual.hierarchy)
     if len(set(map(str, sbp))) != 1:
         raise ValueError("simulate: input_sbp must be the same on every mesh axis (the trace runs on one rank)")
-    graph = _Step(model, optimizer, loss_fn)
+    graph = _Step(model, optimizer, loss_fn, _backward)
     traced = [x.to_global(placement=one, sbp=sbp[0]) if isinstance(x, _mf.Tensor) else x for x in inputs]
     log, _, _, names, _ = _auto._log_step(graph, traced)
     log.release_tensors()

@@ -234,6 +234,7 @@ class _Pipeline:
         me = get_rank()
         self.rank = next((i for i, q in enumerate(placements) if me in _ranks(q)), None)
         self.stages = stages
+        self.moves_inputs = False  # stages the search placed: inputs move to their stage by themselves
 
 
 @contextlib.contextmanager
@@ -250,6 +251,11 @@ def _stage_scopes(pipeline, tracer):
                 def scoped(*args, _forward=forward, _id=stage_id, _placement=placement, _module=module, **kwargs):
                     if state["inside"] is not None:  # a stage module inside another: the outer one's scope
                         return _forward(*args, **kwargs)
+                    if pipeline.moves_inputs:
+                        whole = [_sbp.broadcast] * len(_placement.hierarchy)
+                        args = [a.to_global(placement=_placement, sbp=whole)
+                                if isinstance(a, Tensor) and a.is_global and not a.placement == _placement else a
+                                for a in args]
                     for a in list(args) + list(kwargs.values()):
                         if isinstance(a, Tensor) and a.is_global and not a.placement == _placement:
                             raise ValueError(f"pipeline stage {_id} ({type(_module).__name__} on {_placement}) got "
@@ -289,6 +295,7 @@ class GraphConfig:
         self.auto_parallel = False
         self.auto_parallel_memory_limit = 0
         self.auto_parallel_ignore_user_sbp = False
+        self.auto_parallel_pipeline = False
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -367,6 +374,19 @@ class GraphConfig:
         """The search lays out every parameter, also those the user laid out
         other than broadcast (OneFlow's name)."""
         self.auto_parallel_ignore_user_sbp = bool(mode)
+
+    def enable_auto_parallel_pipeline(self, mode=True):
+        """With enable_auto_parallel: the search may also cut the model into
+        pipeline stages, one per rank of the placement, and choose the
+        schedule ("1f1b" or "gpipe") and the micro-batch count, when it
+        predicts that faster than the best plan without stages. The model is
+        the graph's one module whose children run one after another (an
+        nn.Sequential), and build(x, *targets) passes x to it first, as
+        mf.distributed.auto.plan_pipeline assumes. A chosen plan marks each
+        child with set_stage and sets the gradient accumulation steps and the
+        pipeline schedule; inputs move to their stage's placement by
+        themselves (docs/auto_parallel.md)."""
+        self.auto_parallel_pipeline = bool(mode)
 
     def enable_exact_mode(self, mode=True):
         """Only the graph rewrites that give the bits of eager mode: the
@@ -447,7 +467,7 @@ class Graph:
                 tuple(m.training for _, m in self._modules()), trained, str(self.config.amp_dtype), scaling,
                 self.config.exact, self.config.zero, self.config.accumulation_steps, self.config.pipeline_schedule,
                 self.config.auto_parallel, self.config.auto_parallel_memory_limit,
-                self.config.auto_parallel_ignore_user_sbp,
+                self.config.auto_parallel_ignore_user_sbp, self.config.auto_parallel_pipeline,
                 tuple((s[0], repr(s[1])) for s in _pipeline_stages([m for _, m in self._modules()])))
 
     def _compile(self, args):
@@ -459,7 +479,12 @@ class Graph:
             scaler._lazy_init()  # its state tensors, made before the trace
         stages = _pipeline_stages([m for _, m in self._modules()])
         follow = contextlib.nullcontext()
-        if self.config.auto_parallel:
+        if self.config.auto_parallel and self.config.auto_parallel_pipeline and not stages:
+            from meshflow.distributed import auto
+            if auto._plan_graph_stages(self, args):
+                stages = _pipeline_stages([m for _, m in self._modules()])
+        auto_stages = getattr(self, "_auto_pipeline", None) is not None
+        if self.config.auto_parallel and not auto_stages:
             if stages:
                 raise ValueError(f"{type(self).__name__}: enable_auto_parallel searches the layouts of one "
                                  "placement; it does not combine with set_stage (pipeline stages)")
@@ -472,10 +497,13 @@ class Graph:
         self._lay_out_optimizer_state()
         pipeline = (_Pipeline(type(self).__name__, stages, self.config.pipeline_schedule,
                               self.config.accumulation_steps) if stages else None)
+        if pipeline is not None:
+            # Stages the search placed: inputs move to their stage's placement.
+            pipeline.moves_inputs = auto_stages
         object.__setattr__(self, "_pipeline", pipeline)
         with follow:
             ir, rebuild = self._trace(args, pipeline)
-        if self.config.auto_parallel:
+        if self.config.auto_parallel and not auto_stages:
             auto._check_followed(self, follow)
         if pipeline is not None and pipeline.rank is not None:
             _graph.schedule_pipeline(ir, pipeline.kind, pipeline.num_ranks, pipeline.m, pipeline.stages_per_rank,
@@ -503,6 +531,13 @@ class Graph:
             traced_inputs = tracer.add_inputs(list(args))
             if on_inputs is not None:
                 on_inputs(traced_inputs)
+            if pipeline is not None and pipeline.moves_inputs:
+                # build(x, *targets): the targets go to the last stage, where the loss is.
+                last = pipeline.stages[-1][1]
+                whole = [_sbp.broadcast] * len(last.hierarchy)
+                traced_inputs = traced_inputs[:1] + [
+                    t.to_global(placement=last, sbp=whole) if isinstance(t, Tensor) and t.is_global else t
+                    for t in traced_inputs[1:]]
             # Autocast as configured, whatever region the caller is in.
             from meshflow.amp import autocast
             amp = self.config.amp_dtype
@@ -628,7 +663,8 @@ class Graph:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._compile(args)
-            self._plans[key] = plan
+            # Under the signature after the compile (a searched pipeline sets stages).
+            self._plans[self._signature(args)] = plan
         object.__setattr__(self, "_last", plan)
         outputs = plan.executable.run(list(args))
         for _, scheduler in self._optimizers:

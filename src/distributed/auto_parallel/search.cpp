@@ -71,6 +71,15 @@ void transition(const CostModel& model, const Shape& mesh, const NdSbp& from, co
     if (f.is_partial_sum()) kind = t.is_broadcast() ? "all_reduce" : t.is_split() ? "reduce_scatter" : nullptr;
     else if (f.is_split()) kind = t.is_broadcast() ? "all_gather" : t.is_split() ? "all_to_all" : nullptr;
     if (kind) {
+      // Boxing copies the data around some collectives (boxing.cpp): an
+      // all-to-all packs its blocks and unpacks them; a gather or a
+      // reduce-scatter along a dim other than 0 moves that dim first and
+      // back. Each copy reads and writes the local part.
+      double copied = 0;  // bytes copied on a rank
+      if (f.is_split() && t.is_split()) copied = 2 * part / double(m);
+      else if (f.is_split() && t.is_broadcast() && f.axis() != 0) copied = part / double(m) + part;
+      else if (f.is_partial_sum() && t.is_split() && t.axis() != 0) copied = part + part / double(m);
+      out->time += 2 * copied / model.memory_bandwidth;
       out->time += model.collective(kind, m, part);
       const double f_bytes = std::string(kind) == "all_reduce" ? 2.0 * double(m - 1) / double(m) : double(m - 1) / double(m);
       out->bytes += part * f_bytes;
@@ -500,7 +509,9 @@ std::vector<int32_t> solve(const Problem& p, double lambda, const std::vector<bo
 //    by no other input), take that input's buffer;
 //  * an update (a call that writes its inputs and makes no output) runs
 //    right after the last call that touches its inputs' buffers;
-//  * an input boxed to another layout is a buffer of its own at its call;
+//  * an input boxed to another layout is a buffer of its own at its call,
+//    with the packed or permuted copy boxing makes around a collective; a
+//    parameter gathered along dim 0 is gathered one gather ahead;
 //  * the step's inputs are held from the start to their last read.
 // A buffer counts from its first call to its last, both included; the peak
 // is the largest sum of buffers live at one call (the graph's live peak).
@@ -671,13 +682,37 @@ double peak_live_bytes(const Problem& p, const std::vector<int32_t>& assign, std
     hold(held[v], first[v], end[v]);
     if (gap[v].first <= gap[v].second) hold(-held[v], gap[v].first, gap[v].second);
   }
+  int64_t previous_gather = -1;  // when the last parameter gathered along dim 0 was read
   for (size_t c = 0; c < nc; ++c) {
     const CallRecord& rec = calls[c];
     for (size_t i = 0; i < rec.inputs.size(); ++i) {
       const int64_t x = rec.inputs[i];
       if (x < 0) continue;
-      if (moves(p.layout_of(x, assign), choice(c).in[i]))
-        hold(local_bytes(values[size_t(x)].shape, values[size_t(x)].dtype, choice(c).in[i]), when[c], when[c]);
+      const NdSbp have = p.layout_of(x, assign), &want = choice(c).in[i];
+      if (!moves(have, want)) continue;
+      // A parameter's gather along dim 0 reads the parameter itself; the
+      // graph issues it one gather ahead (prefetch_gathers), so its result
+      // is held from the previous such read.
+      bool prefetched = values[size_t(x)].kind == ValueKind::Source;
+      for (size_t a = 0; a < have.size(); ++a)
+        if (have[a] != want[a] && p.mesh[a] > 1)
+          prefetched = prefetched && have[a].is_split() && have[a].axis() == 0 && want[a].is_broadcast();
+      if (prefetched) {
+        const ValueRecord& xv = values[size_t(x)];
+        hold(local_bytes(xv.shape, xv.dtype, want), previous_gather >= 0 ? previous_gather : when[c], when[c]);
+        previous_gather = when[c];
+        continue;
+      }
+      // The boxed copy, and while boxing makes it, the packed or permuted
+      // copies around its collectives (as transition() counts them).
+      const ValueRecord& xv = values[size_t(x)];
+      double working = local_bytes(xv.shape, xv.dtype, want);
+      for (size_t a = 0; a < have.size(); ++a)
+        if (have[a] != want[a] && p.mesh[a] > 1 &&
+            ((have[a].is_split() && (want[a].is_split() || have[a].axis() != 0)) ||
+             (have[a].is_partial_sum() && want[a].is_split() && want[a].axis() != 0)))
+          working = std::max(working, local_bytes(xv.shape, xv.dtype, have) + local_bytes(xv.shape, xv.dtype, want));
+      hold(working, when[c], when[c]);
     }
   }
   double live = 0, peak = 0;
