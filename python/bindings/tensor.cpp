@@ -273,6 +273,12 @@ void init_tensor(py::module_& m) {
       .def("to", [](const Tensor& t, DType dtype, bool non_blocking, bool copy) {
         return convert(t, std::nullopt, dtype, non_blocking, copy);
       }, py::arg("dtype"), py::arg("non_blocking") = false, py::arg("copy") = false)
+      // A device named by a string is parsed here, so that a bad name is the
+      // device's ValueError, not a failed overload match.
+      .def("to", [](const Tensor& t, const std::string& device, std::optional<DType> dtype, bool non_blocking,
+                    bool copy) { return convert(t, Device(device), dtype, non_blocking, copy); },
+           py::arg("device"), py::arg("dtype") = py::none(), py::arg("non_blocking") = false,
+           py::arg("copy") = false)
       .def("to", [](const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool non_blocking,
                     bool copy) { return convert(t, device, dtype, non_blocking, copy); },
            py::arg("device") = py::none(), py::arg("dtype") = py::none(), py::arg("non_blocking") = false,

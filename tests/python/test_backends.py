@@ -81,6 +81,13 @@ def test_device_arguments_are_checked():
     g = mf.ones(2).to_global(placement=mf.placement("cpu", [0]), sbp=mf.sbp.broadcast)
     with pytest.raises(RuntimeError, match="to_global"):
         g.to("cuda")
+    # A device named by a bad string is the device's error, not an argument mismatch.
+    t = mf.ones(2)
+    with pytest.raises(ValueError, match="expected a device type 'cpu' or 'cuda', got 'tpu'"):
+        t.to("tpu")
+    with pytest.raises(ValueError, match="invalid device index"):
+        t.to("cuda:x", mf.float64)
+    assert t.to("cpu", mf.float64).dtype == mf.float64 and t.to("cpu") is not None
 
 
 needs_gpu = pytest.mark.skipif(NO_DEVICE, reason="no CUDA device visible (mf.cuda.device_count() == 0)")
