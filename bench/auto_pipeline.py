@@ -5,8 +5,8 @@ pipelines, on 2 ranks x 1 thread (eager pipelining, float32, SGD):
 * skewed: the same with its middle layer 4x wider (1024-4096-1024), so a
   balanced cut is not the middle one.
 
-For each: the plan searched with 2 stages (micro-batches 2, 4 or 8; 1F1B or
-GPipe) under calibrate()'s cost model of 2 ranks, its predicted step, and
+For each: the plan searched with 2 stages (micro-batches 2, 4 or 8; 1F1B,
+GPipe or zero-bubble) under calibrate()'s cost model of 2 ranks, its predicted step, and
 the measured median step of the eager pipeline on that plan; then, for
 comparison, the predicted and measured step of another cut (one Linear
 layer later, or earlier) with the plan's micro-batch count and schedule.

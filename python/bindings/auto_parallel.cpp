@@ -146,6 +146,18 @@ void init_auto_parallel(py::module_& parent) {
       },
       py::arg("log"), py::arg("model"), py::arg("plan"));
 
+  // Each call's part of a pipeline stage's step: "forward", "backward_input",
+  // "backward_weight" or "update" (Note [Pipeline parts of calls]).
+  m.def(
+      "call_parts",
+      [](const CallLog& log, const std::vector<int64_t>& input_sources) {
+        static const char* names[] = {"forward", "backward_input", "backward_weight", "update"};
+        py::list out;
+        for (CallPart part : call_parts(log, input_sources)) out.append(names[int(part)]);
+        return out;
+      },
+      py::arg("log"), py::arg("input_sources"));
+
   using FollowGuard = PyGuard<FollowPlan, Plan>;
   py::class_<FollowGuard>(m, "FollowPlan")
       .def(py::init([](py::object plan) { return FollowGuard{plan.cast<Plan*>(), plan, nullptr}; }))

@@ -91,6 +91,7 @@ struct ValueRecord {
 struct CallRecord {
   const OpDef* op = nullptr;
   bool inplace = false;
+  bool backward = false;  // made by autograd's backward pass (traced in graph mode)
   std::vector<int64_t> inputs;   // value ids, -1 for an undefined input
   std::vector<int64_t> outputs;  // value ids
   std::vector<std::vector<SbpSignature>> candidates;  // per mesh axis (sbp_candidates)
@@ -197,6 +198,11 @@ struct CallCost {
   std::vector<std::string> collectives;  // "all_reduce 4.0 MiB", one per boxing of an input
 };
 std::vector<CallCost> call_costs(const CallLog& log, const CostModel& model, const Plan& plan);
+
+// The part of a training step each call belongs to, as a pipeline stage
+// runs it (Note [Pipeline parts of calls] in log.cpp).
+enum class CallPart : uint8_t { Forward, BackwardInput, BackwardWeight, Update };
+std::vector<CallPart> call_parts(const CallLog& log, const std::vector<int64_t>& input_sources);
 
 // While alive, the global interpreter on this thread runs call k with the
 // plan's signature for call k; a call of another op than the plan's throws.

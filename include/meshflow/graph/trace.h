@@ -141,6 +141,8 @@ class Tracer {
   // After it: notes the layouts of the global results on the values of
   // their local tensors (for printing).
   void leave_global(const TensorList& outputs);
+  // Whether autograd's backward pass is running (its ops are being traced).
+  bool in_backward() const { return in_backward_; }
 
  private:
   ValueId value_of(const Tensor& t, const OpDef* op);

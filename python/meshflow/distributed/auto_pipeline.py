@@ -25,6 +25,15 @@ GPipe. For each candidate bound T on max_s t_s, a dynamic program over the
 cut points finds the cheapest sum_s t_s whose stages are all within T and
 within the memory limit; the best (S, M, schedule, T) wins. Exact for the
 model above; the model ignores overlap of messages with compute.
+
+The zero-bubble schedule (backward split into its input-gradient part I,
+which the previous stage waits for, and its weight-gradient part W, run in
+the bubbles) has no closed form: each range's calls are split into F, I
+and W (Note [Pipeline parts of calls] in src/distributed/auto_parallel/
+log.cpp; the output's message goes with F, its gradient's with I), and each
+cut the dynamic program gives for a bound is run through the schedule
+simulator (pipelining.make_schedule(...).simulate), whose peak of in-flight
+micro-batches per stage gives the memory.
 """
 import copy
 import math
@@ -34,23 +43,22 @@ import meshflow as _mf
 
 __all__ = ["plan_pipeline", "best_partition"]
 
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe", "zero_bubble")
 
 
-def best_partition(num_layers, num_stages, stage_time, stage_memory=None, memory_limit=0.0, microbatches=1):
-    """The cut of layers 0..num_layers-1 into num_stages contiguous,
-    non-empty ranges that minimises sum_s t_s + (microbatches - 1) max_s t_s,
-    where t_s = stage_time(i, j) for the range [i, j), subject to
-    stage_memory(s, i, j) <= memory_limit (when a limit is given).
-    Returns (cost, [(i, j), ...]) or (inf, None) when no cut fits."""
+def _partitions(num_layers, num_stages, stage_time, stage_memory=None, memory_limit=0.0):
+    """For each bound T on the slowest stage (every distinct range time),
+    the cut of layers 0..num_layers-1 into num_stages contiguous, non-empty
+    ranges with the least sum of stage times, each within T and (when a
+    limit is given) stage_memory(s, i, j) <= memory_limit: yields
+    (T, sum of times, [(i, j), ...]) for the bounds some cut meets."""
     if num_stages < 1 or num_stages > num_layers:
-        return math.inf, None
+        return
     times = {(i, j): stage_time(i, j) for i in range(num_layers) for j in range(i + 1, num_layers + 1)}
 
     def fits(s, i, j):
         return not memory_limit or stage_memory is None or stage_memory(s, i, j) <= memory_limit
 
-    best = (math.inf, None)
     for bound in sorted(set(times.values())):
         # f[s][j]: the least sum of stage times covering layers [0, j) with s stages, each within bound.
         f = [[math.inf] * (num_layers + 1) for _ in range(num_stages + 1)]
@@ -66,14 +74,25 @@ def best_partition(num_layers, num_stages, stage_time, stage_memory=None, memory
                         f[s][j], cut[s][j] = f[s - 1][i] + t, i
         if f[num_stages][num_layers] == math.inf:
             continue
-        cost = f[num_stages][num_layers] + (microbatches - 1) * bound
+        ranges, j = [], num_layers
+        for s in range(num_stages, 0, -1):
+            i = cut[s][j]
+            ranges.append((i, j))
+            j = i
+        yield bound, f[num_stages][num_layers], ranges[::-1]
+
+
+def best_partition(num_layers, num_stages, stage_time, stage_memory=None, memory_limit=0.0, microbatches=1):
+    """The cut of layers 0..num_layers-1 into num_stages contiguous,
+    non-empty ranges that minimises sum_s t_s + (microbatches - 1) max_s t_s,
+    where t_s = stage_time(i, j) for the range [i, j), subject to
+    stage_memory(s, i, j) <= memory_limit (when a limit is given).
+    Returns (cost, [(i, j), ...]) or (inf, None) when no cut fits."""
+    best = (math.inf, None)
+    for bound, total, ranges in _partitions(num_layers, num_stages, stage_time, stage_memory, memory_limit):
+        cost = total + (microbatches - 1) * bound
         if cost < best[0]:
-            ranges, j = [], num_layers
-            for s in range(num_stages, 0, -1):
-                i = cut[s][j]
-                ranges.append((i, j))
-                j = i
-            best = (cost, ranges[::-1])
+            best = (cost, ranges)
     return best
 
 
@@ -150,17 +169,64 @@ class _StageCosts:
             def stage_loss(m, x, g):
                 return (m(x) * g).sum()
         optimizer = _mf.optim.SGD(sub.parameters(), lr=0.0)
+        probe = ("model.0.probe",) if isinstance(parts[0], _InputGradient) else ()
         report = self.simulate(sub, optimizer, stage_loss, inputs, (self.ranks,), cost_model=self.model,
-                               _backward=backward)
+                               _backward=backward, _input_parameters=probe)
         # The calls' costs sum to the plan's step. Gradient boxing is in the calls of the
         # backward, so it is counted per micro-batch (an over-estimate: it happens once per step).
         per_step = sum(c["compute"] + c["boxing"] for c in report["calls"] if c["op"].endswith("_update"))
         per_microbatch = report["step_time"] - per_step
+        # The parts a zero-bubble schedule runs apart (Note [Pipeline parts of calls]): forward F,
+        # the input gradient I and the weight gradients W; the gradients' boxing into their
+        # parameters' layouts, outside the calls, goes with W.
+        part = {"forward": 0.0, "backward_input": 0.0, "backward_weight": 0.0}
+        for c in report["calls"]:
+            if c["part"] in part:
+                part[c["part"]] += c["compute"] + c["boxing"]
+        part["backward_weight"] += per_microbatch - sum(part.values())
         if not last:
             out_bytes = self.acts[j].numel() * self.acts[j].element_size() / self.ranks
-            per_microbatch += 2 * self.model.collective("all_reduce", 2, out_bytes)
+            message = self.model.collective("all_reduce", 2, out_bytes)
+            per_microbatch += 2 * message
+            part["forward"] += message
+            part["backward_input"] += message
         return {"time": per_microbatch, "update": per_step, "parameters": report["parameter_memory"],
-                "activations": max(0.0, report["memory"] - report["parameter_memory"])}
+                "activations": max(0.0, report["memory"] - report["parameter_memory"]),
+                "forward": part["forward"], "backward_input": part["backward_input"],
+                "backward_weight": part["backward_weight"]}
+
+
+def _zero_bubble(num_layers, stages, m, costs, memory_1f1b, memory_limit):
+    """The zero-bubble schedule's best cut: each cut the dynamic program
+    gives for a bound (those that fit under 1F1B's in-flight counts, which
+    zero-bubble schedules keep too) run through the schedule simulator with
+    its stages' F, I and W times. Returns (simulated step, ranges,
+    memory(s, i, j) from the simulated peak of in-flight micro-batches), or
+    (inf, None, None)."""
+    from meshflow.distributed import pipelining as pp
+    if stages < 2:
+        return math.inf, None, None
+    schedule = pp.make_schedule("zero_bubble", stages, m)
+    best = (math.inf, None, None)
+    seen = set()
+    for _, _, ranges in _partitions(num_layers, stages, lambda i, j: costs(i, j)["time"], memory_1f1b,
+                                    memory_limit):
+        if tuple(ranges) in seen:
+            continue
+        seen.add(tuple(ranges))
+        c = [costs(i, j) for i, j in ranges]
+        result = schedule.simulate(forward=[x["forward"] for x in c], backward_input=[x["backward_input"] for x in c],
+                                   backward_weight=[x["backward_weight"] for x in c])
+        peaks = list(result.peak_activations)
+
+        def memory(s, i, j, peaks=peaks):
+            return costs(i, j)["parameters"] + peaks[s] * costs(i, j)["activations"]
+
+        if memory_limit and any(memory(s, i, j) > memory_limit for s, (i, j) in enumerate(ranges)):
+            continue
+        if result.step_time < best[0]:
+            best = (result.step_time, ranges, memory)
+    return best
 
 
 def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory_limit=0, microbatches=None,
@@ -171,7 +237,8 @@ def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory
     another); loss_fn(output, *targets) -> a 0-d loss; inputs: (x, *targets),
     the whole batch; world_size: the ranks to plan for; memory_limit: bytes
     per rank (0: none); microbatches: the counts to try (default: divisors of
-    the batch up to 32); num_stages: the stage count to use (default: every
+    the batch up to 32); schedules: among "1f1b", "gpipe" and
+    "zero_bubble"; num_stages: the stage count to use (default: every
     divisor of world_size up to the number of layers). Returns a dict:
     "num_stages", "data_parallel" (ranks
     per stage), "split_points" (the names of the children that begin stages
@@ -228,8 +295,11 @@ def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory
                     in_flight = m if schedule == "gpipe" else min(stages - s, m)
                     return c["parameters"] + in_flight * c["activations"]
 
-                total, ranges = best_partition(len(layers), stages, lambda i, j: costs(i, j)["time"], memory,
-                                               float(memory_limit), m)
+                if schedule == "zero_bubble":
+                    total, ranges, memory = _zero_bubble(len(layers), stages, m, costs, memory, float(memory_limit))
+                else:
+                    total, ranges = best_partition(len(layers), stages, lambda i, j: costs(i, j)["time"], memory,
+                                                   float(memory_limit), m)
                 if ranges is None:
                     candidates.append({"num_stages": stages, "n_microbatches": m, "schedule": schedule,
                                        "step_time": math.inf})

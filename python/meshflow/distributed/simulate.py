@@ -94,7 +94,7 @@ class _Step(_mf.nn.Graph):
 
 
 def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_limit=0, input_sbp=None,
-             _backward=True):
+             _backward=True, _input_parameters=None):
     """The searched plan of this training step on `mesh` (a tuple of mesh
     sizes, e.g. (8, 8)) as cost_report's dict, plus "mesh" and
     "communication_bytes_per_step". inputs are the whole batch; input_sbp
@@ -118,6 +118,13 @@ def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_li
     object.__setattr__(graph, "_auto_parallel", record)
     report = _auto.cost_report(graph)
     report["mesh"] = tuple(int(m) for m in mesh)
+    if _input_parameters is not None:
+        # Each call's part of a pipeline stage's step (Note [Pipeline parts
+        # of calls]): the gradients of these parameters stand for the
+        # stage's input gradient.
+        sources = [s for s in range(big.num_sources) if big.source_name(s) in _input_parameters]
+        for row, part in zip(report["calls"], _ap.call_parts(big, sources)):
+            row["part"] = part
     return report
 
 

@@ -378,7 +378,7 @@ class GraphConfig:
     def enable_auto_parallel_pipeline(self, mode=True):
         """With enable_auto_parallel: the search may also cut the model into
         pipeline stages, one per rank of the placement, and choose the
-        schedule ("1f1b" or "gpipe") and the micro-batch count, when it
+        schedule ("1f1b", "gpipe" or "zero_bubble") and the micro-batch count, when it
         predicts that faster than the best plan without stages. The model is
         the graph's one module whose children run one after another (an
         nn.Sequential), and build(x, *targets) passes x to it first, as

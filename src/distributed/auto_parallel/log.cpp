@@ -7,6 +7,7 @@
 #include "meshflow/distributed/auto_parallel.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/error.h"
+#include "meshflow/graph/trace.h"
 
 namespace mf::distributed::auto_parallel {
 namespace {
@@ -131,6 +132,8 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   CallRecord rec;
   rec.op = &op;
   rec.inplace = inplace;
+  if (const graph::Tracer* tracer = graph::current_tracer())
+    rec.backward = tracer->in_backward();
   for (const Tensor& t : inputs) {
     rec.inputs.push_back(log.value_of(t));
     if (t.defined()) rec.bytes += nbytes(t.sizes(), t.dtype());
@@ -172,6 +175,43 @@ void log_accumulation(const Tensor& variable, const Tensor& before, const Tensor
   log.tie(after, source);
   if (after.defined() && after.is_global() && gradient >= 0)
     log.values[size_t(log.ids.at(after.impl()->global().get()))].gradient = gradient;
+}
+
+// Note [Pipeline parts of calls]: for a pipeline stage's step (the stage
+// search, auto_pipeline.py), each call is
+//  * an update: it writes its inputs and makes no output (the optimizers');
+//  * backward input (I): a backward call whose results lead to the
+//    gradient of one of `input_sources` (the stage's input, which the
+//    previous stage waits for), read through later calls;
+//  * backward weight (W): any other backward call (weight gradients and
+//    their sums), which zero-bubble schedules run later;
+//  * forward: the rest.
+// This is the split the graph's pipeline schedule makes of a traced
+// backward (graph/pipeline.cpp, step 3).
+std::vector<CallPart> call_parts(const CallLog& log, const std::vector<int64_t>& input_sources) {
+  const size_t nc = log.calls.size();
+  std::vector<CallPart> parts(nc, CallPart::Forward);
+  std::vector<bool> leads(log.values.size(), false);  // a value the input part needs
+  for (const auto& [v, s] : log.accumulations)
+    if (std::find(input_sources.begin(), input_sources.end(), s) != input_sources.end()) leads[size_t(v)] = true;
+  for (size_t c = nc; c-- > 0;) {
+    const CallRecord& rec = log.calls[c];
+    bool writes = false, makes = false;
+    for (size_t i = 0; i < rec.inputs.size(); ++i) writes = writes || rec.op->writes_input(i, rec.inplace);
+    for (int64_t v : rec.outputs) makes = makes || v >= 0;
+    if (writes && !makes && !rec.op->collective) {
+      parts[c] = CallPart::Update;
+      continue;
+    }
+    if (!rec.backward) continue;
+    bool input = false;
+    for (int64_t v : rec.outputs) input = input || (v >= 0 && leads[size_t(v)]);
+    parts[c] = input ? CallPart::BackwardInput : CallPart::BackwardWeight;
+    if (input)
+      for (int64_t v : rec.inputs)
+        if (v >= 0) leads[size_t(v)] = true;
+  }
+  return parts;
 }
 
 CallLog remesh(const CallLog& log, const Placement& mesh) {

@@ -255,19 +255,24 @@ TEST(GraphPasses, ElementwiseResultsReadMuchLaterAreRecomputed) {
   expect_values(exe.run({xs})[0], values(mul(exp(xs), add(mf::t(tanh(exp(xs))), cs))), 1e-6);
 }
 
-TEST(GraphPasses, AParameterGatheredThroughCopiesIsGatheredAgainForLaterReaders) {
-  // A parameter split along dim 1 is gathered as boxing does it: its
-  // transpose copied, gathered, transposed back and copied. The copy read
-  // early and late is made again, gather and all, before the late reader.
-  Graph g;
-  const Tensor w = random_tensor({3, 2}, 5, -1, 1, DType::Float32);
-  ValueId x = g.add_input(f32({3, 2}));
-  ValueId v = g.add_variable(w);
+// A variable split along dim 1 gathered whole as boxing does it (on one
+// rank here): its transpose copied, gathered, transposed back and copied.
+ValueId gather_as_boxing_does(Graph& g, ValueId v) {
   ValueId t = g.add_node(op("permute"), {v}, {{"dims", Shape{1, 0}}})[0];
   ValueId c = g.add_node(op("clone"), {t})[0];
   ValueId a = g.add_node(op("comm_all_gather"), {c}, {{"group", Shape{0}}, {"counts", Shape{2}}})[0];
   ValueId b = g.add_node(op("permute"), {a}, {{"dims", Shape{1, 0}}})[0];
-  ValueId gathered = g.add_node(op("clone"), {b})[0];
+  return g.add_node(op("clone"), {b})[0];
+}
+
+TEST(GraphPasses, AParameterGatheredThroughCopiesIsGatheredAgainForLaterReaders) {
+  // The gathered copy read early and late is made again, gather and all,
+  // before the late reader.
+  Graph g;
+  const Tensor w = random_tensor({3, 2}, 5, -1, 1, DType::Float32);
+  ValueId x = g.add_input(f32({3, 2}));
+  ValueId v = g.add_variable(w);
+  ValueId gathered = gather_as_boxing_does(g, v);
   ValueId h = g.add_node(op("mul"), {x, gathered})[0];
   for (int k = 0; k < 12; ++k) h = g.add_node(op("neg"), {h})[0];
   ValueId f = g.add_node(op("mul"), {h, gathered})[0];
@@ -291,11 +296,7 @@ TEST(GraphPasses, AGatheredCopyIsKeptWhenItsParameterIsWrittenBetweenItsReaders)
   Graph g;
   ValueId x = g.add_input(f32({3, 2}));
   ValueId v = g.add_variable(random_tensor({3, 2}, 7, -1, 1, DType::Float32));
-  ValueId t = g.add_node(op("permute"), {v}, {{"dims", Shape{1, 0}}})[0];
-  ValueId c = g.add_node(op("clone"), {t})[0];
-  ValueId a = g.add_node(op("comm_all_gather"), {c}, {{"group", Shape{0}}, {"counts", Shape{2}}})[0];
-  ValueId b = g.add_node(op("permute"), {a}, {{"dims", Shape{1, 0}}})[0];
-  ValueId gathered = g.add_node(op("clone"), {b})[0];
+  ValueId gathered = gather_as_boxing_does(g, v);
   ValueId h = g.add_node(op("mul"), {x, gathered})[0];
   for (int k = 0; k < 6; ++k) h = g.add_node(op("neg"), {h})[0];
   g.add_inplace_node(op("mul"), {v, x});  // the parameter changes

@@ -17,7 +17,7 @@ import numpy as np
 
 import meshflow as mf
 import meshflow.nn.functional as F
-from layouts import MACHINE, shard, whole
+from layouts import MACHINE, shard, step_alongside, whole
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples"))
 import models  # noqa: E402
@@ -121,13 +121,7 @@ if world > 1:
     g = Plain()
     data = [(rng.standard_normal((64, 16)), rng.standard_normal((64, 8))) for _ in range(3)]
     for x, y in data:
-        local_opt.zero_grad()
-        loss = F.mse_loss(local(mf.tensor(x)), mf.tensor(y))
-        loss.backward()
-        local_opt.step()
-        got = g(mf.tensor(x).to_global(placement=line, sbp=B).to_global(sbp=S(0)),
-                mf.tensor(y).to_global(placement=line, sbp=B).to_global(sbp=S(0)))
-        np.testing.assert_allclose(float(whole(got)), loss.item(), rtol=1e-12)
+        step_alongside(local, local_opt, g, x, y, line)
     for (name, p), (_, q) in zip(local.named_parameters(), model.named_parameters()):
         np.testing.assert_allclose(whole(q), p.detach().numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
     # The three weights gathered for forward, and the two later ones again

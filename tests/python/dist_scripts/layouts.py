@@ -68,3 +68,18 @@ MACHINE = {
                                     [1 << 26, 10e-6 * (m - 1) + (1 << 26) * _ring(kind, m) / 5e9]]
                            for m in (2, 4)} for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")},
 }
+
+
+def step_alongside(local, local_opt, graph, x, y, placement):
+    """One step of `local` in one process (mse_loss, `local_opt`) and one
+    call of the training `graph` on the same batch split over `placement`
+    (numpy x, y); their losses must be equal."""
+    import numpy as np
+    import meshflow.nn.functional as F
+    local_opt.zero_grad()
+    loss = F.mse_loss(local(mf.tensor(x)), mf.tensor(y))
+    loss.backward()
+    local_opt.step()
+    got = graph(mf.tensor(x).to_global(placement=placement, sbp=B).to_global(sbp=S(0)),
+                mf.tensor(y).to_global(placement=placement, sbp=B).to_global(sbp=S(0)))
+    np.testing.assert_allclose(float(whole(got.to_global(placement=placement, sbp=B))), loss.item(), rtol=1e-12)
