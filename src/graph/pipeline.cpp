@@ -98,6 +98,24 @@ std::string schedule_pipeline(Graph& graph, const std::vector<pp::Action>& rank_
       key[size_t(j)] = key_of(nodes[size_t(j)], stage[size_t(j)]);
     }
   }
+  // A collective that depends on no stage's node (the boxing of a build()
+  // input from a placement wider than its stage, e.g. a target gathered for
+  // the last stage) runs in the prologue on every rank of its group, with
+  // what it reads: attached to a consumer's action it would run there only
+  // on the ranks that have that consumer, and the others, which run it in
+  // their prologue, would wait for it while the consumer's rank waits for
+  // their messages.
+  std::vector<int> hoist;
+  for (int j = 0; j < n; ++j)
+    if (key[size_t(j)] == kUnset && nodes[size_t(j)].op->collective) hoist.push_back(j);
+  while (!hoist.empty()) {
+    const int j = hoist.back();
+    hoist.pop_back();
+    if (key[size_t(j)] != kUnset) continue;
+    key[size_t(j)] = kPrologue;
+    for (int p : producers[size_t(j)])
+      if (key[size_t(p)] == kUnset) hoist.push_back(p);
+  }
   for (int j = n - 1; j >= 0; --j) {
     if (key[size_t(j)] != kUnset) continue;
     int best = -1;

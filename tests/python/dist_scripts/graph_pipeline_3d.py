@@ -3,7 +3,8 @@ data parallel (4 ranks: 2 stages of 2 ranks each, the batch split) or data
 and tensor parallel (8 ranks: 2 stages on 2x2 meshes, the batch split over
 mesh axis 0 and each transformer block Megatron-sharded over axis 1) gives
 the losses and parameters of one process on the whole batch (float64,
-rtol 1e-10), with 1F1B and GPipe over two steps."""
+rtol 1e-10), with 1F1B and GPipe over two steps, also when the batch
+arrives split over every rank of the job."""
 import numpy as np
 
 import meshflow as mf
@@ -113,7 +114,7 @@ def reference(m, steps, lr):
     return stages, losses
 
 
-def run(kind, m, steps=2, lr=0.05):
+def run(kind, m, steps=2, lr=0.05, inputs_on_all=False):
     ref, ref_losses = reference(m, steps, lr)
     stages = [s.to_global(placements[i], (B,) * nd) for i, s in enumerate(stage_modules())]
     if tensor_parallel:
@@ -125,8 +126,17 @@ def run(kind, m, steps=2, lr=0.05):
         assert stages[1][0].layer.linear1.weight.sbp == (B, S(0))
     model = Pipelined(stages)
     g = Train(model, mf.optim.SGD(model.parameters(), lr=lr), kind, m)
-    x = mf.tensor(xs, placement=placements[0], sbp=act_sbp)
-    y = mf.tensor(ys, placement=placements[0], sbp=act_sbp)
+    if inputs_on_all:
+        # The batch arrives split over every rank of the job: build() boxes it
+        # onto the first stage and the targets onto the last (Note [Pipeline
+        # schedules in graph mode]: boxing that reads no stage's value runs in
+        # every rank's prologue).
+        everyone = mf.placement("cpu", list(range(world)))
+        x = mf.tensor(xs, placement=everyone, sbp=S(0))
+        y = mf.tensor(ys, placement=everyone, sbp=S(0))
+    else:
+        x = mf.tensor(xs, placement=placements[0], sbp=act_sbp)
+        y = mf.tensor(ys, placement=placements[0], sbp=act_sbp)
     for step in range(steps):
         loss = g(x, y)
         if placements[-1].ranks and rank in np.array(placements[-1].ranks).ravel():
@@ -142,4 +152,5 @@ def run(kind, m, steps=2, lr=0.05):
 
 run("1f1b", 4)
 run("gpipe", 2)
+run("1f1b", 2, inputs_on_all=True)
 print(f"rank {rank}/{world}: graph pipeline 3d OK", flush=True)
