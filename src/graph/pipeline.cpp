@@ -133,15 +133,19 @@ std::string schedule_pipeline(Graph& graph, const std::vector<pp::Action>& rank_
   }
 
   // 3. Zero-bubble schedules: a backward's nodes that lead to what leaves
-  // the stage (a send, a node of another stage) are its input part I; the
-  // rest (weight gradients and their sums) its weight part W.
+  // the stage (a send, a node of another stage, a collective whose result
+  // only another rank reads) are its input part I; the rest (weight
+  // gradients and their sums) its weight part W.
   int64_t weight_nodes = 0;
   if (split) {
     std::vector<bool> input_part(static_cast<size_t>(n), false);
     for (int j = n - 1; j >= 0; --j) {
       const Node& node = nodes[size_t(j)];
       if (node.pipeline.phase != Phase::Backward || stage[size_t(j)] < 0) continue;
-      bool leaves = node.op == &send;
+      // A collective whose result this rank does not read feeds another
+      // rank: the root of a stage of several ranks sends what the others
+      // gathered with it, so it leaves the stage on every rank of the stage.
+      bool leaves = node.op == &send || (node.op->collective && consumers[size_t(j)].empty());
       for (int c : consumers[size_t(j)])
         leaves = leaves || (key[size_t(c)] != key[size_t(j)] && stage[size_t(c)] >= 0 &&
                             stage[size_t(c)] != stage[size_t(j)]) ||

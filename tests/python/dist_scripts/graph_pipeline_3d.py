@@ -3,8 +3,8 @@ data parallel (4 ranks: 2 stages of 2 ranks each, the batch split) or data
 and tensor parallel (8 ranks: 2 stages on 2x2 meshes, the batch split over
 mesh axis 0 and each transformer block Megatron-sharded over axis 1) gives
 the losses and parameters of one process on the whole batch (float64,
-rtol 1e-10), with 1F1B and GPipe over two steps, also when the batch
-arrives split over every rank of the job."""
+rtol 1e-10), with 1F1B, GPipe and zero-bubble over two steps, also when
+the batch arrives split over every rank of the job."""
 import numpy as np
 
 import meshflow as mf
@@ -153,4 +153,5 @@ def run(kind, m, steps=2, lr=0.05, inputs_on_all=False):
 run("1f1b", 4)
 run("gpipe", 2)
 run("1f1b", 2, inputs_on_all=True)
+run("zero_bubble", 4, inputs_on_all=True)
 print(f"rank {rank}/{world}: graph pipeline 3d OK", flush=True)
