@@ -340,10 +340,11 @@ def _placement_of(graph, args):
                      "inputs (tensor.to_global(placement, sbp)) or lay the model out on one")
 
 
-def _log_step(graph, args):
+def _log_step(graph, args, pin_all=False):
     """The first trace: every free parameter broadcast on the graph's
-    placement, each global op call logged. Returns (log, placement, params,
-    names, pinned)."""
+    placement, each global op call logged (pin_all: every parameter keeps
+    its layout, data parallelism for broadcast ones). Returns (log,
+    placement, params, names, pinned)."""
     placement = _placement_of(graph, args)
     B = [_mf.sbp.broadcast] * len(placement.hierarchy)
     modules = graph._modules()
@@ -366,7 +367,7 @@ def _log_step(graph, args):
                 user = any(s != _mf.sbp.broadcast for s in p.sbp) and id(p) not in chosen_before
                 params.append(p)
                 names.append(f"{prefix}.{name}")
-                pinned.append(user and not ignore_user)
+                pinned.append(pin_all or (user and not ignore_user))
             for name, b in module.named_buffers():
                 if b is not None and not b.is_global:
                     b.data = b.detach().to_global(placement=placement, sbp=B)
@@ -427,16 +428,19 @@ def _plan_graph_stages(graph, args):
     """Note [Searched stages in graph mode]: with enable_auto_parallel_pipeline,
     the first compile asks plan_pipeline (Note [Stage search]) for the best
     plan without stages (one stage over the whole placement: the SBP
-    search's prediction) and the best with one stage per rank, from the
-    same cost model. The model is the graph's one module with children; a
-    copy of it, with whole local parameters, is planned on whole local
-    inputs. The last stage's step is the graph's own build() with that
-    stage standing in for the module, so the loss is the graph's. When the
-    pipeline is predicted faster, each child moves to its stage's rank
-    (set_stage), the graph takes the plan's micro-batch count and schedule,
-    and the trace moves inputs to their stages (targets to the last).
-    Every rank plans alike (the cost model is rank 0's). Returns whether
-    stages were placed."""
+    search's prediction) and the best with S stages for each S >= 2 that
+    divides the ranks (or the num_stages asked for), each stage data
+    parallel over its world / S ranks, from the same cost model. The model
+    is the graph's one module with children; a copy of it, with whole local
+    parameters, is planned on whole local inputs. The last stage's step is
+    the graph's own build() with that stage standing in for the module, so
+    the loss is the graph's. When the pipeline is predicted faster, each
+    child moves to its stage's ranks (set_stage; broadcast there), the
+    graph takes the plan's micro-batch count and schedule, and the trace
+    moves build()'s inputs after the first (the targets) to the last stage
+    and each stage's inputs to it (split along the batch over a stage's
+    ranks). Rank 0's plan is every rank's. Returns whether stages were
+    placed."""
     import copy
     name = type(graph).__name__
     placement = _placement_of(graph, args)
@@ -447,14 +451,20 @@ def _plan_graph_stages(graph, args):
     ranks = _ranks(placement)
     if len(ranks) < 2:
         return False
+    wanted = graph.config.auto_parallel_pipeline_stages
+    if wanted is not None and len(ranks) % wanted:
+        raise ValueError(f"{name}: enable_auto_parallel_pipeline(num_stages={wanted}) must divide the "
+                         f"{len(ranks)} ranks of {placement}")
     owners = [(attr, m) for attr, m in graph._modules() if any(True for _ in m.children())]
     if len(owners) != 1:
         raise ValueError(f"{name}: enable_auto_parallel_pipeline cuts the graph's one module whose children run one "
                          f"after another (an nn.Sequential); the graph has {len(owners)} modules with children")
     attr, module = owners[0]
     layers = list(module.named_children())
-    if len(layers) < len(ranks):
-        return False  # fewer layers than ranks: no stage per rank
+    counts = [wanted] if wanted is not None else [c for c in range(2, len(ranks) + 1) if len(ranks) % c == 0]
+    counts = [c for c in counts if c <= len(layers)]
+    if not counts:
+        return False  # fewer layers than stages
     for p in list(module.parameters()) + list(module.buffers()):
         if p.is_global and (not p.placement == placement or any(x != _mf.sbp.broadcast for x in p.sbp)):
             raise ValueError(f"{name}: enable_auto_parallel_pipeline moves whole parameters to their stages; a "
@@ -489,8 +499,13 @@ def _plan_graph_stages(graph, args):
     limit = graph.config.auto_parallel_memory_limit
     flat = plan_pipeline(local, loss_unused, inputs, len(ranks), cost_model=model, memory_limit=limit,
                          microbatches=[1], num_stages=1, _step_fn=step)
-    piped = plan_pipeline(local, loss_unused, inputs, len(ranks), cost_model=model, memory_limit=limit,
-                          num_stages=len(ranks), _step_fn=step)
+    # Each stage data parallel over its ranks (the parameters broadcast there).
+    piped = None
+    for count in counts:
+        plan = plan_pipeline(local, loss_unused, inputs, len(ranks), cost_model=model, memory_limit=limit,
+                             num_stages=count, _step_fn=step, _data_parallel=True)
+        if piped is None or plan["step_time"] < piped["step_time"] * (1 - 1e-9):
+            piped = plan
     record = {"plan": piped, "unpipelined_step_time": flat["step_time"], "placement": placement,
               "module": attr, "layers": [n for n, _ in layers], "model": model}
     # Rank 0's plan is every rank's: the others trace the one-rank stage
@@ -504,9 +519,10 @@ def _plan_graph_stages(graph, args):
     if not piped["step_time"] < record["unpipelined_step_time"]:
         return False
     B = [_mf.sbp.broadcast]
+    per_stage = piped["data_parallel"]
     with _mf.no_grad():
         for s, (i, j) in enumerate(piped["ranges"]):
-            stage = _mf.placement(placement.type, [ranks[s]])
+            stage = _mf.placement(placement.type, ranks[s * per_stage:(s + 1) * per_stage])
             for _, layer in layers[i:j]:
                 for t in list(layer.parameters()) + list(layer.buffers()):
                     t.data = t.detach().to_global(placement=stage, sbp=B)
@@ -560,7 +576,8 @@ def cost_report(graph):
     staged = getattr(graph, "_auto_pipeline", None)
     if staged is not None:
         plan = staged["plan"]
-        stages = [{"stage": s, "rank": _ranks_of(staged["placement"])[s],
+        per_stage, everyone = plan["data_parallel"], _ranks_of(staged["placement"])
+        stages = [{"stage": s, "ranks": everyone[s * per_stage:(s + 1) * per_stage],
                    "layers": staged["layers"][i:j], "time": t, "memory": mem}
                   for s, ((i, j), t, mem) in enumerate(zip(plan["ranges"], plan["stage_times"],
                                                            plan["memory_per_stage"]))]
@@ -597,9 +614,10 @@ def _report_table(graph):
         pipe = r["pipeline"]
         lines = [f"auto parallel pipeline on {r['placement']}: {pipe['num_stages']} stages, schedule "
                  f"{pipe['schedule']!r}, {pipe['n_microbatches']} micro-batches",
-                 f"{'stage':>5}  {'rank':>4}  {'ms per micro-batch':>18}  {'MiB':>8}  layers"]
+                 f"{'stage':>5}  {'ranks':>8}  {'ms per micro-batch':>18}  {'MiB':>8}  layers"]
         for st in pipe["stages"]:
-            lines.append(f"{st['stage']:>5}  {st['rank']:>4}  {st['time'] * 1e3:>18.3f}  {st['memory'] / 2**20:>8.2f}  "
+            ranks = ",".join(map(str, st["ranks"]))
+            lines.append(f"{st['stage']:>5}  {ranks:>8}  {st['time'] * 1e3:>18.3f}  {st['memory'] / 2**20:>8.2f}  "
                          + ", ".join(st["layers"]))
         lines.append(f"predicted step {r['step_time'] * 1e3:.3f} ms (without stages: "
                      f"{r['unpipelined_step_time'] * 1e3:.3f} ms); memory per rank {r['memory'] / 2**20:.2f} MiB; "

@@ -129,9 +129,10 @@ class _InputGradient(_mf.nn.Module):
 class _StageCosts:
     """The cost-model figures of each layer range on one stage mesh, cached."""
 
-    def __init__(self, layers, loss_fn, acts, targets, ranks, cost_model, simulate, step_fn=None):
+    def __init__(self, layers, loss_fn, acts, targets, ranks, cost_model, simulate, step_fn=None,
+                 data_parallel=False):
         self.layers, self.loss_fn, self.acts, self.targets = layers, loss_fn, acts, targets
-        self.step_fn = step_fn
+        self.step_fn, self.data_parallel = step_fn, data_parallel
         self.ranks, self.model, self.simulate = ranks, cost_model, simulate
         self.cache = {}
 
@@ -171,7 +172,7 @@ class _StageCosts:
         optimizer = _mf.optim.SGD(sub.parameters(), lr=0.0)
         probe = ("model.0.probe",) if isinstance(parts[0], _InputGradient) else ()
         report = self.simulate(sub, optimizer, stage_loss, inputs, (self.ranks,), cost_model=self.model,
-                               _backward=backward, _input_parameters=probe)
+                               _backward=backward, _input_parameters=probe, _data_parallel=self.data_parallel)
         # The calls' costs sum to the plan's step. Gradient boxing is in the calls of the
         # backward, so it is counted per micro-batch (an over-estimate: it happens once per step).
         per_step = sum(c["compute"] + c["boxing"] for c in report["calls"] if c["op"].endswith("_update"))
@@ -230,7 +231,7 @@ def _zero_bubble(num_layers, stages, m, costs, memory_1f1b, memory_limit):
 
 
 def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory_limit=0, microbatches=None,
-                  schedules=SCHEDULES, num_stages=None, _step_fn=None):
+                  schedules=SCHEDULES, num_stages=None, _step_fn=None, _data_parallel=False):
     """Searches the pipeline plan of a training step (Note [Stage search]).
 
     model: an nn.Sequential (or a module whose children run one after
@@ -288,7 +289,7 @@ def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory
             mb = [t[:size] if isinstance(t, _mf.Tensor) and t.dim() and t.shape[0] == batch else t
                   for t in (x, *targets)]
             acts = _boundaries(layers, mb[0])
-            costs = _StageCosts(layers, loss_fn, acts, mb[1:], ranks, model_, simulate, _step_fn)
+            costs = _StageCosts(layers, loss_fn, acts, mb[1:], ranks, model_, simulate, _step_fn, _data_parallel)
             for schedule in schedules:
                 def memory(s, i, j, schedule=schedule, m=m, stages=stages):
                     c = costs(i, j)

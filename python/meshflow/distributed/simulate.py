@@ -94,7 +94,7 @@ class _Step(_mf.nn.Graph):
 
 
 def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_limit=0, input_sbp=None,
-             _backward=True, _input_parameters=None):
+             _backward=True, _input_parameters=None, _data_parallel=False):
     """The searched plan of this training step on `mesh` (a tuple of mesh
     sizes, e.g. (8, 8)) as cost_report's dict, plus "mesh" and
     "communication_bytes_per_step". inputs are the whole batch; input_sbp
@@ -109,7 +109,7 @@ def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_li
         raise ValueError("simulate: input_sbp must be the same on every mesh axis (the trace runs on one rank)")
     graph = _Step(model, optimizer, loss_fn, _backward)
     traced = [x.to_global(placement=one, sbp=sbp[0]) if isinstance(x, _mf.Tensor) else x for x in inputs]
-    log, _, _, names, _ = _auto._log_step(graph, traced)
+    log, _, _, names, _ = _auto._log_step(graph, traced, pin_all=_data_parallel)
     log.release_tensors()
     model_ = cost_model if cost_model is not None else _auto.cost_model()
     big = _ap.remesh(log, virtual)

@@ -237,6 +237,13 @@ class _Pipeline:
         self.moves_inputs = False  # stages the search placed: inputs move to their stage by themselves
 
 
+def _to_stage(t, placement):
+    """A global tensor moved to a searched stage's placement: split along
+    the batch over its ranks (data parallel), whole on one rank."""
+    sbp = _sbp.split(0) if len(_ranks(placement)) > 1 and t.dim() > 0 else _sbp.broadcast
+    return t.to_global(placement=placement, sbp=[sbp] * len(placement.hierarchy))
+
+
 @contextlib.contextmanager
 def _stage_scopes(pipeline, tracer):
     """While tracing: each stage's forward runs inside the tracer's stage
@@ -252,10 +259,8 @@ def _stage_scopes(pipeline, tracer):
                     if state["inside"] is not None:  # a stage module inside another: the outer one's scope
                         return _forward(*args, **kwargs)
                     if pipeline.moves_inputs:
-                        whole = [_sbp.broadcast] * len(_placement.hierarchy)
-                        args = [a.to_global(placement=_placement, sbp=whole)
-                                if isinstance(a, Tensor) and a.is_global and not a.placement == _placement else a
-                                for a in args]
+                        args = [_to_stage(a, _placement) if isinstance(a, Tensor) and a.is_global
+                                and not a.placement == _placement else a for a in args]
                     for a in list(args) + list(kwargs.values()):
                         if isinstance(a, Tensor) and a.is_global and not a.placement == _placement:
                             raise ValueError(f"pipeline stage {_id} ({type(_module).__name__} on {_placement}) got "
@@ -296,6 +301,7 @@ class GraphConfig:
         self.auto_parallel_memory_limit = 0
         self.auto_parallel_ignore_user_sbp = False
         self.auto_parallel_pipeline = False
+        self.auto_parallel_pipeline_stages = None
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast("cpu", dtype),
@@ -375,9 +381,11 @@ class GraphConfig:
         other than broadcast (OneFlow's name)."""
         self.auto_parallel_ignore_user_sbp = bool(mode)
 
-    def enable_auto_parallel_pipeline(self, mode=True):
+    def enable_auto_parallel_pipeline(self, mode=True, num_stages=None):
         """With enable_auto_parallel: the search may also cut the model into
-        pipeline stages, one per rank of the placement, and choose the
+        pipeline stages (num_stages of them, or each count >= 2 that divides
+        the ranks of the placement; each stage data parallel over its
+        ranks), and choose the
         schedule ("1f1b", "gpipe" or "zero_bubble") and the micro-batch count, when it
         predicts that faster than the best plan without stages. The model is
         the graph's one module whose children run one after another (an
@@ -386,7 +394,12 @@ class GraphConfig:
         child with set_stage and sets the gradient accumulation steps and the
         pipeline schedule; inputs move to their stage's placement by
         themselves (docs/auto_parallel.md)."""
+        if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)
+                                       or num_stages < 2):
+            raise ValueError(f"enable_auto_parallel_pipeline: num_stages must be an int >= 2 or None, got "
+                             f"{num_stages!r}")
         self.auto_parallel_pipeline = bool(mode)
+        self.auto_parallel_pipeline_stages = num_stages
 
     def enable_exact_mode(self, mode=True):
         """Only the graph rewrites that give the bits of eager mode: the
@@ -468,6 +481,7 @@ class Graph:
                 self.config.exact, self.config.zero, self.config.accumulation_steps, self.config.pipeline_schedule,
                 self.config.auto_parallel, self.config.auto_parallel_memory_limit,
                 self.config.auto_parallel_ignore_user_sbp, self.config.auto_parallel_pipeline,
+                self.config.auto_parallel_pipeline_stages,
                 tuple((s[0], repr(s[1])) for s in _pipeline_stages([m for _, m in self._modules()])))
 
     def _compile(self, args):
@@ -534,10 +548,8 @@ class Graph:
             if pipeline is not None and pipeline.moves_inputs:
                 # build(x, *targets): the targets go to the last stage, where the loss is.
                 last = pipeline.stages[-1][1]
-                whole = [_sbp.broadcast] * len(last.hierarchy)
-                traced_inputs = traced_inputs[:1] + [
-                    t.to_global(placement=last, sbp=whole) if isinstance(t, Tensor) and t.is_global else t
-                    for t in traced_inputs[1:]]
+                traced_inputs = traced_inputs[:1] + [_to_stage(t, last) if isinstance(t, Tensor) and t.is_global
+                                                     else t for t in traced_inputs[1:]]
             # Autocast as configured, whatever region the caller is in.
             from meshflow.amp import autocast
             amp = self.config.amp_dtype

@@ -30,12 +30,12 @@ def make(width, depth):
 
 
 class Step(mf.nn.Graph):
-    def __init__(self, model, opt):
+    def __init__(self, model, opt, num_stages=None):
         super().__init__()
         self.model = model
         self.add_optimizer(opt)
         self.config.enable_auto_parallel(True)
-        self.config.enable_auto_parallel_pipeline(True)
+        self.config.enable_auto_parallel_pipeline(True, num_stages=num_stages)
 
     def build(self, x, y):
         loss = F.mse_loss(self.model(x), y)
@@ -47,13 +47,13 @@ def whole(t):
     return t.detach().to_global(placement=line, sbp=B).to_local().numpy()
 
 
-def train(width, depth, batch, seed):
+def train(width, depth, batch, seed, num_stages=None):
     mf.manual_seed(seed)
     local = make(width, depth)
     mf.manual_seed(seed)
     model = make(width, depth)
     local_opt = mf.optim.SGD(local.parameters(), lr=0.05, momentum=0.9)
-    g = Step(model, mf.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    g = Step(model, mf.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), num_stages)
     rng = np.random.default_rng(seed)
     for _ in range(3):
         step_alongside(local, local_opt, g, rng.standard_normal((batch, width)), rng.standard_normal((batch, 4)), line)
@@ -67,24 +67,35 @@ if world > 1:
     # Collectives of 1 ms latency: the SBP plans' many collectives cost more
     # than a pipeline's few messages.
     auto.set_cost_model(described_machine(0.05, 10, 1, 1000, [2, 4]))
+    def check_stages(g, model, stages=None):
+        report = auto.cost_report(g)
+        pipe = report["pipeline"]
+        assert report["step_time"] < report["unpipelined_step_time"], report
+        assert stages is None or pipe["num_stages"] == stages, pipe
+        assert pipe["schedule"] in ("1f1b", "gpipe", "zero_bubble") and 32 % pipe["n_microbatches"] == 0, pipe
+        # The stages cover the layers in order and the ranks in order, and each
+        # child's parameters are broadcast on its stage's ranks.
+        names = [n for st in pipe["stages"] for n in st["layers"]]
+        assert names == [str(i) for i in range(9)], names
+        per_stage = world // pipe["num_stages"]
+        assert [st["ranks"] for st in pipe["stages"]] == [list(range(s * per_stage, (s + 1) * per_stage))
+                                                          for s in range(pipe["num_stages"])], pipe["stages"]
+        for st in pipe["stages"]:
+            for n in st["layers"]:
+                for p in model[int(n)].parameters():
+                    assert p.is_global and p.placement == mf.placement("cpu", st["ranks"]), (n, p.placement)
+                    assert all(x == B for x in p.sbp), p.sbp
+        text = g.auto_parallel_report()
+        assert f"{pipe['num_stages']} stages" in text and "without stages" in text, text
+        if rank == 0:
+            print(text, flush=True)
+
     g, model = train(512, 4, 32, seed=0)
-    report = auto.cost_report(g)
-    pipe = report["pipeline"]
-    assert pipe["num_stages"] == world and report["step_time"] < report["unpipelined_step_time"], report
-    assert pipe["schedule"] in ("1f1b", "gpipe", "zero_bubble") and 32 % pipe["n_microbatches"] == 0, pipe
-    # The stages cover the layers in order, stage s on rank s, and each child's
-    # parameters live on its stage's rank.
-    names = [n for st in pipe["stages"] for n in st["layers"]]
-    assert names == [str(i) for i in range(9)], names
-    assert [st["rank"] for st in pipe["stages"]] == list(range(world))
-    for st in pipe["stages"]:
-        for n in st["layers"]:
-            for p in model[int(n)].parameters():
-                assert p.is_global and p.placement == mf.placement("cpu", [st["rank"]]), (n, p.placement)
-    text = g.auto_parallel_report()
-    assert f"{world} stages" in text and "without stages" in text, text
-    if rank == 0:
-        print(text, flush=True)
+    check_stages(g, model)
+    if world == 4:
+        # Two stages of two ranks each, data parallel within a stage.
+        g, model = train(512, 4, 32, seed=2, num_stages=2)
+        check_stages(g, model, stages=2)
 
     # Fast collectives and a tall batch of narrow rows: no stages.
     auto.set_cost_model(described_machine(0.05, 10, 50, 2, [2, 4]))
