@@ -445,7 +445,7 @@ def _plan_graph_stages(graph, args):
     name = type(graph).__name__
     placement = _placement_of(graph, args)
     if len(placement.hierarchy) != 1:
-        raise ValueError(f"{name}: enable_auto_parallel_pipeline places one stage per rank of a 1-D placement, got "
+        raise ValueError(f"{name}: enable_auto_parallel_pipeline places stages over the ranks of a 1-D placement, got "
                          f"{placement}")
     from meshflow.nn.graph import GraphModule, _ranks
     ranks = _ranks(placement)
