@@ -55,6 +55,15 @@ def test_collective_validation_needs_two_ranks():
         auto.validate_collectives()
 
 
+def test_auto_parallel_pipeline_checks_its_stage_count():
+    config = mf.nn.Graph().config
+    for bad in (1, 0, True, 2.0, "2"):
+        with pytest.raises(ValueError, match="num_stages must be an int >= 2 or None"):
+            config.enable_auto_parallel_pipeline(True, num_stages=bad)
+    config.enable_auto_parallel_pipeline(True, num_stages=2)
+    assert config.auto_parallel_pipeline and config.auto_parallel_pipeline_stages == 2
+
+
 def described(points=((4096, 20e-6), (1 << 20, 120e-6), (1 << 24, 1.7e-3))):
     model = auto.CostModel()
     for kind in auto.COLLECTIVES:

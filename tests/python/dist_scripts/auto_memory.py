@@ -1,6 +1,6 @@
 """Run under mpirun: the auto-parallel memory prediction against the
 graph's own memory plan (Note [Predicted memory] in
-src/distributed/auto_parallel/search.cpp). For an MLP, a small GPT, a CNN
+src/distributed/auto_parallel/memory.cpp). For an MLP, a small GPT, a CNN
 and a BERT-style encoder (float32, SGD with momentum) searched on every
 rank of the job, the predicted bytes per rank are within 10% of what the
 compiled step keeps: its parameters' and optimizer state's shards plus the

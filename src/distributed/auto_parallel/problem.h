@@ -1,0 +1,225 @@
+// The search problem of Note [Auto parallel] in
+// meshflow/distributed/auto_parallel.h, shared by the search (search.cpp)
+// and the memory model (memory.cpp): the layouts a choice gives, the cost
+// of compute and of boxing, and every node's choices.
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "meshflow/distributed/auto_parallel.h"
+#include "meshflow/error.h"
+
+namespace mf::distributed::auto_parallel::detail {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+inline double nbytes(const Shape& shape, DType dtype) { return double(shape_numel(shape)) * double(itemsize(dtype)); }
+
+// How many parts layout cuts a tensor into (per rank, bytes / this).
+inline double parts_of(const NdSbp& layout, const Shape& mesh) {
+  double p = 1;
+  for (size_t a = 0; a < layout.size(); ++a)
+    if (layout[a].is_split()) p *= double(mesh[a]);
+  return p;
+}
+
+// Whether layout leaves every rank a nonempty part of every dim.
+inline bool fits(const NdSbp& layout, const Shape& shape, const Shape& mesh) {
+  for (size_t d = 0; d < shape.size(); ++d) {
+    int64_t parts = 1;
+    for (size_t a = 0; a < layout.size(); ++a)
+      if (layout[a].is_split() && layout[a].axis() == int64_t(d)) parts *= mesh[a];
+    if (parts > 1 && shape[d] < parts) return false;
+  }
+  for (const Sbp& s : layout)
+    if (s.is_split() && s.axis() >= int64_t(shape.size())) return false;
+  return true;
+}
+
+struct Boxing {
+  double time = 0, bytes = 0;
+  std::vector<std::string> collectives;
+};
+
+inline std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1 << 20));
+  return buf;
+}
+
+// Boxing a tensor of `bytes` from one layout to another, one mesh axis
+// after the other (as boxing does), each axis's collective over that
+// axis's group on the part the other axes leave.
+inline void transition(const CostModel& model, const Shape& mesh, const NdSbp& from, const NdSbp& to, double bytes,
+                Boxing* out, bool describe) {
+  for (size_t a = 0; a < from.size(); ++a) {
+    if (from[a] == to[a] || mesh[a] == 1) continue;  // one rank along the axis: nothing moves
+    double part = bytes;
+    for (size_t b = 0; b < from.size(); ++b) {
+      if (b == a) continue;
+      const Sbp& s = b < a ? to[b] : from[b];
+      if (s.is_split()) part /= double(mesh[b]);
+    }
+    const int64_t m = mesh[a];
+    const Sbp &f = from[a], &t = to[a];
+    const char* kind = nullptr;
+    if (f.is_partial_sum()) kind = t.is_broadcast() ? "all_reduce" : t.is_split() ? "reduce_scatter" : nullptr;
+    else if (f.is_split()) kind = t.is_broadcast() ? "all_gather" : t.is_split() ? "all_to_all" : nullptr;
+    if (kind) {
+      // Boxing copies the data around some collectives (boxing.cpp): an
+      // all-to-all packs its blocks and unpacks them; a gather or a
+      // reduce-scatter along a dim other than 0 moves that dim first and
+      // back. Each copy reads and writes the local part.
+      double copied = 0;  // bytes copied on a rank
+      if (f.is_split() && t.is_split()) copied = 2 * part / double(m);
+      else if (f.is_split() && t.is_broadcast() && f.axis() != 0) copied = part / double(m) + part;
+      else if (f.is_partial_sum() && t.is_split() && t.axis() != 0) copied = part + part / double(m);
+      out->time += 2 * copied / model.memory_bandwidth;
+      out->time += model.collective(kind, m, part);
+      const double f_bytes = std::string(kind) == "all_reduce" ? 2.0 * double(m - 1) / double(m) : double(m - 1) / double(m);
+      out->bytes += part * f_bytes;
+      if (describe) out->collectives.push_back(std::string(kind) + " " + mib(part) + " over " + std::to_string(m));
+    } else {
+      // Local: a slice of a broadcast tensor, or zeros padding a partial sum.
+      out->time += (t.is_split() ? part / double(m) : part) / model.memory_bandwidth;
+    }
+  }
+}
+
+inline double transition_time(const CostModel& model, const Shape& mesh, const NdSbp& from, const NdSbp& to,
+                       double bytes) {
+  if (from == to) return 0;
+  Boxing b;
+  transition(model, mesh, from, to, bytes, &b, false);
+  return b.time;
+}
+
+// The layouts a call's signature choice gives its inputs and outputs.
+struct CallChoice {
+  std::vector<size_t> per_axis;
+  std::vector<NdSbp> in, out;
+  double compute = 0;
+};
+
+inline double compute_time(const CostModel& model, const CallRecord& c, const std::vector<NdSbp>& in,
+                    const std::vector<NdSbp>& out, const Shape& mesh, DType dtype) {
+  // Each mesh axis on which the signature splits some tensor divides the
+  // work; an all-broadcast or partial signature repeats it on every rank.
+  double frac = 1;
+  for (size_t a = 0; a < mesh.size(); ++a) {
+    bool split = false;
+    for (const NdSbp& l : in) split = split || (!l.empty() && l[a].is_split());
+    for (const NdSbp& l : out) split = split || l[a].is_split();
+    if (split) frac /= double(mesh[a]);
+  }
+  const double rate = dtype == kFloat64                          ? model.gemm_flops_f64
+                      : (dtype == kBFloat16 || dtype == kFloat16) ? model.gemm_flops_16
+                                                                  : model.gemm_flops;
+  // A view moves no data.
+  const double intensity = c.flops / std::max(c.bytes, 1.0);
+  const double efficiency =
+      model.gemm_half_intensity > 0 && c.flops > 0 ? intensity / (intensity + model.gemm_half_intensity) : 1.0;
+  const double t = c.op->view ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / model.memory_bandwidth);
+  return model.op_overhead + frac * t;
+}
+
+struct Problem {
+  const CallLog& log;
+  const CostModel& model;
+  Shape mesh;
+  std::vector<std::vector<NdSbp>> source_choices;
+  std::vector<std::vector<CallChoice>> call_choices;
+
+  Problem(const CallLog& l, const CostModel& m) : log(l), model(m), mesh(l.placement->hierarchy()) {
+    const size_t axes = mesh.size();
+    for (const SourceRecord& s : log.sources) {
+      std::vector<NdSbp> choices;
+      if (s.pinned) {
+        choices.push_back(*s.pinned);
+      } else {
+        // Per axis: broadcast or a split of any dim; all combinations that fit.
+        std::vector<std::vector<Sbp>> per_axis(axes);
+        for (size_t a = 0; a < axes; ++a) {
+          per_axis[a].push_back(Sbp::broadcast());
+          for (size_t d = 0; d < s.shape.size(); ++d) per_axis[a].push_back(Sbp::split(int64_t(d)));
+        }
+        NdSbp cur(axes, Sbp::broadcast());
+        std::function<void(size_t)> rec = [&](size_t a) {
+          if (a == axes) {
+            if (fits(cur, s.shape, mesh)) choices.push_back(cur);
+            return;
+          }
+          for (const Sbp& x : per_axis[a]) {
+            cur[a] = x;
+            rec(a + 1);
+          }
+        };
+        rec(0);
+      }
+      source_choices.push_back(std::move(choices));
+    }
+    for (const CallRecord& c : log.calls) {
+      std::vector<CallChoice> choices;
+      CallChoice cur;
+      cur.per_axis.assign(axes, 0);
+      std::function<void(size_t)> rec = [&](size_t a) {
+        if (a == axes) {
+          CallChoice ch;
+          ch.per_axis = cur.per_axis;
+          const size_t nin = c.inputs.size(), nout = c.outputs.size();
+          ch.in.assign(nin, NdSbp(axes, Sbp::broadcast()));
+          ch.out.assign(nout, NdSbp(axes, Sbp::broadcast()));
+          for (size_t x = 0; x < axes; ++x) {
+            const SbpSignature& sig = c.candidates[x][ch.per_axis[x]];
+            for (size_t i = 0; i < nin && i < sig.inputs.size(); ++i) ch.in[i][x] = sig.inputs[i];
+            for (size_t o = 0; o < nout && o < sig.outputs.size(); ++o) ch.out[o][x] = sig.outputs[o];
+          }
+          for (size_t i = 0; i < nin; ++i)
+            if (c.inputs[i] >= 0 && !fits(ch.in[i], log.values[size_t(c.inputs[i])].shape, mesh)) return;
+          for (size_t o = 0; o < nout; ++o)
+            if (c.outputs[o] >= 0 && !fits(ch.out[o], log.values[size_t(c.outputs[o])].shape, mesh)) return;
+          DType dtype = kFloat32;
+          if (!c.outputs.empty() && c.outputs[0] >= 0) dtype = log.values[size_t(c.outputs[0])].dtype;
+          else if (!c.inputs.empty() && c.inputs[0] >= 0) dtype = log.values[size_t(c.inputs[0])].dtype;
+          std::vector<NdSbp> defined_in;
+          for (size_t i = 0; i < nin; ++i) defined_in.push_back(c.inputs[i] >= 0 ? ch.in[i] : NdSbp{});
+          ch.compute = compute_time(model, c, defined_in, ch.out, mesh, dtype);
+          choices.push_back(std::move(ch));
+          return;
+        }
+        for (size_t k = 0; k < c.candidates[a].size(); ++k) {
+          cur.per_axis[a] = k;
+          rec(a + 1);
+        }
+      };
+      rec(0);
+      MF_CHECK(!choices.empty(), Error, "auto parallel: ", c.op->name, " has no signature that fits the mesh");
+      call_choices.push_back(std::move(choices));
+    }
+  }
+
+  size_t num_sources() const { return source_choices.size(); }
+  size_t node_of_call(size_t c) const { return num_sources() + c; }
+  double source_memory(size_t s, size_t x) const {
+    const SourceRecord& r = log.sources[s];
+    return double(r.copies) * nbytes(r.shape, r.dtype) / parts_of(source_choices[s][x], mesh);
+  }
+  // The layout value v has when node choices are `assign`.
+  NdSbp layout_of(int64_t v, const std::vector<int32_t>& assign) const {
+    const ValueRecord& r = log.values[size_t(v)];
+    if (r.kind == ValueKind::Fixed) return r.fixed;
+    if (r.kind == ValueKind::Source) return source_choices[size_t(r.node)][size_t(assign[size_t(r.node)])];
+    const CallChoice& ch = call_choices[size_t(r.node)][size_t(assign[node_of_call(size_t(r.node))])];
+    return size_t(r.index) < ch.out.size() ? ch.out[size_t(r.index)] : NdSbp(mesh.size(), Sbp::broadcast());
+  }
+};
+
+// The peak bytes per rank of the step's values under an assignment
+// (Note [Predicted memory] in memory.cpp); at_peak (if given) gets the
+// values live at the peak.
+double peak_live_bytes(const Problem& p, const std::vector<int32_t>& assign, std::vector<int64_t>* at_peak);
+
+}  // namespace mf::distributed::auto_parallel::detail
