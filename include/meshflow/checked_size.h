@@ -7,10 +7,12 @@
 
 #include "meshflow/dtype.h"
 #include "meshflow/error.h"
+#include "meshflow/small_vector.h"
 
 namespace mf {
 
-using Shape = std::vector<int64_t>;
+// Sizes and strides (Note [Inline shapes] in small_vector.h).
+using Shape = SmallVector<int64_t, 6>;
 
 // Note [Checked sizes]: sizes, strides, paddings and repeat counts come from
 // users, and a product that wraps around int64 turns a refused request into

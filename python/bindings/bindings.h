@@ -156,6 +156,11 @@ class type_caster<mf::Tensor> : public type_caster_generic {
 template <>
 struct move_if_unreferenced<mf::Tensor, void> : std::false_type {};
 
+// A Shape converts as std::vector<int64_t> does: from a sequence of ints,
+// to a list (Note [Inline shapes] in meshflow/small_vector.h).
+template <>
+struct type_caster<mf::Shape> : list_caster<mf::Shape, int64_t> {};
+
 // Python bool, int and float (and NumPy scalars, one-element tensors).
 template <>
 struct type_caster<mf::Scalar> {

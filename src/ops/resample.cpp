@@ -357,11 +357,10 @@ MF_REGISTER_OP(pad_backward_op(kCircular));
 
 // One value per spatial dim from an int-or-list argument, with torch's
 // message when a list has the wrong length.
-template <typename V>
-std::vector<V> per_dim(const std::variant<V, std::vector<V>>& arg, int64_t dims, const Tensor& x, const char* what,
-                       const char* format) {
-  if (std::holds_alternative<V>(arg)) return std::vector<V>(size_t(std::max<int64_t>(dims, 0)), std::get<V>(arg));
-  const std::vector<V>& values = std::get<std::vector<V>>(arg);
+template <typename V, typename List>
+List per_dim(const std::variant<V, List>& arg, int64_t dims, const Tensor& x, const char* what, const char* format) {
+  if (std::holds_alternative<V>(arg)) return List(size_t(std::max<int64_t>(dims, 0)), std::get<V>(arg));
+  const List& values = std::get<List>(arg);
   MF_CHECK(int64_t(values.size()) == dims, ValueError, "interpolate: Input and ", what,
            " must have the same number of spatial dimensions, but got input with spatial dimensions of ",
            shape_str(x.dim() >= 2 ? spatial_sizes(x.sizes()) : Shape{}), " and ", format, " with ", values.size(),
