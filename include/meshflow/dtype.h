@@ -37,7 +37,11 @@ inline constexpr DType kBFloat16 = DType::BFloat16;
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat64 = DType::Float64;
 
-size_t itemsize(DType dtype);
+// Bytes per element (inline: every allocation and stride computation asks).
+inline size_t itemsize(DType dtype) {
+  constexpr unsigned char kSizes[kNumDTypes] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+  return kSizes[size_t(dtype)];
+}
 // "float32", "bfloat16", ... (PyTorch's names without the "torch." prefix).
 const char* dtype_name(DType dtype);
 // Parses a dtype name; accepts PyTorch aliases ("float", "half", "long", ...).

@@ -27,7 +27,8 @@ namespace mf {
 // std::vector<int64_t> implicitly where an API still takes one.
 //
 // Restricted to trivially copyable element types: elements are moved with
-// memcpy and never destroyed.
+// memcpy and never destroyed. The inline array starts zeroed, so copying
+// all of it reads no indeterminate values.
 template <typename T, size_t N>
 class SmallVector {
   static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>,
@@ -58,12 +59,12 @@ class SmallVector {
     assign(first, last);
   }
   SmallVector(const std::vector<T>& v) { assign(v.begin(), v.end()); }  // NOLINT: implicit by design
-  SmallVector(const SmallVector& o) { assign(o.begin(), o.end()); }
+  SmallVector(const SmallVector& o) { copy_from(o); }
   SmallVector(SmallVector&& o) noexcept { take(o); }
   ~SmallVector() { release(); }
 
   SmallVector& operator=(const SmallVector& o) {
-    if (this != &o) assign(o.begin(), o.end());
+    if (this != &o) copy_from(o);
     return *this;
   }
   SmallVector& operator=(SmallVector&& o) noexcept {
@@ -228,6 +229,17 @@ class SmallVector {
 
  private:
   bool on_heap() const noexcept { return data_ != inline_; }
+  // Between two inline vectors the whole inline array is copied: a copy of
+  // constant size compiles to a few moves, where a copy of size_ elements
+  // would be a call to memmove.
+  void copy_from(const SmallVector& o) {
+    if (!on_heap() && !o.on_heap()) {
+      std::memcpy(inline_, o.inline_, sizeof(inline_));
+      size_ = o.size_;
+      return;
+    }
+    assign(o.begin(), o.end());
+  }
   void release() noexcept {
     if (on_heap()) std::free(data_);
   }
@@ -239,7 +251,7 @@ class SmallVector {
       o.data_ = o.inline_;
       o.capacity_ = N;
     } else {
-      std::memcpy(inline_, o.inline_, o.size_ * sizeof(T));
+      std::memcpy(inline_, o.inline_, sizeof(inline_));
     }
     size_ = o.size_;
     o.size_ = 0;
@@ -264,7 +276,7 @@ class SmallVector {
   T* data_ = inline_;
   size_t size_ = 0;
   size_t capacity_ = N;
-  T inline_[N];
+  T inline_[N] = {};  // all of it is copied (copy_from)
 };
 
 }  // namespace mf

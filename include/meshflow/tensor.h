@@ -28,6 +28,11 @@ Shape contiguous_strides(const Shape& sizes);
 class TensorImpl {
  public:
   TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype);
+  // A contiguous tensor filling all of storage, whose numel (sizes checked
+  // by checked_numel) and byte size the caller has computed: make_empty's
+  // path, which skips the checks that hold by construction.
+  struct Fresh {};
+  TensorImpl(Fresh, Storage storage, const Shape& sizes, int64_t numel, DType dtype);
   ~TensorImpl();
   TensorImpl(const TensorImpl&) = delete;
   TensorImpl& operator=(const TensorImpl&) = delete;

@@ -7,25 +7,19 @@
 namespace mf {
 
 namespace {
-struct DTypeInfo {
-  const char* name;
-  size_t itemsize;
+constexpr std::array<const char*, kNumDTypes> kNames = {
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
 };
-constexpr std::array<DTypeInfo, kNumDTypes> kInfo = {{
-    {"bool", 1}, {"uint8", 1}, {"int8", 1}, {"int16", 2}, {"int32", 4},
-    {"int64", 8}, {"float16", 2}, {"bfloat16", 2}, {"float32", 4}, {"float64", 8},
-}};
 }  // namespace
 
-size_t itemsize(DType dtype) { return kInfo[size_t(dtype)].itemsize; }
-const char* dtype_name(DType dtype) { return kInfo[size_t(dtype)].name; }
+const char* dtype_name(DType dtype) { return kNames[size_t(dtype)]; }
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
 
 DType dtype_from_name(const std::string& raw) {
   std::string name = raw.rfind("torch.", 0) == 0 ? raw.substr(6) : raw;
   if (name.rfind("meshflow.", 0) == 0) name = name.substr(9);
   for (int i = 0; i < kNumDTypes; ++i)
-    if (name == kInfo[i].name) return DType(i);
+    if (name == kNames[i]) return DType(i);
   static const std::pair<const char*, DType> kAliases[] = {
       {"float", DType::Float32},  {"double", DType::Float64}, {"half", DType::Float16},
       {"long", DType::Int64},     {"int", DType::Int32},      {"short", DType::Int16},

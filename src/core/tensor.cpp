@@ -79,6 +79,17 @@ TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offs
   set_data(std::move(storage), std::move(sizes), std::move(strides), offset, dtype);
 }
 
+TensorImpl::TensorImpl(Fresh, Storage storage, const Shape& sizes, int64_t numel, DType dtype)
+    : storage_(std::move(storage)), sizes_(sizes), offset_(0), numel_(numel), dtype_(dtype), is_contiguous_(true) {
+  // checked_numel bounded the product of max(size, 1), so no stride overflows.
+  strides_.resize(sizes_.size());
+  int64_t stride = 1;
+  for (size_t i = sizes_.size(); i-- > 0;) {
+    strides_[i] = stride;
+    stride *= std::max<int64_t>(sizes_[i], 1);
+  }
+}
+
 namespace {
 
 // Note [View bounds]: a tensor never addresses memory outside its storage.
@@ -173,17 +184,19 @@ void set_default_dtype(DType dtype) {
 // --- raw construction -----------------------------------------------------------
 
 Tensor make_empty(const Shape& sizes, DType dtype, Device device) {
-  const size_t nbytes = size_t(checked_nbytes(sizes, dtype, "empty"));
+  const int64_t numel = checked_numel(sizes, "empty");
+  const size_t nbytes = size_t(checked_mul(numel, int64_t(itemsize(dtype)), "empty", "the byte size"));
   if (!device.is_cpu()) [[unlikely]]
     check_device(device, "empty");
   auto storage = std::make_shared<StorageImpl>(nbytes, device, &get_backend(device.type()).allocator(device.index()));
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
+  return Tensor(std::make_shared<TensorImpl>(TensorImpl::Fresh{}, std::move(storage), sizes, numel, dtype));
 }
 
 Tensor make_meta(const Shape& sizes, DType dtype, Device device) {
-  const size_t nbytes = size_t(checked_nbytes(sizes, dtype, "empty"));
+  const int64_t numel = checked_numel(sizes, "empty");
+  const size_t nbytes = size_t(checked_mul(numel, int64_t(itemsize(dtype)), "empty", "the byte size"));
   auto storage = std::make_shared<StorageImpl>(nbytes, device);
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype));
+  return Tensor(std::make_shared<TensorImpl>(TensorImpl::Fresh{}, std::move(storage), sizes, numel, dtype));
 }
 
 Tensor make_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {

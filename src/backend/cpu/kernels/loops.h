@@ -178,6 +178,20 @@ void for_each_run(const StridedOperands<N>& ops, int64_t grain, const Inner& inn
 template <size_t N>
 StridedOperands<N> make_operands(Tensor& out, const std::array<const Tensor*, N - 1>& ins) {
   StridedOperands<N> ops;
+  // Operands that are all contiguous and of out's shape are one flat run:
+  // the common case needs neither per-dim strides nor coalescing.
+  bool flat = out.is_contiguous() && out.numel() > 0;
+  for (size_t k = 1; flat && k < N; ++k) flat = ins[k - 1]->is_contiguous() && ins[k - 1]->sizes() == out.sizes();
+  if (flat) {
+    ops.sizes.assign(1, out.numel());
+    ops.strides[0].assign(1, int64_t(itemsize(out.dtype())));
+    ops.data[0] = static_cast<char*>(out.data_ptr());
+    for (size_t k = 1; k < N; ++k) {
+      ops.strides[k].assign(1, int64_t(itemsize(ins[k - 1]->dtype())));
+      ops.data[k] = static_cast<char*>(ins[k - 1]->data_ptr());
+    }
+    return ops;
+  }
   ops.sizes = out.sizes();
   ops.strides[0] = broadcast_byte_strides(out, ops.sizes);
   ops.data[0] = static_cast<char*>(out.data_ptr());
