@@ -126,12 +126,27 @@ class Tensor {
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
   // --- metadata ---------------------------------------------------------
+  // size()/stride()'s errors (IndexError) for a dim out of range.
+  [[noreturn]] int64_t size_out_of_range(int64_t dim) const;
+  [[noreturn]] int64_t stride_out_of_range(int64_t dim) const;
   const Shape& sizes() const { return checked()->sizes(); }
   const Shape& shape() const { return sizes(); }
   const Shape& strides() const { return checked()->strides(); }
   // size(-1) is the last dimension; out of range throws IndexError.
-  int64_t size(int64_t dim) const;
-  int64_t stride(int64_t dim) const;
+  int64_t size(int64_t dim) const {
+    const Shape& s = sizes();
+    const int64_t n = int64_t(s.size());
+    if (dim >= -n && dim < n) [[likely]]
+      return s[size_t(dim < 0 ? dim + n : dim)];
+    return size_out_of_range(dim);
+  }
+  int64_t stride(int64_t dim) const {
+    const Shape& s = strides();
+    const int64_t n = int64_t(s.size());
+    if (dim >= -n && dim < n) [[likely]]
+      return s[size_t(dim < 0 ? dim + n : dim)];
+    return stride_out_of_range(dim);
+  }
   int64_t dim() const { return checked()->dim(); }
   int64_t numel() const { return checked()->numel(); }
   DType dtype() const { return checked()->dtype(); }

@@ -76,6 +76,17 @@ void add_methods(py::module_& m, py::handle tensor_class, std::initializer_list<
 py::handle tensor_object(const Tensor& t, bool move);
 // Installs that identity on the Tensor class; called once at import.
 void init_identity(py::handle tensor_class);
+// The tensor a Tensor object (or an object of a Python subclass) holds, or
+// null for any other object.
+const Tensor* held_tensor_or_null(PyObject* o);
+
+// Note [Fast calls] in fast_calls.cpp: Tensor attributes to replace by
+// direct C entry points once every binding is defined. A null function
+// sends calls with that operand type to the replaced pybind11 function.
+void fast_binary(const char* name, Tensor (*tensor)(const Tensor&, const Tensor&), Tensor (*scalar)(const Tensor&, Scalar));
+void fast_inplace(const char* name, void (*tensor)(Tensor&, const Tensor&), void (*scalar)(Tensor&, Scalar));
+void fast_unary(const char* name, Tensor (*f)(const Tensor&));
+void install_fast_calls(py::handle tensor_class);
 
 void init_types(py::module_& m);
 void init_tensor(py::module_& m);

@@ -77,8 +77,10 @@ void init_elementwise(py::module_& m) {
            {"reciprocal", &reciprocal}, {"sin", &sin}, {"cos", &cos}, {"tanh", &tanh}, {"sigmoid", &sigmoid},
            {"erf", &erf}, {"lgamma", &lgamma}, {"digamma", &digamma}, {"floor", &floor}, {"ceil", &ceil}, {"round", &round}, {"trunc", &trunc},
            {"relu", &relu}, {"silu", &silu}, {"logical_not", &logical_not}, {"bitwise_not", &bitwise_not},
-           {"isnan", &isnan}, {"isinf", &isinf}, {"isfinite", &isfinite}})
+           {"isnan", &isnan}, {"isinf", &isinf}, {"isfinite", &isfinite}}) {
     def_unary(m, name, f);
+    fast_unary(name, f);
+  }
   m.def("polygamma", &polygamma, py::arg("n"), py::arg("input"));
   m.def("_standard_gamma_grad", &standard_gamma_grad, py::arg("input"), py::arg("output"));
   m.def("gelu", &gelu, py::arg("input"), py::kw_only(), py::arg("approximate") = "none");
@@ -212,6 +214,7 @@ void init_elementwise(py::module_& m) {
   for (auto [name, f] : more_math) {
     def_unary(m, name, f);
     tensor.def(name, f);
+    fast_unary(name, f);
   }
   // In-place forms (Tensor.sin_() and torch.sin_(t)) of the unary functions that have none yet.
   std::vector<std::pair<const char*, Unary>> in_place(more_math);

@@ -85,6 +85,12 @@ const py::detail::type_info* tensor_type_info() {
 
 }  // namespace
 
+const Tensor* held_tensor_or_null(PyObject* o) {
+  if (g_tensor_type == nullptr || !PyObject_TypeCheck(o, g_tensor_type) || !holds_value(o)) return nullptr;
+  const Tensor& t = held_tensor(o);
+  return t.defined() ? &t : nullptr;
+}
+
 py::handle tensor_object(const Tensor& t, bool move) {
   if (!t.defined()) return py::none().release();
   TensorImpl* impl = t.impl();

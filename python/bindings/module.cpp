@@ -419,4 +419,5 @@ PYBIND11_MODULE(_C, m) {
   init_profiler(m);
   init_auto_parallel(m);
   init_amp(m);
+  install_fast_calls(m.attr("Tensor"));  // last: it wraps what the others defined
 }

@@ -20,6 +20,7 @@ void def_operator(py::class_<Tensor>& cls, const char* name, TensorFn f, ScalarF
   }, py::is_operator());
   cls.def(name, [g](const Tensor& a, Scalar b) { return g(a, b); }, py::is_operator());
   cls.def(name, [f](const Tensor& a, const py::array& b) { return f(a, tensor_from_numpy(b)); }, py::is_operator());
+  fast_binary(name, +f, +g);
 }
 
 // Reflected operators: `number op tensor` and `array op tensor` (f is the
@@ -28,6 +29,7 @@ template <typename TensorFn, typename ScalarFn>
 void def_reflected(py::class_<Tensor>& cls, const char* name, TensorFn f, ScalarFn g) {
   cls.def(name, [g](const Tensor& a, Scalar b) { return g(a, b); }, py::is_operator());
   cls.def(name, [f](const Tensor& a, const py::array& b) { return f(tensor_from_numpy(b), a); }, py::is_operator());
+  fast_binary(name, nullptr, +g);
 }
 
 template <typename TensorFn, typename ScalarFn>
@@ -41,6 +43,7 @@ void def_inplace(py::class_<Tensor>& cls, const char* name, TensorFn f, ScalarFn
     g(self.cast<Tensor&>(), b);
     return self;
   }, py::is_operator());
+  fast_inplace(name, +f, +g);
 }
 
 }  // namespace
@@ -76,6 +79,7 @@ void init_operators(py::module_& m) {
     if (!b.defined()) return not_implemented();
     return py::cast(matmul(a, b));
   }, py::is_operator());
+  fast_binary("__matmul__", [](T a, T b) { return matmul(a, b); }, nullptr);
 
   def_reflected(cls, "__radd__", [](T a, T b) { return add(a, b); }, [](T a, Scalar b) { return add(a, b); });
   def_reflected(cls, "__rsub__", [](T a, T b) { return sub(a, b); }, [](T a, Scalar b) { return rsub(a, b); });
@@ -110,6 +114,8 @@ void init_operators(py::module_& m) {
       .def("__pos__", [](T a) { return a; })
       .def("__abs__", [](T a) { return abs(a); })
       .def("__invert__", [](T a) { return bitwise_not(a); });
+  fast_unary("__neg__", [](T a) { return neg(a); });
+  fast_unary("__abs__", [](T a) { return abs(a); });
 }
 
 }  // namespace mf::python

@@ -207,16 +207,16 @@ Tensor make_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
 
 void Tensor::throw_undefined() { throw Error("Tensor: the tensor is undefined (default-constructed)"); }
 
-int64_t Tensor::size(int64_t d) const {
-  const auto& s = sizes();
-  MF_CHECK(!s.empty(), IndexError, "Tensor.size: a 0-d tensor has no dimension ", d);
-  return s[wrap_dim(d, dim(), "Tensor.size")];
+int64_t Tensor::size_out_of_range(int64_t d) const {
+  MF_CHECK(dim() != 0, IndexError, "Tensor.size: a 0-d tensor has no dimension ", d);
+  wrap_dim(d, dim(), "Tensor.size");  // throws
+  throw Error("internal: Tensor.size: dim in range");
 }
 
-int64_t Tensor::stride(int64_t d) const {
-  const auto& s = strides();
-  MF_CHECK(!s.empty(), IndexError, "Tensor.stride: a 0-d tensor has no dimension ", d);
-  return s[wrap_dim(d, dim(), "Tensor.stride")];
+int64_t Tensor::stride_out_of_range(int64_t d) const {
+  MF_CHECK(dim() != 0, IndexError, "Tensor.stride: a 0-d tensor has no dimension ", d);
+  wrap_dim(d, dim(), "Tensor.stride");  // throws
+  throw Error("internal: Tensor.stride: dim in range");
 }
 
 Scalar Tensor::item() const {

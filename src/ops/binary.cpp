@@ -357,11 +357,18 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   check_alpha("sub", dt, alpha);
   return dispatch::apply_one(op_sub(), {to(a, dt), to(scaled(b, alpha), dt)});
 }
+// As PyTorch: a bool operand of a subtraction is an error, also as a number.
+static void check_no_bool_subtrahend(Scalar s) {
+  MF_CHECK(!s.is_bool(), TypeError, "sub: subtraction, the `-` operator, with a bool is not supported; "
+           "to invert a mask use the `~` or `logical_not()` operator instead");
+}
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
+  check_no_bool_subtrahend(b);
   DType dt = result_type(a, b);
   return dispatch::apply_one(op_sub(), {to(a, dt), scalar_tensor(scale(b, alpha), dt, a.device())});
 }
 Tensor rsub(const Tensor& a, Scalar b) {
+  check_no_bool_subtrahend(b);
   DType dt = result_type(a, b);
   return dispatch::apply_one(op_sub(), {scalar_tensor(b, dt, a.device()), to(a, dt)});
 }
@@ -420,6 +427,7 @@ Tensor& sub_(Tensor& t, const Tensor& b, Scalar alpha) {
   return t;
 }
 Tensor& sub_(Tensor& t, Scalar b, Scalar alpha) {
+  check_no_bool_subtrahend(b);
   check_inplace_result("sub_", result_type(t, b), t.dtype());
   return sub_(t, scalar_tensor(scale(b, alpha), t.dtype(), t.device()));
 }

@@ -78,7 +78,9 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) { return dispatch::apply
 
 // Operands as the autocast layer hands them to op, cast before the views the
 // functions below take of them (Note [Autocast] in autocast.h).
-Tensor autocast_operand(const OpDef& op, const Tensor& t) { return autocast::cast_for(op, t); }
+Tensor autocast_operand(const OpDef& op, const Tensor& t) {
+  return autocast::any_enabled() ? autocast::cast_for(op, t) : t;
+}
 
 // mv and dot follow their inputs' dtype under autocast, as in PyTorch.
 void follow_inputs(std::optional<AutocastGuard>& guard, const Tensor& t) {
