@@ -79,7 +79,7 @@ constexpr int64_t kKeyBlock = 128;
 template <typename T>
 struct Strided {
   const T* data;
-  std::vector<int64_t> offsets;
+  Offsets offsets;
   int64_t rs, cs;
 
   Strided(const Tensor& t, const Shape& batch)

@@ -115,7 +115,7 @@ void blas_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, T alpha, T
            k, ", ", m, ") exceed the BLAS int range");
   const Layout la = *layout_of(a), lb = *layout_of(b);
   const Shape batch = batch_shape_of(out);
-  const std::vector<int64_t> a_off = batch_offsets(a, batch), b_off = batch_offsets(b, batch);
+  const Offsets a_off = batch_offsets(a, batch), b_off = batch_offsets(b, batch);
   const T* ap = static_cast<const T*>(a.data_ptr());
   const T* bp = static_cast<const T*>(b.data_ptr());
   T* cp = static_cast<T*>(out.data_ptr());
@@ -138,7 +138,7 @@ void integer_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, Scalar 
   Tensor a = contiguous(a_in.detach()), b = contiguous(b_in.detach());
   const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
   const Shape batch = batch_shape_of(out);
-  const std::vector<int64_t> a_off = batch_offsets(a, batch), b_off = batch_offsets(b, batch);
+  const Offsets a_off = batch_offsets(a, batch), b_off = batch_offsets(b, batch);
   const T* ap = static_cast<const T*>(a.data_ptr());
   const T* bp = static_cast<const T*>(b.data_ptr());
   T* cp = static_cast<T*>(out.data_ptr());
@@ -283,13 +283,13 @@ template void gemm_rows<float>(bool, bool, int64_t, int64_t, int64_t, float, con
 template void gemm_rows<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                 const double*, int64_t, double, double*, int64_t);
 
-std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+Offsets batch_offsets(const Tensor& t, const Shape& batch) {
   const int64_t nb = int64_t(batch.size()), tb = t.dim() - 2;
   Shape strides(size_t(nb), 0);
   for (int64_t i = 0; i < tb; ++i)
     if (t.sizes()[size_t(i)] != 1) strides[size_t(nb - tb + i)] = t.strides()[size_t(i)];
   const int64_t count = shape_numel(batch);
-  std::vector<int64_t> offsets(static_cast<size_t>(count));
+  Offsets offsets(static_cast<size_t>(count));
   Shape index(size_t(nb), 0);
   int64_t offset = 0;
   for (int64_t i = 0; i < count; ++i) {

@@ -24,6 +24,9 @@ void gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
 
 // The element offset of every matrix of t (..., rows, cols) when its batch
 // dims broadcast to `batch`, in batch order (a broadcast dim steps by 0).
-std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch);
+// Element offsets of a few matrices: inline up to six (a plain matmul has
+// one), as shapes are (Note [Inline shapes]).
+using Offsets = SmallVector<int64_t, 6>;
+Offsets batch_offsets(const Tensor& t, const Shape& batch);
 
 }  // namespace mf::cpu

@@ -136,7 +136,7 @@ int workspace_length(T query, const char* op) {
 template <typename T>
 struct Matrices {
   const T* base;
-  std::vector<int64_t> offsets;  // element offset of each matrix of the batch
+  Offsets offsets;  // element offset of each matrix of the batch
   int64_t rows, cols, row_stride, col_stride;
 
   Matrices(const Tensor& t, const Shape& batch)
