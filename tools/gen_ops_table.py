@@ -1,18 +1,56 @@
 #!/usr/bin/env python3
 """Writes docs/ops.md from the op descriptions of the differential tests
 (tests/python/opinfo.py): every public op, whether its forward and backward
-are checked against PyTorch, and in which dtypes.
+are checked against PyTorch, and in which dtypes; and, per device type, whether
+every kernel the op runs exists there (its samples' forward and backward are
+recorded on the CPU, and each recorded OpDef is looked up in
+meshflow.ops.coverage()).
 
     /usr/bin/python3 tools/gen_ops_table.py          # rewrite docs/ops.md
     /usr/bin/python3 tools/gen_ops_table.py --check  # exit 1 if it is stale
 """
 import pathlib
 import sys
+import zlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import opinfo  # noqa: E402
+
+
+def recorded_ops(info):
+    """The OpDefs that info's samples run in meshflow, forward and backward
+    (float32, or the op's first dtype)."""
+    import numpy as np
+
+    import meshflow as mf
+    from test_ops import Builder, flatten, variants
+
+    dtype = "float32" if "float32" in info.dtypes else info.dtypes[0]
+    names = set()
+    for _, fn_of in variants(info):
+        fn = fn_of(mf)
+        rng = np.random.default_rng(zlib.crc32(info.name.encode()))
+        for sample in info.samples(rng, dtype)[:4]:
+            build = Builder(mf, None, ("float32", "float64"))
+            args, kwargs = build(sample.args), build(sample.kwargs)
+
+            result = []
+            names |= {call.op for call in mf._C._record_calls(lambda: result.append(fn(*args, **kwargs)))}
+            outs = [o for o in flatten(result[0]) if isinstance(o, mf.Tensor) and o.requires_grad]
+            if outs and build.leaves:
+                seeds = [mf.ones_like(o) for o in outs]  # made outside the recording: not the op's
+                names |= {call.op for call in mf._C._record_calls(lambda: mf.autograd.backward(outs, seeds))}
+    return names
+
+
+def device_cells(ops, missing):
+    """One cell per device type: "yes" when every op has a kernel there, "-"
+    when some lacks one, "any" for an op that runs no kernel."""
+    if not ops:
+        return ["any" for _ in missing]
+    return ["yes" if not (ops & lacking) else "-" for lacking in missing.values()]
 
 SHORT = {"bool": "bool", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
          "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
@@ -30,11 +68,16 @@ def describe(dtypes):
 
 
 def render():
+    import meshflow as mf
+
+    missing = {device: set(ops) for device, ops in sorted(mf.ops.coverage().items())}
     rows = {}
     for info in opinfo.OPS:
+        ops = recorded_ops(info)
         for name in info.covered_names():
             row = rows.setdefault(name, {"values": set(), "meta": set(), "grad": set(), "differentiable": False,
-                                         "validated": False})
+                                         "validated": False, "ops": set()})
+            row["ops"] |= ops
             row["values" if info.check == "values" else "meta"] |= set(info.dtypes)
             row["validated"] |= info.validate is not None
             row["grad"] |= set(info.checked_grad_dtypes())
@@ -55,8 +98,12 @@ def render():
         "Dtypes: bool, u8 = uint8, i8/i16/i32/i64 = int8..int64, f16 = float16, bf16 = bfloat16,",
         "f32 = float32, f64 = float64.",
         "",
-        "| op | forward | backward |",
-        "| --- | --- | --- |",
+        "The device columns say whether every kernel the op runs (forward and backward, as its",
+        "samples call them) is registered for that device type (`meshflow.ops.coverage()`);",
+        "*any*: the op runs no kernel. A device whose backend is not built still has a column.",
+        "",
+        "| op | forward | backward | " + " | ".join(missing) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in missing) + " |",
     ]
     for name in sorted(rows, key=lambda n: (n.startswith("Tensor."), n.startswith("nn."), n)):
         row = rows[name]
@@ -65,7 +112,8 @@ def render():
             checked = "shape, dtype, range" if row["validated"] else "shape, dtype"
             forward = (forward + "; " if row["values"] else "") + f"{describe(row['meta'])} ({checked})"
         backward = describe(row["grad"]) if row["differentiable"] else "not differentiable"
-        lines.append(f"| `{name}` | {forward} | {backward} |")
+        devices = " | ".join(device_cells(row["ops"], missing))
+        lines.append(f"| `{name}` | {forward} | {backward} | {devices} |")
     return "\n".join(lines) + "\n"
 
 

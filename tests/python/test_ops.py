@@ -269,6 +269,20 @@ def test_ops_table_is_current():
     assert not missing, f"public ops missing from docs/ops.md: {missing}"
 
 
+def test_ops_table_has_a_column_per_device_and_the_cpu_runs_every_op():
+    lines = (ROOT / "docs" / "ops.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| op |"))
+    devices = [c.strip() for c in header.strip("|").split("|")][3:]
+    assert devices == sorted(mf.ops.coverage())
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| `")]
+    assert rows and all(len(row) == 3 + len(devices) for row in rows)
+    cpu = devices.index("cpu") + 3
+    assert all(row[cpu] in ("yes", "any") for row in rows), [row[0] for row in rows if row[cpu] not in ("yes", "any")]
+    # An op that runs a kernel a device lacks is marked there.
+    assert load_table_generator().device_cells({"add", "sub"}, {"cpu": set(), "x": {"sub"}}) == ["yes", "-"]
+    assert load_table_generator().device_cells(set(), {"cpu": set(), "x": {"sub"}}) == ["any", "any"]
+
+
 # C++ functions reached from Python under another name.
 CPP_TO_PYTHON = {"to": "Tensor.to", "cast": "Tensor.to", "from_vector": "tensor", "from_data": "tensor",
                  "slice": "Tensor.__getitem__", "index": "Tensor.__getitem__", "sum_to": "Tensor.sum_to_size",
