@@ -9,31 +9,43 @@
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mf {
 
 // Note [Inline shapes]
-// Every op call makes shapes and strides: the broadcast shape its infer
+// Every op call makes shapes and strides (the broadcast shape its infer
 // returns, the output's sizes and contiguous strides, the loops' coalesced
-// per-operand strides. As std::vector each of those was a heap allocation
-// and a free, about two thirds of the time of a small op called from
-// Python. Tensors rarely have more than six dims, so a Shape keeps six
-// inline and only longer ones reach the heap. The interface is std::vector's
-// (what the code uses of it), and a Shape converts to and from
-// std::vector<int64_t> implicitly where an API still takes one.
+// per-operand strides) and lists of tensors (its inputs, its outputs). As
+// std::vector each of those was a heap allocation and a free, most of the
+// time of a small op called from Python. Tensors rarely have more than six
+// dims and ops rarely more than four inputs, so a Shape keeps six dims
+// inline and a TensorList four tensors; only longer ones reach the heap.
+// The interface is std::vector's (what the code uses of it), and a
+// SmallVector converts to and from std::vector implicitly where an API
+// still takes one.
 //
-// Restricted to trivially copyable element types: elements are moved with
-// memcpy and never destroyed. The inline array starts zeroed, so copying
-// all of it reads no indeterminate values.
+// Unlike std::vector, moving a SmallVector whose elements are inline moves
+// the elements: a pointer or reference into the source does not follow
+// them. Code keeps indices, not pointers, into lists it moves.
+//
+// Trivially copyable elements are copied with memcpy, and an inline array
+// of them starts zeroed so that copying all of it (a constant-size copy
+// between two inline vectors) reads no indeterminate values. Other elements
+// are constructed and destroyed one by one.
 template <typename T, size_t N>
 class SmallVector {
-  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>,
-                "SmallVector holds trivially copyable types only");
   static_assert(N > 0, "SmallVector needs inline room");
+  static constexpr bool kTrivial = std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>;
+
+  template <typename It>
+  using if_iterator = std::enable_if_t<
+      std::is_base_of_v<std::input_iterator_tag, typename std::iterator_traits<It>::iterator_category>>;
 
  public:
   using value_type = T;
@@ -48,29 +60,47 @@ class SmallVector {
   using reverse_iterator = std::reverse_iterator<iterator>;
   using const_reverse_iterator = std::reverse_iterator<const_iterator>;
 
-  SmallVector() noexcept = default;
-  explicit SmallVector(size_t n) { resize(n); }
-  SmallVector(size_t n, const T& value) { assign(n, value); }
-  SmallVector(std::initializer_list<T> il) { assign(il.begin(), il.end()); }
-  template <typename It,
-            typename = std::enable_if_t<std::is_base_of_v<
-                std::input_iterator_tag, typename std::iterator_traits<It>::iterator_category>>>
-  SmallVector(It first, It last) {
-    assign(first, last);
+  SmallVector() noexcept : data_(inline_ptr()) {}
+  explicit SmallVector(size_t n) : SmallVector() { resize(n); }
+  SmallVector(size_t n, const T& value) : SmallVector() { assign(n, value); }
+  SmallVector(std::initializer_list<T> il) : SmallVector() { append(il.begin(), il.end()); }
+  template <typename It, typename = if_iterator<It>>
+  SmallVector(It first, It last) : SmallVector() {
+    append(first, last);
   }
-  SmallVector(const std::vector<T>& v) { assign(v.begin(), v.end()); }  // NOLINT: implicit by design
-  SmallVector(const SmallVector& o) { copy_from(o); }
-  SmallVector(SmallVector&& o) noexcept { take(o); }
+  SmallVector(const std::vector<T>& v) : SmallVector() { append(v.begin(), v.end()); }  // NOLINT: implicit
+  SmallVector(std::vector<T>&& v) : SmallVector() {                                      // NOLINT: implicit
+    append(std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+  }
+  SmallVector(const SmallVector& o) : SmallVector() {
+    if constexpr (kTrivial) {
+      if (!o.on_heap()) {
+        std::memcpy(store_.elems, o.store_.elems, sizeof(store_.elems));
+        size_ = o.size_;
+        return;
+      }
+    }
+    append(o.begin(), o.end());
+  }
+  SmallVector(SmallVector&& o) noexcept : SmallVector() { take(o); }
   ~SmallVector() { release(); }
 
   SmallVector& operator=(const SmallVector& o) {
-    if (this != &o) copy_from(o);
+    if (this == &o) return *this;
+    if constexpr (kTrivial) {
+      if (!on_heap() && !o.on_heap()) {
+        std::memcpy(store_.elems, o.store_.elems, sizeof(store_.elems));
+        size_ = o.size_;
+        return *this;
+      }
+    }
+    assign(o.begin(), o.end());
     return *this;
   }
   SmallVector& operator=(SmallVector&& o) noexcept {
     if (this != &o) {
       release();
-      data_ = inline_;
+      data_ = inline_ptr();
       size_ = 0;
       capacity_ = N;
       take(o);
@@ -86,37 +116,40 @@ class SmallVector {
     return *this;
   }
 
-  operator std::vector<T>() const { return std::vector<T>(begin(), end()); }  // NOLINT: implicit by design
+  operator std::vector<T>() const& { return std::vector<T>(begin(), end()); }  // NOLINT: implicit by design
+  operator std::vector<T>() && {                                               // NOLINT: implicit by design
+    return std::vector<T>(std::make_move_iterator(begin()), std::make_move_iterator(end()));
+  }
   std::vector<T> vec() const { return std::vector<T>(begin(), end()); }
 
   void assign(size_t n, const T& value) {
-    const T v = value;  // value may live inside *this
-    size_ = 0;
-    reserve(n);
-    std::fill_n(data_, n, v);
-    size_ = n;
+    if constexpr (kTrivial) {
+      const T v = value;  // value may live inside *this
+      size_ = 0;
+      reserve(n);
+      std::fill_n(data_, n, v);
+      size_ = n;
+      return;
+    }
+    SmallVector tmp;  // value may live inside *this
+    tmp.reserve(n);
+    std::uninitialized_fill_n(tmp.data_, n, value);
+    tmp.size_ = n;
+    *this = std::move(tmp);
   }
-  template <typename It,
-            typename = std::enable_if_t<std::is_base_of_v<
-                std::input_iterator_tag, typename std::iterator_traits<It>::iterator_category>>>
+  template <typename It, typename = if_iterator<It>>
   void assign(It first, It last) {
-    if constexpr (std::is_base_of_v<std::forward_iterator_tag,
-                                    typename std::iterator_traits<It>::iterator_category>) {
+    if constexpr (kTrivial && std::is_base_of_v<std::forward_iterator_tag,
+                                                typename std::iterator_traits<It>::iterator_category>) {
       const size_t n = size_t(std::distance(first, last));
-      if (n > capacity_) {
-        SmallVector tmp;  // first..last may point into *this
-        tmp.reserve(n);
-        std::copy(first, last, tmp.data_);
-        tmp.size_ = n;
-        *this = std::move(tmp);
+      if (n <= capacity_) {  // memmove semantics: first..last may overlap *this
+        std::copy(first, last, data_);
+        size_ = n;
         return;
       }
-      std::copy(first, last, data_);
-      size_ = n;
-    } else {
-      size_ = 0;
-      for (; first != last; ++first) push_back(*first);
     }
+    SmallVector tmp(first, last);  // first..last may point into *this
+    *this = std::move(tmp);
   }
   void assign(std::initializer_list<T> il) { assign(il.begin(), il.end()); }
 
@@ -157,49 +190,69 @@ class SmallVector {
     if (n > capacity_) grow_to(n);
   }
   void shrink_to_fit() noexcept {}
-  void clear() noexcept { size_ = 0; }
-  void resize(size_t n) { resize(n, T()); }
-  void resize(size_t n, const T& value) {
+  void clear() noexcept {
+    std::destroy(data_, data_ + size_);
+    size_ = 0;
+  }
+  void resize(size_t n) {
     if (n > size_) {
-      const T v = value;
       reserve(n);
-      std::fill(data_ + size_, data_ + n, v);
+      std::uninitialized_value_construct(data_ + size_, data_ + n);
+    } else {
+      std::destroy(data_ + n, data_ + size_);
     }
     size_ = n;
   }
-  void push_back(const T& value) {
-    if (size_ == capacity_) {
-      const T v = value;  // value may live inside *this
-      grow_to(next_capacity(size_ + 1));
-      data_[size_++] = v;
-      return;
+  void resize(size_t n, const T& value) {
+    if (n > size_) {
+      if (n > capacity_) {
+        const T v = value;  // value may live inside *this
+        grow_to(n);
+        std::uninitialized_fill(data_ + size_, data_ + n, v);
+      } else {
+        std::uninitialized_fill(data_ + size_, data_ + n, value);
+      }
+    } else {
+      std::destroy(data_ + n, data_ + size_);
     }
-    data_[size_++] = value;
+    size_ = n;
   }
+  void push_back(const T& value) { emplace_back(value); }
+  void push_back(T&& value) { emplace_back(std::move(value)); }
   template <typename... Args>
   T& emplace_back(Args&&... args) {
-    push_back(T(std::forward<Args>(args)...));
-    return back();
+    if (size_ == capacity_) {
+      T v(std::forward<Args>(args)...);  // the arguments may refer into *this
+      grow_to(std::max(size_ + 1, 2 * size_t(N)));
+      ::new (static_cast<void*>(data_ + size_)) T(std::move(v));
+    } else {
+      ::new (static_cast<void*>(data_ + size_)) T(std::forward<Args>(args)...);
+    }
+    return data_[size_++];
   }
-  void pop_back() noexcept { --size_; }
+  void pop_back() noexcept {
+    --size_;
+    std::destroy_at(data_ + size_);
+  }
 
   iterator insert(const_iterator pos, const T& value) { return insert(pos, size_t(1), value); }
-  iterator insert(const_iterator pos, size_t n, const T& value) {
-    const T v = value;
+  iterator insert(const_iterator pos, T&& value) {
     const size_t at = size_t(pos - data_);
-    open_gap(at, n);
-    std::fill_n(data_ + at, n, v);
+    T v(std::move(value));
+    emplace_back(std::move(v));
+    std::rotate(data_ + at, data_ + size_ - 1, data_ + size_);
     return data_ + at;
   }
-  template <typename It,
-            typename = std::enable_if_t<std::is_base_of_v<
-                std::input_iterator_tag, typename std::iterator_traits<It>::iterator_category>>>
+  iterator insert(const_iterator pos, size_t n, const T& value) {
+    const size_t at = size_t(pos - data_);
+    SmallVector tmp(n, value);
+    return insert_moved(at, tmp);
+  }
+  template <typename It, typename = if_iterator<It>>
   iterator insert(const_iterator pos, It first, It last) {
     const size_t at = size_t(pos - data_);
     SmallVector tmp(first, last);  // first..last may point into *this
-    open_gap(at, tmp.size_);
-    if (tmp.size_) std::memcpy(data_ + at, tmp.data_, tmp.size_ * sizeof(T));
-    return data_ + at;
+    return insert_moved(at, tmp);
   }
   iterator insert(const_iterator pos, std::initializer_list<T> il) { return insert(pos, il.begin(), il.end()); }
   template <typename... Args>
@@ -208,10 +261,14 @@ class SmallVector {
   }
   iterator erase(const_iterator pos) { return erase(pos, pos + 1); }
   iterator erase(const_iterator first, const_iterator last) {
-    const size_t at = size_t(first - data_), n = size_t(last - first);
-    if (n) std::memmove(data_ + at, data_ + at + n, (size_ - at - n) * sizeof(T));
-    size_ -= n;
-    return data_ + at;
+    T* f = data_ + (first - data_);
+    T* l = data_ + (last - data_);
+    if (f != l) {
+      T* new_end = std::move(l, end(), f);
+      std::destroy(new_end, end());
+      size_ -= size_t(l - f);
+    }
+    return f;
   }
   void swap(SmallVector& o) noexcept {
     SmallVector tmp(std::move(o));
@@ -228,55 +285,80 @@ class SmallVector {
   friend void swap(SmallVector& a, SmallVector& b) noexcept { a.swap(b); }
 
  private:
-  bool on_heap() const noexcept { return data_ != inline_; }
-  // Between two inline vectors the whole inline array is copied: a copy of
-  // constant size compiles to a few moves, where a copy of size_ elements
-  // would be a call to memmove.
-  void copy_from(const SmallVector& o) {
-    if (!on_heap() && !o.on_heap()) {
-      std::memcpy(inline_, o.inline_, sizeof(inline_));
-      size_ = o.size_;
-      return;
-    }
-    assign(o.begin(), o.end());
-  }
+  // Inline room: an array of T for trivial elements (zeroed), raw bytes
+  // for the others (constructed as elements are added).
+  struct TrivialStore {
+    T elems[N] = {};
+    T* ptr() noexcept { return elems; }
+  };
+  struct RawStore {
+    alignas(T) unsigned char bytes[N * sizeof(T)];
+    T* ptr() noexcept { return reinterpret_cast<T*>(bytes); }
+  };
+
+  T* inline_ptr() noexcept { return store_.ptr(); }
+  bool on_heap() const noexcept { return data_ != const_cast<SmallVector*>(this)->inline_ptr(); }
   void release() noexcept {
+    std::destroy(data_, data_ + size_);
     if (on_heap()) std::free(data_);
   }
-  // Steals o's heap buffer, or copies its inline elements; o is left empty.
+  // Steals o's heap buffer, or moves its inline elements; o is left empty.
   void take(SmallVector& o) noexcept {
     if (o.on_heap()) {
       data_ = o.data_;
       capacity_ = o.capacity_;
-      o.data_ = o.inline_;
+      o.data_ = o.inline_ptr();
       o.capacity_ = N;
+    } else if constexpr (kTrivial) {
+      std::memcpy(store_.elems, o.store_.elems, sizeof(store_.elems));
     } else {
-      std::memcpy(inline_, o.inline_, sizeof(inline_));
+      std::uninitialized_move(o.data_, o.data_ + o.size_, data_);
+      std::destroy(o.data_, o.data_ + o.size_);
     }
     size_ = o.size_;
     o.size_ = 0;
   }
-  static size_t next_capacity(size_t want) { return std::max(want, 2 * size_t(N)); }
+  template <typename It>
+  void append(It first, It last) {
+    if constexpr (std::is_base_of_v<std::forward_iterator_tag, typename std::iterator_traits<It>::iterator_category>) {
+      reserve(size_ + size_t(std::distance(first, last)));
+      for (; first != last; ++first) ::new (static_cast<void*>(data_ + size_++)) T(*first);
+    } else {
+      for (; first != last; ++first) emplace_back(*first);
+    }
+  }
   void grow_to(size_t n) {
     if (n > max_size()) throw std::length_error("SmallVector: too many elements");
     n = std::max(n, 2 * capacity_);
     T* p = static_cast<T*>(std::malloc(n * sizeof(T)));
     if (!p) throw std::bad_alloc();
-    if (size_) std::memcpy(p, data_, size_ * sizeof(T));
-    release();
+    if constexpr (kTrivial) {
+      if (size_) std::memcpy(p, data_, size_ * sizeof(T));
+    } else {
+      std::uninitialized_move(data_, data_ + size_, p);
+      std::destroy(data_, data_ + size_);
+    }
+    if (on_heap()) std::free(data_);
     data_ = p;
     capacity_ = n;
   }
-  void open_gap(size_t at, size_t n) {
-    if (size_ + n > capacity_) grow_to(size_ + n);
-    if (n && at < size_) std::memmove(data_ + at + n, data_ + at, (size_ - at) * sizeof(T));
-    size_ += n;
+  // Moves tmp's elements in at index `at`.
+  iterator insert_moved(size_t at, SmallVector& tmp) {
+    const size_t n = tmp.size_;
+    SmallVector out;
+    out.reserve(size_ + n);
+    std::uninitialized_move(data_, data_ + at, out.data_);
+    std::uninitialized_move(tmp.data_, tmp.data_ + n, out.data_ + at);
+    std::uninitialized_move(data_ + at, data_ + size_, out.data_ + at + n);
+    out.size_ = size_ + n;
+    *this = std::move(out);
+    return data_ + at;
   }
 
-  T* data_ = inline_;
+  T* data_;
   size_t size_ = 0;
   size_t capacity_ = N;
-  T inline_[N] = {};  // all of it is copied (copy_from)
+  std::conditional_t<kTrivial, TrivialStore, RawStore> store_;
 };
 
 }  // namespace mf

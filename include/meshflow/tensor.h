@@ -225,7 +225,8 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-using TensorList = std::vector<Tensor>;
+// An op's inputs or outputs: four inline (Note [Inline shapes]).
+using TensorList = SmallVector<Tensor, 4>;
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 

@@ -171,6 +171,9 @@ struct move_if_unreferenced<mf::Tensor, void> : std::false_type {};
 // to a list (Note [Inline shapes] in meshflow/small_vector.h).
 template <>
 struct type_caster<mf::Shape> : list_caster<mf::Shape, int64_t> {};
+// A TensorList converts as std::vector<Tensor> does.
+template <>
+struct type_caster<mf::TensorList> : list_caster<mf::TensorList, mf::Tensor> {};
 
 // Python bool, int and float (and NumPy scalars, one-element tensors).
 template <>
