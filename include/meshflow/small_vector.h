@@ -120,7 +120,6 @@ class SmallVector {
   operator std::vector<T>() && {                                               // NOLINT: implicit by design
     return std::vector<T>(std::make_move_iterator(begin()), std::make_move_iterator(end()));
   }
-  std::vector<T> vec() const { return std::vector<T>(begin(), end()); }
 
   void assign(size_t n, const T& value) {
     if constexpr (kTrivial) {

@@ -134,18 +134,19 @@ class Tensor {
   const Shape& strides() const { return checked()->strides(); }
   // size(-1) is the last dimension; out of range throws IndexError.
   int64_t size(int64_t dim) const {
-    const Shape& s = sizes();
-    const int64_t n = int64_t(s.size());
-    if (dim >= -n && dim < n) [[likely]]
-      return s[size_t(dim < 0 ? dim + n : dim)];
-    return size_out_of_range(dim);
+    const int64_t* s = at_dim(sizes(), dim);
+    return s ? *s : size_out_of_range(dim);
   }
   int64_t stride(int64_t dim) const {
-    const Shape& s = strides();
+    const int64_t* s = at_dim(strides(), dim);
+    return s ? *s : stride_out_of_range(dim);
+  }
+  // The entry of dim (negative: from the end), or null out of range.
+  static const int64_t* at_dim(const Shape& s, int64_t dim) {
     const int64_t n = int64_t(s.size());
-    if (dim >= -n && dim < n) [[likely]]
-      return s[size_t(dim < 0 ? dim + n : dim)];
-    return stride_out_of_range(dim);
+    if (dim < -n || dim >= n) [[unlikely]]
+      return nullptr;
+    return &s[size_t(dim < 0 ? dim + n : dim)];
   }
   int64_t dim() const { return checked()->dim(); }
   int64_t numel() const { return checked()->numel(); }

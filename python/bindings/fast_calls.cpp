@@ -4,15 +4,15 @@
 // Note [Fast calls]
 // A pybind11 call builds a function_call (two heap vectors), tries each
 // overload in turn, and loads every argument through its type caster: for
-// `a + b` on small tensors that was about a fifth of the time. The hottest
+// `a + b` on small tensors that was about a quarter of the time. The hottest
 // entries of Tensor (the arithmetic and comparison operators and the unary
 // math methods) are replaced, at import, by method descriptors of plain
 // C functions with METH_FASTCALL. Each handles the argument types of the
 // common call (a Tensor, or a Python bool, int or float, which the pybind11
 // overloads read as a Scalar the same way) and hands every other call, with
-// its arguments unchanged, to the pybind11 function it replaced: NumPy
-// operands, None, keywords, NotImplemented for foreign types and their error
-// messages all stay as they were. Results are the tensor's one Python object
+// its arguments unchanged, to the pybind11 function it replaced. So NumPy
+// operands, None, keywords, foreign types (answered with NotImplemented)
+// and the error messages all behave as they did. Results are the tensor's one Python object
 // (Note [One Python object per tensor]) and C++ exceptions are translated by
 // pybind11's translators, so a fast call is indistinguishable from the call
 // it replaces.

@@ -80,15 +80,13 @@ TensorImpl::TensorImpl(Storage storage, Shape sizes, Shape strides, int64_t offs
 }
 
 TensorImpl::TensorImpl(Fresh, Storage storage, const Shape& sizes, int64_t numel, DType dtype)
-    : storage_(std::move(storage)), sizes_(sizes), offset_(0), numel_(numel), dtype_(dtype), is_contiguous_(true) {
-  // checked_numel bounded the product of max(size, 1), so no stride overflows.
-  strides_.resize(sizes_.size());
-  int64_t stride = 1;
-  for (size_t i = sizes_.size(); i-- > 0;) {
-    strides_[i] = stride;
-    stride *= std::max<int64_t>(sizes_[i], 1);
-  }
-}
+    : storage_(std::move(storage)),
+      sizes_(sizes),
+      strides_(contiguous_strides(sizes)),
+      offset_(0),
+      numel_(numel),
+      dtype_(dtype),
+      is_contiguous_(true) {}
 
 namespace {
 
@@ -183,20 +181,26 @@ void set_default_dtype(DType dtype) {
 
 // --- raw construction -----------------------------------------------------------
 
-Tensor make_empty(const Shape& sizes, DType dtype, Device device) {
+namespace {
+// A contiguous tensor of sizes over the storage make_storage(nbytes) gives.
+template <typename MakeStorage>
+Tensor fresh_tensor(const Shape& sizes, DType dtype, const MakeStorage& make_storage) {
   const int64_t numel = checked_numel(sizes, "empty");
   const size_t nbytes = size_t(checked_mul(numel, int64_t(itemsize(dtype)), "empty", "the byte size"));
-  if (!device.is_cpu()) [[unlikely]]
-    check_device(device, "empty");
-  auto storage = std::make_shared<StorageImpl>(nbytes, device, &get_backend(device.type()).allocator(device.index()));
-  return Tensor(std::make_shared<TensorImpl>(TensorImpl::Fresh{}, std::move(storage), sizes, numel, dtype));
+  return Tensor(std::make_shared<TensorImpl>(TensorImpl::Fresh{}, make_storage(nbytes), sizes, numel, dtype));
+}
+}  // namespace
+
+Tensor make_empty(const Shape& sizes, DType dtype, Device device) {
+  return fresh_tensor(sizes, dtype, [&](size_t nbytes) {
+    if (!device.is_cpu()) [[unlikely]]
+      check_device(device, "empty");
+    return std::make_shared<StorageImpl>(nbytes, device, &get_backend(device.type()).allocator(device.index()));
+  });
 }
 
 Tensor make_meta(const Shape& sizes, DType dtype, Device device) {
-  const int64_t numel = checked_numel(sizes, "empty");
-  const size_t nbytes = size_t(checked_mul(numel, int64_t(itemsize(dtype)), "empty", "the byte size"));
-  auto storage = std::make_shared<StorageImpl>(nbytes, device);
-  return Tensor(std::make_shared<TensorImpl>(TensorImpl::Fresh{}, std::move(storage), sizes, numel, dtype));
+  return fresh_tensor(sizes, dtype, [&](size_t nbytes) { return std::make_shared<StorageImpl>(nbytes, device); });
 }
 
 Tensor make_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
