@@ -44,10 +44,32 @@ def test_collective_predictions_are_within_a_quarter_of_measured_times(ranks):
 
 @needs_mpi
 @pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_simulator_predicts_the_measured_step_within_a_quarter(ranks, tmp_path):
+    out = mpirun(ranks, "step_time.py", env={"MESHFLOW_CACHE_DIR": str(tmp_path)}, timeout=600)
+    assert out.count("step time OK") == ranks
+    assert len(re.findall(r"(mlp|gpt) on %d: predicted [0-9.]+ ms, measured [0-9.]+ ms" % ranks, out)) == 2, out
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_graph_mode_places_searched_stages_and_trains_equal_to_one_process(ranks):
     out = mpirun(ranks, "graph_auto_pipeline.py")
     assert out.count("graph auto pipeline OK") == ranks
     assert ranks == 1 or f"{ranks} stages" in out, out
+
+
+def test_measure_step_times_the_calls_to_their_values():
+    calls = []
+
+    def step(x):
+        calls.append(x)
+        return (x * 2, "not a tensor")
+    x = mf.ones(3)
+    seconds = auto.measure_step(step, x, steps=4, warmup=2)
+    assert len(calls) == 6 and 0 < seconds < 1
+    for bad in ({"steps": 0}, {"warmup": -1}):
+        with pytest.raises(ValueError, match="measure_step: expected steps >= 1 and warmup >= 0"):
+            auto.measure_step(step, x, **bad)
 
 
 def test_collective_validation_needs_two_ranks():

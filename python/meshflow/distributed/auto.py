@@ -15,6 +15,7 @@ alpha-beta model of the local MPI's collectives. See docs/auto_parallel.md.
 """
 import json
 import os
+import statistics
 import tempfile
 import time
 
@@ -23,7 +24,7 @@ from meshflow.utils.collect_env import _cpu_model
 from meshflow._C import _auto_parallel as _ap
 
 __all__ = ["CostModel", "calibrate", "cost_model", "set_cost_model", "cost_report", "COLLECTIVES", "plan_pipeline",
-           "best_partition"]
+           "best_partition", "measure_step", "validate_collectives"]
 
 CostModel = _ap.CostModel
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -33,7 +34,7 @@ _current = None  # the cost model the searches use (set_cost_model / calibrate)
 
 def _cache_path(world):
     root = os.environ.get("MESHFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshflow")
-    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v6"
+    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v7"
     import zlib
     return os.path.join(root, f"cost_model_{zlib.crc32(key.encode()):08x}.json")
 
@@ -78,36 +79,66 @@ def _time(fn, reps):
     return best
 
 
+def _sustained(fn, seconds=0.15):
+    """Seconds per call of fn, run back to back for `seconds` by every rank
+    of the job at once (Note [Sustained rates]): the mean over the ranks."""
+    dist = _mf.distributed
+    fn()
+    if dist.is_initialized():
+        dist.barrier()
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            break
+    per_call = elapsed / calls
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        total = _mf.tensor([per_call], dtype=_mf.float64)
+        dist.all_reduce(total)
+        per_call = float(total.item()) / dist.get_world_size()
+    return per_call
+
+
+# Note [Sustained rates]
+# A training step computes for its whole length, on every rank at once; the
+# rates the cost model gives it are measured the same way: each kernel runs
+# back to back for a fixed time on every rank of the job together, and the
+# mean time per call over the ranks is kept. Ranks that share a node's
+# cores (more ranks x threads than cores) then measure their share, with
+# the switching and the shared caches it costs (4 ranks on 2 cores: each
+# GEMM rate 37-62 GFLOP/s, against 100 for one short timing alone), and a
+# long run sees the clock and caches a step sees (one rank alone: 6% below
+# the best of five short timings).
 def _measure_compute():
     """GEMM rates per dtype and their fall-off for skinny products,
     elementwise bandwidth and the per-op overhead of this process (its
-    thread count)."""
+    thread count), sustained by every rank at once."""
     out = {}
     n = 384
     for key, dtype in (("gemm_flops", _mf.float32), ("gemm_flops_f64", _mf.float64),
                        ("gemm_flops_16", _mf.bfloat16)):
         a = _mf.randn(n, n).to(dtype)
         b = _mf.randn(n, n).to(dtype)
-        t = _time(lambda: _mf.matmul(a, b), 5)
-        out[key] = 2.0 * n ** 3 / t
+        out[key] = 2.0 * n ** 3 / _sustained(lambda: _mf.matmul(a, b))
     # A skinny product (8 rows against a 2048 x 2048 weight) for the
     # intensity at which GEMMs run at half rate (CostModel.gemm_half_intensity).
     m, k = 8, 2048
     a, b = _mf.randn(m, k), _mf.randn(k, k)
-    rate = 2.0 * m * k * k / _time(lambda: _mf.matmul(a, b), 5)
+    rate = 2.0 * m * k * k / _sustained(lambda: _mf.matmul(a, b))
     intensity = 2.0 * m * k * k / ((2 * m * k + k * k) * 4)
     out["gemm_half_intensity"] = intensity * (out["gemm_flops"] / rate - 1) if rate < out["gemm_flops"] else 0.0
     x = _mf.randn(1 << 22)
     y = _mf.randn(1 << 22)
-    t = _time(lambda: x + y, 10)
-    out["memory_bandwidth"] = 3 * x.numel() * 4 / t
+    out["memory_bandwidth"] = 3 * x.numel() * 4 / _sustained(lambda: x + y)
     s = _mf.randn(1)
     reps = 200
 
     def small():
         for _ in range(reps):
             s + s
-    out["op_overhead"] = _time(small, 3) / reps
+    out["op_overhead"] = _sustained(small) / reps
     return out
 
 
@@ -229,6 +260,39 @@ def validate_collectives(sizes=_CHECK_BYTES, group=None, rounds=3, recheck=0.25)
     return result
 
 
+def measure_step(graph, *inputs, steps=10, warmup=3):
+    """Measured seconds of one call graph(*inputs) (a training step): the
+    median of `steps` calls after `warmup` ones, each timed from a barrier
+    of the job to its outputs' values (read on the host), and the slowest
+    rank's median under the launcher, so every rank gets the same number.
+    This is what cost_report(graph)["step_time"] and the simulator
+    predict."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"measure_step: expected steps >= 1 and warmup >= 0, got steps={steps!r}, warmup={warmup!r}")
+    dist = _mf.distributed
+    distributed = dist.is_initialized() and dist.get_world_size() > 1
+
+    def wait(out):
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, _mf.Tensor):
+                (t.to_local() if t.is_global else t).numpy()
+
+    times = []
+    for i in range(warmup + steps):
+        if distributed:
+            dist.barrier()
+        t0 = time.perf_counter()
+        wait(graph(*inputs))
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    if distributed:
+        slowest = _mf.tensor([median], dtype=_mf.float64)
+        dist.all_reduce(slowest, op="max")
+        median = float(slowest.item())
+    return median
+
+
 def _measure_collectives():
     """Measured times per collective and message size (6 KiB to 96 MiB;
     the model interpolates between them) over the world and, for a
@@ -257,8 +321,8 @@ def _measure_collectives():
 
 def calibrate(force=False):
     """Measures this machine's rates (GEMM per dtype, elementwise bandwidth,
-    per-op overhead; each rank's share where the ranks of a node want more
-    threads than it has cores) and, under the launcher, the collectives'
+    per-op overhead; sustained by every rank at once, Note [Sustained
+    rates]) and, under the launcher, the collectives'
     times on the local MPI; every rank gets rank 0's numbers. The
     result is cached per CPU model, thread count and world size
     ($MESHFLOW_CACHE_DIR or ~/.cache/meshflow) and becomes the model the
@@ -287,19 +351,6 @@ def calibrate(force=False):
         collectives = _measure_collectives() if world > 1 else {}
         data = _measure_compute()
         data["collectives"] = collectives
-        # Ranks of one node that want more threads than it has cores share
-        # them: each runs at its share of the rates measured (a short timing
-        # gets a core to itself).
-        local = 1
-        if world > 1:
-            import socket
-            hosts = [None] * world
-            dist.all_gather_object(hosts, socket.gethostname())
-            local = hosts.count(socket.gethostname())
-        share = min(1.0, (os.cpu_count() or 1) / (local * _mf.get_num_threads()))
-        for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth"):
-            data[key] *= share
-        data["op_overhead"] /= share
         if world > 1:
             box = [data]
             dist.broadcast_object_list(box, src=0)

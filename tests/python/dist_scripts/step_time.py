@@ -1,0 +1,80 @@
+"""Run under mpirun (1, 2 or 4 ranks, one thread each): the simulator's
+predicted step time against the measured step, for bench/auto_parallel.py's
+MLP and GPT workloads in graph mode with the searched plan (float32, SGD
+with momentum).
+
+calibrate() measures this machine afresh ($MESHFLOW_CACHE_DIR is the
+test's own). On every rank, simulate() plans the step for a mesh of the
+world's size from one process's trace; its prediction must be the
+compiled graph's own (cost_report) and within 25% of the measured step
+(auto.measure_step: the median of 10 steps, the slowest rank's).
+
+Ranks share this machine's cores, so a slow spell can spoil a measurement:
+each workload gets up to 3 attempts, each measuring the step afresh (every
+rank sees the same times and decides alike)."""
+import os
+import sys
+
+import numpy as np
+
+import meshflow as mf
+from meshflow.distributed import auto
+from meshflow.distributed.simulate import simulate
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples"))
+import models  # noqa: E402
+
+rank, world = mf.env.get_rank(), mf.env.get_world_size()
+B, S = mf.sbp.broadcast, mf.sbp.split
+auto.calibrate(force=True)
+line = mf.placement("cpu", list(range(world)))
+
+
+def build(name):
+    mf.manual_seed(0)
+    rng = np.random.default_rng(0)
+    if name == "mlp":
+        model, batch = models.mlp(mf), models.random_batch("mlp", 256, rng)
+    else:
+        model = models.gpt(mf, vocab=512, d_model=128, heads=4, layers=2, seq=64)
+        batch = models.random_batch("gpt", 16, rng, vocab=512, seq=64)
+    opt = mf.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return model, opt, [mf.tensor(a) for a in batch]
+
+
+class Step(mf.nn.Graph):
+    def __init__(self, name, model, opt):
+        super().__init__()
+        self.name, self.model = name, model
+        self.add_optimizer(opt)
+        self.config.enable_auto_parallel(True)
+
+    def build(self, x, y):
+        loss = models.loss_fn(self.name, mf, self.model(x), y)
+        loss.backward()
+        return loss
+
+
+for name in ("mlp", "gpt"):
+    model, opt, inputs = build(name)
+    predicted = simulate(model, opt, lambda m, x, y, name=name: models.loss_fn(name, mf, m(x), y), inputs, (world,))
+    model, opt, (x, y) = build(name)
+    g = Step(name, model, opt)
+    x, y = (t.to_global(placement=line, sbp=B).to_global(sbp=S(0)) for t in (x, y))
+    g(x, y)
+    report = auto.cost_report(g)
+    # The same plan (ranks past the first trace one op more, which the
+    # graph's search does not see: it takes rank 0's plan).
+    assert abs(report["step_time"] - predicted["step_time"]) <= 1e-3 * predicted["step_time"], \
+        (report["step_time"], predicted["step_time"])
+    for attempt in range(1, 4):
+        measured = auto.measure_step(g, x, y)
+        error = abs(predicted["step_time"] - measured) / measured
+        if error <= 0.25:
+            break
+    if rank == 0:
+        print(f"{name} on {world}: predicted {1e3 * predicted['step_time']:.2f} ms, measured {1e3 * measured:.2f} ms "
+              f"({100 * error:.0f}%, attempt {attempt})", flush=True)
+    assert error <= 0.25, (name, predicted["step_time"], measured)
+
+print(f"rank {rank}: step time OK", flush=True)
