@@ -34,6 +34,7 @@ void init_auto_parallel(py::module_& parent) {
       .def_readwrite("gemm_flops_16", &CostModel::gemm_flops_16)
       .def_readwrite("gemm_half_intensity", &CostModel::gemm_half_intensity)
       .def_readwrite("memory_bandwidth", &CostModel::memory_bandwidth)
+      .def_readwrite("transpose_bandwidth", &CostModel::transpose_bandwidth)
       .def_readwrite("op_overhead", &CostModel::op_overhead)
       .def("set_collective",
            [](CostModel& c, const std::string& kind, int64_t ranks, std::vector<std::pair<double, double>> points) {

@@ -135,7 +135,8 @@ def test_calibration_is_cached_atomically_and_remeasured_when_damaged(tmp_path, 
     monkeypatch.setenv("MESHFLOW_CACHE_DIR", str(tmp_path))
     first = auto.calibrate(force=True)
     data = auto.to_dict(first)
-    for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth", "op_overhead"):
+    for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth", "transpose_bandwidth",
+                "op_overhead"):
         assert data[key] > 0, key
     assert data["gemm_half_intensity"] >= 0
     assert data["collectives"] == {}  # one process: nothing to measure
@@ -206,6 +207,52 @@ def test_one_process_auto_parallel_trains_as_eager_and_reports_its_plan():
 
 def first_bytes(call):
     return sum(int(np.prod(s)) * 8 for s in call["input_shapes"] if s is not None) + 16 * 16 * 8
+
+
+class Transposing(mf.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = mf.nn.Parameter(mf.randn(32, 48, dtype=mf.float64))
+
+    def forward(self, x):
+        return (self.w.t() * x).sum() + (self.w * 2).sum()
+
+
+def test_memory_bound_calls_on_transposed_operands_are_priced_at_the_transpose_bandwidth():
+    model = described()
+    model.transpose_bandwidth = 1e9
+    mf.distributed.auto.set_cost_model(model)
+    module = Transposing()
+
+    class Loss(mf.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.module = module
+            self.add_optimizer(mf.optim.SGD(module.parameters(), lr=0.1))
+            self.config.enable_auto_parallel(True)
+
+        def build(self, x):
+            loss = self.module(x)
+            loss.backward()
+            return loss
+    g = Loss()
+    g(mf.randn(48, 32, dtype=mf.float64).to_global(placement=one_rank(), sbp=B))
+    report = auto.cost_report(g)
+    calls = [(c["op"], [list(x) if x is not None else None for x in c["input_shapes"]], c["compute"])
+             for c in report["calls"]]
+    # w.t() * x reads a transposed operand: 48 * 32 float64s read twice and
+    # written once at the transpose bandwidth; the backward's gradient * x
+    # reads none, at the memory bandwidth. 2 * w and the update read w as it is.
+    products = [t for op, shapes, t in calls if op == "mul" and shapes == [[48, 32], [48, 32]]]
+    assert len(products) == 2, calls
+    assert products[0] == pytest.approx(5e-6 + 3 * 48 * 32 * 8 / 1e9)
+    assert products[1] == pytest.approx(5e-6 + 3 * 48 * 32 * 8 / 10e9)
+    scaled = [t for op, shapes, t in calls if op == "mul" and shapes == [[32, 48], []]]
+    assert scaled == [pytest.approx(5e-6 + 2 * 48 * 32 * 8 / 10e9 + 8 / 10e9)], calls
+    # Unset (0), the transpose bandwidth is the memory bandwidth.
+    assert auto.CostModel().transpose_bandwidth == 0
+    with pytest.raises(ValueError, match="transpose_bandwidth must be >= 0"):
+        auto.from_dict({"transpose_bandwidth": -1})
 
 
 def test_auto_parallel_errors():

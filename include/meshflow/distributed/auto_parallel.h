@@ -63,6 +63,10 @@ struct CostModel {
   // the full rates.
   double gemm_half_intensity = 0;
   double memory_bandwidth = 10e9;  // bytes/s of elementwise ops (reads + writes)
+  // bytes/s (reads + writes) of a memory-bound op reading an operand
+  // transposed against its output (Note [Transposed operands in the cost
+  // model]); 0: memory_bandwidth.
+  double transpose_bandwidth = 0;
   double op_overhead = 5e-6;     // s per op call
   // Fits per collective kind and group size; a size without a fit scales
   // the nearest fitted one by the ring algorithm's steps and bytes per rank.
@@ -70,6 +74,7 @@ struct CostModel {
   // The time of one collective ("all_reduce", "all_gather", "reduce_scatter",
   // "all_to_all") of `bytes` over a group of `ranks`.
   double collective(const std::string& kind, int64_t ranks, double bytes) const;
+  double transposed_bandwidth() const { return transpose_bandwidth > 0 ? transpose_bandwidth : memory_bandwidth; }
 };
 
 enum class ValueKind : uint8_t { Output, Source, Fixed };
@@ -97,6 +102,10 @@ struct CallRecord {
   std::vector<std::vector<SbpSignature>> candidates;  // per mesh axis (sbp_candidates)
   double flops = 0;  // OpDef::flops of the whole call; 0: memory-bound
   double bytes = 0;  // inputs + outputs, whole tensors
+  // A memory-bound call (no flops, not a view) reading an operand whose last
+  // two dims are transposed in memory (Note [Transposed operands in the
+  // cost model]).
+  bool transposed = false;
   // What the candidates came from, to derive them for another mesh (remesh).
   TensorList metas;
   std::vector<Shape> out_shapes;

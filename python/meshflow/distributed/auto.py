@@ -34,7 +34,7 @@ _current = None  # the cost model the searches use (set_cost_model / calibrate)
 
 def _cache_path(world):
     root = os.environ.get("MESHFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshflow")
-    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v7"
+    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v8"
     import zlib
     return os.path.join(root, f"cost_model_{zlib.crc32(key.encode()):08x}.json")
 
@@ -44,7 +44,7 @@ def to_dict(model):
     return {
         "gemm_flops": model.gemm_flops, "gemm_flops_f64": model.gemm_flops_f64,
         "gemm_flops_16": model.gemm_flops_16, "gemm_half_intensity": model.gemm_half_intensity,
-        "memory_bandwidth": model.memory_bandwidth,
+        "memory_bandwidth": model.memory_bandwidth, "transpose_bandwidth": model.transpose_bandwidth,
         "op_overhead": model.op_overhead,
         "collectives": {kind: {str(m): [list(p) for p in points] for m, points in fits.items()}
                         for kind, fits in model.collectives().items()},
@@ -56,10 +56,10 @@ def from_dict(d):
     the simulator has the same keys)."""
     model = CostModel()
     for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "gemm_half_intensity", "memory_bandwidth",
-                "op_overhead"):
+                "transpose_bandwidth", "op_overhead"):
         if key in d:
             value = float(d[key])
-            least = ">= 0" if key in ("op_overhead", "gemm_half_intensity") else "> 0"
+            least = ">= 0" if key in ("op_overhead", "gemm_half_intensity", "transpose_bandwidth") else "> 0"
             if not (value >= 0 if least == ">= 0" else value > 0):
                 raise ValueError(f"cost model: {key} must be {least}, got {d[key]!r}")
             setattr(model, key, value)
@@ -132,6 +132,9 @@ def _measure_compute():
     x = _mf.randn(1 << 22)
     y = _mf.randn(1 << 22)
     out["memory_bandwidth"] = 3 * x.numel() * 4 / _sustained(lambda: x + y)
+    # A copy of a transposed view (Note [Transposed operands in the cost model]).
+    w = _mf.randn(768, 1024)
+    out["transpose_bandwidth"] = 2 * w.numel() * 4 / _sustained(lambda: w.t().contiguous())
     s = _mf.randn(1)
     reps = 200
 

@@ -17,6 +17,23 @@ thread_local FollowPlan* following = nullptr;
 
 double nbytes(const Shape& shape, DType dtype) { return double(shape_numel(shape)) * double(itemsize(dtype)); }
 
+// Note [Transposed operands in the cost model]
+// A memory-bound op that reads an operand transposed in its last two dims
+// (a permuted view's contiguous(), boxing's permuted copies around a gather
+// or reduce-scatter along a dim other than 0, an elementwise op on a .t())
+// walks one of its operands across cache lines: here a 1024 x 1024 float
+// transpose takes 6-7x a plain copy's time even in blocks (Note
+// [Transposing copies] in the CPU backend). Such calls are priced at the
+// calibrated transpose bandwidth. Without it a plan that kept an MLP's
+// weights split along dim 1 was predicted faster than data parallelism on 2
+// ranks and measured 1.4x slower, a third of its step in those copies.
+bool is_transposed(const Tensor& t) {
+  const int64_t nd = t.dim();
+  if (nd < 2 || t.sizes()[nd - 1] < 16 || t.sizes()[nd - 2] < 16) return false;
+  const int64_t inner = std::abs(t.strides()[nd - 1]), outer = std::abs(t.strides()[nd - 2]);
+  return inner != 0 && outer != 0 && outer < inner;
+}
+
 // The ring algorithm's bytes per rank, as a multiple of the tensor's bytes.
 double ring_factor(const std::string& kind, int64_t m) {
   const double f = double(m - 1) / double(m);
@@ -141,6 +158,11 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   for (int64_t parts : log.placement->hierarchy())
     rec.candidates.push_back(sbp_candidates(op, metas, out_shapes, attrs, parts));
   if (op.flops && !out_shapes.empty()) rec.flops = op.flops(metas, out_shapes, attrs);
+  // A global tensor's own strides are its logical shape's; its local
+  // tensor's are those of the memory the kernel reads.
+  rec.transposed = !op.view && rec.flops == 0 && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
+    return t.defined() && is_transposed(t.is_global() ? t.impl()->global()->local : t);
+  });
   rec.metas = metas;
   rec.out_shapes = out_shapes;
   rec.attrs = attrs;

@@ -73,11 +73,13 @@ inline void transition(const CostModel& model, const Shape& mesh, const NdSbp& f
       // all-to-all packs its blocks and unpacks them; a gather or a
       // reduce-scatter along a dim other than 0 moves that dim first and
       // back. Each copy reads and writes the local part.
-      double copied = 0;  // bytes copied on a rank
-      if (f.is_split() && t.is_split()) copied = 2 * part / double(m);
-      else if (f.is_split() && t.is_broadcast() && f.axis() != 0) copied = part / double(m) + part;
-      else if (f.is_partial_sum() && t.is_split() && t.axis() != 0) copied = part + part / double(m);
-      out->time += 2 * copied / model.memory_bandwidth;
+      // The latter are transposing copies (Note [Transposed operands in the
+      // cost model]).
+      if (f.is_split() && t.is_split()) out->time += 2 * (2 * part / double(m)) / model.memory_bandwidth;
+      else if (f.is_split() && t.is_broadcast() && f.axis() != 0)
+        out->time += 2 * (part / double(m) + part) / model.transposed_bandwidth();
+      else if (f.is_partial_sum() && t.is_split() && t.axis() != 0)
+        out->time += 2 * (part + part / double(m)) / model.transposed_bandwidth();
       out->time += model.collective(kind, m, part);
       const double f_bytes = std::string(kind) == "all_reduce" ? 2.0 * double(m - 1) / double(m) : double(m - 1) / double(m);
       out->bytes += part * f_bytes;
@@ -122,7 +124,8 @@ inline double compute_time(const CostModel& model, const CallRecord& c, const st
   const double intensity = c.flops / std::max(c.bytes, 1.0);
   const double efficiency =
       model.gemm_half_intensity > 0 && c.flops > 0 ? intensity / (intensity + model.gemm_half_intensity) : 1.0;
-  const double t = c.op->view ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / model.memory_bandwidth);
+  const double bandwidth = c.transposed ? model.transposed_bandwidth() : model.memory_bandwidth;
+  const double t = c.op->view ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / bandwidth);
   return model.op_overhead + frac * t;
 }
 
