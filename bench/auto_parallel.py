@@ -7,7 +7,7 @@ thread (graph mode, float32, SGD momentum):
   vocabulary 512), batch 16.
 
 For each: the measured step (auto.measure_step: the median of 10 steps,
-the best of 3 rounds that run the plans in turn) of the searched plan
+the best of 5 rounds that run the plans in turn) of the searched plan
 (auto) and of the hand-written plans (dp: parameters broadcast, batch split; tp: the MLPs'
 first layer column-parallel, the second row-parallel, the batch whole;
 dp_tp on a 2x2 mesh: dp along mesh axis 0, tp along axis 1), the search
@@ -28,7 +28,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 STEPS = 10
-ROUNDS = 3
+ROUNDS = 5
 
 
 def build(mf, models, workload):
