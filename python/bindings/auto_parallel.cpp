@@ -89,7 +89,13 @@ void init_auto_parallel(py::module_& parent) {
         return l.placement ? py::cast(*l.placement) : py::none();
       })
       .def("source_name", [](const CallLog& l, size_t s) { return l.sources.at(s).name; })
-      .def("source_shape", [](const CallLog& l, size_t s) { return l.sources.at(s).shape; });
+      .def("source_shape", [](const CallLog& l, size_t s) { return l.sources.at(s).shape; })
+      // (kind, call or source index, output index, shape, dtype name) of a value.
+      .def("value", [](const CallLog& l, size_t v) {
+        const ValueRecord& r = l.values.at(v);
+        const char* kind = r.kind == ValueKind::Output ? "output" : r.kind == ValueKind::Source ? "source" : "fixed";
+        return py::make_tuple(kind, r.node, r.index, r.shape, std::string(dtype_name(r.dtype)));
+      });
 
   using LogGuard = PyGuard<LogCalls, CallLog>;
   py::class_<LogGuard>(m, "LogCalls")
@@ -104,6 +110,7 @@ void init_auto_parallel(py::module_& parent) {
       .def_readonly("communication_bytes", &Plan::communication_bytes)
       .def_readonly("memory", &Plan::memory)
       .def_readonly("parameter_memory", &Plan::parameter_memory)
+      .def_readonly("peak_values", &Plan::peak_values)
       .def_readonly("search_seconds", &Plan::search_seconds)
       .def_readonly("core_nodes", &Plan::core_nodes)
       .def_readonly("memory_limit_met", &Plan::memory_limit_met)
@@ -124,7 +131,8 @@ void init_auto_parallel(py::module_& parent) {
       py::arg("log"), py::arg("model"), py::arg("memory_limit") = 0.0);
 
   // One row per call: (op, input shapes, input layouts, output layouts,
-  // compute seconds, boxing seconds, boxing bytes, collectives).
+  // compute seconds, boxing seconds, boxing bytes, collectives, whether it
+  // reads a transposed operand).
   m.def(
       "report",
       [](const CallLog& log, const CostModel& model, const Plan& plan) {
@@ -141,7 +149,7 @@ void init_auto_parallel(py::module_& parent) {
           rows.append(py::dict(py::arg("op") = rec.op->name, py::arg("input_shapes") = shapes,
                                py::arg("inputs") = ins, py::arg("outputs") = outs, py::arg("compute") = cost.compute,
                                py::arg("boxing") = cost.boxing, py::arg("boxing_bytes") = cost.boxing_bytes,
-                               py::arg("collectives") = cost.collectives));
+                               py::arg("collectives") = cost.collectives, py::arg("transposed") = rec.transposed));
         }
         return rows;
       },

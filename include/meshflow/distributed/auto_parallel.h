@@ -106,6 +106,11 @@ struct CallRecord {
   // two dims are transposed in memory (Note [Transposed operands in the
   // cost model]).
   bool transposed = false;
+  // A view whose output's last two dims run in the other order in memory
+  // than its input's (a transpose): a boxed input reaches it contiguous, so
+  // its readers then read it transposed (Note [Transposed operands in the
+  // cost model]).
+  bool transposes = false;
   // What the candidates came from, to derive them for another mesh (remesh).
   TensorList metas;
   std::vector<Shape> out_shapes;
@@ -174,6 +179,9 @@ struct Plan {
   double communication_bytes = 0;
   double memory = 0;          // bytes: parameters, optimizer state and the peak of live values (gradients too)
   double parameter_memory = 0;
+  // The log's values held where the step's live bytes peak (op outputs and
+  // the step's inputs; boxing's copies are not values).
+  std::vector<int64_t> peak_values;
   double search_seconds = 0;
   int64_t core_nodes = 0;     // nodes left after the exact eliminations
   bool memory_limit_met = true;

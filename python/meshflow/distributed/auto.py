@@ -624,9 +624,12 @@ def cost_report(graph):
     {"calls": [{op, input_shapes, inputs, outputs, compute, boxing,
     boxing_bytes, collectives}, ...], "parameters": [{name, shape, sbp}],
     "step_time", "compute_time", "communication_time",
-    "communication_bytes", "memory", "parameter_memory", "search_seconds",
-    "memory_limit_met", "cost_model"} (times in seconds, memory in bytes
-    per rank)."""
+    "communication_bytes", "memory", "parameter_memory", "peak_values",
+    "search_seconds", "memory_limit_met", "cost_model"} (times in seconds,
+    memory in bytes per rank). peak_values are the step's values held
+    where its predicted live bytes peak: [{value, op and call (the call
+    making it; None for an input of the step), shape (whole), dtype,
+    sbp}]; with boxing's copies at that call they make up the peak."""
     staged = getattr(graph, "_auto_pipeline", None)
     if staged is not None:
         plan = staged["plan"]
@@ -648,13 +651,26 @@ def cost_report(graph):
     log, plan, model = record["log"], record["plan"], record["model"]
     params = [{"name": record["names"][s], "shape": tuple(log.source_shape(s)), "sbp": tuple(plan.sources[s])}
               for s in range(log.num_sources)]
+    calls = _ap.report(log, model, plan)
     return {
-        "calls": _ap.report(log, model, plan), "parameters": params, "placement": record["placement"],
+        "calls": calls, "parameters": params, "placement": record["placement"],
         "step_time": plan.step_time, "compute_time": plan.compute_time,
         "communication_time": plan.communication_time, "communication_bytes": plan.communication_bytes,
-        "memory": plan.memory, "parameter_memory": plan.parameter_memory, "search_seconds": plan.search_seconds,
+        "memory": plan.memory, "parameter_memory": plan.parameter_memory, "peak_values": _peak_values(log, plan, calls),
+        "search_seconds": plan.search_seconds,
         "memory_limit_met": plan.memory_limit_met, "cost_model": to_dict(model),
     }
+
+
+def _peak_values(log, plan, calls):
+    out = []
+    for v in plan.peak_values:
+        kind, node, index, shape, dtype = log.value(v)
+        call = node if kind == "output" else None
+        out.append({"value": v, "op": None if call is None else calls[call]["op"], "call": call,
+                    "shape": tuple(shape), "dtype": dtype,
+                    "sbp": None if call is None else calls[call]["outputs"][index]})
+    return out
 
 
 def _ranks_of(placement):

@@ -177,6 +177,8 @@ def main(argv=None):
         out = dict(report)
         out["placement"] = str(out["placement"])
         out["parameters"] = [dict(q, sbp=_auto._sbp_str(q["sbp"])) for q in out["parameters"]]
+        out["peak_values"] = [dict(v, sbp=None if v["sbp"] is None else _auto._sbp_str(v["sbp"]))
+                              for v in out["peak_values"]]
         out["calls"] = len(out["calls"])
         print(json.dumps(out, indent=1))
         return 0

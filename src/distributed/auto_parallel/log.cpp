@@ -27,6 +27,12 @@ double nbytes(const Shape& shape, DType dtype) { return double(shape_numel(shape
 // calibrated transpose bandwidth. Without it a plan that kept an MLP's
 // weights split along dim 1 was predicted faster than data parallelism on 2
 // ranks and measured 1.4x slower, a third of its step in those copies.
+// The log is traced with every parameter broadcast, so an operand's strides
+// are those of that plan. A plan that boxes the input of a transposing view
+// (a permute whose input is itself a transposed view in the trace; between
+// them, a weight's gradient reduce-scattered along dim 0) makes that input
+// contiguous, and the view's readers then copy it transposed: the boxing
+// pays that copy at the transpose bandwidth (boxed_view_time in problem.h).
 bool is_transposed(const Tensor& t) {
   const int64_t nd = t.dim();
   if (nd < 2 || t.sizes()[nd - 1] < 16 || t.sizes()[nd - 2] < 16) return false;
@@ -159,10 +165,18 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
     rec.candidates.push_back(sbp_candidates(op, metas, out_shapes, attrs, parts));
   if (op.flops && !out_shapes.empty()) rec.flops = op.flops(metas, out_shapes, attrs);
   // A global tensor's own strides are its logical shape's; its local
-  // tensor's are those of the memory the kernel reads.
+  // tensor's are those of the memory the kernel reads (a rank outside the
+  // placement holds none).
   rec.transposed = !op.view && rec.flops == 0 && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
-    return t.defined() && is_transposed(t.is_global() ? t.impl()->global()->local : t);
+    if (!t.defined()) return false;
+    const Tensor& memory = t.is_global() ? t.impl()->global()->local : t;
+    return memory.defined() && is_transposed(memory);
   });
+  auto memory_of = [](const Tensor& t) -> const Tensor& { return t.is_global() ? t.impl()->global()->local : t; };
+  if (op.view && !inputs.empty() && !outputs.empty() && inputs[0].defined() && outputs[0].defined()) {
+    const Tensor &in = memory_of(inputs[0]), &out = memory_of(outputs[0]);
+    rec.transposes = in.defined() && out.defined() && is_transposed(in) != is_transposed(out);
+  }
   rec.metas = metas;
   rec.out_shapes = out_shapes;
   rec.attrs = attrs;

@@ -232,7 +232,7 @@ double peak_live_bytes(const Problem& p, const std::vector<int32_t>& assign, std
   if (at_peak) {
     at_peak->clear();
     for (size_t v = 0; v < nv; ++v)
-      if (held[v] > 0 && values[v].kind == ValueKind::Output && first[v] <= peak_at && end[v] >= peak_at &&
+      if (held[v] > 0 && first[v] <= peak_at && end[v] >= peak_at &&
           !(gap[v].first <= peak_at && peak_at <= gap[v].second))
         at_peak->push_back(int64_t(v));
   }

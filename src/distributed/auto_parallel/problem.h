@@ -91,6 +91,23 @@ inline void transition(const CostModel& model, const Shape& mesh, const NdSbp& f
   }
 }
 
+// The transposing copy that a boxed input of a transposing view costs its
+// readers (Note [Transposed operands in the cost model] in log.cpp): the
+// boxed tensor's local part read and written at the transpose bandwidth
+// instead of the memory bandwidth.
+inline double boxed_view_time(const CostModel& model, const Shape& mesh, const CallRecord& reader, const NdSbp& from,
+                              const NdSbp& to, double bytes) {
+  if (!reader.transposes || from == to) return 0;
+  bool moves = false;
+  for (size_t a = 0; a < from.size(); ++a) moves = moves || (from[a] != to[a] && mesh[a] > 1);
+  if (!moves) return 0;
+  double parts = 1;
+  for (size_t a = 0; a < to.size(); ++a)
+    if (to[a].is_split()) parts *= double(mesh[a]);
+  const double local = bytes / parts;
+  return std::max(0.0, 2 * local / model.transposed_bandwidth() - 2 * local / model.memory_bandwidth);
+}
+
 inline double transition_time(const CostModel& model, const Shape& mesh, const NdSbp& from, const NdSbp& to,
                        double bytes) {
   if (from == to) return 0;

@@ -91,8 +91,10 @@ Graph build_graph(const Problem& p, double lambda, const std::vector<bool>& pric
   auto read = [&](int64_t v, int64_t reader, auto need, bool written) {
     const ValueRecord& r = p.log.values[size_t(v)];
     const double bytes = nbytes(r.shape, r.dtype);
+    const CallRecord* call = reader >= int64_t(ns) ? &p.log.calls[size_t(reader) - ns] : nullptr;
     auto cost = [&](const NdSbp& have, const NdSbp& want) {
-      return transition_time(m, mesh, have, want, bytes) + (written ? transition_time(m, mesh, want, have, bytes) : 0);
+      return transition_time(m, mesh, have, want, bytes) + (written ? transition_time(m, mesh, want, have, bytes) : 0) +
+             (call ? boxed_view_time(m, mesh, *call, have, want, bytes) : 0);
     };
     if (r.kind == ValueKind::Fixed) {
       for (size_t x = 0; x < g.size(reader); ++x) g.unary[size_t(reader)][x] += cost(r.fixed, need(x));
@@ -299,18 +301,18 @@ std::vector<int32_t> solve(const Problem& p, double lambda, const std::vector<bo
 }
 
 // The predictions of an assignment, walking the log.
-// at_peak (if given) gets the values live when the live bytes peak.
-void evaluate(const Problem& p, const std::vector<int32_t>& assign, Plan& plan, std::vector<int64_t>* at_peak = nullptr) {
+void evaluate(const Problem& p, const std::vector<int32_t>& assign, Plan& plan) {
   const size_t ns = p.num_sources();
   plan.compute_time = plan.communication_time = plan.communication_bytes = 0;
   plan.parameter_memory = 0;
   for (size_t s = 0; s < ns; ++s) plan.parameter_memory += p.source_memory(s, size_t(assign[s]));
-  auto box = [&](int64_t v, const NdSbp& want, bool written) {
+  auto box = [&](int64_t v, const NdSbp& want, bool written, const CallRecord* reader) {
     const ValueRecord& r = p.log.values[size_t(v)];
     const NdSbp have = p.layout_of(v, assign);
     Boxing b;
     if (have != want) transition(p.model, p.mesh, have, want, nbytes(r.shape, r.dtype), &b, false);
     if (written && have != want) transition(p.model, p.mesh, want, have, nbytes(r.shape, r.dtype), &b, false);
+    if (reader) b.time += boxed_view_time(p.model, p.mesh, *reader, have, want, nbytes(r.shape, r.dtype));
     plan.communication_time += b.time;
     plan.communication_bytes += b.bytes;
   };
@@ -319,10 +321,12 @@ void evaluate(const Problem& p, const std::vector<int32_t>& assign, Plan& plan, 
     const CallChoice& ch = p.call_choices[c][size_t(assign[ns + c])];
     plan.compute_time += ch.compute;
     for (size_t i = 0; i < rec.inputs.size(); ++i)
-      if (rec.inputs[i] >= 0) box(rec.inputs[i], ch.in[i], rec.op->writes_input(i, rec.inplace));
+      if (rec.inputs[i] >= 0) box(rec.inputs[i], ch.in[i], rec.op->writes_input(i, rec.inplace), &rec);
   }
-  for (const auto& [v, s] : p.log.accumulations) box(v, p.source_choices[size_t(s)][size_t(assign[size_t(s)])], false);
-  const double peak = peak_live_bytes(p, assign, at_peak);
+  for (const auto& [v, s] : p.log.accumulations)
+    box(v, p.source_choices[size_t(s)][size_t(assign[size_t(s)])], false, nullptr);
+  plan.peak_values.clear();
+  const double peak = peak_live_bytes(p, assign, &plan.peak_values);
   plan.memory = plan.parameter_memory + peak;
   plan.step_time = plan.compute_time + plan.communication_time;
   plan.sources.clear();
@@ -350,12 +354,11 @@ Plan search(const CallLog& log, const CostModel& model, const SearchOptions& opt
   // peak join the priced ones (a few rounds) until the peak fits.
   auto attempt = [&](double lambda, Plan& out) {
     for (int round = 0; round < 6; ++round) {
-      std::vector<int64_t> at_peak;
-      evaluate(p, solve(p, lambda, priced, &core), out, &at_peak);
+      evaluate(p, solve(p, lambda, priced, &core), out);
       if (lambda == 0 || out.memory <= limit) return;
       bool added = false;
-      for (int64_t v : at_peak)
-        if (!priced[size_t(v)]) priced[size_t(v)] = added = true;
+      for (int64_t v : out.peak_values)
+        if (!priced[size_t(v)] && log.values[size_t(v)].kind == ValueKind::Output) priced[size_t(v)] = added = true;
       if (!added) return;
     }
   };
@@ -450,6 +453,7 @@ std::vector<CallCost> call_costs(const CallLog& log, const CostModel& model, con
       Boxing b;
       transition(model, p.mesh, have, ch.in[i], nbytes(r.shape, r.dtype), &b, true);
       if (rec.op->writes_input(i, rec.inplace)) transition(model, p.mesh, ch.in[i], have, nbytes(r.shape, r.dtype), &b, true);
+      b.time += boxed_view_time(model, p.mesh, rec, have, ch.in[i], nbytes(r.shape, r.dtype));
       out.boxing += b.time;
       out.boxing_bytes += b.bytes;
       for (auto& s : b.collectives) out.collectives.push_back(std::move(s));

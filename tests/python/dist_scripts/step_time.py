@@ -9,9 +9,10 @@ from one process's trace; rank 0's prediction must be the compiled
 graph's own (cost_report) and within 25% of the measured step
 (auto.measure_step: the median of 10 steps, the slowest rank's).
 
-Ranks share this machine's cores, so a slow spell can spoil a measurement:
-each workload gets up to 3 attempts, each measuring the step afresh (every
-rank sees the same times and decides alike)."""
+Ranks share this machine's cores, so a slow spell can spoil a measurement
+or the calibration: each workload gets up to 3 attempts, each after the
+first calibrating, planning and measuring afresh (every rank sees the same
+times and decides alike)."""
 import os
 import sys
 
@@ -55,9 +56,10 @@ class Step(mf.nn.Graph):
         return loss
 
 
-for name in ("mlp", "gpt"):
+def attempt(name):
+    """(rank 0's predicted seconds, measured seconds, the plan's layouts)."""
     model, opt, inputs = build(name)
-    predicted = simulate(model, opt, lambda m, x, y, name=name: models.loss_fn(name, mf, m(x), y), inputs, (world,))
+    predicted = simulate(model, opt, lambda m, x, y: models.loss_fn(name, mf, m(x), y), inputs, (world,))
     model, opt, (x, y) = build(name)
     g = Step(name, model, opt)
     x, y = (t.to_global(placement=line, sbp=B).to_global(sbp=S(0)) for t in (x, y))
@@ -67,17 +69,24 @@ for name in ("mlp", "gpt"):
     # prediction, which is the compiled graph's own.
     box = [predicted["step_time"]]
     mf.distributed.broadcast_object_list(box, src=0)
+    report = auto.cost_report(g)
     if rank == 0:
-        assert abs(auto.cost_report(g)["step_time"] - box[0]) <= 1e-9 * box[0], (auto.cost_report(g)["step_time"], box[0])
-    predicted["step_time"] = box[0]
-    for attempt in range(1, 4):
-        measured = auto.measure_step(g, x, y)
-        error = abs(predicted["step_time"] - measured) / measured
+        assert abs(report["step_time"] - box[0]) <= 1e-9 * box[0], (report["step_time"], box[0])
+    layouts = " ".join(auto._sbp_str(q["sbp"]) for q in report["parameters"])
+    return box[0], auto.measure_step(g, x, y), layouts
+
+
+for name in ("mlp", "gpt"):
+    for tries in range(1, 4):
+        if tries > 1:  # measured in a slow spell, or calibrated in one: all afresh
+            auto.calibrate(force=True)
+        predicted, measured, layouts = attempt(name)
+        error = abs(predicted - measured) / measured
+        if rank == 0:
+            print(f"{name} on {world}: predicted {1e3 * predicted:.2f} ms, measured {1e3 * measured:.2f} ms "
+                  f"({100 * error:.0f}%, attempt {tries}; {layouts})", flush=True)
         if error <= 0.25:
             break
-    if rank == 0:
-        print(f"{name} on {world}: predicted {1e3 * predicted['step_time']:.2f} ms, measured {1e3 * measured:.2f} ms "
-              f"({100 * error:.0f}%, attempt {attempt})", flush=True)
-    assert error <= 0.25, (name, predicted["step_time"], measured)
+    assert error <= 0.25, (name, predicted, measured)
 
 print(f"rank {rank}: step time OK", flush=True)
