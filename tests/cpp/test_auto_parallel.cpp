@@ -20,6 +20,7 @@ CostModel model() {
   CostModel m;
   m.gemm_flops = 1e11;
   m.memory_bandwidth = 2e10;
+  m.transpose_bandwidth = 5e9;
   m.op_overhead = 1e-6;
   for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
     m.collectives[kind][2] = CollectiveFit{{{4096, 10e-6}, {1 << 20, 60e-6}, {1 << 24, 3e-3}}};
@@ -75,6 +76,10 @@ CallLog random_log(std::mt19937& rng, int calls) {
     rec.candidates.push_back(std::move(sigs));
     rec.flops = double(rng() % 4) * 1e6;
     rec.bytes = 3.0 * 64 * 32 * 4;
+    // Note [Transposed operands in the cost model]: the search's boxing
+    // costs must be predict()'s with these too.
+    rec.transposed = rec.flops == 0 && rng() % 2 == 0;
+    rec.transposes = rng() % 3 == 0;
     const int64_t out = value({.shape = shape, .kind = ValueKind::Output, .node = c, .index = 0});
     rec.outputs.push_back(out);
     outputs.push_back(out);
@@ -121,6 +126,48 @@ TEST(AutoParallel, SearchFindsTheBruteForceOptimumOnSmallLogs) {
     EXPECT_DOUBLE_EQ(again.step_time, found.step_time);
     EXPECT_DOUBLE_EQ(again.memory, found.memory);
   }
+}
+
+// Note [Transposed operands in the cost model]: a memory-bound call reading
+// a transposed operand moves its bytes at the transpose bandwidth, and a
+// boxed input of a transposing view costs its readers' copy at that rate.
+TEST(AutoParallel, TransposedOperandsAndBoxedTransposingViews) {
+  CostModel m = model();
+  m.transpose_bandwidth = 2e9;
+  const Shape shape{64, 32};
+  const double bytes = 64.0 * 32 * 4;
+  auto log_of = [&](bool transposed, bool transposes) {
+    CallLog log;
+    log.placement = Placement(DeviceType::CPU, {0, 1});
+    log.values.push_back({.shape = shape, .kind = ValueKind::Fixed, .fixed = {Sbp::split(0)}});
+    const OpDef* add = &OpRegistry::instance().get("add");
+    for (int c = 0; c < 2; ++c) {
+      CallRecord rec;
+      rec.op = add;
+      rec.inputs = {int64_t(c)};
+      const Sbp layout = c == 0 ? Sbp::split(0) : Sbp::broadcast();
+      rec.candidates.push_back({SbpSignature{{layout}, {layout}}});
+      rec.bytes = 2 * bytes;
+      rec.transposed = c == 0 && transposed;
+      rec.transposes = c == 1 && transposes;
+      log.values.push_back({.shape = shape, .kind = ValueKind::Output, .node = c, .index = 0});
+      rec.outputs = {int64_t(c) + 1};
+      log.calls.push_back(std::move(rec));
+    }
+    return log;
+  };
+  const std::vector<std::vector<size_t>> calls{{0}, {0}};
+  const Plan plain = predict(log_of(false, false), m, calls, {});
+  // Call 0 runs split over 2 ranks: half its bytes, at the transpose rate.
+  const Plan read = predict(log_of(true, false), m, calls, {});
+  EXPECT_NEAR(read.compute_time - plain.compute_time, bytes * (1 / 2e9 - 1 / 2e10), 1e-15);
+  // Call 1's input is gathered (split -> broadcast) and read transposed after.
+  const Plan viewed = predict(log_of(false, true), m, calls, {});
+  EXPECT_NEAR(viewed.communication_time - plain.communication_time, 2 * bytes * (1 / 2e9 - 1 / 2e10), 1e-15);
+  EXPECT_DOUBLE_EQ(viewed.compute_time, plain.compute_time);
+  // Unset, the transpose bandwidth is the memory bandwidth: nothing changes.
+  m.transpose_bandwidth = 0;
+  EXPECT_DOUBLE_EQ(predict(log_of(true, true), m, calls, {}).step_time, predict(log_of(false, false), m, calls, {}).step_time);
 }
 
 TEST(AutoParallel, MemoryLimitIsMetOrReported) {
