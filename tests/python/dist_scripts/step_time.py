@@ -1,5 +1,5 @@
 """Run under mpirun (1, 2 or 4 ranks, one thread each): the simulator's
-predicted step time against the measured step, for bench/auto_parallel.py's
+predicted step time and memory against the measured ones, for bench/auto_parallel.py's
 MLP and GPT workloads in graph mode with the searched plan (float32, SGD
 with momentum).
 
@@ -7,7 +7,9 @@ calibrate() measures this machine afresh ($MESHFLOW_CACHE_DIR is the
 test's own). simulate() plans the step for a mesh of the world's size
 from one process's trace; rank 0's prediction must be the compiled
 graph's own (cost_report) and within 25% of the measured step
-(auto.measure_step: the median of 10 steps, the slowest rank's).
+(auto.measure_step: the median of 10 steps, the slowest rank's); its
+memory per rank within 10% of the parameters' and optimizer state's
+shards plus the graph's planned arena.
 
 Ranks share this machine's cores, so a slow spell can spoil a measurement
 or the calibration: each workload gets up to 3 attempts, each after the
@@ -73,20 +75,28 @@ def attempt(name):
     if rank == 0:
         assert abs(report["step_time"] - box[0]) <= 1e-9 * box[0], (report["step_time"], box[0])
     layouts = " ".join(auto._sbp_str(q["sbp"]) for q in report["parameters"])
-    return box[0], auto.measure_step(g, x, y), layouts
+    # Memory per rank: the parameters' and optimizer state's shards and the
+    # graph's planned arena, against the prediction (the same on every rank).
+    state = opt.state_dict()["state"]
+    kept = sum(t.to_local().numel() * t.element_size() if t.is_global else t.numel() * t.element_size()
+               for t in list(model.parameters()) + [t for entry in state.values() for t in entry.values()
+                                                    if isinstance(t, mf.Tensor) and t.dim() > 0])
+    memory = (report["memory"], kept + g.planned_peak_bytes)
+    return box[0], auto.measure_step(g, x, y), layouts, memory
 
 
 for name in ("mlp", "gpt"):
     for tries in range(1, 4):
         if tries > 1:  # measured in a slow spell, or calibrated in one: all afresh
             auto.calibrate(force=True)
-        predicted, measured, layouts = attempt(name)
-        error = abs(predicted - measured) / measured
+        predicted, measured, layouts, (memory, planned) = attempt(name)
+        error, memory_error = abs(predicted - measured) / measured, abs(memory - planned) / planned
         if rank == 0:
             print(f"{name} on {world}: predicted {1e3 * predicted:.2f} ms, measured {1e3 * measured:.2f} ms "
-                  f"({100 * error:.0f}%, attempt {tries}; {layouts})", flush=True)
-        if error <= 0.25:
+                  f"({100 * error:.0f}%, attempt {tries}); memory predicted {memory / 2**20:.2f} MiB, planned "
+                  f"{planned / 2**20:.2f} MiB ({100 * memory_error:.0f}%); {layouts}", flush=True)
+        if error <= 0.25 and memory_error <= 0.1:
             break
-    assert error <= 0.25, (name, predicted, measured)
+    assert error <= 0.25 and memory_error <= 0.1, (name, predicted, measured, memory, planned)
 
 print(f"rank {rank}: step time OK", flush=True)
