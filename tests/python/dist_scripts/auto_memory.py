@@ -17,7 +17,7 @@ import numpy as np
 
 import meshflow as mf
 import meshflow.nn.functional as F
-from layouts import MACHINE, shard, step_alongside, whole
+from layouts import MACHINE, LossStep, kept_bytes, shard, step_alongside, whole
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples"))
 import models  # noqa: E402
@@ -28,25 +28,8 @@ mf.distributed.auto.set_cost_model(MACHINE)
 line = mf.placement("cpu", list(range(world)))
 
 
-class Step(mf.nn.Graph):
-    def __init__(self, name, model, opt, auto=True):
-        super().__init__()
-        self.name, self.model = name, model
-        self.add_optimizer(opt)
-        self.config.enable_auto_parallel(auto)
-
-    def build(self, x, y):
-        loss = models.loss_fn(self.name, mf, self.model(x), y)
-        loss.backward()
-        return loss
-
-
-def kept_bytes(model, opt):
-    """The parameters' and optimizer state's bytes on this rank."""
-    state = opt.state_dict()["state"]
-    tensors = list(model.parameters()) + [t for entry in state.values() for t in entry.values()
-                                          if isinstance(t, mf.Tensor) and t.dim() > 0]
-    return sum((t.to_local() if t.is_global else t).numel() * t.element_size() for t in tensors)
+def Step(name, model, opt, auto=True):
+    return LossStep(model, opt, lambda out, y: models.loss_fn(name, mf, out, y), auto)
 
 
 def check_memory(name, make, batch):

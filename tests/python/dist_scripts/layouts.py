@@ -1,7 +1,8 @@
 """What the distributed test scripts share: a global tensor's whole value,
 the tensor-parallel layouts of an MLP and of a transformer layer, the
-embedding stage of the pipeline tests' tied models, and the machine the
-auto-parallel tests plan for."""
+embedding stage of the pipeline tests' tied models, the machine the
+auto-parallel tests plan for, and their train-step graph and memory
+count."""
 import meshflow as mf
 
 B, S = mf.sbp.broadcast, mf.sbp.split
@@ -83,3 +84,27 @@ def step_alongside(local, local_opt, graph, x, y, placement):
     got = graph(mf.tensor(x).to_global(placement=placement, sbp=B).to_global(sbp=S(0)),
                 mf.tensor(y).to_global(placement=placement, sbp=B).to_global(sbp=S(0)))
     np.testing.assert_allclose(float(whole(got.to_global(placement=placement, sbp=B))), loss.item(), rtol=1e-12)
+
+
+class LossStep(mf.nn.Graph):
+    """A train step graph: loss_fn(model(x), y), its backward and opt's
+    update, searched by enable_auto_parallel when `auto`."""
+
+    def __init__(self, model, opt, loss_fn, auto=True):
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+        self.add_optimizer(opt)
+        self.config.enable_auto_parallel(auto)
+
+    def build(self, x, y):
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def kept_bytes(model, opt):
+    """The parameters' and optimizer state's bytes on this rank."""
+    state = opt.state_dict()["state"]
+    tensors = list(model.parameters()) + [t for entry in state.values() for t in entry.values()
+                                          if isinstance(t, mf.Tensor) and t.dim() > 0]
+    return sum((t.to_local() if t.is_global else t).numel() * t.element_size() for t in tensors)

@@ -23,6 +23,7 @@ import numpy as np
 import meshflow as mf
 from meshflow.distributed import auto
 from meshflow.distributed.simulate import simulate
+from layouts import LossStep, kept_bytes
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples"))
 import models  # noqa: E402
@@ -45,25 +46,12 @@ def build(name):
     return model, opt, [mf.tensor(a) for a in batch]
 
 
-class Step(mf.nn.Graph):
-    def __init__(self, name, model, opt):
-        super().__init__()
-        self.name, self.model = name, model
-        self.add_optimizer(opt)
-        self.config.enable_auto_parallel(True)
-
-    def build(self, x, y):
-        loss = models.loss_fn(self.name, mf, self.model(x), y)
-        loss.backward()
-        return loss
-
-
 def attempt(name):
     """(rank 0's predicted seconds, measured seconds, the plan's layouts)."""
     model, opt, inputs = build(name)
     predicted = simulate(model, opt, lambda m, x, y: models.loss_fn(name, mf, m(x), y), inputs, (world,))
     model, opt, (x, y) = build(name)
-    g = Step(name, model, opt)
+    g = LossStep(model, opt, lambda out, y: models.loss_fn(name, mf, out, y))
     x, y = (t.to_global(placement=line, sbp=B).to_global(sbp=S(0)) for t in (x, y))
     g(x, y)
     # The graph follows rank 0's plan (another rank's trace on rank 0's
@@ -77,11 +65,7 @@ def attempt(name):
     layouts = " ".join(auto._sbp_str(q["sbp"]) for q in report["parameters"])
     # Memory per rank: the parameters' and optimizer state's shards and the
     # graph's planned arena, against the prediction (the same on every rank).
-    state = opt.state_dict()["state"]
-    kept = sum(t.to_local().numel() * t.element_size() if t.is_global else t.numel() * t.element_size()
-               for t in list(model.parameters()) + [t for entry in state.values() for t in entry.values()
-                                                    if isinstance(t, mf.Tensor) and t.dim() > 0])
-    memory = (report["memory"], kept + g.planned_peak_bytes)
+    memory = (report["memory"], kept_bytes(model, opt) + g.planned_peak_bytes)
     return box[0], auto.measure_step(g, x, y), layouts, memory
 
 
