@@ -10,6 +10,8 @@ GPipe or zero-bubble) under calibrate()'s cost model of 2 ranks, its predicted s
 the measured median step of the eager pipeline on that plan; then, for
 comparison, the predicted and measured step of another cut (one Linear
 layer later, or earlier) with the plan's micro-batch count and schedule.
+Then the interleaved 1F1B plan (four stages, two per rank) searched on its
+own, predicted and measured.
 
     PYTHONPATH=python /usr/bin/python3 bench/auto_pipeline.py
 """
@@ -60,8 +62,10 @@ def measure_worker(workload, split, m, kind):
     rank = mf.env.get_rank()
     x, y = batch(mf)
     pipe = pp.pipeline(build(mf, workload), split_points=split.split(","))
-    schedule = pp.get_schedule_class(kind)(pipe.build_stage(rank), int(m), loss_fn=F.cross_entropy)
-    opt = mf.optim.SGD(pipe.get_stage_module(rank).parameters(), lr=0.01)
+    mine = [k for k in range(pipe.num_stages) if k % 2 == rank]  # interleaved: two stages per rank
+    stages = [pipe.build_stage(k) for k in mine]
+    schedule = pp.get_schedule_class(kind)(stages if len(stages) > 1 else stages[0], int(m), loss_fn=F.cross_entropy)
+    opt = mf.optim.SGD([p for k in mine for p in pipe.get_stage_module(k).parameters()], lr=0.01)
     times = []
     for i in range(STEPS + 3):
         mf.distributed.barrier()
@@ -104,6 +108,7 @@ def main():
     print("| workload | plan (split, M, schedule) | search s | predicted ms | measured ms | error | other cut | "
           "other predicted ms | other measured ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
     for workload in ("mlp", "skewed"):
         model = build(mf, workload)
         plan = auto.plan_pipeline(model, F.cross_entropy, batch(mf), 2, cost_model=machine, num_stages=2,
@@ -122,6 +127,19 @@ def main():
         print(f"| {workload} | {split}, {m}, {kind} | {plan['search_seconds']:.2f} | {pred:.2f} | {measured:.2f} | "
               f"{abs(pred - measured) / measured:.0%} | {names[other]} | {other_pred:.2f} | {other_measured:.2f} |",
               flush=True)
+        rows.append(workload)
+    # The interleaved schedule (two stages per rank), planned on its own.
+    print()
+    print("| workload | plan (splits, M) | search s | predicted ms | measured ms | error |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for workload in rows:
+        plan = auto.plan_pipeline(build(mf, workload), F.cross_entropy, batch(mf), 2, cost_model=machine,
+                                  num_stages=2, microbatches=[2, 4, 8], schedules=("interleaved_1f1b",))
+        split, m = ",".join(plan["split_points"]), plan["n_microbatches"]
+        measured = run(workload, split, str(m), plan["schedule"])["ms"]
+        pred = 1000 * plan["step_time"]
+        print(f"| {workload} | {split}, {m} | {plan['search_seconds']:.2f} | {pred:.2f} | {measured:.2f} | "
+              f"{abs(pred - measured) / measured:.0%} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,13 @@ log.cpp; the output's message goes with F, its gradient's with I), and each
 cut the dynamic program gives for a bound is run through the schedule
 simulator (pipelining.make_schedule(...).simulate), whose peak of in-flight
 micro-batches per stage gives the memory.
+
+The interleaved 1F1B schedule (asked for with schedules=(...,
+"interleaved_1f1b")) cuts the layers into 2S ranges, range k on the ranks
+of group k % S, and runs each cut the dynamic program gives through the
+same simulator: a rank keeps its two ranges' parameters and simulated
+in-flight activations and runs their updates. Graph mode's searched
+stages (Note [Searched stages in graph mode] in auto.py) do not offer it.
 """
 import copy
 import math
@@ -44,6 +51,9 @@ import meshflow as _mf
 __all__ = ["plan_pipeline", "best_partition"]
 
 SCHEDULES = ("1f1b", "gpipe", "zero_bubble")
+# Searched when asked for (schedules=...): two stages per rank.
+INTERLEAVED = "interleaved_1f1b"
+STAGES_PER_RANK = 2
 
 
 def _partitions(num_layers, num_stages, stage_time, stage_memory=None, memory_limit=0.0):
@@ -230,6 +240,43 @@ def _zero_bubble(num_layers, stages, m, costs, memory_1f1b, memory_limit):
     return best
 
 
+def _interleaved(num_layers, stages, m, costs, memory_limit):
+    """The interleaved 1F1B schedule's best cut: the layers in
+    stages * STAGES_PER_RANK contiguous ranges, range k on rank k % stages
+    (Note [Stage search]). Each cut the dynamic program gives for a bound
+    runs through the schedule simulator with its ranges' F, I and W times;
+    a rank holds its ranges' parameters and their simulated in-flight
+    activations, and updates its ranges' parameters. Returns (simulated
+    step plus the slowest rank's updates, ranges, memory per range, memory
+    per rank), or (inf, None, None, None)."""
+    from meshflow.distributed import pipelining as pp
+    virtual = stages * STAGES_PER_RANK
+    none = (math.inf, None, None, None)
+    if stages < 2 or virtual > num_layers or m % stages:
+        return none  # the schedule runs micro-batches in rounds of `stages`
+    schedule = pp.make_schedule(INTERLEAVED, stages, m, STAGES_PER_RANK)
+    owner = list(schedule.stage_rank)
+    best, seen = none, set()
+    # A range's own parameters bound its rank's memory from below: the
+    # dynamic program keeps only cuts that may fit.
+    for _, _, ranges in _partitions(num_layers, virtual, lambda i, j: costs(i, j)["time"],
+                                    lambda s, i, j: costs(i, j)["parameters"], memory_limit):
+        if tuple(ranges) in seen:
+            continue
+        seen.add(tuple(ranges))
+        c = [costs(i, j) for i, j in ranges]
+        result = schedule.simulate(forward=[x["forward"] for x in c], backward_input=[x["backward_input"] for x in c],
+                                   backward_weight=[x["backward_weight"] for x in c])
+        per_range = [x["parameters"] + peak * x["activations"] for x, peak in zip(c, result.peak_activations)]
+        per_rank = [sum(mem for k, mem in enumerate(per_range) if owner[k] == r) for r in range(stages)]
+        if memory_limit and max(per_rank) > memory_limit:
+            continue
+        updates = max(sum(x["update"] for k, x in enumerate(c) if owner[k] == r) for r in range(stages))
+        if result.step_time + updates < best[0]:
+            best = (result.step_time + updates, ranges, per_range, per_rank)
+    return best
+
+
 def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory_limit=0, microbatches=None,
                   schedules=SCHEDULES, num_stages=None, _step_fn=None, _data_parallel=False):
     """Searches the pipeline plan of a training step (Note [Stage search]).
@@ -239,13 +286,16 @@ def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory
     the whole batch; world_size: the ranks to plan for; memory_limit: bytes
     per rank (0: none); microbatches: the counts to try (default: divisors of
     the batch up to 32); schedules: among "1f1b", "gpipe" and
-    "zero_bubble"; num_stages: the stage count to use (default: every
-    divisor of world_size up to the number of layers). Returns a dict:
-    "num_stages", "data_parallel" (ranks
+    "zero_bubble" (the default), and "interleaved_1f1b" (two stages per
+    rank, stage k on the ranks of group k % S); num_stages: the count S of
+    rank groups to use (default: every divisor of world_size up to the
+    number of layers). Returns a dict: "num_stages" (stages, S x
+    "stages_per_rank"), "data_parallel" (ranks
     per stage), "split_points" (the names of the children that begin stages
-    2..S, for pipelining.pipeline), "ranges", "schedule", "n_microbatches",
+    2.., for pipelining.pipeline), "ranges", "schedule", "n_microbatches",
     "stage_times" (seconds per micro-batch), "step_time" (predicted seconds),
-    "memory_per_stage" (bytes per rank), "stage_costs" (the figures of every
+    "memory_per_stage" (bytes per rank), "memory_per_rank" (a rank's
+    stages together), "stage_costs" (the figures of every
     layer range [i, j) at the chosen stage and micro-batch counts: "time" and
     "update" in seconds, "parameters" and "activations" in bytes per rank),
     "search_seconds" and "candidates" (the best plan of every stage count,
@@ -257,8 +307,8 @@ def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"plan_pipeline: world_size must be a positive int, got {world_size!r}")
     for s in schedules:
-        if s not in SCHEDULES:
-            raise ValueError(f"plan_pipeline: schedules must be among {SCHEDULES}, got {s!r}")
+        if s not in SCHEDULES + (INTERLEAVED,):
+            raise ValueError(f"plan_pipeline: schedules must be among {SCHEDULES + (INTERLEAVED,)}, got {s!r}")
     if not isinstance(inputs, (tuple, list)) or not inputs or not isinstance(inputs[0], _mf.Tensor):
         raise ValueError("plan_pipeline: inputs must be (x, *targets) with x a tensor (the whole batch)")
     if not memory_limit >= 0:
@@ -296,20 +346,29 @@ def plan_pipeline(model, loss_fn, inputs, world_size, *, cost_model=None, memory
                     in_flight = m if schedule == "gpipe" else min(stages - s, m)
                     return c["parameters"] + in_flight * c["activations"]
 
-                if schedule == "zero_bubble":
+                per_rank = None
+                if schedule == INTERLEAVED:
+                    step, ranges, per_range, per_rank = _interleaved(len(layers), stages, m, costs,
+                                                                     float(memory_limit))
+                    memory = (lambda s, i, j, per_range=per_range: per_range[s])
+                elif schedule == "zero_bubble":
                     total, ranges, memory = _zero_bubble(len(layers), stages, m, costs, memory, float(memory_limit))
                 else:
                     total, ranges = best_partition(len(layers), stages, lambda i, j: costs(i, j)["time"], memory,
                                                    float(memory_limit), m)
                 if ranges is None:
-                    candidates.append({"num_stages": stages, "n_microbatches": m, "schedule": schedule,
-                                       "step_time": math.inf})
+                    candidates.append({"num_stages": stages * (STAGES_PER_RANK if schedule == INTERLEAVED else 1),
+                                       "n_microbatches": m, "schedule": schedule, "step_time": math.inf})
                     continue
-                step = total + max(costs(i, j)["update"] for i, j in ranges)
-                plan = {"num_stages": stages, "data_parallel": ranks, "n_microbatches": m, "schedule": schedule,
+                if schedule != INTERLEAVED:
+                    step = total + max(costs(i, j)["update"] for i, j in ranges)
+                memory_per_stage = [memory(s, i, j) for s, (i, j) in enumerate(ranges)]
+                plan = {"num_stages": len(ranges), "data_parallel": ranks, "n_microbatches": m, "schedule": schedule,
+                        "stages_per_rank": len(ranges) // stages,
                         "ranges": ranges, "split_points": [layers[i][0] for i, _ in ranges[1:]],
                         "stage_times": [costs(i, j)["time"] for i, j in ranges], "step_time": step,
-                        "memory_per_stage": [memory(s, i, j) for s, (i, j) in enumerate(ranges)],
+                        "memory_per_stage": memory_per_stage,
+                        "memory_per_rank": per_rank if per_rank is not None else memory_per_stage,
                         "stage_costs": {(i, j): costs(i, j) for i in range(len(layers))
                                         for j in range(i + 1, len(layers) + 1)}}
                 candidates.append({k: plan[k] for k in ("num_stages", "n_microbatches", "schedule", "step_time")})
