@@ -207,6 +207,23 @@ class _StageCosts:
                 "backward_weight": part["backward_weight"]}
 
 
+def _simulated_cuts(num_layers, schedule, costs, stage_memory, memory_limit):
+    """Each distinct cut into schedule.num_stages ranges that the dynamic
+    program gives for a bound (stage_memory(s, i, j) within the limit),
+    run through the schedule simulator with its ranges' F, I and W times:
+    yields (ranges, their costs, the simulation)."""
+    seen = set()
+    for _, _, ranges in _partitions(num_layers, schedule.num_stages, lambda i, j: costs(i, j)["time"], stage_memory,
+                                    memory_limit):
+        if tuple(ranges) in seen:
+            continue
+        seen.add(tuple(ranges))
+        c = [costs(i, j) for i, j in ranges]
+        yield ranges, c, schedule.simulate(forward=[x["forward"] for x in c],
+                                           backward_input=[x["backward_input"] for x in c],
+                                           backward_weight=[x["backward_weight"] for x in c])
+
+
 def _zero_bubble(num_layers, stages, m, costs, memory_1f1b, memory_limit):
     """The zero-bubble schedule's best cut: each cut the dynamic program
     gives for a bound (those that fit under 1F1B's in-flight counts, which
@@ -219,15 +236,7 @@ def _zero_bubble(num_layers, stages, m, costs, memory_1f1b, memory_limit):
         return math.inf, None, None
     schedule = pp.make_schedule("zero_bubble", stages, m)
     best = (math.inf, None, None)
-    seen = set()
-    for _, _, ranges in _partitions(num_layers, stages, lambda i, j: costs(i, j)["time"], memory_1f1b,
-                                    memory_limit):
-        if tuple(ranges) in seen:
-            continue
-        seen.add(tuple(ranges))
-        c = [costs(i, j) for i, j in ranges]
-        result = schedule.simulate(forward=[x["forward"] for x in c], backward_input=[x["backward_input"] for x in c],
-                                   backward_weight=[x["backward_weight"] for x in c])
+    for ranges, _, result in _simulated_cuts(num_layers, schedule, costs, memory_1f1b, memory_limit):
         peaks = list(result.peak_activations)
 
         def memory(s, i, j, peaks=peaks):
@@ -256,17 +265,11 @@ def _interleaved(num_layers, stages, m, costs, memory_limit):
         return none  # the schedule runs micro-batches in rounds of `stages`
     schedule = pp.make_schedule(INTERLEAVED, stages, m, STAGES_PER_RANK)
     owner = list(schedule.stage_rank)
-    best, seen = none, set()
+    best = none
     # A range's own parameters bound its rank's memory from below: the
     # dynamic program keeps only cuts that may fit.
-    for _, _, ranges in _partitions(num_layers, virtual, lambda i, j: costs(i, j)["time"],
-                                    lambda s, i, j: costs(i, j)["parameters"], memory_limit):
-        if tuple(ranges) in seen:
-            continue
-        seen.add(tuple(ranges))
-        c = [costs(i, j) for i, j in ranges]
-        result = schedule.simulate(forward=[x["forward"] for x in c], backward_input=[x["backward_input"] for x in c],
-                                   backward_weight=[x["backward_weight"] for x in c])
+    for ranges, c, result in _simulated_cuts(num_layers, schedule, costs, lambda s, i, j: costs(i, j)["parameters"],
+                                             memory_limit):
         per_range = [x["parameters"] + peak * x["activations"] for x, peak in zip(c, result.peak_activations)]
         per_rank = [sum(mem for k, mem in enumerate(per_range) if owner[k] == r) for r in range(stages)]
         if memory_limit and max(per_rank) > memory_limit:
