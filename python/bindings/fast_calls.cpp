@@ -10,12 +10,12 @@
 // C functions with METH_FASTCALL. Each handles the argument types of the
 // common call (a Tensor, or a Python bool, int or float, which the pybind11
 // overloads read as a Scalar the same way) and hands every other call, with
-// its arguments unchanged, to the pybind11 function it replaced. So NumPy
-// operands, None, keywords, foreign types (answered with NotImplemented)
-// and the error messages all behave as they did. Results are the tensor's one Python object
-// (Note [One Python object per tensor]) and C++ exceptions are translated by
-// pybind11's translators, so a fast call is indistinguishable from the call
-// it replaces.
+// its arguments unchanged, to the pybind11 function it replaced. So calls
+// with NumPy operands, None or keywords, calls that pybind11 answers with
+// NotImplemented (foreign types), and the error messages all behave as they
+// did. Results are the tensor's one Python object (Note [One Python object
+// per tensor]) and C++ exceptions are translated by pybind11's translators,
+// so a fast call is indistinguishable from the call it replaces.
 #include <Python.h>
 
 #include <array>

@@ -69,7 +69,7 @@ def test_measure_step_times_the_calls_to_their_values():
     x = mf.ones(3)
     seconds = auto.measure_step(step, x, steps=4, warmup=2)
     assert len(calls) == 6 and 0 < seconds < 1
-    for bad in ({"steps": 0}, {"warmup": -1}):
+    for bad in ({"steps": 0}, {"warmup": -1}, {"steps": "3"}, {"steps": True}, {"warmup": 1.5}):
         with pytest.raises(ValueError, match="measure_step: expected steps >= 1 and warmup >= 0"):
             auto.measure_step(step, x, **bad)
 

@@ -69,16 +69,6 @@ def from_dict(d):
     return model
 
 
-def _time(fn, reps):
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def _sustained(fn, seconds=0.15):
     """Seconds per call of fn, run back to back for `seconds` by every rank
     of the job at once (Note [Sustained rates]): the mean over the ranks."""
@@ -270,7 +260,9 @@ def measure_step(graph, *inputs, steps=10, warmup=3):
     rank's median under the launcher, so every rank gets the same number.
     This is what cost_report(graph)["step_time"] and the simulator
     predict."""
-    if steps < 1 or warmup < 0:
+    def count(v, least):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= least
+    if not count(steps, 1) or not count(warmup, 0):
         raise ValueError(f"measure_step: expected steps >= 1 and warmup >= 0, got steps={steps!r}, warmup={warmup!r}")
     dist = _mf.distributed
     distributed = dist.is_initialized() and dist.get_world_size() > 1

@@ -32,7 +32,7 @@ double nbytes(const Shape& shape, DType dtype) { return double(shape_numel(shape
 // (a permute whose input is itself a transposed view in the trace; between
 // them, a weight's gradient reduce-scattered along dim 0) makes that input
 // contiguous, and the view's readers then copy it transposed: the boxing
-// pays that copy at the transpose bandwidth (boxed_view_time in problem.h).
+// pays that copy at the transpose bandwidth (read_boxing in problem.h).
 bool is_transposed(const Tensor& t) {
   const int64_t nd = t.dim();
   if (nd < 2 || t.sizes()[nd - 1] < 16 || t.sizes()[nd - 2] < 16) return false;
@@ -167,12 +167,10 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   // A global tensor's own strides are its logical shape's; its local
   // tensor's are those of the memory the kernel reads (a rank outside the
   // placement holds none).
-  rec.transposed = !op.view && rec.flops == 0 && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
-    if (!t.defined()) return false;
-    const Tensor& memory = t.is_global() ? t.impl()->global()->local : t;
-    return memory.defined() && is_transposed(memory);
-  });
   auto memory_of = [](const Tensor& t) -> const Tensor& { return t.is_global() ? t.impl()->global()->local : t; };
+  rec.transposed = !op.view && rec.flops == 0 && std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) {
+    return t.defined() && memory_of(t).defined() && is_transposed(memory_of(t));
+  });
   if (op.view && !inputs.empty() && !outputs.empty() && inputs[0].defined() && outputs[0].defined()) {
     const Tensor &in = memory_of(inputs[0]), &out = memory_of(outputs[0]);
     rec.transposes = in.defined() && out.defined() && is_transposed(in) != is_transposed(out);

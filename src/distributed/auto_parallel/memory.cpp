@@ -46,14 +46,9 @@ double peak_live_bytes(const Problem& p, const std::vector<int32_t>& assign, std
   // A gradient boxed into its parameter's layout by a collective: the
   // collective's buffers are in use until the update that waits for it,
   // which stays where it is.
-  auto moves = [&](const NdSbp& have, const NdSbp& want) {
-    for (size_t a = 0; a < have.size(); ++a)
-      if (have[a] != want[a] && p.mesh[a] > 1) return true;
-    return false;
-  };
   std::vector<bool> communicated(ns, false);
   for (const auto& [v, src] : p.log.accumulations)
-    if (moves(p.layout_of(v, assign), p.source_choices[size_t(src)][size_t(assign[size_t(src)])]))
+    if (moves(p.mesh, p.layout_of(v, assign), p.source_choices[size_t(src)][size_t(assign[size_t(src)])]))
       communicated[size_t(src)] = true;
   auto source_of = [&](int64_t v) {
     return values[size_t(v)].kind == ValueKind::Source ? values[size_t(v)].node : int64_t(-1);
@@ -197,7 +192,7 @@ double peak_live_bytes(const Problem& p, const std::vector<int32_t>& assign, std
       const int64_t x = rec.inputs[i];
       if (x < 0) continue;
       const NdSbp have = p.layout_of(x, assign), &want = choice(c).in[i];
-      if (!moves(have, want)) continue;
+      if (!moves(p.mesh, have, want)) continue;
       // A parameter's gather along dim 0 reads the parameter itself; the
       // graph issues it one gather ahead (prefetch_gathers), so its result
       // is held from the previous such read.

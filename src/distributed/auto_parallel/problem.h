@@ -91,29 +91,29 @@ inline void transition(const CostModel& model, const Shape& mesh, const NdSbp& f
   }
 }
 
-// The transposing copy that a boxed input of a transposing view costs its
-// readers (Note [Transposed operands in the cost model] in log.cpp): the
-// boxed tensor's local part read and written at the transpose bandwidth
-// instead of the memory bandwidth.
-inline double boxed_view_time(const CostModel& model, const Shape& mesh, const CallRecord& reader, const NdSbp& from,
-                              const NdSbp& to, double bytes) {
-  if (!reader.transposes || from == to) return 0;
-  bool moves = false;
-  for (size_t a = 0; a < from.size(); ++a) moves = moves || (from[a] != to[a] && mesh[a] > 1);
-  if (!moves) return 0;
-  double parts = 1;
-  for (size_t a = 0; a < to.size(); ++a)
-    if (to[a].is_split()) parts *= double(mesh[a]);
-  const double local = bytes / parts;
-  return std::max(0.0, 2 * local / model.transposed_bandwidth() - 2 * local / model.memory_bandwidth);
+// Whether boxing from one layout to the other moves data (along a mesh
+// axis of one rank nothing moves).
+inline bool moves(const Shape& mesh, const NdSbp& from, const NdSbp& to) {
+  for (size_t a = 0; a < from.size(); ++a)
+    if (from[a] != to[a] && mesh[a] > 1) return true;
+  return false;
 }
 
-inline double transition_time(const CostModel& model, const Shape& mesh, const NdSbp& from, const NdSbp& to,
-                       double bytes) {
-  if (from == to) return 0;
-  Boxing b;
-  transition(model, mesh, from, to, bytes, &b, false);
-  return b.time;
+// The boxing of a value of `bytes` that a call (`reader`; null for a
+// parameter's gradient) reads in layout `to` from layout `from`, boxed back
+// after when the call writes it. A boxed input of a transposing view also
+// costs the view's readers a transposing copy (Note [Transposed operands in
+// the cost model] in log.cpp): its local part read and written at the
+// transpose bandwidth instead of the memory bandwidth.
+inline void read_boxing(const CostModel& model, const Shape& mesh, const CallRecord* reader, const NdSbp& from,
+                        const NdSbp& to, double bytes, bool written, Boxing* out, bool describe) {
+  if (from == to) return;
+  transition(model, mesh, from, to, bytes, out, describe);
+  if (written) transition(model, mesh, to, from, bytes, out, describe);
+  if (reader && reader->transposes && moves(mesh, from, to)) {
+    const double local = bytes / parts_of(to, mesh);
+    out->time += std::max(0.0, 2 * local / model.transposed_bandwidth() - 2 * local / model.memory_bandwidth);
+  }
 }
 
 // The layouts a call's signature choice gives its inputs and outputs.

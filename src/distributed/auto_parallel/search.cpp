@@ -93,8 +93,9 @@ Graph build_graph(const Problem& p, double lambda, const std::vector<bool>& pric
     const double bytes = nbytes(r.shape, r.dtype);
     const CallRecord* call = reader >= int64_t(ns) ? &p.log.calls[size_t(reader) - ns] : nullptr;
     auto cost = [&](const NdSbp& have, const NdSbp& want) {
-      return transition_time(m, mesh, have, want, bytes) + (written ? transition_time(m, mesh, want, have, bytes) : 0) +
-             (call ? boxed_view_time(m, mesh, *call, have, want, bytes) : 0);
+      Boxing b;
+      read_boxing(m, mesh, call, have, want, bytes, written, &b, false);
+      return b.time;
     };
     if (r.kind == ValueKind::Fixed) {
       for (size_t x = 0; x < g.size(reader); ++x) g.unary[size_t(reader)][x] += cost(r.fixed, need(x));
@@ -310,9 +311,7 @@ void evaluate(const Problem& p, const std::vector<int32_t>& assign, Plan& plan) 
     const ValueRecord& r = p.log.values[size_t(v)];
     const NdSbp have = p.layout_of(v, assign);
     Boxing b;
-    if (have != want) transition(p.model, p.mesh, have, want, nbytes(r.shape, r.dtype), &b, false);
-    if (written && have != want) transition(p.model, p.mesh, want, have, nbytes(r.shape, r.dtype), &b, false);
-    if (reader) b.time += boxed_view_time(p.model, p.mesh, *reader, have, want, nbytes(r.shape, r.dtype));
+    read_boxing(p.model, p.mesh, reader, have, want, nbytes(r.shape, r.dtype), written, &b, false);
     plan.communication_time += b.time;
     plan.communication_bytes += b.bytes;
   };
@@ -451,9 +450,8 @@ std::vector<CallCost> call_costs(const CallLog& log, const CostModel& model, con
       const NdSbp have = p.layout_of(v, assign);
       if (have == ch.in[i]) continue;
       Boxing b;
-      transition(model, p.mesh, have, ch.in[i], nbytes(r.shape, r.dtype), &b, true);
-      if (rec.op->writes_input(i, rec.inplace)) transition(model, p.mesh, ch.in[i], have, nbytes(r.shape, r.dtype), &b, true);
-      b.time += boxed_view_time(model, p.mesh, rec, have, ch.in[i], nbytes(r.shape, r.dtype));
+      read_boxing(model, p.mesh, &rec, have, ch.in[i], nbytes(r.shape, r.dtype), rec.op->writes_input(i, rec.inplace),
+                  &b, true);
       out.boxing += b.time;
       out.boxing_bytes += b.bytes;
       for (auto& s : b.collectives) out.collectives.push_back(std::move(s));

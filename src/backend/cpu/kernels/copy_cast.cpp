@@ -2,7 +2,6 @@
 #include "backend/cpu/kernels/loops.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace mf::cpu {
 
@@ -53,20 +52,19 @@ void transposing_copy(const StridedOperands<2>& ops) {
       d += rb * B * dr + cb * B * dc;
       s += rb * B * sr + cb * B * sc;
       const int64_t nr = std::min(B, rows - rb * B), nc = std::min(B, cols - cb * B);
-      if (source_by_rows) {
-        for (int64_t c = 0; c < nc; ++c)
-          for (int64_t r = 0; r < nr; ++r) buf[r][c] = s[r * sr + c * sc];
-      } else {
-        for (int64_t r = 0; r < nr; ++r)
-          for (int64_t c = 0; c < nc; ++c) buf[r][c] = s[r * sr + c * sc];
-      }
-      if (dest_by_rows) {
-        for (int64_t c = 0; c < nc; ++c)
-          for (int64_t r = 0; r < nr; ++r) d[r * dr + c * dc] = buf[r][c];
-      } else {
-        for (int64_t r = 0; r < nr; ++r)
-          for (int64_t c = 0; c < nc; ++c) d[r * dr + c * dc] = buf[r][c];
-      }
+      // Visits the block's (r, c) with r innermost when `by_rows` (the
+      // operand's fast dim is the rows), else c innermost.
+      auto walk = [nr, nc](bool by_rows, auto&& f) {
+        if (by_rows) {
+          for (int64_t c = 0; c < nc; ++c)
+            for (int64_t r = 0; r < nr; ++r) f(r, c);
+        } else {
+          for (int64_t r = 0; r < nr; ++r)
+            for (int64_t c = 0; c < nc; ++c) f(r, c);
+        }
+      };
+      walk(source_by_rows, [&](int64_t r, int64_t c) { buf[r][c] = s[r * sr + c * sc]; });
+      walk(dest_by_rows, [&](int64_t r, int64_t c) { d[r * dr + c * dc] = buf[r][c]; });
     }
   });
 }
