@@ -7,15 +7,17 @@
 #include <cstring>
 #include <limits>
 
+#include "meshflow/host_device.h"
+
 namespace mf {
 
 namespace detail {
-inline uint32_t float_bits(float f) {
+MF_HOST_DEVICE inline uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
 }
-inline float bits_float(uint32_t u) {
+MF_HOST_DEVICE inline float bits_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
@@ -26,15 +28,15 @@ inline float bits_float(uint32_t u) {
 struct BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
-  BFloat16(float f) { bits = from_float(f); }  // NOLINT: implicit like float
-  operator float() const { return detail::bits_float(uint32_t(bits) << 16); }
-  static uint16_t from_float(float f) {
+  MF_HOST_DEVICE BFloat16(float f) { bits = from_float(f); }  // NOLINT: implicit like float
+  MF_HOST_DEVICE operator float() const { return detail::bits_float(uint32_t(bits) << 16); }
+  MF_HOST_DEVICE static uint16_t from_float(float f) {
     uint32_t u = detail::float_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return uint16_t(u >> 16);
   }
-  static BFloat16 from_bits(uint16_t b) {
+  MF_HOST_DEVICE static BFloat16 from_bits(uint16_t b) {
     BFloat16 h;
     h.bits = b;
     return h;
@@ -45,14 +47,14 @@ struct BFloat16 {
 struct Half {
   uint16_t bits = 0;
   Half() = default;
-  Half(float f) { bits = from_float(f); }  // NOLINT
-  operator float() const { return to_float(bits); }
-  static Half from_bits(uint16_t b) {
+  MF_HOST_DEVICE Half(float f) { bits = from_float(f); }  // NOLINT
+  MF_HOST_DEVICE operator float() const { return to_float(bits); }
+  MF_HOST_DEVICE static Half from_bits(uint16_t b) {
     Half h;
     h.bits = b;
     return h;
   }
-  static uint16_t from_float(float f) {
+  MF_HOST_DEVICE static uint16_t from_float(float f) {
     uint32_t x = detail::float_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t abs = x & 0x7fffffffu;
@@ -66,7 +68,7 @@ struct Half {
     abs += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
     return uint16_t(sign | (abs >> 13));
   }
-  static float to_float(uint16_t h) {
+  MF_HOST_DEVICE static float to_float(uint16_t h) {
     uint32_t sign = uint32_t(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t mant = h & 0x3ffu;

@@ -5,8 +5,8 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
+#include "backend/common/elementwise_functors.h"
 #include "ops/elementwise_common.h"
-#include "backend/cpu/kernels/math.h"
 
 namespace mf {
 
@@ -14,10 +14,9 @@ using namespace elementwise_detail;
 
 namespace {
 
-constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2 pi)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
-constexpr double kGeluTanhCoeff = 0.044715;
+using functors::kGeluTanhCoeff;
+using functors::kInvSqrt2Pi;
+using functors::kSqrt2OverPi;
 
 InferFn infer_floating(const char* op) { return infer_unary(op, is_floating, "a floating-point"); }
 
@@ -46,7 +45,6 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input"},
     .infer = infer_unary("relu", is_numeric, "a numeric (non-bool)"),
     // a < 0 ? 0 : a keeps NaN (PyTorch's relu propagates it).
-    .cpu_kernel = unary_kernel("relu", [](auto a) { return a < decltype(a)(0) ? decltype(a)(0) : a; }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{where(gt(ctx.outputs[0], 0), ctx.grad_outputs[0], Scalar(0))};
     },
@@ -61,24 +59,6 @@ MF_REGISTER_OP(OpDef{
     .name = "gelu",
     .inputs = {"input"},
     .infer = infer_floating("gelu"),
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const bool tanh_form = attrs.get_string("approximate") == "tanh";
-      dispatch_floating(in[0].dtype(), "gelu", [&]<typename T>() {
-        using A = acc_type<T>;
-        if (tanh_form) {
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) __attribute__((flatten)) {
-            A x = A(t);
-            A inner = A(kSqrt2OverPi) * (x + A(kGeluTanhCoeff) * x * x * x);
-            return A(0.5) * x * (A(1) + cpu::math::tanh(inner));
-          });
-        } else {
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T t) __attribute__((flatten)) {
-            A x = A(t);
-            return A(0.5) * x * (A(1) + cpu::math::erf(x * A(kSqrtHalf)));
-          });
-        }
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{gelu_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs.get_string("approximate"))};
     },
@@ -101,27 +81,6 @@ MF_REGISTER_OP(OpDef{
                " must have the same shape and dtype");
       return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const bool tanh_form = attrs.get_string("approximate") == "tanh";
-      dispatch_floating(in[1].dtype(), "gelu_backward", [&]<typename T>() {
-        using A = acc_type<T>;
-        if (tanh_form) {
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T g, T t) __attribute__((always_inline, flatten)) {
-            A x = A(t), x2 = x * x;
-            A th = cpu::math::tanh(A(kSqrt2OverPi) * (x + A(kGeluTanhCoeff) * x2 * x));
-            A du = A(kSqrt2OverPi) * (A(1) + A(3 * kGeluTanhCoeff) * x2);
-            return A(g) * (A(0.5) * (A(1) + th) + A(0.5) * x * (A(1) - th * th) * du);
-          });
-        } else {
-          cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T g, T t) __attribute__((always_inline, flatten)) {
-            A x = A(t);
-            A cdf = A(0.5) * (A(1) + cpu::math::erf(x * A(kSqrtHalf)));
-            A pdf = cpu::math::exp(A(-0.5) * x * x) * A(kInvSqrt2Pi);
-            return A(g) * (cdf + x * pdf);
-          });
-        }
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const std::string& approximate = ctx.attrs.get_string("approximate");
       const Tensor& gg = ctx.grad_outputs[0];
@@ -135,35 +94,11 @@ MF_REGISTER_OP(OpDef{
     .elementwise = true,
 });
 
-// gelu(x) and gelu_backward(grad, x) in one pass, erf computed once:
-// (grad * gelu'(x), gelu(x)). Graph mode runs a recomputed GELU this
-// way together with its gradient (Note [GELU with its gradient] in
-// graph/fusion.h); each output has the bits of its own op.
-template <typename T>
-void gelu_with_backward_loop(const T* g, const T* x, T* dx, T* y, int64_t n, bool tanh_form) {
-  using A = acc_type<T>;
-  if (tanh_form) {
-    // gelu and gelu_backward round the cube differently, (c x) x x against
-    // c (x x) x: two tanh, one pass.
-    for (int64_t i = 0; i < n; ++i) {
-      const A v = A(x[i]), v2 = v * v;
-      y[i] = T(A(0.5) * v * (A(1) + cpu::math::tanh(A(kSqrt2OverPi) * (v + A(kGeluTanhCoeff) * v * v * v))));
-      const A th = cpu::math::tanh(A(kSqrt2OverPi) * (v + A(kGeluTanhCoeff) * v2 * v));
-      const A du = A(kSqrt2OverPi) * (A(1) + A(3 * kGeluTanhCoeff) * v2);
-      dx[i] = T(A(g[i]) * (A(0.5) * (A(1) + th) + A(0.5) * v * (A(1) - th * th) * du));
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      const A v = A(x[i]);
-      const A e = cpu::math::erf(v * A(kSqrtHalf));
-      y[i] = T(A(0.5) * v * (A(1) + e));
-      const A cdf = A(0.5) * (A(1) + e);
-      const A pdf = cpu::math::exp(A(-0.5) * v * v) * A(kInvSqrt2Pi);
-      dx[i] = T(A(g[i]) * (cdf + v * pdf));
-    }
-  }
-}
-
+// gelu(x) and gelu_backward(grad, x) as one node: (grad * gelu'(x),
+// gelu(x)). Graph mode runs a recomputed GELU this way together with its
+// gradient (Note [GELU with its gradient] in graph/fusion.h); each output
+// has the bits of its own op (the kernel: backend/common/
+// elementwise_kernels.h).
 MF_REGISTER_OP(OpDef{
     .name = "gelu_with_backward",
     .inputs = {"grad", "input"},
@@ -175,19 +110,6 @@ MF_REGISTER_OP(OpDef{
       const TensorMeta meta{in[1].sizes(), in[1].dtype(), in[1].device()};
       return std::vector<TensorMeta>{meta, meta};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const bool tanh_form = attrs.get_string("approximate") == "tanh";
-      const Tensor g = contiguous(in[0].detach()), x = contiguous(in[1].detach());
-      dispatch_floating(x.dtype(), "gelu_with_backward", [&]<typename T>() {
-        const T* gp = static_cast<const T*>(g.data_ptr());
-        const T* xp = static_cast<const T*>(x.data_ptr());
-        T* dxp = static_cast<T*>(out[0].data_ptr());
-        T* yp = static_cast<T*>(out[1].data_ptr());
-        parallel_for(0, x.numel(), kGrainSize, [&](int64_t b, int64_t e) {
-          gelu_with_backward_loop<T>(gp + b, xp + b, dxp + b, yp + b, e - b, tanh_form);
-        });
-      });
-    },
     .differentiable = false,
     .elementwise = true,
 });
@@ -196,10 +118,6 @@ MF_REGISTER_OP(OpDef{
     .name = "silu",
     .inputs = {"input"},
     .infer = infer_floating("silu"),
-    .cpu_kernel = floating_unary_kernel("silu", [](auto x) {
-      using A = decltype(x);
-      return x / (A(1) + cpu::math::exp(-x));
-    }),
     .backward = [](const BackwardContext& ctx) {
       // s (1 + x (1 - s)), s = sigmoid(x)
       const Tensor& x = ctx.inputs[0];
@@ -214,17 +132,6 @@ MF_REGISTER_OP(OpDef{
     .name = "leaky_relu",
     .inputs = {"input"},
     .infer = infer_floating("leaky_relu"),
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const double slope = attrs.get_float("negative_slope");
-      dispatch_floating(in[0].dtype(), "leaky_relu", [&]<typename T>() {
-        using A = acc_type<T>;
-        const A s = A(slope);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [s](T t) {
-          const A x = A(t), scaled = x * s;
-          return cpu::math::select(x > A(0), x, scaled);
-        });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       return TensorList{where(gt(ctx.inputs[0], 0), g, mul(g, ctx.attrs.get_float("negative_slope")))};
@@ -237,17 +144,6 @@ MF_REGISTER_OP(OpDef{
     .name = "elu",
     .inputs = {"input"},
     .infer = infer_floating("elu"),
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const double alpha = attrs.get_float("alpha");
-      dispatch_floating(in[0].dtype(), "elu", [&]<typename T>() {
-        using A = acc_type<T>;
-        const A al = A(alpha);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [al](T t) __attribute__((flatten)) {
-          const A x = A(t), negative = al * cpu::math::expm1(x);
-          return cpu::math::select(x > A(0), x, negative);
-        });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       const Tensor& x = ctx.inputs[0];
@@ -263,17 +159,6 @@ MF_REGISTER_OP(OpDef{
     .name = "softplus",
     .inputs = {"input"},
     .infer = infer_floating("softplus"),
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const double beta = attrs.get_float("beta"), threshold = attrs.get_float("threshold");
-      dispatch_floating(in[0].dtype(), "softplus", [&]<typename T>() {
-        using A = acc_type<T>;
-        const A b = A(beta), th = A(threshold);
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [b, th](T t) __attribute__((flatten)) {
-          A x = A(t);
-          return cpu::math::select(x * b > th, x, cpu::math::log1p(cpu::math::exp(x * b)) / b);
-        });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       Tensor bx = mul(ctx.inputs[0], ctx.attrs.get_float("beta"));
@@ -291,24 +176,6 @@ MF_REGISTER_OP(OpDef{
     .name = "clamp",
     .inputs = {"input"},
     .infer = infer_unary("clamp", is_numeric, "a numeric (non-bool)"),
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const bool has_min = attrs.has("min"), has_max = attrs.has("max");
-      dispatch_numeric(in[0].dtype(), "clamp", [&]<typename T>() {
-        using A = acc_type<T>;
-        const A lo = has_min ? attrs.get_scalar("min").to<A>() : A(0);
-        const A hi = has_max ? attrs.get_scalar("max").to<A>() : A(0);
-        if (has_min && has_max)
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [lo, hi](T t) {
-            A x = A(t);
-            x = x < lo ? lo : x;
-            return x > hi ? hi : x;
-          });
-        else if (has_min)
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [lo](T t) { return A(t) < lo ? lo : A(t); });
-        else
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [hi](T t) { return A(t) > hi ? hi : A(t); });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& x = ctx.inputs[0];
       Tensor keep;
@@ -336,10 +203,6 @@ OpDef clamp_tensor_op(const char* name) {
         MF_CHECK(in[0].dtype() != DType::Bool, TypeError, name, ": not supported for bool tensors");
         return infer_broadcast(name, in);
       },
-      .cpu_kernel = binary_kernel(name, [](auto x, auto bound) {
-        if constexpr (kMin) return x < bound ? bound : x;
-        else return x > bound ? bound : x;
-      }),
       .backward = [](const BackwardContext& ctx) {
         const Tensor& g = ctx.grad_outputs[0];
         Tensor keep = kMin ? ge(ctx.inputs[0], ctx.inputs[1]) : le(ctx.inputs[0], ctx.inputs[1]);

@@ -82,13 +82,6 @@ MF_REGISTER_OP(OpDef{
     .name = "add",
     .inputs = {"input", "other"},
     .infer = [](const TensorList& in, const Attrs&) { return infer_arith("add", in); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      if (in[0].dtype() == DType::Bool) {
-        binary_loop<uint8_t, uint8_t, uint8_t>(out[0], in[0], in[1], [](uint8_t a, uint8_t b) { return uint8_t(a | b); });
-        return;
-      }
-      binary_kernel("add", [](auto a, auto b) { return a + b; })(in, out, attrs);
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       return TensorList{ctx.needs_input_grad[0] ? sum_to(g, ctx.input_metas[0].sizes) : Tensor(),
@@ -103,7 +96,6 @@ MF_REGISTER_OP(OpDef{
     .name = "sub",
     .inputs = {"input", "other"},
     .infer = [](const TensorList& in, const Attrs&) { return infer_arith("sub", in); },
-    .cpu_kernel = binary_kernel("sub", [](auto a, auto b) { return a - b; }),
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       return TensorList{ctx.needs_input_grad[0] ? sum_to(g, ctx.input_metas[0].sizes) : Tensor(),
@@ -118,13 +110,6 @@ MF_REGISTER_OP(OpDef{
     .name = "mul",
     .inputs = {"input", "other"},
     .infer = [](const TensorList& in, const Attrs&) { return infer_arith("mul", in); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      if (in[0].dtype() == DType::Bool) {
-        binary_loop<uint8_t, uint8_t, uint8_t>(out[0], in[0], in[1], [](uint8_t a, uint8_t b) { return uint8_t(a & b); });
-        return;
-      }
-      binary_kernel("mul", [](auto a, auto b) { return a * b; })(in, out, attrs);
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       return TensorList{ctx.needs_input_grad[0] ? sum_to(mul(g, ctx.inputs[1]), ctx.input_metas[0].sizes) : Tensor(),
@@ -145,12 +130,6 @@ MF_REGISTER_OP(OpDef{
                dtype_name(in[0].dtype()));
       return infer_broadcast("div", in);
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      dispatch_floating(in[0].dtype(), "div", [&]<typename T>() {
-        using A = acc_type<T>;
-        binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return A(a) / A(b); });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       const Tensor& a = ctx.inputs[0];
@@ -165,72 +144,6 @@ MF_REGISTER_OP(OpDef{
     .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::One, 0),
 });
-
-// Note [Integer division]: integer division by zero throws (PyTorch raises
-// ZeroDivisionError), and x / -1 is computed as a wrapping negation because
-// the hardware traps on INT_MIN / -1.
-template <typename T>
-void check_divisor(T b, const char* op) {
-  MF_CHECK(b != T(0), Error, op, ": ZeroDivisionError (integer division by zero)");
-}
-
-template <typename T>
-T negate_wrapping(T a) {
-  return T(uint64_t(0) - uint64_t(int64_t(a)));
-}
-
-template <typename T>
-T div_trunc_int(T a, T b) {
-  check_divisor(b, "div");
-  if constexpr (std::is_signed_v<T>)
-    if (b == T(-1)) return negate_wrapping(a);
-  return T(a / b);
-}
-
-template <typename T>
-T div_floor_int(T a, T b) {
-  check_divisor(b, "div");
-  if constexpr (std::is_signed_v<T>) {
-    if (b == T(-1)) return negate_wrapping(a);
-    T q = T(a / b);
-    if (a % b != 0 && ((a < 0) != (b < 0))) --q;
-    return q;
-  }
-  return T(a / b);
-}
-
-// PyTorch's div_floor_floating: exact for large quotients, signed zeros kept.
-template <typename A>
-A div_floor_float(A a, A b) {
-  if (b == A(0)) return a / b;
-  A mod = std::fmod(a, b);
-  A quotient = (a - mod) / b;
-  if (mod != A(0) && ((b < A(0)) != (mod < A(0)))) quotient -= A(1);
-  if (quotient == A(0)) return std::copysign(A(0), a / b);
-  A floored = std::floor(quotient);
-  if (quotient - floored > A(0.5)) floored += A(1);
-  return floored;
-}
-
-// Python's %: the result has the divisor's sign.
-template <typename T>
-T remainder_int(T a, T b) {
-  check_divisor(b, "remainder");
-  if constexpr (std::is_signed_v<T>) {
-    if (b == T(-1)) return T(0);
-    T r = T(a % b);
-    if (r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
-    return r;
-  }
-  return T(a % b);
-}
-
-template <typename A>
-A remainder_float(A a, A b) {
-  A mod = std::fmod(a, b);
-  if (mod != A(0) && ((b < A(0)) != (mod < A(0)))) mod += b;
-  return mod;
-}
 
 // Gradient of a piecewise-constant op: zero for every input that needs one.
 TensorList zero_grads(const BackwardContext& ctx) {
@@ -249,23 +162,6 @@ MF_REGISTER_OP(OpDef{
       MF_CHECK(in[0].dtype() != DType::Bool, TypeError, "div: rounding division is not supported for bool tensors");
       return infer_broadcast("div", in);
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const bool floor_mode = attrs.get_string("mode") == "floor";
-      dispatch_numeric(in[0].dtype(), "div", [&]<typename T>() {
-        using A = acc_type<T>;
-        if constexpr (is_floating_type_v<T>) {
-          if (floor_mode)
-            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return div_floor_float(A(a), A(b)); });
-          else
-            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return std::trunc(A(a) / A(b)); });
-        } else {
-          if (floor_mode)
-            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return div_floor_int(a, b); });
-          else
-            binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return div_trunc_int(a, b); });
-        }
-      });
-    },
     .backward = zero_grads,
     .elementwise = true,
 });
@@ -276,15 +172,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       MF_CHECK(in[0].dtype() != DType::Bool, TypeError, "remainder: not supported for bool tensors");
       return infer_broadcast("remainder", in);
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      dispatch_numeric(in[0].dtype(), "remainder", [&]<typename T>() {
-        using A = acc_type<T>;
-        if constexpr (is_floating_type_v<T>)
-          binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return remainder_float(A(a), A(b)); });
-        else
-          binary_loop<T, T, T>(out[0], in[0], in[1], [](T a, T b) { return remainder_int(a, b); });
-      });
     },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
@@ -305,7 +192,6 @@ MF_REGISTER_OP(OpDef{
       MF_CHECK(in[0].dtype() != DType::Bool, TypeError, "neg: negation, the `-` operator, on a bool tensor is not supported");
       return infer_broadcast("neg", in);
     },
-    .cpu_kernel = unary_kernel("neg", [](auto a) { return -a; }),
     .backward = [](const BackwardContext& ctx) { return TensorList{neg(ctx.grad_outputs[0])}; },
     .inplace = true,
     .elementwise = true,

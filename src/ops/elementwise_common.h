@@ -69,30 +69,7 @@ inline std::vector<TensorMeta> infer_broadcast(const char* op, const TensorList&
   return {{shape, out_dtype.value_or(in[0].dtype()), in[0].device()}};
 }
 
-// Note [Vectorised loops]: cpu::elementwise runs a flat loop the compiler
-// vectorises when every operand is contiguous and the loop body is inlined
-// into it. The kernel builders below mark their per-element lambda
-// __attribute__((flatten)) so an op's function (exp, gelu, ...) is inlined
-// whole even where the inliner's budget has run out. A broadcast one-element
-// operand (a Scalar argument, a 0-d tensor) would send it down the strided
-// path instead, so binary_loop reads such an operand once and runs a unary
-// loop. Kernels read bool tensors as uint8_t (kernel_type): GCC does not
-// vectorise loads of bool.
-template <typename T>
-using kernel_type = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
-
-template <typename Out, typename A, typename B, typename F>
-void binary_loop(Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
-  if (b.numel() == 1 && a.sizes() == out.sizes()) {
-    const B bv = *static_cast<const B*>(b.data_ptr());
-    cpu::elementwise<Out, A>(out, {&a}, [&f, bv](A x) { return f(x, bv); });
-  } else if (a.numel() == 1 && b.sizes() == out.sizes()) {
-    const A av = *static_cast<const A*>(a.data_ptr());
-    cpu::elementwise<Out, B>(out, {&b}, [&f, av](B y) { return f(av, y); });
-  } else {
-    cpu::elementwise<Out, A, B>(out, {&a, &b}, f);
-  }
-}
+using cpu::binary_loop;
 
 // A kernel computing out = f(a, b) in acc_type<T> for every dtype of input 0
 // accepted by `Dispatch` (dispatch_dtype by default).

@@ -3,17 +3,15 @@
 //
 // Floating functions of integer or bool tensors compute in the default float
 // dtype (exp of an int64 tensor is float32, as in PyTorch); the functional
-// API casts, so their kernels only see floating inputs. Kernels evaluate in
-// acc_type<T>, float for float32, float16 and bfloat16; exp, expm1, log,
-// log1p, sqrt, tanh and erf use the vectorisable float versions of
-// backend/cpu/kernels/math.h.
+// API casts, so their kernels only see floating inputs. The kernels are the
+// shared functors of backend/common/elementwise_functors.h, computed in
+// acc_type<T> (float for float32, float16 and bfloat16).
 #include <cmath>
 
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/elementwise_common.h"
-#include "backend/cpu/kernels/math.h"
 
 namespace mf {
 
@@ -32,17 +30,6 @@ MF_REGISTER_OP(OpDef{
     .name = "abs",
     .inputs = {"input"},
     .infer = infer_unary("abs", is_numeric, "a numeric (non-bool)"),
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      dispatch_numeric(in[0].dtype(), "abs", [&]<typename T>() {
-        using A = acc_type<T>;
-        if constexpr (is_floating_type_v<T>)
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T a) { return std::abs(A(a)); });
-        else if constexpr (std::is_unsigned_v<T>)
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T a) { return a; });
-        else
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T a) { return a < T(0) ? T(-a) : a; });
-      });
-    },
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], sign(ctx.inputs[0]))}; },
     .save_inputs = 0b1,
     .elementwise = true,
@@ -54,17 +41,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-        using A = acc_type<T>;
-        if constexpr (std::is_same_v<T, bool> || std::is_unsigned_v<T>) {
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T a) { return T(a != T(0)); });
-        } else {
-          // NaN and -0 give 0, like PyTorch's vectorised kernel.
-          cpu::elementwise<T, T>(out[0], {&in[0]}, [](T a) { return A((A(0) < A(a)) - (A(a) < A(0))); });
-        }
-      });
-    },
     .backward = zero_grad,
     .elementwise = true,
 });
@@ -73,7 +49,6 @@ MF_REGISTER_OP(OpDef{
     .name = "exp",
     .inputs = {"input"},
     .infer = infer_floating("exp"),
-    .cpu_kernel = floating_unary_kernel("exp", [](auto a) { return cpu::math::exp(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], ctx.outputs[0])}; },
     .save_outputs = 0b1,
     .elementwise = true,
@@ -83,7 +58,6 @@ MF_REGISTER_OP(OpDef{
     .name = "log",
     .inputs = {"input"},
     .infer = infer_floating("log"),
-    .cpu_kernel = floating_unary_kernel("log", [](auto a) { return cpu::math::log(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{div(ctx.grad_outputs[0], ctx.inputs[0])}; },
     .save_inputs = 0b1,
     .elementwise = true,
@@ -93,7 +67,6 @@ MF_REGISTER_OP(OpDef{
     .name = "log1p",
     .inputs = {"input"},
     .infer = infer_floating("log1p"),
-    .cpu_kernel = floating_unary_kernel("log1p", [](auto a) { return cpu::math::log1p(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{div(ctx.grad_outputs[0], add(ctx.inputs[0], 1))};
     },
@@ -105,7 +78,6 @@ MF_REGISTER_OP(OpDef{
     .name = "expm1",
     .inputs = {"input"},
     .infer = infer_floating("expm1"),
-    .cpu_kernel = floating_unary_kernel("expm1", [](auto a) { return cpu::math::expm1(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], add(ctx.outputs[0], 1))};
     },
@@ -117,7 +89,6 @@ MF_REGISTER_OP(OpDef{
     .name = "sqrt",
     .inputs = {"input"},
     .infer = infer_floating("sqrt"),
-    .cpu_kernel = floating_unary_kernel("sqrt", [](auto a) { return cpu::math::sqrt(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{div(ctx.grad_outputs[0], mul(ctx.outputs[0], 2))};
     },
@@ -129,7 +100,6 @@ MF_REGISTER_OP(OpDef{
     .name = "rsqrt",
     .inputs = {"input"},
     .infer = infer_floating("rsqrt"),
-    .cpu_kernel = floating_unary_kernel("rsqrt", [](auto a) { return decltype(a)(1) / cpu::math::sqrt(a); }),
     .backward = [](const BackwardContext& ctx) {
       // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
       return TensorList{mul(ctx.grad_outputs[0], mul(pow(ctx.outputs[0], 3), -0.5))};
@@ -142,7 +112,6 @@ MF_REGISTER_OP(OpDef{
     .name = "reciprocal",
     .inputs = {"input"},
     .infer = infer_floating("reciprocal"),
-    .cpu_kernel = floating_unary_kernel("reciprocal", [](auto a) { return decltype(a)(1) / a; }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{neg(mul(ctx.grad_outputs[0], square(ctx.outputs[0])))};
     },
@@ -154,7 +123,6 @@ MF_REGISTER_OP(OpDef{
     .name = "sin",
     .inputs = {"input"},
     .infer = infer_floating("sin"),
-    .cpu_kernel = floating_unary_kernel("sin", [](auto a) { return std::sin(a); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], cos(ctx.inputs[0]))}; },
     .save_inputs = 0b1,
     .elementwise = true,
@@ -164,7 +132,6 @@ MF_REGISTER_OP(OpDef{
     .name = "cos",
     .inputs = {"input"},
     .infer = infer_floating("cos"),
-    .cpu_kernel = floating_unary_kernel("cos", [](auto a) { return std::cos(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{neg(mul(ctx.grad_outputs[0], sin(ctx.inputs[0])))};
     },
@@ -176,7 +143,6 @@ MF_REGISTER_OP(OpDef{
     .name = "tanh",
     .inputs = {"input"},
     .infer = infer_floating("tanh"),
-    .cpu_kernel = floating_unary_kernel("tanh", [](auto a) { return cpu::math::tanh(a); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], rsub(square(ctx.outputs[0]), 1))};
     },
@@ -188,10 +154,6 @@ MF_REGISTER_OP(OpDef{
     .name = "sigmoid",
     .inputs = {"input"},
     .infer = infer_floating("sigmoid"),
-    .cpu_kernel = floating_unary_kernel("sigmoid", [](auto a) {
-      using A = decltype(a);
-      return A(1) / (A(1) + cpu::math::exp(-a));
-    }),
     .backward = [](const BackwardContext& ctx) {
       const Tensor& y = ctx.outputs[0];
       return TensorList{mul(ctx.grad_outputs[0], mul(y, rsub(y, 1)))};
@@ -204,7 +166,6 @@ MF_REGISTER_OP(OpDef{
     .name = "erf",
     .inputs = {"input"},
     .infer = infer_floating("erf"),
-    .cpu_kernel = floating_unary_kernel("erf", [](auto a) { return cpu::math::erf(a); }),
     .backward = [](const BackwardContext& ctx) {
       const Tensor& x = ctx.inputs[0];
       return TensorList{mul(ctx.grad_outputs[0], mul(exp(neg(square(x))), kTwoOverSqrtPi))};
@@ -215,22 +176,21 @@ MF_REGISTER_OP(OpDef{
 
 // Rounding of floating tensors (integer tensors are returned as copies by the
 // functional API).
-OpDef rounding_op(const char* name, KernelFn kernel) {
+OpDef rounding_op(const char* name) {
   return OpDef{
       .name = name,
       .inputs = {"input"},
       .infer = infer_floating(name),
-      .cpu_kernel = std::move(kernel),
       .backward = zero_grad,
       .elementwise = true,
   };
 }
 
-MF_REGISTER_OP(rounding_op("floor", floating_unary_kernel("floor", [](auto a) { return std::floor(a); })));
-MF_REGISTER_OP(rounding_op("ceil", floating_unary_kernel("ceil", [](auto a) { return std::ceil(a); })));
-// Half to even, like PyTorch (std::nearbyint under the default rounding mode).
-MF_REGISTER_OP(rounding_op("round", floating_unary_kernel("round", [](auto a) { return std::nearbyint(a); })));
-MF_REGISTER_OP(rounding_op("trunc", floating_unary_kernel("trunc", [](auto a) { return std::trunc(a); })));
+MF_REGISTER_OP(rounding_op("floor"));
+MF_REGISTER_OP(rounding_op("ceil"));
+// Half to even, like PyTorch.
+MF_REGISTER_OP(rounding_op("round"));
+MF_REGISTER_OP(rounding_op("trunc"));
 
 // A floating function of t: integers and bool are cast to the float dtype.
 Tensor apply_floating(const OpDef& op, const Tensor& t) {

@@ -2,8 +2,9 @@
 // atan, sinh, cosh, asinh, acosh, atanh, log2, log10, exp2, erfc, erfinv,
 // sinc, frac, deg2rad, rad2deg. Integer and bool inputs compute in the
 // default float dtype (frac excepted: PyTorch refuses them); each backward
-// is written with ops. Kernels evaluate in acc_type<T> with the C library's
-// functions (erfinv: kernels/special_math.h).
+// is written with ops. The kernels are the shared elementwise functors
+// (backend/common/elementwise_functors.h), in acc_type<T>; on the CPU with
+// the C library's functions (erfinv: backend/common/special_math.h).
 #include <cmath>
 #include <numbers>
 
@@ -11,7 +12,6 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "ops/elementwise_common.h"
-#include "backend/common/special_math.h"
 
 namespace mf {
 
@@ -21,15 +21,13 @@ namespace {
 
 using Backward = TensorList (*)(const BackwardContext&);
 
-// One floating unary op: kernel f, gradient from the saved input (x) or
-// output (y).
-template <typename F>
-OpDef floating_unary(const char* name, F f, Backward backward, bool save_input, bool save_output) {
+// One floating unary op (its kernel: functors::Tan, ... in the shared
+// elementwise table), gradient from the saved input (x) or output (y).
+OpDef floating_unary(const char* name, Backward backward, bool save_input, bool save_output) {
   return OpDef{
       .name = name,
       .inputs = {"input"},
       .infer = infer_unary(name, is_floating, "a floating-point"),
-      .cpu_kernel = floating_unary_kernel(name, f),
       .backward = backward,
       .save_inputs = uint32_t(save_input ? 0b1 : 0),
       .save_outputs = uint32_t(save_output ? 0b1 : 0),
@@ -47,59 +45,59 @@ Tensor one_minus_square(const Tensor& x) { return rsub(square(x), 1); }
 constexpr double kPi = std::numbers::pi;
 
 MF_REGISTER_OP(floating_unary(
-    "tan", [](auto a) { return std::tan(a); },
+    "tan",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), add(square(y_of(c)), 1))}; }, false, true));
 MF_REGISTER_OP(floating_unary(
-    "asin", [](auto a) { return std::asin(a); },
+    "asin",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), rsqrt(one_minus_square(x_of(c))))}; }, true,
     false));
 MF_REGISTER_OP(floating_unary(
-    "acos", [](auto a) { return std::acos(a); },
+    "acos",
     [](const BackwardContext& c) { return TensorList{neg(mul(g_of(c), rsqrt(one_minus_square(x_of(c)))))}; }, true,
     false));
 MF_REGISTER_OP(floating_unary(
-    "atan", [](auto a) { return std::atan(a); },
+    "atan",
     [](const BackwardContext& c) { return TensorList{div(g_of(c), add(square(x_of(c)), 1))}; }, true, false));
 MF_REGISTER_OP(floating_unary(
-    "sinh", [](auto a) { return std::sinh(a); },
+    "sinh",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), cosh(x_of(c)))}; }, true, false));
 MF_REGISTER_OP(floating_unary(
-    "cosh", [](auto a) { return std::cosh(a); },
+    "cosh",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), sinh(x_of(c)))}; }, true, false));
 MF_REGISTER_OP(floating_unary(
-    "asinh", [](auto a) { return std::asinh(a); },
+    "asinh",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), rsqrt(add(square(x_of(c)), 1)))}; }, true, false));
 MF_REGISTER_OP(floating_unary(
-    "acosh", [](auto a) { return std::acosh(a); },
+    "acosh",
     [](const BackwardContext& c) {
       const Tensor& x = x_of(c);
       return TensorList{mul(g_of(c), rsqrt(mul(sub(x, 1), add(x, 1))))};
     },
     true, false));
 MF_REGISTER_OP(floating_unary(
-    "atanh", [](auto a) { return std::atanh(a); },
+    "atanh",
     [](const BackwardContext& c) { return TensorList{div(g_of(c), one_minus_square(x_of(c)))}; }, true, false));
 MF_REGISTER_OP(floating_unary(
-    "log2", [](auto a) { return std::log2(a); },
+    "log2",
     [](const BackwardContext& c) { return TensorList{div(g_of(c), mul(x_of(c), std::numbers::ln2))}; }, true,
     false));
 MF_REGISTER_OP(floating_unary(
-    "log10", [](auto a) { return std::log10(a); },
+    "log10",
     [](const BackwardContext& c) { return TensorList{div(g_of(c), mul(x_of(c), std::numbers::ln10))}; }, true,
     false));
 MF_REGISTER_OP(floating_unary(
-    "exp2", [](auto a) { return std::exp2(a); },
+    "exp2",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), mul(y_of(c), std::numbers::ln2))}; }, false,
     true));
 MF_REGISTER_OP(floating_unary(
-    "erfc", [](auto a) { return std::erfc(a); },
+    "erfc",
     [](const BackwardContext& c) {
       return TensorList{mul(g_of(c), mul(exp(neg(square(x_of(c)))), -2.0 / std::sqrt(kPi)))};
     },
     true, false));
 // d/dx erfinv(x) = sqrt(pi) / 2 * exp(erfinv(x)^2)
 MF_REGISTER_OP(floating_unary(
-    "erfinv", [](auto a) { return decltype(a)(special_math::erfinv(double(a))); },
+    "erfinv",
     [](const BackwardContext& c) {
       return TensorList{mul(g_of(c), mul(exp(square(y_of(c))), std::sqrt(kPi) / 2))};
     },
@@ -108,12 +106,6 @@ MF_REGISTER_OP(floating_unary(
 // sin(pi x)) / (pi x^2) is 0 there.
 MF_REGISTER_OP(floating_unary(
     "sinc",
-    [](auto a) {
-      using A = decltype(a);
-      if (a == A(0)) return A(1);
-      const A px = A(kPi) * a;
-      return std::sin(px) / px;
-    },
     [](const BackwardContext& c) {
       const Tensor& x = x_of(c);
       const Tensor px = mul(x, kPi);
@@ -122,13 +114,13 @@ MF_REGISTER_OP(floating_unary(
     },
     true, false));
 MF_REGISTER_OP(floating_unary(
-    "frac", [](auto a) { return a - std::trunc(a); },
+    "frac",
     [](const BackwardContext& c) { return TensorList{g_of(c)}; }, false, false));
 MF_REGISTER_OP(floating_unary(
-    "deg2rad", [](auto a) { return a * decltype(a)(kPi / 180); },
+    "deg2rad",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), kPi / 180)}; }, false, false));
 MF_REGISTER_OP(floating_unary(
-    "rad2deg", [](auto a) { return a * decltype(a)(180 / kPi); },
+    "rad2deg",
     [](const BackwardContext& c) { return TensorList{mul(g_of(c), 180 / kPi)}; }, false, false));
 
 }  // namespace

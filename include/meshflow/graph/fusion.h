@@ -109,9 +109,9 @@ int fuse_linear_activations(Graph& graph);
 // before the weight gradient of the next linear reads it, and the gradient
 // of the same GELU, gelu_backward(g, x), follows a little later, its g
 // already written. Both become one node running "gelu_with_backward",
-// which evaluates erf once for the two results (each with the bits of its
-// own op): the recomputation costs one store instead of a second pass of
-// erf over x. Returns the number of gelu_backward nodes folded.
+// which runs the two ops' loops over each block while it is in cache (each
+// result with the bits of its own op): the recomputation costs no pass of
+// its own over memory. Returns the number of gelu_backward nodes folded.
 int fuse_gelu_with_backward(Graph& graph);
 
 // Note [Bias gradients]

@@ -22,37 +22,15 @@
 #include <vector>
 
 #include "backend/caching.h"
+#include "backend/cuda/cuda_runtime.h"
 #include "meshflow/backend.h"
 #include "meshflow/error.h"
 
 namespace mf {
 namespace {
 
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) [[unlikely]] {
-    (void)cudaGetLastError();  // clears a sticky error of this call
-    throw Error(detail::concat("CUDA error in ", what, ": ", cudaGetErrorName(status), " (",
-                               cudaGetErrorString(status), ")"));
-  }
-}
-
-// Makes `device` current for the scope.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using cuda::check_cuda;
+using cuda::DeviceGuard;
 
 using backend_detail::format_gib;
 size_t round_size(size_t n) { return backend_detail::round_size(n, 512); }
@@ -399,10 +377,13 @@ void CudaEvent::block(const Stream& stream) {
 }
 
 // Intentionally leaked, as the CPU backend (tensors may outlive statics).
-[[maybe_unused]] const bool kRegistered = [] {
-  register_backend(new CudaBackend());
-  return true;
+CudaBackend* const kBackend = [] {
+  auto* backend = new CudaBackend();
+  register_backend(backend);
+  return backend;
 }();
 
 }  // namespace
+
+cudaStream_t cuda::current_stream(int device) { return kBackend->cuda_stream(kBackend->current_stream(device)); }
 }  // namespace mf

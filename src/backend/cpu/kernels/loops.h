@@ -15,62 +15,12 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/common/strided_operands.h"
+#include "backend/cpu/kernels/math.h"
 #include "meshflow/parallel.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
-
-// Byte strides of t broadcast to `shape` (0 where t is broadcast).
-inline Shape broadcast_byte_strides(const Tensor& t, const Shape& shape) {
-  const int64_t nd = int64_t(shape.size()), td = t.dim();
-  Shape out(nd, 0);
-  const int64_t item = int64_t(t.element_size());
-  for (int64_t i = 0; i < td; ++i) {
-    int64_t od = nd - td + i;
-    if (t.sizes()[i] != 1) out[od] = t.strides()[i] * item;
-  }
-  return out;
-}
-
-// N operands sharing one iteration shape, with dims merged where all
-// operands are contiguous across them.
-template <size_t N>
-struct StridedOperands {
-  Shape sizes;                         // after coalescing, at least 1 dim
-  std::array<Shape, N> strides;        // byte strides per operand
-  std::array<char*, N> data;
-
-  void coalesce() {
-    if (sizes.empty()) {
-      sizes.push_back(1);
-      for (auto& s : strides) s.push_back(0);
-      return;
-    }
-    Shape new_sizes{sizes[0]};
-    std::array<Shape, N> new_strides;
-    for (size_t k = 0; k < N; ++k) new_strides[k] = {strides[k][0]};
-    for (size_t d = 1; d < sizes.size(); ++d) {
-      if (sizes[d] == 1) continue;  // contributes nothing to any address
-      if (new_sizes.back() == 1) {
-        new_sizes.back() = sizes[d];
-        for (size_t k = 0; k < N; ++k) new_strides[k].back() = strides[k][d];
-        continue;
-      }
-      bool mergeable = true;
-      for (size_t k = 0; k < N; ++k)
-        mergeable = mergeable && new_strides[k].back() == strides[k][d] * sizes[d];
-      if (mergeable) {
-        new_sizes.back() *= sizes[d];
-        for (size_t k = 0; k < N; ++k) new_strides[k].back() = strides[k][d];
-      } else {
-        new_sizes.push_back(sizes[d]);
-        for (size_t k = 0; k < N; ++k) new_strides[k].push_back(strides[k][d]);
-      }
-    }
-    sizes = std::move(new_sizes);
-    strides = std::move(new_strides);
-  }
-};
 
 // Note [Tiled transposed operands]
 // An operand whose innermost dim is not its fastest in memory (a transposed
@@ -175,34 +125,6 @@ void for_each_run(const StridedOperands<N>& ops, int64_t grain, const Inner& inn
   });
 }
 
-template <size_t N>
-StridedOperands<N> make_operands(Tensor& out, const std::array<const Tensor*, N - 1>& ins) {
-  StridedOperands<N> ops;
-  // Operands that are all contiguous and of out's shape are one flat run:
-  // the common case needs neither per-dim strides nor coalescing.
-  bool flat = out.is_contiguous() && out.numel() > 0;
-  for (size_t k = 1; flat && k < N; ++k) flat = ins[k - 1]->is_contiguous() && ins[k - 1]->sizes() == out.sizes();
-  if (flat) {
-    ops.sizes.assign(1, out.numel());
-    ops.strides[0].assign(1, int64_t(itemsize(out.dtype())));
-    ops.data[0] = static_cast<char*>(out.data_ptr());
-    for (size_t k = 1; k < N; ++k) {
-      ops.strides[k].assign(1, int64_t(itemsize(ins[k - 1]->dtype())));
-      ops.data[k] = static_cast<char*>(ins[k - 1]->data_ptr());
-    }
-    return ops;
-  }
-  ops.sizes = out.sizes();
-  ops.strides[0] = broadcast_byte_strides(out, ops.sizes);
-  ops.data[0] = static_cast<char*>(out.data_ptr());
-  for (size_t k = 1; k < N; ++k) {
-    ops.strides[k] = broadcast_byte_strides(*ins[k - 1], ops.sizes);
-    ops.data[k] = static_cast<char*>(ins[k - 1]->data_ptr());
-  }
-  ops.coalesce();
-  return ops;
-}
-
 namespace detail {
 template <typename Out, typename... In, typename F, size_t... I>
 inline void run_inner(std::array<char*, sizeof...(In) + 1>& p, const std::array<int64_t, sizeof...(In) + 1>& s,
@@ -240,6 +162,39 @@ void elementwise(Tensor& out, const std::array<const Tensor*, sizeof...(In)>& in
     detail::run_inner<Out, In...>(p, s, n, f, std::index_sequence_for<In...>{});
   });
 }
+
+// Note [Vectorised loops]: cpu::elementwise runs a flat loop the compiler
+// vectorises when every operand is contiguous and the loop body is inlined
+// into it. Loops::run marks its per-element call __attribute__((flatten)) so
+// an op's function (exp, gelu, ...) is inlined whole even where the
+// inliner's budget has run out. A broadcast one-element operand (a Scalar
+// argument, a 0-d tensor) would send it down the strided path instead, so
+// binary_loop reads such an operand once and runs a unary loop. Kernels read
+// bool tensors as uint8_t (kernel_type).
+template <typename Out, typename A, typename B, typename F>
+void binary_loop(Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
+  if (b.numel() == 1 && a.sizes() == out.sizes()) {
+    const B bv = *static_cast<const B*>(b.data_ptr());
+    elementwise<Out, A>(out, {&a}, [&f, bv](A x) { return f(x, bv); });
+  } else if (a.numel() == 1 && b.sizes() == out.sizes()) {
+    const A av = *static_cast<const A*>(a.data_ptr());
+    elementwise<Out, B>(out, {&b}, [&f, av](B y) { return f(av, y); });
+  } else {
+    elementwise<Out, A, B>(out, {&a, &b}, f);
+  }
+}
+
+// The CPU's loops for the shared elementwise kernel table
+// (backend/common/elementwise_kernels.h).
+struct Loops {
+  using Math = HostMath;
+  template <typename Out, typename... In, typename F>
+  static void run(Tensor& out, const std::array<const Tensor*, sizeof...(In)>& ins, const F& f) {
+    const auto g = [&f](In... x) __attribute__((always_inline, flatten)) { return f(x...); };
+    if constexpr (sizeof...(In) == 2) binary_loop<Out, In...>(out, *ins[0], *ins[1], g);
+    else elementwise<Out, In...>(out, ins, g);
+  }
+};
 
 // Copies src (any strides, broadcast to dst's shape, any dtype) into dst.
 void copy_cast(Tensor& dst, const Tensor& src);

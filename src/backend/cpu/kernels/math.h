@@ -24,6 +24,9 @@
 #include <cstdint>
 #include <limits>
 
+#include "backend/common/special_math.h"
+#include "meshflow/error.h"
+
 namespace mf::cpu::math {
 
 // c ? a : b through bit masks. A plain ?: that overrides a computed value
@@ -200,3 +203,65 @@ namespace detail {
 [[gnu::always_inline]] inline double erf(double x) { return std::erf(x); }
 
 }  // namespace mf::cpu::math
+
+namespace mf::cpu {
+
+// The CPU's math for the shared elementwise functors (Note [Shared
+// elementwise math] in backend/common/elementwise_functors.h): the
+// vectorisable versions above where there are some, std:: otherwise.
+struct HostMath {
+#define MF_HOST_MATH(name, impl) \
+  template <typename A>          \
+  [[gnu::always_inline]] static A name(A x) { return impl(x); }
+  MF_HOST_MATH(exp, math::exp)
+  MF_HOST_MATH(expm1, math::expm1)
+  MF_HOST_MATH(log, math::log)
+  MF_HOST_MATH(log1p, math::log1p)
+  MF_HOST_MATH(sqrt, math::sqrt)
+  MF_HOST_MATH(tanh, math::tanh)
+  MF_HOST_MATH(erf, math::erf)
+  MF_HOST_MATH(sin, std::sin)
+  MF_HOST_MATH(cos, std::cos)
+  MF_HOST_MATH(floor, std::floor)
+  MF_HOST_MATH(ceil, std::ceil)
+  MF_HOST_MATH(nearbyint, std::nearbyint)
+  MF_HOST_MATH(trunc, std::trunc)
+  MF_HOST_MATH(fabs, std::fabs)
+  MF_HOST_MATH(tan, std::tan)
+  MF_HOST_MATH(asin, std::asin)
+  MF_HOST_MATH(acos, std::acos)
+  MF_HOST_MATH(atan, std::atan)
+  MF_HOST_MATH(sinh, std::sinh)
+  MF_HOST_MATH(cosh, std::cosh)
+  MF_HOST_MATH(asinh, std::asinh)
+  MF_HOST_MATH(acosh, std::acosh)
+  MF_HOST_MATH(atanh, std::atanh)
+  MF_HOST_MATH(log2, std::log2)
+  MF_HOST_MATH(log10, std::log10)
+  MF_HOST_MATH(exp2, std::exp2)
+  MF_HOST_MATH(erfc, std::erfc)
+#undef MF_HOST_MATH
+  template <typename A>
+  static A erfinv(A x) { return A(special_math::erfinv(double(x))); }
+  template <typename A>
+  [[gnu::always_inline]] static A pow(A a, A b) { return std::pow(a, b); }
+  template <typename A>
+  [[gnu::always_inline]] static A atan2(A a, A b) { return std::atan2(a, b); }
+  template <typename A>
+  [[gnu::always_inline]] static A fmod(A a, A b) { return std::fmod(a, b); }
+  template <typename A>
+  [[gnu::always_inline]] static A copysign(A a, A b) { return std::copysign(a, b); }
+  template <typename A>
+  [[gnu::always_inline]] static bool isnan(A a) { return std::isnan(a); }
+  template <typename A>
+  [[gnu::always_inline]] static bool isinf(A a) { return std::isinf(a); }
+  template <typename A>
+  [[gnu::always_inline]] static A select(bool c, A a, A b) { return math::select(c, a, b); }
+  // Note [Integer division] in backend/common/elementwise_functors.h.
+  template <typename T>
+  [[noreturn]] static T zero_divisor(const char* op) {
+    throw Error(::mf::detail::concat(op, ": ZeroDivisionError (integer division by zero)"));
+  }
+};
+
+}  // namespace mf::cpu

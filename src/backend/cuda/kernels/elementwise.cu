@@ -1,0 +1,15 @@
+// The CUDA kernels of the elementwise ops: the shared kernel table
+// (backend/common/elementwise_kernels.h) over cuda::Loops.
+#include "backend/common/elementwise_kernels.h"
+#include "backend/cuda/kernels/loops.cuh"
+
+namespace mf {
+namespace {
+
+[[maybe_unused]] const bool kRegistered = [] {
+  elementwise_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mf

@@ -1,0 +1,159 @@
+// CUDA elementwise loops for the shared kernel table
+// (backend/common/elementwise_kernels.h), and the device math of the shared
+// functors (Note [Shared elementwise math]).
+//
+// Loops::run launches one grid-stride kernel on the current stream of the
+// output's device. Operands that are all contiguous with the output's shape
+// index one flat range; anything else (broadcast, strided, transposed)
+// walks the coalesced iteration space of make_operands, up to kMaxDims dims,
+// from each element's linear index.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <utility>
+
+#include "backend/common/strided_operands.h"
+#include "backend/cuda/cuda_runtime.h"
+#include "meshflow/host_device.h"
+
+namespace mf::cuda {
+
+// The device library's math (host and device, so the functors' host
+// instantiations compile too).
+struct DeviceMath {
+#define MF_DEVICE_MATH(name)                                                  \
+  MF_FORCE_INLINE MF_HOST_DEVICE static float name(float x) { return ::name##f(x); } \
+  MF_FORCE_INLINE MF_HOST_DEVICE static double name(double x) { return ::name(x); }
+  MF_DEVICE_MATH(exp)
+  MF_DEVICE_MATH(expm1)
+  MF_DEVICE_MATH(log)
+  MF_DEVICE_MATH(log1p)
+  MF_DEVICE_MATH(sqrt)
+  MF_DEVICE_MATH(tanh)
+  MF_DEVICE_MATH(erf)
+  MF_DEVICE_MATH(sin)
+  MF_DEVICE_MATH(cos)
+  MF_DEVICE_MATH(floor)
+  MF_DEVICE_MATH(ceil)
+  MF_DEVICE_MATH(nearbyint)
+  MF_DEVICE_MATH(trunc)
+  MF_DEVICE_MATH(fabs)
+  MF_DEVICE_MATH(tan)
+  MF_DEVICE_MATH(asin)
+  MF_DEVICE_MATH(acos)
+  MF_DEVICE_MATH(atan)
+  MF_DEVICE_MATH(sinh)
+  MF_DEVICE_MATH(cosh)
+  MF_DEVICE_MATH(asinh)
+  MF_DEVICE_MATH(acosh)
+  MF_DEVICE_MATH(atanh)
+  MF_DEVICE_MATH(log2)
+  MF_DEVICE_MATH(log10)
+  MF_DEVICE_MATH(exp2)
+  MF_DEVICE_MATH(erfc)
+  MF_DEVICE_MATH(erfinv)
+#undef MF_DEVICE_MATH
+  MF_FORCE_INLINE MF_HOST_DEVICE static float pow(float a, float b) { return ::powf(a, b); }
+  MF_FORCE_INLINE MF_HOST_DEVICE static double pow(double a, double b) { return ::pow(a, b); }
+  MF_FORCE_INLINE MF_HOST_DEVICE static float atan2(float a, float b) { return ::atan2f(a, b); }
+  MF_FORCE_INLINE MF_HOST_DEVICE static double atan2(double a, double b) { return ::atan2(a, b); }
+  MF_FORCE_INLINE MF_HOST_DEVICE static float fmod(float a, float b) { return ::fmodf(a, b); }
+  MF_FORCE_INLINE MF_HOST_DEVICE static double fmod(double a, double b) { return ::fmod(a, b); }
+  MF_FORCE_INLINE MF_HOST_DEVICE static float copysign(float a, float b) { return ::copysignf(a, b); }
+  MF_FORCE_INLINE MF_HOST_DEVICE static double copysign(double a, double b) { return ::copysign(a, b); }
+  template <typename A>
+  MF_FORCE_INLINE MF_HOST_DEVICE static bool isnan(A a) { return a != a; }
+  template <typename A>
+  MF_FORCE_INLINE MF_HOST_DEVICE static bool isinf(A a) { return a - a != a - a && a == a; }
+  template <typename A>
+  MF_FORCE_INLINE MF_HOST_DEVICE static A select(bool c, A a, A b) { return c ? a : b; }
+  // Note [Integer division] in backend/common/elementwise_functors.h.
+  template <typename T>
+  MF_FORCE_INLINE MF_HOST_DEVICE static T zero_divisor(const char*) { return T(-1); }
+};
+
+inline constexpr int kMaxDims = 16;
+inline constexpr int kBlock = 256;
+
+// The iteration space of N operands, passed to a kernel by value.
+template <size_t N>
+struct Geometry {
+  int nd;
+  int64_t sizes[kMaxDims];
+  int64_t strides[N][kMaxDims];  // bytes
+  char* data[N];
+};
+
+template <typename Out, typename F, typename... In>
+__global__ void flat_kernel(int64_t n, Out* out, F f, const In*... in) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x)
+    out[i] = Out(f(in[i]...));
+}
+
+// out = f(in...) at the operands' byte offsets.
+template <typename Out, typename... In, typename F, size_t... I>
+__device__ __forceinline__ void apply_at(const Geometry<sizeof...(In) + 1>& g, const int64_t* offset, const F& f,
+                                         std::index_sequence<I...>) {
+  *reinterpret_cast<Out*>(g.data[0] + offset[0]) =
+      Out(f(*reinterpret_cast<const In*>(g.data[I + 1] + offset[I + 1])...));
+}
+
+template <typename Out, typename F, typename... In>
+__global__ void strided_kernel(int64_t n, Geometry<sizeof...(In) + 1> g, F f) {
+  constexpr size_t N = sizeof...(In) + 1;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
+    int64_t offset[N] = {};
+    int64_t rem = i;
+    for (int d = g.nd - 1; d >= 0; --d) {
+      const int64_t index = rem % g.sizes[d];
+      rem /= g.sizes[d];
+      for (size_t k = 0; k < N; ++k) offset[k] += index * g.strides[k][d];
+    }
+    apply_at<Out, In...>(g, offset, f, std::index_sequence_for<In...>{});
+  }
+}
+
+inline unsigned grid_for(int64_t n) {
+  constexpr int64_t kMaxGrid = int64_t(1) << 20;  // the rest by grid stride
+  return unsigned(std::min((n + kBlock - 1) / kBlock, kMaxGrid));
+}
+
+struct Loops {
+  using Math = DeviceMath;
+
+  template <typename Out, typename... In, typename F>
+  static void run(Tensor& out, const std::array<const Tensor*, sizeof...(In)>& ins, const F& f) {
+    constexpr size_t N = sizeof...(In) + 1;
+    const int64_t n = out.numel();
+    if (n == 0) return;
+    StridedOperands<N> ops = make_operands<N>(out, ins);
+    const int device = out.device().index();
+    DeviceGuard guard(device);
+    cudaStream_t stream = current_stream(device);
+    const auto seq = std::index_sequence_for<In...>{};
+    bool flat = ops.sizes.size() == 1 && ops.strides[0][0] == int64_t(sizeof(Out));
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      flat = flat && ((ops.strides[I + 1][0] == int64_t(sizeof(In))) && ...);
+      if (flat) {
+        flat_kernel<Out, F, In...><<<grid_for(n), kBlock, 0, stream>>>(
+            n, reinterpret_cast<Out*>(ops.data[0]), f, reinterpret_cast<const In*>(ops.data[I + 1])...);
+        return;
+      }
+      MF_CHECK(ops.sizes.size() <= size_t(kMaxDims), Error, "cuda elementwise: ", ops.sizes.size(),
+               " dims after merging contiguous ones; at most ", kMaxDims, " are supported");
+      Geometry<N> g{};
+      g.nd = int(ops.sizes.size());
+      for (int d = 0; d < g.nd; ++d) {
+        g.sizes[d] = ops.sizes[size_t(d)];
+        for (size_t k = 0; k < N; ++k) g.strides[k][d] = ops.strides[k][size_t(d)];
+      }
+      for (size_t k = 0; k < N; ++k) g.data[k] = ops.data[k];
+      strided_kernel<Out, F, In...><<<grid_for(n), kBlock, 0, stream>>>(n, g, f);
+    }(seq);
+    check_cuda(cudaGetLastError(), "elementwise kernel launch");
+  }
+};
+
+}  // namespace mf::cuda
