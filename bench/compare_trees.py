@@ -17,18 +17,19 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from train_step import STEPS  # noqa: E402  the per-workload defaults
 
 
 def run_worker(tree, mode, workload, steps, policy):
     env = dict(os.environ, OMP_WAIT_POLICY=policy, OMP_NUM_THREADS="2")
     env.pop("PYTHONPATH", None)  # the worker puts its own tree's package first
     cmd = ["/usr/bin/python3", os.path.join(tree, "bench", "train_step.py"), "--worker", mode,
-           "--workloads", workload]
-    if steps:
-        cmd += ["--steps", str(steps)]
+           "--workloads", workload, "--steps", str(steps or STEPS[workload])]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{tree} {mode} {workload} failed:\n{out.stderr[-2000:]}")
@@ -52,6 +53,8 @@ def main():
     print("| workload | mode | before ms | after ms | after / before |")
     print("| --- | --- | --- | --- | --- |")
     for workload in args.workloads.split(","):
+        if workload not in STEPS:
+            p.error(f"unknown workload {workload!r} (known: {', '.join(STEPS)})")
         for mode in ("meshflow", "meshflow-graph"):
             best = {}
             for _ in range(args.rounds):

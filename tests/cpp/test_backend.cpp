@@ -5,6 +5,8 @@
 #include <cstring>
 #include <map>
 
+#include "backend/common/elementwise_kernels.h"
+#include "backend/cpu/kernels/math.h"
 #include "meshflow/backend.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/graph/executor.h"
@@ -14,7 +16,9 @@
 
 namespace mf {
 namespace {
+using testing::expect_close;
 using testing::expect_values;
+using testing::random_tensor;
 using testing::values;
 
 class CountingAllocator final : public Allocator {
@@ -82,7 +86,8 @@ class EmulatedDevice : public ::testing::Test {
     }
   }
   void TearDown() override {
-    for (const char* op : added_) OpRegistry::instance().set_kernel(op, DeviceType::CUDA, KernelFn());
+    for (const OpDef* op : OpRegistry::instance().all())
+      if (op->name != "to_device") OpRegistry::instance().set_kernel(op->name, DeviceType::CUDA, KernelFn());
     for (auto& [op, kernel] : set_aside_) OpRegistry::instance().set_kernel(op, DeviceType::CUDA, kernel);
     replace_backend(DeviceType::CUDA, previous_);
   }
@@ -90,14 +95,12 @@ class EmulatedDevice : public ::testing::Test {
   void add_kernel(const char* op) {
     OpRegistry::instance().set_kernel(op, DeviceType::CUDA,
                                       OpRegistry::instance().get(op).kernels[size_t(DeviceType::CPU)]);
-    added_.push_back(op);
   }
   EmulatedBackend backend_;
   const Device dev0{DeviceType::CUDA, 0}, dev1{DeviceType::CUDA, 1};
 
  private:
   Backend* previous_ = nullptr;
-  std::vector<const char*> added_;
   std::vector<std::pair<std::string, KernelFn>> set_aside_;
 };
 
@@ -292,6 +295,65 @@ TEST(OpRegistryKernels, AKernelMayComeBeforeItsOp) {
   EXPECT_EQ(std::find(cpu.begin(), cpu.end(), "test_kernel_first"), cpu.end());
   Tensor x = arange(4.0);
   testing::expect_values(dispatch::apply_one(registry.get("test_kernel_first"), {x}), {0, 1, 2, 3});
+}
+
+// Loops shaped like the CUDA backend's (backend/cuda/kernels/loops.cuh),
+// run serially on the host: a flat range when make_operands gives one, else
+// each element's byte offsets from LoopGeometry, as a device thread computes
+// them. The shared kernel table instantiated over them runs on the emulated
+// device, so its dispatch and the device indexing are checked without a GPU.
+struct GeometryLoops {
+  using Math = cpu::HostMath;
+
+  template <typename Out, typename... In, typename F>
+  static void run(Tensor& out, const std::array<const Tensor*, sizeof...(In)>& ins, const F& f) {
+    constexpr size_t N = sizeof...(In) + 1;
+    const int64_t n = out.numel();
+    if (n == 0) return;
+    StridedOperands<N> ops = make_operands<N>(out, ins);
+    const bool flat = is_flat<N>(ops, {int64_t(sizeof(Out)), int64_t(sizeof(In))...});
+    const LoopGeometry<N> g = loop_geometry<N>(ops, "geometry loops");
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t offset[N];
+        if (flat) {
+          offset[0] = i * int64_t(sizeof(Out));
+          ((offset[I + 1] = i * int64_t(sizeof(In))), ...);
+        } else {
+          g.offsets(i, offset);
+        }
+        *reinterpret_cast<Out*>(g.data[0] + offset[0]) =
+            Out(f(*reinterpret_cast<const In*>(g.data[I + 1] + offset[I + 1])...));
+      }
+    }(std::index_sequence_for<In...>{});
+  }
+};
+
+TEST_F(EmulatedDevice, SharedElementwiseTableRunsOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  const Tensor a = random_tensor({3, 1, 5}, 1, -2, 2), b = random_tensor({4, 5}, 2, -2, 2);
+  const Tensor m = random_tensor({6, 7}, 3, -2, 2), c = random_tensor({2, 3, 4}, 4, -2, 2);
+  // Broadcast, transposed, permuted (three dims that do not merge) and
+  // sliced operands, against the CPU kernels.
+  expect_close(back(add(on(a), on(b))), add(a, b));
+  expect_close(back(mul(transpose(on(m), 0, 1), transpose(on(m), 0, 1))), mul(transpose(m, 0, 1), transpose(m, 0, 1)));
+  expect_close(back(exp(permute(on(c), {2, 0, 1}))), exp(permute(c, {2, 0, 1})), 1e-6, 1e-6);
+  expect_close(back(gelu(slice(on(m), 1, 1, 6, 2), "tanh")), gelu(slice(m, 1, 1, 6, 2), "tanh"), 1e-6, 1e-6);
+  expect_close(back(gelu(on(m))), gelu(m), 1e-6, 1e-6);
+  expect_close(back(clamp(on(m), Scalar(-0.5), Scalar(0.5))), clamp(m, Scalar(-0.5), Scalar(0.5)));
+  expect_close(back(pow(on(m), Scalar(3))), pow(m, Scalar(3)), 1e-6, 1e-6);
+  expect_close(back(maximum(on(a), on(b))), maximum(a, b));
+  // Bool results, bool and integer inputs.
+  const Tensor above = gt(a, b);  // on the CPU
+  EXPECT_EQ(back(gt(on(a), on(b))).dtype(), DType::Bool);
+  expect_close(to(back(gt(on(a), on(b))), DType::Float32), to(above, DType::Float32));
+  expect_close(to(back(bitwise_not(on(above))), DType::Float32), to(bitwise_not(above), DType::Float32));
+  const Tensor i = to(mul(random_tensor({5, 4}, 5, -9, 9), 1.0), DType::Int64);
+  const Tensor j = add(to(random_tensor({4}, 6, 1, 4), DType::Int64), to(ones({4}), DType::Int64));
+  expect_close(to(back(div(on(i), on(j), "floor")), DType::Float64), to(div(i, j, "floor"), DType::Float64), 0, 0);
+  expect_close(to(back(remainder(on(neg(i)), on(j))), DType::Float64), to(remainder(neg(i), j), DType::Float64), 0, 0);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "meshflow/host_device.h"
 #include "meshflow/tensor.h"
 
 namespace mf {
@@ -97,6 +98,52 @@ StridedOperands<N> make_operands(Tensor& out, const std::array<const Tensor*, N 
   }
   ops.coalesce();
   return ops;
+}
+
+// The iteration space of N operands in a fixed-size form that a device
+// kernel takes by value (backends without the CPU's run loops: CUDA).
+// offsets(i, out) gives the byte offset of each operand's element at linear
+// index i of the coalesced shape.
+inline constexpr int kMaxLoopDims = 16;
+
+template <size_t N>
+struct LoopGeometry {
+  int nd = 0;
+  int64_t sizes[kMaxLoopDims] = {};
+  int64_t strides[N][kMaxLoopDims] = {};  // bytes
+  char* data[N] = {};
+
+  MF_FORCE_INLINE MF_HOST_DEVICE void offsets(int64_t i, int64_t* offset) const {
+    for (size_t k = 0; k < N; ++k) offset[k] = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+      const int64_t index = i % sizes[d];
+      i /= sizes[d];
+      for (size_t k = 0; k < N; ++k) offset[k] += index * strides[k][d];
+    }
+  }
+};
+
+// Whether ops is one flat run of contiguous elements of the given sizes.
+template <size_t N>
+bool is_flat(const StridedOperands<N>& ops, const std::array<int64_t, N>& item_sizes) {
+  if (ops.sizes.size() != 1) return false;
+  for (size_t k = 0; k < N; ++k)
+    if (ops.strides[k][0] != item_sizes[k]) return false;
+  return true;
+}
+
+template <size_t N>
+LoopGeometry<N> loop_geometry(const StridedOperands<N>& ops, const char* what) {
+  MF_CHECK(ops.sizes.size() <= size_t(kMaxLoopDims), Error, what, ": ", ops.sizes.size(),
+           " dims after merging contiguous ones; at most ", kMaxLoopDims, " are supported");
+  LoopGeometry<N> g;
+  g.nd = int(ops.sizes.size());
+  for (int d = 0; d < g.nd; ++d) {
+    g.sizes[d] = ops.sizes[size_t(d)];
+    for (size_t k = 0; k < N; ++k) g.strides[k][d] = ops.strides[k][size_t(d)];
+  }
+  for (size_t k = 0; k < N; ++k) g.data[k] = ops.data[k];
+  return g;
 }
 
 }  // namespace mf

@@ -5,8 +5,8 @@
 // Loops::run launches one grid-stride kernel on the current stream of the
 // output's device. Operands that are all contiguous with the output's shape
 // index one flat range; anything else (broadcast, strided, transposed)
-// walks the coalesced iteration space of make_operands, up to kMaxDims dims,
-// from each element's linear index.
+// walks the coalesced iteration space of make_operands (LoopGeometry, up to
+// kMaxLoopDims dims) from each element's linear index.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -74,17 +74,7 @@ struct DeviceMath {
   MF_FORCE_INLINE MF_HOST_DEVICE static T zero_divisor(const char*) { return T(-1); }
 };
 
-inline constexpr int kMaxDims = 16;
 inline constexpr int kBlock = 256;
-
-// The iteration space of N operands, passed to a kernel by value.
-template <size_t N>
-struct Geometry {
-  int nd;
-  int64_t sizes[kMaxDims];
-  int64_t strides[N][kMaxDims];  // bytes
-  char* data[N];
-};
 
 template <typename Out, typename F, typename... In>
 __global__ void flat_kernel(int64_t n, Out* out, F f, const In*... in) {
@@ -94,23 +84,17 @@ __global__ void flat_kernel(int64_t n, Out* out, F f, const In*... in) {
 
 // out = f(in...) at the operands' byte offsets.
 template <typename Out, typename... In, typename F, size_t... I>
-__device__ __forceinline__ void apply_at(const Geometry<sizeof...(In) + 1>& g, const int64_t* offset, const F& f,
-                                         std::index_sequence<I...>) {
+__device__ __forceinline__ void apply_at(const LoopGeometry<sizeof...(In) + 1>& g, const int64_t* offset,
+                                         const F& f, std::index_sequence<I...>) {
   *reinterpret_cast<Out*>(g.data[0] + offset[0]) =
       Out(f(*reinterpret_cast<const In*>(g.data[I + 1] + offset[I + 1])...));
 }
 
 template <typename Out, typename F, typename... In>
-__global__ void strided_kernel(int64_t n, Geometry<sizeof...(In) + 1> g, F f) {
-  constexpr size_t N = sizeof...(In) + 1;
+__global__ void strided_kernel(int64_t n, LoopGeometry<sizeof...(In) + 1> g, F f) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
-    int64_t offset[N] = {};
-    int64_t rem = i;
-    for (int d = g.nd - 1; d >= 0; --d) {
-      const int64_t index = rem % g.sizes[d];
-      rem /= g.sizes[d];
-      for (size_t k = 0; k < N; ++k) offset[k] += index * g.strides[k][d];
-    }
+    int64_t offset[sizeof...(In) + 1];
+    g.offsets(i, offset);
     apply_at<Out, In...>(g, offset, f, std::index_sequence_for<In...>{});
   }
 }
@@ -132,26 +116,14 @@ struct Loops {
     const int device = out.device().index();
     DeviceGuard guard(device);
     cudaStream_t stream = current_stream(device);
-    const auto seq = std::index_sequence_for<In...>{};
-    bool flat = ops.sizes.size() == 1 && ops.strides[0][0] == int64_t(sizeof(Out));
-    [&]<size_t... I>(std::index_sequence<I...>) {
-      flat = flat && ((ops.strides[I + 1][0] == int64_t(sizeof(In))) && ...);
-      if (flat) {
+    if (is_flat<N>(ops, {int64_t(sizeof(Out)), int64_t(sizeof(In))...})) {
+      [&]<size_t... I>(std::index_sequence<I...>) {
         flat_kernel<Out, F, In...><<<grid_for(n), kBlock, 0, stream>>>(
             n, reinterpret_cast<Out*>(ops.data[0]), f, reinterpret_cast<const In*>(ops.data[I + 1])...);
-        return;
-      }
-      MF_CHECK(ops.sizes.size() <= size_t(kMaxDims), Error, "cuda elementwise: ", ops.sizes.size(),
-               " dims after merging contiguous ones; at most ", kMaxDims, " are supported");
-      Geometry<N> g{};
-      g.nd = int(ops.sizes.size());
-      for (int d = 0; d < g.nd; ++d) {
-        g.sizes[d] = ops.sizes[size_t(d)];
-        for (size_t k = 0; k < N; ++k) g.strides[k][d] = ops.strides[k][size_t(d)];
-      }
-      for (size_t k = 0; k < N; ++k) g.data[k] = ops.data[k];
-      strided_kernel<Out, F, In...><<<grid_for(n), kBlock, 0, stream>>>(n, g, f);
-    }(seq);
+      }(std::index_sequence_for<In...>{});
+    } else {
+      strided_kernel<Out, F, In...><<<grid_for(n), kBlock, 0, stream>>>(n, loop_geometry<N>(ops, "cuda elementwise"), f);
+    }
     check_cuda(cudaGetLastError(), "elementwise kernel launch");
   }
 };
