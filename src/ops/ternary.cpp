@@ -110,19 +110,6 @@ MF_REGISTER_OP(OpDef{
                " for `end` but got dtype ", dtype_name(in[1].dtype()));
       return infer_broadcast("lerp", in);
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const double weight = attrs.get_float("weight");
-      dispatch_floating(in[0].dtype(), "lerp", [&]<typename T>() {
-        using A = acc_type<T>;
-        const A w = A(weight);
-        // The two forms keep lerp exact at both ends (PyTorch's lerp).
-        if (std::abs(weight) < 0.5)
-          binary_loop<T, T, T>(out[0], in[0], in[1], [w](T a, T b) { return A(a) + w * (A(b) - A(a)); });
-        else
-          binary_loop<T, T, T>(out[0], in[0], in[1],
-                                    [w](T a, T b) { return A(b) - (A(b) - A(a)) * (A(1) - w); });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       const double w = ctx.attrs.get_float("weight");
@@ -135,19 +122,6 @@ MF_REGISTER_OP(OpDef{
 });
 
 // --- addcmul / addcdiv: input + value * t1 (* or /) t2 --------------------------------
-
-template <bool kDivide>
-void addc_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  Scalar value = attrs.get_scalar("value");
-  dispatch_numeric(in[0].dtype(), kDivide ? "addcdiv" : "addcmul", [&]<typename T>() {
-    using A = acc_type<T>;
-    const A v = value.to<A>();
-    cpu::elementwise<T, T, T, T>(out[0], {&in[0], &in[1], &in[2]}, [v](T t, T a, T b) {
-      if constexpr (kDivide) return A(t) + v * (A(a) / A(b));
-      else return A(t) + v * A(a) * A(b);
-    });
-  });
-}
 
 template <bool kDivide>
 std::vector<TensorMeta> infer_addc(const TensorList& in, const Attrs&) {
@@ -163,7 +137,6 @@ MF_REGISTER_OP(OpDef{
     .name = "addcmul",
     .inputs = {"input", "tensor1", "tensor2"},
     .infer = infer_addc<false>,
-    .cpu_kernel = addc_kernel<false>,
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       Scalar v = ctx.attrs.get_scalar("value");
@@ -181,7 +154,6 @@ MF_REGISTER_OP(OpDef{
     .name = "addcdiv",
     .inputs = {"input", "tensor1", "tensor2"},
     .infer = infer_addc<true>,
-    .cpu_kernel = addc_kernel<true>,
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       const Tensor& a = ctx.inputs[1];

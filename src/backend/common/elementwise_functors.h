@@ -270,6 +270,29 @@ MF_BINARY_FUNCTOR(IntPow, int_pow(a, int64_t(b)))
 
 #undef MF_BINARY_FUNCTOR
 
+// lerp(a, b, w): the two forms keep it exact at both ends (PyTorch's lerp).
+template <typename A>
+struct LerpFromStart {  // |w| < 0.5
+  A w;
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a, A b) const { return a + w * (b - a); }
+};
+template <typename A>
+struct LerpFromEnd {
+  A w;
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a, A b) const { return b - (b - a) * (A(1) - w); }
+};
+// input + value * t1 * t2, input + value * (t1 / t2).
+template <typename A>
+struct AddcMul {
+  A value;
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A t, A a, A b) const { return t + value * a * b; }
+};
+template <typename A>
+struct AddcDiv {
+  A value;
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A t, A a, A b) const { return t + value * (a / b); }
+};
+
 template <typename M>
 struct Pow {
   template <typename A>

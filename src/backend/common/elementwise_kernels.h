@@ -9,7 +9,7 @@
 //
 // The ops' schemas, inference, backward and functional API live in
 // src/ops/ (unary.cpp, unary_math.cpp, activation.cpp, binary.cpp, pow.cpp,
-// compare.cpp).
+// ternary.cpp, compare.cpp).
 #pragma once
 
 #include "backend/common/elementwise_functors.h"
@@ -120,6 +120,18 @@ KernelFn bitwise(const char* name) {
                                        " tensors, got ", dtype_name(in[0].dtype())));
     });
   };
+}
+
+// addcmul (input + value * t1 * t2) and addcdiv (input + value * t1 / t2).
+template <typename L, bool kDivide>
+void addc(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Scalar value = attrs.get_scalar("value");
+  dispatch_numeric(in[0].dtype(), kDivide ? "addcdiv" : "addcmul", [&]<typename T>() {
+    using A = acc_type<T>;
+    const std::array<const Tensor*, 3> operands{&in[0], &in[1], &in[2]};
+    if constexpr (kDivide) L::template run<T, T, T, T>(out[0], operands, InAcc<A, functors::AddcDiv<A>>{{value.to<A>()}});
+    else L::template run<T, T, T, T>(out[0], operands, InAcc<A, functors::AddcMul<A>>{{value.to<A>()}});
+  });
 }
 
 template <typename L>
@@ -294,6 +306,20 @@ void register_all(DeviceType device) {
   set("maximum", arithmetic<L, Max, BitOr>());
   set("minimum", arithmetic<L, Min, BitAnd>());
   set("atan2", floating_binary<L, Atan2<M>>("atan2"));
+
+  // ternary.cpp (where and masked_fill, whose CPU kernels read a one-element
+  // operand on the host, are not in the table yet)
+  set("lerp", [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    const double weight = attrs.get_float("weight");
+    dispatch_floating(in[0].dtype(), "lerp", [&]<typename T>() {
+      using A = acc_type<T>;
+      const std::array<const Tensor*, 2> ab{&in[0], &in[1]};
+      if (weight < 0.5 && weight > -0.5) L::template run<T, T, T>(out[0], ab, InAcc<A, LerpFromStart<A>>{{A(weight)}});
+      else L::template run<T, T, T>(out[0], ab, InAcc<A, LerpFromEnd<A>>{{A(weight)}});
+    });
+  });
+  set("addcmul", addc<L, false>);
+  set("addcdiv", addc<L, true>);
 
   // compare.cpp
   set("eq", predicate<L, Eq>());
