@@ -313,19 +313,16 @@ struct GeometryLoops {
     StridedOperands<N> ops = make_operands<N>(out, ins);
     const bool flat = is_flat<N>(ops, {int64_t(sizeof(Out)), int64_t(sizeof(In))...});
     const LoopGeometry<N> g = loop_geometry<N>(ops, "geometry loops");
-    [&]<size_t... I>(std::index_sequence<I...>) {
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t offset[N];
-        if (flat) {
-          offset[0] = i * int64_t(sizeof(Out));
-          ((offset[I + 1] = i * int64_t(sizeof(In))), ...);
-        } else {
-          g.offsets(i, offset);
-        }
-        *reinterpret_cast<Out*>(g.data[0] + offset[0]) =
-            Out(f(*reinterpret_cast<const In*>(g.data[I + 1] + offset[I + 1])...));
+    const std::array<int64_t, N> item_sizes{int64_t(sizeof(Out)), int64_t(sizeof(In))...};
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t offset[N];
+      if (flat) {
+        for (size_t k = 0; k < N; ++k) offset[k] = i * item_sizes[k];
+      } else {
+        g.offsets(i, offset);
       }
-    }(std::index_sequence_for<In...>{});
+      apply_at<Out, In...>(g, offset, f, std::index_sequence_for<In...>{});
+    }
   }
 };
 

@@ -123,6 +123,15 @@ struct LoopGeometry {
   }
 };
 
+// out = f(in...) at the byte offsets `offset` of g's operands: what one
+// device thread does for one element.
+template <typename Out, typename... In, typename F, size_t... I>
+MF_FORCE_INLINE MF_HOST_DEVICE void apply_at(const LoopGeometry<sizeof...(In) + 1>& g, const int64_t* offset,
+                                             const F& f, std::index_sequence<I...>) {
+  *reinterpret_cast<Out*>(g.data[0] + offset[0]) =
+      Out(f(*reinterpret_cast<const In*>(g.data[I + 1] + offset[I + 1])...));
+}
+
 // Whether ops is one flat run of contiguous elements of the given sizes.
 template <size_t N>
 bool is_flat(const StridedOperands<N>& ops, const std::array<int64_t, N>& item_sizes) {

@@ -82,14 +82,6 @@ __global__ void flat_kernel(int64_t n, Out* out, F f, const In*... in) {
     out[i] = Out(f(in[i]...));
 }
 
-// out = f(in...) at the operands' byte offsets.
-template <typename Out, typename... In, typename F, size_t... I>
-__device__ __forceinline__ void apply_at(const LoopGeometry<sizeof...(In) + 1>& g, const int64_t* offset,
-                                         const F& f, std::index_sequence<I...>) {
-  *reinterpret_cast<Out*>(g.data[0] + offset[0]) =
-      Out(f(*reinterpret_cast<const In*>(g.data[I + 1] + offset[I + 1])...));
-}
-
 template <typename Out, typename F, typename... In>
 __global__ void strided_kernel(int64_t n, LoopGeometry<sizeof...(In) + 1> g, F f) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
