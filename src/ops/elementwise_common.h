@@ -69,19 +69,9 @@ inline std::vector<TensorMeta> infer_broadcast(const char* op, const TensorList&
   return {{shape, out_dtype.value_or(in[0].dtype()), in[0].device()}};
 }
 
+// CPU kernel builders of the ops whose kernels are not in the shared table
+// (backend/common/elementwise_kernels.h) yet: special functions, gamma.
 using cpu::binary_loop;
-
-// A kernel computing out = f(a, b) in acc_type<T> for every dtype of input 0
-// accepted by `Dispatch` (dispatch_dtype by default).
-template <typename F>
-KernelFn binary_kernel(const char* name, F f) {
-  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
-    dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-      using A = acc_type<T>;
-      binary_loop<T, T, T>(out[0], in[0], in[1], [&](T a, T b) __attribute__((flatten)) { return f(A(a), A(b)); });
-    });
-  };
-}
 
 // out = f(a) in acc_type<T> for the floating dtypes (float for the 16-bit
 // ones, so std:: functions run their float versions).
@@ -101,16 +91,6 @@ KernelFn floating_binary_kernel(const char* name, F f) {
     dispatch_floating(in[0].dtype(), name, [&]<typename T>() {
       using A = acc_type<T>;
       binary_loop<T, T, T>(out[0], in[0], in[1], [&](T a, T b) __attribute__((flatten)) { return f(A(a), A(b)); });
-    });
-  };
-}
-
-template <typename F>
-KernelFn unary_kernel(const char* name, F f) {
-  return [f, name](const TensorList& in, TensorList& out, const Attrs&) {
-    dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-      using A = acc_type<T>;
-      cpu::elementwise<T, T>(out[0], {&in[0]}, [&](T a) { return f(A(a)); });
     });
   };
 }

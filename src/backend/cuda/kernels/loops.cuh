@@ -66,7 +66,7 @@ struct DeviceMath {
   template <typename A>
   MF_FORCE_INLINE MF_HOST_DEVICE static bool isnan(A a) { return a != a; }
   template <typename A>
-  MF_FORCE_INLINE MF_HOST_DEVICE static bool isinf(A a) { return a - a != a - a && a == a; }
+  MF_FORCE_INLINE MF_HOST_DEVICE static bool isinf(A a) { return fabs(a) == A(INFINITY); }
   template <typename A>
   MF_FORCE_INLINE MF_HOST_DEVICE static A select(bool c, A a, A b) { return c ? a : b; }
   // Note [Integer division] in backend/common/elementwise_functors.h.
