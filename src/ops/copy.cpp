@@ -7,12 +7,9 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "backend/cpu/kernels/loops.h"
 
 namespace mf {
 namespace {
-
-void copy_kernel(const TensorList& in, TensorList& out, const Attrs&) { cpu::copy_cast(out[0], in.back()); }
 
 MF_REGISTER_OP(OpDef{
     .name = "cast",
@@ -20,7 +17,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return std::vector<TensorMeta>{{in[0].sizes(), attrs.get_dtype("dtype"), in[0].device()}};
     },
-    .cpu_kernel = copy_kernel,
     .backward = [](const BackwardContext& ctx) {
       return TensorList{to(ctx.grad_outputs[0], ctx.input_metas[0].dtype)};
     },
@@ -33,7 +29,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = copy_kernel,
     .backward = [](const BackwardContext& ctx) { return TensorList{ctx.grad_outputs[0]}; },
     .elementwise = true,
     .sbp = sbp::elementwise(sbp::Partial::All),
@@ -50,7 +45,6 @@ MF_REGISTER_OP(OpDef{
                shape_str(in[0].sizes()));
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = copy_kernel,
     .backward = [](const BackwardContext& ctx) {
       TensorList grads(2);
       if (ctx.needs_input_grad[1])

@@ -9,7 +9,6 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "ops/elementwise_common.h"
-#include "backend/cpu/kernels/loops.h"
 
 namespace mf {
 namespace {
@@ -17,17 +16,6 @@ namespace {
 void check_size(const Shape& size, const char* op) {
   for (int64_t s : size)
     MF_CHECK(s >= 0, ValueError, op, ": size must be non-negative, got ", shape_str(size));
-}
-
-template <typename T>
-void fill_value(Tensor& t, Scalar value) {
-  T v = value.to<T>();
-  cpu::elementwise<T>(t, {}, [v]() { return v; });
-}
-
-void fill_kernel(const TensorList&, TensorList& out, const Attrs& attrs) {
-  Scalar value = attrs.get_scalar("value");
-  dispatch_dtype(out[0].dtype(), [&]<typename T>() { fill_value<T>(out[0], value); });
 }
 
 MF_REGISTER_OP(OpDef{
@@ -38,7 +26,6 @@ MF_REGISTER_OP(OpDef{
       check_size(size, "full");
       return std::vector<TensorMeta>{{size, attrs.get_dtype("dtype"), attrs.get_device("device")}};
     },
-    .cpu_kernel = fill_kernel,
     .differentiable = false,
 });
 
@@ -52,9 +39,6 @@ MF_REGISTER_OP(OpDef{
     },
     // Uninitialised, except bool: a byte other than 0 or 1 read as a C++ bool
     // is undefined behaviour in every later kernel, so bool tensors start false.
-    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs&) {
-      if (out[0].dtype() == DType::Bool && out[0].numel() > 0) std::memset(out[0].data_ptr(), 0, size_t(out[0].numel()));
-    },
     .differentiable = false,
 });
 
@@ -65,7 +49,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = fill_kernel,
     .backward = [](const BackwardContext&) { return TensorList(1); },
     .inplace = true,
     .elementwise = true,
@@ -78,53 +61,22 @@ std::vector<TensorMeta> infer_range(const char* op, const Shape& size, const Att
   return {{size, attrs.get_dtype("dtype"), attrs.get_device("device")}};
 }
 
-// Fills the contiguous out with value(i) for every flat index i.
-template <typename F>
-void fill_indexed(Tensor& out, const F& value) {
-  dispatch_dtype(out.dtype(), [&]<typename T>() {
-    T* p = static_cast<T*>(out.data_ptr());
-    parallel_for(0, out.numel(), kGrainSize, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) p[i] = value.template operator()<T>(i);
-    });
-  });
-}
-
-// start + i * step: in int64 for integral dtypes (start and step truncated,
-// as in PyTorch), in double otherwise.
+// start + i * step (functors::Arange).
 MF_REGISTER_OP(OpDef{
     .name = "arange",
     .inputs = {},
     .infer = [](const TensorList&, const Attrs& attrs) {
       return infer_range("arange", {attrs.get_int("size")}, attrs);
     },
-    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
-      const Scalar start = attrs.get_scalar("start"), step = attrs.get_scalar("step");
-      fill_indexed(out[0], [&]<typename T>(int64_t i) {
-        if constexpr (is_floating_type_v<T>) return T(start.to_double() + double(i) * step.to_double());
-        else return T(start.to_int() + int64_t(i) * step.to_int());
-      });
-    },
     .differentiable = false,
 });
 
-// Symmetric, like PyTorch: the first half counts up from start, the second
-// half down from end, so both ends are exact.
+// Symmetric, like PyTorch (functors::Linspace).
 MF_REGISTER_OP(OpDef{
     .name = "linspace",
     .inputs = {},
     .infer = [](const TensorList&, const Attrs& attrs) {
       return infer_range("linspace", {attrs.get_int("steps")}, attrs);
-    },
-    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
-      const double start = attrs.get_float("start"), end = attrs.get_float("end");
-      const int64_t steps = attrs.get_int("steps");
-      const double step = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
-      fill_indexed(out[0], [&]<typename T>(int64_t i) {
-        const double v =
-            steps == 1 || i < steps / 2 ? start + step * double(i) : end - step * double(steps - 1 - i);
-        if constexpr (is_floating_type_v<T>) return T(v);
-        else return T(int64_t(v));
-      });
     },
     .differentiable = false,
 });
@@ -135,10 +87,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList&, const Attrs& attrs) {
       return std::vector<TensorMeta>{
           {{attrs.get_int("n"), attrs.get_int("m")}, attrs.get_dtype("dtype"), attrs.get_device("device")}};
-    },
-    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
-      const int64_t m = attrs.get_int("m");
-      fill_indexed(out[0], [m]<typename T>(int64_t i) { return T(i / m == i % m ? 1 : 0); });
     },
     .differentiable = false,
 });

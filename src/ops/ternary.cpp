@@ -9,16 +9,6 @@ using namespace elementwise_detail;
 
 namespace {
 
-// m ? x : y with both values read first, so the compiler if-converts the
-// choice into a vector blend (a conditionally read captured value keeps the
-// loop scalar).
-template <typename T>
-inline T select(uint8_t m, T x, T y) {
-  T r = y;
-  r = m ? x : r;
-  return r;
-}
-
 // --- where(condition, a, b) -------------------------------------------------------------
 
 MF_REGISTER_OP(OpDef{
@@ -33,22 +23,6 @@ MF_REGISTER_OP(OpDef{
                " (the functional API promotes; the op takes one dtype)");
       Shape shape = broadcast_shapes(broadcast_shapes(in[0].sizes(), in[1].sizes(), "where"), in[2].sizes(), "where");
       return std::vector<TensorMeta>{{shape, in[1].dtype(), in[1].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      dispatch_dtype(in[1].dtype(), [&]<typename T>() {
-        using K = kernel_type<T>;
-        const Tensor &c = in[0], &a = in[1], &b = in[2];
-        // A one-element branch (where(c, x, 0.0)) is read once: see Note [Vectorised loops].
-        if (b.numel() == 1 && a.sizes() == out[0].sizes()) {
-          const K bv = *static_cast<const K*>(b.data_ptr());
-          binary_loop<K, uint8_t, K>(out[0], c, a, [bv](uint8_t m, K x) { return select(m, x, bv); });
-        } else if (a.numel() == 1 && b.sizes() == out[0].sizes()) {
-          const K av = *static_cast<const K*>(a.data_ptr());
-          binary_loop<K, uint8_t, K>(out[0], c, b, [av](uint8_t m, K y) { return select(m, av, y); });
-        } else {
-          cpu::elementwise<K, uint8_t, K, K>(out[0], {&c, &a, &b}, [](uint8_t m, K x, K y) { return select(m, x, y); });
-        }
-      });
     },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
@@ -77,13 +51,6 @@ MF_REGISTER_OP(OpDef{
                dtype_name(in[0].dtype()), ", got ", dtype_name(in[2].dtype()));
       return std::vector<TensorMeta>{
           {broadcast_shapes(in[0].sizes(), in[1].sizes(), "masked_fill"), in[0].dtype(), in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-        using K = kernel_type<T>;
-        const K v = *static_cast<const K*>(in[2].data_ptr());
-        binary_loop<K, K, uint8_t>(out[0], in[0], in[1], [v](K a, uint8_t m) { return select(m, v, a); });
-      });
     },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];

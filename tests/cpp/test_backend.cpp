@@ -324,6 +324,11 @@ struct GeometryLoops {
       apply_at<Out, In...>(g, offset, f, std::index_sequence_for<In...>{});
     }
   }
+  template <typename Out, typename F>
+  static void run_indexed(Tensor& out, const F& f) {
+    Out* p = static_cast<Out*>(out.data_ptr());
+    for (int64_t i = 0; i < out.numel(); ++i) p[i] = Out(f(i));
+  }
 };
 
 TEST_F(EmulatedDevice, SharedElementwiseTableRunsOverAnotherBackendsLoops) {
@@ -351,6 +356,33 @@ TEST_F(EmulatedDevice, SharedElementwiseTableRunsOverAnotherBackendsLoops) {
   const Tensor j = add(to(random_tensor({4}, 6, 1, 4), DType::Int64), to(ones({4}), DType::Int64));
   expect_close(to(back(div(on(i), on(j), "floor")), DType::Float64), to(div(i, j, "floor"), DType::Float64), 0, 0);
   expect_close(to(back(remainder(on(neg(i)), on(j))), DType::Float64), to(remainder(neg(i), j), DType::Float64), 0, 0);
+  // Selection, with a broadcast condition and a one-element branch or value.
+  expect_close(back(where(on(gt(a, 0.0)), on(b), Scalar(0.5))), where(gt(a, 0.0), b, Scalar(0.5)));
+  expect_close(back(where(on(above), on(a), on(b))), where(above, a, b));
+  expect_close(back(masked_fill(on(m), on(gt(m, 0.3)), Scalar(-7.0))), masked_fill(m, gt(m, 0.3), Scalar(-7.0)));
+  // Copies: within a dtype (transposed), between dtypes (to float16, bool
+  // and int64, from bool), broadcast into a strided destination.
+  expect_close(back(contiguous(transpose(on(m), 0, 1))), contiguous(transpose(m, 0, 1)));
+  expect_close(to(back(to(on(m), DType::Float16)), DType::Float32), to(to(m, DType::Float16), DType::Float32));
+  expect_close(to(back(to(on(m), DType::Bool)), DType::Float32), to(to(m, DType::Bool), DType::Float32));
+  expect_close(to(back(to(on(mul(m, 4.0)), DType::Int64)), DType::Float64), to(to(mul(m, 4.0), DType::Int64), DType::Float64), 0, 0);
+  expect_close(back(to(on(above), DType::Float32)), to(above, DType::Float32));
+  Tensor dst = on(zeros({7, 6})), host_dst = zeros({7, 6});
+  Tensor dst_t = transpose(dst, 0, 1), host_dst_t = transpose(host_dst, 0, 1);
+  const Tensor row = random_tensor({1, 7}, 7, -1, 1);
+  copy_(dst_t, on(row));
+  copy_(host_dst_t, row);
+  expect_close(back(dst), host_dst);
+  // Fills and ranges made on the device.
+  const TensorOptions device_f32{.dtype = DType::Float32, .device = dev0};
+  expect_close(back(full({2, 3}, Scalar(2.5), device_f32)), full({2, 3}, Scalar(2.5)));
+  expect_close(back(arange(Scalar(1.0), Scalar(4.0), Scalar(0.5), DType::Float64, dev0)),
+               arange(Scalar(1.0), Scalar(4.0), Scalar(0.5), DType::Float64), 0, 0);
+  expect_close(to(back(arange(Scalar(-3), Scalar(20), Scalar(4), DType::Int32, dev0)), DType::Float64),
+               to(arange(Scalar(-3), Scalar(20), Scalar(4), DType::Int32), DType::Float64), 0, 0);
+  expect_close(back(linspace(-1.0, 2.0, 7, device_f32)), linspace(-1.0, 2.0, 7, {.dtype = DType::Float32}), 0, 0);
+  expect_close(back(eye(3, 4, device_f32)), eye(3, 4, {.dtype = DType::Float32}));
+  expect_close(to(back(empty({5}, {.dtype = DType::Bool, .device = dev0})), DType::Float32), zeros({5}));
 }
 
 }  // namespace

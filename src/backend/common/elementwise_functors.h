@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "meshflow/dtype.h"
 #include "meshflow/host_device.h"
 
 namespace mf::functors {
@@ -443,6 +444,83 @@ struct BitwiseNot {
     if constexpr (kBool) return T(a ^ 1u);
     else return T(~a);
   }
+};
+
+// --- selection (where, masked_fill) ----------------------------------------------------
+
+// m ? x : y with both values read first, so the compiler if-converts the
+// choice into a vector blend (a conditionally read value keeps a loop scalar).
+struct Select {
+  template <typename T>
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(uint8_t m, T x, T y) const {
+    T r = y;
+    r = m ? x : r;
+    return r;
+  }
+};
+// masked_fill(input, mask, value): the value where the mask is set.
+struct MaskedFill {
+  template <typename T>
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(T a, uint8_t m, T v) const {
+    return Select{}(m, v, a);
+  }
+};
+
+// --- copies, fills and ranges ---------------------------------------------------------
+
+// One element of dtype S as dtype D (cast, copy_ between dtypes): through
+// acc_type<S>; to bool, whether it is non-zero. S is the loop's storage type
+// (bool read as uint8_t), D the destination's dtype (bool, not its storage).
+template <typename D, typename S>
+struct Convert {
+  MF_FORCE_INLINE MF_HOST_DEVICE D operator()(S v) const {
+    using A = acc_type<S>;
+    if constexpr (std::is_same_v<D, bool>) return A(v) != A(0);
+    else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) return D(float(A(v)));
+    else return D(A(v));
+  }
+};
+// The bits of one element, unchanged (a copy within one dtype).
+struct Identity {
+  template <typename U>
+  MF_FORCE_INLINE MF_HOST_DEVICE U operator()(U v) const {
+    return v;
+  }
+};
+template <typename T>
+struct Constant {
+  T value;
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()() const { return value; }
+};
+
+// Index-valued fills: element i of a contiguous output.
+// arange: start + i * step, in int64 for integral dtypes (start and step
+// truncated, as in PyTorch), in double otherwise.
+template <typename T>
+struct Arange {
+  std::conditional_t<is_floating_type_v<T>, double, int64_t> start, step;
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(int64_t i) const {
+    if constexpr (is_floating_type_v<T>) return T(start + double(i) * step);
+    else return T(start + i * step);
+  }
+};
+// linspace, symmetric like PyTorch's: the first half counts up from start,
+// the second half down from end, so both ends are exact.
+template <typename T>
+struct Linspace {
+  double start, end, step;
+  int64_t steps;
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(int64_t i) const {
+    const double v = steps == 1 || i < steps / 2 ? start + step * double(i) : end - step * double(steps - 1 - i);
+    if constexpr (is_floating_type_v<T>) return T(v);
+    else return T(int64_t(v));
+  }
+};
+// eye: ones on the diagonal of an (n, m) matrix.
+template <typename T>
+struct Eye {
+  int64_t m;
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(int64_t i) const { return T(i / m == i % m ? 1 : 0); }
 };
 
 }  // namespace mf::functors

@@ -6,10 +6,12 @@
 //   L::Math                                  the backend's math (see the note)
 //   L::run<Out, In...>(out, {&a, ...}, f)    out[i] = Out(f(a[i], ...)) over
 //                                            broadcast, strided operands
+//   L::run_indexed<Out>(out, f)              out[i] = Out(f(i)), out contiguous
+//   L::copy_cast(dst, src)                   optional: the backend's own copy
 //
 // The ops' schemas, inference, backward and functional API live in
 // src/ops/ (unary.cpp, unary_math.cpp, activation.cpp, binary.cpp, pow.cpp,
-// ternary.cpp, compare.cpp).
+// ternary.cpp, compare.cpp, copy.cpp, creation.cpp).
 #pragma once
 
 #include "backend/common/elementwise_functors.h"
@@ -149,6 +151,51 @@ void gelu_backward(const Tensor& g, const Tensor& x, Tensor& dx, const Attrs& at
     using A = acc_type<T>;
     if (tanh_form) L::template run<T, T, T>(dx, {&g, &x}, InAcc<A, functors::GeluBackwardTanh<M>>{});
     else L::template run<T, T, T>(dx, {&g, &x}, InAcc<A, functors::GeluBackwardErf<M>>{});
+  });
+}
+
+// dst = src broadcast to dst's shape and converted to its dtype. A backend
+// with a copy of its own (the CPU's transposing and vectorised conversions)
+// provides L::copy_cast; otherwise one elementwise loop: the bits as
+// unsigned integers of the element's size within one dtype, Convert between
+// two.
+template <typename L>
+void copy_cast(Tensor& dst, const Tensor& src) {
+  if constexpr (requires { L::copy_cast(dst, src); }) {
+    L::copy_cast(dst, src);
+  } else if (dst.dtype() == src.dtype()) {
+    switch (dst.element_size()) {
+      case 1: return L::template run<uint8_t, uint8_t>(dst, {&src}, functors::Identity{});
+      case 2: return L::template run<uint16_t, uint16_t>(dst, {&src}, functors::Identity{});
+      case 4: return L::template run<uint32_t, uint32_t>(dst, {&src}, functors::Identity{});
+      case 8: return L::template run<uint64_t, uint64_t>(dst, {&src}, functors::Identity{});
+      default: throw Error(detail::concat("copy: no copy for elements of ", dst.element_size(), " bytes"));
+    }
+  } else {
+    dispatch_dtype(dst.dtype(), [&]<typename D>() {
+      dispatch_dtype(src.dtype(), [&]<typename S>() {
+        using KS = kernel_type<S>;
+        if constexpr (!std::is_same_v<D, S>)
+          L::template run<kernel_type<D>, KS>(dst, {&src}, functors::Convert<D, KS>{});
+      });
+    });
+  }
+}
+
+template <typename L>
+void fill(Tensor& out, Scalar value) {
+  dispatch_dtype(out.dtype(), [&]<typename T>() {
+    L::template run<kernel_type<T>>(out, {}, functors::Constant<kernel_type<T>>{kernel_type<T>(value.to<T>())});
+  });
+}
+
+// out (contiguous) = F<T>(i) for each flat index i; make(type_identity<T>)
+// builds the functor.
+template <typename L, typename MakeF>
+void fill_indexed(Tensor& out, MakeF make) {
+  dispatch_dtype(out.dtype(), [&]<typename T>() {
+    const auto f = make(std::type_identity<T>{});
+    L::template run_indexed<kernel_type<T>>(out, f);
   });
 }
 
@@ -307,8 +354,19 @@ void register_all(DeviceType device) {
   set("minimum", arithmetic<L, Min, BitAnd>());
   set("atan2", floating_binary<L, Atan2<M>>("atan2"));
 
-  // ternary.cpp (where and masked_fill, whose CPU kernels read a one-element
-  // operand on the host, are not in the table yet)
+  // ternary.cpp
+  set("where", [](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_dtype(in[1].dtype(), [&]<typename T>() {
+      using K = kernel_type<T>;
+      L::template run<K, uint8_t, K, K>(out[0], {&in[0], &in[1], &in[2]}, Select{});
+    });
+  });
+  set("masked_fill", [](const TensorList& in, TensorList& out, const Attrs&) {
+    dispatch_dtype(in[0].dtype(), [&]<typename T>() {
+      using K = kernel_type<T>;
+      L::template run<K, K, uint8_t, K>(out[0], {&in[0], &in[1], &in[2]}, MaskedFill{});
+    });
+  });
   set("lerp", [](const TensorList& in, TensorList& out, const Attrs& attrs) {
     const double weight = attrs.get_float("weight");
     dispatch_floating(in[0].dtype(), "lerp", [&]<typename T>() {
@@ -350,6 +408,41 @@ void register_all(DeviceType device) {
         throw TypeError(detail::concat("bitwise_not: expected a bool or integer tensor, got ",
                                        dtype_name(in[0].dtype())));
     });
+  });
+
+  // copy.cpp
+  const KernelFn copy = [](const TensorList& in, TensorList& out, const Attrs&) { copy_cast<L>(out[0], in.back()); };
+  set("cast", copy);
+  set("clone", copy);
+  set("copy", copy);
+
+  // creation.cpp
+  const KernelFn fill_value = [](const TensorList&, TensorList& out, const Attrs& attrs) {
+    fill<L>(out[0], attrs.get_scalar("value"));
+  };
+  set("full", fill_value);
+  set("fill", fill_value);
+  // Uninitialised, except bool: a byte other than 0 or 1 read as a C++ bool
+  // is undefined behaviour in every later kernel, so bool tensors start false.
+  set("empty", [](const TensorList&, TensorList& out, const Attrs&) {
+    if (out[0].dtype() == DType::Bool) fill<L>(out[0], Scalar(false));
+  });
+  set("arange", [](const TensorList&, TensorList& out, const Attrs& attrs) {
+    const Scalar start = attrs.get_scalar("start"), step = attrs.get_scalar("step");
+    fill_indexed<L>(out[0], [&]<typename T>(std::type_identity<T>) {
+      if constexpr (is_floating_type_v<T>) return Arange<T>{start.to_double(), step.to_double()};
+      else return Arange<T>{start.to_int(), step.to_int()};
+    });
+  });
+  set("linspace", [](const TensorList&, TensorList& out, const Attrs& attrs) {
+    const double start = attrs.get_float("start"), end = attrs.get_float("end");
+    const int64_t steps = attrs.get_int("steps");
+    const double step = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
+    fill_indexed<L>(out[0], [&]<typename T>(std::type_identity<T>) { return Linspace<T>{start, end, step, steps}; });
+  });
+  set("eye", [](const TensorList&, TensorList& out, const Attrs& attrs) {
+    const int64_t m = attrs.get_int("m");
+    fill_indexed<L>(out[0], [m]<typename T>(std::type_identity<T>) { return Eye<T>{m}; });
   });
 }
 

@@ -184,19 +184,45 @@ void binary_loop(Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   }
 }
 
+// Copies src (any strides, broadcast to dst's shape, any dtype) into dst.
+void copy_cast(Tensor& dst, const Tensor& src);
+
 // The CPU's loops for the shared elementwise kernel table
-// (backend/common/elementwise_kernels.h).
+// (backend/common/elementwise_kernels.h). Of three operands, a one-element
+// second or third one (where(c, x, 0.0), masked_fill's value) is read once,
+// as binary_loop does for two (Note [Vectorised loops]).
 struct Loops {
   using Math = HostMath;
   template <typename Out, typename... In, typename F>
   static void run(Tensor& out, const std::array<const Tensor*, sizeof...(In)>& ins, const F& f) {
     const auto g = [&f](In... x) __attribute__((always_inline, flatten)) { return f(x...); };
-    if constexpr (sizeof...(In) == 2) binary_loop<Out, In...>(out, *ins[0], *ins[1], g);
-    else elementwise<Out, In...>(out, ins, g);
+    if constexpr (sizeof...(In) == 2) {
+      binary_loop<Out, In...>(out, *ins[0], *ins[1], g);
+    } else if constexpr (sizeof...(In) == 3) {
+      using A = std::tuple_element_t<0, std::tuple<In...>>;
+      using B = std::tuple_element_t<1, std::tuple<In...>>;
+      using C = std::tuple_element_t<2, std::tuple<In...>>;
+      if (ins[2]->numel() == 1) {
+        const C cv = *static_cast<const C*>(ins[2]->data_ptr());
+        binary_loop<Out, A, B>(out, *ins[0], *ins[1], [&g, cv](A a, B b) { return g(a, b, cv); });
+      } else if (ins[1]->numel() == 1) {
+        const B bv = *static_cast<const B*>(ins[1]->data_ptr());
+        binary_loop<Out, A, C>(out, *ins[0], *ins[2], [&g, bv](A a, C c) { return g(a, bv, c); });
+      } else {
+        elementwise<Out, In...>(out, ins, g);
+      }
+    } else {
+      elementwise<Out, In...>(out, ins, g);
+    }
   }
+  template <typename Out, typename F>
+  static void run_indexed(Tensor& out, const F& f) {
+    Out* p = static_cast<Out*>(out.data_ptr());
+    parallel_for(0, out.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = Out(f(i));
+    });
+  }
+  static void copy_cast(Tensor& dst, const Tensor& src) { cpu::copy_cast(dst, src); }
 };
-
-// Copies src (any strides, broadcast to dst's shape, any dtype) into dst.
-void copy_cast(Tensor& dst, const Tensor& src);
 
 }  // namespace mf::cpu

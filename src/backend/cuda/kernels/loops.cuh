@@ -91,6 +91,12 @@ __global__ void strided_kernel(int64_t n, LoopGeometry<sizeof...(In) + 1> g, F f
   }
 }
 
+template <typename Out, typename F>
+__global__ void indexed_kernel(int64_t n, Out* out, F f) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x)
+    out[i] = Out(f(i));
+}
+
 inline unsigned grid_for(int64_t n) {
   constexpr int64_t kMaxGrid = int64_t(1) << 20;  // the rest by grid stride
   return unsigned(std::min((n + kBlock - 1) / kBlock, kMaxGrid));
@@ -117,6 +123,16 @@ struct Loops {
       strided_kernel<Out, F, In...><<<grid_for(n), kBlock, 0, stream>>>(n, loop_geometry<N>(ops, "cuda elementwise"), f);
     }
     check_cuda(cudaGetLastError(), "elementwise kernel launch");
+  }
+
+  template <typename Out, typename F>
+  static void run_indexed(Tensor& out, const F& f) {
+    const int64_t n = out.numel();
+    if (n == 0) return;
+    const int device = out.device().index();
+    DeviceGuard guard(device);
+    indexed_kernel<Out, F><<<grid_for(n), kBlock, 0, current_stream(device)>>>(n, static_cast<Out*>(out.data_ptr()), f);
+    check_cuda(cudaGetLastError(), "indexed kernel launch");
   }
 };
 
