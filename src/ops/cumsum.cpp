@@ -6,11 +6,14 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
 #include "backend/cpu/kernels/loops.h"
+#include "backend/cpu/kernels/reduce.h"
 #include "ops/reduce_common.h"
 
 namespace mf {
 
 using namespace reduce_detail;
+using reduce_ops::from_acc;
+using reduce_ops::sum_acc_t;
 
 namespace {
 
@@ -122,7 +125,7 @@ void scan_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   Tensor x = in[0].dim() == 0 ? make_view(in[0], {1}, {1}, in[0].storage_offset()) : in[0];
   Tensor o = out[0].dim() == 0 ? make_view(out[0], {1}, {1}, 0) : out[0];
   const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), kProduct ? "cumprod" : "cumsum");
-  if (int64_t(line_geometry(x, o, dim).sizes.size()) > cpu::kMaxReduceDims) {
+  if (int64_t(line_geometry(x, o, dim).sizes.size()) > kMaxReduceDims) {
     Tensor copy = make_empty(x.sizes(), x.dtype(), x.device());
     cpu::copy_cast(copy, x);
     x = copy;

@@ -3,7 +3,6 @@
 #include "meshflow/autocast.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
-#include "backend/cpu/kernels/reduce.h"
 #include "ops/reduce_common.h"
 
 namespace mf {
@@ -12,51 +11,11 @@ using namespace reduce_detail;
 
 namespace {
 
-template <typename T, typename A>
-struct ProdOp {
-  using Acc = A;
-  Acc identity() const { return Acc(1); }
-  Acc map(T x, int64_t) const { return cpu::to_acc<Acc>(x); }
-  Acc combine(Acc a, Acc b) const { return a * b; }
-};
-
-template <typename T, bool kAll>
-struct LogicalOp {
-  using Acc = bool;
-  Acc identity() const { return kAll; }
-  Acc map(T x, int64_t) const { return cpu::to_acc<acc_type<T>>(x) != acc_type<T>(0); }
-  Acc combine(Acc a, Acc b) const { return kAll ? (a && b) : (a || b); }
-};
-
-// Runs Op<In, sum_acc_t<Out>> over in[0] into out[0]. Same dtypes, or
-// integers/bool into int64, run directly; other pairs cast the input first.
-template <template <typename, typename> class Op>
-void sum_like_kernel(const char* name, const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), name);
-  const DType od = out[0].dtype();
-  auto run = [&]<typename In, typename Out>(const Tensor& x) {
-    using Acc = sum_acc_t<Out>;
-    Out* o = static_cast<Out*>(out[0].data_ptr());
-    cpu::reduce<In>(x, dims, Op<In, Acc>{}, [o](int64_t i, Acc a) { o[i] = from_acc<Out>(a); });
-  };
-  if (in[0].dtype() == od) {
-    dispatch_dtype(od, [&]<typename T>() { run.template operator()<T, T>(in[0]); });
-  } else if (od == DType::Int64 && is_integral(in[0].dtype(), true)) {
-    dispatch_dtype(in[0].dtype(), [&]<typename T>() { run.template operator()<T, int64_t>(in[0]); });
-  } else {
-    Tensor x = to(in[0].detach(), od);
-    dispatch_dtype(od, [&]<typename T>() { run.template operator()<T, T>(x); });
-  }
-}
-
 MF_REGISTER_OP(OpDef{
     .name = "sum",
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return infer_reduction("sum", in[0], attrs, attrs.get_dtype("dtype"));
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      sum_like_kernel<SumOp>("sum", in, out, attrs);
     },
     .backward = [](const BackwardContext& ctx) {
       const auto& m = ctx.input_metas[0];
@@ -73,16 +32,6 @@ MF_REGISTER_OP(OpDef{
       MF_CHECK(is_floating(in[0].dtype()), TypeError, "mean: could not infer output dtype; input dtype must be ",
                "floating point, got ", dtype_name(in[0].dtype()));
       return infer_reduction("mean", in[0], attrs, in[0].dtype());
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), "mean");
-      const int64_t count = reduced_count(in[0].sizes(), dims);
-      dispatch_floating(in[0].dtype(), "mean", [&]<typename T>() {
-        using Acc = acc_type<T>;
-        T* o = static_cast<T*>(out[0].data_ptr());
-        const Acc n = Acc(count);
-        cpu::reduce<T>(in[0], dims, SumOp<T, Acc>{}, [o, n](int64_t i, Acc a) { o[i] = T(a / n); });
-      });
     },
     .backward = [](const BackwardContext& ctx) {
       const auto& m = ctx.input_metas[0];
@@ -126,9 +75,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return infer_reduction("prod", in[0], attrs, attrs.get_dtype("dtype"));
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      sum_like_kernel<ProdOp>("prod", in, out, attrs);
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{prod_backward(ctx.grad_outputs[0], ctx.inputs[0], ctx.attrs.get_shape("dims"),
                                       ctx.attrs.get_bool("keepdim"))};
@@ -137,20 +83,6 @@ MF_REGISTER_OP(OpDef{
     .autocast = AutocastPolicy::Fp32,
     .sbp = sbp::reduce(false, false),
 });
-
-template <bool kAll>
-void logical_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const char* name = kAll ? "all" : "any";
-  const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), name);
-  dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-    auto run = [&]<typename Out>() {
-      Out* o = static_cast<Out*>(out[0].data_ptr());
-      cpu::reduce<T>(in[0], dims, LogicalOp<T, kAll>{}, [o](int64_t i, bool a) { o[i] = Out(a); });
-    };
-    if (out[0].dtype() == DType::UInt8) run.template operator()<uint8_t>();
-    else run.template operator()<bool>();
-  });
-}
 
 // uint8 input gives uint8 output, everything else bool (as in PyTorch).
 DType logical_out_dtype(DType d) { return d == DType::UInt8 ? DType::UInt8 : DType::Bool; }
@@ -161,7 +93,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return infer_reduction("all", in[0], attrs, logical_out_dtype(in[0].dtype()));
     },
-    .cpu_kernel = logical_kernel<true>,
     .differentiable = false,
     .sbp = sbp::reduce(false, false),
 });
@@ -172,7 +103,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return infer_reduction("any", in[0], attrs, logical_out_dtype(in[0].dtype()));
     },
-    .cpu_kernel = logical_kernel<false>,
     .differentiable = false,
     .sbp = sbp::reduce(false, false),
 });

@@ -1,6 +1,6 @@
 // Shared pieces of the reduction ops: dim normalisation, output shapes,
-// inference and the gradient broadcast back over reduced dims. The CPU loop
-// is cpu::reduce (Note [Strided reduction] in backend/cpu/kernels/reduce.h).
+// inference and the gradient broadcast back over reduced dims. The kernels
+// are backend/common/reduce_kernels.h's.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "backend/cpu/kernels/reduce.h"
 
 namespace mf::reduce_detail {
 
@@ -79,32 +78,6 @@ inline Tensor unsqueeze_reduced(const Tensor& t, const Shape& dims, bool keepdim
 // Grad of a reduction broadcast back to the input shape.
 inline Tensor expand_reduced_grad(const Tensor& grad, const Shape& input_sizes, const Shape& dims, bool keepdim) {
   return expand(unsqueeze_reduced(grad, dims, keepdim), input_sizes);
-}
-
-// --- reduction ops for cpu::reduce (Note [Strided reduction]) -----------------
-
-// Integers accumulate in uint64_t: wrap-around is defined and gives the
-// two's-complement result of int64 arithmetic.
-template <typename T>
-using sum_acc_t = std::conditional_t<is_floating_type_v<T>, acc_type<T>, uint64_t>;
-
-template <typename T, typename A>
-struct SumOp {
-  using Acc = A;
-  Acc identity() const { return Acc(0); }
-  Acc map(T x, int64_t) const { return cpu::to_acc<Acc>(x); }
-  Acc combine(Acc a, Acc b) const { return a + b; }
-};
-
-using cpu::ExtremumOp;
-
-// Converts an accumulator to the output type (bool: non-zero; integers
-// from the wrapping uint64_t accumulator).
-template <typename Out, typename Acc>
-Out from_acc(Acc a) {
-  if constexpr (std::is_same_v<Out, bool>) return a != Acc(0);
-  else if constexpr (std::is_integral_v<Acc> && std::is_signed_v<Out>) return Out(int64_t(a));
-  else return Out(a);
 }
 
 }  // namespace mf::reduce_detail

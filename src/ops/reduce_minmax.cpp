@@ -4,7 +4,6 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
-#include "backend/cpu/kernels/loops.h"
 #include "ops/reduce_common.h"
 
 namespace mf {
@@ -14,16 +13,6 @@ using namespace reduce_detail;
 namespace {
 
 // --- amax / amin / max() / min() ------------------------------------------------------
-
-template <bool kMax>
-void extremum_kernel(const char* name, const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const Shape dims = normalize_dims(attrs.get_shape("dims"), in[0].dim(), name);
-  dispatch_dtype(in[0].dtype(), [&]<typename T>() {
-    using Acc = acc_type<T>;
-    T* o = static_cast<T*>(out[0].data_ptr());
-    cpu::reduce<T>(in[0], dims, ExtremumOp<T, kMax>{}, [o](int64_t i, Acc a) { o[i] = T(a); });
-  });
-}
 
 std::vector<TensorMeta> infer_extremum(const char* name, const TensorList& in, const Attrs& attrs) {
   const Shape& raw = attrs.get_shape("dims");
@@ -47,9 +36,6 @@ OpDef extremum_op(const char* name) {
       .name = name,
       .inputs = {"input"},
       .infer = [name](const TensorList& in, const Attrs& attrs) { return infer_extremum(name, in, attrs); },
-      .cpu_kernel = [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        extremum_kernel<kMax>(name, in, out, attrs);
-      },
       .backward = [name](const BackwardContext& ctx) {
         const Tensor& x = ctx.inputs[0];
         Shape dims = normalize_dims(ctx.attrs.get_shape("dims"), x.dim(), name);
@@ -68,17 +54,6 @@ MF_REGISTER_OP(extremum_op<true>("max"));
 MF_REGISTER_OP(extremum_op<false>("min"));
 
 // --- max / min over a dim, argmax / argmin ------------------------------------------
-
-// x viewed so that reducing `dim` is well defined (a 0-d tensor as (1)).
-Tensor as_reducible(const Tensor& x) { return x.dim() == 0 ? make_view(x, {1}, {1}, x.storage_offset()) : x; }
-
-template <bool kMax>
-void arg_kernel(const Tensor& x, int64_t dim, Tensor* values, Tensor& indices) {
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
-    cpu::reduce_arg<T, kMax>(as_reducible(x), dim, values ? static_cast<T*>(values->data_ptr()) : nullptr,
-                             static_cast<int64_t*>(indices.data_ptr()));
-  });
-}
 
 std::vector<TensorMeta> infer_dim_extremum(const char* name, const TensorList& in, const Attrs& attrs) {
   const Tensor& x = in[0];
@@ -110,9 +85,6 @@ OpDef dim_extremum_op(const char* name, const char* error_name) {
       .infer = [error_name](const TensorList& in, const Attrs& attrs) {
         return infer_dim_extremum(error_name, in, attrs);
       },
-      .cpu_kernel = [error_name](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        arg_kernel<kMax>(in[0], wrap_dim(attrs.get_int("dim"), in[0].dim(), error_name), &out[0], out[1]);
-      },
       .backward = [error_name](const BackwardContext& ctx) {
         const TensorMeta& m = ctx.input_metas[0];
         const int64_t dim = wrap_dim(ctx.attrs.get_int("dim"), int64_t(m.sizes.size()), error_name);
@@ -141,31 +113,11 @@ std::vector<TensorMeta> infer_arg(const char* name, const TensorList& in, const 
 }
 
 template <bool kMax>
-void argmax_kernel(const char* name, const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const Tensor& x = in[0];
-  const Shape& raw = attrs.get_shape("dims");
-  if (!raw.empty()) {
-    arg_kernel<kMax>(x, wrap_dim(raw[0], x.dim(), name), nullptr, out[0]);
-    return;
-  }
-  // Over all elements: an index into the flattened (row-major) tensor.
-  Tensor dense = x;
-  if (!x.is_contiguous()) {
-    dense = make_empty(x.sizes(), x.dtype(), x.device());
-    cpu::copy_cast(dense, x);
-  }
-  arg_kernel<kMax>(make_view(dense, {x.numel()}, {1}, dense.storage_offset()), 0, nullptr, out[0]);
-}
-
-template <bool kMax>
 OpDef arg_op(const char* name) {
   return OpDef{
       .name = name,
       .inputs = {"input"},
       .infer = [name](const TensorList& in, const Attrs& attrs) { return infer_arg(name, in, attrs); },
-      .cpu_kernel = [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        argmax_kernel<kMax>(name, in, out, attrs);
-      },
       .differentiable = false,
       .sbp = sbp::reduce(false, false),
   };

@@ -25,6 +25,7 @@
 #include <limits>
 
 #include "backend/common/special_math.h"
+#include "meshflow/dtype.h"
 #include "meshflow/error.h"
 
 namespace mf::cpu::math {
@@ -206,6 +207,24 @@ namespace detail {
 
 namespace mf::cpu {
 
+// x in the accumulator type A. float16 converts with a branch-free form of
+// Half::to_float (same results, bit for bit) so that loops over it vectorise.
+template <typename A, typename T>
+inline A to_acc(T x) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const uint32_t bits = x.bits, magnitude = bits & 0x7fffu;
+    // Exponent and mantissa moved into float position: scaling by 2^112
+    // rebiases normal and subnormal values alike; all-ones exponents
+    // (inf, NaN) map to float's all-ones exponent instead.
+    const float scaled = std::bit_cast<float>(magnitude << 13) * 0x1p112f;
+    const float special = std::bit_cast<float>((magnitude << 13) | 0x7f800000u);
+    const float unsigned_value = magnitude >= 0x7c00u ? special : scaled;
+    return A(std::bit_cast<float>(std::bit_cast<uint32_t>(unsigned_value) | ((bits & 0x8000u) << 16)));
+  } else {
+    return A(x);
+  }
+}
+
 // The CPU's math for the shared elementwise functors (Note [Shared
 // elementwise math] in backend/common/elementwise_functors.h): the
 // vectorisable versions above where there are some, std:: otherwise.
@@ -257,6 +276,8 @@ struct HostMath {
   [[gnu::always_inline]] static bool isinf(A a) { return std::isinf(a); }
   template <typename A>
   [[gnu::always_inline]] static A select(bool c, A a, A b) { return math::select(c, a, b); }
+  template <typename A, typename T>
+  [[gnu::always_inline]] static A to_acc(T x) { return cpu::to_acc<A>(x); }
   // Note [Integer division] in backend/common/elementwise_functors.h.
   template <typename T>
   [[noreturn]] static T zero_divisor(const char* op) {

@@ -21,13 +21,8 @@
 // chunks whose partial results are combined pairwise. Every choice depends on sizes only, never on
 // the thread count, so results are reproducible on any number of threads.
 //
-// A reduction op is a small struct:
-//   using Acc = ...;                        // accumulator type
-//   Acc identity() const;                   // value of an empty reduction
-//   Acc map(T x, int64_t out) const;        // contribution of one element
-//   Acc combine(Acc a, Acc b) const;        // associative
-// `out` is the flat index of the output the element belongs to (var and
-// logsumexp subtract a per-output centre; most ops ignore it).
+// The reduction ops are the shared ones of backend/common/reduce_ops.h
+// (Note [Shared reduction ops]).
 #pragma once
 
 #include <algorithm>
@@ -38,48 +33,13 @@
 #include <memory>
 #include <vector>
 
+#include "backend/common/reduce_geometry.h"
+#include "backend/common/reduce_ops.h"
+#include "backend/cpu/kernels/loops.h"
 #include "meshflow/parallel.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
-
-// Most dims a coalesced geometry may keep; deeper layouts are permuted and
-// copied first (reduce_geometry does it).
-inline constexpr int64_t kMaxReduceDims = 12;
-
-struct ReduceGeometry {
-  // Kept dims in output order (outermost first); out_strides index the
-  // contiguous output.
-  Shape kept_sizes, kept_strides, kept_out_strides;
-  // Reduced dims ordered by decreasing stride (the last moves fastest).
-  Shape red_sizes, red_strides;
-  int64_t num_outputs = 1;
-  int64_t num_reduced = 1;
-  // Note [Broadcast reduced dims]: reduced dims of stride 0 (an expanded
-  // view) are left out of red_sizes: each output is the reduction of the
-  // other dims' elements combined with itself `copies` times, by repeated
-  // doubling (log2(copies) combines). A sum over an expanded dim of 2^62
-  // elements thus takes as long as one over a single element.
-  int64_t copies = 1;
-};
-
-// op.combine of `copies` copies of a, by doubling; identity for none.
-template <typename Op>
-typename Op::Acc combine_copies(const Op& op, typename Op::Acc a, int64_t copies) {
-  auto result = op.identity();
-  while (copies > 0) {
-    if (copies & 1) result = op.combine(result, a);
-    copies >>= 1;
-    if (copies > 0) a = op.combine(a, a);
-  }
-  return result;
-}
-
-// The geometry of reducing x over dims (sorted, wrapped); reduced dims are
-// sorted by stride. A layout that needs more than kMaxReduceDims coalesced
-// dims (pathological ones only) is first copied, kept dims first, into
-// `copy`, and the geometry then describes `copy`.
-ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Tensor& copy);
 
 // Walks a linear index over (sizes, strides), outermost first, keeping the
 // element offset current without a division per step.
@@ -110,30 +70,8 @@ struct IndexWalker {
   }
 };
 
-// The kept dim to vectorise along (reduce-over-outer): the one with the
-// smallest stride when it is smaller than every reduced stride; -1 when
-// the fastest-moving dim is reduced (reduce-over-inner).
-int64_t reduce_lane(const ReduceGeometry& g);
 // A walker over the kept dims other than `lane`, in input (or output) strides.
 IndexWalker kept_walker_without(const ReduceGeometry& g, int64_t lane, bool output_strides);
-
-// x in the accumulator type A. float16 converts with a branch-free form of
-// Half::to_float (same results, bit for bit) so that loops over it vectorise.
-template <typename A, typename T>
-inline A to_acc(T x) {
-  if constexpr (std::is_same_v<T, Half>) {
-    const uint32_t bits = x.bits, magnitude = bits & 0x7fffu;
-    // Exponent and mantissa moved into float position: scaling by 2^112
-    // rebiases normal and subnormal values alike; all-ones exponents
-    // (inf, NaN) map to float's all-ones exponent instead.
-    const float scaled = std::bit_cast<float>(magnitude << 13) * 0x1p112f;
-    const float special = std::bit_cast<float>((magnitude << 13) | 0x7f800000u);
-    const float unsigned_value = magnitude >= 0x7c00u ? special : scaled;
-    return A(std::bit_cast<float>(std::bit_cast<uint32_t>(unsigned_value) | ((bits & 0x8000u) << 16)));
-  } else {
-    return A(x);
-  }
-}
 
 namespace reduce_impl {
 // Pairwise leaves: up to kLeafElems elements of contiguous runs (each of the
@@ -226,24 +164,6 @@ typename Op::Acc reduce_line(const T* p, int64_t n, int64_t s, const Op& op, int
   for (; i < n; ++i) acc = op.combine(acc, op.map(p[i * s], out));
   return acc;
 }
-
-// max (kMax) or min with NaN propagation: a NaN wins over any number.
-template <typename T, bool kMax>
-struct ExtremumOp {
-  using Acc = acc_type<T>;
-  Acc identity() const {
-    if constexpr (std::is_floating_point_v<Acc>)
-      return kMax ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
-    else
-      return kMax ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
-  }
-  Acc map(T x, int64_t) const { return to_acc<Acc>(x); }
-  // One select on the or of two compares: the form GCC vectorises best.
-  Acc combine(Acc a, Acc b) const {
-    const bool keep_a = (kMax ? a > b : a < b) | (a != a);
-    return keep_a ? a : b;
-  }
-};
 
 template <typename T, typename Op>
 class StridedReducer {
@@ -490,7 +410,7 @@ class StridedReducer {
 template <typename T, typename Op, typename Store>
 void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store) {
   Tensor copy;
-  ReduceGeometry g = reduce_geometry(x, dims, copy);
+  ReduceGeometry g = reduce_geometry(x, dims, copy, copy_cast);
   const T* data = static_cast<const T*>((copy.defined() ? copy : x).data_ptr());
   if (g.copies == 1) {
     StridedReducer<T, Op>(g, data, op).run(store);
@@ -510,11 +430,11 @@ void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
   using namespace reduce_impl;
   using A = acc_type<T>;
   Tensor copy;
-  const ReduceGeometry g = reduce_geometry(x, {dim}, copy);
+  const ReduceGeometry g = reduce_geometry(x, {dim}, copy, copy_cast);
   const T* data = static_cast<const T*>((copy.defined() ? copy : x).data_ptr());
   const int64_t n = g.num_reduced, s = g.red_strides.empty() ? 0 : g.red_strides[0];
   if (g.num_outputs == 0) return;
-  const ExtremumOp<T, kMax> op;
+  const reduce_ops::Extremum<HostMath, T, kMax> op;
   // v beats best strictly (ties keep the earlier element).
   auto beats = [](A v, A best) { return (kMax ? v > best : v < best) | ((v != v) & (best == best)); };
   auto same = [](A v, A best) { return (v == best) | ((v != v) & (best != best)); };
@@ -617,5 +537,20 @@ void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
     }
   });
 }
+
+// The CPU's reduction loops for the shared reduction kernel table
+// (backend/common/reduce_kernels.h).
+struct Reducer {
+  using Math = HostMath;
+  template <typename T, typename Op, typename Store>
+  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store) {
+    cpu::reduce<T>(x, dims, op, store);
+  }
+  template <typename T, bool kMax>
+  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
+    cpu::reduce_arg<T, kMax>(x, dim, values, indices);
+  }
+  static void copy_cast(Tensor& dst, const Tensor& src) { cpu::copy_cast(dst, src); }
+};
 
 }  // namespace mf::cpu

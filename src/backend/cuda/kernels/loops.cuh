@@ -69,6 +69,13 @@ struct DeviceMath {
   MF_FORCE_INLINE MF_HOST_DEVICE static bool isinf(A a) { return fabs(a) == A(INFINITY); }
   template <typename A>
   MF_FORCE_INLINE MF_HOST_DEVICE static A select(bool c, A a, A b) { return c ? a : b; }
+  // An element of storage type T in the compute type A (Note [Shared
+  // reduction ops]); float16 and bfloat16 through float.
+  template <typename A, typename T>
+  MF_FORCE_INLINE MF_HOST_DEVICE static A to_acc(T x) {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return A(float(x));
+    else return A(x);
+  }
   // Note [Integer division] in backend/common/elementwise_functors.h.
   template <typename T>
   MF_FORCE_INLINE MF_HOST_DEVICE static T zero_divisor(const char*) { return T(-1); }

@@ -1,0 +1,91 @@
+// The geometry of a reduction, shared by every backend's reduction loops
+// (Note [Strided reduction] in backend/cpu/kernels/reduce.h, Note [CUDA
+// reductions] in backend/cuda/kernels/reduce.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "meshflow/host_device.h"
+#include "meshflow/tensor.h"
+
+namespace mf {
+
+// Most dims a coalesced geometry may keep; deeper layouts are permuted and
+// copied first (reduce_geometry does it).
+inline constexpr int64_t kMaxReduceDims = 12;
+
+struct ReduceGeometry {
+  // Kept dims in output order (outermost first); out_strides index the
+  // contiguous output.
+  Shape kept_sizes, kept_strides, kept_out_strides;
+  // Reduced dims ordered by decreasing stride (the last moves fastest).
+  Shape red_sizes, red_strides;
+  int64_t num_outputs = 1;
+  int64_t num_reduced = 1;
+  // Note [Broadcast reduced dims]: reduced dims of stride 0 (an expanded
+  // view) are left out of red_sizes: each output is the reduction of the
+  // other dims' elements combined with itself `copies` times, by repeated
+  // doubling (log2(copies) combines). A sum over an expanded dim of 2^62
+  // elements thus takes as long as one over a single element.
+  int64_t copies = 1;
+};
+
+// op.combine of `copies` copies of a, by doubling; identity for none.
+template <typename Op>
+MF_HOST_DEVICE typename Op::Acc combine_copies(const Op& op, typename Op::Acc a, int64_t copies) {
+  auto result = op.identity();
+  while (copies > 0) {
+    if (copies & 1) result = op.combine(result, a);
+    copies >>= 1;
+    if (copies > 0) a = op.combine(a, a);
+  }
+  return result;
+}
+
+// The geometry of reducing x over dims (sorted, wrapped); reduced dims are
+// sorted by stride. A layout that needs more than kMaxReduceDims coalesced
+// dims (pathological ones only) is first copied, kept dims first, into
+// `copy` by the backend's `copy_cast`, and the geometry then describes `copy`.
+ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Tensor& copy,
+                               void (*copy_cast)(Tensor& dst, const Tensor& src));
+
+// The kept dim to vectorise or spread threads along (reduce-over-outer): the one with the
+// smallest stride when it is smaller than every reduced stride; -1 when
+// the fastest-moving dim is reduced (reduce-over-inner).
+int64_t reduce_lane(const ReduceGeometry& g);
+
+// A ReduceGeometry in fixed arrays, for a device kernel: the element offset
+// of output o's first element, and of the r-th reduced element from it.
+struct ReduceIndexer {
+  int32_t kept_dims = 0, red_dims = 0;
+  int64_t kept_sizes[kMaxReduceDims] = {}, kept_strides[kMaxReduceDims] = {};
+  int64_t red_sizes[kMaxReduceDims] = {}, red_strides[kMaxReduceDims] = {};
+
+  explicit ReduceIndexer(const ReduceGeometry& g) {
+    kept_dims = int32_t(g.kept_sizes.size());
+    red_dims = int32_t(g.red_sizes.size());
+    for (int32_t d = 0; d < kept_dims; ++d) kept_sizes[d] = g.kept_sizes[size_t(d)], kept_strides[d] = g.kept_strides[size_t(d)];
+    for (int32_t d = 0; d < red_dims; ++d) red_sizes[d] = g.red_sizes[size_t(d)], red_strides[d] = g.red_strides[size_t(d)];
+  }
+  // Kept dims are in output order and the output is contiguous, so the flat
+  // output index walks them row-major.
+  MF_HOST_DEVICE int64_t input_base(int64_t o) const {
+    int64_t offset = 0;
+    for (int32_t d = kept_dims - 1; d >= 0; --d) {
+      offset += o % kept_sizes[d] * kept_strides[d];
+      o /= kept_sizes[d];
+    }
+    return offset;
+  }
+  MF_HOST_DEVICE int64_t reduced_offset(int64_t r) const {
+    if (red_dims == 1) return r * red_strides[0];
+    int64_t offset = 0;
+    for (int32_t d = red_dims - 1; d >= 0; --d) {
+      offset += r % red_sizes[d] * red_strides[d];
+      r /= red_sizes[d];
+    }
+    return offset;
+  }
+};
+
+}  // namespace mf
