@@ -6,6 +6,8 @@
 #include <map>
 
 #include "backend/common/elementwise_kernels.h"
+#include "backend/common/reduce_geometry.h"
+#include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
 #include "meshflow/backend.h"
 #include "meshflow/distributed/sbp_rules.h"
@@ -383,6 +385,125 @@ TEST_F(EmulatedDevice, SharedElementwiseTableRunsOverAnotherBackendsLoops) {
   expect_close(back(linspace(-1.0, 2.0, 7, device_f32)), linspace(-1.0, 2.0, 7, {.dtype = DType::Float32}), 0, 0);
   expect_close(back(eye(3, 4, device_f32)), eye(3, 4, {.dtype = DType::Float32}));
   expect_close(to(back(empty({5}, {.dtype = DType::Bool, .device = dev0})), DType::Float32), zeros({5}));
+}
+
+// Reductions planned and indexed as the CUDA backend's
+// (backend/cuda/kernels/reduce.cuh, Note [Device reductions]), run serially
+// on the host: each group's lanes fold their strided share of a chunk, the
+// lanes combine as a tree, chunks fold in order, and the copies of
+// broadcast reduced dims are combined last.
+struct GeometryReducer {
+  using Math = cpu::HostMath;
+
+  template <typename Op, typename T>
+  static typename Op::Acc map_element(const Op& op, T x, int64_t o, int64_t r) {
+    if constexpr (requires { op.map(x, o, r); }) return op.map(x, o, r);
+    else return op.map(x, o);
+  }
+
+  template <typename T, typename Op, typename Store>
+  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store) {
+    using Acc = typename Op::Acc;
+    Tensor copy;
+    const ReduceGeometry g = reduce_geometry(x, dims, copy, copy_cast);
+    if (g.num_outputs == 0) return;
+    const T* data = static_cast<const T*>((copy.defined() ? copy : x).data_ptr());
+    const ReducePlan plan = plan_reduce(g);
+    plans.push_back(plan);
+    const ReduceIndexer ix(g);
+    std::unique_ptr<Acc[]> lanes(new Acc[size_t(plan.group)]);
+    for (int64_t o = 0; o < g.num_outputs; ++o) {
+      Acc total = op.identity();
+      for (int64_t c = 0; c < plan.chunks; ++c) {
+        const int64_t r0 = c * plan.chunk_len, r1 = std::min(g.num_reduced, r0 + plan.chunk_len);
+        for (int lane = 0; lane < plan.group; ++lane) {
+          lanes[size_t(lane)] = op.identity();
+          for (int64_t r = r0 + lane; r < r1; r += plan.group)
+            lanes[size_t(lane)] = op.combine(lanes[size_t(lane)], map_element(op, data[ix.input_base(o) + ix.reduced_offset(r)], o, r));
+        }
+        for (int s = plan.group / 2; s > 0; s /= 2)
+          for (int lane = 0; lane < s; ++lane) lanes[size_t(lane)] = op.combine(lanes[size_t(lane)], lanes[size_t(lane + s)]);
+        total = plan.chunks == 1 ? lanes[0] : op.combine(total, lanes[0]);
+      }
+      store(o, g.copies == 1 ? total : combine_copies(op, total, g.copies));
+    }
+  }
+  template <typename T, bool kMax>
+  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
+    reduce<T>(x, {dim}, reduce_ops::ArgExtremum<Math, T, kMax>{}, reduce_ops::StoreArg<T>{values, indices});
+  }
+  static void copy_cast(Tensor& dst, const Tensor& src) { elementwise_kernels::copy_cast<GeometryLoops>(dst, src); }
+
+  static inline std::vector<ReducePlan> plans;
+};
+
+TEST_F(EmulatedDevice, SharedReductionTableRunsOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  GeometryReducer::plans.clear();
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto as_f64 = [](const Tensor& t) { return to(t, DType::Float64); };
+  // One long line: a block per output, the range cut into chunks.
+  const Tensor big = random_tensor({200000}, 11, -1, 1);
+  expect_close(back(sum(on(big))), sum(big), 1e-3, 1e-5);
+  expect_close(back(mean(on(big))), mean(big), 1e-6, 1e-5);
+  expect_close(back(var(on(big))), var(big), 1e-6, 1e-5);
+  expect_close(back(logsumexp(on(big), {0})), logsumexp(big, {0}), 1e-5, 1e-5);
+  expect_close(back(amax(on(big))), amax(big), 0, 0);
+  expect_close(as_f64(back(argmax(on(big)))), as_f64(argmax(big)), 0, 0);
+  // A tall (N, 3) reduced over N: a thread per output, in chunks.
+  const Tensor tall = random_tensor({40000, 3}, 12, -1, 1);
+  expect_close(back(sum(on(tall), {0})), sum(tall, {0}), 1e-3, 1e-5);
+  expect_close(back(std(on(tall), {0})), std(tall, {0}), 1e-6, 1e-5);
+  const ValuesIndices tall_max = max(on(tall), 0), tall_max_cpu = max(tall, 0);
+  expect_close(back(tall_max.values), tall_max_cpu.values, 0, 0);
+  expect_close(as_f64(back(tall_max.indices)), as_f64(tall_max_cpu.indices), 0, 0);
+  // Rows of 100 (a warp per output), transposed and permuted layouts.
+  const Tensor wide = random_tensor({50, 100}, 13, -2, 2);
+  expect_close(back(sum(on(wide), {1})), sum(wide, {1}), 1e-5, 1e-5);
+  expect_close(back(norm(on(wide), 3.0, {1})), norm(wide, 3.0, {1}), 1e-5, 1e-5);
+  expect_close(back(norm(transpose(on(wide), 0, 1), 2.0, {0}, true)), norm(transpose(wide, 0, 1), 2.0, {0}, true), 1e-5, 1e-5);
+  expect_close(back(norm(on(wide), INFINITY)), norm(wide, INFINITY), 0, 0);
+  expect_close(as_f64(back(argmin(transpose(on(wide), 0, 1), 0))), as_f64(argmin(transpose(wide, 0, 1), 0)), 0, 0);
+  expect_close(as_f64(back(argmax(transpose(on(wide), 0, 1)))), as_f64(argmax(transpose(wide, 0, 1))), 0, 0);
+  const Tensor cube = permute(random_tensor({4, 5, 6}, 14, -1, 1), {2, 0, 1});
+  expect_close(back(sum(on(cube), {0, 2})), sum(cube, {0, 2}), 1e-5, 1e-5);
+  expect_close(back(amin(on(cube), {1})), amin(cube, {1}), 0, 0);
+  const Tensor block = random_tensor({4, 5, 6}, 17, -1, 1);  // reduced dims 0 and 2 do not merge
+  expect_close(back(var(on(block), {0, 2})), var(block, {0, 2}), 1e-6, 1e-5);
+  expect_close(back(prod(on(cube), 1)), prod(cube, 1), 1e-6, 1e-5);
+  // A broadcast reduced dim (Note [Broadcast reduced dims]): its copies.
+  const Tensor row = random_tensor({1, 7}, 15, -1, 1);
+  expect_close(back(sum(expand(on(row), {1000, 7}), {0})), sum(expand(row, {1000, 7}), {0}), 1e-4, 1e-5);
+  expect_close(as_f64(back(argmax(expand(on(row), {1000, 7}), 0))), as_f64(zeros({7})), 0, 0);
+  // Ties keep the first position; NaN wins.
+  const Tensor ties = from_vector({1, 3, 3, 0, 2, 2, 5, 5}, {2, 4});
+  expect_close(as_f64(back(argmax(on(ties), 1))), from_vector({1, 2}, {2}, {.dtype = DType::Float64}), 0, 0);
+  // ... across the lanes of a warp (positions 33 and 64 are lanes 1 and 0)
+  // and against the identity (all -inf).
+  std::vector<double> spaced(100, 0.0);
+  spaced[33] = spaced[64] = 5.0;
+  expect_close(as_f64(back(argmax(on(from_vector(spaced, {100}))))), from_vector({33}, {}, {.dtype = DType::Float64}), 0, 0);
+  expect_close(as_f64(back(argmax(on(full({3, 40}, Scalar(-INFINITY))), 1))), as_f64(zeros({3})), 0, 0);
+  const Tensor with_nan = from_vector({1, NAN, 3, NAN}, {4});
+  expect_close(as_f64(back(argmax(on(with_nan)))), from_vector({1}, {}, {.dtype = DType::Float64}), 0, 0);
+  // Integer, bool and empty reductions.
+  const Tensor ints = to(mul(random_tensor({6, 9}, 16, -50, 50), 1.0), DType::Int8);
+  expect_close(as_f64(back(sum(on(ints), {1}))), as_f64(sum(ints, {1})), 0, 0);
+  const Tensor flags = gt(wide, 1.5);
+  expect_close(as_f64(back(any(on(flags), 1))), as_f64(any(flags, 1)), 0, 0);
+  expect_close(as_f64(back(all(on(flags), 0))), as_f64(all(flags, 0)), 0, 0);
+  expect_close(back(sum(on(zeros({3, 0})), {1})), zeros({3}), 0, 0);
+  expect_close(back(norm(on(zeros({3, 0})), -1.0, {1})), zeros({3}), 0, 0);
+  // The plans above used every kernel shape.
+  bool chunked_block = false, chunked_thread = false, warp = false;
+  for (const ReducePlan& p : GeometryReducer::plans) {
+    chunked_block |= p.group == kReduceBlockThreads && p.chunks > 1;
+    chunked_thread |= p.group == 1 && p.chunks > 1;
+    warp |= p.group == 32;
+  }
+  EXPECT_TRUE(chunked_block && chunked_thread && warp);
 }
 
 }  // namespace

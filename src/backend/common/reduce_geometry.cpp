@@ -111,4 +111,21 @@ int64_t reduce_lane(const ReduceGeometry& g) {
   return lane;
 }
 
+ReducePlan plan_reduce(const ReduceGeometry& g) {
+  constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the rest by the grid-stride loop
+  constexpr int64_t kMaxChunks = 1024;
+  const int64_t n = g.num_reduced;
+  ReducePlan plan;
+  plan.group = reduce_lane(g) >= 0 || n < 32 ? 1 : n >= 2048 ? kReduceBlockThreads : 32;
+  const int64_t groups = kReduceBlockThreads / plan.group;
+  plan.blocks = std::min((g.num_outputs + groups - 1) / groups, kMaxBlocks);
+  plan.chunk_len = n;
+  if (plan.blocks > 0 && plan.blocks < kReduceTargetBlocks && n >= 2 * kReduceMinChunk) {
+    const int64_t want = std::min({n / kReduceMinChunk, (kReduceTargetBlocks + plan.blocks - 1) / plan.blocks, kMaxChunks});
+    plan.chunk_len = (n + want - 1) / want;
+    plan.chunks = (n + plan.chunk_len - 1) / plan.chunk_len;
+  }
+  return plan;
+}
+
 }  // namespace mf

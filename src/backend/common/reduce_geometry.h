@@ -54,6 +54,33 @@ ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Tensor& copy,
 // the fastest-moving dim is reduced (reduce-over-inner).
 int64_t reduce_lane(const ReduceGeometry& g);
 
+// Note [Device reductions]
+// A device reduces with one kernel shape, planned from the sizes only (so a
+// result never depends on the device it ran on): blocks of
+// kReduceBlockThreads threads, `group` threads per output.
+//   * group 1 where a kept dim moves fastest (reduce-over-outer): neighbouring
+//     threads reduce neighbouring outputs, so their reads coalesce; also where
+//     each output reduces fewer than 32 elements;
+//   * a warp (32) per output where the reduced dim moves fastest, or the whole
+//     block (256) when an output reduces 2048 elements or more.
+// Thread `lane` of a group folds elements r0 + lane, r0 + lane + group, ...
+// of its output's range [r0, r1); the group's partial results are then
+// combined as a tree (lane l takes l + s for s = group/2, ..., 1).
+// With too few outputs to fill kReduceTargetBlocks blocks, the reduced range
+// is cut into `chunks` of chunk_len elements (at least kReduceMinChunk each),
+// each reduced by its own blocks into a buffer of partials, which a second
+// pass folds in chunk order for each output.
+inline constexpr int kReduceBlockThreads = 256;
+inline constexpr int64_t kReduceTargetBlocks = 1024;
+inline constexpr int64_t kReduceMinChunk = 8192;
+
+struct ReducePlan {
+  int group = 1;
+  int64_t blocks = 0;  // along the outputs (a grid-stride loop covers the rest)
+  int64_t chunks = 1, chunk_len = 0;
+};
+ReducePlan plan_reduce(const ReduceGeometry& g);
+
 // A ReduceGeometry in fixed arrays, for a device kernel: the element offset
 // of output o's first element, and of the r-th reduced element from it.
 struct ReduceIndexer {

@@ -2,8 +2,12 @@
 // (backend/common/elementwise_kernels.h) over cuda::Loops.
 #include "backend/common/elementwise_kernels.h"
 #include "backend/cuda/kernels/loops.cuh"
+#include "backend/cuda/kernels/reduce.cuh"
 
 namespace mf {
+
+void cuda::copy_cast(Tensor& dst, const Tensor& src) { elementwise_kernels::copy_cast<cuda::Loops>(dst, src); }
+
 namespace {
 
 [[maybe_unused]] const bool kRegistered = [] {
