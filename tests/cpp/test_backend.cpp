@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "backend/common/composed_kernels.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
@@ -504,6 +505,53 @@ TEST_F(EmulatedDevice, SharedReductionTableRunsOverAnotherBackendsLoops) {
     warp |= p.group == 32;
   }
   EXPECT_TRUE(chunked_block && chunked_thread && warp);
+}
+
+TEST_F(EmulatedDevice, ComposedSoftmaxAndNormsRunOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  composed_kernels::register_all<GeometryLoops, GeometryReducer>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto run_op = [](const char* name, const TensorList& in, const Attrs& attrs) {
+    return dispatch::apply(dispatch::op(name), in, attrs);
+  };
+  const Tensor x = random_tensor({3, 5, 4}, 21, -3, 3), g = random_tensor({3, 5, 4}, 22, -1, 1);
+  for (int64_t dim : {0, 1, 2}) {
+    expect_close(back(softmax(on(x), dim)), softmax(x, dim), 1e-6, 1e-5);
+    expect_close(back(log_softmax(on(x), dim)), log_softmax(x, dim), 1e-6, 1e-5);
+    const Tensor y = softmax(x, dim), ly = log_softmax(x, dim);
+    const Attrs at = Attrs().set("dim", dim);
+    expect_close(back(run_op("softmax_backward", {on(g), on(y)}, at)[0]), run_op("softmax_backward", {g, y}, at)[0], 1e-6, 1e-5);
+    expect_close(back(run_op("log_softmax_backward", {on(g), on(ly)}, at)[0]), run_op("log_softmax_backward", {g, ly}, at)[0],
+                 1e-6, 1e-5);
+  }
+  // A transposed input, float16, and a 0-d tensor.
+  expect_close(back(softmax(transpose(on(x), 0, 2), 1)), softmax(transpose(x, 0, 2), 1), 1e-6, 1e-5);
+  const Tensor h = to(x, DType::Float16);
+  expect_close(to(back(log_softmax(on(h), 2)), DType::Float32), to(log_softmax(h, 2), DType::Float32), 2e-3, 2e-3);
+  expect_close(back(softmax(on(full({}, Scalar(2.0))), 0)), full({}, Scalar(1.0)), 0, 0);
+
+  // layer_norm and group_norm with and without affine parameters, and their
+  // fused backward ops (dx, dweight, dbias).
+  const Tensor w = random_tensor({5, 4}, 23, 0.5, 1.5), b = random_tensor({5, 4}, 24, -1, 1);
+  const Tensor cw = random_tensor({6}, 25, 0.5, 1.5), cb = random_tensor({6}, 26, -1, 1);
+  const Tensor img = random_tensor({2, 6, 3, 2}, 27, -2, 2), gimg = random_tensor({2, 6, 3, 2}, 28, -1, 1);
+  const Attrs ln = Attrs().set("normalized_ndim", int64_t(2)).set("eps", 1e-5);
+  const Attrs gn = Attrs().set("num_groups", int64_t(3)).set("eps", 1e-5);
+  for (auto [op, input, grad, weight, bias, attrs] :
+       {std::tuple{"layer_norm", x, g, w, b, ln}, std::tuple{"layer_norm", x, g, Tensor(), Tensor(), ln},
+        std::tuple{"group_norm", img, gimg, cw, cb, gn}}) {
+    const TensorList cpu = run_op(op, {input, weight, bias}, attrs);
+    const TensorList dev = run_op(op, {on(input), weight.defined() ? on(weight) : weight, bias.defined() ? on(bias) : bias}, attrs);
+    for (size_t k = 0; k < 3; ++k) expect_close(back(dev[k]), cpu[k], 1e-5, 1e-5);
+    const std::string backward = std::string(op) + "_backward";
+    Attrs battrs = attrs;
+    battrs.set("need_input", true).set("need_affine", weight.defined());
+    const TensorList cpu_grads = run_op(backward.c_str(), {grad, input, cpu[1], cpu[2], weight}, battrs);
+    const TensorList dev_grads = run_op(backward.c_str(), {on(grad), on(input), dev[1], dev[2], weight.defined() ? on(weight) : weight}, battrs);
+    for (size_t k = 0; k < (weight.defined() ? 3 : 1); ++k) expect_close(back(dev_grads[k]), cpu_grads[k], 1e-5, 1e-5);
+  }
 }
 
 }  // namespace
