@@ -3,10 +3,12 @@
 // autograd across devices and the errors are checked without a GPU.
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "backend/common/composed_kernels.h"
 #include "backend/common/elementwise_kernels.h"
+#include "backend/common/gemm_plan.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
@@ -468,12 +470,14 @@ TEST_F(EmulatedDevice, SharedReductionTableRunsOverAnotherBackendsLoops) {
   expect_close(back(norm(on(wide), INFINITY)), norm(wide, INFINITY), 0, 0);
   expect_close(as_f64(back(argmin(transpose(on(wide), 0, 1), 0))), as_f64(argmin(transpose(wide, 0, 1), 0)), 0, 0);
   expect_close(as_f64(back(argmax(transpose(on(wide), 0, 1)))), as_f64(argmax(transpose(wide, 0, 1))), 0, 0);
-  const Tensor cube = permute(random_tensor({4, 5, 6}, 14, -1, 1), {2, 0, 1});
-  expect_close(back(sum(on(cube), {0, 2})), sum(cube, {0, 2}), 1e-5, 1e-5);
-  expect_close(back(amin(on(cube), {1})), amin(cube, {1}), 0, 0);
+  // (permuted on the device: a copy to it would make the view dense)
+  const Tensor cube_base = random_tensor({4, 5, 6}, 14, -1, 1), cube = permute(cube_base, {2, 0, 1});
+  const Tensor cube_dev = permute(on(cube_base), {2, 0, 1});
+  expect_close(back(sum(cube_dev, {0, 2})), sum(cube, {0, 2}), 1e-5, 1e-5);
+  expect_close(back(amin(cube_dev, {1})), amin(cube, {1}), 0, 0);
+  expect_close(back(prod(cube_dev, 1)), prod(cube, 1), 1e-6, 1e-5);
   const Tensor block = random_tensor({4, 5, 6}, 17, -1, 1);  // reduced dims 0 and 2 do not merge
   expect_close(back(var(on(block), {0, 2})), var(block, {0, 2}), 1e-6, 1e-5);
-  expect_close(back(prod(on(cube), 1)), prod(cube, 1), 1e-6, 1e-5);
   // A broadcast reduced dim (Note [Broadcast reduced dims]): its copies.
   const Tensor row = random_tensor({1, 7}, 15, -1, 1);
   expect_close(back(sum(expand(on(row), {1000, 7}), {0})), sum(expand(row, {1000, 7}), {0}), 1e-4, 1e-5);
@@ -552,6 +556,64 @@ TEST_F(EmulatedDevice, ComposedSoftmaxAndNormsRunOverAnotherBackendsLoops) {
     const TensorList dev_grads = run_op(backward.c_str(), {on(grad), on(input), dev[1], dev[2], weight.defined() ? on(weight) : weight}, battrs);
     for (size_t k = 0; k < (weight.defined() ? 3 : 1); ++k) expect_close(back(dev_grads[k]), cpu_grads[k], 1e-5, 1e-5);
   }
+}
+
+// A column-major BLAS emulated on the host (float64), called as the CUDA
+// backend calls cuBLAS (backend/cuda/kernels/gemm.cpp): one strided batch,
+// or a call per matrix. op(X)(i, j) of a column-major X with leading dim ld.
+void emulated_blas_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+  const GemmPlan plan = plan_gemm(a, b, out, elementwise_kernels::copy_cast<GeometryLoops>);
+  const double* ap = static_cast<const double*>(plan.a.tensor.data_ptr());
+  const double* bp = static_cast<const double*>(plan.b.tensor.data_ptr());
+  double* cp = static_cast<double*>(out.data_ptr());
+  auto at = [](const double* x, bool transposed, int64_t ld, int64_t i, int64_t j) {
+    return transposed ? x[j + i * ld] : x[i + j * ld];
+  };
+  auto call = [&](int64_t first, int64_t count, int64_t stride_a, int64_t stride_b) {
+    for (int64_t t = 0; t < count; ++t) {
+      const double* bm = bp + plan.b.offsets[size_t(first)] + t * stride_b;
+      const double* am = ap + plan.a.offsets[size_t(first)] + t * stride_a;
+      double* cm = cp + (first + t) * plan.n * plan.m;
+      for (int64_t i = 0; i < plan.m; ++i)
+        for (int64_t j = 0; j < plan.n; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < plan.k; ++p)
+            sum += at(bm, plan.b.transposed, plan.b.ld, i, p) * at(am, plan.a.transposed, plan.a.ld, p, j);
+          cm[i + j * plan.m] = sum;
+        }
+    }
+  };
+  if (plan.strided) call(0, plan.count, plan.stride_a, plan.stride_b);
+  else for (int64_t i = 0; i < plan.count; ++i) call(i, 1, 0, 0);
+}
+
+TEST_F(EmulatedDevice, BlasPlansMultiplyEveryLayout) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  OpRegistry::instance().set_kernel("matmul", DeviceType::CUDA, [](const TensorList& in, TensorList& out, const Attrs&) {
+    emulated_blas_matmul(in[0], in[1], out[0]);
+  });
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto f64 = [](const Shape& s, uint32_t seed) { return random_tensor(s, seed, -1, 1, DType::Float64); };
+  // The views are taken on the device (a copy to it would make them dense).
+  using View = std::function<Tensor(const Tensor&)>;
+  const View same = [](const Tensor& t) { return t; };
+  const View t01 = [](const Tensor& t) { return transpose(t, 0, 1); };
+  auto check = [&](const Tensor& a, const View& va, const Tensor& b, const View& vb) {
+    expect_close(back(matmul(va(on(a)), vb(on(b)))), matmul(va(a), vb(b)), 1e-12, 1e-12);
+  };
+  const Tensor a = f64({4, 5}, 31), b = f64({5, 3}, 32);
+  check(a, same, b, same);
+  check(f64({5, 4}, 33), t01, b, same);                                 // a transposed: op T
+  check(a, same, f64({3, 5}, 34), t01);                                 // b transposed
+  check(f64({2, 3, 5, 4}, 35), [](const Tensor& t) { return transpose(t, 2, 3); }, f64({5, 4}, 43),
+        same);                                                          // b broadcast over a batch
+  check(f64({3, 2, 4, 5}, 36), [](const Tensor& t) { return permute(t, {1, 0, 2, 3}); }, f64({2, 3, 5, 3}, 37),
+        same);                                                          // uneven batch offsets
+  check(f64({8, 10}, 38), [](const Tensor& t) { return slice(slice(t, 0, 0, 8, 2), 1, 0, 10, 2); }, b,
+        same);                                                          // neither layout: a dense copy
+  check(f64({4, 1}, 39), same, f64({1, 3}, 40), same);                  // k = 1, free strides
+  check(f64({1, 5}, 41), same, f64({3, 5}, 42), t01);                   // n = 1
 }
 
 }  // namespace

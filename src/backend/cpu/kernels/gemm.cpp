@@ -283,27 +283,6 @@ template void gemm_rows<float>(bool, bool, int64_t, int64_t, int64_t, float, con
 template void gemm_rows<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                 const double*, int64_t, double, double*, int64_t);
 
-Offsets batch_offsets(const Tensor& t, const Shape& batch) {
-  const int64_t nb = int64_t(batch.size()), tb = t.dim() - 2;
-  Shape strides(size_t(nb), 0);
-  for (int64_t i = 0; i < tb; ++i)
-    if (t.sizes()[size_t(i)] != 1) strides[size_t(nb - tb + i)] = t.strides()[size_t(i)];
-  const int64_t count = shape_numel(batch);
-  Offsets offsets(static_cast<size_t>(count));
-  Shape index(size_t(nb), 0);
-  int64_t offset = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    offsets[size_t(i)] = offset;
-    for (int64_t d = nb - 1; d >= 0; --d) {
-      offset += strides[size_t(d)];
-      if (++index[size_t(d)] < batch[size_t(d)]) break;
-      offset -= strides[size_t(d)] * batch[size_t(d)];
-      index[size_t(d)] = 0;
-    }
-  }
-  return offsets;
-}
-
 void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
   if (out.numel() == 0) return;
   if (a.size(-1) == 0) {

@@ -4,6 +4,7 @@
 // the CPU has it), plain loops for integers.
 #pragma once
 
+#include "backend/common/gemm_plan.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
@@ -21,12 +22,5 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha = 1, Sca
 template <typename T>
 void gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                int64_t ldb, T beta, T* c, int64_t ldc);
-
-// Element offsets of matrices: six inline (a plain matmul has one), as
-// shapes are (Note [Inline shapes]).
-using Offsets = SmallVector<int64_t, 6>;
-// The element offset of every matrix of t (..., rows, cols) when its batch
-// dims broadcast to `batch`, in batch order (a broadcast dim steps by 0).
-Offsets batch_offsets(const Tensor& t, const Shape& batch);
 
 }  // namespace mf::cpu
