@@ -72,5 +72,46 @@ TEST_F(CudaBackendTest, DevicesBeyondTheCountAreErrors) {
   }
 }
 
+// The CUDA kernels against the CPU's, op by op, on layouts that take each
+// kernel path (flat and strided loops; thread, warp and block reductions,
+// chunked; the composed softmax and norms; cuBLAS plans).
+TEST_F(CudaBackendTest, KernelsMatchTheCpu) {
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto f64 = [](const Tensor& t) { return to(t, DType::Float64); };
+  const Tensor a = testing::random_tensor({64, 33}, 1, -2, 2, DType::Float32);
+  const Tensor b = testing::random_tensor({33, 17}, 2, -2, 2, DType::Float32);
+  const Tensor big = testing::random_tensor({300000}, 3, -1, 1, DType::Float32);
+  // elementwise: flat, broadcast, transposed (strided), bool results, casts, factories
+  testing::expect_close(back(exp(on(a))), exp(a), 1e-5, 1e-5);
+  testing::expect_close(back(add(on(a), on(slice(a, 0, 0, 1)))), add(a, slice(a, 0, 0, 1)), 1e-6, 1e-6);
+  testing::expect_close(back(gelu(transpose(on(a), 0, 1))), gelu(transpose(a, 0, 1)), 1e-5, 1e-5);
+  testing::expect_close(f64(back(gt(on(a), 0.5))), f64(gt(a, 0.5)), 0, 0);
+  testing::expect_close(f64(back(to(on(a), DType::BFloat16))), f64(to(a, DType::BFloat16)), 0, 0);
+  testing::expect_close(back(where(on(gt(a, 0.0)), on(a), Scalar(0.0))), where(gt(a, 0.0), a, Scalar(0.0)), 0, 0);
+  testing::expect_close(back(arange(Scalar(0.0), Scalar(5.0), Scalar(0.25), DType::Float32, dev0)),
+                        arange(Scalar(0.0), Scalar(5.0), Scalar(0.25), DType::Float32), 0, 0);
+  // reductions
+  testing::expect_close(back(sum(on(big))), sum(big), 1e-3, 1e-5);
+  testing::expect_close(back(sum(on(a), {0})), sum(a, {0}), 1e-4, 1e-5);
+  testing::expect_close(back(var(on(a), {1})), var(a, {1}), 1e-5, 1e-5);
+  testing::expect_close(back(logsumexp(on(big), {0})), logsumexp(big, {0}), 1e-4, 1e-5);
+  testing::expect_close(f64(back(argmax(on(a), 1))), f64(argmax(a, 1)), 0, 0);
+  testing::expect_close(back(amax(on(transpose(a, 0, 1)), {1})), amax(transpose(a, 0, 1), {1}), 0, 0);
+  // composed softmax and norms
+  testing::expect_close(back(softmax(on(a), 1)), softmax(a, 1), 1e-6, 1e-5);
+  testing::expect_close(back(log_softmax(on(a), 0)), log_softmax(a, 0), 1e-5, 1e-5);
+  const Tensor w = testing::random_tensor({33}, 4, 0.5, 1.5, DType::Float32);
+  testing::expect_close(back(layer_norm(on(a), {33}, on(w), on(w), 1e-5)), layer_norm(a, {33}, w, w, 1e-5), 1e-5, 1e-5);
+  // cuBLAS: plain, transposed, batched with a broadcast operand, float16
+  testing::expect_close(back(matmul(on(a), on(b))), matmul(a, b), 1e-4, 1e-4);
+  testing::expect_close(back(matmul(transpose(on(b), 0, 1), transpose(on(a), 0, 1))),
+                        matmul(transpose(b, 0, 1), transpose(a, 0, 1)), 1e-4, 1e-4);
+  const Tensor batch = testing::random_tensor({3, 5, 64}, 5, -1, 1, DType::Float32);
+  testing::expect_close(back(matmul(on(batch), on(a))), matmul(batch, a), 1e-4, 1e-4);
+  const Tensor ah = to(a, DType::Float16), bh = to(b, DType::Float16);
+  testing::expect_close(f64(back(matmul(on(ah), on(bh)))), f64(matmul(ah, bh)), 2e-2, 2e-2);
+}
+
 }  // namespace
 }  // namespace mf
