@@ -4,6 +4,7 @@
 // Statistics and gradient sums accumulate in double.
 #include <cmath>
 
+#include "backend/common/composed_kernels.h"
 #include "backend/cpu/kernels/vec_math.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
@@ -19,20 +20,10 @@ struct RowLayout {
   int64_t weight_base(int64_t row) const { return (row % groups) * segments; }
 };
 
+// Note [Composed device kernels]'s (N, G, S, U) layout as rows.
 RowLayout layout_from_attrs(const Tensor& x, const Attrs& attrs) {
-  RowLayout l;
-  if (attrs.has("num_groups")) {
-    const int64_t groups = attrs.get_int("num_groups");
-    l.groups = groups;
-    l.rows = x.sizes()[0] * groups;
-    l.segments = x.sizes()[1] / groups;
-    for (int64_t d = 2; d < x.dim(); ++d) l.run *= x.sizes()[size_t(d)];
-  } else {
-    const int64_t k = attrs.get_int("normalized_ndim");
-    l.rows = 1, l.segments = 1;
-    for (int64_t d = 0; d < x.dim(); ++d) (d < x.dim() - k ? l.rows : l.segments) *= x.sizes()[size_t(d)];
-  }
-  return l;
+  const composed_kernels::NormLayout n = composed_kernels::norm_layout(x, attrs);
+  return RowLayout{.rows = n.n * n.groups, .segments = n.segments, .run = n.run, .groups = n.groups};
 }
 
 // The affine parameters as acc_type<T> arrays (ones and zeros when absent).
