@@ -104,7 +104,12 @@ void* FlatOperands::flat(const Tensor& t, bool written) {
 void FlatOperands::write_back() {
   for (auto& [original, copy] : copies_) {
     Tensor dst = original;
-    cpu::copy_cast(dst, copy);
+    if (dst.device().is_cpu()) {
+      cpu::copy_cast(dst, copy);
+    } else {
+      NoGradGuard no_grad;
+      copy_(dst, copy);  // the device's copy kernel
+    }
   }
   copies_.clear();
 }

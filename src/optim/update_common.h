@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/common/optim_functors.h"
 #include "meshflow/autograd.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/op_def.h"
@@ -64,6 +65,28 @@ double increment_step(const Tensor& step);
 // updates] in optimizer.h): runs `kernel` unless found_inf is defined and
 // nonzero.
 KernelFn skip_if_found_inf(KernelFn kernel);
+
+// The hyperparameters of an update op from its attributes (Note [Shared
+// optimizer updates]).
+inline optim_functors::AdamConfig adam_config(const Attrs& attrs) {
+  return {attrs.get_float("lr"), attrs.get_float("beta1"), attrs.get_float("beta2"), attrs.get_float("weight_decay"),
+          attrs.get_float("eps"), attrs.get_bool("maximize")};
+}
+inline optim_functors::AdagradConfig adagrad_config(const Attrs& attrs) {
+  return {attrs.get_float("lr"), attrs.get_float("lr_decay"), attrs.get_float("weight_decay"), attrs.get_float("eps"),
+          attrs.get_bool("maximize")};
+}
+template <typename A>
+optim_functors::RMSpropScalars<A> rmsprop_scalars(const Attrs& attrs) {
+  const double alpha = attrs.get_float("alpha");
+  return {A(attrs.get_bool("maximize") ? -1.0 : 1.0), A(attrs.get_float("weight_decay")), A(alpha), A(1 - alpha),
+          A(attrs.get_float("eps")), A(attrs.get_float("momentum")), A(-attrs.get_float("lr"))};
+}
+template <typename A>
+optim_functors::SGDScalars<A> sgd_scalars(const Attrs& attrs) {
+  return {A(attrs.get_bool("maximize") ? -1.0 : 1.0), A(attrs.get_float("weight_decay")), A(attrs.get_float("momentum")),
+          A(1.0 - attrs.get_float("dampening")), A(-attrs.get_float("lr"))};
+}
 
 // Calls f(std::bool_constant<b>{}) so that loop bodies branch at compile time.
 template <typename F>

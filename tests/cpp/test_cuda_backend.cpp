@@ -2,6 +2,7 @@
 // skipped where the backend is not built or sees no device. tools/gpu_check.sh
 // runs these on a GPU machine.
 #include "meshflow/backend.h"
+#include "meshflow/optim/update.h"
 #include "test_util.h"
 
 namespace mf {
@@ -111,6 +112,20 @@ TEST_F(CudaBackendTest, KernelsMatchTheCpu) {
   testing::expect_close(back(matmul(on(batch), on(a))), matmul(batch, a), 1e-4, 1e-4);
   const Tensor ah = to(a, DType::Float16), bh = to(b, DType::Float16);
   testing::expect_close(f64(back(matmul(on(ah), on(bh)))), f64(matmul(ah, bh)), 2e-2, 2e-2);
+  // AdamW, its step counted on the device; a set found_inf leaves everything as it was.
+  for (bool found : {false, true}) {
+    Tensor p = clone(a), m = zeros_like(a), v = zeros_like(a), step = zeros({});
+    Tensor pd = on(p), md = on(m), vd = on(v), stepd = on(step);
+    optim::AdamUpdateArgs args;
+    args.weight_decay = 0.01;
+    args.found_inf = full({}, Scalar(found ? 1.0 : 0.0));
+    for (int k = 0; k < 2; ++k) optim::adamw_update_(p, a, m, v, Tensor(), step, args);
+    args.found_inf = on(args.found_inf);
+    for (int k = 0; k < 2; ++k) optim::adamw_update_(pd, on(a), md, vd, Tensor(), stepd, args);
+    testing::expect_close(back(pd), p, 1e-6, 1e-5);
+    testing::expect_close(back(vd), v, 1e-6, 1e-5);
+    testing::expect_close(back(stepd), step, 0, 0);
+  }
 }
 
 }  // namespace
