@@ -27,26 +27,6 @@ MF_REGISTER_OP(OpDef{
                ": input tensor must have at least 2 dimensions, got ", in[0].dim());
       return same_meta(in[0]);
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      Tensor& y = out[0];
-      cpu::copy_cast(y, in[0]);
-      if (y.numel() == 0) return;
-      const int64_t rows = y.sizes()[size_t(y.dim() - 2)], cols = y.sizes()[size_t(y.dim() - 1)];
-      const int64_t diagonal = attrs.get_int("diagonal");
-      const bool upper = attrs.get_bool("upper");
-      const int64_t item = int64_t(y.element_size());
-      char* base = static_cast<char*>(y.data_ptr());
-      parallel_for(0, y.numel() / cols, std::max<int64_t>(1, kGrainSize / cols), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          const int64_t i = r % rows;
-          char* row = base + r * cols * item;
-          // Lower keeps j <= i + diagonal; upper keeps j >= i + diagonal.
-          const int64_t edge = std::clamp<int64_t>(i + diagonal + (upper ? 0 : 1), 0, cols);
-          if (upper) std::memset(row, 0, size_t(edge * item));
-          else std::memset(row + edge * item, 0, size_t((cols - edge) * item));
-        }
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];
       const int64_t diagonal = ctx.attrs.get_int("diagonal");
@@ -61,18 +41,6 @@ MF_REGISTER_OP(OpDef{
     .name = "flip",
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs&) { return same_meta(in[0]); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const Tensor& x = in[0];
-      Shape strides = x.strides();
-      int64_t offset = x.storage_offset();
-      for (int64_t d : attrs.get_shape("dims")) {
-        const int64_t n = x.sizes()[size_t(d)];
-        if (n > 0) offset += (n - 1) * strides[size_t(d)];
-        strides[size_t(d)] = -strides[size_t(d)];
-      }
-      // A view with negative strides, only ever read by this copy.
-      cpu::copy_cast(out[0], make_view(x, x.sizes(), strides, offset));
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{flip(ctx.grad_outputs[0], ctx.attrs.get_shape("dims"))};
     },
@@ -84,32 +52,6 @@ MF_REGISTER_OP(OpDef{
     .name = "roll",
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs&) { return same_meta(in[0]); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const Tensor& x = in[0];
-      Tensor& y = out[0];
-      if (y.numel() == 0) return;
-      const Shape& dims = attrs.get_shape("dims");
-      const Shape& shifts = attrs.get_shape("shifts");
-      const size_t k = dims.size();
-      for (uint64_t mask = 0; mask < (uint64_t(1) << k); ++mask) {
-        Shape sizes = x.sizes();
-        int64_t src_off = x.storage_offset(), dst_off = y.storage_offset();
-        bool empty = false;
-        for (size_t j = 0; j < k; ++j) {
-          const size_t d = size_t(dims[j]);
-          const int64_t n = x.sizes()[d], s = shifts[j];
-          // Block 0 moves in[0, n - s) to out[s, n); block 1 moves in[n - s, n) to out[0, s).
-          const bool second = (mask >> j) & 1;
-          sizes[d] = second ? s : n - s;
-          src_off += (second ? n - s : 0) * x.strides()[d];
-          dst_off += (second ? 0 : s) * y.strides()[d];
-          empty = empty || sizes[d] == 0;
-        }
-        if (empty) continue;
-        Tensor dst = make_view(y, sizes, y.strides(), dst_off);
-        cpu::copy_cast(dst, make_view(x, sizes, x.strides(), src_off));
-      }
-    },
     .backward = [](const BackwardContext& ctx) {
       const Shape& dims = ctx.attrs.get_shape("dims");
       Shape shifts = ctx.attrs.get_shape("shifts");
@@ -157,30 +99,6 @@ MF_REGISTER_OP(OpDef{
       MF_CHECK(int64_t(pads.size()) <= 2 * in[0].dim(), ValueError, "pad: padding length ", pads.size(),
                " is too large for a tensor with ", in[0].dim(), " dimensions");
       return std::vector<TensorMeta>{{padded_shape(in[0].sizes(), pads), in[0].dtype(), in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const Tensor& x = in[0];
-      Tensor& y = out[0];
-      const Shape& pads = attrs.get_shape("pad");
-      const Scalar value = attrs.get_scalar("value");
-      dispatch_dtype(y.dtype(), [&]<typename T>() {
-        const T v = value.to<T>();
-        cpu::elementwise<T>(y, {}, [v]() { return v; });
-      });
-      // The region both tensors share: out[max(lo, 0) ...] = in[max(-lo, 0) ...].
-      Shape sizes = x.sizes();
-      int64_t src_off = x.storage_offset(), dst_off = y.storage_offset();
-      const size_t nd = sizes.size();
-      for (size_t p = 0; p < pads.size() / 2; ++p) {
-        const size_t d = nd - 1 - p;
-        const int64_t lo = pads[2 * p];
-        sizes[d] = std::max<int64_t>(0, std::min(x.sizes()[d] + std::min<int64_t>(lo, 0), y.sizes()[d] - std::max<int64_t>(lo, 0)));
-        src_off += std::max<int64_t>(-lo, 0) * x.strides()[d];
-        dst_off += std::max<int64_t>(lo, 0) * y.strides()[d];
-      }
-      if (shape_numel(sizes) == 0) return;
-      Tensor dst = make_view(y, sizes, y.strides(), dst_off);
-      cpu::copy_cast(dst, make_view(x, sizes, x.strides(), src_off));
     },
     .backward = [](const BackwardContext& ctx) {
       Shape pads = ctx.attrs.get_shape("pad");

@@ -242,16 +242,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return std::vector<TensorMeta>{{attrs.get_shape("input_sizes"), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      Tensor& o = out[0];
-      int64_t dim = attrs.get_int("dim"), start = attrs.get_int("start"), step = attrs.get_int("step");
-      dispatch_dtype(o.dtype(), [&]<typename T>() { cpu::elementwise<T>(o, {}, []() { return T(0); }); });
-      Shape stride = o.strides();
-      if (in[0].sizes()[size_t(dim)] > 1)
-        stride[size_t(dim)] = checked_mul(stride[size_t(dim)], step, "slice_backward", "the stride");
-      Tensor dst = make_view(o, in[0].sizes(), stride, start * o.strides()[size_t(dim)]);
-      cpu::copy_cast(dst, in[0]);
-    },
     .backward = [](const BackwardContext& ctx) {
       const Attrs& a = ctx.attrs;
       int64_t start = a.get_int("start"), step = a.get_int("step");

@@ -9,6 +9,7 @@
 #include "backend/common/composed_kernels.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/gemm_plan.h"
+#include "backend/common/layout_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
@@ -614,6 +615,31 @@ TEST_F(EmulatedDevice, BlasPlansMultiplyEveryLayout) {
         same);                                                          // neither layout: a dense copy
   check(f64({4, 1}, 39), same, f64({1, 3}, 40), same);                  // k = 1, free strides
   check(f64({1, 5}, 41), same, f64({3, 5}, 42), t01);                   // n = 1
+}
+
+TEST_F(EmulatedDevice, LayoutKernelsRunOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);  // the backward's sum
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  const Tensor x = random_tensor({3, 4, 5}, 51, -1, 1);
+  const Tensor xt = transpose(on(x), 0, 2);  // a strided input, made on the device
+  expect_close(back(flip(xt, {0, 2})), flip(transpose(x, 0, 2), {0, 2}), 0, 0);
+  expect_close(back(roll(xt, {2, -1}, {0, 1})), roll(transpose(x, 0, 2), {2, -1}, {0, 1}), 0, 0);
+  expect_close(back(pad(xt, {1, -1, 2, 0}, 0.5)), pad(transpose(x, 0, 2), {1, -1, 2, 0}, 0.5), 0, 0);
+  expect_close(back(tril(xt, -1)), tril(transpose(x, 0, 2), -1), 0, 0);
+  expect_close(back(triu(on(x), 1)), triu(x, 1), 0, 0);
+  expect_close(back(cat({xt, on(random_tensor({5, 4, 3}, 52, -1, 1))}, 1)),
+               cat({transpose(x, 0, 2), random_tensor({5, 4, 3}, 52, -1, 1)}, 1), 0, 0);
+  // slice_backward through autograd: the gradient of a strided slice.
+  Tensor leaf = on(x).detach();
+  leaf.requires_grad_(true);
+  sum(slice(leaf, 2, 1, 5, 2)).backward();
+  Tensor host_leaf = x.detach();
+  host_leaf.requires_grad_(true);
+  sum(slice(host_leaf, 2, 1, 5, 2)).backward();
+  expect_close(back(leaf.grad()), host_leaf.grad(), 0, 0);
 }
 
 }  // namespace

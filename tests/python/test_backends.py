@@ -36,7 +36,7 @@ def test_coverage_lists_every_device_type():
               "bitwise_not", "bitwise_left_shift", "remainder", "softplus", "where", "masked_fill", "copy",
               "cast", "full", "arange", "sum", "mean", "argmax", "max_dim", "var", "logsumexp", "softmax",
               "log_softmax_backward", "layer_norm", "layer_norm_backward", "matmul", "addmm", "adamw_update",
-              "sgd_update"}
+              "sgd_update", "cat", "flip", "roll", "pad", "triangle", "slice_backward"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:
