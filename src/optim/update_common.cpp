@@ -114,14 +114,6 @@ void FlatOperands::write_back() {
   copies_.clear();
 }
 
-KernelFn skip_if_found_inf(KernelFn kernel) {
-  return [kernel = std::move(kernel)](const TensorList& in, TensorList& out, const Attrs& attrs) {
-    const Tensor& found_inf = in.back();
-    if (found_inf.defined() && *static_cast<const float*>(found_inf.data_ptr()) != 0.0f) return;
-    kernel(in, out, attrs);
-  };
-}
-
 double increment_step(const Tensor& step) {
   return dispatch_floating(step.dtype(), "optimizer step", [&]<typename T>() {
     T* p = static_cast<T*>(step.data_ptr());

@@ -61,10 +61,6 @@ class FlatOperands {
 // `step_t += 1`); returns the new value.
 double increment_step(const Tensor& step);
 
-// The kernel of an update op whose last input is found_inf (Note [Skipped
-// updates] in optimizer.h): runs `kernel` unless found_inf is defined and
-// nonzero.
-KernelFn skip_if_found_inf(KernelFn kernel);
 
 // The hyperparameters of an update op from its attributes (Note [Shared
 // optimizer updates]).

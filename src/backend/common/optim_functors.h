@@ -159,4 +159,26 @@ struct AdagradStep {
   }
 };
 
+// The step functors of one step count (run_stepped's `make`).
+template <typename M, typename T, bool kDecoupled, bool kDecay, bool kAmsgrad>
+struct MakeAdam {
+  AdamConfig config;
+  MF_FORCE_INLINE MF_HOST_DEVICE AdamStep<M, T, kDecoupled, kDecay, kAmsgrad> operator()(double step) const {
+    return {adam_scalars<M, acc_type<T>>(config, step)};
+  }
+};
+template <typename M, typename T, bool kDecay>
+struct MakeAdagrad {
+  AdagradConfig config;
+  MF_FORCE_INLINE MF_HOST_DEVICE AdagradStep<M, T, kDecay> operator()(double step) const {
+    return {adagrad_scalars<acc_type<T>>(config, step)};
+  }
+};
+// An update that counts its steps but has no scalar that depends on them (RMSprop).
+template <typename F>
+struct Fixed {
+  F f;
+  MF_FORCE_INLINE MF_HOST_DEVICE F operator()(double) const { return f; }
+};
+
 }  // namespace mf::optim_functors
