@@ -1,6 +1,6 @@
 // The geometry of a reduction, shared by every backend's reduction loops
-// (Note [Strided reduction] in backend/cpu/kernels/reduce.h, Note [CUDA
-// reductions] in backend/cuda/kernels/reduce.cuh).
+// (Note [Strided reduction] in backend/cpu/kernels/reduce.h, and Note
+// [Device reductions] below for a device's one kernel shape).
 #pragma once
 
 #include <cstdint>
