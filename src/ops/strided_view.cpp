@@ -3,6 +3,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
+#include "backend/common/layout_kernels.h"
 #include "backend/cpu/kernels/index_kernels.h"
 
 namespace mf {
@@ -10,36 +11,15 @@ namespace {
 
 // --- diagonal ------------------------------------------------------------------------------
 
-// The view of the diagonal `offset` of dims (dim1, dim2) of t, appended as the last dim.
-Tensor diagonal_view(const Tensor& t, int64_t offset, int64_t dim1, int64_t dim2) {
-  const int64_t n1 = t.sizes()[size_t(dim1)], n2 = t.sizes()[size_t(dim2)];
-  const int64_t s1 = t.strides()[size_t(dim1)], s2 = t.strides()[size_t(dim2)];
-  // An offset beyond the matrix leaves an empty diagonal (tested first, so
-  // that no huge offset is ever added to a size).
-  const int64_t length = offset >= 0 ? (offset < n2 ? std::min(n1, n2 - offset) : 0)
-                                     : (offset > -n1 ? std::min(n1 + offset, n2) : 0);
-  int64_t start = t.storage_offset();
-  if (length > 0) start += offset >= 0 ? offset * s2 : -offset * s1;
-  Shape sizes, strides;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d == dim1 || d == dim2) continue;
-    sizes.push_back(t.sizes()[size_t(d)]);
-    strides.push_back(t.strides()[size_t(d)]);
-  }
-  sizes.push_back(length);
-  strides.push_back(s1 + s2);
-  return make_view(t, sizes, strides, start);
-}
-
 MF_REGISTER_OP(OpDef{
     .name = "diagonal",
     .inputs = {"input"},
     .infer = [](const TensorList& in, const Attrs& a) {
-      Tensor v = diagonal_view(in[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"));
+      Tensor v = layout_kernels::diagonal_view(in[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"));
       return std::vector<TensorMeta>{{v.sizes(), in[0].dtype(), in[0].device()}};
     },
     .view = [](const TensorList& in, const Attrs& a) {
-      return TensorList{diagonal_view(in[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"))};
+      return TensorList{layout_kernels::diagonal_view(in[0], a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"))};
     },
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("diagonal_backward");
@@ -56,14 +36,6 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"grad"},
     .infer = [](const TensorList& in, const Attrs& a) {
       return std::vector<TensorMeta>{{a.get_shape("input_sizes"), in[0].dtype(), in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& a) {
-      Tensor& o = out[0];
-      dispatch_dtype(o.dtype(), [&]<typename T>() { cpu::elementwise<T>(o, {}, []() { return T(0); }); });
-      Tensor diag = diagonal_view(o, a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"));
-      MF_CHECK(diag.sizes() == in[0].sizes(), ShapeError, "diagonal_backward: grad of shape ",
-               shape_str(in[0].sizes()), " does not fit the diagonal of shape ", shape_str(diag.sizes()));
-      cpu::copy_cast(diag, in[0]);
     },
     .backward = [](const BackwardContext& ctx) {
       const Attrs& a = ctx.attrs;

@@ -9,6 +9,7 @@
 #include "backend/common/composed_kernels.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/gemm_plan.h"
+#include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
@@ -335,6 +336,24 @@ struct GeometryLoops {
     Out* p = static_cast<Out*>(out.data_ptr());
     for (int64_t i = 0; i < out.numel(); ++i) p[i] = Out(f(i));
   }
+  // The index kernels' verbs (Note [Device index kernels]): elements in
+  // reverse order, so nothing relies on a push visiting them in order.
+  template <size_t N, typename F>
+  static void for_each(const Device&, const LoopGeometry<N>& g, int64_t n, const F& f) {
+    for (int64_t i = n - 1; i >= 0; --i) {
+      int64_t offset[N];
+      g.offsets(i, offset);
+      f(g.data, offset);
+    }
+  }
+  static IndexFault* clear_fault(const Device&) {
+    static IndexFault record;
+    record = IndexFault();
+    return &record;
+  }
+  static std::optional<int64_t> read_fault(const Device&, IndexFault* fault) {
+    return fault->set ? std::optional<int64_t>(fault->value) : std::nullopt;
+  }
 };
 
 TEST_F(EmulatedDevice, SharedElementwiseTableRunsOverAnotherBackendsLoops) {
@@ -640,6 +659,105 @@ TEST_F(EmulatedDevice, LayoutKernelsRunOverAnotherBackendsLoops) {
   host_leaf.requires_grad_(true);
   sum(slice(host_leaf, 2, 1, 5, 2)).backward();
   expect_close(back(leaf.grad()), host_leaf.grad(), 0, 0);
+}
+
+TEST_F(EmulatedDevice, IndexKernelsRunOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto ints = [](std::vector<double> v, const Shape& shape) {
+    return to(from_vector(v, shape), DType::Int64);
+  };
+  const Tensor x = random_tensor({3, 4, 5}, 61, -1, 1);
+  const Tensor xt = transpose(x, 0, 2);  // (5, 4, 3)
+  const Tensor dxt = transpose(on(x), 0, 2);
+  // gather with a strided input and a transposed index
+  const Tensor gi = ints({4, 0, 2, 1, 1, 3, 0, 0, 2, 4, 3, 1}, {3, 2, 2});
+  expect_close(back(gather(dxt, 0, transpose(on(gi), 0, 2))), gather(xt, 0, transpose(gi, 0, 2)), 0, 0);
+  expect_close(back(gather(on(x), 2, on(gi))), gather(x, 2, gi), 0, 0);
+  // index_select along each dim, float32 and int32 data
+  const Tensor sel = ints({2, 0, 2, 1}, {4});
+  for (int64_t d = 0; d < 3; ++d)
+    expect_close(back(index_select(dxt, d, on(sel))), index_select(xt, d, sel), 0, 0);
+  const Tensor xi = to(mul(x, Scalar(100)), DType::Int32);
+  expect_close(back(index_select(on(xi), 1, on(sel))), index_select(xi, 1, sel), 0, 0);
+  // embedding: int64 and int32 indices, a transposed weight
+  const Tensor w = transpose(random_tensor({6, 7}, 62, -1, 1), 0, 1);  // (7, 6)
+  const Tensor idx = ints({6, 0, 3, 3, 1, 5}, {2, 3});
+  expect_close(back(embedding(on(idx), transpose(on(transpose(w, 0, 1)), 0, 1))), embedding(idx, w), 0, 0);
+  expect_close(back(embedding(on(to(idx, DType::Int32)), on(w))), embedding(to(idx, DType::Int32), w), 0, 0);
+  // one_hot
+  const Tensor classes = ints({2, 0, 4, 4, 1, 3}, {3, 2});
+  expect_close(back(one_hot(transpose(on(classes), 0, 1), 5)), one_hot(transpose(classes, 0, 1), 5), 0, 0);
+  // scatter (distinct indices: which of two writes lands is unspecified),
+  // scatter of a value, scatter_add with repeats, index_add
+  const Tensor perm = ints({3, 1, 0, 2, 0, 2, 3, 1, 1, 0, 2, 3}, {3, 4});
+  const Tensor src = random_tensor({3, 4}, 63, -1, 1);
+  const Tensor base = random_tensor({3, 5}, 64, -1, 1);
+  expect_close(back(scatter(on(base), 1, on(perm), on(src))), scatter(base, 1, perm, src), 0, 0);
+  expect_close(back(scatter(on(base), 1, on(perm), Scalar(2.5))), scatter(base, 1, perm, Scalar(2.5)), 0, 0);
+  const Tensor rep = ints({1, 1, 0, 2, 0, 0, 4, 4, 4, 3, 3, 1}, {3, 4});
+  expect_close(back(scatter_add(on(base), 1, on(rep), on(src))), scatter_add(base, 1, rep, src), 1e-15, 0);
+  const Tensor expanded = expand(ints({2, 0, 1}, {3, 1}), {3, 4});
+  const Tensor col = expand(random_tensor({3, 1}, 65, -1, 1), {3, 4});
+  expect_close(back(scatter_add(on(base), 1, expand(on(ints({2, 0, 1}, {3, 1})), {3, 4}),
+                                expand(on(random_tensor({3, 1}, 65, -1, 1)), {3, 4}))),
+               scatter_add(base, 1, expanded, col), 1e-15, 0);
+  const Tensor ib = to(mul(base, Scalar(10)), DType::Int16);
+  expect_close(back(scatter_add(on(ib), 1, on(rep), on(to(mul(src, Scalar(10)), DType::Int16)))),
+               scatter_add(ib, 1, rep, to(mul(src, Scalar(10)), DType::Int16)), 0, 0);
+  const Tensor hb = to(base, DType::Float16), hs = to(src, DType::Float16);
+  expect_close(back(scatter_add(on(hb), 1, on(rep), on(hs))), scatter_add(hb, 1, rep, hs), 2e-3, 0);
+  const Tensor rows = ints({1, 4, 1}, {3});
+  const Tensor add_src = random_tensor({3, 3}, 66, -1, 1);
+  expect_close(back(index_add(on(base), 1, on(rows), on(add_src))), index_add(base, 1, rows, add_src), 1e-15, 0);
+  // cumsum forward and reverse (its backward), cumprod and its backward
+  for (int64_t d = 0; d < 3; ++d) {
+    expect_close(back(cumsum(dxt, d)), cumsum(xt, d), 1e-15, 1e-15);
+    expect_close(back(cumprod(dxt, d)), cumprod(xt, d), 1e-15, 1e-15);
+  }
+  expect_close(back(cumsum(on(xi), 1)), cumsum(xi, 1), 0, 0);
+  // Gradients through the device's kernels: gather, index_select and
+  // embedding push back; cumsum and cumprod scan back.
+  auto grads = [&](const Tensor& input, const std::function<Tensor(const Tensor&)>& f) {
+    Tensor leaf = input.detach();
+    leaf.requires_grad_(true);
+    sum(mul(f(leaf), f(leaf))).backward();
+    return leaf.grad();
+  };
+  const std::vector<std::function<Tensor(const Tensor&)>> fns = {
+      [&](const Tensor& t) { return gather(t, 2, t.device() == dev0 ? on(gi) : gi); },
+      [&](const Tensor& t) { return index_select(t, 1, t.device() == dev0 ? on(sel) : sel); },
+      [&](const Tensor& t) { return cumsum(t, 1); },
+      [&](const Tensor& t) { return cumprod(t, 2); },
+      [&](const Tensor& t) { return diagonal(t, 1, 0, 2); },
+  };
+  for (const auto& f : fns) expect_close(back(grads(on(x), f)), grads(x, f), 1e-14, 1e-14);
+  const Tensor table = random_tensor({7, 6}, 67, -1, 1);
+  auto table_grad = [&](const Tensor& t, const Tensor& i) {
+    Tensor leaf = t.detach();
+    leaf.requires_grad_(true);
+    sum(mul(embedding(i, leaf, 3), embedding(i, leaf, 3))).backward();
+    return leaf.grad();
+  };
+  expect_close(back(table_grad(on(table), on(idx))), table_grad(table, idx), 1e-14, 0);
+  // A bad index is an IndexError naming the op, whatever the device.
+  EXPECT_THROW(gather(on(x), 2, on(ints({0, 5}, {1, 1, 2}))), IndexError);  // NOLINT
+  EXPECT_THROW(index_select(on(x), 0, on(ints({-1}, {1}))), IndexError);
+  EXPECT_THROW(embedding(on(ints({7}, {1})), on(w)), IndexError);
+  EXPECT_THROW(scatter_add(on(base), 1, on(ints({5}, {1, 1})), on(src)), IndexError);
+  EXPECT_THROW(index_add(on(base), 0, on(ints({3}, {1})), on(random_tensor({1, 5}, 68))), IndexError);
+  EXPECT_THROW(one_hot(on(ints({5}, {1})), 5), IndexError);
+  try {
+    gather(on(x), 2, on(ints({0, 5}, {1, 1, 2})));
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("gather: index 5 is out of bounds for dimension 2 with size 5"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -28,20 +28,22 @@ def test_coverage_lists_every_device_type():
     assert "to_device" not in cov["cuda"]        # the copy is the backend's own verb
     assert "transpose" not in cov["cuda"]        # views run everywhere
     # The shared kernel tables (elementwise, copies and factories,
-    # reductions, the composed softmax and norms, optimizer updates) and
-    # cuBLAS's matmul are
+    # reductions, the composed softmax and norms, optimizer updates,
+    # layout, indexing and scans) and cuBLAS's matmul are
     # instantiated for CUDA when the backend is built; other families have
     # no CUDA kernels yet.
     shared = {"add", "mul", "div_rounding", "exp", "gelu", "gelu_backward", "clamp", "eq", "isfinite",
               "bitwise_not", "bitwise_left_shift", "remainder", "softplus", "where", "masked_fill", "copy",
               "cast", "full", "arange", "sum", "mean", "argmax", "max_dim", "var", "logsumexp", "softmax",
               "log_softmax_backward", "layer_norm", "layer_norm_backward", "matmul", "addmm", "adamw_update",
-              "sgd_update", "cat", "flip", "roll", "pad", "triangle", "slice_backward"}
+              "sgd_update", "cat", "flip", "roll", "pad", "triangle", "slice_backward", "diagonal_backward",
+              "gather", "gather_backward", "index_select", "index_add", "embedding", "embedding_backward",
+              "one_hot", "scatter", "scatter_value", "scatter_add", "cumsum", "cumprod", "cumprod_backward"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:
         assert shared <= set(cov["cuda"])
-    assert "embedding" in cov["cuda"]
+    assert "conv2d" in cov["cuda"]
 
 
 def test_cpu_moves_are_identities():

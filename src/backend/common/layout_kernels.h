@@ -1,10 +1,11 @@
 // Note [Layout kernels]
 // Ops whose output is a fill and copies between views (slice_backward, pad,
-// flip, roll, tril/triu, and cat's general case), written once over a
+// flip, roll, tril/triu, diagonal_backward, and cat's general case), written once over a
 // backend's loops L: every element moves through the elementwise table's
 // copy_cast<L> and fill<L>, so the ops run on any device whose loops read
 // strided (and negatively strided) views. The ops' schemas, inference and
-// backward live in src/ops/ (view.cpp, rearrange.cpp, join.cpp).
+// backward live in src/ops/ (view.cpp, rearrange.cpp, join.cpp,
+// strided_view.cpp).
 #pragma once
 
 #include <algorithm>
@@ -29,6 +30,27 @@ struct TriangleMask {
     return keep ? y[i] : T(0);
   }
 };
+
+// The view of the diagonal `offset` of dims (dim1, dim2) of t, appended as the last dim.
+inline Tensor diagonal_view(const Tensor& t, int64_t offset, int64_t dim1, int64_t dim2) {
+  const int64_t n1 = t.sizes()[size_t(dim1)], n2 = t.sizes()[size_t(dim2)];
+  const int64_t s1 = t.strides()[size_t(dim1)], s2 = t.strides()[size_t(dim2)];
+  // An offset beyond the matrix leaves an empty diagonal (tested first, so
+  // that no huge offset is ever added to a size).
+  const int64_t length = offset >= 0 ? (offset < n2 ? std::min(n1, n2 - offset) : 0)
+                                     : (offset > -n1 ? std::min(n1 + offset, n2) : 0);
+  int64_t start = t.storage_offset();
+  if (length > 0) start += offset >= 0 ? offset * s2 : -offset * s1;
+  Shape sizes, strides;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d == dim1 || d == dim2) continue;
+    sizes.push_back(t.sizes()[size_t(d)]);
+    strides.push_back(t.strides()[size_t(d)]);
+  }
+  sizes.push_back(length);
+  strides.push_back(s1 + s2);
+  return make_view(t, sizes, strides, start);
+}
 
 template <typename L>
 void slice_backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
@@ -140,6 +162,17 @@ void cat(const TensorList& in, TensorList& out, const Attrs& attrs) {
   }
 }
 
+// diagonal's gradient: zeros of the input's shape with the diagonal set from grad.
+template <typename L>
+void diagonal_backward(const TensorList& in, TensorList& out, const Attrs& a) {
+  Tensor& o = out[0];
+  fill<L>(o, Scalar(0));
+  Tensor diag = diagonal_view(o, a.get_int("offset"), a.get_int("dim1"), a.get_int("dim2"));
+  MF_CHECK(diag.sizes() == in[0].sizes(), ShapeError, "diagonal_backward: grad of shape ", shape_str(in[0].sizes()),
+           " does not fit the diagonal of shape ", shape_str(diag.sizes()));
+  copy_cast<L>(diag, in[0]);
+}
+
 // `with_cat`: the CPU has a cat of its own (join.cpp: whole rows by memcpy).
 template <typename L>
 void register_all(DeviceType device, bool with_cat) {
@@ -151,6 +184,7 @@ void register_all(DeviceType device, bool with_cat) {
   set("roll", roll<L>);
   set("pad", pad<L>);
   set("triangle", triangle<L>);
+  set("diagonal_backward", diagonal_backward<L>);
   if (with_cat) set("cat", cat<L>);
 }
 

@@ -19,11 +19,13 @@
 // which turns a select into a branch and the loop back into scalar code.
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#include "backend/common/index_fault.h"
 #include "backend/common/special_math.h"
 #include "meshflow/dtype.h"
 #include "meshflow/error.h"
@@ -278,6 +280,27 @@ struct HostMath {
   [[gnu::always_inline]] static A select(bool c, A a, A b) { return math::select(c, a, b); }
   template <typename A, typename T>
   [[gnu::always_inline]] static A to_acc(T x) { return cpu::to_acc<A>(x); }
+  // Atomics of the index kernels (Note [Device index kernels]).
+  template <typename T>
+  static void atomic_add(T* p, T v) {
+    std::atomic_ref<T>(*p).fetch_add(v, std::memory_order_relaxed);
+  }
+  // *p = f(*p) by compare-and-swap on the element's bits.
+  template <typename T, typename F>
+  static void atomic_update(T* p, const F& f) {
+    using U = std::conditional_t<sizeof(T) == 1, uint8_t,
+                                 std::conditional_t<sizeof(T) == 2, uint16_t,
+                                                    std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+    static_assert(sizeof(T) == sizeof(U));
+    std::atomic_ref<U> bits(*reinterpret_cast<U*>(p));
+    U old = bits.load(std::memory_order_relaxed);
+    while (!bits.compare_exchange_weak(old, std::bit_cast<U>(f(std::bit_cast<T>(old))), std::memory_order_relaxed)) {
+    }
+  }
+  static void record_fault(IndexFault* fault, int64_t value) {
+    int32_t unset = 0;
+    if (std::atomic_ref<int32_t>(fault->set).compare_exchange_strong(unset, 1)) fault->value = value;
+  }
   // Note [Integer division] in backend/common/elementwise_functors.h.
   template <typename T>
   [[noreturn]] static T zero_divisor(const char* op) {

@@ -12,8 +12,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <utility>
 
+#include "backend/common/index_fault.h"
 #include "backend/common/strided_operands.h"
 #include "backend/cuda/cuda_runtime.h"
 #include "meshflow/host_device.h"
@@ -79,6 +82,67 @@ struct DeviceMath {
   // Note [Integer division] in backend/common/elementwise_functors.h.
   template <typename T>
   MF_FORCE_INLINE MF_HOST_DEVICE static T zero_divisor(const char*) { return T(-1); }
+
+  // Atomics of the index kernels (Note [Device index kernels]); the host
+  // forms only let the functors' host instantiations compile.
+  template <typename T>
+  MF_FORCE_INLINE MF_HOST_DEVICE static void atomic_add(T* p, T v) {
+#ifdef __CUDA_ARCH__
+    if constexpr (std::is_same_v<T, int64_t>)
+      atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+    else
+      atomicAdd(p, v);
+#else
+    *p = T(*p + v);
+#endif
+  }
+  // *p = f(*p) by compare-and-swap: on the element's own word for 4 and 8
+  // bytes, on the aligned 32-bit word around it for 1 and 2 (the caching
+  // allocator's blocks are whole words, so that word is in the block).
+  template <typename T, typename F>
+  MF_FORCE_INLINE MF_HOST_DEVICE static void atomic_update(T* p, const F& f) {
+#ifdef __CUDA_ARCH__
+    if constexpr (sizeof(T) == 4 || sizeof(T) == 8) {
+      using U = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+      U* word = reinterpret_cast<U*>(p);
+      U old = *word, assumed;
+      do {
+        assumed = old;
+        T value;
+        memcpy(&value, &assumed, sizeof(T));
+        const T next = f(value);
+        U bits;
+        memcpy(&bits, &next, sizeof(T));
+        old = atomicCAS(word, assumed, bits);
+      } while (old != assumed);
+    } else {
+      const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+      unsigned int* word = reinterpret_cast<unsigned int*>(address & ~uintptr_t(3));
+      const unsigned int shift = unsigned(address & 3) * 8u;
+      const unsigned int mask = ((1u << (8 * sizeof(T))) - 1u) << shift;
+      unsigned int old = *word, assumed;
+      do {
+        assumed = old;
+        const unsigned int current = (assumed & mask) >> shift;
+        T value;
+        memcpy(&value, &current, sizeof(T));
+        const T next = f(value);
+        unsigned int bits = 0;
+        memcpy(&bits, &next, sizeof(T));
+        old = atomicCAS(word, assumed, (assumed & ~mask) | (bits << shift));
+      } while (old != assumed);
+    }
+#else
+    *p = f(*p);
+#endif
+  }
+  MF_FORCE_INLINE MF_HOST_DEVICE static void record_fault(IndexFault* fault, int64_t value) {
+#ifdef __CUDA_ARCH__
+    if (atomicCAS(&fault->set, 0, 1) == 0) fault->value = value;
+#else
+    if (!fault->set) fault->set = 1, fault->value = value;
+#endif
+  }
 };
 
 inline constexpr int kBlock = 256;
@@ -102,6 +166,15 @@ template <typename Out, typename F>
 __global__ void indexed_kernel(int64_t n, Out* out, F f) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x)
     out[i] = Out(f(i));
+}
+
+template <size_t N, typename F>
+__global__ void offsets_kernel(int64_t n, LoopGeometry<N> g, F f) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
+    int64_t offset[N];
+    g.offsets(i, offset);
+    f(g.data, offset);
+  }
 }
 
 inline unsigned grid_for(int64_t n) {
@@ -141,6 +214,17 @@ struct Loops {
     indexed_kernel<Out, F><<<grid_for(n), kBlock, 0, current_stream(device)>>>(n, static_cast<Out*>(out.data_ptr()), f);
     check_cuda(cudaGetLastError(), "indexed kernel launch");
   }
+
+  // Verbs of the index kernels (Note [Device index kernels]).
+  template <size_t N, typename F>
+  static void for_each(const Device& device, const LoopGeometry<N>& g, int64_t n, const F& f) {
+    if (n == 0) return;
+    DeviceGuard guard(device.index());
+    offsets_kernel<N, F><<<grid_for(n), kBlock, 0, current_stream(device.index())>>>(n, g, f);
+    check_cuda(cudaGetLastError(), "index kernel launch");
+  }
+  static IndexFault* clear_fault(const Device& device);
+  static std::optional<int64_t> read_fault(const Device& device, IndexFault* fault);
 };
 
 }  // namespace mf::cuda

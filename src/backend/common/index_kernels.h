@@ -1,0 +1,486 @@
+// Note [Device index kernels]
+// The indexing ops (gather, index_select, embedding, the scatters, index_add
+// and the gradients that are scatters, one_hot) and the scans (cumsum,
+// cumprod), written once over a backend's loops L. Each is a walk over an
+// iteration space whose operands are views with chosen strides; at every
+// element a functor reads an index and moves or combines one value:
+//
+//   L::for_each<N>(device, g, n, f)   f(data, offsets) for i in [0, n), where
+//                                     offsets are operand k's byte offsets
+//                                     of element i of g (LoopGeometry<N>)
+//   L::clear_fault(device)            an IndexFault record in the device's
+//                                     memory, cleared, for the next walk
+//   L::read_fault(device, record)     the record after the walk (waits for it)
+//   L::Math::atomic_add(p, v)         *p += v, atomic among the walk's threads
+//   L::Math::record_fault(record, v)  keeps the first bad index it is given
+//
+// Pulls (gather, index_select, embedding, one_hot) walk the output; pushes
+// (scatter, index_add, the backward ops) walk the source and write through
+// the index, adding atomically, so a push's sums do not depend on a
+// thread order but their rounding may (as PyTorch's CUDA scatter_add), and
+// where a scatter copies two values to one place either may land.
+//
+// A kernel cannot throw from a device thread: an index out of range is
+// recorded and its access skipped, and after the walk the host reads the
+// record back and throws IndexError naming the op, the dim, the size and
+// the first bad index recorded. That read waits for the walk, so an
+// indexing op on a device synchronises its stream once.
+//
+// Scans walk one thread per line along the scanned dim. The CPU keeps its
+// own kernels for these ops (src/backend/cpu/kernels/index.cpp, the
+// blocked scans of cpu/kernels/scan.cpp); the ops' schemas, inference and
+// backward live in src/ops/ (index.cpp, embedding.cpp, rearrange.cpp,
+// cumsum.cpp).
+#pragma once
+
+#include <array>
+#include <optional>
+#include <type_traits>
+
+#include "backend/common/elementwise_kernels.h"
+#include "backend/common/index_fault.h"
+#include "backend/common/reduce_ops.h"
+#include "meshflow/checked_size.h"
+
+namespace mf {
+
+namespace index_kernels {
+
+// One operand of a walk: its data and its strides (in elements) over the
+// walk's shape.
+struct Operand {
+  const void* data;
+  Shape strides;
+  int64_t itemsize;
+};
+
+inline Operand operand(const Tensor& t, Shape strides) {
+  return {t.data_ptr(), std::move(strides), int64_t(t.element_size())};
+}
+
+// t's strides with dim d set to `stride`.
+inline Shape strides_with(const Tensor& t, int64_t d, int64_t stride) {
+  Shape s = t.strides();
+  s[size_t(d)] = stride;
+  return s;
+}
+
+template <size_t N>
+LoopGeometry<N> walk_geometry(const Shape& sizes, const std::array<Operand, N>& ops, const char* op) {
+  StridedOperands<N> s;
+  s.sizes = sizes;
+  for (size_t k = 0; k < N; ++k) {
+    MF_CHECK(ops[k].strides.size() == sizes.size(), Error, op, ": operand ", k, " has ", ops[k].strides.size(),
+             " strides for a walk of ", sizes.size(), " dims");
+    s.strides[k] = ops[k].strides;
+    for (auto& v : s.strides[k]) v *= ops[k].itemsize;
+    s.data[k] = static_cast<char*>(const_cast<void*>(ops[k].data));
+  }
+  s.coalesce();
+  return loop_geometry<N>(s, op);
+}
+
+// Runs body(fault) on device, then throws IndexError if it recorded a bad
+// index.
+template <typename L, typename Body>
+void with_index_check(const Device& device, const char* op, int64_t dim, int64_t size, const Body& body) {
+  IndexFault* fault = L::clear_fault(device);
+  body(fault);
+  if (const std::optional<int64_t> bad = L::read_fault(device, fault))
+    throw IndexError(::mf::detail::concat(op, ": index ", *bad, " is out of bounds for dimension ", dim,
+                                          " with size ", size));
+}
+
+// Calls fn.template operator()<E>() with E an unsigned type of `bytes` bytes:
+// moving elements needs only their size.
+template <typename F>
+decltype(auto) by_itemsize(size_t bytes, F&& fn) {
+  switch (bytes) {
+    case 1: return fn.template operator()<uint8_t>();
+    case 2: return fn.template operator()<uint16_t>();
+    case 4: return fn.template operator()<uint32_t>();
+    default: return fn.template operator()<uint64_t>();
+  }
+}
+
+// Operands: 0 the output, 1 the index, 2 the source at index 0 along the
+// indexed dim. out = source[index * stride].
+template <typename M, typename E, typename I>
+struct Pick {
+  int64_t size, stride_bytes;
+  IndexFault* fault;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t v = int64_t(*reinterpret_cast<const I*>(data[1] + off[1]));
+    if (v < 0 || v >= size) {
+      M::record_fault(fault, v);
+      return;
+    }
+    *reinterpret_cast<E*>(data[0] + off[0]) = *reinterpret_cast<const E*>(data[2] + off[2] + v * stride_bytes);
+  }
+};
+
+// out (sizes `sizes`, contiguous) = x[..., index[...], ...] along dim: the
+// walk's operands are the output, the index and x with dim's stride 0.
+template <typename L>
+void pick(Tensor& out, const Tensor& x, int64_t dim, const Tensor& index, const Shape& index_strides,
+          const Shape& x_strides, const char* op) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const int64_t size = x.sizes()[size_t(dim)];
+  const LoopGeometry<3> g = walk_geometry<3>(
+      out.sizes(), {operand(out, out.strides()), operand(index, index_strides), operand(x, x_strides)}, op);
+  with_index_check<L>(out.device(), op, dim, size, [&](IndexFault* fault) {
+    by_itemsize(x.element_size(), [&]<typename E>() {
+      const int64_t stride_bytes = x.strides()[size_t(dim)] * int64_t(sizeof(E));
+      if (index.dtype() == DType::Int32)
+        L::template for_each<3>(out.device(), g, n, Pick<typename L::Math, E, int32_t>{size, stride_bytes, fault});
+      else
+        L::template for_each<3>(out.device(), g, n, Pick<typename L::Math, E, int64_t>{size, stride_bytes, fault});
+    });
+  });
+}
+
+template <typename L>
+void gather(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor &x = in[0], &index = in[1];
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), "gather");
+  if (x.dim() == 0) {
+    pick<L>(out[0], make_view(x, {1}, {1}, x.storage_offset()), 0, index, Shape(), Shape(), "gather");
+    return;
+  }
+  pick<L>(out[0], x, dim, index, index.strides(), strides_with(x, dim, 0), "gather");
+}
+
+template <typename L>
+void index_select(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor &x = in[0], &index = in[1];
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), "index_select");
+  Shape index_strides(size_t(x.dim()), 0);
+  index_strides[size_t(dim)] = index.strides()[0];
+  pick<L>(out[0], x, dim, index, index_strides, strides_with(x, dim, 0), "index_select");
+}
+
+// (indices..., D) = weight[indices[...], :].
+template <typename L>
+void embedding(const TensorList& in, TensorList& out, const Attrs&) {
+  const Tensor &weight = in[0], &indices = in[1];
+  Shape index_strides = indices.strides(), weight_strides(size_t(indices.dim()), 0);
+  index_strides.push_back(0);
+  weight_strides.push_back(weight.strides()[1]);
+  // Over the output's shape, the weight moves along D only; rows come
+  // through the index.
+  pick<L>(out[0], weight, 0, indices, index_strides, weight_strides, "embedding");
+}
+
+// class c of out[..., c] is 1 where x[...] == c.
+template <typename M>
+struct OneHot {
+  int64_t classes, stride;
+  IndexFault* fault;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t c = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
+    if (c < 0 || c >= classes) {
+      M::record_fault(fault, c);
+      return;
+    }
+    reinterpret_cast<int64_t*>(data[0] + off[0])[c * stride] = 1;
+  }
+};
+
+template <typename L>
+void one_hot(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  const int64_t classes = attrs.get_int("num_classes");
+  elementwise_kernels::fill<L>(y, Scalar(0));
+  if (x.numel() == 0) return;
+  // The output at class 0 of every position, walked with x.
+  Shape out_strides = y.strides();
+  out_strides.pop_back();
+  const LoopGeometry<2> g = walk_geometry<2>(x.sizes(), {operand(y, out_strides), operand(x, x.strides())}, "one_hot");
+  with_index_check<L>(y.device(), "one_hot", x.dim(), classes, [&](IndexFault* fault) {
+    L::template for_each<2>(y.device(), g, x.numel(), OneHot<typename L::Math>{classes, y.strides().back(), fault});
+  });
+}
+
+// --- pushes --------------------------------------------------------------------------
+
+enum class PutMode { Copy, Fill, Add };
+
+// a + b with wrapping integers and bool as or: the sum of a scatter_add.
+template <typename M, typename T>
+MF_FORCE_INLINE MF_HOST_DEVICE T add_values(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return a || b;
+  else if constexpr (std::is_integral_v<T>) return T(uint64_t(int64_t(a)) + uint64_t(int64_t(b)));
+  else return T(M::template to_acc<acc_type<T>>(a) + M::template to_acc<acc_type<T>>(b));
+}
+
+// v added `times` times (integers wrap, as repeated adds would).
+template <typename M, typename T>
+MF_FORCE_INLINE MF_HOST_DEVICE T times_value(T v, int64_t times) {
+  if (times == 1) return v;
+  if constexpr (std::is_same_v<T, bool>) return v;
+  else if constexpr (std::is_integral_v<T>) return T(uint64_t(int64_t(v)) * uint64_t(times));
+  else return T(M::template to_acc<acc_type<T>>(v) * acc_type<T>(times));
+}
+
+// *p += v among concurrent threads: the math's own atomic add where it has
+// one for T, else its compare-and-swap loop.
+template <typename M, typename T>
+struct AddTo {
+  T v;
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(T old) const { return add_values<M, T>(old, v); }
+};
+
+template <typename M, typename T>
+MF_FORCE_INLINE MF_HOST_DEVICE void atomic_add(T* p, T v) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
+                std::is_same_v<T, int64_t>)
+    M::atomic_add(p, v);
+  else
+    M::atomic_update(p, AddTo<M, T>{v});
+}
+
+// Operands: 0 the destination at index 0 along the indexed dim, 1 the index,
+// 2 the source (unused for Fill). dst[index * stride] = / += source;
+// an index equal to `skip` (embedding's padding row) writes nothing.
+template <typename M, typename T, typename I, PutMode kMode>
+struct Put {
+  int64_t size, stride_bytes, skip, repeats;
+  T value;
+  IndexFault* fault;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t v = int64_t(*reinterpret_cast<const I*>(data[1] + off[1]));
+    if (v < 0 || v >= size) {
+      M::record_fault(fault, v);
+      return;
+    }
+    if (v == skip) return;
+    T* dst = reinterpret_cast<T*>(data[0] + off[0] + v * stride_bytes);
+    if constexpr (kMode == PutMode::Fill) {
+      *dst = value;
+    } else {
+      const T src = *reinterpret_cast<const T*>(data[2] + off[2]);
+      if constexpr (kMode == PutMode::Copy) *dst = src;
+      else atomic_add<M>(dst, times_value<M, T>(src, repeats));
+    }
+  }
+};
+
+// The walk of a push over `sizes` (the index's or source's shape): the
+// destination's strides along it (0 along the indexed dim), the index's and
+// the source's; `size` and `stride` are the destination's along the indexed
+// dim `dim`.
+struct PushWalk {
+  Shape sizes, y_strides, index_strides, src_strides;
+  int64_t dim, size, stride;
+};
+
+template <typename L, PutMode kMode>
+void push(Tensor& y, const Tensor& index, const Tensor* src, PushWalk w, Scalar fill, int64_t skip, const char* op) {
+  // Walk dims along which nothing moves (an expanded index and source)
+  // write one place `repeats` times: once, with the value times repeats for
+  // an add, so a huge expanded index costs one element.
+  int64_t repeats = 1;
+  for (size_t d = 0; d < w.sizes.size(); ++d) {
+    if (w.sizes[d] > 1 && w.y_strides[d] == 0 && w.index_strides[d] == 0 && (!src || w.src_strides[d] == 0)) {
+      repeats *= w.sizes[d];  // at most the walk's numel
+      w.sizes[d] = 1;
+    }
+  }
+  const int64_t n = shape_numel(w.sizes);
+  if (n == 0) return;
+  const Tensor& s = src ? *src : index;
+  const LoopGeometry<3> g =
+      walk_geometry<3>(w.sizes,
+                       {operand(y, w.y_strides), operand(index, w.index_strides),
+                        operand(s, src ? w.src_strides : w.index_strides)},
+                       op);
+  with_index_check<L>(y.device(), op, w.dim, w.size, [&](IndexFault* fault) {
+    dispatch_dtype(y.dtype(), [&]<typename T>() {
+      const int64_t stride_bytes = w.stride * int64_t(sizeof(T));
+      const T value = fill.to<T>();
+      auto run = [&]<typename I>() {
+        L::template for_each<3>(y.device(), g, n,
+                                Put<typename L::Math, T, I, kMode>{w.size, stride_bytes, skip, repeats, value, fault});
+      };
+      if (index.dtype() == DType::Int32) run.template operator()<int32_t>();
+      else run.template operator()<int64_t>();
+    });
+  });
+}
+
+// A push along dim of y, walking the index's shape.
+inline PushWalk along(const Tensor& y, int64_t dim, const Tensor& index, const Tensor* src) {
+  if (y.dim() == 0) return {Shape(), Shape(), Shape(), Shape(), 0, 1, 0};
+  return {index.sizes(), strides_with(y, dim, 0), index.strides(), src ? src->strides() : index.strides(), dim,
+          y.sizes()[size_t(dim)], y.strides()[size_t(dim)]};
+}
+
+// scatter / scatter_value / scatter_add: y = self, then y[.. index ..] = src
+// (or the value, or += src).
+template <typename L, PutMode kMode>
+void scatter(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  const Tensor& index = in[1];
+  const char* op = kMode == PutMode::Add ? "scatter_add" : "scatter";
+  const int64_t dim = y.dim() == 0 ? 0 : wrap_dim(attrs.get_int("dim"), y.dim(), op);
+  elementwise_kernels::copy_cast<L>(y, in[0]);
+  const Tensor* src = kMode == PutMode::Fill ? nullptr : &in[2];
+  push<L, kMode>(y, index, src, along(y, dim, index, src),
+                 kMode == PutMode::Fill ? attrs.get_scalar("value") : Scalar(0), -1, op);
+}
+
+// gather's gradient: zeros of the input's shape, grad added at index.
+template <typename L>
+void gather_backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  const int64_t dim = y.dim() == 0 ? 0 : wrap_dim(attrs.get_int("dim"), y.dim(), "gather_backward");
+  elementwise_kernels::fill<L>(y, Scalar(0));
+  push<L, PutMode::Add>(y, in[1], &in[0], along(y, dim, in[1], &in[0]), Scalar(0), -1, "gather_backward");
+}
+
+// y = self, then y's rows index[i] along dim += source's row i.
+template <typename L>
+void index_add(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  const Tensor &index = in[1], &src = in[2];
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), y.dim(), "index_add");
+  elementwise_kernels::copy_cast<L>(y, in[0]);
+  Shape index_strides(size_t(src.dim()), 0);
+  index_strides[size_t(dim)] = index.strides()[0];
+  push<L, PutMode::Add>(y, index, &src,
+                        {src.sizes(), strides_with(y, dim, 0), index_strides, src.strides(), dim,
+                         y.sizes()[size_t(dim)], y.strides()[size_t(dim)]},
+                        Scalar(0), -1, "index_add");
+}
+
+// The weight's gradient: zeros, then grad row i added to row indices[i],
+// except the padding row.
+template <typename L>
+void embedding_backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  const Tensor &grad = in[0], &indices = in[1];
+  elementwise_kernels::fill<L>(y, Scalar(0));
+  Shape index_strides = indices.strides(), y_strides(size_t(indices.dim()), 0);
+  index_strides.push_back(0);
+  y_strides.push_back(y.strides()[1]);
+  push<L, PutMode::Add>(y, indices, &grad,
+                        {grad.sizes(), y_strides, index_strides, grad.strides(), 0, y.sizes()[0], y.strides()[0]},
+                        Scalar(0), attrs.get_int("padding_idx"), "embedding_backward");
+}
+
+// --- scans ----------------------------------------------------------------------------
+
+// Floats scan in double, 16-bit floats in float, integers in wrapping
+// uint64_t (the CPU's cumsum/cumprod accumulators).
+template <typename T>
+using scan_acc_t = std::conditional_t<std::is_same_v<T, float>, double, reduce_ops::sum_acc_t<T>>;
+
+// Operands: 0 the output's line, 1 the input's line (strides in elements
+// along the line: so, s). One line per element of the walk.
+template <typename M, typename T, bool kProduct>
+struct ScanLine {
+  int64_t n, s, so;
+  bool reverse;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    using Acc = scan_acc_t<T>;
+    const T* p = reinterpret_cast<const T*>(data[1] + off[1]);
+    T* q = reinterpret_cast<T*>(data[0] + off[0]);
+    Acc acc = kProduct ? Acc(1) : Acc(0);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = reverse ? n - 1 - k : k;
+      const Acc v = M::template to_acc<Acc>(p[i * s]);
+      acc = kProduct ? Acc(acc * v) : Acc(acc + v);
+      q[i * so] = reduce_ops::from_acc<T>(acc);
+    }
+  }
+};
+
+// The walk over every line along dim of x and out (x's shape with dim 1).
+template <size_t N>
+LoopGeometry<N> line_walk(const std::array<const Tensor*, N>& ts, int64_t dim, const char* op) {
+  Shape sizes = ts[0]->sizes();
+  sizes[size_t(dim)] = 1;
+  std::array<Operand, N> ops;
+  for (size_t k = 0; k < N; ++k) ops[k] = operand(*ts[k], ts[k]->strides());
+  return walk_geometry<N>(sizes, ops, op);
+}
+
+template <typename L, bool kProduct>
+void scan(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const char* op = kProduct ? "cumprod" : "cumsum";
+  if (in[0].numel() == 0) return;
+  const Tensor x = in[0].dim() == 0 ? make_view(in[0], {1}, {1}, in[0].storage_offset()) : in[0];
+  Tensor o = out[0].dim() == 0 ? make_view(out[0], {1}, {1}, out[0].storage_offset()) : out[0];
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), op);
+  const bool reverse = !kProduct && attrs.get_bool("reverse");
+  const LoopGeometry<2> g = line_walk<2>({&o, &x}, dim, op);
+  const int64_t n = x.sizes()[size_t(dim)], lines = x.numel() / n;
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    L::template for_each<2>(o.device(), g, lines,
+                            ScanLine<typename L::Math, T, kProduct>{n, x.strides()[size_t(dim)],
+                                                                    o.strides()[size_t(dim)], reverse});
+  });
+}
+
+// Note in src/ops/cumsum.cpp: out_i = (x_0 ... x_{i-1}) * S_i with
+// S_i = g_i + x_{i+1} S_{i+1}. The suffixes S are stored in the output,
+// then scaled by the running prefix.
+template <typename M, typename T>
+struct CumprodBackwardLine {
+  int64_t n, sg, sx, so;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    using Acc = scan_acc_t<T>;
+    T* o = reinterpret_cast<T*>(data[0] + off[0]);
+    const T* g = reinterpret_cast<const T*>(data[1] + off[1]);
+    const T* x = reinterpret_cast<const T*>(data[2] + off[2]);
+    Acc s = Acc(0);
+    for (int64_t i = n - 1; i >= 0; --i) {
+      s = (i == n - 1 ? Acc(0) : M::template to_acc<Acc>(x[(i + 1) * sx]) * s) + M::template to_acc<Acc>(g[i * sg]);
+      o[i * so] = T(s);
+    }
+    Acc prefix = Acc(1);
+    for (int64_t i = 0; i < n; ++i) {
+      o[i * so] = T(prefix * M::template to_acc<Acc>(o[i * so]));
+      prefix *= M::template to_acc<Acc>(x[i * sx]);
+    }
+  }
+};
+
+template <typename L>
+void cumprod_backward(const TensorList& in, TensorList& out, const Attrs&) {
+  const Tensor &g = in[0], &x = in[1];
+  Tensor& o = out[0];
+  if (x.numel() == 0) return;
+  const int64_t dim = x.dim() - 1, n = x.sizes()[size_t(dim)];
+  const LoopGeometry<3> walk = line_walk<3>({&o, &g, &x}, dim, "cumprod_backward");
+  dispatch_floating(x.dtype(), "cumprod_backward", [&]<typename T>() {
+    L::template for_each<3>(o.device(), walk, x.numel() / n,
+                            CumprodBackwardLine<typename L::Math, T>{n, g.strides()[size_t(dim)],
+                                                                     x.strides()[size_t(dim)], o.strides()[size_t(dim)]});
+  });
+}
+
+template <typename L>
+void register_all(DeviceType device) {
+  auto set = [device](const char* op, KernelFn kernel) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  };
+  set("gather", gather<L>);
+  set("index_select", index_select<L>);
+  set("embedding", embedding<L>);
+  set("one_hot", one_hot<L>);
+  set("scatter", scatter<L, PutMode::Copy>);
+  set("scatter_value", scatter<L, PutMode::Fill>);
+  set("scatter_add", scatter<L, PutMode::Add>);
+  set("gather_backward", gather_backward<L>);
+  set("index_add", index_add<L>);
+  set("embedding_backward", embedding_backward<L>);
+  set("cumsum", scan<L, false>);
+  set("cumprod", scan<L, true>);
+  set("cumprod_backward", cumprod_backward<L>);
+}
+
+}  // namespace index_kernels
+}  // namespace mf

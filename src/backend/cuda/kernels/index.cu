@@ -1,0 +1,55 @@
+// The CUDA kernels of the indexing ops and the scans: the shared kernel
+// table of backend/common/index_kernels.h over cuda::Loops, and the fault
+// record through which a walk reports a bad index (Note [Device index
+// kernels]).
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "backend/common/index_kernels.h"
+#include "backend/cuda/kernels/loops.cuh"
+
+namespace mf {
+namespace cuda {
+
+// One record per device and stream (walks on one stream run in order),
+// allocated on first use and kept for the process.
+IndexFault* Loops::clear_fault(const Device& device) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, IndexFault*> records;
+  const int index = device.index();
+  DeviceGuard guard(index);
+  IndexFault* record = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    IndexFault*& slot = records[{index, current_stream(index)}];
+    if (!slot) check_cuda(cudaMalloc(reinterpret_cast<void**>(&slot), sizeof(IndexFault)), "cudaMalloc (index fault)");
+    record = slot;
+  }
+  check_cuda(cudaMemsetAsync(record, 0, sizeof(IndexFault), current_stream(index)), "cudaMemsetAsync (index fault)");
+  return record;
+}
+
+std::optional<int64_t> Loops::read_fault(const Device& device, IndexFault* fault) {
+  const int index = device.index();
+  DeviceGuard guard(index);
+  cudaStream_t stream = current_stream(index);
+  IndexFault host;
+  check_cuda(cudaMemcpyAsync(&host, fault, sizeof(IndexFault), cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (index fault)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (index fault)");
+  if (!host.set) return std::nullopt;
+  return host.value;
+}
+
+}  // namespace cuda
+
+namespace {
+
+[[maybe_unused]] const bool kRegistered = [] {
+  index_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mf
