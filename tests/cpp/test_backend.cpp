@@ -11,6 +11,7 @@
 #include "backend/common/gemm_plan.h"
 #include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
+#include "backend/common/loss_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
@@ -758,6 +759,61 @@ TEST_F(EmulatedDevice, IndexKernelsRunOverAnotherBackendsLoops) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(EmulatedDevice, ClassLossesRunOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  composed_kernels::register_all<GeometryLoops, GeometryReducer>(DeviceType::CUDA);
+  index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  loss_kernels::register_all<GeometryLoops, GeometryReducer>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // (N, C, d) logits: the functional layer hands the ops a strided (M, C).
+  const Tensor logits = random_tensor({4, 5, 3}, 71, -3, 3);
+  const Tensor target = to(from_vector({0, 4, 2, -100, 1, 3, 3, 0, 4, 2, -100, 1}, {4, 3}), DType::Int64);
+  const Tensor weight = random_tensor({5}, 72, 0.5, 2);
+  for (const std::string reduction : {"none", "sum", "mean"}) {
+    for (const bool weighted : {false, true}) {
+      for (const double smoothing : {0.0, 0.2}) {
+        SCOPED_TRACE(reduction + (weighted ? " weighted" : "") + " smoothing " + std::to_string(smoothing));
+        const Tensor w = weighted ? weight : Tensor();
+        auto run = [&](const Tensor& x, const Tensor& t, const Tensor& wt, bool create_graph) {
+          Tensor leaf = x.detach();
+          leaf.requires_grad_(true);
+          Tensor loss = cross_entropy(leaf, t, wt, -100, reduction, smoothing);
+          Tensor g = autograd::grad({sum(mul(loss, loss))}, {leaf}, {}, {}, create_graph)[0];
+          return TensorList{loss.detach(), g.detach()};
+        };
+        for (const bool create_graph : {false, true}) {
+          const TensorList host = run(logits, target, w, create_graph);
+          const TensorList dev = run(on(logits), on(target), weighted ? on(w) : Tensor(), create_graph);
+          expect_close(back(dev[0]), host[0], 1e-12, 1e-12);
+          expect_close(back(dev[1]), host[1], 1e-12, 1e-12);
+        }
+        auto run_nll = [&](const Tensor& x, const Tensor& t, const Tensor& wt) {
+          Tensor leaf = x.detach();
+          leaf.requires_grad_(true);
+          Tensor loss = nll_loss(leaf, t, wt, -100, reduction);
+          sum(mul(loss, loss)).backward();
+          return TensorList{loss.detach(), leaf.grad()};
+        };
+        const TensorList host = run_nll(logits, target, w);
+        const TensorList dev = run_nll(on(logits), on(target), weighted ? on(w) : Tensor());
+        expect_close(back(dev[0]), host[0], 1e-12, 1e-12);
+        expect_close(back(dev[1]), host[1], 1e-12, 1e-12);
+      }
+    }
+  }
+  // float32 logits; a target out of range is an IndexError.
+  const Tensor x32 = to(reshape(permute(logits, {0, 2, 1}), {12, 5}), DType::Float32);
+  const Tensor flat = reshape(target, {12});
+  expect_close(back(cross_entropy(on(x32), on(flat), Tensor(), -100, "none")),
+               cross_entropy(x32, flat, Tensor(), -100, "none"), 1e-6, 1e-6);
+  const Tensor bad = to(from_vector({0, 5}, {2}), DType::Int64);
+  EXPECT_THROW(cross_entropy(on(random_tensor({2, 5}, 73)), on(bad)), IndexError);
+  EXPECT_THROW(nll_loss(on(random_tensor({2, 5}, 73)), on(bad)), IndexError);
 }
 
 }  // namespace
