@@ -67,7 +67,8 @@ class GradScaler {
     Stage stage = Stage::Ready;
     Tensor found_inf;
   };
-  void lazy_init();
+  // The scale and growth tracker, made on `device` (the first scaled loss's).
+  void lazy_init(Device device = Device());
 
   GradScalerOptions options_;
   Tensor scale_;           // float32 (1,)

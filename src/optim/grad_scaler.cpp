@@ -122,15 +122,15 @@ GradScaler::GradScaler(const GradScalerOptions& options) : options_(options) {
            options_.backoff_factor);
 }
 
-void GradScaler::lazy_init() {
+void GradScaler::lazy_init(Device device) {
   if (scale_.defined()) return;
-  scale_ = full({1}, options_.init_scale, {.dtype = kFloat32});
-  growth_tracker_ = zeros({1}, {.dtype = kInt32});
+  scale_ = full({1}, options_.init_scale, {.dtype = kFloat32, .device = device});
+  growth_tracker_ = zeros({1}, {.dtype = kInt32, .device = device});
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!options_.enabled) return loss;
-  lazy_init();
+  lazy_init(loss.device());
   return mul(loss, scale_);
 }
 
@@ -145,7 +145,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   NoGradGuard no_grad;
   // On the scale's device, with no host read: float32(1 / double(scale)).
   const Tensor inv_scale = to(reciprocal(to(scale_, kFloat64)), kFloat32);
-  state.found_inf = zeros({1}, {.dtype = kFloat32});
+  state.found_inf = zeros({1}, {.dtype = kFloat32, .device = scale_.device()});
   TensorList grads;
   for (const auto& group : optimizer.param_groups())
     for (const auto& p : group.params)

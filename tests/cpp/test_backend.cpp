@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 
+#include "backend/common/amp_kernels.h"
 #include "backend/common/composed_kernels.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/gemm_plan.h"
@@ -15,6 +16,7 @@
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
+#include "meshflow/amp.h"
 #include "meshflow/backend.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/graph/executor.h"
@@ -814,6 +816,41 @@ TEST_F(EmulatedDevice, ClassLossesRunOverAnotherBackendsLoops) {
   const Tensor bad = to(from_vector({0, 5}, {2}), DType::Int64);
   EXPECT_THROW(cross_entropy(on(random_tensor({2, 5}, 73)), on(bad)), IndexError);
   EXPECT_THROW(nll_loss(on(random_tensor({2, 5}, 73)), on(bad)), IndexError);
+}
+
+TEST_F(EmulatedDevice, GradScalingRunsOnTheDevice) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  amp_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  const Tensor g = to(random_tensor({4, 6}, 81, -100, 100), DType::Float32);
+  for (const bool poisoned : {false, true}) {
+    Tensor host = contiguous(poisoned ? where(eq(reshape(arange(24.0), {4, 6}), Scalar(13)), to(full({}, INFINITY), DType::Float32), g) : g);
+    host = add(host, Scalar(0));  // a copy of its own
+    Tensor dev = transpose(on(transpose(host, 0, 1)), 0, 1);  // a strided gradient on the device
+    Tensor host_found = zeros({1}), dev_found = on(zeros({1}));
+    const Tensor inv = full({1}, 0.125);
+    amp::non_finite_check_and_unscale_({host}, host_found, inv);
+    amp::non_finite_check_and_unscale_({dev}, dev_found, on(inv));
+    const Tensor got = back(dev);
+    expect_close(where(isfinite(got), got, Scalar(-1)), where(isfinite(host), host, Scalar(-1)), 0, 0);
+    expect_close(to(isinf(got), DType::Float64), to(isinf(host), DType::Float64), 0, 0);
+    expect_values(back(dev_found), {poisoned ? 1.0 : 0.0});
+    // Three updates: grow at the interval unless found_inf, else back off.
+    Tensor host_scale = full({1}, 1024.0), dev_scale = on(full({1}, 1024.0));
+    Tensor host_tracker = zeros({1}, {.dtype = DType::Int32}), dev_tracker = on(zeros({1}, {.dtype = DType::Int32}));
+    for (int i = 0; i < 3; ++i) {
+      amp::update_scale_(host_scale, host_tracker, host_found, 2.0, 0.5, 2);
+      amp::update_scale_(dev_scale, dev_tracker, dev_found, 2.0, 0.5, 2);
+      expect_close(back(dev_scale), host_scale, 0, 0);
+      expect_close(back(dev_tracker), host_tracker, 0, 0);
+    }
+  }
+  // The scaler keeps its scale and flags on the loss's device.
+  amp::GradScaler scaler;
+  const Tensor scaled = scaler.scale(on(full({}, 2.0)));
+  EXPECT_EQ(scaler.scale_tensor().device(), dev0);
+  expect_values(back(scaled), {2.0 * 65536.0});
 }
 
 }  // namespace

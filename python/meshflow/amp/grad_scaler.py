@@ -28,8 +28,9 @@ class GradScaler:
             raise ValueError(f"GradScaler: device must be 'cpu' or 'cuda', got {device!r}")
         self._setup(*args, **kwargs)
         if str(device) == "cuda" and self._enabled:
-            raise RuntimeError("GradScaler: no CUDA device is available in this build; use device='cpu' (or "
-                               "enabled=False)")
+            from meshflow import cuda
+            if not cuda.is_available():
+                raise RuntimeError("GradScaler: no CUDA device is available; use device='cpu' (or enabled=False)")
 
     def _setup(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                enabled=True):
@@ -51,10 +52,12 @@ class GradScaler:
         # scaler set (nn.Graph.set_grad_scaler), which scales the loss itself.
         self._graph_scaled = None
 
-    def _lazy_init(self):
+    def _lazy_init(self, device=None):
+        """Makes the scale and growth tracker, on the device of the first
+        outputs scaled (as torch's GradScaler does)."""
         if self._scale is None:
-            self._scale = _C.full((1,), self._init_scale, dtype=_C.float32)
-            self._growth_tracker = _C.full((1,), self._init_growth_tracker, dtype=_C.int32)
+            self._scale = _C.full((1,), self._init_scale, dtype=_C.float32, device=device)
+            self._growth_tracker = _C.full((1,), self._init_growth_tracker, dtype=_C.int32, device=device)
 
     def _state(self, optimizer):
         return self._per_optimizer_states.setdefault(id(optimizer), _new_state())
@@ -71,7 +74,7 @@ class GradScaler:
         if self._graph_scaled is not None:
             raise RuntimeError(f"GradScaler.scale: {self._graph_scaled} has this scaler (set_grad_scaler) and scales "
                                "the loss itself; call loss.backward() in build() without scale()")
-        self._lazy_init()
+        self._lazy_init(_first_device(outputs))
 
         def apply(value):
             if isinstance(value, _C.Tensor):
@@ -96,7 +99,7 @@ class GradScaler:
             raise RuntimeError("unscale_() is being called after step().")
         # On the scale's device, with no host read: float32(1 / double(scale)).
         inv_scale = self._scale.double().reciprocal().float()
-        found_inf = _C.zeros((1,), dtype=_C.float32)
+        found_inf = _C.zeros((1,), dtype=_C.float32, device=self._scale.device)
         grads = []
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -225,3 +228,15 @@ class GradScaler:
         self._init_growth_tracker = int(state_dict["_growth_tracker"])
         if self._growth_tracker is not None:
             self._growth_tracker.fill_(self._init_growth_tracker)
+
+
+def _first_device(value):
+    """The device of the first tensor in value (nested lists and tuples), or None."""
+    if isinstance(value, _C.Tensor):
+        return value.device
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            device = _first_device(v)
+            if device is not None:
+                return device
+    return None

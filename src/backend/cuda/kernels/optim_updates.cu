@@ -4,6 +4,9 @@
 // in optimizer.h) is read by the kernels, which then leave every value as it
 // was, and the step count is incremented by a one-thread kernel on the same
 // stream, from which the update kernel computes its step-dependent scalars.
+// Gradient scaling's unscale and scale update are walks of the shared
+// amp kernels (backend/common/amp_kernels.h).
+#include "backend/common/amp_kernels.h"
 #include "backend/common/optim_kernels.h"
 #include "backend/cuda/kernels/loops.cuh"
 
@@ -66,6 +69,7 @@ struct Updates {
 
 [[maybe_unused]] const bool kRegistered = [] {
   optim_kernels::register_all<Updates>(DeviceType::CUDA);
+  amp_kernels::register_all<Loops>(DeviceType::CUDA);
   return true;
 }();
 
