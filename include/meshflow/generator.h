@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <mutex>
 
+#include "meshflow/philox.h"
+
 namespace mf {
 
-// Philox4x32 with 10 rounds: four 32-bit random words per 128-bit counter
+// Philox4x32 with 10 rounds (philox4x32 in philox.h): four 32-bit random words per 128-bit counter
 // (counter, substream). Ops use substream 0; an op that needs an unbounded
 // number of words per element (rejection sampling) gives element i the
 // counter it reserved for it and walks the substreams 0, 1, 2, ...
@@ -34,13 +36,5 @@ class Generator {
 Generator& default_generator();
 // Seeds the default generator (mf::manual_seed(0) as torch.manual_seed(0)).
 void manual_seed(uint64_t seed);
-
-// Uniform float in [0, 1) from a 32-bit word (24 random bits).
-inline float uniform_float(uint32_t bits) { return float(bits >> 8) * (1.0f / 16777216.0f); }
-// Uniform double in [0, 1) from two words (53 random bits).
-inline double uniform_double(uint32_t hi, uint32_t lo) {
-  uint64_t v = (uint64_t(hi) << 21) ^ (uint64_t(lo) >> 11);
-  return double(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
-}
 
 }  // namespace mf

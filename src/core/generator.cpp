@@ -5,22 +5,8 @@ namespace mf {
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
 // SC 2011). The key is the seed; the counter is (counter, substream).
 std::array<uint32_t, 4> philox(uint64_t seed, uint64_t counter, uint64_t substream) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32);
-  uint32_t c2 = uint32_t(substream), c3 = uint32_t(substream >> 32);
-  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t(kM0) * c0;
-    uint64_t p1 = uint64_t(kM1) * c2;
-    uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n1 = uint32_t(p1);
-    uint32_t n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
-    uint32_t n3 = uint32_t(p0);
-    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-    k0 += kW0, k1 += kW1;
-  }
-  return {c0, c1, c2, c3};
+  const PhiloxWords r = philox4x32(seed, counter, substream);
+  return {r.w[0], r.w[1], r.w[2], r.w[3]};
 }
 
 void Generator::manual_seed(uint64_t seed) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "backend/common/amp_kernels.h"
 #include "backend/common/composed_kernels.h"
@@ -13,6 +14,7 @@
 #include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
 #include "backend/common/loss_kernels.h"
+#include "backend/common/random_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
@@ -851,6 +853,58 @@ TEST_F(EmulatedDevice, GradScalingRunsOnTheDevice) {
   const Tensor scaled = scaler.scale(on(full({}, 2.0)));
   EXPECT_EQ(scaler.scale_tensor().device(), dev0);
   expect_values(back(scaled), {2.0 * 65536.0});
+}
+
+TEST_F(EmulatedDevice, RandomOpsDrawTheCpusValues) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  random_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // Each draw twice from one seed: on the device, then on the CPU.
+  auto both = [&](const std::function<Tensor(Device)>& draw) {
+    manual_seed(1234);
+    Tensor dev = back(draw(dev0));
+    manual_seed(1234);
+    return TensorList{dev, draw(Device())};
+  };
+  const std::vector<std::function<Tensor(Device)>> draws = {
+      [](Device d) { return rand({5, 7}, {.device = d}); },
+      [](Device d) { return rand({3, 5}, {.dtype = DType::Float64, .device = d}); },
+      [](Device d) { return rand({9}, {.dtype = DType::BFloat16, .device = d}); },
+      [](Device d) { return randn({5, 7}, {.device = d}); },
+      [](Device d) { return randn({4, 3}, {.dtype = DType::Float64, .device = d}); },
+      [](Device d) { return randint(-3, 9, {6, 5}, {.dtype = DType::Int64, .device = d}); },
+      [](Device d) { return randint(0, int64_t(1) << 40, {7}, {.dtype = DType::Int64, .device = d}); },
+      [](Device d) { return bernoulli(zeros({6, 6}, {.device = d}), 0.3); },
+      [](Device d) { return bernoulli(zeros({5}, {.dtype = DType::Float64, .device = d}), 0.6); },
+      [](Device d) { return bernoulli(to(random_tensor({4, 6}, 91, 0, 1), d)); },
+      [](Device d) {  // a strided fill
+        Tensor t = transpose(zeros({4, 6}, {.device = d}), 0, 1);
+        uniform_(t, -2.0, 3.0);
+        return t;
+      },
+      [](Device d) { return dropout(to(random_tensor({7, 9}, 92, -1, 1), d), 0.35); },
+  };
+  // Integers, [0, 1) uniforms and masks are exact; normals and scaled
+  // uniforms may round differently (fused multiply-adds, the math library).
+  const std::set<size_t> rounded = {3, 4, 10};
+  for (size_t k = 0; k < draws.size(); ++k) {
+    SCOPED_TRACE(k);
+    const TensorList r = both(draws[k]);
+    const double tol = rounded.count(k) ? 1e-6 : 0;
+    expect_close(r[0], r[1], tol, tol);
+  }
+  // dropout's mask and its backward
+  auto dropout_grad = [&](Device d) {
+    manual_seed(99);
+    Tensor leaf = to(random_tensor({6, 5}, 93, -1, 1), d).detach();
+    leaf.requires_grad_(true);
+    sum(mul(dropout(leaf, 0.5), dropout(leaf, 0.5))).backward();
+    return back(leaf.grad());
+  };
+  expect_close(dropout_grad(dev0), dropout_grad(Device()), 0, 0);
+  EXPECT_THROW(bernoulli(to(full({3}, 1.5), dev0)), Error);
 }
 
 }  // namespace

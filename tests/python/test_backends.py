@@ -29,7 +29,8 @@ def test_coverage_lists_every_device_type():
     assert "transpose" not in cov["cuda"]        # views run everywhere
     # The shared kernel tables (elementwise, copies and factories,
     # reductions, the composed softmax and norms, optimizer updates,
-    # layout, indexing, scans, the class losses and gradient scaling) and
+    # layout, indexing, scans, the class losses, gradient scaling and the
+    # random ops) and
     # cuBLAS's matmul are
     # instantiated for CUDA when the backend is built; other families have
     # no CUDA kernels yet.
@@ -41,7 +42,8 @@ def test_coverage_lists_every_device_type():
               "gather", "gather_backward", "index_select", "index_add", "embedding", "embedding_backward",
               "one_hot", "scatter", "scatter_value", "scatter_add", "cumsum", "cumprod", "cumprod_backward",
               "cross_entropy", "cross_entropy_backward", "cross_entropy_target_terms", "nll_loss",
-              "nll_loss_backward", "amp_unscale", "amp_update_scale"}
+              "nll_loss_backward", "amp_unscale", "amp_update_scale", "uniform", "normal", "random_int",
+              "bernoulli", "bernoulli_scalar", "dropout", "dropout_backward"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:

@@ -80,15 +80,22 @@ LoopGeometry<N> walk_geometry(const Shape& sizes, const std::array<Operand, N>& 
   return loop_geometry<N>(s, op);
 }
 
+// Runs body(fault) on device, then on_fault(value) if it recorded a value.
+template <typename L, typename Body, typename OnFault>
+void with_fault_check(const Device& device, const Body& body, const OnFault& on_fault) {
+  IndexFault* fault = L::clear_fault(device);
+  body(fault);
+  if (const std::optional<int64_t> bad = L::read_fault(device, fault)) on_fault(*bad);
+}
+
 // Runs body(fault) on device, then throws IndexError if it recorded a bad
 // index.
 template <typename L, typename Body>
 void with_index_check(const Device& device, const char* op, int64_t dim, int64_t size, const Body& body) {
-  IndexFault* fault = L::clear_fault(device);
-  body(fault);
-  if (const std::optional<int64_t> bad = L::read_fault(device, fault))
-    throw IndexError(::mf::detail::concat(op, ": index ", *bad, " is out of bounds for dimension ", dim,
+  with_fault_check<L>(device, body, [&](int64_t bad) {
+    throw IndexError(::mf::detail::concat(op, ": index ", bad, " is out of bounds for dimension ", dim,
                                           " with size ", size));
+  });
 }
 
 // Calls fn.template operator()<E>() with E an unsigned type of `bytes` bytes:
