@@ -810,6 +810,19 @@ TEST_F(EmulatedDevice, ClassLossesRunOverAnotherBackendsLoops) {
       }
     }
   }
+  // The pointwise losses, with broadcasting, weights and every reduction.
+  const Tensor a = random_tensor({3, 4}, 74, -2, 2), b = random_tensor({4}, 75, -2, 2);
+  const Tensor t = random_tensor({3, 4}, 76, 0, 1), pw = random_tensor({4}, 77, 0.5, 2);
+  for (const std::string reduction : {"none", "sum", "mean"}) {
+    expect_close(back(mse_loss(transpose(on(transpose(a, 0, 1)), 0, 1), on(b), reduction)), mse_loss(a, b, reduction),
+                 1e-14, 1e-14);
+    expect_close(back(binary_cross_entropy_with_logits(on(a), on(t), Tensor(), Tensor(), reduction)),
+                 binary_cross_entropy_with_logits(a, t, Tensor(), Tensor(), reduction), 1e-14, 1e-14);
+    expect_close(back(binary_cross_entropy_with_logits(on(a), on(t), on(b), on(pw), reduction)),
+                 binary_cross_entropy_with_logits(a, t, b, pw, reduction), 1e-14, 1e-14);
+    expect_close(back(binary_cross_entropy_with_logits(on(a), on(t), Tensor(), on(pw), reduction)),
+                 binary_cross_entropy_with_logits(a, t, Tensor(), pw, reduction), 1e-14, 1e-14);
+  }
   // float32 logits; a target out of range is an IndexError.
   const Tensor x32 = to(reshape(permute(logits, {0, 2, 1}), {12, 5}), DType::Float32);
   const Tensor flat = reshape(target, {12});

@@ -15,12 +15,16 @@
 //   * the backward ops walk the (M, C) gradient, reading each row's target,
 //     lse and upstream gradient broadcast along the row, and the total
 //     weight and the class weights through pointers.
-// The CPU keeps its fused one-pass kernels (src/ops/loss.cpp).
+// The pointwise losses (mse_loss, binary_cross_entropy_with_logits) are an
+// elementwise pass, and for "sum" and "mean" a float64 buffer of it summed.
+// The CPU keeps its fused one-pass kernels (src/ops/loss.cpp,
+// loss_pointwise.cpp).
 #pragma once
 
 #include <string>
 
 #include "backend/common/index_kernels.h"
+#include "meshflow/ops/elementwise.h"  // broadcast_shapes
 
 namespace mf::loss_kernels {
 
@@ -354,6 +358,82 @@ void target_terms(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// --- pointwise losses --------------------------------------------------------------
+
+template <typename M, typename T>
+struct SquaredError {  // in float64, for the sums
+  MF_FORCE_INLINE MF_HOST_DEVICE double operator()(T a, T b) const {
+    const double d = double(M::template to_acc<acc_type<T>>(a)) - double(M::template to_acc<acc_type<T>>(b));
+    return d * d;
+  }
+};
+struct SquaredDifference {
+  template <typename A>
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a, A b) const {
+    const A d = a - b;
+    return d * d;
+  }
+};
+
+template <typename M, typename T>
+struct StoreMean {  // out = sum / n
+  T* out;
+  double n;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(int64_t i, double a) const { out[i] = T(a / n); }
+};
+
+// The sum (or mean) of a float64 buffer into the 0-d out.
+template <typename R, typename T>
+void sum_into(Tensor& out, const Tensor& values, bool mean) {
+  using M = typename R::Math;
+  const Tensor flat = make_view(values, {values.numel()}, {1}, values.storage_offset());
+  T* o = static_cast<T*>(out.data_ptr());
+  if (mean) R::template reduce<double>(flat, {0}, reduce_ops::Sum<M, double, double>{}, StoreMean<M, T>{o, double(values.numel())});
+  else R::template reduce<double>(flat, {0}, reduce_ops::Sum<M, double, double>{}, reduce_ops::StoreAs<T>{o});
+}
+
+template <typename L, typename R>
+void mse_loss(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const std::string& reduction = attrs.get_string("reduction");
+  dispatch_floating(in[0].dtype(), "mse_loss", [&]<typename T>() {
+    using A = acc_type<T>;
+    if (reduction == "none") {
+      L::template run<T, T, T>(out[0], {&in[0], &in[1]}, functors::InAcc<A, SquaredDifference>{});
+      return;
+    }
+    Tensor squares = make_empty(broadcast_shapes(in[0].sizes(), in[1].sizes(), "mse_loss"), DType::Float64, in[0].device());
+    L::template run<double, T, T>(squares, {&in[0], &in[1]}, SquaredError<typename L::Math, T>{});
+    sum_into<R, T>(out[0], squares, reduction == "mean");
+  });
+}
+
+// binary_cross_entropy_with_logits (Note in src/ops/loss_pointwise.cpp):
+// w ((1 - t) x + (1 + (pw - 1) t) sp(-x)), sp(z) = max(z, 0) + log1p(exp(-|z|)).
+template <typename M>
+struct BceWithLogits {
+  template <typename A>
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A x, A t, A w, A pw) const {
+    const A sp = M::select(-x > A(0), -x, A(0)) + M::log1p(M::exp(-M::fabs(x)));
+    return w * ((A(1) - t) * x + (A(1) + (pw - A(1)) * t) * sp);
+  }
+};
+
+// Inputs (x, t, w, pos_weight); w and pos_weight may be undefined (1).
+template <typename L>
+void bce_with_logits(const TensorList& in, TensorList& out, const Attrs&) {
+  dispatch_floating(in[0].dtype(), "binary_cross_entropy_with_logits", [&]<typename T>() {
+    using A = acc_type<T>;
+    Tensor one;
+    if (!in[2].defined() || !in[3].defined()) {
+      one = make_empty({}, in[0].dtype(), in[0].device());
+      elementwise_kernels::fill<L>(one, Scalar(1));
+    }
+    const Tensor& w = in[2].defined() ? in[2] : one;
+    const Tensor& pw = in[3].defined() ? in[3] : one;
+    L::template run<T, T, T, T, T>(out[0], {&in[0], &in[1], &w, &pw}, functors::InAcc<A, BceWithLogits<typename L::Math>>{});
+  });
+}
+
 template <typename L, typename R>
 void register_all(DeviceType device) {
   auto set = [device](const char* op, KernelFn kernel) {
@@ -364,6 +444,8 @@ void register_all(DeviceType device) {
   set("cross_entropy_backward", cross_entropy_backward<L, R>);
   set("nll_loss_backward", nll_loss_backward<L, R>);
   set("cross_entropy_target_terms", target_terms<L, R>);
+  set("mse_loss", mse_loss<L, R>);
+  set("binary_cross_entropy_with_logits", bce_with_logits<L>);
 }
 
 }  // namespace mf::loss_kernels
