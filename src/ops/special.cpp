@@ -1,11 +1,11 @@
 // The gamma family: lgamma, digamma and polygamma(n, x), elementwise on
 // floating tensors (integer and bool inputs compute in the default float
-// dtype), evaluated in double (kernels/special_math.h). Each derivative is
+// dtype), evaluated in double (backend/common/special_math.h); the kernels
+// are the shared elementwise table's (elementwise_functors.h). Each derivative is
 // the next function of the family: lgamma' = digamma = polygamma(0),
 // polygamma(n)' = polygamma(n + 1).
 #include "meshflow/ops/elementwise.h"
 #include "ops/elementwise_common.h"
-#include "backend/common/special_math.h"
 
 namespace mf {
 
@@ -21,7 +21,6 @@ MF_REGISTER_OP(OpDef{
     .name = "lgamma",
     .inputs = {"input"},
     .infer = infer_floating("lgamma"),
-    .cpu_kernel = floating_unary_kernel("lgamma", [](auto a) { return decltype(a)(special_math::lgamma(double(a))); }),
     .backward = [](const BackwardContext& ctx) { return TensorList{mul(ctx.grad_outputs[0], digamma(ctx.inputs[0]))}; },
     .save_inputs = 0b1,
     .elementwise = true,
@@ -31,8 +30,6 @@ MF_REGISTER_OP(OpDef{
     .name = "digamma",
     .inputs = {"input"},
     .infer = infer_floating("digamma"),
-    .cpu_kernel = floating_unary_kernel("digamma",
-                                        [](auto a) { return decltype(a)(special_math::digamma(double(a))); }),
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], polygamma_of(1, ctx.inputs[0]))};
     },
@@ -44,12 +41,6 @@ MF_REGISTER_OP(OpDef{
     .name = "polygamma",
     .inputs = {"input"},
     .infer = infer_floating("polygamma"),
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const int64_t n = attrs.get_int("n");
-      dispatch_floating(in[0].dtype(), "polygamma", [&]<typename T>() {
-        cpu::elementwise<T, T>(out[0], {&in[0]}, [n](T a) { return T(special_math::polygamma(n, double(a))); });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], polygamma_of(ctx.attrs.get_int("n") + 1, ctx.inputs[0]))};
     },

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "meshflow/dtype.h"
+#include "backend/common/special_math.h"
 #include "meshflow/host_device.h"
 
 namespace mf::functors {
@@ -93,6 +94,14 @@ MF_UNARY_FUNCTOR(Log10, M::log10(a))
 MF_UNARY_FUNCTOR(Exp2, M::exp2(a))
 MF_UNARY_FUNCTOR(Erfc, M::erfc(a))
 MF_UNARY_FUNCTOR(Erfinv, M::erfinv(a))
+// The gamma family, evaluated in double (special_math.h) on every device.
+MF_UNARY_FUNCTOR(Lgamma, A(special_math::lgamma(double(a))))
+MF_UNARY_FUNCTOR(Digamma, A(special_math::digamma(double(a))))
+template <typename M, typename A>
+struct Polygamma {
+  int64_t n;
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a) const { return A(special_math::polygamma(n, double(a))); }
+};
 // sin(pi x) / (pi x), 1 at 0.
 MF_UNARY_FUNCTOR(Sinc, a == A(0) ? A(1) : M::sin(A(kPi) * a) / (A(kPi) * a))
 MF_UNARY_FUNCTOR(Frac, a - M::trunc(a))

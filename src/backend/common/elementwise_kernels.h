@@ -315,6 +315,11 @@ void register_all(DeviceType device) {
   set("exp2", floating_unary<L, Exp2<M>>("exp2"));
   set("erfc", floating_unary<L, Erfc<M>>("erfc"));
   set("erfinv", floating_unary<L, Erfinv<M>>("erfinv"));
+  set("lgamma", floating_unary<L, Lgamma<M>>("lgamma"));
+  set("digamma", floating_unary<L, Digamma<M>>("digamma"));
+  set("polygamma", floating_unary_with<L>("polygamma", []<typename A>(std::type_identity<A>, const Attrs& attrs) {
+        return functors::Polygamma<M, A>{attrs.get_int("n")};
+      }));
   set("sinc", floating_unary<L, Sinc<M>>("sinc"));
   set("frac", floating_unary<L, Frac<M>>("frac"));
   set("deg2rad", floating_unary<L, Deg2rad<M>>("deg2rad"));

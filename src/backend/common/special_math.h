@@ -2,7 +2,8 @@
 // (lgamma, digamma, trigamma and the Hurwitz zeta function, which gives
 // polygamma), the derivative of a gamma sample with respect to its shape
 // (standard_gamma_grad) and erfinv. Plain inline functions of <cmath> only, so that every
-// backend's loops can use them. The methods are the classical ones (Cephes'
+// backend's loops can use them; the gamma family (lgamma, digamma,
+// trigamma, zeta, polygamma) is also compiled for devices (MF_HOST_DEVICE). The methods are the classical ones (Cephes'
 // asymptotic digamma series and Euler-Maclaurin zeta summation), which are
 // also those PyTorch uses, so results agree to rounding.
 #pragma once
@@ -12,19 +13,25 @@
 #include <limits>
 #include <utility>
 
+#include "meshflow/host_device.h"
+
 namespace mf::special_math {
 
 inline constexpr double kPi = 3.14159265358979323846;
 inline constexpr double kMachEp = 1.11022302462515654042e-16;  // 2^-53
 
 // log|Gamma(x)|; +inf at the poles 0, -1, -2, ...
-inline double lgamma(double x) {
+MF_HOST_DEVICE inline double lgamma(double x) {
+#ifdef __CUDA_ARCH__
+  return ::lgamma(x);
+#else
   int sign = 0;
   return ::lgamma_r(x, &sign);  // the reentrant form: no global signgam written by parallel loops
+#endif
 }
 
 // psi(x) = d/dx log Gamma(x); -+inf at +-0, NaN at the negative integers.
-inline double digamma(double x) {
+MF_HOST_DEVICE inline double digamma(double x) {
   if (x == 0) return std::copysign(std::numeric_limits<double>::infinity(), -x);
   if (std::isnan(x)) return x;
   if (x < 0) {
@@ -55,7 +62,7 @@ inline double digamma(double x) {
 }
 
 // psi'(x): reflection below 1/2, six recurrence steps, then the asymptotic series.
-inline double trigamma(double x) {
+MF_HOST_DEVICE inline double trigamma(double x) {
   double sign = 1, result = 0;
   if (x < 0.5) {
     sign = -1;
@@ -75,7 +82,7 @@ inline double trigamma(double x) {
 // Hurwitz zeta sum_{k >= 0} (q + k)^-s for s > 1, by Euler-Maclaurin
 // summation: terms up to q + 9 (at least 9 of them), then the integral and
 // the Bernoulli corrections (2k)! / B_2k.
-inline double zeta(double s, double q) {
+MF_HOST_DEVICE inline double zeta(double s, double q) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (s == 1) return kInf;
   if (s < 1) return std::numeric_limits<double>::quiet_NaN();
@@ -114,7 +121,7 @@ inline double zeta(double s, double q) {
 }
 
 // The n-th derivative of digamma: (-1)^(n+1) n! zeta(n + 1, x) for n >= 1.
-inline double polygamma(int64_t n, double x) {
+MF_HOST_DEVICE inline double polygamma(int64_t n, double x) {
   if (n == 0) return digamma(x);
   if (n == 1) return trigamma(x);
   return ((n % 2) ? 1.0 : -1.0) * std::exp(lgamma(double(n) + 1.0)) * zeta(double(n + 1), x);
