@@ -752,6 +752,38 @@ TEST_F(EmulatedDevice, IndexKernelsRunOverAnotherBackendsLoops) {
     return leaf.grad();
   };
   expect_close(back(table_grad(on(table), on(idx))), table_grad(table, idx), 1e-14, 0);
+  // Advanced indexing: tensors (broadcast together, one negative) around
+  // slices, with the result's dims moved first or kept in place, and
+  // index_put_ assigning and accumulating.
+  {
+    const Tensor i0 = ints({2, -1, 0}, {3, 1}), i1 = ints({1, 3}, {2});
+    const std::vector<std::vector<TensorIndex>> plans = {
+        {i0, Slice{}, i1}, {Slice{}, i0, i1}, {Slice{1, 3}, i1}, {Ellipsis{}, ints({4, 0}, {2})}, {1, Slice{}, i1}};
+    for (const auto& plan : plans) {
+      std::vector<TensorIndex> dev_plan;
+      for (const auto& e : plan)
+        dev_plan.push_back(std::holds_alternative<Tensor>(e) ? TensorIndex(on(std::get<Tensor>(e))) : e);
+      const Tensor want = index(x, plan);
+      expect_close(back(index(on(x), dev_plan)), want, 0, 0);
+      const Tensor value = random_tensor(want.sizes(), 69, -1, 1);
+      for (const bool accumulate : {false, true}) {
+        if (!accumulate && plan.size() == 3 && std::holds_alternative<Tensor>(plan[0])) continue;  // repeats: unspecified
+        Tensor host = add(x, Scalar(0)), dev = on(x);
+        index_put_(host, plan, value, accumulate);
+        index_put_(dev, dev_plan, on(value), accumulate);
+        expect_close(back(dev), host, 1e-15, 0);
+      }
+    }
+    // The gradient of an advanced index accumulates into zeros.
+    Tensor leaf = on(x).detach();
+    leaf.requires_grad_(true);
+    sum(mul(index(leaf, {on(i0), Slice{}, on(i1)}), index(leaf, {on(i0), Slice{}, on(i1)}))).backward();
+    Tensor host_leaf = x.detach();
+    host_leaf.requires_grad_(true);
+    sum(mul(index(host_leaf, {i0, Slice{}, i1}), index(host_leaf, {i0, Slice{}, i1}))).backward();
+    expect_close(back(leaf.grad()), host_leaf.grad(), 1e-15, 0);
+    EXPECT_THROW(index(on(x), {on(ints({3}, {1}))}), IndexError);
+  }
   // A bad index is an IndexError naming the op, whatever the device.
   EXPECT_THROW(gather(on(x), 2, on(ints({0, 5}, {1, 1, 2}))), IndexError);  // NOLINT
   EXPECT_THROW(index_select(on(x), 0, on(ints({-1}, {1}))), IndexError);

@@ -1,6 +1,7 @@
 // Note [Device index kernels]
 // The indexing ops (gather, index_select, embedding, the scatters, index_add
-// and the gradients that are scatters, one_hot) and the scans (cumsum,
+// and the gradients that are scatters, one_hot, advanced index and
+// index_put) and the scans (cumsum,
 // cumprod), written once over a backend's loops L. Each is a walk over an
 // iteration space whose operands are views with chosen strides; at every
 // element a functor reads an index and moves or combines one value:
@@ -30,7 +31,7 @@
 // own kernels for these ops (src/backend/cpu/kernels/index.cpp, the
 // blocked scans of cpu/kernels/scan.cpp); the ops' schemas, inference and
 // backward live in src/ops/ (index.cpp, embedding.cpp, rearrange.cpp,
-// cumsum.cpp).
+// advanced_index.cpp, cumsum.cpp).
 #pragma once
 
 #include <array>
@@ -39,6 +40,7 @@
 
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/index_fault.h"
+#include "backend/common/index_plan.h"
 #include "backend/common/reduce_ops.h"
 #include "meshflow/checked_size.h"
 
@@ -377,6 +379,139 @@ void embedding_backward(const TensorList& in, TensorList& out, const Attrs& attr
                         Scalar(0), attrs.get_int("padding_idx"), "embedding_backward");
 }
 
+// --- advanced indexing -------------------------------------------------------------
+// Note [Rows layout] (cpu/kernels/index_kernels.h): the k index tensors of
+// shape B pick rows of the plan's view (pre..., k indexed dims, post...).
+// A first walk per index tensor adds its element offsets into an int64
+// buffer of shape B (negatives wrap; one out of range is an IndexError),
+// then the result (pre + B + post) is walked with the buffer read along B.
+
+// Operands: 0 the row offsets (int64), 1 index tensor j.
+template <typename M>
+struct AddRowOffset {
+  int64_t size, stride;
+  bool first;
+  IndexFault* fault;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    int64_t& o = *reinterpret_cast<int64_t*>(data[0] + off[0]);
+    const int64_t given = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
+    const int64_t v = given < 0 ? given + size : given;
+    if (first) o = 0;
+    if (v < 0 || v >= size) {
+      M::record_fault(fault, given);
+      return;
+    }
+    o += v * stride;
+  }
+};
+
+// The element offsets (within the view) of the rows the index tensors pick.
+template <typename L>
+Tensor row_offsets(const Tensor& view, const index_plan::IndexPlan& p, const TensorList& idx, const char* op) {
+  const Shape rows = index_plan::rows_shape_of(idx, op);
+  Tensor offsets = make_empty(rows, DType::Int64, view.device());
+  const int64_t n = offsets.numel();
+  if (idx.empty()) elementwise_kernels::fill<L>(offsets, Scalar(0));  // one row, at the view's start
+  for (size_t j = 0; j < idx.size(); ++j) {
+    const size_t d = size_t(p.num_pre) + j;
+    const int64_t size = view.sizes()[d];
+    const LoopGeometry<2> g =
+        walk_geometry<2>(rows, {operand(offsets, offsets.strides()), operand(idx[j], idx[j].strides())}, op);
+    with_index_check<L>(view.device(), op, p.src_dims[d], size, [&](IndexFault* fault) {
+      L::template for_each<2>(view.device(), g, n,
+                              AddRowOffset<typename L::Math>{size, view.strides()[d], j == 0, fault});
+    });
+  }
+  return offsets;
+}
+
+// The walk over the result (pre + B + post): strides of the view with B's
+// dims 0, and of the offsets along B only.
+struct RowsWalk {
+  Shape sizes, view_strides, offset_strides;
+};
+inline RowsWalk rows_walk(const Tensor& view, const index_plan::IndexPlan& p, size_t k, const Tensor& offsets) {
+  const size_t np = size_t(p.num_pre), nb = size_t(offsets.dim());
+  RowsWalk w;
+  for (size_t d = 0; d < np; ++d) {
+    w.sizes.push_back(view.sizes()[d]);
+    w.view_strides.push_back(view.strides()[d]);
+    w.offset_strides.push_back(0);
+  }
+  for (size_t d = 0; d < nb; ++d) {
+    w.sizes.push_back(offsets.sizes()[d]);
+    w.view_strides.push_back(0);
+    w.offset_strides.push_back(offsets.strides()[d]);
+  }
+  for (size_t d = np + k; d < size_t(view.dim()); ++d) {
+    w.sizes.push_back(view.sizes()[d]);
+    w.view_strides.push_back(view.strides()[d]);
+    w.offset_strides.push_back(0);
+  }
+  return w;
+}
+
+// Operands: 0 the result, 1 the row offset, 2 the view at the row's start.
+template <typename E>
+struct PickRow {
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t row = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
+    *reinterpret_cast<E*>(data[0] + off[0]) = reinterpret_cast<const E*>(data[2] + off[2])[row];
+  }
+};
+
+// Operands: 0 the view at the row's start, 1 the row offset, 2 the value.
+template <typename M, typename T, bool kAdd>
+struct PutRow {
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t row = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
+    T* dst = reinterpret_cast<T*>(data[0] + off[0]) + row;
+    const T v = *reinterpret_cast<const T*>(data[2] + off[2]);
+    if constexpr (kAdd) atomic_add<M>(dst, v);
+    else *dst = v;
+  }
+};
+
+// inputs (x, indices...)
+template <typename L>
+void index(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const index_plan::IndexPlan p = index_plan::IndexPlan::from(attrs);
+  const Tensor view = index_plan::plan_view(in[0], p);
+  const TensorList idx(in.begin() + 1, in.end());
+  Tensor& y = out[0];
+  const Tensor offsets = row_offsets<L>(view, p, idx, "index");
+  if (y.numel() == 0) return;
+  const RowsWalk w = rows_walk(view, p, idx.size(), offsets);
+  const LoopGeometry<3> g = walk_geometry<3>(
+      w.sizes, {operand(y, y.strides()), operand(offsets, w.offset_strides), operand(view, w.view_strides)}, "index");
+  by_itemsize(view.element_size(), [&]<typename E>() { L::template for_each<3>(y.device(), g, y.numel(), PickRow<E>{}); });
+}
+
+// inputs (self, value, indices...): out = self with the rows set to (or
+// incremented by) value broadcast to the result's shape.
+template <typename L>
+void index_put(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const index_plan::IndexPlan p = index_plan::IndexPlan::from(attrs);
+  Tensor& y = out[0];
+  if (!y.is_same(in[0])) elementwise_kernels::copy_cast<L>(y, in[0]);
+  const Tensor view = index_plan::plan_view(y, p);
+  const TensorList idx(in.begin() + 2, in.end());
+  const Tensor offsets = row_offsets<L>(view, p, idx, "index_put_");
+  const RowsWalk w = rows_walk(view, p, idx.size(), offsets);
+  const int64_t n = shape_numel(w.sizes);
+  if (n == 0) return;
+  const Tensor& value = in[1];
+  Shape value_strides = broadcast_byte_strides(value, w.sizes);
+  for (auto& v : value_strides) v /= int64_t(value.element_size());
+  const LoopGeometry<3> g = walk_geometry<3>(
+      w.sizes, {operand(view, w.view_strides), operand(offsets, w.offset_strides), operand(value, value_strides)},
+      "index_put_");
+  dispatch_dtype(y.dtype(), [&]<typename T>() {
+    if (attrs.get_bool("accumulate")) L::template for_each<3>(y.device(), g, n, PutRow<typename L::Math, T, true>{});
+    else L::template for_each<3>(y.device(), g, n, PutRow<typename L::Math, T, false>{});
+  });
+}
+
 // --- scans ----------------------------------------------------------------------------
 
 // Floats scan in double, 16-bit floats in float, integers in wrapping
@@ -475,6 +610,8 @@ void register_all(DeviceType device) {
     OpRegistry::instance().set_kernel(op, device, std::move(kernel));
   };
   set("gather", gather<L>);
+  set("index", index<L>);
+  set("index_put", index_put<L>);
   set("index_select", index_select<L>);
   set("embedding", embedding<L>);
   set("one_hot", one_hot<L>);
