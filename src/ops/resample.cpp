@@ -18,14 +18,15 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/shape.h"
+#include "backend/common/resample_plan.h"
 #include "backend/cpu/kernels/resample.h"
 
 namespace mf {
 namespace {
 
-using cpu::PadMode;
-using cpu::ResampleAxis;
-using cpu::UpsampleMode;
+using resample_plan::PadMode;
+using resample_plan::ResampleAxis;
+using resample_plan::UpsampleMode;
 
 std::vector<TensorMeta> meta(const Shape& shape, const Tensor& like) {
   return {{shape, like.dtype(), like.device()}};
@@ -128,8 +129,14 @@ std::vector<ResampleAxis> upsample_axes(const UpsampleKind& kind, const Shape& i
   }
   std::vector<ResampleAxis> axes;
   for (size_t i = 0; i < out.size(); ++i)
-    axes.push_back(cpu::upsample_axis(kind.mode, in[i], out[i], a.get_bool("align_corners"), scales[i], dtype));
+    axes.push_back(resample_plan::upsample_axis(kind.mode, in[i], out[i], a.get_bool("align_corners"), scales[i], dtype));
   return axes;
+}
+
+// The forward maps: the input's strides choose PyTorch's kernel.
+std::vector<ResampleAxis> upsample_forward_axes(const UpsampleKind& kind, const Tensor& x, const Attrs& a) {
+  const TorchKernel kernel = channels_last_contiguous(x) ? TorchKernel::ChannelsLastForward : TorchKernel::GenericForward;
+  return upsample_axes(kind, spatial_sizes(x.sizes()), a, x.dtype(), kernel);
 }
 
 std::string backward_name(const char* name) { return std::string(name) + "_backward"; }
@@ -148,10 +155,7 @@ OpDef upsample_op(const UpsampleKind& kind) {
       },
       .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
         if (out[0].numel() == 0) return;  // an empty batch: no maps (their sizes may be huge)
-        const TorchKernel kernel =
-            channels_last_contiguous(in[0]) ? TorchKernel::ChannelsLastForward : TorchKernel::GenericForward;
-        const Shape input = spatial_sizes(in[0].sizes());
-        cpu::resample_forward(in[0], out[0], upsample_axes(kind, input, a, in[0].dtype(), kernel));
+        cpu::resample_forward(in[0], out[0], upsample_forward_axes(kind, in[0], a));
       },
       .backward = [kind](const BackwardContext& ctx) {
         Attrs a = ctx.attrs;
@@ -276,7 +280,7 @@ std::vector<ResampleAxis> pad_axes(const PadKind& kind, const Shape& in, const S
   std::vector<ResampleAxis> axes;
   for (size_t i = 0; i < dims; ++i) {
     const size_t p = dims - 1 - i;
-    axes.push_back(cpu::pad_axis(kind.mode, in[i], pads[2 * p], pads[2 * p + 1]));
+    axes.push_back(resample_plan::pad_axis(kind.mode, in[i], pads[2 * p], pads[2 * p + 1]));
   }
   return axes;
 }
@@ -390,6 +394,23 @@ int64_t scaled_size(int64_t size, double scale) {
 }
 
 }  // namespace
+
+std::vector<ResampleAxis> resample_plan::op_axes(const std::string& op, const TensorList& in, const TensorList&,
+                                                 const Attrs& a) {
+  const bool backward = op.ends_with("_backward");
+  const std::string base = backward ? op.substr(0, op.size() - std::string("_backward").size()) : op;
+  for (const UpsampleKind* kind : {&kNearest, &kNearestExact, &kLinear, &kBicubic}) {
+    if (base != kind->name) continue;
+    if (!backward) return upsample_forward_axes(*kind, in[0], a);
+    return upsample_axes(*kind, a.get_shape("input_size"), a, in[0].dtype(), TorchKernel::Backward);
+  }
+  for (const PadKind& kind : kPadKinds) {
+    if (base != kind.name) continue;
+    const Shape& pads = a.get_shape("pad");
+    return pad_axes(kind, backward ? a.get_shape("input_size") : last_sizes(in[0].sizes(), pads.size() / 2), pads);
+  }
+  throw Error(::mf::detail::concat("resample: ", op, " is not a resampling op"));
+}
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   MF_CHECK(x.defined(), ValueError, "interpolate: input is undefined");

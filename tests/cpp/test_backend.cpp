@@ -15,6 +15,7 @@
 #include "backend/common/layout_kernels.h"
 #include "backend/common/loss_kernels.h"
 #include "backend/common/random_kernels.h"
+#include "backend/common/resample_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
@@ -24,6 +25,7 @@
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/nn.h"
+#include "meshflow/ops/resample.h"
 #include "test_util.h"
 
 namespace mf {
@@ -953,6 +955,55 @@ TEST_F(EmulatedDevice, RandomOpsDrawTheCpusValues) {
   };
   expect_close(dropout_grad(dev0), dropout_grad(Device()), 0, 0);
   EXPECT_THROW(bernoulli(to(full({3}, 1.5), dev0)), Error);
+}
+
+TEST_F(EmulatedDevice, ResamplingRunsOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  resample_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // Forward and gradient of f on the device against the CPU; the device's
+  // input is strided (made on the device).
+  auto check = [&](const Tensor& x, const std::function<Tensor(const Tensor&)>& f, double tol) {
+    auto run = [&](const Tensor& input) {
+      Tensor leaf = input.detach();
+      leaf.requires_grad_(true);
+      Tensor y = f(leaf);
+      sum(mul(y, y)).backward();
+      return TensorList{y.detach(), leaf.grad()};
+    };
+    const TensorList host = run(x);
+    const TensorList dev = run(transpose(on(contiguous(transpose(x, -1, -2))), -1, -2));
+    expect_close(back(dev[0]), host[0], tol, tol);
+    expect_close(back(dev[1]), host[1], tol, tol);
+  };
+  const Tensor x4 = random_tensor({2, 3, 5, 4}, 101, -1, 1), x3 = random_tensor({2, 3, 6}, 102, -1, 1);
+  const Tensor x5 = random_tensor({1, 2, 3, 4, 3}, 103, -1, 1);
+  auto up = [](std::string mode, Shape size, bool align = false) {
+    return [mode, size, align](const Tensor& t) {
+      InterpolateOptions o;
+      o.size = size;
+      o.mode = mode;
+      if (mode != "nearest" && mode != "nearest-exact") o.align_corners = align;
+      return interpolate(t, o);
+    };
+  };
+  check(x4, up("nearest", {7, 9}), 1e-14);
+  check(x4, up("nearest-exact", {3, 9}), 1e-14);
+  check(x4, up("bilinear", {7, 3}), 1e-14);
+  check(x4, up("bilinear", {8, 6}, true), 1e-14);
+  check(x4, up("bicubic", {9, 7}), 1e-14);
+  check(x3, up("linear", {11}), 1e-14);
+  check(x5, up("trilinear", {5, 3, 6}), 1e-14);
+  check(x5, up("nearest", {6, 8, 5}), 1e-14);
+  for (const std::string mode : {"reflect", "replicate", "circular"}) {
+    check(x4, [mode](const Tensor& t) { return pad(t, {2, 1, -1, 3}, mode, std::nullopt); }, 1e-14);
+    check(x3, [mode](const Tensor& t) { return pad(t, {3, 2}, mode, std::nullopt); }, 1e-14);
+  }
+  // Integer nearest upsampling copies elements.
+  const Tensor xi = to(mul(x4, Scalar(50)), DType::Int32);
+  expect_close(back(up("nearest", {7, 9})(on(xi))), up("nearest", {7, 9})(xi), 0, 0);
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ def test_coverage_lists_every_device_type():
               "cross_entropy", "cross_entropy_backward", "cross_entropy_target_terms", "nll_loss",
               "nll_loss_backward", "amp_unscale", "amp_update_scale", "uniform", "normal", "random_int",
               "bernoulli", "bernoulli_scalar", "dropout", "dropout_backward", "mse_loss",
-              "binary_cross_entropy_with_logits", "lgamma", "digamma", "polygamma", "index", "index_put"}
+              "binary_cross_entropy_with_logits", "lgamma", "digamma", "polygamma", "index", "index_put",
+              "upsample_bicubic2d_backward", "reflection_pad", "circular_pad_backward"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:

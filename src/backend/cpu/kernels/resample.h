@@ -9,7 +9,9 @@
 // nearest modes, two for linear, four for bicubic), and an output element
 // is the sum over its dims' tap combinations of the weights' product times
 // the input there. So the ops share two loops, and only the maps differ
-// (resample.cpp computes them with PyTorch 1.13's arithmetic):
+// (backend/common/resample_plan.cpp computes them with PyTorch 1.13's
+// arithmetic; the CUDA backend runs them with its own passes,
+// backend/common/resample_kernels.h):
 //   * forward: a plain gather when no dim has weights (an exact copy, every
 //     dtype); otherwise one pass per dim, the last dim first, each output
 //     row the weighted sum of whole input rows (vectorised along the dims
@@ -23,30 +25,14 @@
 
 #include <vector>
 
+#include "backend/common/resample_plan.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
 
-struct ResampleAxis {
-  int64_t in_size = 0, out_size = 0, taps = 1;
-  std::vector<int64_t> index;  // (out_size, taps) input positions, each in [0, in_size)
-  std::vector<double> weight;  // (out_size, taps); empty: one tap of weight 1
-};
-
-enum class PadMode { Reflect, Replicate, Circular };
-// F.pad's map of one dim of in_size padded by lo before and hi after
-// (negative pads crop). The caller has checked the mode's limits:
-// reflect |pad| < in_size, replicate in_size > 0, circular pads within the
-// cropped size (check_pad in src/ops/resample.cpp).
-ResampleAxis pad_axis(PadMode mode, int64_t in_size, int64_t lo, int64_t hi);
-
-enum class UpsampleMode { Nearest, NearestExact, Linear, Cubic };
-// interpolate's map of one dim from in_size to out_size (both > 0).
-// scale: the scale factor the user gave (<= 0: none, the sizes' ratio is
-// used); align_corners applies to Linear and Cubic. Linear and cubic
-// weights are computed in dtype's accumulation type, as PyTorch does.
-ResampleAxis upsample_axis(UpsampleMode mode, int64_t in_size, int64_t out_size, bool align_corners, double scale,
-                           DType dtype);
+using resample_plan::PadMode;
+using resample_plan::ResampleAxis;
+using resample_plan::UpsampleMode;
 
 // y (..., out sizes) from x (..., in sizes): the last axes.size() dims are
 // resampled. y is contiguous; x may have any strides.
