@@ -14,6 +14,7 @@
 #include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
 #include "backend/common/loss_kernels.h"
+#include "backend/common/pool_kernels.h"
 #include "backend/common/random_kernels.h"
 #include "backend/common/resample_kernels.h"
 #include "backend/common/reduce_geometry.h"
@@ -25,6 +26,7 @@
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/nn.h"
+#include "meshflow/ops/conv.h"
 #include "meshflow/ops/resample.h"
 #include "test_util.h"
 
@@ -1004,6 +1006,48 @@ TEST_F(EmulatedDevice, ResamplingRunsOverAnotherBackendsLoops) {
   // Integer nearest upsampling copies elements.
   const Tensor xi = to(mul(x4, Scalar(50)), DType::Int32);
   expect_close(back(up("nearest", {7, 9})(on(xi))), up("nearest", {7, 9})(xi), 0, 0);
+}
+
+TEST_F(EmulatedDevice, PoolingRunsOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  pool_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // Forward, gradient and the gradient's gradient (max pools gather) of f.
+  auto check = [&](const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+    auto run = [&](const Tensor& input) {
+      Tensor leaf = input.detach();
+      leaf.requires_grad_(true);
+      Tensor y = f(leaf);
+      Tensor g = autograd::grad({sum(mul(y, y))}, {leaf}, {}, {}, true)[0];
+      Tensor gg = autograd::grad({sum(mul(g, g))}, {leaf})[0];
+      return TensorList{y.detach(), g.detach(), gg};
+    };
+    const TensorList host = run(x);
+    const TensorList dev = run(transpose(on(contiguous(transpose(x, -1, -2))), -1, -2));
+    for (size_t k = 0; k < 3; ++k) expect_close(back(dev[k]), host[k], 1e-13, 1e-13);
+  };
+  Tensor x4 = random_tensor({2, 3, 7, 6}, 111, -1, 1);
+  x4 = where(eq(reshape(arange(252.0), {2, 3, 7, 6}), Scalar(40)), Scalar(NAN), x4);  // a NaN wins its windows
+  const Tensor x5 = random_tensor({1, 2, 5, 4, 6}, 112, -1, 1);
+  check(x4, [](const Tensor& t) { return max_pool2d(t, {.kernel_size = {3, 2}, .stride = {2, 1}, .padding = {1, 1}}); });
+  check(x4, [](const Tensor& t) {
+    return max_pool2d(t, {.kernel_size = {2, 2}, .padding = {1, 0}, .dilation = {2, 3}, .ceil_mode = true});
+  });
+  check(x4, [](const Tensor& t) { return avg_pool2d(t, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}); });
+  check(x4, [](const Tensor& t) {
+    return avg_pool2d(t, {.kernel_size = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true,
+                          .count_include_pad = false});
+  });
+  check(x4, [](const Tensor& t) { return adaptive_avg_pool2d(t, {3, 4}); });
+  check(x4, [](const Tensor& t) { return adaptive_max_pool2d(t, {4, 5}); });
+  check(x5, [](const Tensor& t) { return max_pool3d(t, {.kernel_size = {2, 3, 2}, .padding = {1, 1, 0}}); });
+  check(x5, [](const Tensor& t) { return avg_pool3d(t, {.kernel_size = {2, 2, 3}, .stride = {1, 2, 2}}); });
+  check(x5, [](const Tensor& t) { return adaptive_avg_pool3d(t, {2, std::nullopt, 4}); });
+  const TensorList host = max_pool2d_with_indices(x4, {.kernel_size = {2, 2}});
+  const TensorList dev = max_pool2d_with_indices(on(x4), {.kernel_size = {2, 2}});
+  expect_close(back(dev[1]), host[1], 0, 0);
 }
 
 }  // namespace

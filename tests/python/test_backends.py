@@ -45,7 +45,8 @@ def test_coverage_lists_every_device_type():
               "nll_loss_backward", "amp_unscale", "amp_update_scale", "uniform", "normal", "random_int",
               "bernoulli", "bernoulli_scalar", "dropout", "dropout_backward", "mse_loss",
               "binary_cross_entropy_with_logits", "lgamma", "digamma", "polygamma", "index", "index_put",
-              "upsample_bicubic2d_backward", "reflection_pad", "circular_pad_backward"}
+              "upsample_bicubic2d_backward", "reflection_pad", "circular_pad_backward", "max_pool2d",
+              "avg_pool3d_backward", "adaptive_max_pool2d", "max_pool2d_scatter"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:
