@@ -1050,5 +1050,37 @@ TEST_F(EmulatedDevice, PoolingRunsOverAnotherBackendsLoops) {
   expect_close(back(dev[1]), host[1], 0, 0);
 }
 
+TEST_F(EmulatedDevice, BatchNormRunsOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  composed_kernels::register_all<GeometryLoops, GeometryReducer>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  const Tensor x = random_tensor({4, 3, 5, 2}, 121, -2, 3);
+  const Tensor w = random_tensor({3}, 122, 0.5, 1.5), b = random_tensor({3}, 123, -1, 1);
+  for (const bool training : {true, false}) {
+    for (const bool affine : {true, false}) {
+      SCOPED_TRACE(std::string(training ? "training" : "eval") + (affine ? " affine" : ""));
+      auto run = [&](Device d) {
+        auto put = [&](const Tensor& t) { return d == dev0 ? on(t) : t; };
+        Tensor leaf = put(x).detach(), weight = affine ? put(w).detach() : Tensor(), bias = affine ? put(b).detach() : Tensor();
+        leaf.requires_grad_(true);
+        if (affine) weight.requires_grad_(true), bias.requires_grad_(true);
+        Tensor rm = put(random_tensor({3}, 124, -1, 1)), rv = put(random_tensor({3}, 125, 0.5, 2));
+        // a strided input on the device
+        Tensor input = d == dev0 ? transpose(contiguous(transpose(leaf, 1, 3)), 1, 3) : leaf;
+        Tensor y = batch_norm(input, rm, rv, weight, bias, training, 0.1, 1e-5);
+        sum(mul(y, mul(y, y))).backward();
+        TensorList r{y.detach(), leaf.grad(), rm, rv};
+        if (affine) r.push_back(weight.grad()), r.push_back(bias.grad());
+        return r;
+      };
+      const TensorList host = run(Device()), dev = run(dev0);
+      for (size_t k = 0; k < host.size(); ++k) expect_close(back(dev[k]), host[k], 1e-12, 1e-12);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mf

@@ -1,5 +1,6 @@
 // Note [Composed device kernels]
-// softmax, log_softmax, layer_norm and group_norm (and their backward ops)
+// softmax, log_softmax, layer_norm, group_norm and batch_norm (and their
+// backward ops)
 // written once as passes of a backend's reductions R and elementwise loops L
 // (reduce_kernels.h, elementwise_kernels.h): each row statistic (a maximum,
 // a sum of exponentials, a mean, a variance) is a reduction into a small
@@ -11,6 +12,8 @@
 #pragma once
 
 #include "backend/common/elementwise_functors.h"
+#include "backend/common/elementwise_kernels.h"
+#include "backend/common/index_kernels.h"
 #include "backend/common/reduce_ops.h"
 #include "meshflow/op_def.h"
 #include "meshflow/tensor.h"
@@ -268,6 +271,236 @@ void norm_backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// --- batch_norm -----------------------------------------------------------------------
+// (src/ops/batch_norm.cpp) Per-channel statistics in float64, as the CPU
+// kernels keep them: sums over every dim but the channel dim (1), a walk
+// over the channels for the running statistics and the affine
+// coefficients, and elementwise passes reading the coefficients broadcast.
+// The backward's sum of g (x - mean) goes through a float64 buffer of x's
+// shape.
+
+template <typename M, typename T>
+struct SquaredFromMean {  // (x - mean[c])^2 in float64
+  using Acc = double;
+  const double* mean;
+  MF_FORCE_INLINE MF_HOST_DEVICE Acc identity() const { return 0.0; }
+  MF_FORCE_INLINE MF_HOST_DEVICE Acc map(T x, int64_t c) const {
+    const double d = double(M::template to_acc<acc_type<T>>(x)) - mean[c];
+    return d * d;
+  }
+  MF_FORCE_INLINE MF_HOST_DEVICE Acc combine(Acc a, Acc b) const { return a + b; }
+};
+struct StoreScaled {  // out[c] = a * factor
+  double* out;
+  double factor;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(int64_t i, double a) const { out[i] = a * factor; }
+};
+template <typename M, typename T>
+struct GradCentered {  // g (x - mean), in float64
+  MF_FORCE_INLINE MF_HOST_DEVICE double operator()(T g, T x, double mean) const {
+    return double(M::template to_acc<acc_type<T>>(g)) * (double(M::template to_acc<acc_type<T>>(x)) - mean);
+  }
+};
+template <typename M, typename T>
+struct ScaleShift {  // x scale + shift
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(T x, double scale, double shift) const {
+    return T(double(M::template to_acc<acc_type<T>>(x)) * scale + shift);
+  }
+};
+template <typename M, typename T>
+struct ChannelAffine {  // g alpha + x beta + gamma
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(T g, T x, double alpha, double beta, double gamma) const {
+    return T(double(M::template to_acc<acc_type<T>>(g)) * alpha + double(M::template to_acc<acc_type<T>>(x)) * beta +
+             gamma);
+  }
+};
+
+// A per-channel vector (any strides) read as float64; `fallback` when absent.
+template <typename M, typename V>
+struct ChannelVector {
+  V* p = nullptr;
+  int64_t stride = 0;
+  double fallback = 0;
+  MF_FORCE_INLINE MF_HOST_DEVICE double at(int64_t c) const {
+    return p ? double(M::template to_acc<acc_type<V>>(p[c * stride])) : fallback;
+  }
+  MF_FORCE_INLINE MF_HOST_DEVICE void set(int64_t c, double v) const { p[c * stride] = V(v); }
+};
+template <typename M, typename V>
+ChannelVector<M, V> channel_vector(const Tensor& t, double fallback) {
+  if (!t.defined()) return {nullptr, 0, fallback};
+  return {static_cast<V*>(t.data_ptr()), t.strides()[0], fallback};
+}
+
+// Operands over the channels (float64 buffers): 0 the batch mean, 1 the
+// biased batch variance (training only), 2 scale, 3 shift; 4 the mean
+// used and 5 its invstd (stats dtype S). Running statistics (dtype Rs)
+// are updated in training.
+template <typename M, typename T, typename S, typename Rs>
+struct ChannelStats {
+  ChannelVector<M, T> w, b;
+  ChannelVector<M, Rs> running_mean, running_var;
+  bool training;
+  double eps, momentum, count;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t c = off[0] / int64_t(sizeof(double));
+    double mu, invstd;
+    if (training) {
+      const double var = *reinterpret_cast<const double*>(data[1] + off[1]);
+      mu = *reinterpret_cast<const double*>(data[0] + off[0]);
+      invstd = 1.0 / M::sqrt(var + eps);
+      if (running_mean.p && count > 1) {
+        running_mean.set(c, (1 - momentum) * running_mean.at(c) + momentum * mu);
+        running_var.set(c, (1 - momentum) * running_var.at(c) + momentum * var * count / (count - 1));
+      }
+    } else {
+      mu = running_mean.at(c);
+      invstd = 1.0 / M::sqrt(running_var.at(c) + eps);
+    }
+    const double scale = invstd * w.at(c);
+    *reinterpret_cast<double*>(data[2] + off[2]) = scale;
+    *reinterpret_cast<double*>(data[3] + off[3]) = b.at(c) - mu * scale;
+    *reinterpret_cast<S*>(data[4] + off[4]) = S(mu);
+    *reinterpret_cast<S*>(data[5] + off[5]) = S(invstd);
+  }
+};
+
+// Every dim of x but the channel dim (1).
+inline Shape all_but_channels(const Tensor& x) {
+  Shape dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  return dims;
+}
+// A (C) vector viewed broadcast over x.
+inline Tensor over_channels(const Tensor& v, const Tensor& x) {
+  Shape strides(size_t(x.dim()), 0);
+  strides[1] = v.strides()[0];
+  return view_as(v, x.sizes(), strides);
+}
+inline Tensor channel_buffer(int64_t c, const Device& device) { return make_empty({c}, DType::Float64, device); }
+
+// Inputs (x, weight, bias, running_mean, running_var); outputs (y, mean, invstd).
+template <typename L, typename R>
+void batch_norm(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  using M = typename R::Math;
+  const Tensor& x = in[0];
+  const bool training = attrs.get_bool("training");
+  const int64_t channels = x.sizes()[1];
+  if (channels == 0) return;
+  const double count = double(x.numel() / channels);
+  const Device device = x.device();
+  Tensor mean = channel_buffer(channels, device), var = channel_buffer(channels, device);
+  Tensor scale = channel_buffer(channels, device), shift = channel_buffer(channels, device);
+  dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
+    using S = acc_type<T>;
+    if (training) {
+      const Shape dims = all_but_channels(x);
+      double* mp = static_cast<double*>(mean.data_ptr());
+      const double inverse = count > 0 ? 1.0 / count : 0.0;
+      R::template reduce<T>(x, dims, reduce_ops::Sum<M, T, double>{}, StoreScaled{mp, inverse});
+      R::template reduce<T>(x, dims, SquaredFromMean<M, T>{mp}, StoreScaled{static_cast<double*>(var.data_ptr()), inverse});
+    }
+    auto run = [&]<typename Rs>() {
+      const ChannelStats<M, T, S, Rs> stats{channel_vector<M, T>(in[1], 1.0),  channel_vector<M, T>(in[2], 0.0),
+                                            channel_vector<M, Rs>(in[3], 0.0), channel_vector<M, Rs>(in[4], 1.0),
+                                            training, attrs.get_float("eps"), attrs.get_float("momentum"), count};
+      const LoopGeometry<6> g = index_kernels::walk_geometry<6>(
+          {channels},
+          {index_kernels::operand(mean, {1}), index_kernels::operand(var, {1}), index_kernels::operand(scale, {1}),
+           index_kernels::operand(shift, {1}), index_kernels::operand(out[1], out[1].strides()),
+           index_kernels::operand(out[2], out[2].strides())},
+          "batch_norm");
+      L::template for_each<6>(device, g, channels, stats);
+    };
+    if (in[3].defined())
+      dispatch_floating(in[3].dtype(), "batch_norm", [&]<typename Rs>() { run.template operator()<Rs>(); });
+    else
+      run.template operator()<T>();
+    const Tensor sc = over_channels(scale, x), sh = over_channels(shift, x);
+    L::template run<T, T, double, double>(out[0], {&x, &sc, &sh}, ScaleShift<M, T>{});
+  });
+}
+
+// Inputs (grad, x, mean, invstd, weight); outputs (dx, dweight, dbias),
+// each empty when not asked for. With M values per channel, sg = sum(g),
+// sgx = sum(g (x - mean)) invstd, alpha = w invstd:
+//   dx = g alpha + x beta + gamma, beta = -alpha invstd sgx / M (0 in eval),
+//   gamma = -alpha sg / M - beta mean (0 in eval); dw = sgx, db = sg.
+template <typename M, typename T, typename S>
+struct BackwardCoefficients {
+  ChannelVector<M, S> mean, invstd;
+  ChannelVector<M, T> w;
+  bool training;
+  double count;
+  // Operands over the channels (float64): 0 sg, 1 sgx (scaled by invstd
+  // here), 2 alpha, 3 beta, 4 gamma.
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t c = off[0] / int64_t(sizeof(double));
+    const double sg = *reinterpret_cast<const double*>(data[0] + off[0]);
+    double& sgx = *reinterpret_cast<double*>(data[1] + off[1]);
+    sgx *= invstd.at(c);
+    const double alpha = w.at(c) * invstd.at(c);
+    double beta = 0, gamma = 0;
+    if (training) {
+      beta = -alpha * invstd.at(c) * sgx / count;
+      gamma = -alpha * sg / count - beta * mean.at(c);
+    }
+    *reinterpret_cast<double*>(data[2] + off[2]) = alpha;
+    *reinterpret_cast<double*>(data[3] + off[3]) = beta;
+    *reinterpret_cast<double*>(data[4] + off[4]) = gamma;
+  }
+};
+
+template <typename L, typename R>
+void batch_norm_backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  using M = typename R::Math;
+  const Tensor &g = in[0], &x = in[1];
+  const bool training = attrs.get_bool("training");
+  const bool need_input = attrs.get_bool("need_input"), need_affine = attrs.get_bool("need_affine");
+  const int64_t channels = x.sizes()[1];
+  if (channels == 0) return;
+  const double count = double(x.numel() / channels);
+  const Device device = x.device();
+  Tensor sg = channel_buffer(channels, device), sgx = channel_buffer(channels, device);
+  Tensor alpha = channel_buffer(channels, device), beta = channel_buffer(channels, device),
+         gamma = channel_buffer(channels, device);
+  dispatch_floating(x.dtype(), "batch_norm_backward", [&]<typename T>() {
+    using S = acc_type<T>;
+    const ChannelVector<M, S> mean_v = channel_vector<M, S>(in[2], 0.0), invstd_v = channel_vector<M, S>(in[3], 1.0);
+    if (training || need_affine) {
+      const Shape dims = all_but_channels(x);
+      R::template reduce<T>(g, dims, reduce_ops::Sum<M, T, double>{}, StoreScaled{static_cast<double*>(sg.data_ptr()), 1.0});
+      // the mean as float64, broadcast over x, for the centred products
+      Tensor mean64 = channel_buffer(channels, device);
+      elementwise_kernels::copy_cast<L>(mean64, in[2]);
+      const Tensor mean_b = over_channels(mean64, x);
+      Tensor products = make_empty(x.sizes(), DType::Float64, device);
+      L::template run<double, T, T, double>(products, {&g, &x, &mean_b}, GradCentered<M, T>{});
+      R::template reduce<double>(products, dims, reduce_ops::Sum<M, double, double>{},
+                                 StoreScaled{static_cast<double*>(sgx.data_ptr()), 1.0});
+    } else {
+      elementwise_kernels::fill<L>(sg, Scalar(0));
+      elementwise_kernels::fill<L>(sgx, Scalar(0));
+    }
+    const LoopGeometry<5> walk = index_kernels::walk_geometry<5>(
+        {channels},
+        {index_kernels::operand(sg, {1}), index_kernels::operand(sgx, {1}), index_kernels::operand(alpha, {1}),
+         index_kernels::operand(beta, {1}), index_kernels::operand(gamma, {1})},
+        "batch_norm_backward");
+    L::template for_each<5>(device, walk, channels,
+                            BackwardCoefficients<M, T, S>{mean_v, invstd_v, channel_vector<M, T>(in[4], 1.0), training,
+                                                          count});
+    if (need_input) {
+      const Tensor a = over_channels(alpha, x), b = over_channels(beta, x), c = over_channels(gamma, x);
+      L::template run<T, T, T, double, double, double>(out[0], {&g, &x, &a, &b, &c}, ChannelAffine<M, T>{});
+    }
+    if (need_affine) {
+      elementwise_kernels::copy_cast<L>(out[1], sgx);
+      elementwise_kernels::copy_cast<L>(out[2], sg);
+    }
+  });
+}
+
 template <typename L, typename R>
 void register_all(DeviceType device) {
   auto set = [device](const char* op, KernelFn kernel) {
@@ -279,6 +512,8 @@ void register_all(DeviceType device) {
   set("log_softmax_backward", softmax_backward<L, R, true>);
   for (const char* op : {"layer_norm", "group_norm"}) set(op, norm<L, R>);
   for (const char* op : {"layer_norm_backward", "group_norm_backward"}) set(op, norm_backward<L, R>);
+  set("batch_norm", batch_norm<L, R>);
+  set("batch_norm_backward", batch_norm_backward<L, R>);
 }
 
 }  // namespace mf::composed_kernels
