@@ -8,6 +8,7 @@
 #include <set>
 
 #include "backend/common/amp_kernels.h"
+#include "backend/common/attention_kernels.h"
 #include "backend/common/composed_kernels.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/gemm_plan.h"
@@ -1079,6 +1080,43 @@ TEST_F(EmulatedDevice, BatchNormRunsOverAnotherBackendsLoops) {
       const TensorList host = run(Device()), dev = run(dev0);
       for (size_t k = 0; k < host.size(); ++k) expect_close(back(dev[k]), host[k], 1e-12, 1e-12);
     }
+  }
+}
+
+TEST_F(EmulatedDevice, FusedAttentionRunsOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  attention_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // (B, H, L, E) queries against S keys; k is strided on the device.
+  const Tensor q = random_tensor({2, 3, 5, 4}, 131, -1, 1), k = random_tensor({2, 3, 6, 4}, 132, -1, 1);
+  const Tensor v = random_tensor({2, 3, 6, 3}, 133, -1, 1);
+  Tensor bool_mask = gt(random_tensor({5, 6}, 134, 0, 1), Scalar(0.3));
+  bool_mask = logical_or(bool_mask, eq(reshape(arange(30.0), {5, 6}), reshape(mul(arange(5.0), Scalar(7)), {5, 1})));
+  const Tensor add_mask = random_tensor({1, 3, 5, 6}, 135, -2, 0);
+  struct Case {
+    Tensor mask;
+    double dropout;
+    bool causal;
+  };
+  for (const Case& c : std::vector<Case>{{Tensor(), 0.0, false}, {Tensor(), 0.0, true}, {bool_mask, 0.0, false},
+                                         {add_mask, 0.0, false}, {Tensor(), 0.3, false}, {bool_mask, 0.25, false},
+                                         {Tensor(), 0.2, true}}) {
+    SCOPED_TRACE(std::to_string(c.dropout) + (c.causal ? " causal" : "") + (c.mask.defined() ? " masked" : ""));
+    auto run = [&](Device d) {
+      auto put = [&](const Tensor& t) { return d == dev0 ? on(t) : t; };
+      TensorList leaves{put(q).detach(), put(k).detach(), put(v).detach()};
+      for (auto& t : leaves) t.requires_grad_(true);
+      const Tensor kk = d == dev0 ? transpose(contiguous(transpose(leaves[1], 2, 3)), 2, 3) : leaves[1];
+      manual_seed(5);
+      Tensor y = scaled_dot_product_attention(leaves[0], kk, leaves[2], c.mask.defined() ? put(c.mask) : Tensor(),
+                                              c.dropout, c.causal);
+      sum(mul(y, y)).backward();
+      return TensorList{y.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+    };
+    const TensorList host = run(Device()), dev = run(dev0);
+    for (size_t i = 0; i < host.size(); ++i) expect_close(back(dev[i]), host[i], 1e-12, 1e-12);
   }
 }
 
