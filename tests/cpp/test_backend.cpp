@@ -17,6 +17,7 @@
 #include "backend/common/loss_kernels.h"
 #include "backend/common/pool_kernels.h"
 #include "backend/common/random_kernels.h"
+#include "backend/common/sort_kernels.h"
 #include "backend/common/resample_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
@@ -1118,6 +1119,57 @@ TEST_F(EmulatedDevice, FusedAttentionRunsOverAnotherBackendsLoops) {
     const TensorList host = run(Device()), dev = run(dev0);
     for (size_t i = 0; i < host.size(); ++i) expect_close(back(dev[i]), host[i], 1e-12, 1e-12);
   }
+}
+
+TEST_F(EmulatedDevice, SortingAndReducingScattersRunOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  sort_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // Ties (rounded values) and NaNs, along a strided dim.
+  Tensor x = div(round(mul(random_tensor({4, 9, 3}, 141, -2, 2), Scalar(2))), Scalar(2));
+  x = where(eq(reshape(arange(108.0), {4, 9, 3}), Scalar(17)), Scalar(NAN), x);
+  const Tensor dx = transpose(on(contiguous(transpose(x, 1, 2))), 1, 2);
+  for (const bool descending : {false, true}) {
+    for (int64_t d = 0; d < 3; ++d) {
+      const ValuesIndices host = sort(x, d, descending), dev = sort(dx, d, descending);
+      expect_close(back(dev.values), host.values, 0, 0);
+      expect_close(back(dev.indices), host.indices, 0, 0);
+    }
+    for (const bool sorted : {true, false}) {
+      const ValuesIndices host = topk(x, 4, 1, descending, sorted), dev = topk(dx, 4, 1, descending, sorted);
+      expect_close(back(dev.values), host.values, 0, 0);
+      expect_close(back(dev.indices), host.indices, 0, 0);
+    }
+  }
+  // scatter_reduce: every reduction, with and without self, repeated places.
+  auto ints = [](std::vector<double> v, const Shape& shape) { return to(from_vector(v, shape), DType::Int64); };
+  const Tensor index = ints({1, 1, 0, 3, 0, 0, 2, 2, 3, 1, 3, 1}, {3, 4});
+  const Tensor src = random_tensor({3, 4}, 142, -2, 2), self = random_tensor({3, 5}, 143, -2, 2);
+  for (const std::string reduce : {"sum", "prod", "mean", "amax", "amin"}) {
+    for (const bool include_self : {true, false}) {
+      SCOPED_TRACE(reduce + (include_self ? " with self" : ""));
+      expect_close(back(scatter_reduce(on(self), 1, on(index), on(src), reduce, include_self)),
+                   scatter_reduce(self, 1, index, src, reduce, include_self), 1e-14, 1e-14);
+      const Tensor si = to(mul(self, Scalar(3)), DType::Int32), ss = to(mul(src, Scalar(3)), DType::Int32);
+      expect_close(back(scatter_reduce(on(si), 1, on(index), on(ss), reduce, include_self)),
+                   scatter_reduce(si, 1, index, ss, reduce, include_self), 0, 0);
+    }
+  }
+  EXPECT_THROW(scatter_reduce(on(self), 1, on(ints({5}, {1, 1})), on(src), "amax", true), IndexError);
+  // as_strided's gradient over overlapping windows.
+  auto grad_of = [&](Device d) {
+    Tensor leaf = (d == dev0 ? on(x) : x).detach();
+    leaf = where(isnan(leaf), Scalar(0.5), leaf);
+    leaf.requires_grad_(true);
+    Tensor windows = as_strided(leaf, {5, 4}, {3, 2}, 1);
+    sum(mul(windows, windows)).backward();
+    return back(leaf.grad());
+  };
+  expect_close(grad_of(dev0), grad_of(Device()), 1e-14, 1e-14);
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ def test_coverage_lists_every_device_type():
               "binary_cross_entropy_with_logits", "lgamma", "digamma", "polygamma", "index", "index_put",
               "upsample_bicubic2d_backward", "reflection_pad", "circular_pad_backward", "max_pool2d",
               "avg_pool3d_backward", "adaptive_max_pool2d", "max_pool2d_scatter", "batch_norm",
-              "batch_norm_backward", "fused_attention", "fused_attention_backward"}
+              "batch_norm_backward", "fused_attention", "fused_attention_backward", "sort", "topk",
+              "scatter_reduce", "as_strided_backward"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:

@@ -1,7 +1,7 @@
 // Note [Device index kernels]
 // The indexing ops (gather, index_select, embedding, the scatters, index_add
 // and the gradients that are scatters, one_hot, advanced index and
-// index_put) and the scans (cumsum,
+// index_put, scatter_reduce, as_strided's gradient) and the scans (cumsum,
 // cumprod), written once over a backend's loops L. Each is a walk over an
 // iteration space whose operands are views with chosen strides; at every
 // element a functor reads an index and moves or combines one value:
@@ -34,7 +34,10 @@
 // advanced_index.cpp, cumsum.cpp).
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <limits>
+#include <string>
 #include <optional>
 #include <type_traits>
 
@@ -379,6 +382,225 @@ void embedding_backward(const TensorList& in, TensorList& out, const Attrs& attr
                         Scalar(0), attrs.get_int("padding_idx"), "embedding_backward");
 }
 
+// --- scatter_reduce -------------------------------------------------------------------
+// y = self; with include_self false, the places some source reaches start
+// from the reduction's identity; then every source value is combined into
+// its place atomically (compare-and-swap), and "mean" divides by the count
+// (self counting once when included; integers floor). NaN wins amax and
+// amin. Sums and products may round differently from run to run, as
+// PyTorch's CUDA scatter_reduce.
+
+enum class Reduce { Sum, Prod, Mean, Amax, Amin };
+
+inline Reduce reduce_of(const std::string& r) {
+  if (r == "prod") return Reduce::Prod;
+  if (r == "mean") return Reduce::Mean;
+  if (r == "amax") return Reduce::Amax;
+  if (r == "amin") return Reduce::Amin;
+  return Reduce::Sum;
+}
+
+template <typename M, typename T>
+struct CombineWith {
+  T b;
+  Reduce r;
+  MF_FORCE_INLINE MF_HOST_DEVICE T operator()(T a) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      return r == Reduce::Prod || r == Reduce::Amin ? (a && b) : (a || b);
+    } else {
+      using A = acc_type<T>;
+      const A x = M::template to_acc<A>(a), y = M::template to_acc<A>(b);
+      switch (r) {
+        case Reduce::Prod: return T(x * y);
+        case Reduce::Amax: return (y != y || y > x) ? b : a;
+        case Reduce::Amin: return (y != y || y < x) ? b : a;
+        default: return add_values<M, T>(a, b);
+      }
+    }
+  }
+};
+
+template <typename T>
+T identity_of(Reduce r) {
+  if (r == Reduce::Prod) return T(1);
+  if (r != Reduce::Amax && r != Reduce::Amin) return T(0);
+  const bool low = r == Reduce::Amax;
+  if constexpr (std::is_same_v<T, bool>) return !low;
+  else if constexpr (std::is_integral_v<T>) return low ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  else return T(low ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity());
+}
+
+// Checks the index (operand 1) only.
+template <typename M>
+struct IndexOnly {
+  int64_t size;
+  IndexFault* fault;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t v = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
+    if (v < 0 || v >= size) M::record_fault(fault, v);
+  }
+};
+
+// Operands: 0 y's place at index 0 along dim, 1 the index, 2 the source.
+template <typename M, typename T>
+struct ReduceInto {
+  int64_t stride_bytes;
+  Reduce r;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t v = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
+    T* dst = reinterpret_cast<T*>(data[0] + off[0] + v * stride_bytes);
+    M::atomic_update(dst, CombineWith<M, T>{*reinterpret_cast<const T*>(data[2] + off[2]), r});
+  }
+};
+
+// Operands over y: 0 y, 1 the counts. Places some source reached start from
+// `start` (include_self false), or are divided by their count ("mean").
+template <typename M, typename T>
+struct FinishPlace {
+  T start;
+  bool restart, mean, include_self;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    T& y = *reinterpret_cast<T*>(data[0] + off[0]);
+    const int64_t count = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
+    if (count == 0) return;
+    if (restart) {
+      y = start;
+      return;
+    }
+    if constexpr (!std::is_same_v<T, bool>) {
+      const int64_t n = count + (include_self ? 1 : 0);
+      if (!mean || n == 1) return;
+      if constexpr (std::is_integral_v<T>) {
+        const int64_t v = int64_t(y);
+        y = T(v / n - ((v % n != 0) && ((v < 0) != (n < 0)) ? 1 : 0));  // floor division
+      } else {
+        using A = acc_type<T>;
+        y = T(M::template to_acc<A>(y) / A(n));
+      }
+    }
+  }
+};
+
+template <typename L>
+void scatter_reduce(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  using M = typename L::Math;
+  Tensor& y = out[0];
+  const Tensor &index = in[1], &src = in[2];
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), y.dim(), "scatter_reduce");
+  const Reduce r = reduce_of(attrs.get_string("reduce"));
+  const bool include_self = attrs.get_bool("include_self");
+  elementwise_kernels::copy_cast<L>(y, in[0]);
+  if (index.numel() == 0) return;
+  const Device device = y.device();
+  const int64_t size = y.sizes()[size_t(dim)];
+  const LoopGeometry<3> g = walk_geometry<3>(
+      index.sizes(), {operand(y, strides_with(y, dim, 0)), operand(index, index.strides()), operand(src, src.strides())},
+      "scatter_reduce");
+  // Counts of the sources each place receives (checks every index first).
+  Tensor counts;
+  const bool counted = r == Reduce::Mean || !include_self;
+  if (counted) {
+    counts = make_empty(y.sizes(), DType::Int64, device);
+    elementwise_kernels::fill<L>(counts, Scalar(0));
+    Tensor ones = make_empty({}, DType::Int64, device);
+    elementwise_kernels::fill<L>(ones, Scalar(1));
+    push<L, PutMode::Add>(counts, index, &ones,
+                          {index.sizes(), strides_with(counts, dim, 0), index.strides(), Shape(size_t(index.dim()), 0),
+                           dim, size, counts.strides()[size_t(dim)]},
+                          Scalar(0), -1, "scatter_reduce");
+  } else {
+    with_index_check<L>(device, "scatter_reduce", dim, size, [&](IndexFault* fault) {
+      L::template for_each<3>(device, g, index.numel(), IndexOnly<M>{size, fault});
+    });
+  }
+  dispatch_dtype(y.dtype(), [&]<typename T>() {
+    const LoopGeometry<2> places =
+        walk_geometry<2>(y.sizes(), {operand(y, y.strides()), operand(counted ? counts : y, counted ? counts.strides() : y.strides())},
+                         "scatter_reduce");
+    if (!include_self)
+      L::template for_each<2>(device, places, y.numel(), FinishPlace<M, T>{identity_of<T>(r), true, false, false});
+    L::template for_each<3>(device, g, index.numel(),
+                            ReduceInto<M, T>{y.strides()[size_t(dim)] * int64_t(sizeof(T)), r});
+    if (r == Reduce::Mean)
+      L::template for_each<2>(device, places, y.numel(), FinishPlace<M, T>{T(0), false, true, include_self});
+  });
+}
+
+// --- as_strided's gradient --------------------------------------------------------------
+// Note [as_strided gradient] (src/ops/strided_view.cpp): the gradient is
+// summed (atomically) into a buffer over the storage positions it covers,
+// each position divided by how many elements of the divisor geometry read
+// it, and the result read back through the destination geometry.
+
+template <typename M, typename A, typename T>
+struct AddToPosition {  // operands: 0 the buffer at the element's position, 1 the gradient
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    atomic_add<M>(reinterpret_cast<A*>(data[0] + off[0]), A(M::template to_acc<A>(*reinterpret_cast<const T*>(data[1] + off[1]))));
+  }
+};
+template <typename M>
+struct CountPosition {  // operand 0: the count at the element's position
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    atomic_add<M>(reinterpret_cast<int64_t*>(data[0] + off[0]), int64_t(1));
+  }
+};
+template <typename A>
+struct DivideByCount {
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a, int64_t count) const { return count > 1 ? a / A(count) : a; }
+};
+
+struct StorageGeometry {
+  Shape size, stride;
+  int64_t offset;
+  std::pair<int64_t, int64_t> range() const {
+    int64_t lo = offset, hi = offset;
+    for (size_t d = 0; d < size.size(); ++d) {
+      const int64_t span = (size[d] - 1) * stride[d];
+      (span < 0 ? lo : hi) += span;
+    }
+    return {lo, hi};
+  }
+  static StorageGeometry of(const Attrs& a, const std::string& prefix) {
+    return {a.get_shape(prefix + "_size"), a.get_shape(prefix + "_stride"), a.get_int(prefix + "_offset")};
+  }
+};
+
+template <typename L>
+void as_strided_backward(const TensorList& in, TensorList& out, const Attrs& a) {
+  using M = typename L::Math;
+  const StorageGeometry src = StorageGeometry::of(a, "src"), dst = StorageGeometry::of(a, "dst");
+  Tensor& o = out[0];
+  if (o.numel() == 0) return;
+  const Tensor& g = in[0];
+  if (g.numel() == 0) {
+    elementwise_kernels::fill<L>(o, Scalar(0));
+    return;
+  }
+  auto [lo, hi] = dst.range();
+  const auto [src_lo, src_hi] = src.range();
+  lo = std::min(lo, src_lo);
+  hi = std::max(hi, src_hi);
+  const Device device = o.device();
+  dispatch_floating(o.dtype(), "as_strided_backward", [&]<typename T>() {
+    using A = acc_type<T>;
+    Tensor buffer = make_empty({hi - lo + 1}, dtype_of<A>(), device), count = make_empty({hi - lo + 1}, DType::Int64, device);
+    elementwise_kernels::fill<L>(buffer, Scalar(0));
+    elementwise_kernels::fill<L>(count, Scalar(0));
+    const Tensor at_src = make_view(buffer, src.size, src.stride, src.offset - lo);
+    L::template for_each<2>(device,
+                            walk_geometry<2>(src.size, {operand(at_src, src.stride), operand(g, g.strides())},
+                                             "as_strided_backward"),
+                            g.numel(), AddToPosition<M, A, T>{});
+    const StorageGeometry& divisor = a.get_bool("divide_by_dst") ? dst : src;
+    const Tensor at_divisor = make_view(count, divisor.size, divisor.stride, divisor.offset - lo);
+    L::template for_each<1>(device,
+                            walk_geometry<1>(divisor.size, {operand(at_divisor, divisor.stride)}, "as_strided_backward"),
+                            shape_numel(divisor.size), CountPosition<M>{});
+    L::template run<A, A, int64_t>(buffer, {&buffer, &count}, DivideByCount<A>{});
+    elementwise_kernels::copy_cast<L>(o, make_view(buffer, dst.size, dst.stride, dst.offset - lo));
+  });
+}
+
 // --- advanced indexing -------------------------------------------------------------
 // Note [Rows layout] (cpu/kernels/index_kernels.h): the k index tensors of
 // shape B pick rows of the plan's view (pre..., k indexed dims, post...).
@@ -621,6 +843,8 @@ void register_all(DeviceType device) {
   set("gather_backward", gather_backward<L>);
   set("index_add", index_add<L>);
   set("embedding_backward", embedding_backward<L>);
+  set("scatter_reduce", scatter_reduce<L>);
+  set("as_strided_backward", as_strided_backward<L>);
   set("cumsum", scan<L, false>);
   set("cumprod", scan<L, true>);
   set("cumprod_backward", cumprod_backward<L>);
