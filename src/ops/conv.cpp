@@ -253,7 +253,7 @@ OpDef conv_backward_def(int64_t spatial) {
         const Attrs attrs = conv_attrs_of(ctx.attrs);
         TensorList grads(3);
         if (ctx.needs_input_grad[0]) {
-          Tensor g = zeros(gy.sizes(), {.dtype = gy.dtype()});
+          Tensor g = zeros(gy.sizes(), {.dtype = gy.dtype(), .device = gy.device()});
           if (mask[0]) g = add(g, conv_op(u, w, Tensor(), attrs));
           if (mask[1]) g = add(g, conv_op(x, v, Tensor(), attrs));
           if (mask[2]) g = add(g, channel_column(c, gy.dim()));

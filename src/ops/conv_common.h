@@ -30,6 +30,10 @@ Attrs conv_attrs(const Shape& stride, const Shape& padding, const Shape& padding
                  int64_t groups);
 // The kernel parameters of such attrs; `spatial` entries each.
 cpu::ConvParams params_of(const Attrs& attrs);
+
+// The attrs of the convolution C whose adjoint a transposed convolution
+// with attrs `a` is (Note [Transposed convolution] in conv_transpose.cpp).
+Attrs adjoint_conv_attrs(const Attrs& a, const char* op);
 // Checks what conv and conv_transpose share: x and w of 2 + spatial dims
 // with one floating dtype, positive stride, dilation and groups, a
 // non-negative padding, a positive kernel size.

@@ -13,6 +13,23 @@
 #include "ops/conv_common.h"
 
 namespace mf {
+
+// The attrs of the convolution C whose adjoint the op with attrs `a` is.
+Attrs conv_detail::adjoint_conv_attrs(const Attrs& a, const char* op) {
+  const Shape &stride = a.get_shape("stride"), &padding = a.get_shape("padding"),
+              &output_padding = a.get_shape("output_padding");
+  MF_CHECK(output_padding.size() == stride.size() && padding.size() == stride.size(), ValueError, op,
+           ": stride ", shape_str(stride), ", padding ", shape_str(padding), " and output_padding ",
+           shape_str(output_padding), " must have one entry per spatial dim");
+  Shape padding_end(padding.size());
+  for (size_t i = 0; i < padding.size(); ++i) {
+    MF_CHECK(output_padding[i] >= 0, ValueError, op, ": output_padding must be non-negative, got ",
+             shape_str(output_padding));
+    padding_end[i] = padding[i] - output_padding[i];
+  }
+  return conv_attrs(stride, padding, padding_end, a.get_shape("dilation"), a.get_int("groups"));
+}
+
 namespace {
 
 using namespace conv_detail;
@@ -30,22 +47,6 @@ using namespace conv_detail;
 // elements, and C^T leaves them zero, as PyTorch's transposed convolution does.
 
 const char* op_name(int64_t spatial) { return spatial == 3 ? "conv_transpose3d" : "conv_transpose2d"; }
-
-// The attrs of the convolution C whose adjoint the op with attrs `a` is.
-Attrs adjoint_conv_attrs(const Attrs& a, const char* op) {
-  const Shape &stride = a.get_shape("stride"), &padding = a.get_shape("padding"),
-              &output_padding = a.get_shape("output_padding");
-  MF_CHECK(output_padding.size() == stride.size() && padding.size() == stride.size(), ValueError, op,
-           ": stride ", shape_str(stride), ", padding ", shape_str(padding), " and output_padding ",
-           shape_str(output_padding), " must have one entry per spatial dim");
-  Shape padding_end(padding.size());
-  for (size_t i = 0; i < padding.size(); ++i) {
-    MF_CHECK(output_padding[i] >= 0, ValueError, op, ": output_padding must be non-negative, got ",
-             shape_str(output_padding));
-    padding_end[i] = padding[i] - output_padding[i];
-  }
-  return conv_attrs(stride, padding, padding_end, a.get_shape("dilation"), a.get_int("groups"));
-}
 
 // Checks the operands and returns the output shape (N, C_out, spatial...).
 Shape output_shape(const Tensor& x, const Tensor& w, const Tensor& bias, const Attrs& attrs) {

@@ -10,6 +10,7 @@
 #include "backend/common/amp_kernels.h"
 #include "backend/common/attention_kernels.h"
 #include "backend/common/composed_kernels.h"
+#include "backend/common/conv_kernels.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/gemm_plan.h"
 #include "backend/common/index_kernels.h"
@@ -939,6 +940,9 @@ TEST_F(EmulatedDevice, RandomOpsDrawTheCpusValues) {
         return t;
       },
       [](Device d) { return dropout(to(random_tensor({7, 9}, 92, -1, 1), d), 0.35); },
+      [](Device d) { return randperm(37, d); },
+      [](Device d) { return multinomial(to(random_tensor({3, 6}, 94, 0, 1), d), 9, true); },
+      [](Device d) { return multinomial(transpose(to(random_tensor({6, 3}, 95, 0, 1), d), 0, 1), 4, false); },
   };
   // Integers, [0, 1) uniforms and masks are exact; normals and scaled
   // uniforms may round differently (fused multiply-adds, the math library).
@@ -959,6 +963,7 @@ TEST_F(EmulatedDevice, RandomOpsDrawTheCpusValues) {
   };
   expect_close(dropout_grad(dev0), dropout_grad(Device()), 0, 0);
   EXPECT_THROW(bernoulli(to(full({3}, 1.5), dev0)), Error);
+  EXPECT_THROW(multinomial(to(zeros({2, 3}), dev0), 1, true), ValueError);
 }
 
 TEST_F(EmulatedDevice, ResamplingRunsOverAnotherBackendsLoops) {
@@ -1170,6 +1175,47 @@ TEST_F(EmulatedDevice, SortingAndReducingScattersRunOverAnotherBackendsLoops) {
     return back(leaf.grad());
   };
   expect_close(grad_of(dev0), grad_of(Device()), 1e-14, 1e-14);
+}
+
+TEST_F(EmulatedDevice, ConvolutionsRunOverAnotherBackendsLoops) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  conv_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // Output, and the gradients of x, weight and bias, of f(x, w, b).
+  auto check = [&](const Tensor& x, const Tensor& w, const Tensor& b,
+                   const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f) {
+    auto run = [&](Device d) {
+      TensorList leaves;
+      for (const Tensor& t : {x, w, b}) {
+        Tensor leaf = (d == dev0 ? on(t) : t).detach();
+        leaf.requires_grad_(true);
+        leaves.push_back(leaf);
+      }
+      // a strided input on the device
+      const Tensor input = d == dev0 ? transpose(contiguous(transpose(leaves[0], 1, 2)), 1, 2) : leaves[0];
+      Tensor y = f(input, leaves[1], leaves[2]);
+      sum(mul(y, y)).backward();
+      return TensorList{y.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+    };
+    const TensorList host = run(Device()), dev = run(dev0);
+    for (size_t k = 0; k < host.size(); ++k) expect_close(back(dev[k]), host[k], 1e-11, 1e-11);
+  };
+  const Tensor x = random_tensor({2, 4, 7, 6}, 151, -1, 1);
+  check(x, random_tensor({6, 2, 3, 2}, 152, -1, 1), random_tensor({6}, 153, -1, 1),
+        [](const Tensor& a, const Tensor& w, const Tensor& b) {
+          return conv2d(a, w, b, {.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}, .groups = 2});
+        });
+  check(x, random_tensor({4, 3, 3, 3}, 154, -1, 1), random_tensor({3}, 155, -1, 1),
+        [](const Tensor& a, const Tensor& w, const Tensor& b) {
+          return conv_transpose2d(a, w, b, {.stride = {2, 2}, .padding = {1, 0}, .output_padding = {1, 1}});
+        });
+  const Tensor x5 = random_tensor({1, 2, 4, 5, 3}, 156, -1, 1);
+  check(x5, random_tensor({3, 2, 2, 3, 2}, 157, -1, 1), random_tensor({3}, 158, -1, 1),
+        [](const Tensor& a, const Tensor& w, const Tensor& b) {
+          return conv3d(a, w, b, {.stride = {1, 2, 1}, .padding = {1, 1, 0}});
+        });
 }
 
 }  // namespace

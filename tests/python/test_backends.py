@@ -48,12 +48,13 @@ def test_coverage_lists_every_device_type():
               "upsample_bicubic2d_backward", "reflection_pad", "circular_pad_backward", "max_pool2d",
               "avg_pool3d_backward", "adaptive_max_pool2d", "max_pool2d_scatter", "batch_norm",
               "batch_norm_backward", "fused_attention", "fused_attention_backward", "sort", "topk",
-              "scatter_reduce", "as_strided_backward"}
+              "scatter_reduce", "as_strided_backward", "randperm", "multinomial", "conv2d",
+              "conv3d_backward", "conv_transpose2d"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:
         assert shared <= set(cov["cuda"])
-    assert "conv2d" in cov["cuda"]
+    assert "linalg_svd" in cov["cuda"]
 
 
 def test_cpu_moves_are_identities():

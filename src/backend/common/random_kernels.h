@@ -1,5 +1,6 @@
 // Note [Device random ops]
-// The random ops (uniform_, normal_, random_ ints, bernoulli, dropout)
+// The random ops (uniform_, normal_, random_ ints, bernoulli, dropout,
+// randperm, multinomial)
 // written once over a backend's loops L, from the Philox words of
 // meshflow/philox.h by the rule of Note [Counter-based random ops]
 // (src/ops/random.cpp): element i of the output (in row-major order) uses
@@ -17,6 +18,7 @@
 #include <cmath>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/sort_kernels.h"
 #include "meshflow/philox.h"
 
 namespace mf::random_kernels {
@@ -250,6 +252,157 @@ void dropout_backward(const TensorList& in, TensorList& out, const Attrs& attrs)
   });
 }
 
+// --- randperm ------------------------------------------------------------------------
+// 0..n-1 sorted by a random 64-bit key per element (two words, k = 2),
+// equal keys by position: the keys in a buffer, then one thread heap-sorts
+// the positions (a single line).
+
+struct KeyOf {  // element i's key, as uint64 bits in int64 storage
+  Counter c;
+  MF_FORCE_INLINE MF_HOST_DEVICE int64_t operator()(int64_t i) const {
+    const PhiloxWords w = c.words(i);
+    const int64_t j = i % 2;
+    return int64_t((uint64_t(w.w[2 * j]) << 32) | w.w[2 * j + 1]);
+  }
+};
+struct ByKey {
+  const int64_t* keys;
+  MF_FORCE_INLINE MF_HOST_DEVICE bool operator()(int64_t l, int64_t r) const {
+    const uint64_t a = uint64_t(keys[l]), b = uint64_t(keys[r]);
+    return a != b ? a < b : l < r;
+  }
+};
+struct PermuteLine {  // operand 0: the output
+  const int64_t* keys;
+  int64_t n;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    int64_t* p = reinterpret_cast<int64_t*>(data[0] + off[0]);
+    for (int64_t i = 0; i < n; ++i) p[i] = i;
+    sort_kernels::heap_sort(p, 1, n, ByKey{keys});
+  }
+};
+
+template <typename L>
+void randperm(const TensorList&, TensorList& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  const int64_t n = attrs.get_int("n");
+  if (n == 0) return;
+  Tensor keys = make_empty({n}, DType::Int64, y.device());
+  L::template run_indexed<int64_t>(keys, KeyOf{counter_of(attrs, 2)});
+  L::template for_each<1>(y.device(), walk_geometry<1>({1}, {operand(y, {0})}, "randperm"), 1,
+                          PermuteLine{static_cast<const int64_t*>(keys.data_ptr()), n});
+}
+
+// --- multinomial ---------------------------------------------------------------------
+// src/ops/random.cpp's draws (one double uniform per draw, k = 2), one
+// thread per row. With replacement, draw r of row b is the first category
+// whose running sum exceeds u * total (u of element b * samples + r).
+// Without, the samples largest keys log1p(-u) / w_c (u of element
+// b * categories + c; ties: the lower category), in order. A row that is
+// not a distribution (a negative or non-finite weight, a zero total, too
+// few positive weights to draw without replacement) is recorded and
+// raised as a ValueError.
+
+template <typename M, typename T>
+struct MultinomialRow {  // operands: 0 the row's samples (contiguous), 1 the row's weights
+  Counter c;
+  int64_t categories, samples, ws;
+  bool replacement;
+  IndexFault* fault;
+  MF_FORCE_INLINE MF_HOST_DEVICE double weight(const T* row, int64_t k) const {
+    return double(M::template to_acc<acc_type<T>>(row[k * ws]));
+  }
+  MF_FORCE_INLINE MF_HOST_DEVICE double uniform(int64_t i) const {
+    const PhiloxWords w = c.words(i);
+    const int64_t j = i % 2;
+    return uniform_double(w.w[2 * j], w.w[2 * j + 1]);
+  }
+  MF_FORCE_INLINE MF_HOST_DEVICE double key(const T* row, int64_t b, int64_t k) const {
+    const double v = weight(row, k);
+    return v > 0 ? M::log1p(-uniform(b * categories + k)) / v : -INFINITY;
+  }
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    int64_t* o = reinterpret_cast<int64_t*>(data[0] + off[0]);
+    const T* row = reinterpret_cast<const T*>(data[1] + off[1]);
+    const int64_t b = off[0] / int64_t(sizeof(int64_t)) / samples;
+    double total = 0;
+    int64_t positive = 0;
+    for (int64_t k = 0; k < categories; ++k) {
+      const double v = weight(row, k);
+      if (!(v >= 0) || M::isinf(v)) {
+        M::record_fault(fault, b);
+        return;
+      }
+      total += v;
+      positive += v > 0;
+    }
+    if (!(total > 0) || (!replacement && positive < samples)) {
+      M::record_fault(fault, b);
+      return;
+    }
+    if (replacement) {
+      for (int64_t r = 0; r < samples; ++r) {
+        const double target = uniform(b * samples + r) * total;
+        double acc = 0;
+        int64_t k = 0;
+        for (; k < categories; ++k) {
+          acc += weight(row, k);
+          if (acc > target) break;
+        }
+        if (k == categories) k = categories - 1;
+        while (weight(row, k) == 0) --k;
+        o[r] = k;
+      }
+      return;
+    }
+    // The r-th largest (key, -category) below the previous one.
+    double last_key = INFINITY;
+    int64_t last = -1;
+    for (int64_t r = 0; r < samples; ++r) {
+      double best_key = -INFINITY;
+      int64_t best = -1;
+      for (int64_t k = 0; k < categories; ++k) {
+        const double v = key(row, b, k);
+        const bool below_last = last < 0 || v < last_key || (v == last_key && k > last);
+        const bool above_best = best < 0 || v > best_key || (v == best_key && k < best);
+        if (below_last && above_best) best_key = v, best = k;
+      }
+      o[r] = best;
+      last_key = best_key, last = best;
+    }
+  }
+};
+
+template <typename L>
+void multinomial(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor& w = in[0];
+  Tensor& y = out[0];
+  const int64_t samples = attrs.get_int("num_samples"), categories = w.size(-1);
+  if (y.numel() == 0 || categories == 0) return;
+  MF_CHECK(y.is_contiguous(), Error, "multinomial: expected a contiguous output");
+  const Shape rows(w.sizes().begin(), w.sizes().end() - 1);
+  Shape out_rows = contiguous_strides(rows);
+  for (auto& v : out_rows) v *= samples;
+  const LoopGeometry<2> g = walk_geometry<2>(
+      rows, {operand(y, out_rows), operand(w, Shape(w.strides().begin(), w.strides().end() - 1))}, "multinomial");
+  dispatch_floating(w.dtype(), "multinomial", [&]<typename T>() {
+    index_kernels::with_fault_check<L>(
+        y.device(),
+        [&](IndexFault* fault) {
+          L::template for_each<2>(y.device(), g, shape_numel(rows),
+                                  MultinomialRow<typename L::Math, T>{counter_of(attrs, 2), categories, samples,
+                                                                      w.strides().back(),
+                                                                      attrs.get_bool("replacement"), fault});
+        },
+        [samples](int64_t row) {
+          throw ValueError(::mf::detail::concat(
+              "multinomial: row ", row, " is not a distribution to draw ", samples,
+              " samples from (probabilities must be finite and >= 0, sum to more than 0, and without replacement "
+              "have at least num_samples of them > 0)"));
+        });
+  });
+}
+
 template <typename L>
 void register_all(DeviceType device) {
   auto set = [device](const char* op, KernelFn kernel) {
@@ -262,6 +415,8 @@ void register_all(DeviceType device) {
   set("bernoulli", bernoulli<L>);
   set("dropout", dropout<L>);
   set("dropout_backward", dropout_backward<L>);
+  set("randperm", randperm<L>);
+  set("multinomial", multinomial<L>);
 }
 
 }  // namespace mf::random_kernels
