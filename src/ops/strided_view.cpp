@@ -3,6 +3,7 @@
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
+#include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
 #include "backend/cpu/kernels/index_kernels.h"
 
@@ -55,23 +56,9 @@ MF_REGISTER_OP(OpDef{
 // written for any pair of geometries ("src" scattered, "dst" gathered) and
 // a choice of which one's repeats divide; its adjoint is the same op with
 // the geometries swapped, so double backward needs no other op.
-struct Geometry {
-  Shape size, stride;
-  int64_t offset;
-  // Smallest and largest storage position (numel > 0).
-  std::pair<int64_t, int64_t> range() const {
-    int64_t lo = offset, hi = offset;
-    for (size_t d = 0; d < size.size(); ++d) {
-      const int64_t span = (size[d] - 1) * stride[d];
-      (span < 0 ? lo : hi) += span;
-    }
-    return {lo, hi};
-  }
-};
+using Geometry = index_kernels::StorageGeometry;
 
-Geometry geometry(const Attrs& a, const std::string& prefix) {
-  return {a.get_shape(prefix + "_size"), a.get_shape(prefix + "_stride"), a.get_int(prefix + "_offset")};
-}
+Geometry geometry(const Attrs& a, const std::string& prefix) { return Geometry::of(a, prefix); }
 
 void set_geometry(Attrs& a, const std::string& prefix, const Geometry& g) {
   a.set(prefix + "_size", g.size);

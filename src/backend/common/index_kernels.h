@@ -115,6 +115,16 @@ decltype(auto) by_itemsize(size_t bytes, F&& fn) {
   }
 }
 
+// Reads an index of type I at p into v; records it and returns false when
+// it is outside [0, size).
+template <typename M, typename I>
+MF_FORCE_INLINE MF_HOST_DEVICE bool read_index(const char* p, int64_t size, IndexFault* fault, int64_t& v) {
+  v = int64_t(*reinterpret_cast<const I*>(p));
+  if (v >= 0 && v < size) return true;
+  M::record_fault(fault, v);
+  return false;
+}
+
 // Operands: 0 the output, 1 the index, 2 the source at index 0 along the
 // indexed dim. out = source[index * stride].
 template <typename M, typename E, typename I>
@@ -122,11 +132,8 @@ struct Pick {
   int64_t size, stride_bytes;
   IndexFault* fault;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t v = int64_t(*reinterpret_cast<const I*>(data[1] + off[1]));
-    if (v < 0 || v >= size) {
-      M::record_fault(fault, v);
-      return;
-    }
+    int64_t v;
+    if (!read_index<M, I>(data[1] + off[1], size, fault, v)) return;
     *reinterpret_cast<E*>(data[0] + off[0]) = *reinterpret_cast<const E*>(data[2] + off[2] + v * stride_bytes);
   }
 };
@@ -190,11 +197,8 @@ struct OneHot {
   int64_t classes, stride;
   IndexFault* fault;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t c = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
-    if (c < 0 || c >= classes) {
-      M::record_fault(fault, c);
-      return;
-    }
+    int64_t c;
+    if (!read_index<M, int64_t>(data[1] + off[1], classes, fault, c)) return;
     reinterpret_cast<int64_t*>(data[0] + off[0])[c * stride] = 1;
   }
 };
@@ -262,12 +266,8 @@ struct Put {
   T value;
   IndexFault* fault;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t v = int64_t(*reinterpret_cast<const I*>(data[1] + off[1]));
-    if (v < 0 || v >= size) {
-      M::record_fault(fault, v);
-      return;
-    }
-    if (v == skip) return;
+    int64_t v;
+    if (!read_index<M, I>(data[1] + off[1], size, fault, v) || v == skip) return;
     T* dst = reinterpret_cast<T*>(data[0] + off[0] + v * stride_bytes);
     if constexpr (kMode == PutMode::Fill) {
       *dst = value;
@@ -436,8 +436,8 @@ struct IndexOnly {
   int64_t size;
   IndexFault* fault;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t v = *reinterpret_cast<const int64_t*>(data[1] + off[1]);
-    if (v < 0 || v >= size) M::record_fault(fault, v);
+    int64_t v;
+    read_index<M, int64_t>(data[1] + off[1], size, fault, v);
   }
 };
 
@@ -549,9 +549,11 @@ struct DivideByCount {
   MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a, int64_t count) const { return count > 1 ? a / A(count) : a; }
 };
 
+// A view's geometry over its storage (shared with src/ops/strided_view.cpp).
 struct StorageGeometry {
   Shape size, stride;
   int64_t offset;
+  // Smallest and largest storage position (numel > 0).
   std::pair<int64_t, int64_t> range() const {
     int64_t lo = offset, hi = offset;
     for (size_t d = 0; d < size.size(); ++d) {
