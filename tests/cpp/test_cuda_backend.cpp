@@ -1,7 +1,12 @@
 // The CUDA backend's device verbs on a real GPU (Note [CUDA backend]);
 // skipped where the backend is not built or sees no device. tools/gpu_check.sh
 // runs these on a GPU machine.
+#include <functional>
+
 #include "meshflow/backend.h"
+#include "meshflow/nn.h"
+#include "meshflow/ops/conv.h"
+#include "meshflow/ops/resample.h"
 #include "meshflow/optim/update.h"
 #include "test_util.h"
 
@@ -126,6 +131,60 @@ TEST_F(CudaBackendTest, KernelsMatchTheCpu) {
     testing::expect_close(back(vd), v, 1e-6, 1e-5);
     testing::expect_close(back(stepd), step, 0, 0);
   }
+}
+
+// The families of shared walks (indexing, scans, losses, random ops,
+// resampling, pooling, batch norm, convolutions, attention, sorting) on the
+// GPU against the CPU: forward values and the gradient of sum(f(x)^2),
+// in float64 so the sums' order barely shows.
+TEST_F(CudaBackendTest, WalkFamiliesMatchTheCpu) {
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto check = [&](const Tensor& x, const std::function<Tensor(const Tensor&, Device)>& f) {
+    auto run = [&](Device d) {
+      Tensor leaf = (d == dev0 ? on(x) : x).detach();
+      leaf.requires_grad_(true);
+      manual_seed(11);
+      Tensor y = f(leaf, d);
+      sum(mul(y, y)).backward();
+      return TensorList{y.detach(), leaf.grad()};
+    };
+    const TensorList host = run(Device()), dev = run(dev0);
+    testing::expect_close(back(dev[0]), host[0], 1e-9, 1e-9);
+    testing::expect_close(back(dev[1]), host[1], 1e-9, 1e-9);
+  };
+  auto ints = [](std::vector<double> v, const Shape& shape, Device d) {
+    return to(to(from_vector(v, shape), DType::Int64), d);
+  };
+  const Tensor x = testing::random_tensor({2, 3, 8, 6}, 21, -1, 1);
+  const Tensor m = testing::random_tensor({6, 5}, 22, -1, 1);
+  check(m, [&](const Tensor& t, Device d) { return gather(t, 1, ints({4, 0, 2, 1, 1, 3}, {6, 1}, d)); });
+  check(m, [&](const Tensor& t, Device d) { return embedding(ints({5, 0, 3, 3}, {2, 2}, d), t); });
+  check(m, [&](const Tensor& t, Device) { return cumsum(t, 0); });
+  check(m, [&](const Tensor& t, Device d) { return cross_entropy(t, ints({1, 4, 0, 2, 2, 3}, {6}, d)); });
+  check(m, [&](const Tensor& t, Device) { return dropout(t, 0.4); });
+  check(m, [&](const Tensor& t, Device) { return sort(t, 1).values; });
+  check(x, [&](const Tensor& t, Device) {
+    InterpolateOptions o;
+    o.size = Shape{11, 9};
+    o.mode = "bilinear";
+    o.align_corners = false;
+    return interpolate(t, o);
+  });
+  check(x, [&](const Tensor& t, Device) { return max_pool2d(t, {.kernel_size = {3, 2}, .padding = {1, 1}}); });
+  check(x, [&](const Tensor& t, Device d) {
+    return batch_norm(t, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+  });
+  check(x, [&](const Tensor& t, Device d) {
+    const Tensor w = testing::random_tensor({4, 3, 3, 3}, 23, -1, 1);
+    return conv2d(t, d == dev0 ? on(w) : w, Tensor(), {.stride = {2, 1}, .padding = {1, 1}});
+  });
+  check(x, [&](const Tensor& t, Device) { return scaled_dot_product_attention(t, t, t, Tensor(), 0.0, true); });
+  manual_seed(3);
+  const Tensor dev_rand = back(rand({1000}, {.device = dev0}));
+  manual_seed(3);
+  testing::expect_close(dev_rand, rand({1000}), 0, 0);
+  EXPECT_THROW(gather(on(m), 1, ints({7}, {1, 1}, dev0)), IndexError);
 }
 
 }  // namespace
