@@ -20,6 +20,7 @@
 #include "backend/common/random_kernels.h"
 #include "backend/common/sort_kernels.h"
 #include "backend/common/resample_kernels.h"
+#include "backend/common/scan_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
 #include "backend/cpu/kernels/math.h"
@@ -679,6 +680,7 @@ TEST_F(EmulatedDevice, LayoutKernelsRunOverAnotherBackendsLoops) {
 TEST_F(EmulatedDevice, IndexKernelsRunOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  scan_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   auto on = [&](const Tensor& t) { return to(t, dev0); };

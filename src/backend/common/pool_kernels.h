@@ -50,6 +50,12 @@ struct PoolGeometry {
       if (hi[d] < lo[d]) hi[d] = lo[d];
     }
   }
+  // The window of the output element at byte offset `offset` of a contiguous
+  // tensor whose elements are `item` bytes.
+  MF_FORCE_INLINE MF_HOST_DEVICE void window_at(int64_t offset, int64_t item, int64_t* start, int64_t* lo,
+                                                int64_t* hi) const {
+    window(offset / item % out_size(), start, lo, hi);
+  }
   MF_FORCE_INLINE MF_HOST_DEVICE int64_t step(int d) const { return adaptive ? 1 : dilation[d]; }
   // PyTorch's average divisor: the window clipped to the padded input (or
   // to the input without count_include_pad); adaptive: the window's size.
@@ -112,9 +118,8 @@ struct PoolForward {
   PoolGeometry g;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
     using A = acc_type<T>;
-    const int64_t i = off[0] / int64_t(sizeof(T)) % g.out_size();
     int64_t start[3], lo[3], hi[3];
-    g.window(i, start, lo, hi);
+    g.window_at(off[0], int64_t(sizeof(T)), start, lo, hi);
     const char* x = data[2] + off[2];
     auto at = [&](int64_t a, int64_t b, int64_t c) {
       return M::template to_acc<A>(*reinterpret_cast<const T*>(
@@ -182,9 +187,8 @@ struct AvgBackward {
   PoolGeometry g;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
     using A = acc_type<T>;
-    const int64_t i = off[0] / int64_t(sizeof(T)) % g.out_size();
     int64_t start[3], lo[3], hi[3];
-    g.window(i, start, lo, hi);
+    g.window_at(off[0], int64_t(sizeof(T)), start, lo, hi);
     const A share = M::template to_acc<A>(*reinterpret_cast<const T*>(data[0] + off[0])) / A(g.divisor(start, lo, hi));
     T* gx = reinterpret_cast<T*>(data[1] + off[1]);
     for (int64_t a = lo[0]; a < hi[0]; ++a)

@@ -1,12 +1,13 @@
-// The CUDA kernels of the indexing ops and the scans: the shared kernel
-// table of backend/common/index_kernels.h over cuda::Loops, and the fault
-// record through which a walk reports a bad index (Note [Device index
-// kernels]).
+// The CUDA kernels of the indexing ops and the scans: the shared tables of
+// backend/common/index_kernels.h and scan_kernels.h over cuda::Loops, and
+// the fault record through which a walk reports a bad index (Note [Device
+// index kernels]).
 #include <map>
 #include <mutex>
 #include <utility>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/scan_kernels.h"
 #include "backend/cuda/kernels/loops.cuh"
 
 namespace mf {
@@ -48,6 +49,7 @@ namespace {
 
 [[maybe_unused]] const bool kRegistered = [] {
   index_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
+  scan_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
   return true;
 }();
 
