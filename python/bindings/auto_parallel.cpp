@@ -36,6 +36,7 @@ void init_auto_parallel(py::module_& parent) {
       .def_readwrite("memory_bandwidth", &CostModel::memory_bandwidth)
       .def_readwrite("transpose_bandwidth", &CostModel::transpose_bandwidth)
       .def_readwrite("op_overhead", &CostModel::op_overhead)
+      .def_readwrite("sync_latency", &CostModel::sync_latency)
       .def("set_collective",
            [](CostModel& c, const std::string& kind, int64_t ranks, std::vector<std::pair<double, double>> points) {
              MF_CHECK(kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter" || kind == "all_to_all",

@@ -9,6 +9,7 @@
 #include <functional>
 #include <random>
 
+#include "distributed/auto_parallel/problem.h"
 #include "meshflow/distributed/auto_parallel.h"
 #include "meshflow/error.h"
 #include "meshflow/op_def.h"
@@ -194,6 +195,30 @@ TEST(AutoParallel, CollectiveModel) {
   EXPECT_NEAR(m.collective("all_gather", 2, 1 << 22), 60e-6 * std::pow(4.0, std::log(50.0) / std::log(16.0)), 1e-15);
   EXPECT_EQ(m.collective("all_gather", 1, 1 << 22), 0.0);
   EXPECT_GT(m.collective("all_reduce", 4, 1 << 20), m.collective("all_reduce", 2, 1 << 20));
+}
+
+// Note [Sync latency]: each collective a boxing makes costs sync_latency
+// on top of its time alone; a local slice costs none.
+TEST(AutoParallel, SyncLatencyIsAddedToEachCollective) {
+  CostModel m = model();
+  m.collectives["all_reduce"][4] = m.collectives["all_gather"][4] = m.collectives["all_reduce"][2];
+  const Shape line{2}, mesh{2, 2};
+  auto boxing = [&](const Shape& on, const NdSbp& from, const NdSbp& to) {
+    detail::Boxing out;
+    detail::transition(m, on, from, to, 1 << 20, &out, true);
+    return out;
+  };
+  const NdSbp P{Sbp::partial_sum()}, B{Sbp::broadcast()}, S0{Sbp::split(0)};
+  const detail::Boxing reduce = boxing(line, P, B), slice = boxing(line, B, S0);
+  const detail::Boxing both = boxing(mesh, {Sbp::partial_sum(), Sbp::split(0)}, {Sbp::broadcast(), Sbp::broadcast()});
+  ASSERT_EQ(reduce.collectives.size(), 1u);
+  ASSERT_EQ(slice.collectives.size(), 0u);
+  ASSERT_EQ(both.collectives.size(), 2u);
+  m.sync_latency = 7e-4;
+  EXPECT_NEAR(boxing(line, P, B).time - reduce.time, 7e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(boxing(line, B, S0).time, slice.time);
+  EXPECT_NEAR(boxing(mesh, {Sbp::partial_sum(), Sbp::split(0)}, {Sbp::broadcast(), Sbp::broadcast()}).time - both.time,
+              2 * 7e-4, 1e-15);
 }
 
 }  // namespace

@@ -131,6 +131,9 @@ def test_cost_model_round_trips_and_rejects_bad_descriptions():
         model.set_collective("all_reduce", 2, [])
     with pytest.raises(ValueError, match="gemm_flops must be > 0"):
         auto.from_dict({"gemm_flops": 0})
+    assert auto.from_dict({"sync_latency": 2e-4}).sync_latency == 2e-4
+    with pytest.raises(ValueError, match="sync_latency must be >= 0"):
+        auto.from_dict({"sync_latency": -1e-6})
 
 
 def test_calibration_is_cached_atomically_and_remeasured_when_damaged(tmp_path, monkeypatch):
@@ -141,7 +144,7 @@ def test_calibration_is_cached_atomically_and_remeasured_when_damaged(tmp_path, 
                 "op_overhead"):
         assert data[key] > 0, key
     assert data["gemm_half_intensity"] >= 0
-    assert data["collectives"] == {}  # one process: nothing to measure
+    assert data["collectives"] == {} and data["sync_latency"] == 0  # one process: nothing to measure
     files = os.listdir(tmp_path)
     assert len(files) == 1 and files[0].startswith("cost_model_") and files[0].endswith(".json")
     assert auto.to_dict(auto.calibrate()) == data  # read back

@@ -68,6 +68,11 @@ struct CostModel {
   // model]); 0: memory_bandwidth.
   double transpose_bandwidth = 0;
   double op_overhead = 5e-6;     // s per op call
+  // Seconds each collective of a step adds to its time alone (Note [Sync
+  // latency]): inside a step the ranks reach a collective at different
+  // times, and ranks that share cores take turns. 0 for a described
+  // machine unless given.
+  double sync_latency = 0;
   // Fits per collective kind and group size; a size without a fit scales
   // the nearest fitted one by the ring algorithm's steps and bytes per rank.
   std::unordered_map<std::string, std::unordered_map<int64_t, CollectiveFit>> collectives;

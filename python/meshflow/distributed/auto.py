@@ -34,7 +34,7 @@ _current = None  # the cost model the searches use (set_cost_model / calibrate)
 
 def _cache_path(world):
     root = os.environ.get("MESHFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshflow")
-    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v8"
+    key = f"{_cpu_model()}|threads={_mf.get_num_threads()}|world={world}|v9"
     import zlib
     return os.path.join(root, f"cost_model_{zlib.crc32(key.encode()):08x}.json")
 
@@ -45,7 +45,7 @@ def to_dict(model):
         "gemm_flops": model.gemm_flops, "gemm_flops_f64": model.gemm_flops_f64,
         "gemm_flops_16": model.gemm_flops_16, "gemm_half_intensity": model.gemm_half_intensity,
         "memory_bandwidth": model.memory_bandwidth, "transpose_bandwidth": model.transpose_bandwidth,
-        "op_overhead": model.op_overhead,
+        "op_overhead": model.op_overhead, "sync_latency": model.sync_latency,
         "collectives": {kind: {str(m): [list(p) for p in points] for m, points in fits.items()}
                         for kind, fits in model.collectives().items()},
     }
@@ -56,10 +56,11 @@ def from_dict(d):
     the simulator has the same keys)."""
     model = CostModel()
     for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "gemm_half_intensity", "memory_bandwidth",
-                "transpose_bandwidth", "op_overhead"):
+                "transpose_bandwidth", "op_overhead", "sync_latency"):
         if key in d:
             value = float(d[key])
-            least = ">= 0" if key in ("op_overhead", "gemm_half_intensity", "transpose_bandwidth") else "> 0"
+            least = ">= 0" if key in ("op_overhead", "gemm_half_intensity", "transpose_bandwidth",
+                                      "sync_latency") else "> 0"
             if not (value >= 0 if least == ">= 0" else value > 0):
                 raise ValueError(f"cost model: {key} must be {least}, got {d[key]!r}")
             setattr(model, key, value)
@@ -253,6 +254,61 @@ def validate_collectives(sizes=_CHECK_BYTES, group=None, rounds=3, recheck=0.25)
     return result
 
 
+def _timed_calls(fn, calls):
+    """Mean seconds per call of `calls` calls of fn, run by every rank from
+    a barrier: the slowest rank's (the same on every rank)."""
+    dist = _mf.distributed
+    fn()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    mean = _mf.tensor([(time.perf_counter() - t0) / calls], dtype=_mf.float64)
+    dist.all_reduce(mean, op="max")
+    return float(mean.item())
+
+
+# Note [Sync latency]
+# A collective measured alone (collective_time) finds every rank waiting
+# in it. Inside a step the ranks reach it from their compute at different
+# times, and where ranks share cores (more ranks x threads than cores) a
+# rank that arrives waits for the others to be scheduled: 4 ranks on 2
+# cores spend 0.1-0.5 ms more per collective than alone, 2 ranks on 2 cores
+# about 0.05 ms, and a 2-layer GPT step makes 45 of them. The cost model
+# adds this latency (CostModel.sync_latency) to each collective it counts,
+# measured as a step meets it: every rank runs bursts of GEMMs (0.5, 1 and
+# 2 ms) each followed by a small all_reduce, and the time of the pair less
+# the burst's and the all_reduce's, each the slowest rank's mean over a
+# run of calls, is the latency; the median of 5 runs per burst length,
+# none below zero. With a core per rank and thread it comes out near zero.
+def _measure_sync_latency(reps=5, calls=30):
+    dist = _mf.distributed
+    a, b = _mf.randn(128, 128), _mf.randn(128, 128)
+    small = _mf.zeros(64)
+    one = _sustained(lambda: _mf.matmul(a, b), 0.05)
+    samples = []
+    for burst_seconds in (0.5e-3, 1e-3, 2e-3):
+        # the same burst on every rank: the longest count any rank asks for
+        count = _mf.tensor([max(1, round(burst_seconds / one))], dtype=_mf.float64)
+        dist.all_reduce(count, op="max")
+        k = int(count.item())
+
+        def burst():
+            for _ in range(k):
+                _mf.matmul(a, b)
+
+        def collective():
+            dist.all_reduce(small)
+
+        def both():
+            burst()
+            collective()
+
+        for _ in range(reps):
+            samples.append(_timed_calls(both, calls) - _timed_calls(burst, calls) - _timed_calls(collective, calls))
+    return max(0.0, statistics.median(samples))
+
+
 def measure_step(graph, *inputs, steps=10, warmup=3):
     """Measured seconds of one call graph(*inputs) (a training step): the
     median of `steps` calls after `warmup` ones, each timed from a barrier
@@ -318,7 +374,8 @@ def calibrate(force=False):
     """Measures this machine's rates (GEMM per dtype, elementwise bandwidth,
     per-op overhead; sustained by every rank at once, Note [Sustained
     rates]) and, under the launcher, the collectives'
-    times on the local MPI; every rank gets rank 0's numbers. The
+    times on the local MPI and the latency a collective adds inside a step
+    (Note [Sync latency]); every rank gets rank 0's numbers. The
     result is cached per CPU model, thread count and world size
     ($MESHFLOW_CACHE_DIR or ~/.cache/meshflow) and becomes the model the
     searches use. Collective over the world when it has more than one
@@ -346,6 +403,7 @@ def calibrate(force=False):
         collectives = _measure_collectives() if world > 1 else {}
         data = _measure_compute()
         data["collectives"] = collectives
+        data["sync_latency"] = _measure_sync_latency() if world > 1 else 0.0
         if world > 1:
             box = [data]
             dist.broadcast_object_list(box, src=0)

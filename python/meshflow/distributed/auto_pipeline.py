@@ -197,7 +197,7 @@ class _StageCosts:
         part["backward_weight"] += per_microbatch - sum(part.values())
         if not last:
             out_bytes = self.acts[j].numel() * self.acts[j].element_size() / self.ranks
-            message = self.model.collective("all_reduce", 2, out_bytes)
+            message = self.model.collective("all_reduce", 2, out_bytes) + self.model.sync_latency
             per_microbatch += 2 * message
             part["forward"] += message
             part["backward_input"] += message

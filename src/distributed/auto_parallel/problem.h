@@ -80,7 +80,7 @@ inline void transition(const CostModel& model, const Shape& mesh, const NdSbp& f
         out->time += 2 * (part / double(m) + part) / model.transposed_bandwidth();
       else if (f.is_partial_sum() && t.is_split() && t.axis() != 0)
         out->time += 2 * (part + part / double(m)) / model.transposed_bandwidth();
-      out->time += model.collective(kind, m, part);
+      out->time += model.collective(kind, m, part) + model.sync_latency;
       const double f_bytes = std::string(kind) == "all_reduce" ? 2.0 * double(m - 1) / double(m) : double(m - 1) / double(m);
       out->bytes += part * f_bytes;
       if (describe) out->collectives.push_back(std::string(kind) + " " + mib(part) + " over " + std::to_string(m));
