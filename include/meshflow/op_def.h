@@ -119,6 +119,11 @@ using SbpRuleFn = std::function<std::vector<SbpSignature>(const TensorList& inpu
 // stand-ins of the inputs, the output shapes).
 using FlopsFn = std::function<double(const TensorList& inputs, const std::vector<Shape>& outputs, const Attrs& attrs)>;
 
+// Which calibrated rate prices an op's FLOPs (CostModel in
+// meshflow/distributed/auto_parallel.h): a GEMM's, a convolution's or an
+// attention's (each a fraction of the GEMM rate of the call's dtype).
+enum class FlopsKind : uint8_t { Gemm, Convolution, Attention };
+
 struct OpDef {
   std::string name;
   // Input names, for error messages; their count is the op's arity unless
@@ -173,6 +178,7 @@ struct OpDef {
   // (GEMMs, convolutions, attention); unset, a call costs the bytes it
   // reads and writes.
   FlopsFn flops;
+  FlopsKind flops_kind = FlopsKind::Gemm;
 
   // Filled by the registry: kernels[device type], cpu_kernel included.
   std::array<KernelFn, kNumDeviceTypes> kernels;

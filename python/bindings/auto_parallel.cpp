@@ -33,6 +33,8 @@ void init_auto_parallel(py::module_& parent) {
       .def_readwrite("gemm_flops_f64", &CostModel::gemm_flops_f64)
       .def_readwrite("gemm_flops_16", &CostModel::gemm_flops_16)
       .def_readwrite("gemm_half_intensity", &CostModel::gemm_half_intensity)
+      .def_readwrite("conv_efficiency", &CostModel::conv_efficiency)
+      .def_readwrite("attention_efficiency", &CostModel::attention_efficiency)
       .def_readwrite("memory_bandwidth", &CostModel::memory_bandwidth)
       .def_readwrite("transpose_bandwidth", &CostModel::transpose_bandwidth)
       .def_readwrite("op_overhead", &CostModel::op_overhead)

@@ -79,6 +79,7 @@ MF_REGISTER_OP(OpDef{
     .save_outputs = 0b11,
     .sbp = sbp::batched({2, 2, 2, 2}, {2, 1}),
     .flops = attention_flops<2>,
+    .flops_kind = FlopsKind::Attention,
 });
 
 // inputs (grad_out, query, key, value, attn_mask, out, lse); outputs the
@@ -98,6 +99,7 @@ MF_REGISTER_OP(OpDef{
     .differentiable = false,
     .sbp = sbp::batched({2, 2, 2, 2, 2, 2, 1}, {2, 2, 2}),
     .flops = attention_flops<5>,  // four block products and the recomputed logits
+    .flops_kind = FlopsKind::Attention,
 });
 
 bool any_global(std::initializer_list<const Tensor*> ts) {

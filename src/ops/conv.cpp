@@ -217,6 +217,7 @@ OpDef conv_def(int64_t spatial) {
       .flops = [](const TensorList& in, const std::vector<Shape>& out, const Attrs&) {
         return 2.0 * double(shape_numel(out[0])) * double(in[1].numel() / std::max<int64_t>(in[1].size(0), 1));
       },
+      .flops_kind = FlopsKind::Convolution,
   };
 }
 
@@ -271,6 +272,7 @@ OpDef conv_backward_def(int64_t spatial) {
         const double forward = 2.0 * double(in[0].numel()) * double(in[2].numel() / std::max<int64_t>(in[2].size(0), 1));
         return forward * double((mask[0] ? 1 : 0) + (mask[1] ? 1 : 0));
       },
+      .flops_kind = FlopsKind::Convolution,
   };
 }
 

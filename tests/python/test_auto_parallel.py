@@ -141,7 +141,7 @@ def test_calibration_is_cached_atomically_and_remeasured_when_damaged(tmp_path, 
     first = auto.calibrate(force=True)
     data = auto.to_dict(first)
     for key in ("gemm_flops", "gemm_flops_f64", "gemm_flops_16", "memory_bandwidth", "transpose_bandwidth",
-                "op_overhead"):
+                "op_overhead", "conv_efficiency", "attention_efficiency"):
         assert data[key] > 0, key
     assert data["gemm_half_intensity"] >= 0
     assert data["collectives"] == {} and data["sync_latency"] == 0  # one process: nothing to measure
@@ -264,6 +264,45 @@ def test_memory_bound_calls_on_transposed_operands_are_priced_at_the_transpose_b
     assert auto.CostModel().transpose_bandwidth == 0
     with pytest.raises(ValueError, match="transpose_bandwidth must be >= 0"):
         auto.from_dict({"transpose_bandwidth": -1})
+
+
+class ConvAttention(mf.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = mf.nn.Conv2d(16, 16, 3, padding=1, dtype=mf.float64)
+        self.proj = mf.nn.Linear(32, 32, dtype=mf.float64)
+
+    def forward(self, x, q):
+        q = self.proj(q)
+        return self.conv(x).sum() + F.scaled_dot_product_attention(q, q, q).sum()
+
+
+def test_convolutions_and_attention_are_priced_at_their_fractions_of_the_gemm_rate():
+    # Note [Op kinds in the cost model]: these calls are compute-bound here,
+    # so their time past the op overhead scales with 1 / efficiency; the
+    # linear layer's GEMMs keep the GEMM rate.
+    from meshflow.distributed import simulate
+    inputs = (mf.randn(2, 16, 16, 16, dtype=mf.float64), mf.randn(2, 2, 64, 32, dtype=mf.float64))
+
+    def compute_times(conv, attention):
+        model = described()
+        model.conv_efficiency, model.attention_efficiency = conv, attention
+        mf.manual_seed(0)
+        net = ConvAttention()
+        report = simulate.simulate(net, mf.optim.SGD(net.parameters(), lr=0.1), lambda m, x, q: m(x, q), inputs,
+                                   (1,), model)
+        return {c["op"]: c["compute"] - model.op_overhead for c in report["calls"]
+                if c["op"] in ("conv2d", "conv2d_backward", "fused_attention", "fused_attention_backward", "addmm")}
+
+    base, slow = compute_times(1.0, 1.0), compute_times(0.25, 0.5)
+    assert set(base) == {"conv2d", "conv2d_backward", "fused_attention", "fused_attention_backward", "addmm"}, base
+    for op, factor in (("conv2d", 4), ("conv2d_backward", 4), ("fused_attention", 2),
+                       ("fused_attention_backward", 2), ("addmm", 1)):
+        assert slow[op] == pytest.approx(factor * base[op], rel=1e-9), (op, base, slow)
+    assert auto.CostModel().conv_efficiency == 1 and auto.CostModel().attention_efficiency == 1
+    for key in ("conv_efficiency", "attention_efficiency"):
+        with pytest.raises(ValueError, match=f"{key} must be > 0"):
+            auto.from_dict({key: 0})
 
 
 def test_auto_parallel_errors():

@@ -62,6 +62,10 @@ struct CostModel {
   // rate * I / (I + this) (skinny products stream their weights). 0: at
   // the full rates.
   double gemm_half_intensity = 0;
+  // The fraction of its dtype's GEMM rate that a convolution and an
+  // attention call (OpDef::flops_kind) sustain.
+  double conv_efficiency = 1;
+  double attention_efficiency = 1;
   double memory_bandwidth = 10e9;  // bytes/s of elementwise ops (reads + writes)
   // bytes/s (reads + writes) of a memory-bound op reading an operand
   // transposed against its output (Note [Transposed operands in the cost

@@ -134,9 +134,12 @@ inline double compute_time(const CostModel& model, const CallRecord& c, const st
     for (const NdSbp& l : out) split = split || l[a].is_split();
     if (split) frac /= double(mesh[a]);
   }
-  const double rate = dtype == kFloat64                          ? model.gemm_flops_f64
-                      : (dtype == kBFloat16 || dtype == kFloat16) ? model.gemm_flops_16
-                                                                  : model.gemm_flops;
+  const double kind = c.op->flops_kind == FlopsKind::Convolution ? model.conv_efficiency
+                      : c.op->flops_kind == FlopsKind::Attention   ? model.attention_efficiency
+                                                                   : 1.0;
+  const double rate = kind * (dtype == kFloat64                          ? model.gemm_flops_f64
+                              : (dtype == kBFloat16 || dtype == kFloat16) ? model.gemm_flops_16
+                                                                          : model.gemm_flops);
   // A view moves no data.
   const double intensity = c.flops / std::max(c.bytes, 1.0);
   const double efficiency =
