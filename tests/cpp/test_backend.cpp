@@ -945,10 +945,19 @@ TEST_F(EmulatedDevice, RandomOpsDrawTheCpusValues) {
       [](Device d) { return randperm(37, d); },
       [](Device d) { return multinomial(to(random_tensor({3, 6}, 94, 0, 1), d), 9, true); },
       [](Device d) { return multinomial(transpose(to(random_tensor({6, 3}, 95, 0, 1), d), 0, 1), 4, false); },
+      // gamma samples (Note [Gamma sampling]): shapes below and above 1, 0 and NaN; a strided input
+      [](Device d) {
+        Tensor a = random_tensor({5, 8}, 96, 0.02, 6);
+        a = where(eq(reshape(arange(40.0), {5, 8}), Scalar(3)), zeros({}), a);
+        a = where(eq(reshape(arange(40.0), {5, 8}), Scalar(11)), full({}, NAN), a);
+        return standard_gamma(transpose(to(contiguous(transpose(a, 0, 1)), d), 0, 1));
+      },
+      [](Device d) { return standard_gamma(to(to(random_tensor({33}, 97, 0.1, 3), DType::Float32), d)); },
   };
-  // Integers, [0, 1) uniforms and masks are exact; normals and scaled
-  // uniforms may round differently (fused multiply-adds, the math library).
-  const std::set<size_t> rounded = {3, 4, 10};
+  // Integers, [0, 1) uniforms and masks are exact; normals, scaled
+  // uniforms and gamma samples may round differently on a device (fused
+  // multiply-adds, the math library).
+  const std::set<size_t> rounded = {3, 4, 10, 15, 16};
   for (size_t k = 0; k < draws.size(); ++k) {
     SCOPED_TRACE(k);
     const TensorList r = both(draws[k]);
@@ -965,6 +974,11 @@ TEST_F(EmulatedDevice, RandomOpsDrawTheCpusValues) {
   };
   expect_close(dropout_grad(dev0), dropout_grad(Device()), 0, 0);
   EXPECT_THROW(bernoulli(to(full({3}, 1.5), dev0)), Error);
+  EXPECT_THROW(standard_gamma(to(full({3}, -0.5), dev0)), ValueError);
+  // the gamma sample's gradient in the concentration, broadcast
+  const Tensor a = random_tensor({4, 1}, 98, 0.05, 30), x = random_tensor({1, 6}, 99, 0.01, 40);
+  // (the test's loops and the library are compiled apart: contractions may differ)
+  expect_close(back(standard_gamma_grad(to(a, dev0), to(x, dev0))), standard_gamma_grad(a, x), 1e-12, 1e-12);
   EXPECT_THROW(multinomial(to(zeros({2, 3}), dev0), 1, true), ValueError);
 }
 

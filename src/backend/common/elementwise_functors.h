@@ -313,6 +313,14 @@ struct Atan2 {
   template <typename A>
   MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a, A b) const { return M::atan2(a, b); }
 };
+// d sample / d concentration of a gamma sample (Note [Gamma sample
+// gradient] in special_math.h), evaluated in double on every device.
+struct StandardGammaGrad {
+  template <typename A>
+  MF_FORCE_INLINE MF_HOST_DEVICE A operator()(A a, A x) const {
+    return A(special_math::standard_gamma_grad(double(a), double(x)));
+  }
+};
 
 // Note [Integer division]: integer division by zero is an error (PyTorch
 // raises ZeroDivisionError on the CPU); M::zero_divisor(op) throws on the

@@ -358,6 +358,7 @@ void register_all(DeviceType device) {
   set("maximum", arithmetic<L, Max, BitOr>());
   set("minimum", arithmetic<L, Min, BitAnd>());
   set("atan2", floating_binary<L, Atan2<M>>("atan2"));
+  set("standard_gamma_grad", floating_binary<L, StandardGammaGrad>("_standard_gamma_grad"));
 
   // ternary.cpp
   set("where", [](const TensorList& in, TensorList& out, const Attrs&) {

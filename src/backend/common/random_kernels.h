@@ -1,6 +1,6 @@
 // Note [Device random ops]
 // The random ops (uniform_, normal_, random_ ints, bernoulli, dropout,
-// randperm, multinomial)
+// randperm, multinomial, _standard_gamma)
 // written once over a backend's loops L, from the Philox words of
 // meshflow/philox.h by the rule of Note [Counter-based random ops]
 // (src/ops/random.cpp): element i of the output (in row-major order) uses
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 
 #include "backend/common/index_kernels.h"
 #include "backend/common/sort_kernels.h"
@@ -403,6 +404,140 @@ void multinomial(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// --- _standard_gamma (Note [Gamma sampling]) ---------------------------------------------------
+
+// Note [Gamma sampling]: Marsaglia and Tsang, "A simple method for
+// generating gamma variables" (ACM TOMS 26(3), 2000), the method torch
+// uses. For a >= 1 let d = a - 1/3 and c = 1 / sqrt(9 d); draw a standard
+// normal z until v = (1 + c z)^3 > 0, and a uniform u in (0, 1]; accept d v
+// when u < 1 - 0.0331 z^4 (the squeeze) or log u < z^2 / 2 + d (1 - v + log v),
+// else draw again. For a < 1 the sample is one of shape a + 1 times
+// u^(1 / a) for another uniform u (the boost).
+//
+// Rejection needs an unbounded number of draws per element, so element i
+// owns one Philox counter, offset + i (the op reserves one counter per
+// element), and reads the words of philox(seed, offset + i, k) for the
+// substreams k = 0, 1, 2, ... in turn: each counter gives two double
+// uniforms (two words each), and two uniforms give two normals by
+// Box-Muller (the sine half is kept for the element's next normal). No
+// other op uses a substream other than 0, so the streams never overlap
+// another op's counters, and element i depends only on (seed, offset, i)
+// and its own shape: never on the thread count, the device or the other
+// elements.
+//
+// Every dtype computes in double; the sample is rounded to the dtype and
+// raised to its smallest normal number, as torch does, so that log of a
+// sample stays finite for tiny shapes (where u^(1 / a) underflows).
+// a = 0 gives that smallest number too, a = inf gives inf, NaN gives NaN
+// (torch gives the smallest number), and a < 0 is an error (torch returns
+// the smallest number).
+
+// The random numbers of one element: the words of its counter's
+// substreams, in order.
+class ElementStream {
+ public:
+  MF_HOST_DEVICE ElementStream(uint64_t seed, uint64_t counter) : seed_(seed), counter_(counter) {}
+
+  // Uniform in [0, 1) with 53 random bits.
+  MF_HOST_DEVICE double uniform() {
+    if (next_word_ == 4) {
+      words_ = philox4x32(seed_, counter_, substream_++);
+      next_word_ = 0;
+    }
+    const double u = uniform_double(words_.w[next_word_], words_.w[next_word_ + 1]);
+    next_word_ += 2;
+    return u;
+  }
+
+  MF_HOST_DEVICE double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
+    const double radius = std::sqrt(-2 * std::log(1 - uniform()));  // 1 - u in (0, 1]
+    const double angle = kTwoPi * uniform();
+    spare_ = radius * std::sin(angle);
+    has_spare_ = true;
+    return radius * std::cos(angle);
+  }
+
+ private:
+  uint64_t seed_, counter_, substream_ = 0;
+  PhiloxWords words_{};
+  int next_word_ = 4;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+// A Gamma(a, 1) sample for a >= 0.
+MF_HOST_DEVICE inline double sample_standard_gamma(double a, ElementStream& stream) {
+  if (!(a > 0) || std::isinf(a)) return a;  // 0, inf and NaN
+  double scale = 1;
+  if (a < 1) {
+    scale = std::pow(1 - stream.uniform(), 1 / a);
+    a += 1;
+  }
+  const double d = a - 1.0 / 3, c = 1 / std::sqrt(9 * d);
+  for (;;) {
+    double z, v;
+    do {
+      z = stream.normal();
+      v = 1 + c * z;
+    } while (v <= 0);
+    v = v * v * v;
+    const double u = 1 - stream.uniform();
+    const double zz = z * z;
+    if (u < 1 - 0.0331 * zz * zz || std::log(u) < 0.5 * zz + d * (1 - v + std::log(v))) return scale * d * v;
+  }
+}
+
+// Operands: 0 the output (contiguous: its offset gives i), 1 the concentration.
+template <typename M, typename T>
+struct StandardGamma {
+  uint64_t seed, offset;
+  IndexFault* fault;
+  MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
+    const int64_t i = off[0] / int64_t(sizeof(T));
+    const double a = double(*reinterpret_cast<const T*>(data[1] + off[1]));
+    if (a < 0) {
+      M::record_fault(fault, i);
+      return;
+    }
+    ElementStream stream(seed, offset + uint64_t(i));
+    const T sample = T(sample_standard_gamma(a, stream));
+    constexpr T kTiny = std::numeric_limits<T>::min();
+    *reinterpret_cast<T*>(data[0] + off[0]) = sample != sample || sample >= kTiny ? sample : kTiny;
+  }
+};
+
+template <typename L>
+void standard_gamma(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor& a = in[0];
+  Tensor& y = out[0];
+  if (y.numel() == 0) return;
+  MF_CHECK(y.is_contiguous(), Error, "_standard_gamma: expected a contiguous output");
+  const LoopGeometry<2> g =
+      walk_geometry<2>(a.sizes(), {operand(y, y.strides()), operand(a, a.strides())}, "_standard_gamma");
+  MF_CHECK(a.dtype() == DType::Float32 || a.dtype() == DType::Float64, TypeError,
+           "_standard_gamma: expected a float32 or float64 tensor, got ", dtype_name(a.dtype()));
+  const Counter c = counter_of(attrs, 1);
+  auto run = [&]<typename T>() {
+    index_kernels::with_fault_check<L>(
+        y.device(),
+        [&](IndexFault* fault) {
+          L::template for_each<2>(y.device(), g, y.numel(),
+                                  StandardGamma<typename L::Math, T>{c.seed, c.offset, fault});
+        },
+        [](int64_t i) {
+          throw ValueError(::mf::detail::concat("_standard_gamma: concentration must be >= 0, got a negative value "
+                                                "at element ", i));
+        });
+  };
+  if (a.dtype() == DType::Float64) run.template operator()<double>();
+  else run.template operator()<float>();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
   auto set = [device](const char* op, KernelFn kernel) {
@@ -417,6 +552,7 @@ void register_all(DeviceType device) {
   set("dropout_backward", dropout_backward<L>);
   set("randperm", randperm<L>);
   set("multinomial", multinomial<L>);
+  set("standard_gamma", standard_gamma<L>);
 }
 
 }  // namespace mf::random_kernels

@@ -3,15 +3,14 @@
 // polygamma), the derivative of a gamma sample with respect to its shape
 // (standard_gamma_grad) and erfinv. Plain inline functions of <cmath> only, so that every
 // backend's loops can use them; the gamma family (lgamma, digamma,
-// trigamma, zeta, polygamma) is also compiled for devices (MF_HOST_DEVICE). The methods are the classical ones (Cephes'
+// trigamma, zeta, polygamma) and standard_gamma_grad are also compiled for
+// devices (MF_HOST_DEVICE: no tables at namespace scope). The methods are the classical ones (Cephes'
 // asymptotic digamma series and Euler-Maclaurin zeta summation), which are
 // also those PyTorch uses, so results agree to rounding.
 #pragma once
 
-#include <array>
 #include <cmath>
 #include <limits>
-#include <utility>
 
 #include "meshflow/host_device.h"
 
@@ -158,7 +157,7 @@ inline double erfinv(double y) {
 }
 
 // log(a) - digamma(a), without the cancellation of the difference for large a.
-inline double log_minus_digamma(double a) {
+MF_HOST_DEVICE inline double log_minus_digamma(double a) {
   if (a < 10) return std::log(a) - digamma(a);
   // 1/(2a) + sum B_2k / (2k a^2k), to a^-10: the next term is below 1e-13 of the sum
   const double z = 1 / (a * a);
@@ -197,20 +196,9 @@ namespace gamma_detail {
 
 inline constexpr double kPhiCut = 50;
 inline constexpr int kPanels = 8;
-// Gauss-Legendre nodes on [-1, 1] (positive half) and their weights.
-inline constexpr std::array<std::pair<double, double>, 8> kGaussLegendre16{{
-    {0.9894009349916499326, 0.027152459411754094852},
-    {0.94457502307323257608, 0.062253523938647892863},
-    {0.86563120238783174388, 0.09515851168249278481},
-    {0.7554044083550030339, 0.12462897125553387205},
-    {0.61787624440264374845, 0.14959598881657673208},
-    {0.45801677765722738634, 0.16915651939500253819},
-    {0.28160355077925891323, 0.18260341504492358887},
-    {0.095012509837637440185, 0.18945061045506849629},
-}};
 
 // e^(sign s) - 1 - sign s for s >= 0, accurate where it is O(s^2).
-inline double exp_minus_linear(double s, double sign) {
+MF_HOST_DEVICE inline double exp_minus_linear(double s, double sign) {
   if (s >= 0.5) return std::expm1(sign * s) - sign * s;
   double term = s * s / 2, sum = 0;
   for (int k = 3; term != 0 && std::abs(term) > 1e-17 * std::abs(sum); ++k) {
@@ -220,7 +208,14 @@ inline double exp_minus_linear(double s, double sign) {
   return sum;
 }
 
-inline double integral_grad(double a, double x) {
+MF_HOST_DEVICE inline double integral_grad(double a, double x) {
+  // 16-point Gauss-Legendre: the nodes on [-1, 1] (positive half) and their weights.
+  constexpr double kNodes[8] = {0.9894009349916499326,  0.94457502307323257608, 0.86563120238783174388,
+                                0.7554044083550030339,  0.61787624440264374845, 0.45801677765722738634,
+                                0.28160355077925891323, 0.095012509837637440185};
+  constexpr double kWeights[8] = {0.027152459411754094852, 0.062253523938647892863, 0.09515851168249278481,
+                                  0.12462897125553387205,  0.14959598881657673208,  0.16915651939500253819,
+                                  0.18260341504492358887,  0.18945061045506849629};
   const bool lower = x <= a;
   const double sign = lower ? -1.0 : 1.0;  // t = x e^(sign s)
   // phi(s) = (x - a) s + ... written so that x close to a does not cancel
@@ -249,14 +244,16 @@ inline double integral_grad(double a, double x) {
   double sum = 0;
   for (int p = 0; p < kPanels; ++p) {
     const double mid = (2 * p + 1) * half;
-    for (const auto& [node, weight] : kGaussLegendre16) {
-      for (const double s : {mid - half * node, mid + half * node}) sum += weight * (c + sign * s) * std::exp(phi(s));
+    for (int n = 0; n < 8; ++n) {
+      const double below = mid - half * kNodes[n], above = mid + half * kNodes[n];
+      sum += kWeights[n] * (c + sign * below) * std::exp(phi(below));
+      sum += kWeights[n] * (c + sign * above) * std::exp(phi(above));
     }
   }
   return sign * x * half * sum;
 }
 
-inline double series_grad(double a, double x) {
+MF_HOST_DEVICE inline double series_grad(double a, double x) {
   double r = a, term = 1, sum = 1, dterm = 0, dsum = 0;
   for (int i = 0; i < 2000; ++i) {
     r += 1;
@@ -269,7 +266,7 @@ inline double series_grad(double a, double x) {
   return -(dsum + sum * (std::log(x) - digamma(a + 1))) * x / a;
 }
 
-inline double continued_fraction_grad(double a, double x) {
+MF_HOST_DEVICE inline double continued_fraction_grad(double a, double x) {
   constexpr double kBig = 0x1p500, kBigInv = 0x1p-500;
   double y = 1 - a, z = x + y + 1, c = 0;
   double pkm2 = 1, qkm2 = x, pkm1 = x + 1, qkm1 = z * x;
@@ -292,7 +289,8 @@ inline double continued_fraction_grad(double a, double x) {
     pkm2 = pkm1, pkm1 = pk, qkm2 = qkm1, qkm1 = qk;
     dpkm2 = dpkm1, dpkm1 = dpk, dqkm2 = dqkm1, dqkm1 = dqk;
     if (std::abs(pk) > kBig) {
-      for (double* v : {&pkm2, &pkm1, &qkm2, &qkm1, &dpkm2, &dpkm1, &dqkm2, &dqkm1}) *v *= kBigInv;
+      pkm2 *= kBigInv, pkm1 *= kBigInv, qkm2 *= kBigInv, qkm1 *= kBigInv;
+      dpkm2 *= kBigInv, dpkm1 *= kBigInv, dqkm2 *= kBigInv, dqkm1 *= kBigInv;
     }
   }
   return x * (dans + ans * (std::log(x) - digamma(a)));
@@ -303,7 +301,7 @@ inline double continued_fraction_grad(double a, double x) {
 // dx/da of a sample x of the standard gamma distribution of shape a (Note
 // [Gamma sample gradient]). 0 at x = 0; NaN where a <= 0, x < 0 or either is
 // infinite or NaN.
-inline double standard_gamma_grad(double a, double x) {
+MF_HOST_DEVICE inline double standard_gamma_grad(double a, double x) {
   if (!(a > 0) || !(x >= 0) || std::isinf(a) || std::isinf(x)) return std::numeric_limits<double>::quiet_NaN();
   if (x == 0) return 0;
   if (a >= 10 || x >= a + 50) return gamma_detail::integral_grad(a, x);
