@@ -38,6 +38,7 @@ void init_auto_parallel(py::module_& parent) {
       .def_readwrite("memory_bandwidth", &CostModel::memory_bandwidth)
       .def_readwrite("transpose_bandwidth", &CostModel::transpose_bandwidth)
       .def_readwrite("op_overhead", &CostModel::op_overhead)
+      .def_readwrite("op_bandwidth", &CostModel::op_bandwidth)
       .def_readwrite("sync_latency", &CostModel::sync_latency)
       .def("set_collective",
            [](CostModel& c, const std::string& kind, int64_t ranks, std::vector<std::pair<double, double>> points) {
@@ -125,6 +126,8 @@ void init_auto_parallel(py::module_& parent) {
       });
 
   m.def("remesh", &remesh, py::arg("log"), py::arg("mesh"));
+  m.def("measure_elementwise_rates", &measure_elementwise_rates, py::arg("log"), py::arg("model"),
+        py::arg("seconds"));
   m.def(
       "search",
       [](const CallLog& log, const CostModel& model, double memory_limit) {

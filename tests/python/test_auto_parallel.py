@@ -266,6 +266,44 @@ def test_memory_bound_calls_on_transposed_operands_are_priced_at_the_transpose_b
         auto.from_dict({"transpose_bandwidth": -1})
 
 
+def test_elementwise_ops_are_priced_at_their_measured_rates(tmp_path, monkeypatch):
+    # Note [Measured elementwise rates]: planning under calibrate()'s model
+    # measures each elementwise op of the step once, at most the memory
+    # bandwidth; a described machine (set_cost_model) is left as given.
+    monkeypatch.setenv("MESHFLOW_CACHE_DIR", str(tmp_path))
+    x, y = (mf.randn(64, 256).to_global(placement=one_rank(), sbp=B) for _ in range(2))
+
+    def compile_step(model):
+        mf.manual_seed(0)
+        net = mf.nn.Sequential(mf.nn.Linear(256, 256), mf.nn.GELU(), mf.nn.Linear(256, 256))
+        auto.set_cost_model(model)
+        g = Step(net, mf.optim.SGD(net.parameters(), lr=0.1))
+        g(x, y)
+        return auto.cost_report(g)
+
+    machine = described()
+    compile_step(machine)
+    assert machine.op_bandwidth == {}
+    model = auto.calibrate(force=True)
+    assert model.op_bandwidth == {}  # nothing measured before a step is planned
+    report = compile_step(model)
+    rates = model.op_bandwidth
+    assert {"gelu", "gelu_backward"} <= set(rates), rates
+    assert all(0 < r <= model.memory_bandwidth for r in rates.values()), rates
+    gelu = [c for c in report["calls"] if c["op"] == "gelu"]
+    assert len(gelu) == 1
+    nbytes = 2 * 64 * 256 * 4
+    assert gelu[0]["compute"] == pytest.approx(model.op_overhead + nbytes / rates["gelu"], rel=1e-9)
+    # measured once: a second plan reuses the rates
+    before = dict(rates)
+    compile_step(model)
+    assert model.op_bandwidth == before
+    again = auto.from_dict(json.loads(json.dumps(auto.to_dict(model))))
+    assert again.op_bandwidth == before
+    with pytest.raises(ValueError, match="op_bandwidth must map op names to bytes/s > 0"):
+        auto.from_dict({"op_bandwidth": {"gelu": 0}})
+
+
 class ConvAttention(mf.nn.Module):
     def __init__(self):
         super().__init__()

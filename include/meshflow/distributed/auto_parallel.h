@@ -72,6 +72,10 @@ struct CostModel {
   // model]); 0: memory_bandwidth.
   double transpose_bandwidth = 0;
   double op_overhead = 5e-6;     // s per op call
+  // bytes/s (reads + writes) of elementwise ops measured on this machine,
+  // by op name (Note [Measured elementwise rates]); an op not here moves its
+  // bytes at memory_bandwidth.
+  std::unordered_map<std::string, double> op_bandwidth;
   // Seconds each collective of a step adds to its time alone (Note [Sync
   // latency]): inside a step the ranks reach a collective at different
   // times, and ranks that share cores take turns. 0 for a described
@@ -207,6 +211,11 @@ Plan search(const CallLog& log, const CostModel& model, const SearchOptions& opt
 // value's or pinned parameter's layout given on one mesh axis is taken on
 // every axis.
 CallLog remesh(const CallLog& log, const Placement& mesh);
+
+// Measures, into model.op_bandwidth, the rate of each elementwise op of the
+// log that it has none for (Note [Measured elementwise rates]), running the
+// op's largest call for about `seconds`.
+void measure_elementwise_rates(const CallLog& log, CostModel& model, double seconds);
 
 // The predictions of a given plan: per call the candidate index per mesh
 // axis, per source its layout (a hand-written plan, or one to check a

@@ -30,6 +30,7 @@ CostModel = _ap.CostModel
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 _current = None  # the cost model the searches use (set_cost_model / calibrate)
+_calibrated = None  # calibrate()'s last model: this machine's, which measures its ops' rates
 
 
 def _cache_path(world):
@@ -47,6 +48,7 @@ def to_dict(model):
         "conv_efficiency": model.conv_efficiency, "attention_efficiency": model.attention_efficiency,
         "memory_bandwidth": model.memory_bandwidth, "transpose_bandwidth": model.transpose_bandwidth,
         "op_overhead": model.op_overhead, "sync_latency": model.sync_latency,
+        "op_bandwidth": dict(model.op_bandwidth),
         "collectives": {kind: {str(m): [list(p) for p in points] for m, points in fits.items()}
                         for kind, fits in model.collectives().items()},
     }
@@ -65,6 +67,10 @@ def from_dict(d):
             if not (value >= 0 if least == ">= 0" else value > 0):
                 raise ValueError(f"cost model: {key} must be {least}, got {d[key]!r}")
             setattr(model, key, value)
+    rates = d.get("op_bandwidth", {})
+    if not isinstance(rates, dict) or not all(isinstance(k, str) and float(v) > 0 for k, v in rates.items()):
+        raise ValueError(f"cost model: op_bandwidth must map op names to bytes/s > 0, got {rates!r}")
+    model.op_bandwidth = {k: float(v) for k, v in rates.items()}
     for kind, fits in d.get("collectives", {}).items():
         for m, points in fits.items():
             model.set_collective(kind, int(m), [(float(b), float(t)) for b, t in points])
@@ -414,7 +420,7 @@ def calibrate(force=False):
     ($MESHFLOW_CACHE_DIR or ~/.cache/meshflow) and becomes the model the
     searches use. Collective over the world when it has more than one
     rank."""
-    global _current
+    global _current, _calibrated
     dist = _mf.distributed
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -448,7 +454,7 @@ def calibrate(force=False):
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1)
             os.replace(tmp, path)
-    _current = from_dict(data)
+    _current = _calibrated = from_dict(data)
     return _current
 
 
@@ -542,12 +548,28 @@ def _log_step(graph, args, pin_all=False):
     return log, placement, params, names, pinned
 
 
+def _measure_op_rates(log, model, seconds=0.005):
+    """Note [Measured elementwise rates]: the rates of the log's elementwise
+    ops that `model` has none for, measured here; under the launcher every
+    rank calls this alike and takes rank 0's rates. A described machine
+    (set_cost_model) is left as given."""
+    if model is not _calibrated:
+        return
+    _ap.measure_elementwise_rates(log, model, seconds)
+    dist = _mf.distributed
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        box = [dict(model.op_bandwidth)]
+        dist.broadcast_object_list(box, src=0)
+        model.op_bandwidth = box[0]
+
+
 def _plan_graph(graph, args):
     """The first trace (logged), the search, and the parameters moved to
     the chosen layouts. Returns the plan's record for the second trace."""
     chosen_before = getattr(graph, "_auto_laid_out", set())
     log, placement, params, names, pinned = _log_step(graph, args)
     model = cost_model()
+    _measure_op_rates(log, model)
     plan = _ap.search(log, model, graph.config.auto_parallel_memory_limit)
     log.release_tensors()  # the old parameters' replicas are freed when moved
     with _mf.no_grad():

@@ -2,9 +2,13 @@
 // second, and the collective model (Note [Auto parallel] in
 // meshflow/distributed/auto_parallel.h).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
+#include "meshflow/autograd.h"
+#include "meshflow/dispatch.h"
 #include "meshflow/distributed/auto_parallel.h"
+#include "meshflow/ops/creation.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/error.h"
 #include "meshflow/graph/trace.h"
@@ -84,6 +88,65 @@ double CostModel::collective(const std::string& kind, int64_t ranks, double byte
   const double latency = fit.points.empty() ? 0 : fit.points.front().second;
   return fit(bytes * ring_factor(kind, ranks) / ring_factor(kind, best)) +
          latency * (double(ranks - 1) / double(best - 1) - 1.0);
+}
+
+// Note [Measured elementwise rates]
+// One bandwidth for every memory-bound op prices a GELU like an add, but
+// here GELU (an erf per element), its gradient and other transcendental
+// ops move 4-5 GB/s where an add moves 16-50: a 2-layer GPT's step was
+// predicted 15-21% low on one rank. So each elementwise op of a logged
+// step (OpDef::elementwise: any block of elements can be computed alone,
+// and any float values are valid inputs) is run on its largest logged
+// call's shapes, every input 0.5, back to back for a few milliseconds; its
+// bytes over its time less the op overhead is its rate, at most
+// memory_bandwidth (that sustained rate, out of cache, is what a step's
+// working set sees). Ops already measured, calls with integer or bool
+// inputs, in-place or mutating ops and those on transposed operands (which
+// keep the transpose bandwidth) are not run. The rates join the cost model
+// (CostModel::op_bandwidth); under the launcher every rank takes rank 0's
+// (python/meshflow/distributed/auto.py), so that every rank plans alike.
+void measure_elementwise_rates(const CallLog& log, CostModel& model, double seconds) {
+  std::unordered_map<const OpDef*, size_t> largest;
+  for (size_t i = 0; i < log.calls.size(); ++i) {
+    const CallRecord& c = log.calls[i];
+    const OpDef& op = *c.op;
+    if (!op.elementwise || op.view || op.collective || op.mutates || c.inplace || c.flops > 0 || c.transposed ||
+        c.inputs.empty() || model.op_bandwidth.count(op.name))
+      continue;
+    const bool floating = std::all_of(c.inputs.begin(), c.inputs.end(), [&](int64_t v) {
+      return v >= 0 && is_floating(log.values[size_t(v)].dtype);
+    });
+    if (!floating) continue;
+    auto [it, fresh] = largest.emplace(&op, i);
+    if (!fresh && c.bytes > log.calls[it->second].bytes) it->second = i;
+  }
+  using Clock = std::chrono::steady_clock;
+  NoGradGuard no_grad;
+  for (const auto& [op, i] : largest) {
+    const CallRecord& c = log.calls[i];
+    TensorList inputs;
+    for (int64_t v : c.inputs) {
+      const ValueRecord& r = log.values[size_t(v)];
+      inputs.push_back(full(r.shape, Scalar(0.5), {.dtype = r.dtype}));
+    }
+    double per_call = 0;
+    try {
+      dispatch::apply(*op, inputs, c.attrs);  // warm
+      int64_t calls = 0;
+      const auto start = Clock::now();
+      double elapsed = 0;
+      do {
+        dispatch::apply(*op, inputs, c.attrs);
+        ++calls;
+        elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      } while (elapsed < seconds && calls < 1000);
+      per_call = elapsed / double(calls);
+    } catch (const Error&) {
+      continue;  // not runnable alone (an attr naming state of the step): the memory bandwidth prices it
+    }
+    const double busy = per_call - model.op_overhead;
+    model.op_bandwidth[op->name] = busy > 0 ? std::min(model.memory_bandwidth, c.bytes / busy) : model.memory_bandwidth;
+  }
 }
 
 int64_t CallLog::value_of(const Tensor& t) {

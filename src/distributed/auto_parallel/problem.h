@@ -144,7 +144,9 @@ inline double compute_time(const CostModel& model, const CallRecord& c, const st
   const double intensity = c.flops / std::max(c.bytes, 1.0);
   const double efficiency =
       model.gemm_half_intensity > 0 && c.flops > 0 ? intensity / (intensity + model.gemm_half_intensity) : 1.0;
-  const double bandwidth = c.transposed ? model.transposed_bandwidth() : model.memory_bandwidth;
+  double bandwidth = c.transposed ? model.transposed_bandwidth() : model.memory_bandwidth;
+  if (!c.transposed && !model.op_bandwidth.empty())
+    if (auto it = model.op_bandwidth.find(c.op->name); it != model.op_bandwidth.end()) bandwidth = it->second;
   const double t = c.op->view ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / bandwidth);
   return model.op_overhead + frac * t;
 }
