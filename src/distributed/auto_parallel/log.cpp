@@ -220,9 +220,14 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   rec.inplace = inplace;
   if (const graph::Tracer* tracer = graph::current_tracer())
     rec.backward = tracer->in_backward();
-  for (const Tensor& t : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
     rec.inputs.push_back(log.value_of(t));
-    if (t.defined()) rec.bytes += nbytes(t.sizes(), t.dtype());
+    if (!t.defined()) continue;
+    // Read, and written again where the op mutates it (an optimizer
+    // update's parameter and state); an in-place call's write is its output.
+    const bool mutated = i < 32 && (op.mutates >> i) & 1u;
+    rec.bytes += (mutated ? 2.0 : 1.0) * nbytes(t.sizes(), t.dtype());
   }
   for (int64_t parts : log.placement->hierarchy())
     rec.candidates.push_back(sbp_candidates(op, metas, out_shapes, attrs, parts));
