@@ -126,7 +126,7 @@ void init_auto_parallel(py::module_& parent) {
       });
 
   m.def("remesh", &remesh, py::arg("log"), py::arg("mesh"));
-  m.def("measure_elementwise_rates", &measure_elementwise_rates, py::arg("log"), py::arg("model"),
+  m.def("measure_op_rates", &measure_op_rates, py::arg("log"), py::arg("model"),
         py::arg("seconds"));
   m.def(
       "search",
@@ -155,7 +155,8 @@ void init_auto_parallel(py::module_& parent) {
           rows.append(py::dict(py::arg("op") = rec.op->name, py::arg("input_shapes") = shapes,
                                py::arg("inputs") = ins, py::arg("outputs") = outs, py::arg("compute") = cost.compute,
                                py::arg("boxing") = cost.boxing, py::arg("boxing_bytes") = cost.boxing_bytes,
-                               py::arg("collectives") = cost.collectives, py::arg("transposed") = rec.transposed));
+                               py::arg("collectives") = cost.collectives, py::arg("transposed") = rec.transposed,
+                               py::arg("rate_key") = rec.rate_key));
         }
         return rows;
       },

@@ -266,16 +266,32 @@ def test_memory_bound_calls_on_transposed_operands_are_priced_at_the_transpose_b
         auto.from_dict({"transpose_bandwidth": -1})
 
 
-def test_elementwise_ops_are_priced_at_their_measured_rates(tmp_path, monkeypatch):
-    # Note [Measured elementwise rates]: planning under calibrate()'s model
-    # measures each elementwise op of the step once, at most the memory
-    # bandwidth; a described machine (set_cost_model) is left as given.
+class NormHeads(mf.nn.Module):
+    """A linear layer, a layer norm, a GELU and a copy of a permuted view
+    (attention's heads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = mf.nn.Linear(256, 256)
+        self.norm = mf.nn.LayerNorm(256)
+
+    def forward(self, x):
+        h = F.gelu(self.norm(self.lin(x)))
+        return h.view(64, 16, 16).permute(1, 0, 2).contiguous().view(64, 256)
+
+
+def test_memory_bound_ops_are_priced_at_their_measured_rates(tmp_path, monkeypatch):
+    # Note [Measured op rates]: planning under calibrate()'s model measures
+    # each memory-bound call key of the step once (the op's name, and
+    # ":strided" or ":transposed" for a call reading such an operand), at
+    # most the memory bandwidth; a described machine (set_cost_model) is
+    # left as given.
     monkeypatch.setenv("MESHFLOW_CACHE_DIR", str(tmp_path))
     x, y = (mf.randn(64, 256).to_global(placement=one_rank(), sbp=B) for _ in range(2))
 
     def compile_step(model):
         mf.manual_seed(0)
-        net = mf.nn.Sequential(mf.nn.Linear(256, 256), mf.nn.GELU(), mf.nn.Linear(256, 256))
+        net = NormHeads()
         auto.set_cost_model(model)
         g = Step(net, mf.optim.SGD(net.parameters(), lr=0.1))
         g(x, y)
@@ -288,12 +304,21 @@ def test_elementwise_ops_are_priced_at_their_measured_rates(tmp_path, monkeypatc
     assert model.op_bandwidth == {}  # nothing measured before a step is planned
     report = compile_step(model)
     rates = model.op_bandwidth
-    assert {"gelu", "gelu_backward"} <= set(rates), rates
+    assert {"gelu", "gelu_backward", "layer_norm", "layer_norm_backward"} <= set(rates), rates
     assert all(0 < r <= model.memory_bandwidth for r in rates.values()), rates
     gelu = [c for c in report["calls"] if c["op"] == "gelu"]
-    assert len(gelu) == 1
+    assert len(gelu) == 1 and gelu[0]["rate_key"] == "gelu"
     nbytes = 2 * 64 * 256 * 4
     assert gelu[0]["compute"] == pytest.approx(model.op_overhead + nbytes / rates["gelu"], rel=1e-9)
+    # Viewing the permuted heads copies their shard (a view that copied,
+    # forward and backward): priced at a rate of its own; the permutes
+    # themselves alias and are free.
+    copies = [c for c in report["calls"] if c["rate_key"] == "view:strided"]
+    assert len(copies) == 2 and "view:strided" in rates, (copies, rates)
+    for c in copies:
+        assert c["compute"] == pytest.approx(model.op_overhead + nbytes / rates["view:strided"], rel=1e-9)
+    permutes = [c for c in report["calls"] if c["op"] == "permute"]
+    assert permutes and all(c["compute"] == model.op_overhead for c in permutes)
     # measured once: a second plan reuses the rates
     before = dict(rates)
     compile_step(model)
@@ -302,6 +327,23 @@ def test_elementwise_ops_are_priced_at_their_measured_rates(tmp_path, monkeypatc
     assert again.op_bandwidth == before
     with pytest.raises(ValueError, match="op_bandwidth must map op names to bytes/s > 0"):
         auto.from_dict({"op_bandwidth": {"gelu": 0}})
+
+
+def test_measuring_op_rates_draws_no_random_numbers(tmp_path, monkeypatch):
+    # A step with dropout: planning it (and measuring its ops) leaves the
+    # default generator where it was.
+    monkeypatch.setenv("MESHFLOW_CACHE_DIR", str(tmp_path))
+    x, y = (mf.randn(16, 32).to_global(placement=one_rank(), sbp=B) for _ in range(2))
+    net = mf.nn.Sequential(mf.nn.Linear(32, 32), mf.nn.Dropout(0.5))
+    model = auto.calibrate(force=True)
+    auto.set_cost_model(model)
+    log, placement, *_ = auto._log_step(Step(net, mf.optim.SGD(net.parameters(), lr=0.1)), (x, y))
+    mf.manual_seed(3)
+    expected = mf.rand(4).numpy()
+    mf.manual_seed(3)
+    auto._measure_op_rates(log, model)
+    assert any(k.startswith("dropout") for k in model.op_bandwidth), model.op_bandwidth
+    np.testing.assert_array_equal(mf.rand(4).numpy(), expected)
 
 
 class ConvAttention(mf.nn.Module):

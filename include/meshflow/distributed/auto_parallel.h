@@ -72,9 +72,10 @@ struct CostModel {
   // model]); 0: memory_bandwidth.
   double transpose_bandwidth = 0;
   double op_overhead = 5e-6;     // s per op call
-  // bytes/s (reads + writes) of elementwise ops measured on this machine,
-  // by op name (Note [Measured elementwise rates]); an op not here moves its
-  // bytes at memory_bandwidth.
+  // bytes/s (reads + writes) of memory-bound ops measured on this machine,
+  // by CallRecord::rate_key (Note [Measured op rates]); a call whose key is
+  // not here moves its bytes at memory_bandwidth (transpose_bandwidth when
+  // it reads a transposed operand).
   std::unordered_map<std::string, double> op_bandwidth;
   // Seconds each collective of a step adds to its time alone (Note [Sync
   // latency]): inside a step the ranks reach a collective at different
@@ -124,6 +125,16 @@ struct CallRecord {
   // its readers then read it transposed (Note [Transposed operands in the
   // cost model]).
   bool transposes = false;
+  // A view whose output does not share its input's memory: the global
+  // interpreter copied a shard that the view could not alias (a permuted
+  // shard viewed to another shape). Priced as a memory-bound call.
+  bool copies = false;
+  // The strides of each input's memory as the kernel read it (empty for an
+  // undefined input), and the key of its measured rate: the op's name, with
+  // ":transposed" or ":strided" when it reads such an operand (Note
+  // [Measured op rates]).
+  std::vector<Shape> input_strides;
+  std::string rate_key;
   // What the candidates came from, to derive them for another mesh (remesh).
   TensorList metas;
   std::vector<Shape> out_shapes;
@@ -212,10 +223,10 @@ Plan search(const CallLog& log, const CostModel& model, const SearchOptions& opt
 // every axis.
 CallLog remesh(const CallLog& log, const Placement& mesh);
 
-// Measures, into model.op_bandwidth, the rate of each elementwise op of the
-// log that it has none for (Note [Measured elementwise rates]), running the
-// op's largest call for about `seconds`.
-void measure_elementwise_rates(const CallLog& log, CostModel& model, double seconds);
+// Measures, into model.op_bandwidth, the rate of each memory-bound call key
+// of the log that it has none for (Note [Measured op rates]), running the
+// key's largest call for about `seconds`.
+void measure_op_rates(const CallLog& log, CostModel& model, double seconds);
 
 // The predictions of a given plan: per call the candidate index per mesh
 // axis, per source its layout (a hand-written plan, or one to check a

@@ -217,13 +217,13 @@ def _log_step(graph, args, pin_all=False):
 
 
 def _measure_op_rates(log, model, seconds=0.005):
-    """Note [Measured elementwise rates]: the rates of the log's elementwise
-    ops that `model` has none for, measured here; under the launcher every
+    """Note [Measured op rates]: the rates of the log's memory-bound calls
+    (by rate key) that `model` has none for, measured here; under the launcher every
     rank calls this alike and takes rank 0's rates. A described machine
     (set_cost_model) is left as given."""
     if model is not _calibrated:
         return
-    _ap.measure_elementwise_rates(log, model, seconds)
+    _ap.measure_op_rates(log, model, seconds)
     dist = _mf.distributed
     if dist.is_initialized() and dist.get_world_size() > 1:
         box = [dict(model.op_bandwidth)]

@@ -113,7 +113,7 @@ def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_li
     log.release_tensors()
     model_ = cost_model if cost_model is not None else _auto.cost_model()
     if _input_parameters is None:
-        _auto._measure_op_rates(log, model_)  # calibrate()'s model: its elementwise rates
+        _auto._measure_op_rates(log, model_)  # calibrate()'s model: its measured op rates
     big = _ap.remesh(log, virtual)
     plan = _ap.search(big, model_, float(memory_limit))
     record = {"log": big, "plan": plan, "model": model_, "names": names, "placement": virtual}

@@ -8,7 +8,9 @@
 #include "meshflow/autograd.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/auto_parallel.h"
+#include "meshflow/generator.h"
 #include "meshflow/ops/creation.h"
+#include "meshflow/ops/shape.h"
 #include "meshflow/distributed/global.h"
 #include "meshflow/error.h"
 #include "meshflow/graph/trace.h"
@@ -90,63 +92,145 @@ double CostModel::collective(const std::string& kind, int64_t ranks, double byte
          latency * (double(ranks - 1) / double(best - 1) - 1.0);
 }
 
-// Note [Measured elementwise rates]
-// One bandwidth for every memory-bound op prices a GELU like an add, but
-// here GELU (an erf per element), its gradient and other transcendental
-// ops move 4-5 GB/s where an add moves 16-50: a 2-layer GPT's step was
-// predicted 15-21% low on one rank. So each elementwise op of a logged
-// step (OpDef::elementwise: any block of elements can be computed alone,
-// and any float values are valid inputs) is run on its largest logged
-// call's shapes, every input 0.5, back to back for a few milliseconds; its
-// bytes over its time less the op overhead is its rate, at most
-// memory_bandwidth (that sustained rate, out of cache, is what a step's
-// working set sees). Ops already measured, calls with integer or bool
-// inputs, in-place or mutating ops and those on transposed operands (which
-// keep the transpose bandwidth) are not run. The rates join the cost model
-// (CostModel::op_bandwidth); under the launcher every rank takes rank 0's
+// Note [Measured op rates]
+// One bandwidth for every memory-bound op prices a GELU like an add, a
+// layer norm like a copy and a copy of a permuted view like a contiguous
+// one. Here GELU (an erf per element) and its gradient move 4-5 GB/s where
+// an add moves 16-50, and in a slow spell a GPT's layer norms took 4x and
+// its copies of permuted attention heads 10x what the one bandwidth
+// predicted: the 1-rank step was predicted 30% low. So each memory-bound
+// call of a logged step (no FLOPs, not a collective, not a view unless it
+// copied: CallRecord::copies, timed as its clone) has a rate
+// key, its op's name with ":transposed" when it reads an operand transposed
+// in its last two dims (Note [Transposed operands in the cost model]) or
+// ":strided" when it reads another non-contiguous one, and the largest call
+// of each key is run alone on its logged shapes and strides: floating
+// inputs 0.5, integer ones 0 (a valid index for any gather), back to back
+// for a few milliseconds, over as many copies of its inputs as span the
+// call's reuse distance: the bytes the step moved since each input was last
+// written or read (for a parameter or an input of the step, the step's
+// footprint, the bytes of all its values, at most 64 MiB), averaged over
+// the inputs by their bytes. Run on one set of inputs an op reads them from
+// the cache its last call left them in; inside a step it finds them where
+// the step left them: a [1024, 128] layer norm took 81 us on one set and
+// 180 us over 64 (32 MiB), an add 16 and 85 us. Pricing every call hot left
+// a GPT's momentum updates and layer norms 3-4x low; pricing every call
+// cold priced its chains of elementwise ops, whose intermediates stay in
+// cache (and which graph mode fuses), 1.8x high. Its bytes over its time
+// less the op overhead is the key's rate, at most memory_bandwidth (the sustained rate out of cache
+// that a step's working set sees). A call that fails alone (an attribute
+// naming state of the step) keeps the default rate. The default generator
+// is restored after, so that measuring draws no random numbers from the
+// step's stream. The rates join the cost model (CostModel::op_bandwidth);
+// under the launcher every rank takes rank 0's
 // (python/meshflow/distributed/auto.py), so that every rank plans alike.
-void measure_elementwise_rates(const CallLog& log, CostModel& model, double seconds) {
-  std::unordered_map<const OpDef*, size_t> largest;
+void measure_op_rates(const CallLog& log, CostModel& model, double seconds) {
+  std::unordered_map<std::string, size_t> largest;
   for (size_t i = 0; i < log.calls.size(); ++i) {
     const CallRecord& c = log.calls[i];
     const OpDef& op = *c.op;
-    if (!op.elementwise || op.view || op.collective || op.mutates || c.inplace || c.flops > 0 || c.transposed ||
-        c.inputs.empty() || model.op_bandwidth.count(op.name))
+    if ((op.view && !c.copies) || op.collective || c.flops > 0 || c.inputs.empty() ||
+        model.op_bandwidth.count(c.rate_key))
       continue;
-    const bool floating = std::all_of(c.inputs.begin(), c.inputs.end(), [&](int64_t v) {
-      return v >= 0 && is_floating(log.values[size_t(v)].dtype);
-    });
-    if (!floating) continue;
-    auto [it, fresh] = largest.emplace(&op, i);
+    auto [it, fresh] = largest.emplace(c.rate_key, i);
     if (!fresh && c.bytes > log.calls[it->second].bytes) it->second = i;
+  }
+  // The step's footprint: the bytes of all its values, at most 64 MiB.
+  double footprint = 0;
+  for (const ValueRecord& r : log.values) footprint += nbytes(r.shape, r.dtype);
+  footprint = std::min(footprint, double(64 << 20));
+  // The bytes the calls before each call moved (views that alias move none).
+  std::vector<double> moved(log.calls.size() + 1, 0.0);
+  for (size_t i = 0; i < log.calls.size(); ++i) {
+    const CallRecord& c = log.calls[i];
+    moved[i + 1] = moved[i] + (c.op->view && !c.copies ? 0.0 : c.bytes);
+  }
+  // The reuse distance of call i: the bytes moved since each input was
+  // last written or read in the step (the footprint for a parameter or an
+  // input of the step), averaged over its inputs by their bytes.
+  std::vector<int64_t> touched(log.values.size(), -1);
+  std::vector<double> distance(log.calls.size(), 0.0);
+  for (size_t i = 0; i < log.calls.size(); ++i) {
+    const CallRecord& c = log.calls[i];
+    double sum = 0, weight = 0;
+    for (int64_t v : c.inputs) {
+      if (v < 0) continue;
+      const double b = nbytes(log.values[size_t(v)].shape, log.values[size_t(v)].dtype);
+      const int64_t t = touched[size_t(v)];
+      sum += b * (t < 0 ? footprint : std::min(footprint, moved[i] - moved[size_t(t) + 1]));
+      weight += b;
+      touched[size_t(v)] = int64_t(i);
+    }
+    distance[i] = weight > 0 ? sum / weight : 0.0;
+    for (int64_t v : c.outputs)
+      if (v >= 0) touched[size_t(v)] = int64_t(i);
   }
   using Clock = std::chrono::steady_clock;
   NoGradGuard no_grad;
-  for (const auto& [op, i] : largest) {
+  Generator& generator = default_generator();
+  const uint64_t seed = generator.seed(), offset = generator.offset();
+  for (const auto& [key, i] : largest) {
     const CallRecord& c = log.calls[i];
-    TensorList inputs;
-    for (int64_t v : c.inputs) {
-      const ValueRecord& r = log.values[size_t(v)];
-      inputs.push_back(full(r.shape, Scalar(0.5), {.dtype = r.dtype}));
-    }
     double per_call = 0;
     try {
-      dispatch::apply(*op, inputs, c.attrs);  // warm
+      // One set of inputs like the call's: the memory each input's logged
+      // strides span (the log's shapes passed the ops' own checks).
+      auto make_inputs = [&](double& bytes) {
+        TensorList inputs;
+        for (size_t k = 0; k < c.inputs.size(); ++k) {
+          const int64_t v = c.inputs[k];
+          if (v < 0) {
+            inputs.emplace_back();
+            continue;
+          }
+          const ValueRecord& r = log.values[size_t(v)];
+          const Scalar fill = is_floating(r.dtype) ? Scalar(0.5) : Scalar(int64_t(0));
+          const Shape& strides = k < c.input_strides.size() ? c.input_strides[k] : Shape{};
+          const bool plain = strides.size() != r.shape.size() ||
+                             std::any_of(strides.begin(), strides.end(), [](int64_t st) { return st < 0; });
+          int64_t extent = shape_numel(r.shape);
+          if (!plain) {
+            extent = 1;
+            for (size_t d = 0; d < strides.size(); ++d) {
+              if (r.shape[d] == 0) extent = 0;
+              if (extent > 0) extent += (r.shape[d] - 1) * strides[d];
+            }
+          }
+          bytes += double(extent) * double(itemsize(r.dtype));
+          Tensor memory = full({extent}, fill, {.dtype = r.dtype});
+          inputs.push_back(plain ? reshape(memory, r.shape) : as_strided(memory, r.shape, strides, 0));
+        }
+        return inputs;
+      };
+      // As many sets as span the call's reuse distance (at most 64), used
+      // in turn: each set's inputs are then as far back in the memory
+      // hierarchy as the step leaves the call's.
+      double bytes = 0;
+      std::vector<TensorList> sets{make_inputs(bytes)};
+      const int64_t copies =
+          std::clamp(int64_t(std::ceil(distance[i] / std::max(bytes, 1.0))), int64_t(1), int64_t(64));
+      while (int64_t(sets.size()) < copies) sets.push_back(make_inputs(bytes));
+      // A view that copied is timed as its copy.
+      auto run = [&](const TensorList& inputs) {
+        return c.copies ? TensorList{clone(inputs.at(0))} : dispatch::apply(*c.op, inputs, c.attrs);
+      };
+      for (const TensorList& inputs : sets) run(inputs);  // warm
       int64_t calls = 0;
       const auto start = Clock::now();
       double elapsed = 0;
       do {
-        dispatch::apply(*op, inputs, c.attrs);
+        run(sets[size_t(calls) % sets.size()]);
         ++calls;
         elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       } while (elapsed < seconds && calls < 1000);
       per_call = elapsed / double(calls);
     } catch (const Error&) {
-      continue;  // not runnable alone (an attr naming state of the step): the memory bandwidth prices it
+      continue;  // not runnable alone: the default rate prices it
     }
     const double busy = per_call - model.op_overhead;
-    model.op_bandwidth[op->name] = busy > 0 ? std::min(model.memory_bandwidth, c.bytes / busy) : model.memory_bandwidth;
+    model.op_bandwidth[key] = busy > 0 ? std::min(model.memory_bandwidth, c.bytes / busy) : model.memory_bandwidth;
   }
+  generator.set_state(seed, offset);
 }
 
 int64_t CallLog::value_of(const Tensor& t) {
@@ -236,13 +320,23 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   // tensor's are those of the memory the kernel reads (a rank outside the
   // placement holds none).
   auto memory_of = [](const Tensor& t) -> const Tensor& { return t.is_global() ? t.impl()->global()->local : t; };
-  rec.transposed = !op.view && rec.flops == 0 && std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) {
-    return t.defined() && memory_of(t).defined() && is_transposed(memory_of(t));
-  });
+  bool strided = false;
+  for (const Tensor& t : inputs) {
+    const bool held = t.defined() && memory_of(t).defined();
+    rec.input_strides.push_back(held ? memory_of(t).strides() : Shape{});
+    if (!held) continue;
+    rec.transposed = rec.transposed || is_transposed(memory_of(t));
+    strided = strided || !memory_of(t).is_contiguous();
+  }
   if (op.view && !inputs.empty() && !outputs.empty() && inputs[0].defined() && outputs[0].defined()) {
     const Tensor &in = memory_of(inputs[0]), &out = memory_of(outputs[0]);
-    rec.transposes = in.defined() && out.defined() && is_transposed(in) != is_transposed(out);
+    if (in.defined() && out.defined()) {
+      rec.copies = in.storage() != out.storage();
+      rec.transposes = !rec.copies && is_transposed(in) != is_transposed(out);
+    }
   }
+  rec.transposed = rec.transposed && (!op.view || rec.copies) && rec.flops == 0;
+  rec.rate_key = op.name + (rec.transposed ? ":transposed" : strided ? ":strided" : "");
   rec.metas = metas;
   rec.out_shapes = out_shapes;
   rec.attrs = attrs;

@@ -140,14 +140,14 @@ inline double compute_time(const CostModel& model, const CallRecord& c, const st
   const double rate = kind * (dtype == kFloat64                          ? model.gemm_flops_f64
                               : (dtype == kBFloat16 || dtype == kFloat16) ? model.gemm_flops_16
                                                                           : model.gemm_flops);
-  // A view moves no data.
+  // A view moves no data (unless it copied).
   const double intensity = c.flops / std::max(c.bytes, 1.0);
   const double efficiency =
       model.gemm_half_intensity > 0 && c.flops > 0 ? intensity / (intensity + model.gemm_half_intensity) : 1.0;
   double bandwidth = c.transposed ? model.transposed_bandwidth() : model.memory_bandwidth;
-  if (!c.transposed && !model.op_bandwidth.empty())
-    if (auto it = model.op_bandwidth.find(c.op->name); it != model.op_bandwidth.end()) bandwidth = it->second;
-  const double t = c.op->view ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / bandwidth);
+  if (!model.op_bandwidth.empty())
+    if (auto it = model.op_bandwidth.find(c.rate_key); it != model.op_bandwidth.end()) bandwidth = it->second;
+  const double t = c.op->view && !c.copies ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / bandwidth);
   return model.op_overhead + frac * t;
 }
 
