@@ -16,16 +16,27 @@ for arg in "$@"; do
   esac
 done
 
+# Each phase's wall time, to see where the run's time goes.
+phase_start=$SECONDS
+phase_done() {
+  echo "tools/test.sh: $1 took $((SECONDS - phase_start)) s"
+  phase_start=$SECONDS
+}
+
 if [ "$sanitize" = 0 ]; then
   bash "$root/tools/build.sh"
+  phase_done "install and build"
   build="${MESHFLOW_BUILD_DIR:-$root/build}"
   (cd "$build" && ctest --output-on-failure -j"$(nproc)")
+  phase_done "ctest"
   # The Python front end (its extension was built into python/meshflow/ above).
-  PYTHONPATH="$root/python" /usr/bin/python3 -m pytest "$root/tests/python" -q -p no:cacheprovider
+  PYTHONPATH="$root/python" /usr/bin/python3 -m pytest "$root/tests/python" -q -p no:cacheprovider --durations=15
+  phase_done "pytest"
   # docs/reliability.md: a fixed-seed campaign; any crash, hang or
   # undocumented exception fails the run (reproducers in build/fuzz-ci).
   MESHFLOW_FUZZ_NO_BUILD=1 bash "$root/tools/fuzz.sh" --calls "${MESHFLOW_FUZZ_CALLS:-50000}" --seed 1 \
     --out "$build/fuzz-ci"
+  phase_done "fuzz campaign"
   exit 0
 fi
 

@@ -126,8 +126,8 @@ void init_auto_parallel(py::module_& parent) {
       });
 
   m.def("remesh", &remesh, py::arg("log"), py::arg("mesh"));
-  m.def("measure_op_rates", &measure_op_rates, py::arg("log"), py::arg("model"),
-        py::arg("seconds"));
+  m.def("measure_op_rates", &measure_op_rates, py::arg("log"), py::arg("model"), py::arg("seconds"),
+        py::arg("plan") = nullptr);
   m.def(
       "search",
       [](const CallLog& log, const CostModel& model, double memory_limit) {
@@ -156,7 +156,7 @@ void init_auto_parallel(py::module_& parent) {
                                py::arg("inputs") = ins, py::arg("outputs") = outs, py::arg("compute") = cost.compute,
                                py::arg("boxing") = cost.boxing, py::arg("boxing_bytes") = cost.boxing_bytes,
                                py::arg("collectives") = cost.collectives, py::arg("transposed") = rec.transposed,
-                               py::arg("rate_key") = rec.rate_key));
+                               py::arg("rate_key") = rec.rate_key, py::arg("forwarded") = rec.forwarded));
         }
         return rows;
       },

@@ -135,6 +135,10 @@ struct CallRecord {
   // [Measured op rates]).
   std::vector<Shape> input_strides;
   std::string rate_key;
+  // A contiguous clone of an intermediate buffer that no later call reads:
+  // graph mode forwards it (the clone reads its source's buffer), so it
+  // moves no data (Note [Forwarded clones in the cost model] in log.cpp).
+  bool forwarded = false;
   // What the candidates came from, to derive them for another mesh (remesh).
   TensorList metas;
   std::vector<Shape> out_shapes;
@@ -160,6 +164,10 @@ struct CallLog {
   // Keeps every keyed GlobalMeta alive so that no address is reused.
   std::unordered_map<const GlobalMeta*, int64_t> ids;
   std::vector<std::shared_ptr<const GlobalMeta>> keep;
+  // The buffer each view's output aliases (a value not here is its own),
+  // and the forwarded clone reading each buffer, until a later call reads it.
+  std::unordered_map<int64_t, int64_t> view_roots;
+  std::unordered_map<int64_t, size_t> clone_readers;
 
   // The value id of t (registering it as a fixed value if unseen).
   int64_t value_of(const Tensor& t);
@@ -225,8 +233,9 @@ CallLog remesh(const CallLog& log, const Placement& mesh);
 
 // Measures, into model.op_bandwidth, the rate of each memory-bound call key
 // of the log that it has none for (Note [Measured op rates]), running the
-// key's largest call for about `seconds`.
-void measure_op_rates(const CallLog& log, CostModel& model, double seconds);
+// key's largest call for about `seconds` on the shapes a rank runs under
+// `plan` (null: the logged shapes). Returns the number of keys measured.
+int64_t measure_op_rates(const CallLog& log, CostModel& model, double seconds, const Plan* plan);
 
 // The predictions of a given plan: per call the candidate index per mesh
 // axis, per source its layout (a hand-written plan, or one to check a

@@ -216,19 +216,23 @@ def _log_step(graph, args, pin_all=False):
     return log, placement, params, names, pinned
 
 
-def _measure_op_rates(log, model, seconds=0.005):
-    """Note [Measured op rates]: the rates of the log's memory-bound calls
-    (by rate key) that `model` has none for, measured here; under the launcher every
-    rank calls this alike and takes rank 0's rates. A described machine
-    (set_cost_model) is left as given."""
+def _search(log, model, memory_limit):
+    """The search, under calibrate()'s model with the log's memory-bound
+    calls measured (Note [Measured op rates]): a first plan (unmeasured
+    calls at the model's bandwidths) gives the shapes each rank runs, its
+    calls are measured on those shapes, and the search runs again. Under
+    the launcher every rank calls this alike and takes rank 0's rates. A
+    described machine (set_cost_model) is left as given."""
+    plan = _ap.search(log, model, memory_limit)
     if model is not _calibrated:
-        return
-    _ap.measure_op_rates(log, model, seconds)
+        return plan
+    measured = _ap.measure_op_rates(log, model, 0.005, plan)
     dist = _mf.distributed
     if dist.is_initialized() and dist.get_world_size() > 1:
-        box = [dict(model.op_bandwidth)]
+        box = [dict(model.op_bandwidth), measured]
         dist.broadcast_object_list(box, src=0)
-        model.op_bandwidth = box[0]
+        model.op_bandwidth, measured = box
+    return _ap.search(log, model, memory_limit) if measured else plan
 
 
 def _plan_graph(graph, args):
@@ -237,8 +241,7 @@ def _plan_graph(graph, args):
     chosen_before = getattr(graph, "_auto_laid_out", set())
     log, placement, params, names, pinned = _log_step(graph, args)
     model = cost_model()
-    _measure_op_rates(log, model)
-    plan = _ap.search(log, model, graph.config.auto_parallel_memory_limit)
+    plan = _search(log, model, graph.config.auto_parallel_memory_limit)
     log.release_tensors()  # the old parameters' replicas are freed when moved
     with _mf.no_grad():
         for p, layout in zip(params, plan.sources):

@@ -112,10 +112,11 @@ def simulate(model, optimizer, loss_fn, inputs, mesh, cost_model=None, memory_li
     log, _, _, names, _ = _auto._log_step(graph, traced, pin_all=_data_parallel)
     log.release_tensors()
     model_ = cost_model if cost_model is not None else _auto.cost_model()
-    if _input_parameters is None:
-        _auto._measure_op_rates(log, model_)  # calibrate()'s model: its measured op rates
     big = _ap.remesh(log, virtual)
-    plan = _ap.search(big, model_, float(memory_limit))
+    if _input_parameters is None:
+        plan = _auto._search(big, model_, float(memory_limit))  # calibrate()'s model: its measured op rates
+    else:
+        plan = _ap.search(big, model_, float(memory_limit))
     record = {"log": big, "plan": plan, "model": model_, "names": names, "placement": virtual}
     object.__setattr__(graph, "_auto_parallel", record)
     report = _auto.cost_report(graph)

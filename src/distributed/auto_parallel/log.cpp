@@ -14,6 +14,7 @@
 #include "meshflow/distributed/global.h"
 #include "meshflow/error.h"
 #include "meshflow/graph/trace.h"
+#include "problem.h"
 
 namespace mf::distributed::auto_parallel {
 namespace {
@@ -98,33 +99,55 @@ double CostModel::collective(const std::string& kind, int64_t ranks, double byte
 // one. Here GELU (an erf per element) and its gradient move 4-5 GB/s where
 // an add moves 16-50, and in a slow spell a GPT's layer norms took 4x and
 // its copies of permuted attention heads 10x what the one bandwidth
-// predicted: the 1-rank step was predicted 30% low. So each memory-bound
-// call of a logged step (no FLOPs, not a collective, not a view unless it
-// copied: CallRecord::copies, timed as its clone) has a rate
-// key, its op's name with ":transposed" when it reads an operand transposed
-// in its last two dims (Note [Transposed operands in the cost model]) or
-// ":strided" when it reads another non-contiguous one, and the largest call
-// of each key is run alone on its logged shapes and strides: floating
-// inputs 0.5, integer ones 0 (a valid index for any gather), back to back
-// for a few milliseconds, over as many copies of its inputs as span the
-// call's reuse distance: the bytes the step moved since each input was last
-// written or read (for a parameter or an input of the step, the step's
-// footprint, the bytes of all its values, at most 64 MiB), averaged over
-// the inputs by their bytes. Run on one set of inputs an op reads them from
-// the cache its last call left them in; inside a step it finds them where
-// the step left them: a [1024, 128] layer norm took 81 us on one set and
-// 180 us over 64 (32 MiB), an add 16 and 85 us. Pricing every call hot left
-// a GPT's momentum updates and layer norms 3-4x low; pricing every call
-// cold priced its chains of elementwise ops, whose intermediates stay in
-// cache (and which graph mode fuses), 1.8x high. Its bytes over its time
-// less the op overhead is the key's rate, at most memory_bandwidth (the sustained rate out of cache
-// that a step's working set sees). A call that fails alone (an attribute
-// naming state of the step) keeps the default rate. The default generator
-// is restored after, so that measuring draws no random numbers from the
-// step's stream. The rates join the cost model (CostModel::op_bandwidth);
-// under the launcher every rank takes rank 0's
-// (python/meshflow/distributed/auto.py), so that every rank plans alike.
-void measure_op_rates(const CallLog& log, CostModel& model, double seconds) {
+// predicted: the 1-rank step was predicted 30% low.
+//
+// So each memory-bound call of a logged step (no FLOPs, not a collective,
+// not a view unless it copied: CallRecord::copies, timed as its clone) has
+// a rate key: its op's name, with ":transposed" when it reads an operand
+// transposed in its last two dims (Note [Transposed operands in the cost
+// model]) or ":strided" when it reads another non-contiguous one. The
+// largest call of each key is run alone for a few milliseconds:
+// - on the shapes a rank runs under a first plan (python/meshflow/
+//   distributed/auto.py `_search` searches, measures, and searches again),
+//   laid out in the logged strides' order of dims; floating inputs 0.5,
+//   integer ones 0 (a valid index for any gather);
+// - over as many copies of its inputs as span the call's reuse distance:
+//   the bytes the step moves on a rank since each input was last written
+//   or read (for a parameter or an input of the step, the step's footprint
+//   on a rank, at most 64 MiB), averaged over the inputs by their bytes.
+//   Run on one set of inputs an op reads them from the cache its last call
+//   left them in; inside a step it finds them where the step left them: a
+//   [1024, 128] layer norm took 81 us on one set and 180 us over 64 sets
+//   (32 MiB), an add 16 and 85 us. Pricing every call hot left a GPT's
+//   momentum updates and layer norms 3-4x low; pricing every call cold at
+//   the logged (whole) shapes priced its chains of elementwise ops, whose
+//   intermediates stay in cache, 1.8x high, and a wide MLP's updates of
+//   weight shards as if they streamed the whole weights from memory.
+// A rank's bytes of the call over its time less the op overhead is the
+// key's rate. A call that fails alone (an attribute naming state of the
+// step) keeps the default rate. The default generator is restored after,
+// so that measuring draws no random numbers from the step's stream. The
+// rates join the cost model (CostModel::op_bandwidth); under the launcher
+// every rank takes rank 0's, so that every rank plans alike.
+//
+// Not modelled: what graph mode removes or fuses after tracing (elementwise
+// chains fused into one pass, optimizer updates run inside the weight
+// gradient's GEMM, gradient clones written in place). Such calls are
+// priced as traced.
+int64_t measure_op_rates(const CallLog& log, CostModel& model, double seconds, const Plan* plan) {
+  // Each input's shape on a rank under the plan (its first part along each
+  // split axis); without a plan, the logged shapes.
+  std::vector<CallCost> costs;
+  if (plan) costs = call_costs(log, model, *plan);
+  const Shape mesh = log.placement ? log.placement->hierarchy() : Shape{};
+  auto local = [&](Shape shape, const NdSbp& layout) {
+    for (size_t a = 0; a < layout.size() && a < mesh.size(); ++a)
+      if (layout[a].is_split()) {
+        const int64_t d = layout[a].axis();
+        shape[size_t(d)] = (shape[size_t(d)] + mesh[a] - 1) / mesh[a];
+      }
+    return shape;
+  };
   std::unordered_map<std::string, size_t> largest;
   for (size_t i = 0; i < log.calls.size(); ++i) {
     const CallRecord& c = log.calls[i];
@@ -138,13 +161,18 @@ void measure_op_rates(const CallLog& log, CostModel& model, double seconds) {
   // The step's footprint: the bytes of all its values, at most 64 MiB.
   double footprint = 0;
   for (const ValueRecord& r : log.values) footprint += nbytes(r.shape, r.dtype);
-  footprint = std::min(footprint, double(64 << 20));
-  // The bytes the calls before each call moved (views that alias move none).
+  // The bytes the calls before each call moved on a rank (views that alias
+  // move none); the footprint shrinks as the plan splits the calls.
   std::vector<double> moved(log.calls.size() + 1, 0.0);
+  double whole = 0;
   for (size_t i = 0; i < log.calls.size(); ++i) {
     const CallRecord& c = log.calls[i];
-    moved[i + 1] = moved[i] + (c.op->view && !c.copies ? 0.0 : c.bytes);
+    const double bytes = c.op->view && !c.copies ? 0.0 : c.bytes;
+    moved[i + 1] = moved[i] + (plan ? detail::work_share(costs[i].inputs, costs[i].outputs, mesh) : 1.0) * bytes;
+    whole += bytes;
   }
+  if (whole > 0) footprint *= moved.back() / whole;
+  footprint = std::min(footprint, double(64 << 20));
   // The reuse distance of call i: the bytes moved since each input was
   // last written or read in the step (the footprint for a parameter or an
   // input of the step), averaged over its inputs by their bytes.
@@ -169,6 +197,7 @@ void measure_op_rates(const CallLog& log, CostModel& model, double seconds) {
   NoGradGuard no_grad;
   Generator& generator = default_generator();
   const uint64_t seed = generator.seed(), offset = generator.offset();
+  int64_t measured = 0;
   for (const auto& [key, i] : largest) {
     const CallRecord& c = log.calls[i];
     double per_call = 0;
@@ -185,20 +214,26 @@ void measure_op_rates(const CallLog& log, CostModel& model, double seconds) {
           }
           const ValueRecord& r = log.values[size_t(v)];
           const Scalar fill = is_floating(r.dtype) ? Scalar(0.5) : Scalar(int64_t(0));
-          const Shape& strides = k < c.input_strides.size() ? c.input_strides[k] : Shape{};
-          const bool plain = strides.size() != r.shape.size() ||
-                             std::any_of(strides.begin(), strides.end(), [](int64_t st) { return st < 0; });
-          int64_t extent = shape_numel(r.shape);
-          if (!plain) {
-            extent = 1;
-            for (size_t d = 0; d < strides.size(); ++d) {
-              if (r.shape[d] == 0) extent = 0;
-              if (extent > 0) extent += (r.shape[d] - 1) * strides[d];
-            }
+          const Shape shape = plan ? local(r.shape, costs[i].inputs[k]) : r.shape;
+          const Shape& logged = k < c.input_strides.size() ? c.input_strides[k] : Shape{};
+          if (logged.size() != shape.size() ||
+              std::any_of(logged.begin(), logged.end(), [](int64_t st) { return st <= 0; })) {
+            inputs.push_back(full(shape, fill, {.dtype = r.dtype}));
+            bytes += nbytes(shape, r.dtype);
+            continue;
+          }
+          // The logged layout's order of dims (a permutation), dense.
+          std::vector<size_t> order(shape.size());
+          for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+          std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logged[a] > logged[b]; });
+          Shape strides(shape.size(), 0);
+          int64_t extent = 1;
+          for (size_t j = order.size(); j-- > 0;) {
+            strides[order[j]] = extent;
+            extent *= shape[order[j]];
           }
           bytes += double(extent) * double(itemsize(r.dtype));
-          Tensor memory = full({extent}, fill, {.dtype = r.dtype});
-          inputs.push_back(plain ? reshape(memory, r.shape) : as_strided(memory, r.shape, strides, 0));
+          inputs.push_back(as_strided(full({extent}, fill, {.dtype = r.dtype}), shape, strides, 0));
         }
         return inputs;
       };
@@ -210,9 +245,13 @@ void measure_op_rates(const CallLog& log, CostModel& model, double seconds) {
       const int64_t copies =
           std::clamp(int64_t(std::ceil(distance[i] / std::max(bytes, 1.0))), int64_t(1), int64_t(64));
       while (int64_t(sets.size()) < copies) sets.push_back(make_inputs(bytes));
+      // An attribute naming the output's shape names the local one.
+      Attrs attrs = c.attrs;
+      if (plan && !c.op->output_shape_attr.empty() && attrs.has(c.op->output_shape_attr) && !c.out_shapes.empty())
+        attrs.set(c.op->output_shape_attr, local(c.out_shapes[0], costs[i].outputs.at(0)));
       // A view that copied is timed as its copy.
       auto run = [&](const TensorList& inputs) {
-        return c.copies ? TensorList{clone(inputs.at(0))} : dispatch::apply(*c.op, inputs, c.attrs);
+        return c.copies ? TensorList{clone(inputs.at(0))} : dispatch::apply(*c.op, inputs, attrs);
       };
       for (const TensorList& inputs : sets) run(inputs);  // warm
       int64_t calls = 0;
@@ -227,10 +266,14 @@ void measure_op_rates(const CallLog& log, CostModel& model, double seconds) {
     } catch (const Error&) {
       continue;  // not runnable alone: the default rate prices it
     }
+    // The bytes the call moves on a rank: its whole bytes times its share.
+    const double share = plan ? detail::work_share(costs[i].inputs, costs[i].outputs, mesh) : 1.0;
     const double busy = per_call - model.op_overhead;
-    model.op_bandwidth[key] = busy > 0 ? std::min(model.memory_bandwidth, c.bytes / busy) : model.memory_bandwidth;
+    model.op_bandwidth[key] = share * c.bytes / (busy > 0 ? busy : per_call);
+    ++measured;
   }
   generator.set_state(seed, offset);
+  return measured;
 }
 
 int64_t CallLog::value_of(const Tensor& t) {
@@ -341,6 +384,34 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   rec.out_shapes = out_shapes;
   rec.attrs = attrs;
   const int64_t call = int64_t(log.calls.size());
+  // Note [Forwarded clones in the cost model]
+  // Graph mode's clone forwarding (forward_clones in src/graph/passes.cpp)
+  // drops a clone whose source is an intermediate buffer that dies at the
+  // clone, read contiguously: the clone's readers read the source's buffer.
+  // Autograd clones each parameter's first gradient, so a step that priced
+  // those copies predicted a wide MLP's step a third high on 2 ranks. A
+  // contiguous clone of a call's output (or a view of one) is marked
+  // forwarded here, and unmarked when a later call reads the same buffer.
+  auto root_of = [&](int64_t v) {
+    auto it = log.view_roots.find(v);
+    return it == log.view_roots.end() ? v : it->second;
+  };
+  for (int64_t v : rec.inputs) {
+    if (v < 0) continue;
+    if (auto it = log.clone_readers.find(root_of(v)); it != log.clone_readers.end()) {
+      log.calls[it->second].forwarded = false;
+      log.clone_readers.erase(it);
+    }
+  }
+  static const OpDef& clone_op = dispatch::op("clone");
+  auto intermediate = [&](const ValueRecord& r) {  // a call's output, or a gradient the step computes
+    return r.kind == ValueKind::Output || (r.kind == ValueKind::Source && r.gradient >= 0);
+  };
+  if (&op == &clone_op && !inplace && rec.rate_key == clone_op.name && !rec.inputs.empty() && rec.inputs[0] >= 0 &&
+      intermediate(log.values[size_t(root_of(rec.inputs[0]))])) {
+    rec.forwarded = true;
+    log.clone_readers[root_of(rec.inputs[0])] = size_t(call);
+  }
   for (size_t o = 0; o < outputs.size(); ++o) {
     const Tensor& t = outputs[o];
     if (!t.defined()) {
@@ -356,6 +427,7 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
       log.keep.push_back(t.impl()->global());
     }
     rec.outputs.push_back(id);
+    if (op.view && !rec.copies && !rec.inputs.empty() && rec.inputs[0] >= 0) log.view_roots[id] = root_of(rec.inputs[0]);
   }
   log.calls.push_back(std::move(rec));
 }

@@ -123,10 +123,10 @@ struct CallChoice {
   double compute = 0;
 };
 
-inline double compute_time(const CostModel& model, const CallRecord& c, const std::vector<NdSbp>& in,
-                    const std::vector<NdSbp>& out, const Shape& mesh, DType dtype) {
-  // Each mesh axis on which the signature splits some tensor divides the
-  // work; an all-broadcast or partial signature repeats it on every rank.
+// A rank's share of a call's work: each mesh axis on which the signature
+// splits some tensor divides it; an all-broadcast or partial signature
+// repeats it on every rank.
+inline double work_share(const std::vector<NdSbp>& in, const std::vector<NdSbp>& out, const Shape& mesh) {
   double frac = 1;
   for (size_t a = 0; a < mesh.size(); ++a) {
     bool split = false;
@@ -134,6 +134,12 @@ inline double compute_time(const CostModel& model, const CallRecord& c, const st
     for (const NdSbp& l : out) split = split || l[a].is_split();
     if (split) frac /= double(mesh[a]);
   }
+  return frac;
+}
+
+inline double compute_time(const CostModel& model, const CallRecord& c, const std::vector<NdSbp>& in,
+                    const std::vector<NdSbp>& out, const Shape& mesh, DType dtype) {
+  const double frac = work_share(in, out, mesh);
   const double kind = c.op->flops_kind == FlopsKind::Convolution ? model.conv_efficiency
                       : c.op->flops_kind == FlopsKind::Attention   ? model.attention_efficiency
                                                                    : 1.0;
@@ -147,7 +153,7 @@ inline double compute_time(const CostModel& model, const CallRecord& c, const st
   double bandwidth = c.transposed ? model.transposed_bandwidth() : model.memory_bandwidth;
   if (!model.op_bandwidth.empty())
     if (auto it = model.op_bandwidth.find(c.rate_key); it != model.op_bandwidth.end()) bandwidth = it->second;
-  const double t = c.op->view && !c.copies ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / bandwidth);
+  const double t = (c.op->view && !c.copies) || c.forwarded ? 0.0 : std::max(c.flops / (rate * efficiency), c.bytes / bandwidth);
   return model.op_overhead + frac * t;
 }
 
