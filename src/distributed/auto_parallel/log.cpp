@@ -47,6 +47,15 @@ bool is_transposed(const Tensor& t) {
   return inner != 0 && outer != 0 && outer < inner;
 }
 
+// The size class of a call's input bytes (Note [Measured op rates]): its
+// power of 16 at most, "1B", "16B", ..., "1MiB", "16MiB", ...
+std::string size_class(double bytes) {
+  static const char* const names[] = {"1B", "16B", "256B", "4KiB", "64KiB", "1MiB", "16MiB", "256MiB", "4GiB", "64GiB"};
+  int k = 0;
+  while (k + 1 < int(std::size(names)) && bytes >= std::ldexp(1.0, 4 * (k + 1))) ++k;
+  return names[k];
+}
+
 // The ring algorithm's bytes per rank, as a multiple of the tensor's bytes.
 double ring_factor(const std::string& kind, int64_t m) {
   const double f = double(m - 1) / double(m);
@@ -105,8 +114,11 @@ double CostModel::collective(const std::string& kind, int64_t ranks, double byte
 // not a view unless it copied: CallRecord::copies, timed as its clone) has
 // a rate key: its op's name, with ":transposed" when it reads an operand
 // transposed in its last two dims (Note [Transposed operands in the cost
-// model]) or ":strided" when it reads another non-contiguous one. The
-// largest call of each key is run alone for a few milliseconds:
+// model]) or ":strided" when it reads another non-contiguous one, and the
+// size class of its inputs' bytes (a power of 16: "@64KiB" holds 64 KiB to
+// 1 MiB), so that a rate measured in cache is not reused for a call that
+// streams from memory, in this step or another model's. The largest call
+// of each key is run alone for a few milliseconds:
 // - on the shapes a rank runs under a first plan (python/meshflow/
 //   distributed/auto.py `_search` searches, measures, and searches again),
 //   laid out in the logged strides' order of dims; floating inputs 0.5,
@@ -124,7 +136,9 @@ double CostModel::collective(const std::string& kind, int64_t ranks, double byte
 //   intermediates stay in cache, 1.8x high, and a wide MLP's updates of
 //   weight shards as if they streamed the whole weights from memory.
 // A rank's bytes of the call over its time less the op overhead is the
-// key's rate. A call that fails alone (an attribute naming state of the
+// key's rate; a call whose time is mostly that overhead keeps the memory
+// bandwidth (a scalar add of a loss measured 100x below an add's rate, and
+// then priced a BERT's adds 10x high). A call that fails alone (an attribute naming state of the
 // step) keeps the default rate. The default generator is restored after,
 // so that measuring draws no random numbers from the step's stream. The
 // rates join the cost model (CostModel::op_bandwidth); under the launcher
@@ -268,8 +282,10 @@ int64_t measure_op_rates(const CallLog& log, CostModel& model, double seconds, c
     }
     // The bytes the call moves on a rank: its whole bytes times its share.
     const double share = plan ? detail::work_share(costs[i].inputs, costs[i].outputs, mesh) : 1.0;
+    // A call whose time is mostly the op overhead measures no rate: it
+    // keeps the memory bandwidth.
     const double busy = per_call - model.op_overhead;
-    model.op_bandwidth[key] = share * c.bytes / (busy > 0 ? busy : per_call);
+    model.op_bandwidth[key] = busy > 0.5 * per_call ? share * c.bytes / busy : model.memory_bandwidth;
     ++measured;
   }
   generator.set_state(seed, offset);
@@ -379,7 +395,7 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
     }
   }
   rec.transposed = rec.transposed && (!op.view || rec.copies) && rec.flops == 0;
-  rec.rate_key = op.name + (rec.transposed ? ":transposed" : strided ? ":strided" : "");
+  rec.rate_key = op.name + (rec.transposed ? ":transposed" : strided ? ":strided" : "") + "@" + size_class(rec.bytes);
   rec.metas = metas;
   rec.out_shapes = out_shapes;
   rec.attrs = attrs;
@@ -407,7 +423,7 @@ void log_call(const OpDef& op, bool inplace, const TensorList& inputs, const Ten
   auto intermediate = [&](const ValueRecord& r) {  // a call's output, or a gradient the step computes
     return r.kind == ValueKind::Output || (r.kind == ValueKind::Source && r.gradient >= 0);
   };
-  if (&op == &clone_op && !inplace && rec.rate_key == clone_op.name && !rec.inputs.empty() && rec.inputs[0] >= 0 &&
+  if (&op == &clone_op && !inplace && !strided && !rec.inputs.empty() && rec.inputs[0] >= 0 &&
       intermediate(log.values[size_t(root_of(rec.inputs[0]))])) {
     rec.forwarded = true;
     log.clone_readers[root_of(rec.inputs[0])] = size_t(call);
