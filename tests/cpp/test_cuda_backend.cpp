@@ -6,6 +6,8 @@
 #include "meshflow/backend.h"
 #include "meshflow/nn.h"
 #include "meshflow/ops/conv.h"
+#include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/resample.h"
 #include "meshflow/optim/update.h"
 #include "test_util.h"
@@ -184,6 +186,16 @@ TEST_F(CudaBackendTest, WalkFamiliesMatchTheCpu) {
   const Tensor dev_rand = back(rand({1000}, {.device = dev0}));
   manual_seed(3);
   testing::expect_close(dev_rand, rand({1000}), 0, 0);
+  // Gamma samples (Note [Gamma sampling]): the CPU's for the same seed;
+  // their gradient (the shared elementwise table).
+  const Tensor concentration = testing::random_tensor({500}, 24, 0.1, 3);
+  manual_seed(4);
+  const Tensor dev_gamma = back(standard_gamma(on(concentration)));
+  manual_seed(4);
+  const Tensor gamma = standard_gamma(concentration);
+  testing::expect_close(dev_gamma, gamma, 1e-9, 1e-9);
+  testing::expect_close(back(standard_gamma_grad(on(concentration), on(gamma))),
+                        standard_gamma_grad(concentration, gamma), 1e-9, 1e-9);
   EXPECT_THROW(gather(on(m), 1, ints({7}, {1, 1}, dev0)), IndexError);
 }
 
