@@ -216,8 +216,9 @@ int64_t measure_op_rates(const CallLog& log, CostModel& model, double seconds, c
     const CallRecord& c = log.calls[i];
     double per_call = 0;
     try {
-      // One set of inputs like the call's: the memory each input's logged
-      // strides span (the log's shapes passed the ops' own checks).
+      // One set of inputs like the call's, each dense in its logged
+      // strides' order of dims (a transposed or permuted operand stays so);
+      // `bytes` gains the set's bytes.
       auto make_inputs = [&](double& bytes) {
         TensorList inputs;
         for (size_t k = 0; k < c.inputs.size(); ++k) {
@@ -254,11 +255,11 @@ int64_t measure_op_rates(const CallLog& log, CostModel& model, double seconds, c
       // As many sets as span the call's reuse distance (at most 64), used
       // in turn: each set's inputs are then as far back in the memory
       // hierarchy as the step leaves the call's.
-      double bytes = 0;
-      std::vector<TensorList> sets{make_inputs(bytes)};
+      double set_bytes = 0;
+      std::vector<TensorList> sets{make_inputs(set_bytes)};
       const int64_t copies =
-          std::clamp(int64_t(std::ceil(distance[i] / std::max(bytes, 1.0))), int64_t(1), int64_t(64));
-      while (int64_t(sets.size()) < copies) sets.push_back(make_inputs(bytes));
+          std::clamp(int64_t(std::ceil(distance[i] / std::max(set_bytes, 1.0))), int64_t(1), int64_t(64));
+      for (double more = 0; int64_t(sets.size()) < copies;) sets.push_back(make_inputs(more));
       // An attribute naming the output's shape names the local one.
       Attrs attrs = c.attrs;
       if (plan && !c.op->output_shape_attr.empty() && attrs.has(c.op->output_shape_attr) && !c.out_shapes.empty())
