@@ -26,7 +26,9 @@ measured in the same run.
 --amp: mixed precision instead. The forward and the loss run under bfloat16
 autocast (mf.autocast / torch.autocast on "cpu"); parameters, gradients and
 the optimizer stay float32. Measured in the same run: meshflow float32,
-meshflow bfloat16 autocast and each PyTorch under bfloat16 autocast.
+meshflow bfloat16 autocast eager and in graph mode (config.enable_amp),
+each PyTorch under bfloat16 autocast, and torch.compile under it (newest
+PyTorch, unless --no-compile).
 """
 import contextlib
 import argparse
@@ -141,6 +143,8 @@ def worker(lib_name, workload, steps, precision="fp32"):
                 super().__init__()
                 self.model = model
                 self.add_optimizer(optimizer)
+                if precision == "bf16":
+                    self.config.enable_amp(True, dtype=lib.bfloat16)
 
             def build(self, x, y):
                 loss = models.loss_fn(name, lib, self.model(x), y)
@@ -306,27 +310,42 @@ def main():
 
 def amp_main(args, peers):
     workloads = args.workloads if args.workloads != ",".join(WORKLOADS) else "mlp,resnet18,gpt"
+    with_compile = VENV_PYTHON in peers and not args.no_compile
     rows = []
     for workload in workloads.split(","):
         steps = args.steps or STEPS[workload]
-        configs = [("/usr/bin/python3", "meshflow", "fp32"), ("/usr/bin/python3", "meshflow", "bf16")]
+        configs = [("/usr/bin/python3", "meshflow", "fp32"), ("/usr/bin/python3", "meshflow", "bf16"),
+                   ("/usr/bin/python3", "meshflow-graph", "bf16")]
         configs += [(python, "torch", "bf16") for python in peers]
-        fp32, bf16, *theirs = measure(configs, workload, steps, args.rounds)
-        rows.append((workload, fp32, bf16, theirs))
-        print(workload, json.dumps({"meshflow_fp32": fp32, "meshflow_bf16": bf16, "torch_bf16": theirs}), flush=True)
+        if with_compile:
+            configs.append((VENV_PYTHON, "torch-compile", "bf16"))
+        fp32, bf16, graph, *theirs = measure(configs, workload, steps, args.rounds)
+        compiled = theirs.pop() if with_compile else None
+        rows.append((workload, fp32, bf16, graph, theirs, compiled))
+        print(workload, json.dumps({"meshflow_fp32": fp32, "meshflow_bf16": bf16, "graph_bf16": graph,
+                                    "torch_bf16": theirs, "torch_compile_bf16": compiled}), flush=True)
 
     def fmt(r):
         return f"{r['ms']:.1f} ({r['policy'][0].lower()})"
 
-    versions = [t["best"]["version"] for t in rows[0][3]]
-    print("\nbfloat16 autocast, each at its best OpenMP wait policy (p: passive, a: active):\n")
-    print("| workload | meshflow fp32 ms | meshflow bf16 ms | bf16 speedup | "
-          + " | ".join(f"torch {v} bf16 ms | meshflow / torch" for v in versions) + " |")
-    print("|---|---:|---:|---:|" + "---:|---:|" * len(versions))
-    for workload, fp32, bf16, theirs in rows:
-        cells = [workload, fmt(fp32["best"]), fmt(bf16["best"]), f"{fp32['best']['ms'] / bf16['best']['ms']:.2f}x"]
+    versions = [t["best"]["version"] for t in rows[0][4]]
+    print("\nbfloat16 autocast, each at its best OpenMP wait policy (p: passive, a: active); graph = "
+          "meshflow.nn.Graph with config.enable_amp:\n")
+    print("| workload | meshflow fp32 ms | meshflow bf16 ms | bf16 speedup | graph bf16 ms | "
+          + " | ".join(f"torch {v} bf16 ms | meshflow / torch | graph / torch" for v in versions)
+          + (" | torch.compile bf16 ms | graph / compile | graph first step s | torch.compile first step s"
+             if with_compile else "") + " |")
+    print("|---|---:|---:|---:|---:|" + "---:|---:|---:|" * len(versions) + ("---:|---:|---:|---:|" if with_compile else ""))
+    for workload, fp32, bf16, graph, theirs, compiled in rows:
+        cells = [workload, fmt(fp32["best"]), fmt(bf16["best"]), f"{fp32['best']['ms'] / bf16['best']['ms']:.2f}x",
+                 fmt(graph["best"])]
         for t in theirs:
-            cells += [fmt(t["best"]), f"{bf16['best']['ms'] / t['best']['ms']:.2f}"]
+            cells += [fmt(t["best"]), f"{bf16['best']['ms'] / t['best']['ms']:.2f}",
+                      f"{graph['best']['ms'] / t['best']['ms']:.2f}"]
+        if compiled:
+            c = compiled["best"]
+            cells += [fmt(c), f"{graph['best']['ms'] / c['ms']:.2f}", f"{graph['best']['first_step_s']:.2f}",
+                      f"{c['first_step_s']:.1f}"]
         print("| " + " | ".join(cells) + " |")
 
 

@@ -2,6 +2,7 @@
 // other binding files, and the small value types (dtype, device, generator).
 #include "bindings.h"
 #include "meshflow/backend.h"
+#include "meshflow/cpu_blas.h"
 #include "meshflow/version.h"
 
 #include <cstring>
@@ -248,6 +249,36 @@ void init_types(py::module_& m) {
         py::arg("device") = Device());
   m.def("reset_peak_memory_stats", &reset_peak_memory_stats, py::arg("device") = Device());
   m.def("empty_cache", &empty_cache, py::arg("device") = Device());
+
+  // The CPU's GEMM libraries (Note [Choosing a GEMM library]): what
+  // meshflow.backends.cpu and meshflow.backends.mkl read.
+  m.def("_preferred_blas_library", [](const std::optional<std::string>& name) {
+    if (name) cpu::set_preferred_blas_library(cpu::parse_blas_library(*name));
+    return std::string(cpu::blas_library_name(cpu::preferred_blas_library()));
+  }, py::arg("name") = py::none());
+  m.def("_blas_choices", [] {
+    py::list out;
+    for (const cpu::BlasChoice& c : cpu::blas_choices()) {
+      py::dict d, seconds;
+      d["dtype"] = std::string(dtype_name(c.dtype));
+      d["batch"] = c.batch;
+      d["n"] = c.n;
+      d["m"] = c.m;
+      d["k"] = c.k;
+      d["a_transposed"] = c.a_transposed;
+      d["b_transposed"] = c.b_transposed;
+      d["threads"] = c.threads;
+      d["library"] = std::string(cpu::blas_library_name(c.library));
+      for (const auto& [library, s] : c.seconds) seconds[py::str(cpu::blas_library_name(library))] = s;
+      d["seconds"] = seconds;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("_clear_blas_choices", &cpu::clear_blas_choices);
+  m.def("_mkl_available", &cpu::mkl_available);
+  m.def("_mkl_version", &cpu::mkl_version);
+  m.def("_mkl_search_report", &cpu::mkl_search_report);
 
   // Device backends (Note [Device backends]): what meshflow.cuda and
   // meshflow.backends read.

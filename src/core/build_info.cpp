@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "meshflow/backend.h"
+#include "meshflow/cpu_blas.h"
 #include "meshflow/version.h"
 
 namespace mf {
@@ -63,6 +64,8 @@ std::vector<std::pair<std::string, std::string>> build_info() {
   info.emplace_back("oneDNN", std::to_string(dnnl->major) + "." + std::to_string(dnnl->minor) + "." +
                                   std::to_string(dnnl->patch) + " (" + dnnl->hash + ")");
   info.emplace_back("oneDNN ISA", onednn_isa());
+  info.emplace_back("oneMKL", cpu::mkl_available() ? cpu::mkl_version() : "not loaded");
+  info.emplace_back("GEMM library", cpu::blas_library_name(cpu::preferred_blas_library()));
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int length = 0;
   MPI_Get_library_version(mpi, &length);

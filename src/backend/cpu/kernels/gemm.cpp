@@ -8,14 +8,21 @@
 #include "backend/cpu/kernels/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 
+#include "meshflow/cpu_blas.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/loops.h"
+#include "backend/cpu/kernels/mkl.h"
 #include "backend/cpu/kernels/onednn.h"
 
 namespace mf::cpu {
@@ -243,23 +250,259 @@ void float32_matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha,
   copy_cast(out, out32);
 }
 
-// Note [oneDNN for float32 GEMMs]: oneDNN's float32 matmul (its brgemm
-// kernels) runs the products of training steps 10-20% faster than
-// OpenBLAS's sgemm on the AVX-512 machines here (the 2-d products of a GPT
-// or MLP step, and 15-20% on batched attention products, where OpenBLAS
-// makes one call per matrix), partly because it writes the output
-// directly where sgemm with beta = 0 first zero-fills it. Its call costs
-// about 10 us more, which loses on small products, and matrix-vector
-// shapes stay with BLAS's gemv: products of at least kOnednnMinWork
-// multiply-adds with both output dims above 1 go to oneDNN.
-constexpr int64_t kOnednnMinWork = int64_t(1) << 22;
+// --- oneMKL (Note [oneMKL at run time] in mkl.cpp) ---------------------------------------
 
-bool prefers_onednn(const Tensor& a, const Tensor& out) {
+// The batch offsets as one stride, when they are an arithmetic series that
+// MKL's strided batch call can take.
+std::optional<int> uniform_stride(const Offsets& offsets) {
+  if (offsets.size() < 2) return 0;
+  const int64_t step = offsets[1] - offsets[0];
+  if (step <= 0 || step > INT_MAX) return std::nullopt;
+  for (size_t i = 2; i < offsets.size(); ++i)
+    if (offsets[i] - offsets[i - 1] != step) return std::nullopt;
+  return int(step);
+}
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+
+void mkl_sgemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_in, Tensor& out, float alpha,
+               float beta) {
+  Tensor a = blas_operand(a_in), b = blas_operand(b_in);
+  const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
+  MF_CHECK(n <= INT_MAX && m <= INT_MAX && k <= INT_MAX && out.numel() / std::max<int64_t>(n, 1) <= INT_MAX,
+           ValueError, "matmul: matrix sizes (", n, ", ", k, ") @ (", k, ", ", m, ") exceed the BLAS int range");
+  const Layout la = *layout_of(a), lb = *layout_of(b);
+  const Offsets a_off = batch_offsets(a, batch_shape_of(out)), b_off = batch_offsets(b, batch_shape_of(out));
+  const auto* ap = static_cast<const float*>(a.data_ptr());
+  const auto* bp = static_cast<const float*>(b.data_ptr());
+  auto* cp = static_cast<float*>(out.data_ptr());
+  const int ta = la.transposed ? kTrans : kNoTrans, tb = lb.transposed ? kTrans : kNoTrans;
+  const int64_t count = int64_t(a_off.size());
+  const auto sa = uniform_stride(a_off), sb = uniform_stride(b_off);
+  if (count > 1 && sa && sb && n * m <= INT_MAX) {
+    mkl.sgemm_batch_strided(kRowMajor, ta, tb, int(n), int(m), int(k), alpha, ap + a_off[0], int(la.ld), *sa,
+                            bp + b_off[0], int(lb.ld), *sb, beta, cp, int(m), int(n * m), int(count));
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i)
+    mkl.sgemm(kRowMajor, ta, tb, int(n), int(m), int(k), alpha, ap + a_off[size_t(i)], int(la.ld),
+              bp + b_off[size_t(i)], int(lb.ld), beta, cp + i * n * m, int(m));
+}
+
+// bfloat16 products accumulate into a float32 copy of the output, which is
+// rounded to bfloat16 once (MKL has no bfloat16 output).
+void mkl_bf16_gemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_in, Tensor& out, float alpha,
+                   float beta) {
+  Tensor a = blas_operand(a_in), b = blas_operand(b_in);
+  const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
+  MF_CHECK(n <= INT_MAX && m <= INT_MAX && k <= INT_MAX, ValueError, "matmul: matrix sizes (", n, ", ", k,
+           ") @ (", k, ", ", m, ") exceed the BLAS int range");
+  const Layout la = *layout_of(a), lb = *layout_of(b);
+  const Offsets a_off = batch_offsets(a, batch_shape_of(out)), b_off = batch_offsets(b, batch_shape_of(out));
+  Tensor acc = make_empty(out.sizes(), DType::Float32);
+  if (beta != 0.0f) copy_cast(acc, out);
+  const auto* ap = static_cast<const uint16_t*>(a.data_ptr());
+  const auto* bp = static_cast<const uint16_t*>(b.data_ptr());
+  auto* cp = static_cast<float*>(acc.data_ptr());
+  const int ta = la.transposed ? kTrans : kNoTrans, tb = lb.transposed ? kTrans : kNoTrans;
+  for (size_t i = 0; i < a_off.size(); ++i)
+    mkl.gemm_bf16bf16f32(kRowMajor, ta, tb, int(n), int(m), int(k), alpha, ap + a_off[i], int(la.ld), bp + b_off[i],
+                         int(lb.ld), beta, cp + int64_t(i) * n * m, int(m));
+  copy_cast(out, acc);
+}
+
+// --- Choosing the library ------------------------------------------------------------------
+
+// Note [Choosing a GEMM library]: no one library is fastest for every
+// product here (bench/README.md, "GEMM libraries"). On an Intel Xeon with
+// AMX, oneDNN 2.6's float32 matmul runs some wide products at 40% of
+// OpenBLAS's and oneMKL's rate (4096x768 @ 768x3072: 105 against 250 and
+// 280 GFLOP/s), oneMKL's bfloat16 GEMM beats oneDNN's by 15-45% on products
+// with a long inner dim and loses by up to 2x on short ones, and OpenBLAS
+// wins the small float32 products. So under BlasLibrary::Auto the first
+// product of each shape key (dtype, batch, n, m, k, the operands'
+// transposition, threads) of at least kTuneMinWork multiply-adds runs once
+// on every library that handles its dtype and is timed there, and the
+// fastest serves that key from then on (as cuDNN's benchmark mode picks
+// convolution algorithms). The measuring runs write the output itself, so
+// they need no memory; products with beta != 0 read their output and are
+// not measured (they use a key's choice once there is one), nor are
+// products inside a parallel region, whose timings would mean nothing.
+// Smaller products, and those not measured, use the rule measured before
+// this one: float32 on oneDNN from kOnednnMinWork multiply-adds with both
+// output dims above 1 (its call costs about 10 us more than sgemm's, which
+// loses on small products), else OpenBLAS; 16-bit types on oneDNN.
+// Libraries round differently, so a product's last bits depend on the
+// choice; set_preferred_blas_library fixes one.
+constexpr int64_t kOnednnMinWork = int64_t(1) << 22;
+constexpr int64_t kTuneMinWork = int64_t(1) << 22;
+constexpr size_t kMaxChoices = 4096;
+
+BlasLibrary default_library(const Tensor& a, const Tensor& out) {
+  if (out.dtype() != DType::Float32) return BlasLibrary::OneDNN;
   const int64_t n = out.size(-2), m = out.size(-1);
-  return n > 1 && m > 1 && out.numel() * a.size(-1) >= kOnednnMinWork;
+  return n > 1 && m > 1 && out.numel() * a.size(-1) >= kOnednnMinWork ? BlasLibrary::OneDNN : BlasLibrary::OpenBLAS;
+}
+
+// Runs the product on `library`; false where it does not handle the dtype.
+bool run_on(BlasLibrary library, const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
+  const DType dtype = out.dtype();
+  switch (library) {
+    case BlasLibrary::OpenBLAS:
+      if (dtype != DType::Float32) return false;
+      blas_matmul<float>(a, b, out, float(alpha.to_double()), float(beta.to_double()));
+      return true;
+    case BlasLibrary::OneDNN:
+      return onednn_matmul(a, b, out, alpha.to_double(), beta.to_double());
+    case BlasLibrary::MKL: {
+      const mkl::Library* mkl = mkl::library();
+      if (!mkl) return false;
+      if (dtype == DType::Float32) mkl_sgemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
+      else if (dtype == DType::BFloat16) mkl_bf16_gemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
+      else return false;
+      return true;
+    }
+    case BlasLibrary::Auto: break;
+  }
+  return false;
+}
+
+struct ChoiceKey {
+  DType dtype;
+  int64_t batch, n, m, k;
+  bool a_transposed, b_transposed;
+  int threads;
+  bool operator==(const ChoiceKey&) const = default;
+};
+
+struct ChoiceKeyHash {
+  size_t operator()(const ChoiceKey& key) const {
+    size_t h = size_t(key.dtype);
+    for (int64_t v : {key.batch, key.n, key.m, key.k, int64_t(key.a_transposed), int64_t(key.b_transposed),
+                      int64_t(key.threads)})
+      h = h * 1000003u ^ std::hash<int64_t>{}(v);
+    return h;
+  }
+};
+
+struct Choices {
+  std::mutex mutex;
+  std::unordered_map<ChoiceKey, BlasChoice, ChoiceKeyHash> map;
+  std::atomic<BlasLibrary> preferred{BlasLibrary::Auto};
+};
+
+Choices& choices() {
+  static Choices c;
+  return c;
+}
+
+// A matrix operand's transposition as BLAS would read it (a strided copy
+// reads as stored).
+bool reads_transposed(const Tensor& t) {
+  const auto layout = layout_of(t);
+  return layout && layout->transposed;
+}
+
+std::vector<BlasLibrary> candidates(DType dtype) {
+  std::vector<BlasLibrary> list;
+  if (dtype == DType::Float32) list.push_back(BlasLibrary::OpenBLAS);
+  list.push_back(BlasLibrary::OneDNN);
+  if ((dtype == DType::Float32 || dtype == DType::BFloat16) && mkl::library()) list.push_back(BlasLibrary::MKL);
+  return list;
+}
+
+// The library for this product under Auto, measuring the candidates when
+// the key is new (see the Note). Returns Auto when the product was already
+// computed into out by the measuring runs' last, fastest candidate.
+BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
+  const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
+  const BlasLibrary fallback = default_library(a, out);
+  if (n <= 1 || m <= 1 || out.numel() * k < kTuneMinWork) return fallback;
+  const ChoiceKey key{out.dtype(), out.numel() / (n * m), n, m, k, reads_transposed(a), reads_transposed(b),
+                      get_num_threads()};
+  Choices& state = choices();
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (auto it = state.map.find(key); it != state.map.end()) return it->second.library;
+    if (state.map.size() >= kMaxChoices) return fallback;
+  }
+  const std::vector<BlasLibrary> list = candidates(out.dtype());
+  if (list.size() < 2 || beta.to_double() != 0.0 || omp_in_parallel()) return fallback;
+  BlasChoice choice{key.dtype, key.batch, n, m, k, key.a_transposed, key.b_transposed, key.threads, fallback, {}};
+  double best = 0;
+  BlasLibrary last = BlasLibrary::Auto;
+  for (BlasLibrary library : list) {
+    if (!run_on(library, a, b, out, alpha, beta)) continue;  // the first run warms the library up
+    const auto start = std::chrono::steady_clock::now();
+    run_on(library, a, b, out, alpha, beta);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    choice.seconds.emplace_back(library, seconds);
+    if (choice.seconds.size() == 1 || seconds < best) {
+      best = seconds;
+      choice.library = library;
+    }
+    last = library;
+  }
+  if (choice.seconds.empty()) return fallback;
+  const BlasLibrary chosen = choice.library;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.map.try_emplace(key, std::move(choice));
+  }
+  return chosen == last ? BlasLibrary::Auto : chosen;
 }
 
 }  // namespace
+
+const char* blas_library_name(BlasLibrary library) {
+  switch (library) {
+    case BlasLibrary::Auto: return "auto";
+    case BlasLibrary::OpenBLAS: return "openblas";
+    case BlasLibrary::OneDNN: return "onednn";
+    case BlasLibrary::MKL: return "mkl";
+  }
+  return "?";
+}
+
+BlasLibrary parse_blas_library(std::string_view name) {
+  for (BlasLibrary library : {BlasLibrary::Auto, BlasLibrary::OpenBLAS, BlasLibrary::OneDNN, BlasLibrary::MKL})
+    if (name == blas_library_name(library)) return library;
+  if (name == "mkldnn") return BlasLibrary::OneDNN;
+  throw ValueError("preferred_blas_library: expected one of 'auto', 'openblas', 'onednn' ('mkldnn') or 'mkl', got '" +
+                   std::string(name) + "'");
+}
+
+void set_preferred_blas_library(BlasLibrary library) {
+  MF_CHECK(library != BlasLibrary::MKL || mkl::library(), ValueError,
+           "preferred_blas_library: oneMKL is not available here (tools/install_deps.sh installs it); looked in:\n",
+           mkl::search_report());
+  choices().preferred.store(library);
+}
+
+BlasLibrary preferred_blas_library() { return choices().preferred.load(); }
+
+bool mkl_available() { return mkl::library() != nullptr; }
+
+std::string mkl_version() {
+  const mkl::Library* mkl = mkl::library();
+  return mkl ? mkl->version : std::string();
+}
+
+std::string mkl_search_report() { return mkl::search_report(); }
+
+std::vector<BlasChoice> blas_choices() {
+  Choices& state = choices();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  std::vector<BlasChoice> list;
+  for (const auto& [key, choice] : state.map) list.push_back(choice);
+  return list;
+}
+
+void clear_blas_choices() {
+  Choices& state = choices();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.map.clear();
+}
 
 template <typename T>
 void gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
@@ -291,15 +534,18 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar 
   }
   switch (out.dtype()) {
     case DType::Float32:
-      if (prefers_onednn(a, out) && onednn_matmul(a, b, out, alpha.to_double(), beta.to_double())) return;
-      blas_matmul<float>(a, b, out, float(alpha.to_double()), float(beta.to_double()));
+    case DType::BFloat16:
+    case DType::Float16: {
+      BlasLibrary library = choices().preferred.load();
+      if (library == BlasLibrary::Auto) library = choose(a, b, out, alpha, beta);
+      if (library == BlasLibrary::Auto) return;  // choose() left the product in out
+      if (run_on(library, a, b, out, alpha, beta)) return;
+      if (run_on(default_library(a, out), a, b, out, alpha, beta)) return;
+      float32_matmul(a, b, out, alpha, beta);  // 16-bit types oneDNN cannot run on this CPU
       return;
+    }
     case DType::Float64:
       blas_matmul<double>(a, b, out, alpha.to_double(), beta.to_double());
-      return;
-    case DType::BFloat16:
-    case DType::Float16:
-      if (!onednn_matmul(a, b, out, alpha.to_double(), beta.to_double())) float32_matmul(a, b, out, alpha, beta);
       return;
     case DType::Bool:
       throw TypeError("matmul: not supported for bool tensors");

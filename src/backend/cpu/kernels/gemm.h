@@ -1,7 +1,7 @@
-// Batched, broadcasting matrix products on the CPU: oneDNN for large float32
-// products (Note [oneDNN for float32 GEMMs] in gemm.cpp), OpenBLAS for the
-// other float32 and the float64 ones, oneDNN for bfloat16 (and float16 where
-// the CPU has it), plain loops for integers.
+// Batched, broadcasting matrix products on the CPU: float32 and bfloat16 on
+// OpenBLAS, oneDNN or oneMKL, whichever measures fastest for the shape
+// (Note [Choosing a GEMM library] in gemm.cpp; include/meshflow/cpu_blas.h),
+// float16 on oneDNN, float64 on OpenBLAS, integers in plain loops.
 #pragma once
 
 #include "backend/common/gemm_plan.h"
