@@ -3,8 +3,6 @@
 // pass turns a small pattern into a node running a FusedProgram.
 #include <algorithm>
 #include <sstream>
-#include <string_view>
-#include <unordered_set>
 
 #include "meshflow/dispatch.h"
 #include "meshflow/graph/fusion.h"
@@ -13,12 +11,6 @@
 
 namespace mf::graph {
 namespace {
-
-bool is_activation(const OpDef& op) {
-  static const std::unordered_set<std::string_view> names{"relu",       "gelu", "silu",    "sigmoid",
-                                                          "leaky_relu", "elu",  "softplus", "tanh"};
-  return names.contains(op.name);
-}
 
 // Whether value id is the buffer of `root`, whole and in order (root itself
 // or a reshaping view of it).
@@ -170,14 +162,15 @@ int fuse_linear_activations(Graph& graph) {
       continue;
     const Value& bias = values[size_t(mm.inputs[0])];
     if (bias.dtype != p.dtype || shape_numel(bias.sizes) != p.sizes[1] || trailing_dims(bias, p.sizes) != 1) continue;
-    // The first reader must be an activation of the whole product (a later
-    // one is a recomputation, Note [Recomputation], which must stay late).
+    // The first reader must be a unary elementwise op (an activation, a
+    // scale, ...) of the whole product (a later one is a recomputation,
+    // Note [Recomputation], which must stay late).
     const auto& list = readers.nodes[size_t(product)];
     if (list.empty()) continue;
     const auto act = size_t(list[0]);
     const Node& a = nodes[act];
     if (a.fused || a.inplace || a.random_counters || a.outputs.size() != 1 || a.inputs.size() != 1 ||
-        !is_activation(*a.op) || !covers_whole(values, a.inputs[0], product) ||
+        !is_elementwise(*a.op) || !covers_whole(values, a.inputs[0], product) ||
         values[size_t(a.outputs[0])].dtype != p.dtype || !is_whole_buffer(values[size_t(a.outputs[0])], a.outputs[0]))
       continue;
     bool written = false;

@@ -93,9 +93,10 @@ int fuse_elementwise(Graph& graph);
 // output and runs the GEMM with beta = 1 over it, so the bias add costs no
 // pass of its own (a GEMM with beta = 0 and a separate add would write the
 // output twice; OpenBLAS zero-fills it for beta = 0). An
-// addmm whose first reader is an activation (relu, gelu, silu, ...) of the
-// whole product becomes one "fused_linear" node: addmm's kernel, then the
-// activation's kernel over the product in blocks, in place when nothing
+// addmm whose first reader is a unary elementwise op (OpDef::elementwise
+// with one input and the product's dtype: relu, gelu, silu, exp, abs,
+// ...) of the whole product becomes one "fused_linear" node: addmm's
+// kernel, then that op's kernel over the product in blocks, in place when nothing
 // else reads the pre-activation, else into an output of its own (GELU's
 // input is read again by gelu_backward). The kernels are the separate
 // nodes' kernels on the same data, so the bits are the same. The forward

@@ -86,6 +86,43 @@ TEST(GraphFusionPatterns, LinearReluWritesOverTheProduct) {
   expect_close(got[0], view(relu(addmm(b, x, w)), {2, kRows / 2, kCols}), 1e-6, 1e-5);
 }
 
+TEST(GraphFusionPatterns, AnyUnaryElementwiseOpIsAnEpilogue) {
+  // The rule is the op trait, not a list of activations: exp, abs and
+  // softplus (with its attrs) fuse as relu does; a cast, which changes the
+  // dtype, and a binary op do not.
+  const std::vector<std::pair<const char*, Attrs>> unary{
+      {"exp", {}}, {"abs", {}}, {"softplus", {{"beta", 2.0}, {"threshold", 5.0}}}};
+  for (const auto& [name, attrs] : unary) {
+    SCOPED_TRACE(name);
+    auto build = [&, name = name, attrs = attrs](Graph& g) {
+      ValueId x = g.add_input(f32({kRows, kInner}));
+      ValueId w = g.add_input(f32({kInner, kCols}));
+      ValueId b = g.add_input(f32({kCols}));
+      ValueId pre = g.add_node(op("addmm"), {b, x, w}, kUnitScales)[0];
+      g.set_outputs({g.add_node(op(name), {pre}, attrs)[0]});
+    };
+    Graph plain, fused;
+    build(plain);
+    build(fused);
+    EXPECT_EQ(graph::fuse_linear_activations(fused), 2);
+    ASSERT_EQ(op_names(fused), (std::vector<std::string>{"fused_linear"}));
+    Tensor x = random_tensor({kRows, kInner}, 30, -0.3, 0.3, DType::Float32);
+    Tensor w = random_tensor({kInner, kCols}, 31, -0.3, 0.3, DType::Float32);
+    Tensor b = random_tensor({kCols}, 32, -1, 1, DType::Float32);
+    expect_same_bits(std::move(plain), std::move(fused), {x, w, b});
+  }
+  Graph g;
+  ValueId x = g.add_input(f32({kRows, kInner}));
+  ValueId w = g.add_input(f32({kInner, kCols}));
+  ValueId b = g.add_input(f32({kCols}));
+  ValueId pre = g.add_node(op("addmm"), {b, x, w}, kUnitScales)[0];
+  ValueId wide = g.add_node(op("cast"), {pre}, {{"dtype", DType::Float64}})[0];
+  ValueId pre2 = g.add_node(op("addmm"), {b, x, w}, kUnitScales)[0];
+  ValueId sum = g.add_node(op("add"), {pre2, pre2})[0];
+  g.set_outputs({wide, sum});
+  EXPECT_EQ(graph::fuse_linear_activations(g), 0);
+}
+
 TEST(GraphFusionPatterns, OnlyTheFirstReaderOfAProductOrSumIsFused) {
   // A later activation or layer norm is a recomputation: hoisting it next
   // to the addmm or add would keep its result alive again.
