@@ -20,27 +20,6 @@ bool covers_whole(const std::vector<Value>& values, ValueId id, ValueId root) {
          shape_numel(v.sizes) == shape_numel(values[size_t(root)].sizes);
 }
 
-// The nodes other than views that read (or write) each buffer, in order,
-// and how many graph outputs lie in it.
-struct BufferReaders {
-  std::vector<std::vector<int32_t>> nodes;
-  std::vector<int32_t> outputs;
-
-  explicit BufferReaders(const Graph& graph) : nodes(graph.values().size()), outputs(graph.values().size(), 0) {
-    const auto& values = graph.values();
-    for (size_t i = 0; i < graph.nodes().size(); ++i) {
-      const Node& n = graph.nodes()[i];
-      if (n.is_view()) continue;
-      for (ValueId in : n.inputs) {
-        if (in == kNoValue) continue;
-        auto& list = nodes[size_t(values[size_t(in)].root)];
-        if (list.empty() || list.back() != int32_t(i)) list.push_back(int32_t(i));
-      }
-    }
-    for (ValueId out : graph.outputs()) ++outputs[size_t(values[size_t(out)].root)];
-  }
-};
-
 // Whether a node strictly between first and last writes the buffer of
 // `root` in place.
 bool written_between(const Graph& graph, ValueId root, size_t first, size_t last) {
@@ -106,7 +85,7 @@ int fuse_updates_into_gemms(Graph& graph) {
   static const OpDef& matmul = dispatch::op("matmul");
   auto& nodes = graph.nodes();
   const auto& values = graph.values();
-  const BufferReaders readers(graph);
+  const BufferUses readers(graph);
   std::vector<bool> removed(nodes.size(), false);
   int count = 0;
   for (size_t u = 0; u < nodes.size(); ++u) {
@@ -122,7 +101,7 @@ int fuse_updates_into_gemms(Graph& graph) {
     const ValueId product = g.root;
     const Value& mv = values[size_t(product)];
     if (mv.producer < 0 || !p.device.is_cpu() || mv.sizes.size() != 2 || !is_whole_buffer(mv, product) ||
-        mv.dtype != p.dtype || readers.outputs[size_t(product)] > 0 || readers.nodes[size_t(product)].size() != 1 ||
+        mv.dtype != p.dtype || readers.outputs[size_t(product)] > 0 || readers.users[size_t(product)].size() != 1 ||
         g.sizes != p.sizes || g.strides != p.strides || g.offset != p.offset || p.strides != contiguous_strides(p.sizes))
       continue;
     const auto m = size_t(mv.producer);
@@ -132,7 +111,7 @@ int fuse_updates_into_gemms(Graph& graph) {
     // the product and the update may read or write it, and the product
     // must not read it.
     bool ok = true;
-    for (int32_t r : readers.nodes[size_t(p.root)]) ok = ok && (r <= int32_t(m) || r >= int32_t(u));
+    for (int32_t r : readers.users[size_t(p.root)]) ok = ok && (r <= int32_t(m) || r >= int32_t(u));
     for (ValueId in : mm.inputs) ok = ok && values[size_t(in)].root != p.root;
     if (!ok) continue;
     Node fused{.op = &matmul_sgd_update_op(), .attrs = update.attrs, .inputs = {param, mm.inputs[0], mm.inputs[1]},
@@ -149,7 +128,7 @@ int fuse_linear_activations(Graph& graph) {
   static const OpDef& addmm = dispatch::op("addmm");
   auto& nodes = graph.nodes();
   const auto& values = graph.values();
-  const BufferReaders readers(graph);
+  const BufferUses readers(graph);
   std::vector<bool> removed(nodes.size(), false);
   int count = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -165,7 +144,7 @@ int fuse_linear_activations(Graph& graph) {
     // The first reader must be a unary elementwise op (an activation, a
     // scale, ...) of the whole product (a later one is a recomputation,
     // Note [Recomputation], which must stay late).
-    const auto& list = readers.nodes[size_t(product)];
+    const auto& list = readers.users[size_t(product)];
     if (list.empty()) continue;
     const auto act = size_t(list[0]);
     const Node& a = nodes[act];
@@ -313,7 +292,7 @@ int fuse_add_layer_norms(Graph& graph) {
   static const OpDef& layer_norm = dispatch::op("layer_norm");
   auto& nodes = graph.nodes();
   const auto& values = graph.values();
-  const BufferReaders readers(graph);
+  const BufferUses readers(graph);
   std::vector<bool> removed(nodes.size(), false);
   int count = 0;
   for (size_t j = 0; j < nodes.size(); ++j) {
@@ -325,7 +304,7 @@ int fuse_add_layer_norms(Graph& graph) {
       continue;
     const auto i = size_t(xv.producer);
     const Node& sum = nodes[i];
-    const auto& list = readers.nodes[size_t(x)];
+    const auto& list = readers.users[size_t(x)];
     // The layer norm must be the first reader: a later one is a
     // recomputation (Note [Recomputation]) that must stay late.
     if (sum.op != &add || sum.inplace || sum.fused || removed[i] || list.empty() || list[0] != int32_t(j)) continue;

@@ -1,6 +1,8 @@
 // The graph IR: building, rewriting helpers and the printer.
 #include "meshflow/graph/ir.h"
 
+#include <algorithm>
+#include <iterator>
 #include <sstream>
 
 #include "meshflow/dispatch.h"
@@ -162,6 +164,44 @@ std::vector<int32_t> Graph::use_counts() const {
       if (v != kNoValue) ++uses[size_t(v)];
   for (ValueId v : outputs_) ++uses[size_t(v)];
   return uses;
+}
+
+BufferUses::BufferUses(const Graph& graph)
+    : users(graph.values().size()),
+      writers(graph.values().size()),
+      last_use(graph.values().size(), -1),
+      outputs(graph.values().size(), 0) {
+  const auto& nodes = graph.nodes();
+  auto root_of = [&](ValueId id) { return size_t(graph.value(id).root); };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] == kNoValue) continue;
+      const size_t root = root_of(n.inputs[k]);
+      last_use[root] = int64_t(i);
+      if (!n.is_view() && (users[root].empty() || users[root].back() != int32_t(i))) users[root].push_back(int32_t(i));
+      if (n.writes_input(k) && (writers[root].empty() || writers[root].back() != int32_t(i)))
+        writers[root].push_back(int32_t(i));
+    }
+    for (ValueId out : n.outputs) last_use[root_of(out)] = int64_t(i);
+  }
+  for (ValueId out : graph.outputs()) {
+    last_use[root_of(out)] = int64_t(nodes.size());
+    ++outputs[root_of(out)];
+  }
+}
+
+void BufferUses::merge(ValueId into, ValueId from) {
+  const auto a = size_t(into), b = size_t(from);
+  last_use[a] = std::max(last_use[a], last_use[b]);
+  outputs[a] += outputs[b];
+  for (auto* lists : {&users, &writers}) {
+    auto& dst = (*lists)[a];
+    const auto& src = (*lists)[b];
+    std::vector<int32_t> merged;
+    std::set_union(dst.begin(), dst.end(), src.begin(), src.end(), std::back_inserter(merged));
+    dst = std::move(merged);
+  }
 }
 
 std::string value_name(const Graph& graph, ValueId id) {

@@ -123,30 +123,11 @@ int fold_constants(Graph& graph) {
   return count;
 }
 
-namespace {
-
-// The last node reading or writing each buffer (indexed by root value;
-// graph outputs: past the end; -1: never used).
-std::vector<int64_t> last_uses(const Graph& graph) {
-  const auto& nodes = graph.nodes();
-  const auto& values = graph.values();
-  std::vector<int64_t> last_use(values.size(), -1);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (ValueId in : nodes[i].inputs)
-      if (in != kNoValue) last_use[size_t(values[size_t(in)].root)] = int64_t(i);
-    for (ValueId out : nodes[i].outputs) last_use[size_t(values[size_t(out)].root)] = int64_t(i);
-  }
-  for (ValueId out : graph.outputs()) last_use[size_t(values[size_t(out)].root)] = int64_t(nodes.size());
-  return last_use;
-}
-
-}  // namespace
-
 int forward_clones(Graph& graph) {
   static const OpDef& clone_op = dispatch::op("clone");
   auto& nodes = graph.nodes();
   const auto& values = graph.values();
-  std::vector<int64_t> last_use = last_uses(graph);
+  BufferUses uses(graph);
   std::vector<bool> removed(nodes.size(), false);
   int count = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -156,14 +137,14 @@ int forward_clones(Graph& graph) {
     const Value& src = values[size_t(source)];
     const Value& dst = values[size_t(n.outputs[0])];
     const ValueId root = src.root;
-    if (values[size_t(root)].kind != ValueKind::Intermediate || last_use[size_t(root)] != int64_t(i) ||
-        src.strides != dst.strides || src.offset != dst.offset)
+    if (values[size_t(root)].kind != ValueKind::Intermediate || !uses.dies_at(root, i) || src.strides != dst.strides ||
+        src.offset != dst.offset)
       continue;
     graph.replace_uses(n.outputs[0], source);
     removed[i] = true;
     ++count;
     // The source's buffer now lives as long as the clone's did.
-    last_use[size_t(root)] = last_use[size_t(n.outputs[0])];
+    uses.merge(root, n.outputs[0]);
   }
   if (count) graph.remove_nodes(removed);
   return count;
@@ -239,24 +220,12 @@ int recompute_elementwise(Graph& graph) {
   auto& values = graph.values();
   const size_t n_nodes = nodes.size();
   auto root_of = [&](ValueId id) { return values[size_t(id)].root; };
-  // Per buffer: the non-view nodes reading it (through any view), its last
-  // reader, and the in-place nodes writing it.
-  std::vector<std::vector<size_t>> readers(values.size()), writes(values.size());
-  std::vector<int64_t> last_use(values.size(), -1);
-  for (size_t i = 0; i < n_nodes; ++i) {
-    for (ValueId in : nodes[i].inputs) {
-      if (in == kNoValue) continue;
-      const ValueId root = root_of(in);
-      last_use[size_t(root)] = int64_t(i);
-      if (!nodes[i].is_view() && (readers[size_t(root)].empty() || readers[size_t(root)].back() != i))
-        readers[size_t(root)].push_back(i);
-    }
-    for (size_t k = 0; k < nodes[i].inputs.size(); ++k)
-      if (nodes[i].writes_input(k) && nodes[i].inputs[k] != kNoValue)
-        writes[size_t(root_of(nodes[i].inputs[k]))].push_back(i);
-  }
-  std::vector<bool> output_buffer(values.size(), false);
-  for (ValueId id : graph.outputs()) output_buffer[size_t(root_of(id))] = true;
+  // Note [Buffer uses]: the non-view nodes using each buffer (through any
+  // view), its last use, and the nodes writing it.
+  const BufferUses buffer_uses(graph);
+  const auto& readers = buffer_uses.users;
+  const auto& writes = buffer_uses.writers;
+  const auto& last_use = buffer_uses.last_use;
 
   // A recomputation of value (made by the last of the nodes `chain`, in
   // order) before node `before`.
@@ -319,8 +288,10 @@ int recompute_elementwise(Graph& graph) {
         is_elementwise(*n.op) || n.op == &clone_op || n.op == &layer_norm_op || gathers_a_variable(n);
     if (n.fused || n.inplace || n.random_counters || n.outputs.empty() || !cheap) continue;
     const ValueId v = n.outputs[0];
-    const std::vector<size_t>& uses = readers[size_t(v)];
-    if (uses.size() < 2 || output_buffer[size_t(v)] || root_of(v) != v || !writes[size_t(v)].empty()) continue;
+    if (readers[size_t(v)].size() < 2 || buffer_uses.outputs[size_t(v)] > 0 || root_of(v) != v ||
+        !writes[size_t(v)].empty())
+      continue;
+    const std::vector<size_t> uses(readers[size_t(v)].begin(), readers[size_t(v)].end());
     // Made from variables through a gather: made again for every reader
     // past the gap while the variables are unwritten.
     if (n.op == &clone_op) {
@@ -408,13 +379,12 @@ bool is_whole_kernel_output(const Value& v, ValueId id) {
 
 // Whether the buffer of value x is a kernel output's, whole and in order,
 // that a node at index i is the last to touch.
-bool is_dying_whole_buffer(const std::vector<Value>& values, const std::vector<int64_t>& last_use, ValueId x,
-                           size_t i) {
+bool is_dying_whole_buffer(const std::vector<Value>& values, const BufferUses& uses, ValueId x, size_t i) {
   const Value& xv = values[size_t(x)];
   const Value& root = values[size_t(xv.root)];
   return root.kind == ValueKind::Intermediate && is_whole_buffer(root, xv.root) && xv.offset == 0 &&
          xv.strides == contiguous_strides(xv.sizes) && shape_numel(xv.sizes) == shape_numel(root.sizes) &&
-         last_use[size_t(xv.root)] == int64_t(i);
+         uses.dies_at(xv.root, i);
 }
 
 // The inputs whose buffer a node's kernel may write its output 0 over
@@ -441,7 +411,7 @@ std::vector<size_t> overwritable_inputs(const Node& n) {
 int run_in_place(Graph& graph) {
   auto& nodes = graph.nodes();
   auto& values = graph.values();
-  std::vector<int64_t> last_use = last_uses(graph);
+  BufferUses uses(graph);
   int count = 0;
   // Input `input` of node n is replaced by its output 0; true if done.
   auto try_input = [&](Node& n, size_t i, size_t input, bool inplace) {
@@ -450,7 +420,7 @@ int run_in_place(Graph& graph) {
     const Value& xv = values[size_t(x)];
     const Value& ov = values[size_t(out)];
     const ValueId root = xv.root;
-    bool safe = is_dying_whole_buffer(values, last_use, x, i) && is_whole_kernel_output(ov, out) &&
+    bool safe = is_dying_whole_buffer(values, uses, x, i) && is_whole_kernel_output(ov, out) &&
                 xv.sizes == ov.sizes && xv.dtype == ov.dtype && (!inplace || root == x);
     for (size_t k = 0; k < n.inputs.size() && safe; ++k)
       safe = k == input || n.inputs[k] == kNoValue || values[size_t(n.inputs[k])].root != root;
@@ -460,7 +430,7 @@ int run_in_place(Graph& graph) {
     // The output and every view of it now live in x's buffer.
     for (Value& v : values)
       if (v.root == out) v.root = root;
-    last_use[size_t(root)] = last_use[size_t(out)];
+    uses.merge(root, out);
     return true;
   };
   for (size_t i = 0; i < nodes.size(); ++i) {

@@ -216,6 +216,32 @@ class Graph {
   std::vector<std::optional<GlobalLayout>> output_layouts_;
 };
 
+// Note [Buffer uses]
+// The liveness and alias analysis that the graph passes share. Two values
+// alias exactly when they have the same root (Value::root: a view lies in
+// its base's buffer, an in-place result in its input's). For each root,
+// in node order:
+//   users:    the non-view nodes that read or write the buffer through any
+//             value in it, each once;
+//   writers:  the nodes that write it (Node::writes_input);
+//   last_use: the last node that reads, writes or makes a value in it
+//             (nodes.size() when a graph output lies in it, -1 when
+//             nothing does);
+//   outputs:  how many graph outputs lie in it.
+// A pass computes it once, at its start. A pass that moves a value into
+// another buffer (forwarding a clone, writing over a dying input) calls
+// merge, so the later decisions of the same pass see the longer life.
+struct BufferUses {
+  explicit BufferUses(const Graph& graph);
+  std::vector<std::vector<int32_t>> users, writers;
+  std::vector<int64_t> last_use;
+  std::vector<int32_t> outputs;
+  // What lived in from's buffer now lives in into's.
+  void merge(ValueId into, ValueId from);
+  // Whether node i is the last to touch the buffer of root.
+  bool dies_at(ValueId root, size_t i) const { return last_use[size_t(root)] == int64_t(i); }
+};
+
 // "%7" or "%w1" for printing.
 std::string value_name(const Graph& graph, ValueId id);
 
