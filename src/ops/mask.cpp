@@ -2,7 +2,8 @@
 // nonzero and masked_select (with its gradient, masked_select_backward).
 //
 // Note [Data-dependent shapes]: infer counts the non-zeros to size the
-// output, so these ops need data (they refuse traced tensors). The kernel
+// output, so these ops need data (they refuse traced tensors); on a device
+// it counts with a reduction there and reads the count back. The CPU kernel
 // counts again per chunk; the prefix sums of the chunk counts give each
 // chunk its place in the output, so chunks are written in parallel and the
 // result keeps row-major order.
@@ -11,6 +12,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
 #include "backend/cpu/kernels/index_kernels.h"
 
@@ -53,9 +55,32 @@ Chunks count_expanded(const Tensor& t, const char* op) {
   return c;
 }
 
+// The non-zeros of a tensor on a device other than the CPU: a reduction
+// there (one copy of expanded dims, Note [Expanded counts]), read back
+// once. Its kernels (Note [Device mask kernels] in
+// src/backend/common/mask_kernels.h) then place each chunk themselves.
+int64_t count_on_device(const Tensor& t, const char* op) {
+  Shape sizes = t.sizes();
+  int64_t copies = 1;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && sizes[size_t(d)] > 1) {
+      copies = checked_mul(copies, sizes[size_t(d)], op, "the number of elements");
+      sizes[size_t(d)] = 1;
+    }
+  const Tensor one = make_view(t, sizes, t.strides(), t.storage_offset()).detach();
+  const Tensor flags = one.dtype() == DType::Bool ? one : ne(one, Scalar(0));
+  return checked_mul(sum(flags).item<int64_t>(), copies, op, "the number of non-zeros");
+}
+
 Chunks count_chunks(const Tensor& t, const char* op, bool total_only) {
   MF_CHECK(t.storage()->has_data(), Error, op,
            " is not traceable in graph mode: its output shape depends on the input's values");
+  if (!t.device().is_cpu()) {
+    MF_CHECK(total_only, Error, op, ": the CPU kernel got a tensor on ", t.device().str());
+    Chunks c;
+    c.total = count_on_device(t, op);
+    return c;
+  }
   if (total_only || t.numel() > (int64_t(1) << 20))
     for (int64_t d = 0; d < t.dim(); ++d)
       if (t.stride(d) == 0 && t.size(d) > 1) {

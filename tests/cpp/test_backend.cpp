@@ -16,6 +16,7 @@
 #include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
 #include "backend/common/loss_kernels.h"
+#include "backend/common/mask_kernels.h"
 #include "backend/common/pool_kernels.h"
 #include "backend/common/random_kernels.h"
 #include "backend/common/sort_kernels.h"
@@ -1191,6 +1192,53 @@ TEST_F(EmulatedDevice, SortingAndReducingScattersRunOverAnotherBackendsLoops) {
     return back(leaf.grad());
   };
   expect_close(grad_of(dev0), grad_of(Device()), 1e-14, 1e-14);
+}
+
+TEST_F(EmulatedDevice, MaskSizedOpsRunOverAnotherBackendsLoops) {
+  // Note [Device mask kernels]: shape inference counts with the device's
+  // reduction, then chunks are counted, scanned and written; the emulated
+  // walks visit the chunks in reverse order.
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  mask_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  // About a third true, 10500 elements (41 chunks), read transposed.
+  const Tensor x = random_tensor({3, 700, 5}, 151, -1, 1);
+  const Tensor mask = gt(x, Scalar(0.3));
+  const Tensor xt = transpose(x, 0, 2), mt = transpose(mask, 0, 2);
+  const Tensor dxt = transpose(on(x), 0, 2), dmt = transpose(on(mask), 0, 2);
+  expect_close(back(nonzero(dmt)), nonzero(mt), 0, 0);
+  expect_close(back(masked_select(dxt, dmt)), masked_select(xt, mt), 0, 0);
+  // Non-zero values of other dtypes, a NaN included (it is non-zero).
+  Tensor sparse = where(mask, x, Scalar(0));
+  sparse = where(eq(reshape(arange(10500.0), {3, 700, 5}), Scalar(7)), Scalar(NAN), sparse);
+  for (const DType dtype : {DType::Float32, DType::BFloat16, DType::Int32}) {
+    const Tensor v = to(mul(sparse, Scalar(4)), dtype);
+    expect_close(back(nonzero(on(v))), nonzero(v), 0, 0);
+    expect_close(back(masked_select(on(v), on(mask))), masked_select(v, mask), 0, 0);
+  }
+  // An expanded (broadcast) mask: counted once per copy.
+  const Tensor row = gt(random_tensor({5}, 152, -1, 1), Scalar(0));
+  expect_close(back(masked_select(on(x), on(row))), masked_select(x, row), 0, 0);
+  expect_close(back(nonzero(expand(on(row), {3, 700, 5}))), nonzero(expand(row, {3, 700, 5})), 0, 0);
+  // The gradient (masked_select_backward) through a transposed mask.
+  auto grad_of = [&](Device d) {
+    Tensor leaf = (d == dev0 ? on(x) : x).detach();
+    leaf.requires_grad_(true);
+    const Tensor selected = masked_select(transpose(leaf, 0, 2), d == dev0 ? dmt : mt);
+    sum(mul(selected, selected)).backward();
+    return back(leaf.grad());
+  };
+  expect_close(grad_of(dev0), grad_of(Device()), 0, 0);
+  // Nothing true, everything true, a scalar, an empty tensor.
+  expect_close(back(nonzero(on(zeros({4, 3})))), nonzero(zeros({4, 3})), 0, 0);
+  EXPECT_EQ(nonzero(on(zeros({4, 3}))).sizes(), (Shape{0, 2}));
+  const Tensor all = gt(x, Scalar(-2));
+  expect_close(back(masked_select(on(x), on(all))), reshape(x, {-1}), 0, 0);
+  expect_close(back(nonzero(on(scalar_tensor(Scalar(2.0))))), nonzero(scalar_tensor(Scalar(2.0))), 0, 0);
+  EXPECT_EQ(nonzero(on(zeros({0, 3}))).sizes(), (Shape{0, 2}));
 }
 
 TEST_F(EmulatedDevice, ConvolutionsRunOverAnotherBackendsLoops) {

@@ -1,5 +1,6 @@
-// The CUDA kernels of the indexing ops and the scans: the shared tables of
-// backend/common/index_kernels.h and scan_kernels.h over cuda::Loops, and
+// The CUDA kernels of the indexing ops, the scans and the ops sized by a
+// mask: the shared tables of backend/common/index_kernels.h, scan_kernels.h
+// and mask_kernels.h over cuda::Loops, and
 // the fault record through which a walk reports a bad index (Note [Device
 // index kernels]).
 #include <map>
@@ -7,6 +8,7 @@
 #include <utility>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/mask_kernels.h"
 #include "backend/common/scan_kernels.h"
 #include "backend/cuda/kernels/loops.cuh"
 
@@ -50,6 +52,7 @@ namespace {
 [[maybe_unused]] const bool kRegistered = [] {
   index_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
   scan_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
+  mask_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
   return true;
 }();
 
