@@ -213,12 +213,23 @@ def measure(configs, workload, steps, rounds):
         for key in configs:
             # torch.compile compiles for 15-50 s in each process: passive only
             for policy in ("PASSIVE",) if key[1] == "torch-compile" else ("PASSIVE", "ACTIVE"):
-                r = run_child(*key[:2], workload, steps, policy, *key[2:])
+                try:
+                    r = run_child(*key[:2], workload, steps, policy, *key[2:])
+                except RuntimeError as e:
+                    if key[1].startswith("meshflow"):
+                        raise
+                    # A peer that cannot run this workload (PyTorch 1.13's CPU
+                    # autocast and BERT's layer norm) gets an empty cell.
+                    print(f"{key[1]} ({key[0]}) {workload}: failed: {str(e).strip().splitlines()[-1]}",
+                          file=sys.stderr, flush=True)
+                    r = {"ms": float("nan"), "failed": True, "first_step_s": float("nan"), "version": "?"}
+                r["policy"] = policy
                 best = runs.setdefault(key, {}).get(policy)
-                if best is None or r["ms"] < best["ms"]:
+                if best is None or r["ms"] < best["ms"] or best.get("failed"):
                     runs[key][policy] = r
     for per_policy in runs.values():
-        per_policy["best"] = min(per_policy.values(), key=lambda r: r["ms"])
+        ran = [r for r in per_policy.values() if not r.get("failed")]
+        per_policy["best"] = min(ran, key=lambda r: r["ms"]) if ran else next(iter(per_policy.values()))
     return [runs[key] for key in configs]
 
 
@@ -260,9 +271,13 @@ def main():
               flush=True)
 
     def fmt(r):
-        return f"{r['ms']:.1f} ({r['policy'][0].lower()})"
+        return "failed" if r.get("failed") else f"{r['ms']:.1f} ({r['policy'][0].lower()})"
 
-    versions = [t["best"]["version"] for t in rows[0][4]]
+    def ratio(a, b):
+        return "-" if a.get("failed") or b.get("failed") else f"{a['ms'] / b['ms']:.2f}"
+
+    versions = [next((r["best"]["version"] for r in column if not r["best"].get("failed")), "?")
+                for column in zip(*(row[4] for row in rows))]
     if any(r[5] for r in rows):
         print("\nGraph mode against torch.compile (newest PyTorch, inductor; passive waiting), and the first "
               "step, which compiles:\n")
@@ -326,9 +341,13 @@ def amp_main(args, peers):
                                     "torch_bf16": theirs, "torch_compile_bf16": compiled}), flush=True)
 
     def fmt(r):
-        return f"{r['ms']:.1f} ({r['policy'][0].lower()})"
+        return "failed" if r.get("failed") else f"{r['ms']:.1f} ({r['policy'][0].lower()})"
 
-    versions = [t["best"]["version"] for t in rows[0][4]]
+    def ratio(a, b):
+        return "-" if a.get("failed") or b.get("failed") else f"{a['ms'] / b['ms']:.2f}"
+
+    versions = [next((r["best"]["version"] for r in column if not r["best"].get("failed")), "?")
+                for column in zip(*(row[4] for row in rows))]
     print("\nbfloat16 autocast, each at its best OpenMP wait policy (p: passive, a: active); graph = "
           "meshflow.nn.Graph with config.enable_amp:\n")
     print("| workload | meshflow fp32 ms | meshflow bf16 ms | bf16 speedup | graph bf16 ms | "
@@ -340,12 +359,11 @@ def amp_main(args, peers):
         cells = [workload, fmt(fp32["best"]), fmt(bf16["best"]), f"{fp32['best']['ms'] / bf16['best']['ms']:.2f}x",
                  fmt(graph["best"])]
         for t in theirs:
-            cells += [fmt(t["best"]), f"{bf16['best']['ms'] / t['best']['ms']:.2f}",
-                      f"{graph['best']['ms'] / t['best']['ms']:.2f}"]
+            cells += [fmt(t["best"]), ratio(bf16["best"], t["best"]), ratio(graph["best"], t["best"])]
         if compiled:
             c = compiled["best"]
-            cells += [fmt(c), f"{graph['best']['ms'] / c['ms']:.2f}", f"{graph['best']['first_step_s']:.2f}",
-                      f"{c['first_step_s']:.1f}"]
+            cells += [fmt(c), ratio(graph["best"], c), f"{graph['best']['first_step_s']:.2f}",
+                      "-" if c.get("failed") else f"{c['first_step_s']:.1f}"]
         print("| " + " | ".join(cells) + " |")
 
 
