@@ -41,7 +41,12 @@ Chunks count_chunks(const Tensor& t, const char* op, bool total_only = false);
 // walking every element: shape inference (total_only) of nonzero over
 // zeros((), ...).expand(2**62) is immediate, and the kernel walks the copies
 // only once their output has been allocated.
-Chunks count_expanded(const Tensor& t, const char* op) {
+struct OneCopy {
+  Tensor view;  // t with each expanded dim cut to size 1
+  int64_t copies = 1;
+};
+
+OneCopy one_copy(const Tensor& t, const char* op) {
   Shape sizes = t.sizes();
   int64_t copies = 1;
   for (int64_t d = 0; d < t.dim(); ++d)
@@ -49,27 +54,24 @@ Chunks count_expanded(const Tensor& t, const char* op) {
       copies = checked_mul(copies, sizes[size_t(d)], op, "the number of elements");
       sizes[size_t(d)] = 1;
     }
-  Chunks one = count_chunks(make_view(t, sizes, t.strides(), t.storage_offset()), op);
+  return {make_view(t, sizes, t.strides(), t.storage_offset()), copies};
+}
+
+Chunks count_expanded(const Tensor& t, const char* op) {
+  const OneCopy one = one_copy(t, op);
   Chunks c;
-  c.total = checked_mul(one.total, copies, op, "the number of non-zeros");
+  c.total = checked_mul(count_chunks(one.view, op).total, one.copies, op, "the number of non-zeros");
   return c;
 }
 
 // The non-zeros of a tensor on a device other than the CPU: a reduction
-// there (one copy of expanded dims, Note [Expanded counts]), read back
-// once. Its kernels (Note [Device mask kernels] in
-// src/backend/common/mask_kernels.h) then place each chunk themselves.
+// there (over one copy of expanded dims), read back once. Its kernels (Note
+// [Device mask kernels] in src/backend/common/mask_kernels.h) then place
+// each chunk themselves.
 int64_t count_on_device(const Tensor& t, const char* op) {
-  Shape sizes = t.sizes();
-  int64_t copies = 1;
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.stride(d) == 0 && sizes[size_t(d)] > 1) {
-      copies = checked_mul(copies, sizes[size_t(d)], op, "the number of elements");
-      sizes[size_t(d)] = 1;
-    }
-  const Tensor one = make_view(t, sizes, t.strides(), t.storage_offset()).detach();
-  const Tensor flags = one.dtype() == DType::Bool ? one : ne(one, Scalar(0));
-  return checked_mul(sum(flags).item<int64_t>(), copies, op, "the number of non-zeros");
+  const OneCopy one = one_copy(t.detach(), op);
+  const Tensor flags = one.view.dtype() == DType::Bool ? one.view : ne(one.view, Scalar(0));
+  return checked_mul(sum(flags).item<int64_t>(), one.copies, op, "the number of non-zeros");
 }
 
 Chunks count_chunks(const Tensor& t, const char* op, bool total_only) {

@@ -33,6 +33,11 @@ constexpr int64_t kMaxChunks = 1 << 16;
 
 struct ChunkPlan {
   int64_t n = 0, size = 1, count = 0;
+  // The element range of the chunk whose walk offset (into the int64
+  // counts or starts) is `off`.
+  MF_FORCE_INLINE MF_HOST_DEVICE int64_t chunk(int64_t off) const { return off / int64_t(sizeof(int64_t)); }
+  MF_FORCE_INLINE MF_HOST_DEVICE int64_t begin(int64_t k) const { return k * size; }
+  MF_FORCE_INLINE MF_HOST_DEVICE int64_t end(int64_t k) const { return k * size + size < n ? k * size + size : n; }
 };
 
 inline ChunkPlan chunk_plan(int64_t n) {
@@ -57,10 +62,9 @@ struct CountChunk {
   LoopGeometry<1> xs;
   ChunkPlan plan;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t k = off[0] / int64_t(sizeof(int64_t));
-    const int64_t end = k * plan.size + plan.size < plan.n ? k * plan.size + plan.size : plan.n;
+    const int64_t k = plan.chunk(off[0]), end = plan.end(k);
     int64_t count = 0, o[1];
-    for (int64_t i = k * plan.size; i < end; ++i) {
+    for (int64_t i = plan.begin(k); i < end; ++i) {
       xs.offsets(i, o);
       count += is_true<M, T>(xs.data[0] + o[0]);
     }
@@ -92,10 +96,9 @@ struct NonzeroChunk {
   int64_t rows, nd;
   int64_t sizes[kMaxLoopDims];
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t k = off[0] / int64_t(sizeof(int64_t));
-    const int64_t end = k * plan.size + plan.size < plan.n ? k * plan.size + plan.size : plan.n;
+    const int64_t k = plan.chunk(off[0]), end = plan.end(k);
     int64_t row = *reinterpret_cast<const int64_t*>(data[0] + off[0]), o[1];
-    for (int64_t i = k * plan.size; i < end && row < rows; ++i) {
+    for (int64_t i = plan.begin(k); i < end && row < rows; ++i) {
       xs.offsets(i, o);
       if (!is_true<M, T>(xs.data[0] + o[0])) continue;
       int64_t rem = i;
@@ -117,10 +120,9 @@ struct SelectChunk {
   E* out;
   int64_t limit;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t k = off[0] / int64_t(sizeof(int64_t));
-    const int64_t end = k * plan.size + plan.size < plan.n ? k * plan.size + plan.size : plan.n;
+    const int64_t k = plan.chunk(off[0]), end = plan.end(k);
     int64_t pos = *reinterpret_cast<const int64_t*>(data[0] + off[0]), o[2];
-    for (int64_t i = k * plan.size; i < end && pos < limit; ++i) {
+    for (int64_t i = plan.begin(k); i < end && pos < limit; ++i) {
       xm.offsets(i, o);
       if (*reinterpret_cast<const bool*>(xm.data[1] + o[1])) out[pos++] = *reinterpret_cast<const E*>(xm.data[0] + o[0]);
     }
@@ -136,10 +138,9 @@ struct UnselectChunk {
   const E* grad;
   int64_t grad_stride, limit;
   MF_FORCE_INLINE MF_HOST_DEVICE void operator()(char* const* data, const int64_t* off) const {
-    const int64_t k = off[0] / int64_t(sizeof(int64_t));
-    const int64_t end = k * plan.size + plan.size < plan.n ? k * plan.size + plan.size : plan.n;
+    const int64_t k = plan.chunk(off[0]), end = plan.end(k);
     int64_t pos = *reinterpret_cast<const int64_t*>(data[0] + off[0]), o[2];
-    for (int64_t i = k * plan.size; i < end; ++i) {
+    for (int64_t i = plan.begin(k); i < end; ++i) {
       ym.offsets(i, o);
       E* y = reinterpret_cast<E*>(ym.data[0] + o[0]);
       if (*reinterpret_cast<const bool*>(ym.data[1] + o[1]) && pos < limit) *y = grad[grad_stride * pos++];
