@@ -41,30 +41,12 @@ namespace {
 using Mode = cpu::RnnMode;
 using Steps = cpu::RnnSteps;
 
-Mode mode_of(const std::string& s) {
-  if (s == "rnn_tanh") return Mode::Tanh;
-  if (s == "rnn_relu") return Mode::Relu;
-  if (s == "lstm") return Mode::Lstm;
-  if (s == "gru") return Mode::Gru;
-  MF_CHECK(false, ValueError, "rnn: unknown mode '", s, "' (expected rnn_tanh, rnn_relu, lstm or gru)");
-  return Mode::Tanh;
-}
+Mode mode_of(const std::string& s) { return cpu::rnn_mode(s); }
 
 int64_t gate_count(Mode m) { return cpu::rnn_gates(m); }
 int64_t workspace_width(Mode m, int64_t h) { return cpu::rnn_workspace_width(m, h); }
 
-Steps steps_of(const Shape& input_sizes, const Shape& batch_sizes) {
-  Steps s;
-  if (batch_sizes.empty()) {
-    s.sizes.assign(size_t(input_sizes[0]), input_sizes[1]);
-    s.batch = input_sizes[1];
-  } else {
-    s.sizes.assign(batch_sizes.begin(), batch_sizes.end());
-    s.batch = batch_sizes[0];
-  }
-  for (int64_t n : s.sizes) s.offsets.push_back(s.rows), s.rows += n;
-  return s;
-}
+Steps steps_of(const Shape& input_sizes, const Shape& batch_sizes) { return cpu::rnn_steps(input_sizes, batch_sizes); }
 
 void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   cpu::rnn_forward(mode_of(attrs.get_string("mode")), attrs.get_bool("reverse"),

@@ -21,6 +21,7 @@
 #include "backend/common/random_kernels.h"
 #include "backend/common/sort_kernels.h"
 #include "backend/common/resample_kernels.h"
+#include "backend/common/rnn_kernels.h"
 #include "backend/common/scan_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_kernels.h"
@@ -33,6 +34,7 @@
 #include "meshflow/nn.h"
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/resample.h"
+#include "meshflow/ops/rnn.h"
 #include "test_util.h"
 
 namespace mf {
@@ -1239,6 +1241,66 @@ TEST_F(EmulatedDevice, MaskSizedOpsRunOverAnotherBackendsLoops) {
   expect_close(back(masked_select(on(x), on(all))), reshape(x, {-1}), 0, 0);
   expect_close(back(nonzero(on(scalar_tensor(Scalar(2.0))))), nonzero(scalar_tensor(Scalar(2.0))), 0, 0);
   EXPECT_EQ(nonzero(on(zeros({0, 3}))).sizes(), (Shape{0, 2}));
+}
+
+TEST_F(EmulatedDevice, RecurrentLayersRunOverAnotherBackendsLoops) {
+  // Note [Device recurrent layers]: every mode, both directions, a (T, B, I)
+  // and a packed sequence, forward and every gradient, against the CPU's
+  // OpenBLAS kernels in float64.
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  rnn_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  const int64_t hidden = 6, in_size = 5, batch = 3;
+  uint64_t seed = 160;
+  for (const std::string mode : {"rnn_tanh", "rnn_relu", "lstm", "gru"}) {
+    const int64_t g = rnn_gate_count(mode) * hidden;
+    for (const bool packed : {false, true}) {
+      for (const bool reverse : {false, true}) {
+        SCOPED_TRACE(mode + (packed ? " packed" : "") + (reverse ? " reverse" : ""));
+        const Shape batch_sizes = packed ? Shape{3, 3, 2, 1} : Shape{};
+        const Shape x_shape = packed ? Shape{9, in_size} : Shape{4, batch, in_size};
+        std::vector<Tensor> host{random_tensor(x_shape, ++seed, -1, 1, DType::Float64),
+                                 random_tensor({batch, hidden}, ++seed, -1, 1, DType::Float64),
+                                 random_tensor({batch, hidden}, ++seed, -1, 1, DType::Float64),
+                                 random_tensor({g, in_size}, ++seed, -0.5, 0.5, DType::Float64),
+                                 random_tensor({g, hidden}, ++seed, -0.5, 0.5, DType::Float64),
+                                 random_tensor({g}, ++seed, -0.5, 0.5, DType::Float64),
+                                 random_tensor({g}, ++seed, -0.5, 0.5, DType::Float64)};
+        const Tensor weights_y = random_tensor(packed ? Shape{9, hidden} : Shape{4, batch, hidden}, ++seed, -1, 1,
+                                               DType::Float64);
+        const Tensor weights_h = random_tensor({batch, hidden}, ++seed, -1, 1, DType::Float64);
+        auto run = [&](bool device) {
+          std::vector<Tensor> leaves;
+          for (const Tensor& t : host) {
+            Tensor leaf = (device ? on(t) : t).detach();
+            leaf.requires_grad_(true);
+            leaves.push_back(leaf);
+          }
+          const bool lstm = mode == "lstm";
+          const RnnLayerOutput r = rnn_layer(leaves[0], leaves[1], lstm ? leaves[2] : Tensor(), leaves[3], leaves[4],
+                                             leaves[5], leaves[6], mode, reverse, batch_sizes);
+          auto w = [&](const Tensor& t) { return device ? on(t) : t; };
+          Tensor loss = add(sum(mul(r.output, w(weights_y))), sum(mul(r.h_n, w(weights_h))));
+          if (lstm) loss = add(loss, sum(mul(r.c_n, w(weights_h))));
+          loss.backward();
+          std::vector<Tensor> results{back(r.output), back(r.h_n)};
+          if (lstm) results.push_back(back(r.c_n));
+          for (size_t k = 0; k < leaves.size(); ++k)
+            if (k != 2 || lstm) results.push_back(back(leaves[k].grad()));
+          return results;
+        };
+        const std::vector<Tensor> want = run(false), got = run(true);
+        ASSERT_EQ(want.size(), got.size());
+        for (size_t k = 0; k < want.size(); ++k) {
+          SCOPED_TRACE("result " + std::to_string(k));
+          expect_close(got[k], want[k], 1e-12, 1e-12);
+        }
+      }
+    }
+  }
 }
 
 TEST_F(EmulatedDevice, ConvolutionsRunOverAnotherBackendsLoops) {

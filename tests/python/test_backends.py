@@ -49,7 +49,8 @@ def test_coverage_lists_every_device_type():
               "avg_pool3d_backward", "adaptive_max_pool2d", "max_pool2d_scatter", "batch_norm",
               "batch_norm_backward", "fused_attention", "fused_attention_backward", "sort", "topk",
               "scatter_reduce", "as_strided_backward", "randperm", "multinomial", "conv2d",
-              "conv3d_backward", "conv_transpose2d", "nonzero", "masked_select", "masked_select_backward"}
+              "conv3d_backward", "conv_transpose2d", "nonzero", "masked_select", "masked_select_backward",
+              "rnn_layer", "rnn_layer_backward"}
     if BUILT:
         assert not shared & set(cov["cuda"])
     else:

@@ -2,6 +2,7 @@
 #include "backend/cpu/kernels/rnn.h"
 
 #include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,20 +31,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
 }
 
 template <typename T>
-T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-template <typename T>
 const T* data_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-
-template <typename F>
-void dispatch_rnn_dtype(DType d, F&& f) {
-  if (d == kFloat32) return f.template operator()<float>();
-  if (d == kFloat64) return f.template operator()<double>();
-  MF_CHECK(false, TypeError, "rnn: expected float32 or float64 tensors, got ", dtype_name(d));
 }
 
 int64_t row_grain(int64_t width) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(width, 1)); }
@@ -84,28 +73,8 @@ void forward_impl(Mode mode, bool reverse, const Steps& s, const TensorList& in,
         T* yr = y + (off + r) * hidden;
         T* wr = ws ? ws + (off + r) * width : nullptr;
         for (int64_t j = 0; j < hidden; ++j) {
-          auto pre = [&](int64_t gate) {
-            const int64_t q = gate * hidden + j;
-            return xg[q] + hg[q] + (bhh ? bhh[q] : T(0));
-          };
-          T hn;
-          if (mode == Mode::Tanh) {
-            hn = std::tanh(pre(0));
-          } else if (mode == Mode::Relu) {
-            hn = std::max(pre(0), T(0));
-          } else if (mode == Mode::Lstm) {
-            const T i = sigmoid(pre(0)), f = sigmoid(pre(1)), gg = std::tanh(pre(2)), o = sigmoid(pre(3));
-            T& cr = c[r * hidden + j];
-            cr = f * cr + i * gg;
-            hn = o * std::tanh(cr);
-            wr[j] = i, wr[hidden + j] = f, wr[2 * hidden + j] = gg, wr[3 * hidden + j] = o, wr[4 * hidden + j] = cr;
-          } else {
-            const T rg = sigmoid(pre(0)), z = sigmoid(pre(1));
-            const T hnl = hg[2 * hidden + j] + (bhh ? bhh[2 * hidden + j] : T(0));
-            const T nn = std::tanh(xg[2 * hidden + j] + rg * hnl);
-            hn = (T(1) - z) * nn + z * hr[j];
-            wr[j] = rg, wr[hidden + j] = z, wr[2 * hidden + j] = nn, wr[3 * hidden + j] = hnl;
-          }
+          const T hn = rnn_math::forward_unit<HostMath, T>(mode, hidden, j, xg, hg, bhh, hr[j],
+                                                            c ? c + r * hidden + j : nullptr, wr);
           hr[j] = hn;
           yr[j] = hn;
         }
@@ -153,32 +122,9 @@ void backward_impl(Mode mode, bool reverse, bool need_input, const Steps& s, con
         T* dx_r = dgx.data() + row * g;
         T* dh_r = dgh + row * g;
         for (int64_t j = 0; j < hidden; ++j) {
-          const T dht = dh[r * hidden + j] + gr[j];
-          if (mode == Mode::Tanh) {
-            dx_r[j] = dht * (T(1) - yr[j] * yr[j]);
-          } else if (mode == Mode::Relu) {
-            dx_r[j] = yr[j] > T(0) ? dht : T(0);
-          } else if (mode == Mode::Lstm) {
-            const T i = wr[j], f = wr[hidden + j], gg = wr[2 * hidden + j], o = wr[3 * hidden + j];
-            const T ct = wr[4 * hidden + j];
-            const T cp = pr < 0 ? cz[r * hidden + j] : ws[pr * width + 4 * hidden + j];
-            const T tc = std::tanh(ct);
-            const T dct = dc[r * hidden + j] + dht * o * (T(1) - tc * tc);
-            dx_r[j] = dct * gg * i * (T(1) - i);
-            dx_r[hidden + j] = dct * cp * f * (T(1) - f);
-            dx_r[2 * hidden + j] = dct * i * (T(1) - gg * gg);
-            dx_r[3 * hidden + j] = dht * tc * o * (T(1) - o);
-            dc[r * hidden + j] = dct * f;
-          } else {
-            const T rg = wr[j], z = wr[hidden + j], nn = wr[2 * hidden + j], hnl = wr[3 * hidden + j];
-            const T dn = dht * (T(1) - z) * (T(1) - nn * nn);
-            const T dr = dn * hnl * rg * (T(1) - rg), dz = dht * (hp[j] - nn) * z * (T(1) - z);
-            dx_r[j] = dh_r[j] = dr;
-            dx_r[hidden + j] = dh_r[hidden + j] = dz;
-            dx_r[2 * hidden + j] = dn;
-            dh_r[2 * hidden + j] = dn * rg;
-            dh[r * hidden + j] = dht * z;  // the direct path h_prev -> h; the GEMM adds the gates' part
-          }
+          const T cp = mode != Mode::Lstm ? T(0) : pr < 0 ? cz[r * hidden + j] : ws[pr * width + 4 * hidden + j];
+          rnn_math::backward_unit<HostMath, T>(mode, hidden, j, dh[r * hidden + j] + gr[j], yr[j], wr, hp[j], cp,
+                                               dc ? dc + r * hidden + j : nullptr, dx_r, dh_r, dh + r * hidden + j);
         }
       }
     });

@@ -4,27 +4,17 @@
 // per step. float32 and float64.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
-#include "meshflow/tensor.h"
+#include "backend/common/rnn_math.h"
 
 namespace mf::cpu {
 
-enum class RnnMode { Tanh, Relu, Lstm, Gru };
-
-inline int64_t rnn_gates(RnnMode m) { return m == RnnMode::Lstm ? 4 : m == RnnMode::Gru ? 3 : 1; }
-// The per-row values the backward needs besides the outputs.
-inline int64_t rnn_workspace_width(RnnMode m, int64_t h) {
-  return m == RnnMode::Lstm ? 5 * h : m == RnnMode::Gru ? 4 * h : 0;
-}
-
-// The steps of a sequence: row counts and first rows.
-struct RnnSteps {
-  std::vector<int64_t> sizes, offsets;
-  int64_t batch = 0, rows = 0;
-  int64_t count() const { return int64_t(sizes.size()); }
-};
+using rnn_math::dispatch_rnn_dtype;
+using rnn_math::rnn_gates;
+using rnn_math::rnn_mode;
+using rnn_math::rnn_steps;
+using rnn_math::rnn_workspace_width;
+using rnn_math::RnnMode;
+using rnn_math::RnnSteps;
 
 // --- forward --------------------------------------------------------------------------
 // Inputs (x, h0, c0, w_ih, w_hh, b_ih, b_hh); outputs (y, h_n, c_n, workspace).
