@@ -198,3 +198,32 @@ def test_mkl_is_reported():
         assert mf.backends.mkl.version() is None and info["oneMKL"] == "not loaded"
         with pytest.raises(ValueError, match="oneMKL is not available here"):
             cpu.preferred_blas_library("mkl")
+
+
+def test_without_mkl_every_product_still_runs():
+    """A machine without oneMKL (here: pointed at a file that is not there)
+    runs on OpenBLAS and oneDNN, says where it looked, and refuses "mkl"."""
+    import os
+    import subprocess
+    import sys
+    code = """
+import meshflow as mf, numpy as np
+cpu = mf.backends.cpu
+assert not mf.backends.mkl.is_available() and mf.backends.mkl.version() is None
+assert mf._C._build_info()["oneMKL"] == "not loaded"
+try:
+    cpu.preferred_blas_library("mkl")
+except ValueError as e:
+    assert "oneMKL is not available here" in str(e) and "/nonexistent/libmkl_rt.so.3" in str(e), e
+else:
+    raise AssertionError("mkl accepted")
+a, b = np.random.default_rng(0).standard_normal((2, 256, 300))
+got = (mf.tensor(a).float() @ mf.tensor(b).float().t()).numpy()
+np.testing.assert_allclose(got, a @ b.T, rtol=1e-4, atol=1e-3)
+c = cpu.blas_choices()[0]
+assert set(c["seconds"]) == {"openblas", "onednn"}, c
+print("ok")
+"""
+    env = dict(os.environ, MESHFLOW_MKL_LIBRARY="/nonexistent/libmkl_rt.so.3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -321,8 +321,8 @@ void mkl_bf16_gemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_
 // with a long inner dim and loses by up to 2x on short ones, and OpenBLAS
 // wins the small float32 products. So under BlasLibrary::Auto the first
 // product of each shape key (dtype, batch, n, m, k, the operands'
-// transposition, threads) of at least kTuneMinWork multiply-adds runs once
-// on every library that handles its dtype and is timed there, and the
+// transposition, threads) of at least kTuneMinWork multiply-adds runs on
+// every library that handles its dtype (a warm-up, then one timed run), and the
 // fastest serves that key from then on (as cuDNN's benchmark mode picks
 // convolution algorithms). The measuring runs write the output itself, so
 // they need no memory; products with beta != 0 read their output and are
