@@ -265,49 +265,60 @@ std::optional<int> uniform_stride(const Offsets& offsets) {
 
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
+// A product's operands as MKL's CBLAS calls read them (Note [Strided GEMM]).
+struct MklProduct {
+  Tensor a, b;
+  int64_t n, m, k;
+  Layout la, lb;
+  int ta, tb;
+  Offsets a_off, b_off;
+};
+
+MklProduct mkl_product(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  MklProduct p{blas_operand(a_in), blas_operand(b_in), out.size(-2), out.size(-1), a_in.size(-1), {}, {}, 0, 0, {}, {}};
+  MF_CHECK(p.n <= INT_MAX && p.m <= INT_MAX && p.k <= INT_MAX, ValueError, "matmul: matrix sizes (", p.n, ", ", p.k,
+           ") @ (", p.k, ", ", p.m, ") exceed the BLAS int range");
+  p.la = *layout_of(p.a);
+  p.lb = *layout_of(p.b);
+  p.ta = p.la.transposed ? kTrans : kNoTrans;
+  p.tb = p.lb.transposed ? kTrans : kNoTrans;
+  p.a_off = batch_offsets(p.a, batch_shape_of(out));
+  p.b_off = batch_offsets(p.b, batch_shape_of(out));
+  return p;
+}
+
 void mkl_sgemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_in, Tensor& out, float alpha,
                float beta) {
-  Tensor a = blas_operand(a_in), b = blas_operand(b_in);
-  const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
-  MF_CHECK(n <= INT_MAX && m <= INT_MAX && k <= INT_MAX && out.numel() / std::max<int64_t>(n, 1) <= INT_MAX,
-           ValueError, "matmul: matrix sizes (", n, ", ", k, ") @ (", k, ", ", m, ") exceed the BLAS int range");
-  const Layout la = *layout_of(a), lb = *layout_of(b);
-  const Offsets a_off = batch_offsets(a, batch_shape_of(out)), b_off = batch_offsets(b, batch_shape_of(out));
-  const auto* ap = static_cast<const float*>(a.data_ptr());
-  const auto* bp = static_cast<const float*>(b.data_ptr());
+  const MklProduct p = mkl_product(a_in, b_in, out);
+  const auto* ap = static_cast<const float*>(p.a.data_ptr());
+  const auto* bp = static_cast<const float*>(p.b.data_ptr());
   auto* cp = static_cast<float*>(out.data_ptr());
-  const int ta = la.transposed ? kTrans : kNoTrans, tb = lb.transposed ? kTrans : kNoTrans;
-  const int64_t count = int64_t(a_off.size());
-  const auto sa = uniform_stride(a_off), sb = uniform_stride(b_off);
-  if (count > 1 && sa && sb && n * m <= INT_MAX) {
-    mkl.sgemm_batch_strided(kRowMajor, ta, tb, int(n), int(m), int(k), alpha, ap + a_off[0], int(la.ld), *sa,
-                            bp + b_off[0], int(lb.ld), *sb, beta, cp, int(m), int(n * m), int(count));
+  const int64_t count = int64_t(p.a_off.size());
+  const auto sa = uniform_stride(p.a_off), sb = uniform_stride(p.b_off);
+  if (count > 1 && sa && sb && p.n * p.m <= INT_MAX) {
+    mkl.sgemm_batch_strided(kRowMajor, p.ta, p.tb, int(p.n), int(p.m), int(p.k), alpha, ap + p.a_off[0],
+                            int(p.la.ld), *sa, bp + p.b_off[0], int(p.lb.ld), *sb, beta, cp, int(p.m), int(p.n * p.m),
+                            int(count));
     return;
   }
   for (int64_t i = 0; i < count; ++i)
-    mkl.sgemm(kRowMajor, ta, tb, int(n), int(m), int(k), alpha, ap + a_off[size_t(i)], int(la.ld),
-              bp + b_off[size_t(i)], int(lb.ld), beta, cp + i * n * m, int(m));
+    mkl.sgemm(kRowMajor, p.ta, p.tb, int(p.n), int(p.m), int(p.k), alpha, ap + p.a_off[size_t(i)], int(p.la.ld),
+              bp + p.b_off[size_t(i)], int(p.lb.ld), beta, cp + i * p.n * p.m, int(p.m));
 }
 
 // bfloat16 products accumulate into a float32 copy of the output, which is
 // rounded to bfloat16 once (MKL has no bfloat16 output).
 void mkl_bf16_gemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_in, Tensor& out, float alpha,
                    float beta) {
-  Tensor a = blas_operand(a_in), b = blas_operand(b_in);
-  const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
-  MF_CHECK(n <= INT_MAX && m <= INT_MAX && k <= INT_MAX, ValueError, "matmul: matrix sizes (", n, ", ", k,
-           ") @ (", k, ", ", m, ") exceed the BLAS int range");
-  const Layout la = *layout_of(a), lb = *layout_of(b);
-  const Offsets a_off = batch_offsets(a, batch_shape_of(out)), b_off = batch_offsets(b, batch_shape_of(out));
+  const MklProduct p = mkl_product(a_in, b_in, out);
   Tensor acc = make_empty(out.sizes(), DType::Float32);
   if (beta != 0.0f) copy_cast(acc, out);
-  const auto* ap = static_cast<const uint16_t*>(a.data_ptr());
-  const auto* bp = static_cast<const uint16_t*>(b.data_ptr());
+  const auto* ap = static_cast<const uint16_t*>(p.a.data_ptr());
+  const auto* bp = static_cast<const uint16_t*>(p.b.data_ptr());
   auto* cp = static_cast<float*>(acc.data_ptr());
-  const int ta = la.transposed ? kTrans : kNoTrans, tb = lb.transposed ? kTrans : kNoTrans;
-  for (size_t i = 0; i < a_off.size(); ++i)
-    mkl.gemm_bf16bf16f32(kRowMajor, ta, tb, int(n), int(m), int(k), alpha, ap + a_off[i], int(la.ld), bp + b_off[i],
-                         int(lb.ld), beta, cp + int64_t(i) * n * m, int(m));
+  for (size_t i = 0; i < p.a_off.size(); ++i)
+    mkl.gemm_bf16bf16f32(kRowMajor, p.ta, p.tb, int(p.n), int(p.m), int(p.k), alpha, ap + p.a_off[i], int(p.la.ld),
+                         bp + p.b_off[i], int(p.lb.ld), beta, cp + int64_t(i) * p.n * p.m, int(p.m));
   copy_cast(out, acc);
 }
 
