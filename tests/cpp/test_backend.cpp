@@ -15,6 +15,7 @@
 #include "backend/common/gemm_plan.h"
 #include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
+#include "backend/common/linalg_kernels.h"
 #include "backend/common/loss_kernels.h"
 #include "backend/common/mask_kernels.h"
 #include "backend/common/pool_kernels.h"
@@ -1301,6 +1302,118 @@ TEST_F(EmulatedDevice, RecurrentLayersRunOverAnotherBackendsLoops) {
       }
     }
   }
+}
+
+// Each column k of v (..., rows, cols), float64, times the sign of its
+// largest-magnitude element: eigen- and singular vectors compared up to sign.
+Tensor signed_columns(const Tensor& v) {
+  Tensor c = clone(contiguous(v));
+  double* p = static_cast<double*>(c.data_ptr());
+  const int64_t rows = c.size(-2), cols = c.size(-1), count = c.numel() / std::max<int64_t>(rows * cols, 1);
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t k = 0; k < cols; ++k) {
+      double* m = p + b * rows * cols;
+      int64_t at = 0;
+      for (int64_t r = 1; r < rows; ++r)
+        if (std::fabs(m[r * cols + k]) > std::fabs(m[at * cols + k])) at = r;
+      if (m[at * cols + k] < 0)
+        for (int64_t r = 0; r < rows; ++r) m[r * cols + k] = -m[r * cols + k];
+    }
+  return c;
+}
+
+TEST_F(EmulatedDevice, LinearAlgebraRunsOverAnotherBackendsLoops) {
+  // Note [Device linear algebra]: one walk per matrix of the batch, against
+  // the CPU's LAPACK in float64; the matrices are read through transposed
+  // and broadcast strides on the device.
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  linalg_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto f64 = [](const Shape& s, uint32_t seed) { return random_tensor(s, seed, -1, 1, DType::Float64); };
+  auto mT = [](const Tensor& t) { return transpose(t, -1, -2); };
+  const double tol = 1e-11;
+  // LU: det, slogdet, inv, solve (B broadcast over A's batch).
+  const Tensor a = f64({2, 3, 5, 5}, 171);
+  const Tensor da = mT(on(a)), ha = mT(a);
+  expect_close(back(linalg::det(da)), linalg::det(ha), tol, tol);
+  const linalg::SlogdetResult got = linalg::slogdet(da), want = linalg::slogdet(ha);
+  expect_close(back(got.sign), want.sign, 0, 0);
+  expect_close(back(got.logabsdet), want.logabsdet, tol, tol);
+  expect_close(back(linalg::inv(da)), linalg::inv(ha), tol, tol);
+  const Tensor b = f64({3, 5, 2}, 172);
+  expect_close(back(linalg::solve(da, on(b))), linalg::solve(ha, b), tol, tol);
+  expect_close(back(linalg::solve(on(a), on(f64({5}, 173)))), linalg::solve(a, f64({5}, 173)), tol, tol);
+  // A zero matrix (batch element 5): det 0, and inv names it, as on the CPU.
+  Tensor singular = clone(a);
+  Tensor zero_row = select(select(singular, 0, 1), 0, 2);
+  copy_(zero_row, zeros({5}, {.dtype = DType::Float64}));
+  expect_close(back(linalg::det(on(singular))), linalg::det(singular), tol, tol);
+  std::string cpu_message, device_message;
+  try { linalg::inv(singular); } catch (const LinAlgError& e) { cpu_message = e.what(); }
+  try { linalg::inv(on(singular)); } catch (const LinAlgError& e) { device_message = e.what(); }
+  EXPECT_NE(cpu_message.find("(Batch element 5)"), std::string::npos) << cpu_message;
+  EXPECT_EQ(device_message, cpu_message);
+  // Cholesky, both factors, of A A^T + 5 I; a matrix that is not positive-definite.
+  const Tensor spd = add(matmul(a, mT(a)), mul(eye(5, std::nullopt, {.dtype = DType::Float64}), Scalar(5)));
+  for (const bool upper : {false, true})
+    expect_close(back(linalg::cholesky(on(spd), upper)), linalg::cholesky(spd, upper), tol, tol);
+  EXPECT_THROW(linalg::cholesky(on(a)), LinAlgError);
+  // QR of tall, wide and square matrices in every mode: LAPACK's signs.
+  for (const Shape& shape : {Shape{2, 7, 4}, Shape{3, 4, 7}, Shape{5, 5}}) {
+    const Tensor m = f64(shape, 174);
+    for (const std::string mode : {"reduced", "complete", "r"}) {
+      SCOPED_TRACE(shape_str(shape) + " " + mode);
+      const linalg::QRResult d = linalg::qr(mT(on(contiguous(mT(m)))), mode), h = linalg::qr(m, mode);
+      expect_close(back(d.R), h.R, tol, tol);
+      if (mode != "r") expect_close(back(d.Q), h.Q, tol, tol);
+    }
+  }
+  // SVD: the values exactly, the vectors up to sign, and full bases.
+  for (const Shape& shape : {Shape{2, 6, 4}, Shape{3, 4, 6}, Shape{4, 4}}) {
+    const Tensor m = f64(shape, 175);
+    expect_close(back(linalg::svdvals(on(m))), linalg::svdvals(m), tol, tol);
+    for (const bool full : {false, true}) {
+      SCOPED_TRACE(shape_str(shape) + (full ? " full" : " reduced"));
+      const linalg::SVDResult d = linalg::svd(on(m), full), h = linalg::svd(m, full);
+      expect_close(back(d.S), h.S, tol, tol);
+      const int64_t k = h.S.size(-1);
+      // The first k columns of U and rows of Vh pair up: one sign each.
+      const Tensor du = back(d.U), dv = back(d.Vh);
+      const Tensor flip = sign(sum(mul(narrow(du, -1, 0, k), narrow(h.U, -1, 0, k)), {-2}));
+      expect_close(mul(narrow(du, -1, 0, k), unsqueeze(flip, -2)), narrow(h.U, -1, 0, k), 1e-10, 1e-10);
+      expect_close(mul(narrow(dv, -2, 0, k), unsqueeze(flip, -1)), narrow(h.Vh, -2, 0, k), 1e-10, 1e-10);
+      const Tensor eye_u = eye(du.size(-1), std::nullopt, {.dtype = DType::Float64});
+      const Tensor eye_v = eye(dv.size(-2), std::nullopt, {.dtype = DType::Float64});
+      expect_close(matmul(mT(du), du), expand(eye_u, matmul(mT(du), du).sizes()), 1e-12, 0);
+      expect_close(matmul(dv, mT(dv)), expand(eye_v, matmul(dv, mT(dv)).sizes()), 1e-12, 0);
+    }
+  }
+  // A rank-1 matrix: its zero singular values' vectors are completed.
+  const Tensor rank1 = matmul(f64({6, 1}, 176), f64({1, 4}, 177));
+  const linalg::SVDResult r1 = linalg::svd(on(rank1), true);
+  const Tensor u1 = back(r1.U), v1 = back(r1.Vh);
+  expect_close(matmul(mT(u1), u1), eye(6, std::nullopt, {.dtype = DType::Float64}), 1e-12, 0);
+  expect_close(matmul(mul(narrow(u1, -1, 0, 4), unsqueeze(back(r1.S), -2)), v1), rank1, 1e-12, 0);
+  EXPECT_THROW(linalg::svd(on(full({3, 3}, Scalar(NAN), {.dtype = DType::Float64}))), LinAlgError);
+  // eigh reads one triangle of a matrix that is not symmetric.
+  const Tensor g = f64({2, 6, 6}, 178);
+  for (const std::string uplo : {"L", "U"}) {
+    SCOPED_TRACE(uplo);
+    const linalg::EighResult d = linalg::eigh(on(g), uplo), h = linalg::eigh(g, uplo);
+    expect_close(back(d.eigenvalues), h.eigenvalues, tol, tol);
+    expect_close(signed_columns(back(d.eigenvectors)), signed_columns(h.eigenvectors), 1e-10, 1e-10);
+    expect_close(back(linalg::eigvalsh(on(g), uplo)), h.eigenvalues, tol, tol);
+  }
+  // float32 runs in float32.
+  const Tensor a32 = to(spd, DType::Float32);
+  expect_close(back(linalg::inv(on(a32))), linalg::inv(a32), 1e-5, 1e-5);
+  expect_close(back(linalg::eigvalsh(on(a32))), linalg::eigvalsh(a32), 1e-4, 1e-5);
+  // Empty matrices and batches.
+  expect_close(back(linalg::det(on(zeros({2, 0, 0}, {.dtype = DType::Float64})))),
+               linalg::det(zeros({2, 0, 0}, {.dtype = DType::Float64})), 0, 0);
+  EXPECT_EQ(linalg::inv(on(zeros({0, 3, 3}, {.dtype = DType::Float64}))).sizes(), (Shape{0, 3, 3}));
 }
 
 TEST_F(EmulatedDevice, ConvolutionsRunOverAnotherBackendsLoops) {

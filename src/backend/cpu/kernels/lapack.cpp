@@ -16,10 +16,10 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "meshflow/parallel.h"
+#include "backend/common/linalg_errors.h"
 #include "backend/cpu/kernels/gemm.h"
 
 // Fortran LAPACK (reference LAPACK 3.x signatures); character arguments
@@ -169,18 +169,9 @@ void for_each_matrix(int64_t count, int64_t elements_per_matrix, const F& fn) {
   parallel_for(0, count, grain, fn);
 }
 
-// The first nonzero info of the batch as LinAlgError (Note [LAPACK batches]);
-// describe(info) words a positive one.
-void check_infos(const std::vector<int>& infos, bool batched, const char* op,
-                 const std::function<std::string(int)>& describe) {
-  for (size_t i = 0; i < infos.size(); ++i) {
-    if (infos[i] == 0) continue;
-    const std::string where = batched ? detail::concat("(Batch element ", i, "): ") : std::string();
-    if (infos[i] < 0)
-      throw Error(detail::concat(op, ": ", where, "LAPACK rejected argument ", -infos[i],
-                                 " (an internal error of meshflow's call)"));
-    throw LinAlgError(detail::concat(op, ": ", where, describe(infos[i])));
-  }
+// The first failing matrix as LinAlgError (Note [LAPACK batches]).
+void check(const std::vector<int>& infos, bool batched, const char* op, std::string (*describe)(int)) {
+  linalg_errors::check_infos(infos.data(), infos.size(), batched, op, describe);
 }
 
 // Note [Non-finite input to gesdd]: gesdd refuses a NaN (info -4), but an
@@ -189,7 +180,7 @@ void check_infos(const std::vector<int>& infos, bool batched, const char* op,
 // sets a Python exception from a worker thread; other inf inputs run
 // without end. So svd checks its input first and refuses any NaN or inf
 // with PyTorch's message for NaN.
-constexpr int kNonFinite = INT_MAX;  // an info no LAPACK routine returns
+using linalg_errors::kNonFinite;  // an info no LAPACK routine returns
 
 template <typename T>
 bool all_finite(const T* a, int64_t rows, int64_t cols, int64_t ld) {
@@ -282,10 +273,7 @@ void lu_inverse(const Tensor& a, Tensor& out) {
       infos[size_t(i)] = solve_info;
       scatter_row_major(x.data(), ld, n, n, dst + i * n * n);
     });
-    check_infos(infos, a.dim() > 2, op, [](int info) {
-      return detail::concat("The diagonal element ", info,
-                            " is zero, the inversion could not be completed because the input matrix is singular.");
-    });
+    check(infos, a.dim() > 2, op, linalg_errors::singular_inverse);
   });
 }
 
@@ -311,8 +299,7 @@ void lu_solve(const Tensor& a, const Tensor& b, Tensor& out) {
         scatter_row_major(x.data(), ld, n, k, dst + i * n * k);
       }
     });
-    check_infos(infos, out.dim() > 2, op,
-                [](int) { return std::string("The solver failed because the input matrix is singular."); });
+    check(infos, out.dim() > 2, op, linalg_errors::singular_solve);
   });
 }
 
@@ -336,10 +323,7 @@ void cholesky(const Tensor& a, Tensor& out, bool upper) {
             if (upper ? c < r : c > r) o[r * n + c] = T(0);
       }
     });
-    check_infos(infos, a.dim() > 2, op, [](int info) {
-      return detail::concat("The factorization could not be completed because the input is not positive-definite "
-                            "(the leading minor of order ", info, " is not positive-definite).");
-    });
+    check(infos, a.dim() > 2, op, linalg_errors::not_positive_definite);
   });
 }
 
@@ -437,12 +421,7 @@ void svd(const Tensor& a, Tensor& u, Tensor& s, Tensor& vh, bool compute_uv) {
         scatter_row_major(vt_buf.data(), ldvt, vh_rows, n, vh_out + i * vh_rows * n);
       }
     });
-    check_infos(infos, a.dim() > 2, op, [](int info) {
-      if (info == kNonFinite)
-        return std::string("The algorithm failed to converge because the input matrix contained non-finite values.");
-      return detail::concat("The algorithm failed to converge because the input matrix is ill-conditioned or has too "
-                            "many repeated singular values (error code: ", info, ").");
-    });
+    check(infos, a.dim() > 2, op, linalg_errors::svd_failed);
   });
 }
 
@@ -474,10 +453,7 @@ void eigh(const Tensor& a, Tensor& w, Tensor& v, bool upper, bool compute_v) {
         if (compute_v) scatter_row_major(h.data(), ld, n, n, v_out + i * n * n);
       }
     });
-    check_infos(infos, a.dim() > 2, op, [](int info) {
-      return detail::concat("The algorithm failed to converge because the input matrix is ill-conditioned or has too "
-                            "many repeated eigenvalues (error code: ", info, ").");
-    });
+    check(infos, a.dim() > 2, op, linalg_errors::eigh_failed);
   });
 }
 
