@@ -145,7 +145,9 @@ MF_REGISTER_OP(OpDef{
     .name = "comm_recv",
     .inputs = {},
     .infer = [](const TensorList&, const Attrs& attrs) {
-      return std::vector<TensorMeta>{{attrs.get_shape("shape"), attrs.get_dtype("dtype"), Device()}};
+      // "device" (optional): where the received tensor lives, the host by default.
+      return std::vector<TensorMeta>{{attrs.get_shape("shape"), attrs.get_dtype("dtype"),
+                                      attrs.has("device") ? attrs.get_device("device") : Device()}};
     },
     .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
       world().recv(out[0], int(attrs.get_int("src")), int(attrs.get_int("tag")));
@@ -195,9 +197,11 @@ void comm_send(const Tensor& t, int dst, int tag) {
   dispatch::apply(send, {t}, {{"dst", dst}, {"tag", tag}});
 }
 
-Tensor comm_recv(const Shape& shape, DType dtype, int src, int tag) {
+Tensor comm_recv(const Shape& shape, DType dtype, int src, int tag, Device device) {
   static const OpDef& recv = dispatch::op("comm_recv");
-  return dispatch::apply_one(recv, {}, {{"shape", shape}, {"dtype", dtype}, {"src", src}, {"tag", tag}});
+  Attrs attrs{{"shape", shape}, {"dtype", dtype}, {"src", src}, {"tag", tag}};
+  if (!device.is_cpu()) attrs.set("device", device);
+  return dispatch::apply_one(recv, {}, attrs);
 }
 
 }  // namespace mf::distributed

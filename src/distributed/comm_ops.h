@@ -41,6 +41,7 @@ Tensor comm_all_to_all(const Tensor& in, const std::vector<int>& group, const st
 // Point to point between world ranks (a placement change).
 void comm_send(const Tensor& t, int dst, int tag);
 
-Tensor comm_recv(const Shape& shape, DType dtype, int src, int tag);
+// The matching receive of comm_send; device: where the received tensor lives.
+Tensor comm_recv(const Shape& shape, DType dtype, int src, int tag, Device device = Device());
 
 }  // namespace mf::distributed

@@ -13,6 +13,7 @@
 #include "backend/common/conv_kernels.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/gemm_plan.h"
+#include "backend/common/host_staged.h"
 #include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
 #include "backend/common/linalg_kernels.h"
@@ -33,9 +34,11 @@
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/nn.h"
+#include "meshflow/one_embedding.h"
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/resample.h"
 #include "meshflow/ops/rnn.h"
+#include "distributed/comm_ops.h"
 #include "test_util.h"
 
 namespace mf {
@@ -1414,6 +1417,66 @@ TEST_F(EmulatedDevice, LinearAlgebraRunsOverAnotherBackendsLoops) {
   expect_close(back(linalg::det(on(zeros({2, 0, 0}, {.dtype = DType::Float64})))),
                linalg::det(zeros({2, 0, 0}, {.dtype = DType::Float64})), 0, 0);
   EXPECT_EQ(linalg::inv(on(zeros({0, 3, 3}, {.dtype = DType::Float64}))).sizes(), (Shape{0, 3, 3}));
+}
+
+TEST_F(EmulatedDevice, HostStagedOpsRunTheirCpuKernels) {
+  // Note [Host-staged kernels]: the collectives (a world of one) and the
+  // sharded embeddings' ops run their CPU kernels over host copies; the
+  // results land on the device.
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
+  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+  host_staged::register_all(DeviceType::CUDA);
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  namespace d = distributed;
+  const Tensor x = random_tensor({4, 3}, 181, -1, 1);
+  const Tensor dx = transpose(on(transpose(x, 0, 1)), 0, 1);  // read through strides
+  auto check = [&](const Tensor& got, const Tensor& want) {
+    EXPECT_EQ(got.device(), dev0);
+    expect_close(back(got), want, 0, 0);
+  };
+  check(d::comm_all_reduce(dx, {0}), x);
+  check(d::all_reduce_sum(dx, {0}), x);
+  check(d::comm_all_gather(dx, {0}, {4}), x);
+  check(d::comm_reduce_scatter(dx, {0}, {4}), x);
+  check(d::comm_all_to_all(dx, {0}, {4}, {4}), x);
+  // Point to point needs another rank; on the device both reach the communicator.
+  for (const std::function<void()>& call : std::vector<std::function<void()>>{
+           [&] { d::comm_send(dx, 0, 5); }, [&] { d::comm_recv({4, 3}, DType::Float64, 0, 5, dev0); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "a send to this rank was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be another rank"), std::string::npos) << e.what();
+    }
+  }
+  // An embedding on the device and its twin on the host: the same rows,
+  // gradients and update.
+  using namespace one_embedding;
+  auto make = [] {
+    auto t = std::make_shared<TableSet>(4, DType::Float32, std::vector<Initializer>{{}, {}}, 7);
+    return std::make_pair(t, register_table_set(t));
+  };
+  const auto [device_tables, device_id] = make();
+  const auto [host_tables, host_id] = make();
+  const Tensor ids = from_vector(std::vector<double>{3, 9, 3, 1, 12}, {5}, {.dtype = DType::Int64});
+  const Tensor tables = from_vector(std::vector<double>{0, 1, 0, 0, 1}, {5}, {.dtype = DType::Int64});
+  const Tensor weight = random_tensor({5, 4}, 182, -1, 1, DType::Float32);
+  auto step = [&](int64_t id, Device where) {
+    Tensor shadow = zeros({1}, {.dtype = DType::Float32, .device = where});
+    shadow.requires_grad_(true);
+    const Tensor rows = lookup(shadow, to(ids, where), to(tables, where), id);
+    EXPECT_EQ(rows.device(), where);
+    sum(mul(rows, to(weight, where))).backward();
+    UpdateRule rule;
+    rule.kind = UpdateRule::Kind::Adam;
+    apply_update(shadow, id, rule);
+    NoGradGuard no_grad;
+    return back(lookup(shadow, to(ids, where), to(tables, where), id));
+  };
+  expect_close(step(device_id, dev0), step(host_id, Device()), 0, 0);
+  EXPECT_EQ(device_tables->num_rows(), host_tables->num_rows());
 }
 
 TEST_F(EmulatedDevice, ConvolutionsRunOverAnotherBackendsLoops) {
