@@ -8,8 +8,10 @@
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
+#include "meshflow/ops/linalg.h"
 #include "meshflow/ops/resample.h"
 #include "meshflow/optim/update.h"
+#include "distributed/comm_ops.h"
 #include "test_util.h"
 
 namespace mf {
@@ -182,6 +184,17 @@ TEST_F(CudaBackendTest, WalkFamiliesMatchTheCpu) {
     return conv2d(t, d == dev0 ? on(w) : w, Tensor(), {.stride = {2, 1}, .padding = {1, 1}});
   });
   check(x, [&](const Tensor& t, Device) { return scaled_dot_product_attention(t, t, t, Tensor(), 0.0, true); });
+  check(m, [&](const Tensor& t, Device) { return masked_select(t, gt(t, Scalar(0))); });
+  // Linear algebra (Note [Device linear algebra]): QR keeps LAPACK's signs;
+  // values of symmetric and general matrices; a host-staged collective.
+  const Tensor sq = add(testing::random_tensor({3, 5, 5}, 25, -1, 1), mul(eye(5, std::nullopt, {.dtype = DType::Float64}),
+                                                                          Scalar(3)));
+  check(sq, [&](const Tensor& t, Device) { return linalg::inv(t); });
+  check(sq, [&](const Tensor& t, Device) { return linalg::slogdet(t).logabsdet; });
+  check(m, [&](const Tensor& t, Device) { return linalg::qr(t).R; });
+  check(m, [&](const Tensor& t, Device) { return linalg::svdvals(t); });
+  check(sq, [&](const Tensor& t, Device) { return linalg::eigvalsh(t); });
+  check(m, [&](const Tensor& t, Device) { return distributed::all_reduce_sum(t, {0}); });
   manual_seed(3);
   const Tensor dev_rand = back(rand({1000}, {.device = dev0}));
   manual_seed(3);
