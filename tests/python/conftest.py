@@ -15,3 +15,17 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore::UserWarning:opinfo")
     # The deprecated F.upsample* warn on every call, as torch's do (test_resample.py checks they do).
     config.addinivalue_line("filterwarnings", "ignore:nn.functional.upsample:UserWarning")
+
+
+def pytest_generate_tests(metafunc):
+    """A test with a `device` argument that does not parametrize it itself
+    runs on every device of devices.DEVICES."""
+    if "device" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        if "device" in names:
+            return
+    from devices import DEVICES
+    metafunc.parametrize("device", DEVICES)

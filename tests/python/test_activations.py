@@ -15,15 +15,15 @@ LAYERS = [("Hardswish", (), {}), ("Hardsigmoid", (), {}), ("SELU", (), {}), ("CE
 
 
 @pytest.mark.parametrize("name,args,kwargs", LAYERS, ids=[f"{n}{i}" for i, (n, _, _) in enumerate(LAYERS)])
-def test_layer_matches_torch(name, args, kwargs):
+def test_layer_matches_torch(name, args, kwargs, device):
     t, m = getattr(torch.nn, name)(*args, **kwargs), getattr(mf.nn, name)(*args, **kwargs)
     assert repr(m) == repr(t)
     x = randn(2, 3, 4, 5) * 3
     # torch's Hardsigmoid and CELU backward use float constants (1.0f / 6.0f, ...) even in float64
     loose = name in ("Hardsigmoid", "CELU")
-    compare(t, m, [x], tol=dict(rtol=1e-6, atol=1e-9) if loose else None)
+    compare(t, m, [x], tol=dict(rtol=1e-6, atol=1e-9) if loose else None, device=device)
     if name != "Softmax2d":
-        compare(t, m, [randn(3, 4) * 3], dtype="float32")
+        compare(t, m, [randn(3, 4) * 3], dtype="float32", device=device)
 
 
 @pytest.mark.parametrize("name,args", [("Hardswish", ()), ("SELU", ()), ("CELU", (1.5,)), ("Threshold", (0.0, -1.0))])

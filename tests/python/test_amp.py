@@ -235,15 +235,15 @@ def test_cast_cache_reuses_weight_within_region():
         assert mf._C._autocast_cache_size() == 0
 
 
-def test_backward_grads_are_float32_on_float32_params():
+def test_backward_grads_are_float32_on_float32_params(device):
     mf.manual_seed(0)
-    conv = mf.nn.Conv2d(3, 4, 3)
-    lin = mf.nn.Linear(4 * 6 * 6, 10)
-    with mf.autocast("cpu"):
-        h = conv(mf.tensor(IMG))
-        assert h.dtype == mf.bfloat16
+    conv = mf.nn.Conv2d(3, 4, 3).to(device)
+    lin = mf.nn.Linear(4 * 6 * 6, 10).to(device)
+    with mf.autocast(device):  # bfloat16 on the CPU, float16 on CUDA (PyTorch's defaults)
+        h = conv(mf.tensor(IMG, device=device))
+        assert h.dtype == (mf.bfloat16 if device == "cpu" else mf.float16)
         out = lin(h.flatten(1))
-        loss = mf.nn.functional.cross_entropy(out, mf.tensor(np.array([1, 2])))
+        loss = mf.nn.functional.cross_entropy(out, mf.tensor(np.array([1, 2]), device=device))
         assert loss.dtype == mf.float32
     loss.backward()
     for p in list(conv.parameters()) + list(lin.parameters()):
@@ -282,19 +282,20 @@ def test_bad_arguments():
 # --- training under autocast ------------------------------------------------------
 
 
-def train_losses(name, steps, autocast, batch, build_kwargs, batch_kwargs, lr):
+def train_losses(name, steps, autocast, batch, build_kwargs, batch_kwargs, lr, device="cpu"):
     torch.manual_seed(0)
     ref = models.build(name, torch, **build_kwargs)
     net = models.build(name, mf, **build_kwargs)
     models.copy_state(ref, net, mf)
+    net.to(device)
     opt = mf.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     x, y = models.random_batch(name, batch, np.random.default_rng(1), **batch_kwargs)
-    x, y = mf.tensor(x), mf.tensor(y)
+    x, y = mf.tensor(x, device=device), mf.tensor(y, device=device)
     mf.manual_seed(0)  # the same dropout masks in both runs
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        with mf.autocast("cpu", enabled=autocast):
+        with mf.autocast(device, dtype=mf.bfloat16, enabled=autocast):
             loss = models.loss_fn(name, mf, net(x), y)
         loss.backward()
         opt.step()
@@ -305,14 +306,14 @@ def train_losses(name, steps, autocast, batch, build_kwargs, batch_kwargs, lr):
 
 
 @pytest.mark.parametrize("name", ["fashion_cnn", "gpt"])
-def test_training_follows_float32_loss_curve(name):
+def test_training_follows_float32_loss_curve(name, device):
     if name == "gpt":
         kwargs = dict(vocab=64, d_model=32, heads=2, layers=2, seq=16)
         setup = dict(batch=4, build_kwargs=kwargs, batch_kwargs=dict(vocab=64, seq=16), lr=0.05)
     else:
         setup = dict(batch=16, build_kwargs={}, batch_kwargs={}, lr=0.005)
-    fp32 = train_losses(name, 20, False, **setup)
-    bf16 = train_losses(name, 20, True, **setup)
+    fp32 = train_losses(name, 20, False, device=device, **setup)
+    bf16 = train_losses(name, 20, True, device=device, **setup)
     assert fp32[-1] < 0.7 * fp32[0]  # the curve goes somewhere
     np.testing.assert_allclose(bf16, fp32, rtol=0.05, atol=0.03)
 
@@ -412,16 +413,16 @@ def test_grad_scaler_state_dict_and_disabled():
         mf.amp.GradScaler(growth_factor=1.0)
 
 
-def test_grad_scaler_with_autocast_training():
+def test_grad_scaler_with_autocast_training(device):
     mf.manual_seed(0)
-    net = mf.nn.Sequential(mf.nn.Linear(8, 16), mf.nn.ReLU(), mf.nn.Linear(16, 4))
+    net = mf.nn.Sequential(mf.nn.Linear(8, 16), mf.nn.ReLU(), mf.nn.Linear(16, 4)).to(device)
     opt = mf.optim.SGD(net.parameters(), lr=0.1)
     scaler = mf.amp.GradScaler(init_scale=2.0**8)
-    x, y = mf.tensor(A), mf.tensor(TARGET % 4)
+    x, y = mf.tensor(A, device=device), mf.tensor(TARGET % 4, device=device)
     losses = []
     for _ in range(10):
         opt.zero_grad()
-        with mf.autocast("cpu"):
+        with mf.autocast(device):
             loss = mf.nn.functional.cross_entropy(net(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)

@@ -9,21 +9,21 @@ from test_nn import compare
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-def test_layer_matches_torch(mode):
+def test_layer_matches_torch(mode, device):
     t = torch.nn.EmbeddingBag(10, 4, mode=mode)
     m = mf.nn.EmbeddingBag(10, 4, mode=mode)
-    compare(t, m, [np.array([[1, 2, 4, 5], [4, 3, 2, 9]])])
+    compare(t, m, [np.array([[1, 2, 4, 5], [4, 3, 2, 9]])], device=device)
     flat = np.array([1, 2, 4, 5, 4, 3, 2, 9])
-    compare(t, m, [flat, np.array([0, 3, 3, 6])], call=lambda mod, x, o: mod(x, o))
+    compare(t, m, [flat, np.array([0, 3, 3, 6])], call=lambda mod, x, o: mod(x, o), device=device)
 
 
-def test_padding_last_offset_and_weights():
+def test_padding_last_offset_and_weights(device):
     t = torch.nn.EmbeddingBag(8, 3, mode="mean", padding_idx=2)
     m = mf.nn.EmbeddingBag(8, 3, mode="mean", padding_idx=2)
-    compare(t, m, [np.array([2, 1, 2, 7, 2, 3, 4]), np.array([0, 2, 4, 6])], call=lambda mod, x, o: mod(x, o))
+    compare(t, m, [np.array([2, 1, 2, 7, 2, 3, 4]), np.array([0, 2, 4, 6])], call=lambda mod, x, o: mod(x, o), device=device)
     t = torch.nn.EmbeddingBag(8, 3, mode="max", include_last_offset=True)
     m = mf.nn.EmbeddingBag(8, 3, mode="max", include_last_offset=True)
-    compare(t, m, [np.array([2, 1, 2, 7, 2, 3, 4]), np.array([0, 2, 4, 7])], call=lambda mod, x, o: mod(x, o))
+    compare(t, m, [np.array([2, 1, 2, 7, 2, 3, 4]), np.array([0, 2, 4, 7])], call=lambda mod, x, o: mod(x, o), device=device)
     # Rows past the last offset belong to no bag (forward only: torch 1.13's backward of this case
     # corrupts its heap).
     t = torch.nn.EmbeddingBag(8, 3, mode="sum", include_last_offset=True)
@@ -36,7 +36,7 @@ def test_padding_last_offset_and_weights():
     m = mf.nn.EmbeddingBag(8, 3, mode="sum")
     w = np.random.default_rng(3).standard_normal(6)
     compare(t, m, [np.array([0, 1, 2, 5, 6, 7]), np.array([0, 4]), w],
-            call=lambda mod, x, o, psw: mod(x, o, per_sample_weights=psw))
+            call=lambda mod, x, o, psw: mod(x, o, per_sample_weights=psw), device=device)
 
 
 def test_from_pretrained_and_repr():
@@ -70,12 +70,12 @@ def test_errors_like_torch():
         mf.nn.functional.embedding_bag(mf.tensor([0, 7]), w, mf.tensor([0]))
 
 
-def test_bilinear_layer_matches_torch():
+def test_bilinear_layer_matches_torch(device):
     for bias in (True, False):
         t, m = torch.nn.Bilinear(3, 4, 2, bias=bias), mf.nn.Bilinear(3, 4, 2, bias=bias)
         rng = np.random.default_rng(0)
-        compare(t, m, [rng.standard_normal((5, 3)), rng.standard_normal((5, 4))])
-        compare(t, m, [rng.standard_normal((2, 2, 3)), rng.standard_normal((2, 2, 4))])
+        compare(t, m, [rng.standard_normal((5, 3)), rng.standard_normal((5, 4))], device=device)
+        compare(t, m, [rng.standard_normal((2, 2, 3)), rng.standard_normal((2, 2, 4))], device=device)
         assert repr(m) == repr(t)
     layer = mf.nn.Bilinear(9, 2, 3)
     bound = 1 / 3

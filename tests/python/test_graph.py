@@ -26,7 +26,7 @@ SMALL = {
 }
 
 
-def batch(name, rng):
+def batch(name, rng, device="cpu"):
     cfg = SMALL[name]
     if name in ("gpt", "bert"):
         x, y = models.random_batch(name, cfg["batch"], rng, vocab=cfg["kwargs"]["vocab"], seq=cfg["kwargs"]["seq"])
@@ -34,7 +34,7 @@ def batch(name, rng):
         x, y = models.random_batch(name, cfg["batch"], rng)
     if name == "resnet18":
         x = np.ascontiguousarray(x[:, :, :16, :16])
-    return mf.tensor(x), mf.tensor(y)
+    return mf.tensor(x, device=device), mf.tensor(y, device=device)
 
 
 def twin_models_of(name, **kwargs):
@@ -44,8 +44,9 @@ def twin_models_of(name, **kwargs):
     return a, b
 
 
-def twin_models(name):
-    return twin_models_of(name, **SMALL[name]["kwargs"])
+def twin_models(name, device="cpu"):
+    a, b = twin_models_of(name, **SMALL[name]["kwargs"])
+    return a.to(device), b.to(device)
 
 
 class TrainGraph(mf.nn.Graph):
@@ -86,24 +87,33 @@ def assert_same_state(a, b):
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     for k in sa:
-        np.testing.assert_array_equal(sa[k].numpy(), sb[k].numpy(), err_msg=k)
+        np.testing.assert_array_equal(sa[k].cpu().numpy(), sb[k].cpu().numpy(), err_msg=k)
 
 
 @pytest.mark.parametrize("name", ["mlp", "lenet", "resnet18", "gpt", "vit_tiny", "bert", "convnext", "dlrm"])
-def test_train_steps_equal_eager(name):
-    eager, traced = twin_models(name)
+def test_train_steps_equal_eager(name, device):
+    """On a device, graph steps equal eager steps there bit for bit, and
+    follow the CPU's steps within rounding."""
+    eager, traced = twin_models(name, device)
+    cpu = models.build(name, mf, **SMALL[name]["kwargs"])
+    models.copy_state(eager, cpu, mf)
     make = (lambda p: mf.optim.AdamW(p, lr=1e-3)) if name == "gpt" else (
         lambda p: mf.optim.SGD(p, lr=0.05, momentum=0.9))
-    opt_e, opt_g = make(eager.parameters()), make(traced.parameters())
+    opt_e, opt_g, opt_c = make(eager.parameters()), make(traced.parameters()), make(cpu.parameters())
     graph = TrainGraph(name, traced, opt_g)
     rng = np.random.default_rng(0)
     for step in range(5):
-        x, y = batch(name, rng)
+        x, y = batch(name, rng, device)
         loss_e = eager_step(name, eager, opt_e, x, y)
         loss_g = graph(x, y)
         assert loss_g.item() == loss_e.item(), f"step {step}"
+        if device != "cpu":
+            np.testing.assert_allclose(loss_e.item(), eager_step(name, cpu, opt_c, x.cpu(), y.cpu()).item(),
+                                       rtol=1e-4, err_msg=f"step {step}")
     assert graph.num_compiled == 1
     assert_same_state(eager, traced)
+    if device != "cpu":  # the fusions below are the CPU's
+        return
     if name == "mlp":  # the ReLU gradients (gt, where) run fused, with the same bits
         assert "fused_elementwise" in str(graph)
     if name in ("mlp", "lenet"):  # linear + ReLU, with the same bits
@@ -206,29 +216,29 @@ def test_scheduler_steps_after_each_run():
     assert_same_state(eager, traced)
 
 
-def test_eval_graph_and_retrace_on_new_batch_size():
-    model = models.build("lenet", mf)
+def test_eval_graph_and_retrace_on_new_batch_size(device):
+    model = models.build("lenet", mf).to(device)
     model.eval()
     graph = EvalGraph(model)
     rng = np.random.default_rng(2)
     for n in (3, 3, 5):
-        x = mf.tensor(rng.standard_normal((n, 3, 32, 32)).astype(np.float32))
+        x = mf.tensor(rng.standard_normal((n, 3, 32, 32)).astype(np.float32), device=device)
         with mf.no_grad():
             expected = model(x)
-        np.testing.assert_array_equal(graph(x).numpy(), expected.numpy())
+        np.testing.assert_array_equal(graph(x).cpu().numpy(), expected.cpu().numpy())
     assert graph.num_compiled == 2
     assert "conv2d" in str(graph)
     assert graph.planned_peak_bytes > 0
 
 
-def test_eager_and_graph_steps_alternate():
-    eager, traced = twin_models("mlp")
+def test_eager_and_graph_steps_alternate(device):
+    eager, traced = twin_models("mlp", device)
     opt_e = mf.optim.Adam(eager.parameters(), lr=1e-3)
     opt_g = mf.optim.Adam(traced.parameters(), lr=1e-3)
     graph = TrainGraph("mlp", traced, opt_g)
     rng = np.random.default_rng(3)
     for step in range(4):
-        x, y = batch("mlp", rng)
+        x, y = batch("mlp", rng, device)
         eager_step("mlp", eager, opt_e, x, y)
         if step % 2:
             eager_step("mlp", traced, opt_g, x, y)
@@ -238,7 +248,7 @@ def test_eager_and_graph_steps_alternate():
     state_e, state_g = opt_e.state_dict()["state"], opt_g.state_dict()["state"]
     for i in state_e:
         for key in ("exp_avg", "exp_avg_sq", "step"):
-            np.testing.assert_array_equal(state_e[i][key].numpy(), state_g[i][key].numpy())
+            np.testing.assert_array_equal(state_e[i][key].cpu().numpy(), state_g[i][key].cpu().numpy())
 
 
 def test_trace_leaves_eager_model_unchanged():
@@ -404,30 +414,30 @@ def test_stepping_the_optimizer_in_build_is_refused():
 
 
 @pytest.mark.parametrize("name", ["mlp", "gpt"])
-def test_graph_amp_equals_eager_amp(name):
+def test_graph_amp_equals_eager_amp(name, device):
     """config.enable_amp traces under autocast: the same casts, the same
     kernels, so graph and eager bfloat16 steps agree."""
     mf.manual_seed(0)
-    eager_model, graph_model = twin_models(name)
+    eager_model, graph_model = twin_models(name, device)
     eager_opt = mf.optim.AdamW(eager_model.parameters(), lr=1e-3)
     graph_opt = mf.optim.AdamW(graph_model.parameters(), lr=1e-3)
     g = TrainGraph(name, graph_model, graph_opt, exact=False)
     g.config.enable_amp(True, dtype=mf.bfloat16)
     rng = np.random.default_rng(0)
     for _ in range(3):
-        x, y = batch(name, rng)
+        x, y = batch(name, rng, device)
         eager_opt.zero_grad()
-        with mf.autocast("cpu", dtype=mf.bfloat16):
+        with mf.autocast(device, dtype=mf.bfloat16):
             eager_loss = models.loss_fn(name, mf, eager_model(x), y)
         eager_loss.backward()
         eager_opt.step()
         graph_loss = g(x, y)
         assert graph_loss.dtype == eager_loss.dtype == mf.float32
-        np.testing.assert_allclose(graph_loss.numpy(), eager_loss.detach().numpy(), rtol=1e-5)
+        np.testing.assert_allclose(graph_loss.cpu().numpy(), eager_loss.detach().cpu().numpy(), rtol=1e-5)
     assert "cast" in str(g)
     for (k, a), (_, b) in zip(eager_model.state_dict().items(), graph_model.state_dict().items()):
         assert a.dtype == b.dtype == mf.float32, k
-        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(b.cpu().numpy(), a.cpu().numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
     with pytest.raises(TypeError, match="bfloat16"):
         g.config.enable_amp(True, dtype=mf.float32)
 
@@ -483,12 +493,13 @@ class _AccumulatingGraph(mf.nn.Graph):
         return loss, out
 
 
-def test_gradient_accumulation_equals_the_whole_batch():
+def test_gradient_accumulation_equals_the_whole_batch(device):
     rng = np.random.default_rng(0)
-    data = [(mf.tensor(rng.standard_normal((8, 5))), mf.tensor(rng.standard_normal((8, 3)))) for _ in range(4)]
-    ref = _accumulation_model()
+    data = [(mf.tensor(rng.standard_normal((8, 5)), device=device),
+             mf.tensor(rng.standard_normal((8, 3)), device=device)) for _ in range(4)]
+    ref = _accumulation_model().to(device)
     ref_opt = mf.optim.AdamW(ref.parameters(), lr=0.01)
-    model = _accumulation_model()
+    model = _accumulation_model().to(device)
     graph = _AccumulatingGraph(model, mf.optim.AdamW(model.parameters(), lr=0.01), 4)
     for x, y in data:
         ref_opt.zero_grad()
@@ -499,10 +510,10 @@ def test_gradient_accumulation_equals_the_whole_batch():
         got_loss, got_out = graph(x, y)
         # The 0-d loss is the micro-batches' mean, the per-row output their concatenation.
         np.testing.assert_allclose(got_loss.item(), loss.item(), rtol=1e-12)
-        np.testing.assert_allclose(got_out.numpy(), out.detach().numpy(), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(got_out.cpu().numpy(), out.detach().cpu().numpy(), rtol=1e-12, atol=1e-15)
     assert graph.num_compiled == 1
     for p, q in zip(model.parameters(), ref.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-10, atol=1e-14)
 
 
 def test_gradient_accumulation_bad_input():

@@ -18,11 +18,16 @@ TOL = {"float32": dict(rtol=2e-4, atol=2e-5), "float64": dict(rtol=1e-9, atol=1e
 
 
 def to_numpy(t):
-    return t.detach().numpy()
+    return t.detach().cpu().numpy()
+
+
+# The device compare() runs meshflow on; tensors made by mf_from (the
+# inputs, and any a call makes) go there.
+_device = "cpu"
 
 
 def mf_from(array, requires_grad=False):
-    t = mf.tensor(np.array(array, copy=True))
+    t = mf.tensor(np.array(array, copy=True), device=_device)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -47,16 +52,27 @@ def flat_outputs(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def compare(t_module, m_module, inputs, dtype="float64", call=None, grad_inputs=None, tol=None):
+def compare(t_module, m_module, inputs, dtype="float64", call=None, grad_inputs=None, tol=None, device="cpu"):
     """Runs both modules on the same inputs (numpy arrays; float ones take
     `dtype` and get gradients), then compares outputs, input gradients and
-    parameter gradients after the backward of a random-weighted sum."""
-    call = call or (lambda m, *xs: m(*xs))
-    tol = tol or TOL[dtype]
+    parameter gradients after the backward of a random-weighted sum.
+    meshflow runs on `device`; torch, the reference, on the CPU."""
+    global _device
     assert_same_state_layout(t_module, m_module)
     t_module.to(TORCH_DTYPE[dtype])
     m_module.to(MF_DTYPE[dtype])
     copy_state(t_module, m_module)
+    m_module.to(device)
+    _device = device
+    try:
+        return _compare_outputs(t_module, m_module, inputs, dtype, call, grad_inputs, tol)
+    finally:
+        _device = "cpu"
+
+
+def _compare_outputs(t_module, m_module, inputs, dtype, call, grad_inputs, tol):
+    call = call or (lambda m, *xs: m(*xs))
+    tol = tol or TOL[dtype]
     rng = np.random.default_rng(0)
     t_in, m_in = [], []
     for i, x in enumerate(inputs):
@@ -158,10 +174,10 @@ LAYER_CASES = [
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name,args,kwargs,shapes", LAYER_CASES)
-def test_layer_matches_torch(name, args, kwargs, shapes, dtype):
+def test_layer_matches_torch(name, args, kwargs, shapes, dtype, device):
     t_module = getattr(torch.nn, name)(*args, **kwargs)
     m_module = getattr(mf.nn, name)(*args, **kwargs)
-    compare(t_module, m_module, [randn(*s, seed=i + 1) for i, s in enumerate(shapes)], dtype)
+    compare(t_module, m_module, [randn(*s, seed=i + 1) for i, s in enumerate(shapes)], dtype, device=device)
     if name == "Conv2d":
         assert m_module.padding == t_module.padding
 
@@ -181,14 +197,14 @@ def test_layer_repr_matches_torch(name, args, kwargs, shapes):
                                         ("BatchNorm2d", (3, 4, 5, 2))])
 @pytest.mark.parametrize("kwargs", [{}, {"momentum": None}, {"momentum": 0.3, "eps": 1e-3}, {"affine": False},
                                     {"track_running_stats": False}])
-def test_batchnorm_train_and_eval(kind, shape, kwargs, dtype):
+def test_batchnorm_train_and_eval(kind, shape, kwargs, dtype, device):
     t_module = getattr(torch.nn, kind)(4, **kwargs)
     m_module = getattr(mf.nn, kind)(4, **kwargs)
     assert repr(m_module) == repr(t_module)
     # Three training steps: outputs, gradients, running statistics.
     for step in range(3):
         if step == 0:
-            compare(t_module, m_module, [randn(*shape, seed=step) * 2 + 1], dtype)
+            compare(t_module, m_module, [randn(*shape, seed=step) * 2 + 1], dtype, device=device)
         else:
             t_x = torch.tensor(randn(*shape, seed=step).astype(dtype) * 3 - 1)
             m_x = mf_from(randn(*shape, seed=step).astype(dtype) * 3 - 1)
@@ -218,14 +234,14 @@ def test_batchnorm_train_and_eval(kind, shape, kwargs, dtype):
         np.testing.assert_array_equal(to_numpy(v), before[k])
 
 
-def test_embedding_matches_torch():
+def test_embedding_matches_torch(device):
     for kwargs in [{}, {"padding_idx": 1}, {"padding_idx": -2}]:
         t_module = torch.nn.Embedding(7, 3, **kwargs)
         m_module = mf.nn.Embedding(7, 3, **kwargs)
         assert repr(m_module) == repr(t_module)
         assert m_module.padding_idx == t_module.padding_idx
         idx = np.array([[1, 2, 5], [1, 0, 6]], dtype=np.int64)
-        compare(t_module, m_module, [idx], "float64")
+        compare(t_module, m_module, [idx], "float64", device=device)
         if "padding_idx" in kwargs:
             row = to_numpy(m_module.weight.grad)[t_module.padding_idx]
             np.testing.assert_array_equal(row, np.zeros(3))
@@ -284,23 +300,23 @@ def self_attn_call(need_weights=True, masks=None):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("bias", [True, False])
-def test_multihead_attention_self(batch_first, bias, dtype):
+def test_multihead_attention_self(batch_first, bias, dtype, device):
     t_module = torch.nn.MultiheadAttention(8, 2, bias=bias, batch_first=batch_first)
     m_module = mf.nn.MultiheadAttention(8, 2, bias=bias, batch_first=batch_first)
-    compare(t_module, m_module, [randn(3, 5, 8)], dtype, call=self_attn_call())
+    compare(t_module, m_module, [randn(3, 5, 8)], dtype, call=self_attn_call(), device=device)
     t_module2 = torch.nn.MultiheadAttention(8, 2, bias=bias, batch_first=batch_first)
     m_module2 = mf.nn.MultiheadAttention(8, 2, bias=bias, batch_first=batch_first)
-    compare(t_module2, m_module2, [randn(3, 5, 8)], dtype, call=self_attn_call(need_weights=False))
+    compare(t_module2, m_module2, [randn(3, 5, 8)], dtype, call=self_attn_call(need_weights=False), device=device)
 
 
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("need_weights,average", [(True, True), (True, False), (False, True)])
-def test_multihead_attention_cross(batch_first, need_weights, average):
+def test_multihead_attention_cross(batch_first, need_weights, average, device):
     t_module = torch.nn.MultiheadAttention(6, 3, batch_first=batch_first)
     m_module = mf.nn.MultiheadAttention(6, 3, batch_first=batch_first)
     q_shape, kv_shape = ((2, 4, 6), (2, 7, 6)) if batch_first else ((4, 2, 6), (7, 2, 6))
     inputs = [randn(*q_shape, seed=1), randn(*kv_shape, seed=2), randn(*kv_shape, seed=3)]
-    _, m_out = compare(t_module, m_module, inputs, call=mha_call(need_weights, average))
+    _, m_out = compare(t_module, m_module, inputs, call=mha_call(need_weights, average), device=device)
     if need_weights:
         assert tuple(m_out[1].shape) == ((2, 4, 7) if average else (2, 3, 4, 7))
     else:
@@ -309,7 +325,7 @@ def test_multihead_attention_cross(batch_first, need_weights, average):
 
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("batch_first", [False, True])
-def test_multihead_attention_masks(need_weights, batch_first):
+def test_multihead_attention_masks(need_weights, batch_first, device):
     rng = np.random.default_rng(5)
     L, S, N, E, H = 4, 6, 3, 8, 2
     q_shape, kv_shape = ((N, L, E), (N, S, E)) if batch_first else ((L, N, E), (S, N, E))
@@ -332,20 +348,20 @@ def test_multihead_attention_masks(need_weights, batch_first):
         t_module = torch.nn.MultiheadAttention(E, H, batch_first=batch_first)
         m_module = mf.nn.MultiheadAttention(E, H, batch_first=batch_first)
         inputs = [randn(*q_shape, seed=1), randn(*kv_shape, seed=2), randn(*kv_shape, seed=3)] + masks
-        compare(t_module, m_module, inputs, call=mha_call(need_weights, masks=names), grad_inputs={0, 1, 2})
+        compare(t_module, m_module, inputs, call=mha_call(need_weights, masks=names), grad_inputs={0, 1, 2}, device=device)
 
 
-def test_multihead_attention_unbatched():
+def test_multihead_attention_unbatched(device):
     t_module = torch.nn.MultiheadAttention(6, 2)
     m_module = mf.nn.MultiheadAttention(6, 2)
     mask = np.triu(np.ones((4, 5), dtype=bool), 1)
     inputs = [randn(4, 6, seed=1), randn(5, 6, seed=2), randn(5, 6, seed=3), mask]
-    _, m_out = compare(t_module, m_module, inputs, call=mha_call(masks=["attn_mask"]), grad_inputs={0, 1, 2})
+    _, m_out = compare(t_module, m_module, inputs, call=mha_call(masks=["attn_mask"]), grad_inputs={0, 1, 2}, device=device)
     assert tuple(m_out[0].shape) == (4, 6) and tuple(m_out[1].shape) == (4, 5)
     kpm = np.array([False, False, True, False, True])
     t_module, m_module = torch.nn.MultiheadAttention(6, 2), mf.nn.MultiheadAttention(6, 2)
     inputs = [randn(4, 6, seed=1), randn(5, 6, seed=2), randn(5, 6, seed=3), kpm]
-    compare(t_module, m_module, inputs, call=mha_call(masks=["key_padding_mask"]), grad_inputs={0, 1, 2})
+    compare(t_module, m_module, inputs, call=mha_call(masks=["key_padding_mask"]), grad_inputs={0, 1, 2}, device=device)
 
 
 def test_multihead_attention_masking_effect():
@@ -387,7 +403,7 @@ TEL_CASES = [
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("kwargs", TEL_CASES)
 @pytest.mark.parametrize("mask_kind", [None, "causal_float", "bool", "key_padding"])
-def test_transformer_encoder_layer(kwargs, mask_kind, dtype):
+def test_transformer_encoder_layer(kwargs, mask_kind, dtype, device):
     t_module = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, **kwargs)
     m_module = mf.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, **kwargs)
     assert repr(m_module) == repr(t_module)
@@ -409,16 +425,16 @@ def test_transformer_encoder_layer(kwargs, mask_kind, dtype):
 
     def call(m, x, *rest):
         return m(x, **dict(zip(names, rest)))
-    compare(t_module, m_module, inputs, dtype, call=call, grad_inputs={0})
+    compare(t_module, m_module, inputs, dtype, call=call, grad_inputs={0}, device=device)
 
 
-def test_transformer_encoder_layer_eval_with_dropout():
+def test_transformer_encoder_layer_eval_with_dropout(device):
     t_module = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.5)
     m_module = mf.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.5)
     t_module.eval()
     m_module.eval()
     assert all(not m.training for m in m_module.modules())
-    compare(t_module, m_module, [randn(4, 2, 8)], "float64")
+    compare(t_module, m_module, [randn(4, 2, 8)], "float64", device=device)
 
 
 # --- losses ----------------------------------------------------------------------------------
@@ -434,7 +450,7 @@ def class_targets(shape, classes, seed=0, ignore=None):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("options", [{}, {"weight": True}, {"ignore_index": 2}, {"label_smoothing": 0.2},
                                      {"weight": True, "ignore_index": 1, "label_smoothing": 0.1}])
-def test_cross_entropy_loss(options, reduction, dtype):
+def test_cross_entropy_loss(options, reduction, dtype, device):
     kwargs = dict(options)
     weight = np.random.default_rng(3).random(5) + 0.5
     if kwargs.pop("weight", False):
@@ -444,55 +460,55 @@ def test_cross_entropy_loss(options, reduction, dtype):
         t_module = torch.nn.CrossEntropyLoss(reduction=reduction, **kwargs)
         m_module = mf.nn.CrossEntropyLoss(reduction=reduction, **kwargs)
     assert repr(m_module) == repr(t_module)
-    compare(t_module, m_module, [randn(6, 5), class_targets((6,), 5)], dtype)
-    compare(t_module, m_module, [randn(2, 5, 3, 2), class_targets((2, 3, 2), 5, seed=2)], dtype)
+    compare(t_module, m_module, [randn(6, 5), class_targets((6,), 5)], dtype, device=device)
+    compare(t_module, m_module, [randn(2, 5, 3, 2), class_targets((2, 3, 2), 5, seed=2)], dtype, device=device)
     # probabilities as targets
     if "ignore_index" not in kwargs:
         probs = np.random.default_rng(4).random((6, 5))
-        compare(t_module, m_module, [randn(6, 5), probs / probs.sum(1, keepdims=True)], dtype, grad_inputs={0})
+        compare(t_module, m_module, [randn(6, 5), probs / probs.sum(1, keepdims=True)], dtype, grad_inputs={0}, device=device)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_nll_loss(reduction):
+def test_nll_loss(reduction, device):
     weight = np.random.default_rng(3).random(4) + 0.5
     for kwargs in [{}, {"ignore_index": 0}]:
         t_module = torch.nn.NLLLoss(reduction=reduction, **kwargs)
         m_module = mf.nn.NLLLoss(reduction=reduction, **kwargs)
-        compare(t_module, m_module, [randn(7, 4), class_targets((7,), 4)])
+        compare(t_module, m_module, [randn(7, 4), class_targets((7,), 4)], device=device)
         t_module = torch.nn.NLLLoss(weight=torch.tensor(weight), reduction=reduction, **kwargs)
         m_module = mf.nn.NLLLoss(weight=mf_from(weight), reduction=reduction, **kwargs)
-        compare(t_module, m_module, [randn(7, 4), class_targets((7,), 4)])
-        compare(t_module, m_module, [randn(2, 4, 3), class_targets((2, 3), 4)])
+        compare(t_module, m_module, [randn(7, 4), class_targets((7,), 4)], device=device)
+        compare(t_module, m_module, [randn(2, 4, 3), class_targets((2, 3), 4)], device=device)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_mse_and_bce_losses(reduction, dtype):
+def test_mse_and_bce_losses(reduction, dtype, device):
     compare(torch.nn.MSELoss(reduction=reduction), mf.nn.MSELoss(reduction=reduction),
-            [randn(4, 3), randn(4, 3, seed=2)], dtype)
+            [randn(4, 3), randn(4, 3, seed=2)], dtype, device=device)
     target = np.random.default_rng(0).random((4, 3))
     compare(torch.nn.BCEWithLogitsLoss(reduction=reduction), mf.nn.BCEWithLogitsLoss(reduction=reduction),
-            [randn(4, 3) * 3, target], dtype)
+            [randn(4, 3) * 3, target], dtype, device=device)
     pos_weight = np.array([0.5, 2.0, 3.0])
     weight = np.array([1.0, 0.2, 2.0])
     t_module = torch.nn.BCEWithLogitsLoss(weight=torch.tensor(weight), pos_weight=torch.tensor(pos_weight),
                                           reduction=reduction)
     m_module = mf.nn.BCEWithLogitsLoss(weight=mf_from(weight), pos_weight=mf_from(pos_weight), reduction=reduction)
-    compare(t_module, m_module, [randn(4, 3) * 3, target], dtype)
+    compare(t_module, m_module, [randn(4, 3) * 3, target], dtype, device=device)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_l1_smooth_l1_and_huber_losses(reduction, dtype):
+def test_l1_smooth_l1_and_huber_losses(reduction, dtype, device):
     inputs = [randn(4, 3) * 2, randn(4, 3, seed=2)]
-    compare(torch.nn.L1Loss(reduction=reduction), mf.nn.L1Loss(reduction=reduction), inputs, dtype)
+    compare(torch.nn.L1Loss(reduction=reduction), mf.nn.L1Loss(reduction=reduction), inputs, dtype, device=device)
     for beta in (1.0, 0.3, 0.0):
         compare(torch.nn.SmoothL1Loss(reduction=reduction, beta=beta),
-                mf.nn.SmoothL1Loss(reduction=reduction, beta=beta), inputs, dtype)
+                mf.nn.SmoothL1Loss(reduction=reduction, beta=beta), inputs, dtype, device=device)
     for delta in (1.0, 0.3):
         compare(torch.nn.HuberLoss(reduction=reduction, delta=delta), mf.nn.HuberLoss(reduction=reduction, delta=delta),
-                inputs, dtype)
-    compare(torch.nn.CosineSimilarity(dim=0), mf.nn.CosineSimilarity(dim=0), inputs, dtype)
+                inputs, dtype, device=device)
+    compare(torch.nn.CosineSimilarity(dim=0), mf.nn.CosineSimilarity(dim=0), inputs, dtype, device=device)
     with pytest.raises(ValueError, match="reduction"):
         mf.nn.L1Loss(reduction="avg")
     with pytest.raises(ValueError, match="delta"):
@@ -505,19 +521,19 @@ def test_l1_smooth_l1_and_huber_losses(reduction, dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_bce_and_kl_div_losses(reduction, dtype):
+def test_bce_and_kl_div_losses(reduction, dtype, device):
     rng = np.random.default_rng(3)
     probs, target = rng.uniform(0.02, 0.98, (4, 3)), rng.uniform(0, 1, (4, 3))
-    compare(torch.nn.BCELoss(reduction=reduction), mf.nn.BCELoss(reduction=reduction), [probs, target], dtype)
+    compare(torch.nn.BCELoss(reduction=reduction), mf.nn.BCELoss(reduction=reduction), [probs, target], dtype, device=device)
     weight = np.array([1.0, 0.2, 2.0])
     compare(torch.nn.BCELoss(weight=torch.tensor(weight), reduction=reduction),
-            mf.nn.BCELoss(weight=mf_from(weight), reduction=reduction), [probs, target], dtype)
+            mf.nn.BCELoss(weight=mf_from(weight), reduction=reduction), [probs, target], dtype, device=device)
     log_probs = np.log(rng.dirichlet(np.ones(3), 4))
     q = rng.dirichlet(np.ones(3), 4)  # zeros in q: test_bce_kl_div_and_xlogy_edges_as_torch
     for red in (reduction, "batchmean"):
-        compare(torch.nn.KLDivLoss(reduction=red), mf.nn.KLDivLoss(reduction=red), [log_probs, q], dtype)
+        compare(torch.nn.KLDivLoss(reduction=red), mf.nn.KLDivLoss(reduction=red), [log_probs, q], dtype, device=device)
         compare(torch.nn.KLDivLoss(reduction=red, log_target=True), mf.nn.KLDivLoss(reduction=red, log_target=True),
-                [log_probs, np.log(rng.dirichlet(np.ones(3), 4))], dtype)
+                [log_probs, np.log(rng.dirichlet(np.ones(3), 4))], dtype, device=device)
 
 
 def test_bce_kl_div_and_xlogy_edges_as_torch():
@@ -570,11 +586,11 @@ LAYERS_1D = [
 
 @pytest.mark.parametrize("name,make,shape", LAYERS_1D, ids=[l[0] for l in LAYERS_1D])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_1d_shape_and_activation_layers(name, make, shape, dtype):
+def test_1d_shape_and_activation_layers(name, make, shape, dtype, device):
     torch.manual_seed(0)
     t_module, m_module = make(torch), make(mf)
     assert repr(m_module) == repr(t_module)
-    compare(t_module, m_module, [np.random.default_rng(1).standard_normal(shape) * 2], dtype)
+    compare(t_module, m_module, [np.random.default_rng(1).standard_normal(shape) * 2], dtype, device=device)
 
 
 def test_1d_functional_forms_and_errors():
@@ -613,7 +629,7 @@ def test_1d_functional_forms_and_errors():
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_instance_norm_running_statistics_as_torch(dtype):
+def test_instance_norm_running_statistics_as_torch(dtype, device):
     rng = np.random.default_rng(4)
     for t_module, m_module in ((torch.nn.InstanceNorm1d(3, affine=True, track_running_stats=True, momentum=0.3),
                                 mf.nn.InstanceNorm1d(3, affine=True, track_running_stats=True, momentum=0.3)),
@@ -621,12 +637,12 @@ def test_instance_norm_running_statistics_as_torch(dtype):
                                 mf.nn.InstanceNorm2d(2, track_running_stats=True))):
         shape = (4, 3, 6) if isinstance(t_module, torch.nn.InstanceNorm1d) else (3, 2, 4, 5)
         for _ in range(2):
-            compare(t_module, m_module, [rng.standard_normal(shape) * 3 + 1], dtype)
+            compare(t_module, m_module, [rng.standard_normal(shape) * 3 + 1], dtype, device=device)
         for name in ("running_mean", "running_var"):
             np.testing.assert_allclose(to_numpy(getattr(m_module, name)), getattr(t_module, name).detach().numpy(),
                                        rtol=1e-5 if dtype == "float32" else 1e-10)
         t_module.eval(), m_module.eval()
-        compare(t_module, m_module, [rng.standard_normal(shape)], dtype)
+        compare(t_module, m_module, [rng.standard_normal(shape)], dtype, device=device)
 
 
 def test_channel_dropout_as_torch():
@@ -909,11 +925,11 @@ def test_multihead_attention_repr():
     assert repr(MyLinear(2, 3)) == "MyLinear(in_features=2, out_features=3, bias=True)"
 
 
-def test_forward_and_backward_of_python_model_match_torch():
+def test_forward_and_backward_of_python_model_match_torch(device):
     t_model, m_model = make_model(torch).double(), make_model(mf).double()
     t_model.body[0].weight.data.normal_()  # not the identity-like init
     copy_state(t_model, m_model)
-    compare(t_model, m_model, [randn(5, 3)], "float64")
+    compare(t_model, m_model, [randn(5, 3)], "float64", device=device)
 
 
 def test_load_state_dict_strict_errors():

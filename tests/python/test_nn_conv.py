@@ -64,11 +64,11 @@ def distinct(shape, seed):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name,args,kwargs,shape", LAYERS, ids=IDS)
-def test_layer_matches_torch(name, args, kwargs, shape, dtype):
+def test_layer_matches_torch(name, args, kwargs, shape, dtype, device):
     torch.manual_seed(0)
     t_module, m_module = getattr(torch.nn, name)(*args, **kwargs), getattr(mf.nn, name)(*args, **kwargs)
     x = distinct(shape, 1) if "Max" in name else randn(*shape, seed=1)
-    t_out, m_out = compare(t_module, m_module, [x], dtype)
+    t_out, m_out = compare(t_module, m_module, [x], dtype, device=device)
     if kwargs.get("return_indices"):
         np.testing.assert_array_equal(m_out[1].numpy(), t_out[1].numpy())
         assert m_out[1].dtype == mf.int64
@@ -83,20 +83,20 @@ def test_repr_and_attributes_match_torch(name, args, kwargs, shape):
         assert getattr(m_module, attr) == getattr(t_module, attr), attr
 
 
-def test_unbatched_input_of_each_layer():
+def test_unbatched_input_of_each_layer(device):
     rng = np.random.default_rng(5)
     for t_module, m_module, shape in (
             (torch.nn.Conv3d(2, 3, 2), mf.nn.Conv3d(2, 3, 2), (2, 4, 3, 3)),
             (torch.nn.ConvTranspose3d(2, 3, 2, stride=2), mf.nn.ConvTranspose3d(2, 3, 2, stride=2), (2, 2, 3, 2)),
             (torch.nn.AdaptiveMaxPool2d(2), mf.nn.AdaptiveMaxPool2d(2), (3, 5, 4))):
-        compare(t_module, m_module, [rng.standard_normal(shape)])
+        compare(t_module, m_module, [rng.standard_normal(shape)], device=device)
 
 
 @pytest.mark.parametrize("output_size", [[10, 11], (10, 12), (2, 3, 9, 12), torch.Size([9, 11])])
-def test_conv_transpose_output_size_picks_the_output_padding(output_size):
+def test_conv_transpose_output_size_picks_the_output_padding(output_size, device):
     t_module = torch.nn.ConvTranspose2d(3, 2, 3, stride=(2, 3), padding=1)
     m_module = mf.nn.ConvTranspose2d(3, 2, 3, stride=(2, 3), padding=1)
-    t_out, m_out = compare(t_module, m_module, [randn(2, 3, 5, 4)], call=lambda m, x: m(x, output_size=output_size))
+    t_out, m_out = compare(t_module, m_module, [randn(2, 3, 5, 4)], call=lambda m, x: m(x, output_size=output_size), device=device)
     assert tuple(m_out[0].shape) == tuple(t_out[0].shape)
 
 

@@ -18,7 +18,7 @@ from sampling import Arr, Dt, exact
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOW_PRECISION = ("float16", "bfloat16")
-DEVICES = ["cpu"] + (["cuda"] if mf.cuda.is_available() else [])
+from devices import DEVICES  # noqa: E402
 
 
 def _cases():

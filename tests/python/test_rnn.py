@@ -41,7 +41,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
-def test_layer_matches_torch(kind, config):
+def test_layer_matches_torch(kind, config, device):
     t_cls, m_cls = LAYERS[kind]
     torch.manual_seed(0)
     t, m = t_cls(5, 7, **config), m_cls(5, 7, **config)
@@ -50,44 +50,44 @@ def test_layer_matches_torch(kind, config):
     x = randn(3, 4, 5, seed=1)  # (T, B, I), or (B, T, I) with batch_first
     h = randn(states, 3 if config.get("batch_first") else 4, 7, seed=2)
     inputs = [x, h] + ([randn(*h.shape, seed=3)] if kind == "LSTM" else [])
-    compare(t, m, inputs, call=call_with_state(kind))
+    compare(t, m, inputs, call=call_with_state(kind), device=device)
 
 
 @pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
-def test_layer_without_initial_state_and_unbatched(kind):
+def test_layer_without_initial_state_and_unbatched(kind, device):
     t_cls, m_cls = LAYERS[kind]
     t, m = t_cls(4, 6, num_layers=2, bidirectional=True), m_cls(4, 6, num_layers=2, bidirectional=True)
-    compare(t, m, [randn(5, 2, 4)], call=lambda mod, x: flat(mod(x)))
+    compare(t, m, [randn(5, 2, 4)], call=lambda mod, x: flat(mod(x)), device=device)
     t, m = t_cls(4, 6), m_cls(4, 6)
     h = randn(1, 6, seed=4)
     inputs = [randn(5, 4), h] + ([randn(1, 6, seed=5)] if kind == "LSTM" else [])
-    t_out, m_out = compare(t, m, inputs, call=call_with_state(kind))
+    t_out, m_out = compare(t, m, inputs, call=call_with_state(kind), device=device)
     assert tuple(m_out[0].shape) == (5, 6) and tuple(m_out[1].shape) == (1, 6)
 
 
-def test_rnn_relu_and_float32():
+def test_rnn_relu_and_float32(device):
     t, m = torch.nn.RNN(3, 5, nonlinearity="relu", num_layers=2), mf.nn.RNN(3, 5, nonlinearity="relu", num_layers=2)
-    compare(t, m, [randn(6, 2, 3), randn(2, 2, 5)], call=call_with_state("RNN"))
+    compare(t, m, [randn(6, 2, 3), randn(2, 2, 5)], call=call_with_state("RNN"), device=device)
     t, m = torch.nn.LSTM(3, 5, bidirectional=True), mf.nn.LSTM(3, 5, bidirectional=True)
-    compare(t, m, [randn(6, 2, 3)], dtype="float32", call=lambda mod, x: flat(mod(x)))
+    compare(t, m, [randn(6, 2, 3)], dtype="float32", call=lambda mod, x: flat(mod(x)), device=device)
 
 
 @pytest.mark.parametrize("kind", ["RNNCell", "LSTMCell", "GRUCell"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_cells_match_torch(kind, bias):
+def test_cells_match_torch(kind, bias, device):
     t_cls, m_cls = CELLS[kind]
     t, m = t_cls(5, 4, bias=bias), m_cls(5, 4, bias=bias)
     call = call_with_state(kind)
     inputs = [randn(3, 5), randn(3, 4, seed=2)] + ([randn(3, 4, seed=3)] if kind == "LSTMCell" else [])
-    compare(t, m, inputs, call=call)
+    compare(t, m, inputs, call=call, device=device)
     inputs = [randn(5), randn(4, seed=2)] + ([randn(4, seed=3)] if kind == "LSTMCell" else [])
-    compare(t, m, inputs, call=call)
-    compare(t, m, [randn(2, 5)], call=lambda mod, x: flat(mod(x)))
+    compare(t, m, inputs, call=call, device=device)
+    compare(t, m, [randn(2, 5)], call=lambda mod, x: flat(mod(x)), device=device)
 
 
-def test_rnn_cell_relu_and_repr():
+def test_rnn_cell_relu_and_repr(device):
     t, m = torch.nn.RNNCell(3, 2, nonlinearity="relu"), mf.nn.RNNCell(3, 2, nonlinearity="relu")
-    compare(t, m, [randn(4, 3), randn(4, 2)], call=lambda mod, x, h: mod(x, h))
+    compare(t, m, [randn(4, 3), randn(4, 2)], call=lambda mod, x, h: mod(x, h), device=device)
     for t_m, m_m in [(t, m), (torch.nn.LSTMCell(3, 2, bias=False), mf.nn.LSTMCell(3, 2, bias=False)),
                      (torch.nn.GRU(3, 4, 2, batch_first=True, dropout=0.5, bidirectional=True),
                       mf.nn.GRU(3, 4, 2, batch_first=True, dropout=0.5, bidirectional=True)),

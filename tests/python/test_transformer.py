@@ -17,13 +17,13 @@ def causal_mask(n):
 
 @pytest.mark.parametrize("kwargs", [{}, {"norm_first": True}, {"batch_first": True, "activation": "gelu"}],
                          ids=["post-norm", "pre-norm", "batch_first-gelu"])
-def test_decoder_layer_matches_torch(kwargs):
+def test_decoder_layer_matches_torch(kwargs, device):
     t = torch.nn.TransformerDecoderLayer(8, 2, **LAYER_ARGS, **kwargs)
     m = mf.nn.TransformerDecoderLayer(8, 2, **LAYER_ARGS, **kwargs)
     batch_first = kwargs.get("batch_first", False)
     tgt = randn(3, 4, 8, seed=1) if not batch_first else randn(4, 3, 8, seed=1)
     memory = randn(5, 4, 8, seed=2) if not batch_first else randn(4, 5, 8, seed=2)
-    compare(t, m, [tgt, memory])
+    compare(t, m, [tgt, memory], device=device)
     # masks: causal float target mask, bool memory mask, key padding masks
     padding = np.zeros((4, 5), dtype=bool)
     padding[1, 3:] = True
@@ -34,17 +34,17 @@ def test_decoder_layer_matches_torch(kwargs):
     compare(t, m, [tgt, memory, causal_mask(3), memory_mask, tgt_padding, padding],
             call=lambda mod, a, b, c, d, e, f: mod(a, b, tgt_mask=c, memory_mask=d, tgt_key_padding_mask=e,
                                                    memory_key_padding_mask=f),
-            grad_inputs=(0, 1))
+            grad_inputs=(0, 1), device=device)
 
 
-def test_decoder_layer_unbatched():
+def test_decoder_layer_unbatched(device):
     t = torch.nn.TransformerDecoderLayer(6, 3, **LAYER_ARGS)
     m = mf.nn.TransformerDecoderLayer(6, 3, **LAYER_ARGS)
-    compare(t, m, [randn(4, 6), randn(2, 6, seed=3)])
+    compare(t, m, [randn(4, 6), randn(2, 6, seed=3)], device=device)
 
 
 @pytest.mark.parametrize("with_norm", [False, True])
-def test_encoder_stack_matches_torch(with_norm):
+def test_encoder_stack_matches_torch(with_norm, device):
     t_layer = torch.nn.TransformerEncoderLayer(8, 2, **LAYER_ARGS)
     m_layer = mf.nn.TransformerEncoderLayer(8, 2, **LAYER_ARGS)
     t = torch.nn.TransformerEncoder(t_layer, 3, norm=torch.nn.LayerNorm(8) if with_norm else None,
@@ -55,16 +55,16 @@ def test_encoder_stack_matches_torch(with_norm):
     padding = np.zeros((2, 5), dtype=bool)
     padding[0, 4] = True
     compare(t, m, [randn(5, 2, 8), causal_mask(5), padding],
-            call=lambda mod, x, mask, kpm: mod(x, mask=mask, src_key_padding_mask=kpm), grad_inputs=(0,))
+            call=lambda mod, x, mask, kpm: mod(x, mask=mask, src_key_padding_mask=kpm), grad_inputs=(0,), device=device)
 
 
-def test_decoder_stack_matches_torch():
+def test_decoder_stack_matches_torch(device):
     t = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(8, 2, **LAYER_ARGS, batch_first=True), 2,
                                     norm=torch.nn.LayerNorm(8))
     m = mf.nn.TransformerDecoder(mf.nn.TransformerDecoderLayer(8, 2, **LAYER_ARGS, batch_first=True), 2,
                                  norm=mf.nn.LayerNorm(8))
     compare(t, m, [randn(2, 3, 8), randn(2, 4, 8, seed=5), causal_mask(3)],
-            call=lambda mod, x, mem, mask: mod(x, mem, tgt_mask=mask), grad_inputs=(0, 1))
+            call=lambda mod, x, mem, mask: mod(x, mem, tgt_mask=mask), grad_inputs=(0, 1), device=device)
 
 
 def test_stack_layers_are_independent_clones():
@@ -85,7 +85,7 @@ def test_stack_layers_are_independent_clones():
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"batch_first": True, "norm_first": True}])
-def test_transformer_matches_torch(kwargs):
+def test_transformer_matches_torch(kwargs, device):
     torch.manual_seed(0)
     t = torch.nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, **LAYER_ARGS, **kwargs)
     m = mf.nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, **LAYER_ARGS, **kwargs)
@@ -99,7 +99,7 @@ def test_transformer_matches_torch(kwargs):
     compare(t, m, [src, tgt, tgt_mask, src_padding],
             call=lambda mod, s, tg, mask, kpm: mod(s, tg, tgt_mask=mask, src_key_padding_mask=kpm,
                                                    memory_key_padding_mask=kpm),
-            grad_inputs=(0, 1))
+            grad_inputs=(0, 1), device=device)
 
 
 def test_transformer_init_and_attributes():
