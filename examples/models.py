@@ -104,7 +104,7 @@ def gpt(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128, checkpoint=Fal
 
         def forward(self, idx):
             t = idx.shape[1]
-            x = self.tok(idx) + self.pos(lib.arange(t))
+            x = self.tok(idx) + self.pos(lib.arange(t, device=idx.device))
             mask = self.causal[:t, :t]
             for block in self.blocks:
                 if checkpoint and lib.is_grad_enabled():
@@ -129,7 +129,7 @@ def gpt_sequential(lib, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
             self.pos = nn.Embedding(seq, d_model)
 
         def forward(self, idx):
-            return self.tok(idx) + self.pos(lib.arange(idx.shape[1]))
+            return self.tok(idx) + self.pos(lib.arange(idx.shape[1], device=idx.device))
 
     class Block(nn.Module):
         def __init__(self):
@@ -215,7 +215,7 @@ def bert(lib, vocab=1024, dim=256, heads=4, layers=4, mlp=1024, seq=128):
 
         def forward(self, tokens):
             padding = tokens == BERT_PAD
-            x = self.ln_embed(self.tok(tokens) + self.pos(lib.arange(tokens.shape[1])))
+            x = self.ln_embed(self.tok(tokens) + self.pos(lib.arange(tokens.shape[1], device=tokens.device)))
             for layer in self.layers:
                 x = layer(x, src_key_padding_mask=padding)
             return self.decoder(self.ln_head(F.gelu(self.dense(x))))

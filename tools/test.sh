@@ -32,6 +32,12 @@ if [ "$sanitize" = 0 ]; then
   # The Python front end (its extension was built into python/meshflow/ above).
   PYTHONPATH="$root/python" /usr/bin/python3 -m pytest "$root/tests/python" -q -p no:cacheprovider --durations=15
   phase_done "pytest"
+  # The device-generic tests' "cuda" cases on the emulated device (Note
+  # [Emulated device] in src/backend/emulated/emulated.h): the Python front
+  # end and the shared device kernels, without a GPU.
+  MESHFLOW_EMULATE_CUDA=1 PYTHONPATH="$root/python" /usr/bin/python3 -m pytest "$root/tests/python" -q \
+    -p no:cacheprovider -k cuda
+  phase_done "pytest on the emulated CUDA device"
   # docs/reliability.md: a fixed-seed campaign; any crash, hang or
   # undocumented exception fails the run (reproducers in build/fuzz-ci).
   MESHFLOW_FUZZ_NO_BUILD=1 bash "$root/tools/fuzz.sh" --calls "${MESHFLOW_FUZZ_CALLS:-50000}" --seed 1 \

@@ -100,6 +100,14 @@ Backend* register_backend(Backend* backend);
 Backend* replace_backend(DeviceType type, Backend* backend);
 // The backend of a device type; throws mf::Error if none is built.
 Backend& get_backend(DeviceType type);
+
+// For tests on a machine without a GPU (Note [Emulated device] in
+// src/backend/emulated/emulated.h): replaces the CUDA backend by `devices`
+// devices whose memory is host memory, every CUDA kernel by the shared
+// device kernels run serially on the host (or the CPU kernel where the CUDA
+// one is the CUDA backend's own). Once per process; a second call must ask
+// for the same number of devices.
+void emulate_cuda(int devices);
 bool has_backend(DeviceType type);
 // Checks that `device` names a device this process can use: its backend is
 // built and the index is below its device count (op names the caller).

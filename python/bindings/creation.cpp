@@ -132,14 +132,14 @@ void init_creation(py::module_& m) {
     const DType dtype = result_type(mean, std);
     MF_CHECK(is_floating(dtype), TypeError, "normal: mean and std must be floating-point, got ", dtype_name(dtype));
     MF_CHECK(std.numel() == 0 || amin(std).item().to_double() >= 0, ValueError, "normal: std must be >= 0");
-    return add(mean, mul(std, randn(shape, {.dtype = dtype}, generator)));
+    return add(mean, mul(std, randn(shape, {.dtype = dtype, .device = mean.device()}, generator)));
   };
   m.def("normal", normal_of, py::arg("mean"), py::arg("std"), py::kw_only(), py::arg("generator") = py::none());
   m.def("normal", [normal_of](const Tensor& mean, double std, Generator* generator) {
-    return normal_of(mean, full({}, std, {.dtype = mean.dtype()}), generator);
+    return normal_of(mean, full({}, std, {.dtype = mean.dtype(), .device = mean.device()}), generator);
   }, py::arg("mean"), py::arg("std") = 1.0, py::kw_only(), py::arg("generator") = py::none());
   m.def("normal", [normal_of](double mean, const Tensor& std, Generator* generator) {
-    return normal_of(full({}, mean, {.dtype = std.dtype()}), std, generator);
+    return normal_of(full({}, mean, {.dtype = std.dtype(), .device = std.device()}), std, generator);
   }, py::arg("mean"), py::arg("std"), py::kw_only(), py::arg("generator") = py::none());
   m.def("normal", [](double mean, double std, const Shape& size, Generator* generator, std::optional<DType> dtype,
                      std::optional<Device> device, bool requires_grad) {

@@ -321,8 +321,8 @@ void init_interop(py::module_& m) {
   m.def("from_dlpack", &from_dlpack, py::arg("ext_tensor"));
   m.def("to_dlpack", &to_dlpack, py::arg("tensor"));
   m.def("tensor", [](py::handle data, std::optional<DType> dtype, std::optional<Device> device, bool requires_grad) {
-    MF_CHECK(!device || device->is_cpu(), Error, "tensor: device ", *device, " is not available in this build");
     Tensor t = tensor_from_data(data, dtype);
+    if (device) t = to(t, *device);  // a device that is not there: check_device's error
     if (requires_grad) t.requires_grad_(true);
     return t;
   }, py::arg("data"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
@@ -333,16 +333,17 @@ void init_interop(py::module_& m) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
   m.def("as_tensor", [](py::handle data, std::optional<DType> dtype, std::optional<Device> device) {
-    MF_CHECK(!device || device->is_cpu(), Error, "as_tensor: device ", *device, " is not available in this build");
+    Tensor t;
     if (py::isinstance<Tensor>(data)) {
-      const auto& t = data.cast<const Tensor&>();
-      return dtype ? to(t, *dtype) : t;
+      t = data.cast<const Tensor&>();
+      if (dtype) t = to(t, *dtype);
+    } else if (py::isinstance<py::array>(data)) {
+      t = tensor_from_numpy(data);
+      if (dtype) t = to(t, *dtype);
+    } else {
+      t = tensor_from_data(data, dtype);
     }
-    if (py::isinstance<py::array>(data)) {
-      Tensor t = tensor_from_numpy(data);
-      return dtype ? to(t, *dtype) : t;
-    }
-    return tensor_from_data(data, dtype);
+    return device ? to(t, *device) : t;  // the same tensor when it is there already
   }, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
 #pragma GCC diagnostic pop
 }

@@ -288,6 +288,8 @@ void init_types(py::module_& m) {
     const DeviceType t = device_type(type);
     return has_backend(t) ? get_backend(t).device_count() : 0;
   }, py::arg("type"));
+  // Note [Emulated device]: for tests on a machine without a GPU.
+  m.def("_emulate_cuda", &emulate_cuda, py::arg("devices") = 2);
   m.def("_check_device", [](const Device& d, const std::string& op) { check_device(d, op.c_str()); },
         py::arg("device"), py::arg("op"));
   m.def("_device_properties", [](const Device& d) {

@@ -18,7 +18,7 @@ namespace {
 // An additive float mask from a bool one (true = not allowed -> -inf).
 Tensor additive_mask(const Tensor& mask, DType dtype, const char* arg) {
   if (mask.dtype() == kBool) {
-    Tensor bias = zeros(mask.shape(), TensorOptions{.dtype = dtype});
+    Tensor bias = zeros(mask.shape(), TensorOptions{.dtype = dtype, .device = mask.device()});
     return masked_fill(bias, mask, -std::numeric_limits<double>::infinity());
   }
   MF_CHECK(is_floating(mask.dtype()), TypeError, "MultiheadAttention: ", arg,

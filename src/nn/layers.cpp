@@ -238,7 +238,7 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
   channel_shape[1] = num_features;
   const int64_t local_count = x.numel() / num_features;
   const Tensor totals = distributed::all_reduce_sum(
-      cat({sum(x, dims), full({1}, Scalar(double(local_count)), TensorOptions{.dtype = x.dtype()})}, 0), group);
+      cat({sum(x, dims), full({1}, Scalar(double(local_count)), TensorOptions{.dtype = x.dtype(), .device = x.device()})}, 0), group);
   const Tensor count = narrow(totals, 0, num_features, 1);
   const Tensor mean = div(narrow(totals, 0, 0, num_features), count);
   const Tensor centered = sub(x, reshape(mean, channel_shape));

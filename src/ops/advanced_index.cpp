@@ -238,7 +238,8 @@ NormalizedIndex normalize_index(const Tensor& t, const std::vector<TensorIndex>&
       } else if (idx.dim() == 0) {
         // A 0-d mask adds an axis of size 1, kept (true) or emptied (false).
         const bool keep_it = idx.item().to_bool();
-        dims.push_back({-1, 0, 1, keep_it ? zeros({1}, {.dtype = DType::Int64}) : empty({0}, {.dtype = DType::Int64})});
+        dims.push_back({-1, 0, 1, keep_it ? zeros({1}, {.dtype = DType::Int64, .device = idx.device()})
+                                            : empty({0}, {.dtype = DType::Int64, .device = idx.device()})});
       } else {
         for (int64_t j = 0; j < idx.dim(); ++j)
           MF_CHECK(idx.sizes()[size_t(j)] == sizes[size_t(d + j)], IndexError, op, ": the shape of the mask ",

@@ -135,7 +135,11 @@ Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
 
 Tensor& copy_(Tensor& t, const Tensor& src) {
   static const OpDef& op = dispatch::op("copy");
-  dispatch::apply_inplace(op, {t, src});
+  // As PyTorch's copy_, across devices too: the source comes to t's device
+  // first (the copy op itself takes one device).
+  const bool across = t.defined() && src.defined() && !t.is_global() && !src.is_global() &&
+                      t.device() != src.device();
+  dispatch::apply_inplace(op, {t, across ? to(src, t.device()) : src});
   return t;
 }
 

@@ -174,7 +174,9 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
 
 namespace {
 
-// Bag of every flat position: (N,) int64, in [0, bags]; bags is the dropped row.
+// Bag of every flat position: (N,) int64, in [0, bags], on the input's
+// device; bags is the dropped row. 1-d offsets are checked on the host
+// (a copy from a device waits for it, as PyTorch's checks do).
 Tensor bag_ids_of(const Tensor& input, const Tensor& offsets, bool include_last_offset, int64_t& bags) {
   const char* name = "embedding_bag";
   if (input.dim() == 2) {
@@ -183,7 +185,8 @@ Tensor bag_ids_of(const Tensor& input, const Tensor& offsets, bool include_last_
              "sequences. However, found offsets of shape ", shape_str(offsets.sizes()));
     bags = input.size(0);
     const int64_t n = input.size(1), rows = checked_mul(bags, n, name, "the number of indices");
-    return n == 0 ? zeros({0}, TensorOptions{.dtype = kInt64}) : div(arange(rows, kInt64), Scalar(n), "floor");
+    return n == 0 ? zeros({0}, TensorOptions{.dtype = kInt64, .device = input.device()})
+                  : div(arange(rows, kInt64, input.device()), Scalar(n), "floor");
   }
   MF_CHECK(input.dim() == 1, ValueError, name, ": input has to be 1D or 2D Tensor, but got Tensor of dimension ",
            input.dim());
@@ -192,7 +195,7 @@ Tensor bag_ids_of(const Tensor& input, const Tensor& offsets, bool include_last_
   MF_CHECK(is_integral(offsets.dtype()) && offsets.dtype() != kBool, TypeError, name,
            ": expected offsets of an integer dtype, got ", dtype_name(offsets.dtype()));
   const int64_t n = input.size(0);
-  const Tensor starts = contiguous(to(offsets.detach(), kInt64));
+  const Tensor starts = contiguous(to(to(offsets.detach(), Device()), kInt64));
   const int64_t count = starts.numel();
   MF_CHECK(!include_last_offset || count >= 1, ValueError, name,
            ": include_last_offset needs at least one offset (the end of the last bag)");
@@ -206,11 +209,11 @@ Tensor bag_ids_of(const Tensor& input, const Tensor& offsets, bool include_last_
     MF_CHECK(p[i] <= n, IndexError, name, ": offsets[", i, "] (", p[i], ") can not be greater than input's length (",
              n, ")");
   }
-  if (n == 0) return zeros({0}, TensorOptions{.dtype = kInt64});
+  if (n == 0) return zeros({0}, TensorOptions{.dtype = kInt64, .device = input.device()});
   // A mark at every bag start (and at include_last_offset's end: later rows
   // go to the dropped row), summed: the bag of each position.
   Tensor marks = index_add(zeros({n + 1}, TensorOptions{.dtype = kInt64}), 0, starts, ones({count}, TensorOptions{.dtype = kInt64}));
-  return sub(narrow(cumsum(marks, 0), 0, 0, n), Scalar(1));
+  return to(sub(narrow(cumsum(marks, 0), 0, 0, n), Scalar(1)), input.device());
 }
 
 }  // namespace

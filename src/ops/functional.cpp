@@ -245,7 +245,7 @@ Tensor diag(const Tensor& t, int64_t offset) {
   if (t.dim() == 2) return clone(diagonal(t, offset));
   const int64_t n = t.size(0), k = offset < 0 ? -offset : offset;
   // eye * t puts t on the main diagonal; padding shifts it off the main one.
-  const Tensor square = mul(eye(n, std::nullopt, {.dtype = t.dtype()}), t);
+  const Tensor square = mul(eye(n, std::nullopt, {.dtype = t.dtype(), .device = t.device()}), t);
   if (k == 0) return square;
   return offset > 0 ? pad(square, {k, 0, 0, k}) : pad(square, {0, k, k, 0});
 }
@@ -297,22 +297,22 @@ UniqueResult unique(const Tensor& t, bool return_inverse, bool return_counts) {
   UniqueResult r;
   if (n == 0) {
     r.values = clone(flat);
-    if (return_inverse) r.inverse = zeros(t.sizes(), {.dtype = DType::Int64});
-    if (return_counts) r.counts = zeros({0}, {.dtype = DType::Int64});
+    if (return_inverse) r.inverse = zeros(t.sizes(), {.dtype = DType::Int64, .device = t.device()});
+    if (return_counts) r.counts = zeros({0}, {.dtype = DType::Int64, .device = t.device()});
     return r;
   }
   const ValuesIndices sorted = sort(flat);
   // first[i]: sorted element i starts a new value (NaN != NaN: each its own)
-  const Tensor first = cat({ones({1}, {.dtype = DType::Bool}),
+  const Tensor first = cat({ones({1}, {.dtype = DType::Bool, .device = t.device()}),
                             ne(narrow(sorted.values, 0, 1, n - 1), narrow(sorted.values, 0, 0, n - 1))});
   r.values = masked_select(sorted.values, first);
   if (return_inverse) {
     const Tensor group = sub(cumsum(first, 0), Scalar(1));
-    r.inverse = reshape(scatter(zeros({n}, {.dtype = DType::Int64}), 0, sorted.indices, group), t.sizes());
+    r.inverse = reshape(scatter(zeros({n}, {.dtype = DType::Int64, .device = t.device()}), 0, sorted.indices, group), t.sizes());
   }
   if (return_counts) {
     const Tensor starts = reshape(nonzero(first), {-1});
-    const Tensor ends = cat({narrow(starts, 0, 1, starts.numel() - 1), full({1}, n, {.dtype = DType::Int64})});
+    const Tensor ends = cat({narrow(starts, 0, 1, starts.numel() - 1), full({1}, n, {.dtype = DType::Int64, .device = t.device()})});
     r.counts = sub(ends, starts);
   }
   return r;
@@ -484,8 +484,8 @@ Tensor channel_dropout(const Tensor& x, double p, bool training, int64_t spatial
   const int64_t kept = (x.dim() == batched || spatial_dims == 2) ? 2 : 1;
   Shape mask_shape = x.sizes();
   for (size_t d = size_t(kept); d < mask_shape.size(); ++d) mask_shape[d] = 1;
-  if (p == 1) return mul(x, zeros(mask_shape, {.dtype = x.dtype()}));
-  const Tensor keep = bernoulli(full(mask_shape, 1.0 - p, {.dtype = x.dtype()}));
+  if (p == 1) return mul(x, zeros(mask_shape, {.dtype = x.dtype(), .device = x.device()}));
+  const Tensor keep = bernoulli(full(mask_shape, 1.0 - p, {.dtype = x.dtype(), .device = x.device()}));
   return mul(x, div(keep, Scalar(1.0 - p)));
 }
 

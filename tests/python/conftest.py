@@ -1,5 +1,6 @@
 """Lets `pytest tests/python` find the meshflow package without PYTHONPATH."""
 import importlib.util
+import os
 import pathlib
 import sys
 
@@ -10,6 +11,11 @@ if importlib.util.find_spec("meshflow") is None and str(_PACKAGE_ROOT) not in sy
 
 
 def pytest_configure(config):
+    # Note [Emulated device]: MESHFLOW_EMULATE_CUDA=1 runs the tests' "cuda"
+    # device on host memory, through the shared device kernels.
+    if os.environ.get("MESHFLOW_EMULATE_CUDA") == "1":
+        import meshflow
+        meshflow._C._emulate_cuda(2)
     # PyTorch's own deprecation notices (x.T on non-matrices, ...) are not findings.
     config.addinivalue_line("filterwarnings", "ignore::UserWarning:torch")
     config.addinivalue_line("filterwarnings", "ignore::UserWarning:opinfo")

@@ -46,6 +46,10 @@ class OpInfo:
     grad_tol: dict = field(default_factory=dict)
     noncontig: bool = True  # odd samples get non-contiguous tensor inputs
     compare_inputs: bool = False  # the op writes into its inputs (batch_norm's running stats)
+    # signs(lib, out): out with each eigen- or singular vector's sign fixed, applied to both
+    # libraries' outputs on devices other than the CPU, whose vectors may differ from LAPACK's
+    # in sign (docs/backends.md)
+    signs: Optional[Callable] = None
 
     def checked_grad_dtypes(self):
         if not self.differentiable or self.check != "values":

@@ -4,9 +4,10 @@ opinfo.py imports this module so that opinfo.OPS holds them.
 The matrices are well conditioned, as the decompositions' gradients need:
 A + n I for general square matrices, M M^T + n I for positive-definite ones,
 symmetric matrices and rectangular ones with well separated eigen- and
-singular values. Both libraries run the same LAPACK routines (PyTorch's
-Debian build and meshflow share OpenBLAS), so even the signs of singular
-vectors and eigenvectors agree."""
+singular values. Both libraries run the same LAPACK routines on the CPU
+(PyTorch's Debian build and meshflow share OpenBLAS), so even the signs of
+singular vectors and eigenvectors agree there; on other devices the entries
+with `signs=` compare them up to sign."""
 import math
 
 import numpy as np
@@ -126,6 +127,30 @@ def qr_samples(rng, dtype):
 op("linalg.qr", qr_samples, dtypes=LAPACK, tol=_TOL, grad_tol=_GRAD_TOL)
 
 
+def _sign_of_columns(v):
+    """The sign of each column's largest-magnitude element, (..., 1, k), without gradient."""
+    return v.gather(-2, v.abs().argmax(-2, keepdim=True)).sign().detach()
+
+
+def _svd_signs(lib, out):
+    """U's first k columns and Vh's first k rows, each pair's sign fixed by U's column (the other
+    columns of full factors are any orthonormal completion)."""
+    u, s, vh = out
+    k = s.shape[-1]
+    if k == 0 or u.shape[-2] == 0:
+        return (u[..., :k], s, vh[..., :k, :])
+    uk = u[..., :k]
+    sign = _sign_of_columns(uk)
+    return (uk * sign, s, vh[..., :k, :] * sign.transpose(-2, -1))
+
+
+def _eigh_signs(lib, out):
+    values, vectors = out
+    if vectors.shape[-1] == 0:
+        return (values, vectors)
+    return (values, vectors * _sign_of_columns(vectors))
+
+
 def svd_samples(rng, dtype):
     g = lambda *shape, rg=True: _general(rng, dtype, shape, rg)  # noqa: E731
     return [S(g(4, 3), full_matrices=False), S(g(3, 5), full_matrices=False), S(g(3, 3)), S(g(4, 3)),
@@ -133,7 +158,7 @@ def svd_samples(rng, dtype):
             S(g(0, 3, rg=False)), S(g(3, 0, rg=False), full_matrices=False)]
 
 
-op("linalg.svd", svd_samples, dtypes=LAPACK, tol=_TOL, grad_tol=_GRAD_TOL)
+op("linalg.svd", svd_samples, dtypes=LAPACK, tol=_TOL, grad_tol=_GRAD_TOL, signs=_svd_signs)
 
 
 def svdvals_samples(rng, dtype):
@@ -154,7 +179,7 @@ def eigh_samples(rng, dtype):
             S(sym(1, 1)), S(sym(0, 3, 3)), S(_symmetric(rng, dtype, (5, 5), definite=True), UPLO="u")]
 
 
-op("linalg.eigh", eigh_samples, dtypes=LAPACK, tol=_TOL, grad_tol=_GRAD_TOL)
+op("linalg.eigh", eigh_samples, dtypes=LAPACK, tol=_TOL, grad_tol=_GRAD_TOL, signs=_eigh_signs)
 op("linalg.eigvalsh", eigh_samples, dtypes=LAPACK, tol=_TOL, grad_tol=_GRAD_TOL)
 
 

@@ -245,7 +245,7 @@ def inplace(method):
 
 
 def values_of(t):
-    return t.double().numpy() if t.is_floating_point() else t.numpy()
+    return t.double().cpu().numpy() if t.is_floating_point() else t.cpu().numpy()
 
 
 def in_range(low, high):
@@ -270,7 +270,7 @@ def validate_randn(args, out):
 def validate_randint(args, out):
     ints = [a for a in args if isinstance(a, int)]
     low, high = (0, ints[0]) if len(ints) == 1 else ints[:2]
-    v = out.numpy()
+    v = out.cpu().numpy()
     assert v.size == 0 or (v.min() >= low and v.max() < high)
 
 

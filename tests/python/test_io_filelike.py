@@ -160,6 +160,9 @@ def test_map_location_to_an_unavailable_device(map_location):
     buf = io.BytesIO()
     mf.save({"x": mf.ones(1)}, buf)
     buf.seek(0)
+    if mf.cuda.device_count() >= 2:  # the emulated device (tests/python/devices.py): the load lands there
+        assert mf.load(buf, map_location=map_location)["x"].device.type == "cuda"
+        return
     with pytest.raises(RuntimeError, match="device 'cuda(:[01])?'.*not available"):
         mf.load(buf, map_location=map_location)
 

@@ -70,7 +70,7 @@ def test_layer_matches_torch(name, args, kwargs, shape, dtype, device):
     x = distinct(shape, 1) if "Max" in name else randn(*shape, seed=1)
     t_out, m_out = compare(t_module, m_module, [x], dtype, device=device)
     if kwargs.get("return_indices"):
-        np.testing.assert_array_equal(m_out[1].numpy(), t_out[1].numpy())
+        np.testing.assert_array_equal(m_out[1].cpu().numpy(), t_out[1].numpy())
         assert m_out[1].dtype == mf.int64
 
 

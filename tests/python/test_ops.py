@@ -232,6 +232,8 @@ def test_op(info, dtype, device):
             m_build = Builder(mf, layout, () if upcast else grad_dtypes, device=device)
             m_args, m_kwargs = m_build(sample.args), m_build(sample.kwargs)
             m_out = fn(mf)(*m_args, **m_kwargs)
+            if device != "cpu" and info.signs is not None:
+                t_out, m_out = info.signs(torch, t_out), info.signs(mf, m_out)
             meta = info.check == "meta"
             assert_same(t_out, m_out, info, what, meta=meta)
             if meta and info.validate is not None:

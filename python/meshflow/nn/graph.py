@@ -244,6 +244,16 @@ def _to_stage(t, placement):
     return t.to_global(placement=placement, sbp=[sbp] * len(placement.hierarchy))
 
 
+def _device_type_of(args):
+    """The device type of the first tensor among a call's arguments
+    (a global tensor's placement type), "cpu" without one: where build()
+    runs, and so the autocast lists it is traced with."""
+    for a in args:
+        if isinstance(a, Tensor):
+            return a.placement.type if a.is_global else a.device.type
+    return "cpu"
+
+
 @contextlib.contextmanager
 def _stage_scopes(pipeline, tracer):
     """While tracing: each stage's forward runs inside the tracer's stage
@@ -304,7 +314,8 @@ class GraphConfig:
         self.auto_parallel_pipeline_stages = None
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
-        """Mixed precision: build() is traced inside autocast("cpu", dtype),
+        """Mixed precision: build() is traced inside autocast(device, dtype)
+        on the device type of its tensor arguments (the CPU without any),
         so matmul, linear, conv and attention run in dtype and the rest by
         the autocast lists; parameters and optimizer state stay float32."""
         if dtype not in (bfloat16, float16):
@@ -554,7 +565,7 @@ class Graph:
             from meshflow.amp import autocast
             amp = self.config.amp_dtype
             scopes = _stage_scopes(pipeline, tracer) if pipeline else contextlib.nullcontext()
-            with autocast("cpu", dtype=amp, enabled=amp is not None), \
+            with autocast(_device_type_of(args), dtype=amp, enabled=amp is not None), \
                     _checkpointed_forwards([m for _, m in self._modules()]), scopes:
                 if scaler is not None:
                     scaler._graph_scaled = type(self).__name__
