@@ -14,7 +14,6 @@
 
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/reduce.h"
-#include "backend/cpu/kernels/lapack.h"
 #include "ops/linalg_common.h"
 
 namespace mf {
@@ -37,7 +36,6 @@ MF_REGISTER_OP(OpDef{
     .name = "linalg_det",
     .inputs = {"A"},
     .infer = [](const TensorList& in, const Attrs&) { return infer_square("linalg.det", in[0], false); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) { cpu::lu_det(in[0], out[0]); },
     .backward = [](const BackwardContext& ctx) {
       const Tensor scale = per_matrix(mul(ctx.grad_outputs[0], ctx.outputs[0]));
       return TensorList{mul(scale, mT(linalg::inv(ctx.inputs[0])))};
@@ -52,9 +50,6 @@ MF_REGISTER_OP(OpDef{
     .name = "linalg_slogdet",
     .inputs = {"A"},
     .infer = [](const TensorList& in, const Attrs&) { return infer_square("linalg.slogdet", in[0], false, 2); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      cpu::lu_slogdet(in[0], out[0], out[1]);
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(per_matrix(ctx.grad_outputs[1]), mT(linalg::inv(ctx.inputs[0])))};
     },
@@ -68,7 +63,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return infer_square("linalg.inv", in[0], true);
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) { cpu::lu_inverse(in[0], out[0]); },
     .backward = [](const BackwardContext& ctx) {
       const Tensor x_t = mT(ctx.outputs[0]);
       return TensorList{neg(matmul(matmul(x_t, ctx.grad_outputs[0]), x_t))};
@@ -99,7 +93,6 @@ MF_REGISTER_OP(OpDef{
       shape.push_back(b.size(-1));
       return std::vector<TensorMeta>{{shape, a.dtype(), a.device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) { cpu::lu_solve(in[0], in[1], out[0]); },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& a = ctx.inputs[0];
       const Tensor grad_b = linalg::solve(mT(a), ctx.grad_outputs[0]);
@@ -120,9 +113,6 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"A"},
     .infer = [](const TensorList& in, const Attrs&) {
       return infer_square("linalg.cholesky", in[0], true);
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      cpu::cholesky(in[0], out[0], attrs.get_bool("upper"));
     },
     .backward = [](const BackwardContext& ctx) {
       const bool upper = ctx.attrs.get_bool("upper");

@@ -1,5 +1,6 @@
 // torch.linalg's orthogonal decompositions: qr, svd, svdvals, eigh,
-// eigvalsh. Kernels: backend/cpu/kernels/lapack.cpp (geqrf/orgqr, gesdd, syevd).
+// eigvalsh. Kernels: backend/cpu/kernels/lapack.cpp (geqrf/orgqr, gesdd, syevd),
+// backend/common/linalg_kernels.h on devices.
 // Batch dims split; matrices stay whole. Backward formulas follow PyTorch
 // 1.13 (FunctionsManual.cpp) and are written with ops, so they work in
 // graphs, for global tensors and twice:
@@ -19,7 +20,6 @@
 
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/reduce.h"
-#include "backend/cpu/kernels/lapack.h"
 #include "ops/linalg_common.h"
 
 namespace mf {
@@ -86,9 +86,6 @@ MF_REGISTER_OP(OpDef{
       const int64_t r_rows = mode == QrMode::Complete ? m : k;
       return std::vector<TensorMeta>{meta_of(a, batch_with(a, {m, q_cols})), meta_of(a, batch_with(a, {r_rows, n}))};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      cpu::qr(in[0], out[0], out[1], qr_mode(attrs.get_string("mode")) != QrMode::R);
-    },
     .backward = qr_backward,
     .save_outputs = 0b11,
     .autocast = AutocastPolicy::Fp32,
@@ -146,9 +143,6 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{meta_of(a, batch_with(a, {m, full ? m : k})), meta_of(a, batch_with(a, {k})),
                                      meta_of(a, batch_with(a, {full ? n : k, n}))};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      cpu::svd(in[0], out[0], out[1], out[2], true);
-    },
     .backward = [](const BackwardContext& ctx) {
       const bool full = ctx.attrs.get_bool("full_matrices");
       const Tensor& s = ctx.outputs[1];
@@ -172,10 +166,6 @@ MF_REGISTER_OP(OpDef{
       const Tensor& a = in[0];
       check_general("linalg.svdvals", a);
       return std::vector<TensorMeta>{meta_of(a, batch_with(a, {std::min(a.size(-2), a.size(-1))}))};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      Tensor no_u, no_vh;
-      cpu::svd(in[0], no_u, out[0], no_vh, false);
     },
     .backward = [](const BackwardContext& ctx) {
       const linalg::SVDResult f = linalg::svd(ctx.inputs[0], false);
@@ -206,9 +196,6 @@ MF_REGISTER_OP(OpDef{
     .name = "linalg_eigh",
     .inputs = {"A"},
     .infer = [](const TensorList& in, const Attrs&) { return infer_eigh("linalg.eigh", in[0], true); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      cpu::eigh(in[0], out[0], out[1], attrs.get_bool("upper"), true);
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor &l = ctx.outputs[0], &v = ctx.outputs[1];
       Tensor inner = diag_embed(ctx.grad_outputs[0]);
@@ -230,10 +217,6 @@ MF_REGISTER_OP(OpDef{
     .name = "linalg_eigvalsh",
     .inputs = {"A"},
     .infer = [](const TensorList& in, const Attrs&) { return infer_eigh("linalg.eigvalsh", in[0], false); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      Tensor no_v;
-      cpu::eigh(in[0], out[0], no_v, attrs.get_bool("upper"), false);
-    },
     .backward = [](const BackwardContext& ctx) {
       const Tensor v = linalg::eigh(ctx.inputs[0], ctx.attrs.get_bool("upper") ? "U" : "L").eigenvectors;
       return TensorList{matmul(mul(v, unsqueeze(ctx.grad_outputs[0], -2)), mT(v))};

@@ -1,3 +1,9 @@
+// The CPU kernels of torch.linalg's decompositions on LAPACK (OpenBLAS's;
+// CMakeLists.txt, Note [One OpenBLAS]), set for the ops of
+// src/ops/linalg_lu.cpp and linalg_spectral.cpp. Inputs are float32 or
+// float64 batches of matrices (..., m, n) of any strides; outputs are
+// contiguous.
+//
 // Note [LAPACK batches]: LAPACK factors one column-major matrix at a time
 // with 32-bit (LP64) integer sizes. Every kernel here copies each matrix of
 // a batch, read through its strides (broadcast batch dims too), into a
@@ -11,13 +17,12 @@
 // the loop, the first failing matrix in batch order is reported as
 // LinAlgError, "(Batch element i): " naming it for batched inputs as
 // PyTorch does, so the error does not depend on the thread count.
-#include "backend/cpu/kernels/lapack.h"
-
 #include <climits>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "meshflow/op_def.h"
 #include "meshflow/parallel.h"
 #include "backend/common/linalg_errors.h"
 #include "backend/cpu/kernels/gemm.h"
@@ -221,8 +226,9 @@ double permutation_sign(const int* ipiv, int64_t n) {
   return sign;
 }
 
-}  // namespace
+// --- the kernels ---------------------------------------------------------------------------
 
+// det (...) of a (..., n, n) through its LU factorisation (getrf).
 void lu_det(const Tensor& a, Tensor& det) {
   dispatch_lapack(a.dtype(), "linalg.det", [&]<typename T>() {
     const int64_t n = a.size(-1);
@@ -235,6 +241,7 @@ void lu_det(const Tensor& a, Tensor& det) {
   });
 }
 
+// sign (...) and log|det| (...); a singular matrix gives sign 0 and -inf.
 void lu_slogdet(const Tensor& a, Tensor& sign, Tensor& logabsdet) {
   dispatch_lapack(a.dtype(), "linalg.slogdet", [&]<typename T>() {
     const int64_t n = a.size(-1);
@@ -255,6 +262,7 @@ void lu_slogdet(const Tensor& a, Tensor& sign, Tensor& logabsdet) {
   });
 }
 
+// a^-1 (getrf, getrs on the identity); LinAlgError for a singular matrix.
 void lu_inverse(const Tensor& a, Tensor& out) {
   const char* op = "linalg.inv";
   dispatch_lapack(a.dtype(), op, [&]<typename T>() {
@@ -277,6 +285,8 @@ void lu_inverse(const Tensor& a, Tensor& out) {
   });
 }
 
+// X with a X = b for a (..., n, n) and b (..., n, k) whose batch dims
+// broadcast to out's; LinAlgError for a singular a.
 void lu_solve(const Tensor& a, const Tensor& b, Tensor& out) {
   const char* op = "linalg.solve";
   dispatch_lapack(a.dtype(), op, [&]<typename T>() {
@@ -303,6 +313,8 @@ void lu_solve(const Tensor& a, const Tensor& b, Tensor& out) {
   });
 }
 
+// The Cholesky factor of the lower (or upper) triangle of a (potrf), the
+// other triangle zero; LinAlgError when a is not positive-definite.
 void cholesky(const Tensor& a, Tensor& out, bool upper) {
   const char* op = "linalg.cholesky";
   dispatch_lapack(a.dtype(), op, [&]<typename T>() {
@@ -327,6 +339,9 @@ void cholesky(const Tensor& a, Tensor& out, bool upper) {
   });
 }
 
+// Q and R of a (..., m, n) (geqrf, orgqr): Q is (..., m, q.size(-1)) with
+// q.size(-1) k = min(m, n) or m; R is r's shape (k or m rows). With
+// compute_q false, q is not written.
 void qr(const Tensor& a, Tensor& q, Tensor& r, bool compute_q) {
   const char* op = "linalg.qr";
   dispatch_lapack(a.dtype(), op, [&]<typename T>() {
@@ -374,6 +389,9 @@ void qr(const Tensor& a, Tensor& q, Tensor& r, bool compute_q) {
   });
 }
 
+// Singular values s (..., k) descending, and with compute_uv u (..., m, m or
+// k) and vh (..., n or k, n), full or reduced by their shapes (gesdd).
+// LinAlgError for NaN input (which gesdd refuses) or no convergence.
 void svd(const Tensor& a, Tensor& u, Tensor& s, Tensor& vh, bool compute_uv) {
   const char* op = "linalg.svd";
   dispatch_lapack(a.dtype(), op, [&]<typename T>() {
@@ -425,6 +443,9 @@ void svd(const Tensor& a, Tensor& u, Tensor& s, Tensor& vh, bool compute_uv) {
   });
 }
 
+// Eigenvalues w (..., n) ascending of the symmetric matrix held in the lower
+// (or upper) triangle of a, and with compute_v the eigenvectors as the
+// columns of v (syevd); LinAlgError when LAPACK does not converge.
 void eigh(const Tensor& a, Tensor& w, Tensor& v, bool upper, bool compute_v) {
   const char* op = "linalg.eigh";
   dispatch_lapack(a.dtype(), op, [&]<typename T>() {
@@ -457,4 +478,43 @@ void eigh(const Tensor& a, Tensor& w, Tensor& v, bool upper, bool compute_v) {
   });
 }
 
+// The ops' CPU kernels (src/ops/linalg_lu.cpp, linalg_spectral.cpp hold the
+// schemas and the backward).
+[[maybe_unused]] const bool kRegistered = [] {
+  OpRegistry& r = OpRegistry::instance();
+  constexpr DeviceType kCpu = DeviceType::CPU;
+  r.set_kernel("linalg_det", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) { lu_det(in[0], out[0]); });
+  r.set_kernel("linalg_slogdet", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    lu_slogdet(in[0], out[0], out[1]);
+  });
+  r.set_kernel("linalg_inv", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    lu_inverse(in[0], out[0]);
+  });
+  r.set_kernel("linalg_solve", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    lu_solve(in[0], in[1], out[0]);
+  });
+  r.set_kernel("linalg_cholesky", kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    cholesky(in[0], out[0], attrs.get_bool("upper"));
+  });
+  r.set_kernel("linalg_qr", kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    qr(in[0], out[0], out[1], attrs.get_string("mode") != "r");  // the mode was checked by inference
+  });
+  r.set_kernel("linalg_svd", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    svd(in[0], out[0], out[1], out[2], true);
+  });
+  r.set_kernel("linalg_svdvals", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    Tensor no_u, no_vh;
+    svd(in[0], no_u, out[0], no_vh, false);
+  });
+  r.set_kernel("linalg_eigh", kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    eigh(in[0], out[0], out[1], attrs.get_bool("upper"), true);
+  });
+  r.set_kernel("linalg_eigvalsh", kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    Tensor no_v;
+    eigh(in[0], out[0], no_v, attrs.get_bool("upper"), false);
+  });
+  return true;
+}();
+
+}  // namespace
 }  // namespace mf::cpu
