@@ -510,28 +510,29 @@ inline index_kernels::Operand batch_operand(const Tensor& t, int64_t core, const
   return operand(t, std::move(s));
 }
 
-// A walk over the matrices of `batch` with a scratch of `per_matrix`
-// elements of dtype and an int info each: run(g, count) runs it over the
-// operands (scratch, info, ops...). Returns the infos on the host when
-// `check` is set (the read waits for the walk).
-template <size_t N, typename Run>
-std::vector<int> over_batch(const Shape& batch, DType dtype, const Device& device, int64_t per_matrix,
-                            const std::array<index_kernels::Operand, N - 2>& ops, bool check, const char* op,
-                            const Run& run) {
+// Runs f, a functor over (scratch, info, ops...), once per matrix of
+// `batch` with a scratch of `per_matrix` elements of a's dtype and an int
+// info each. With describe, reads the infos back (which waits for the
+// walk) and throws for the first failing matrix (linalg_errors.h).
+template <typename L, size_t N, typename F>
+void walk_matrices(const Shape& batch, const Tensor& a, int64_t per_matrix,
+                   const std::array<index_kernels::Operand, N - 2>& ops, const F& f, const char* op,
+                   std::string (*describe)(int) = nullptr, bool batched = false) {
   const int64_t count = shape_numel(batch);
-  if (count == 0) return {};
+  if (count == 0) return;
   Shape scratch_shape = batch;
   scratch_shape.push_back(std::max<int64_t>(per_matrix, 1));
   checked_mul(count, scratch_shape.back(), op, "the scratch elements");
-  const Tensor scratch = make_empty(scratch_shape, dtype, device);
-  const Tensor infos = make_empty(batch, DType::Int32, device);
+  const Tensor scratch = make_empty(scratch_shape, a.dtype(), a.device());
+  const Tensor infos = make_empty(batch, DType::Int32, a.device());
   std::array<index_kernels::Operand, N> all{batch_operand(scratch, 1, batch), batch_operand(infos, 0, batch)};
   for (size_t k = 0; k + 2 < N; ++k) all[k + 2] = ops[k];
-  run(walk_geometry<N>(batch, all, op), count);
-  if (!check) return {};
+  L::template for_each<N>(a.device(), walk_geometry<N>(batch, all, op), count, f);
+  if (!describe) return;
   std::vector<int> host(static_cast<size_t>(count));  // a blocking copy: it waits for the walk
-  get_backend(device.type()).copy(host.data(), Device(), infos.data_ptr(), device, host.size() * sizeof(int), false);
-  return host;
+  get_backend(a.device().type())
+      .copy(host.data(), Device(), infos.data_ptr(), a.device(), host.size() * sizeof(int), false);
+  linalg_errors::check_infos(host.data(), host.size(), batched, op, describe);
 }
 
 inline Shape batch_of(const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); }
@@ -551,65 +552,45 @@ void determinant(const TensorList& in, TensorList& out, const Attrs&) {
   const Tensor& logabs = kLog ? out[1] : out[0];
   const Shape batch = batch_of(a);
   by_dtype(a.dtype(), op, [&]<typename T>() {
-    over_batch<5>(batch, a.dtype(), a.device(), n * n,
-                  {batch_operand(a, 2, batch), batch_operand(out[0], 0, batch), batch_operand(logabs, 0, batch)},
-                  false, op,
-                  [&](const LoopGeometry<5>& g, int64_t count) {
-                    L::template for_each<5>(a.device(), g, count,
-                                            Determinant<typename L::Math, T, kLog>{n, layout_of(a)});
-                  });
+    walk_matrices<L, 5>(batch, a, n * n,
+                        {batch_operand(a, 2, batch), batch_operand(out[0], 0, batch), batch_operand(logabs, 0, batch)},
+                        Determinant<typename L::Math, T, kLog>{n, layout_of(a)}, op);
   });
 }
 
 template <typename L>
 void inverse(const TensorList& in, TensorList& out, const Attrs&) {
   const Tensor &a = in[0], &x = out[0];
-  const char* op = "linalg.inv";
   const int64_t n = a.size(-1);
-  by_dtype(a.dtype(), op, [&]<typename T>() {
-    const Shape batch = batch_of(a);
-    const std::vector<int> infos = over_batch<4>(
-        batch, a.dtype(), a.device(), n * n, {batch_operand(a, 2, batch), batch_operand(x, 2, batch)}, true, op,
-        [&](const LoopGeometry<4>& g, int64_t count) {
-          L::template for_each<4>(a.device(), g, count,
-                                  Solve<typename L::Math, T, false>{n, n, layout_of(a), layout_of(x), {}});
-        });
-    linalg_errors::check_infos(infos.data(), infos.size(), a.dim() > 2, op, linalg_errors::singular_inverse);
+  const Shape batch = batch_of(a);
+  by_dtype(a.dtype(), "linalg.inv", [&]<typename T>() {
+    walk_matrices<L, 4>(batch, a, n * n, {batch_operand(a, 2, batch), batch_operand(x, 2, batch)},
+                        Solve<typename L::Math, T, false>{n, n, layout_of(a), layout_of(x), {}}, "linalg.inv",
+                        linalg_errors::singular_inverse, a.dim() > 2);
   });
 }
 
 template <typename L>
 void solve(const TensorList& in, TensorList& out, const Attrs&) {
   const Tensor &a = in[0], &b = in[1], &x = out[0];
-  const char* op = "linalg.solve";
   const int64_t n = a.size(-1), k = b.size(-1);
-  by_dtype(a.dtype(), op, [&]<typename T>() {
-    const Shape batch = batch_of(x);
-    const std::vector<int> infos = over_batch<5>(
-        batch, a.dtype(), a.device(), n * n,
-        {batch_operand(a, 2, batch), batch_operand(x, 2, batch), batch_operand(b, 2, batch)}, true, op,
-        [&](const LoopGeometry<5>& g, int64_t count) {
-          L::template for_each<5>(a.device(), g, count,
-                                  Solve<typename L::Math, T, true>{n, k, layout_of(a), layout_of(x), layout_of(b)});
-        });
-    linalg_errors::check_infos(infos.data(), infos.size(), x.dim() > 2, op, linalg_errors::singular_solve);
+  const Shape batch = batch_of(x);
+  by_dtype(a.dtype(), "linalg.solve", [&]<typename T>() {
+    walk_matrices<L, 5>(batch, a, n * n,
+                        {batch_operand(a, 2, batch), batch_operand(x, 2, batch), batch_operand(b, 2, batch)},
+                        Solve<typename L::Math, T, true>{n, k, layout_of(a), layout_of(x), layout_of(b)},
+                        "linalg.solve", linalg_errors::singular_solve, x.dim() > 2);
   });
 }
 
 template <typename L>
 void cholesky(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor &a = in[0], &f = out[0];
-  const char* op = "linalg.cholesky";
-  by_dtype(a.dtype(), op, [&]<typename T>() {
-    const Shape batch = batch_of(a);
-    const std::vector<int> infos = over_batch<4>(
-        batch, a.dtype(), a.device(), 0, {batch_operand(a, 2, batch), batch_operand(f, 2, batch)}, true, op,
-        [&](const LoopGeometry<4>& g, int64_t count) {
-          L::template for_each<4>(a.device(), g, count,
-                                  Cholesky<typename L::Math, T>{a.size(-1), layout_of(a), layout_of(f),
-                                                                attrs.get_bool("upper")});
-        });
-    linalg_errors::check_infos(infos.data(), infos.size(), a.dim() > 2, op, linalg_errors::not_positive_definite);
+  const Shape batch = batch_of(a);
+  by_dtype(a.dtype(), "linalg.cholesky", [&]<typename T>() {
+    walk_matrices<L, 4>(batch, a, 0, {batch_operand(a, 2, batch), batch_operand(f, 2, batch)},
+                        Cholesky<typename L::Math, T>{a.size(-1), layout_of(a), layout_of(f), attrs.get_bool("upper")},
+                        "linalg.cholesky", linalg_errors::not_positive_definite, a.dim() > 2);
   });
 }
 
@@ -618,16 +599,14 @@ void qr(const TensorList& in, TensorList& out, const Attrs&) {
   const Tensor &a = in[0], &q = out[0], &r = out[1];
   const char* op = "linalg.qr";
   const int64_t m = a.size(-2), n = a.size(-1);
+  const Shape batch = batch_of(a);
   by_dtype(a.dtype(), op, [&]<typename T>() {
     const int64_t per = checked_add(checked_mul(m, n, op, "the matrix elements"), std::min(m, n), op, "the scratch");
-    const Shape batch = batch_of(a);
-    over_batch<5>(batch, a.dtype(), a.device(), per,
-                  {batch_operand(a, 2, batch), batch_operand(q, 2, batch), batch_operand(r, 2, batch)}, false, op,
-                  [&](const LoopGeometry<5>& g, int64_t count) {
-                    L::template for_each<5>(a.device(), g, count,
-                                            Householder<typename L::Math, T>{m, n, q.size(-1), r.size(-2),
-                                                                             layout_of(a), layout_of(q), layout_of(r)});
-                  });
+    walk_matrices<L, 5>(batch, a, per,
+                        {batch_operand(a, 2, batch), batch_operand(q, 2, batch), batch_operand(r, 2, batch)},
+                        Householder<typename L::Math, T>{m, n, q.size(-1), r.size(-2), layout_of(a), layout_of(q),
+                                                         layout_of(r)},
+                        op);
   });
 }
 
@@ -647,19 +626,13 @@ void svd(const TensorList& in, TensorList& out, const Attrs&) {
     const int64_t flags = (big + int64_t(sizeof(T)) - 1) / int64_t(sizeof(T));
     const int64_t per = checked_add(checked_mul(checked_add(big, small, op, "the scratch"), small, op, "the scratch"),
                                     flags, op, "the scratch");
-    const std::vector<int> infos = over_batch<6>(
-        batch, a.dtype(), a.device(), per,
-        {batch_operand(a, 2, batch), batch_operand(s, 1, batch), batch_operand(u, core, batch),
-         batch_operand(vh, core, batch)},
-        true, op,
-        [&](const LoopGeometry<6>& g, int64_t count) {
-          L::template for_each<6>(a.device(), g, count,
-                                  JacobiSvd<typename L::Math, T>{m, n, kVectors ? u.size(-1) : 0,
-                                                                 kVectors ? vh.size(-2) : 0, layout_of(a),
-                                                                 kVectors ? layout_of(u) : Layout{},
-                                                                 kVectors ? layout_of(vh) : Layout{}, kVectors});
-        });
-    linalg_errors::check_infos(infos.data(), infos.size(), a.dim() > 2, op, linalg_errors::svd_failed);
+    walk_matrices<L, 6>(batch, a, per,
+                        {batch_operand(a, 2, batch), batch_operand(s, 1, batch), batch_operand(u, core, batch),
+                         batch_operand(vh, core, batch)},
+                        JacobiSvd<typename L::Math, T>{m, n, kVectors ? u.size(-1) : 0, kVectors ? vh.size(-2) : 0,
+                                                       layout_of(a), kVectors ? layout_of(u) : Layout{},
+                                                       kVectors ? layout_of(vh) : Layout{}, kVectors},
+                        op, linalg_errors::svd_failed, a.dim() > 2);
   });
 }
 
@@ -674,16 +647,12 @@ void eigh(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Shape batch = batch_of(a);
   by_dtype(a.dtype(), op, [&]<typename T>() {
     const int64_t per = checked_mul(kVectors ? 1 : 2, checked_mul(n, n, op, "the matrix elements"), op, "the scratch");
-    const std::vector<int> infos = over_batch<5>(
-        batch, a.dtype(), a.device(), per,
-        {batch_operand(a, 2, batch), batch_operand(w, 1, batch), batch_operand(v, kVectors ? 2 : 1, batch)}, true,
-        op,
-        [&](const LoopGeometry<5>& g, int64_t count) {
-          L::template for_each<5>(a.device(), g, count,
-                                  JacobiEigh<typename L::Math, T>{n, layout_of(a), kVectors ? layout_of(v) : Layout{},
-                                                                  attrs.get_bool("upper"), kVectors});
-        });
-    linalg_errors::check_infos(infos.data(), infos.size(), a.dim() > 2, op, linalg_errors::eigh_failed);
+    walk_matrices<L, 5>(batch, a, per,
+                        {batch_operand(a, 2, batch), batch_operand(w, 1, batch),
+                         batch_operand(v, kVectors ? 2 : 1, batch)},
+                        JacobiEigh<typename L::Math, T>{n, layout_of(a), kVectors ? layout_of(v) : Layout{},
+                                                        attrs.get_bool("upper"), kVectors},
+                        op, linalg_errors::eigh_failed, a.dim() > 2);
   });
 }
 
