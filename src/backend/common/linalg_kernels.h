@@ -91,6 +91,15 @@ MF_FORCE_INLINE MF_HOST_DEVICE T hypot2(T a, T b) {
   return big * M::sqrt(u * u + v * v);
 }
 
+// Columns p and q of m (rows x ...) exchanged. Rows are the columns of m.t().
+template <typename T>
+MF_FORCE_INLINE MF_HOST_DEVICE void swap_columns(Mat<T> m, int64_t rows, int64_t p, int64_t q) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T v = m(i, p);
+    m(i, p) = m(i, q), m(i, q) = v;
+  }
+}
+
 // --- LU ----------------------------------------------------------------------------------
 
 // Partial-pivoting elimination of a (n x n) in place, applied to the nrhs
@@ -112,14 +121,8 @@ MF_HOST_DEVICE int lu_eliminate(Mat<T> a, int64_t n, Mat<T> b, int64_t nrhs, int
     }
     if (p != k) {
       ++swaps;
-      for (int64_t j = 0; j < n; ++j) {
-        const T v = a(k, j);
-        a(k, j) = a(p, j), a(p, j) = v;
-      }
-      for (int64_t j = 0; j < nrhs; ++j) {
-        const T v = b(k, j);
-        b(k, j) = b(p, j), b(p, j) = v;
-      }
+      swap_columns<T>(a.t(), n, k, p);  // rows k and p
+      swap_columns<T>(b.t(), nrhs, k, p);
     }
     const T pivot = a(k, k);
     for (int64_t i = k + 1; i < n; ++i) {
@@ -298,6 +301,23 @@ struct Householder {
 
 // --- eigh --------------------------------------------------------------------------------
 
+// Columns p and q of m (rows x ...) turned by the plane rotation (c, s):
+// (x, y) -> (c x - s y, s x + c y). Rows are the columns of m.t().
+template <typename T>
+MF_FORCE_INLINE MF_HOST_DEVICE void rotate_columns(Mat<T> m, int64_t rows, int64_t p, int64_t q, T c, T s) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T x = m(i, p), y = m(i, q);
+    m(i, p) = c * x - s * y, m(i, q) = s * x + c * y;
+  }
+}
+
+// The rotation's tangent for the ratio theta: the smaller root of
+// t^2 + 2 theta t - 1 = 0 (Rutishauser's choice, |t| <= 1).
+template <typename M, typename T>
+MF_FORCE_INLINE MF_HOST_DEVICE T jacobi_tangent(T theta) {
+  return (theta >= T(0) ? T(1) : T(-1)) / (M::fabs(theta) + M::sqrt(T(1) + theta * theta));
+}
+
 // Operands: 0 the scratch (the symmetric n x n matrix, then n x n vectors
 // when V is not an output), 1 the info, 2 A, 3 the eigenvalues (n), 4 V.
 template <typename M, typename T>
@@ -326,22 +346,12 @@ struct JacobiEigh {
           const T apq = s(p, q);
           if (!(M::fabs(apq) > tol)) continue;
           rotated = true;
-          const T theta = (s(q, q) - s(p, p)) / (T(2) * apq);
-          const T t = (theta >= T(0) ? T(1) : T(-1)) / (M::fabs(theta) + M::sqrt(T(1) + theta * theta));
+          const T t = jacobi_tangent<M, T>((s(q, q) - s(p, p)) / (T(2) * apq));
           const T c = T(1) / M::sqrt(T(1) + t * t), sn = t * c;
-          for (int64_t i = 0; i < n; ++i) {  // columns p, q: A J
-            const T x = s(i, p), y = s(i, q);
-            s(i, p) = c * x - sn * y, s(i, q) = sn * x + c * y;
-          }
-          for (int64_t i = 0; i < n; ++i) {  // rows p, q: J^T (A J)
-            const T x = s(p, i), y = s(q, i);
-            s(p, i) = c * x - sn * y, s(q, i) = sn * x + c * y;
-          }
+          rotate_columns<T>(s, n, p, q, c, sn);      // A J
+          rotate_columns<T>(s.t(), n, p, q, c, sn);  // J^T (A J)
           s(p, q) = s(q, p) = T(0);
-          for (int64_t i = 0; i < n; ++i) {
-            const T x = vec(i, p), y = vec(i, q);
-            vec(i, p) = c * x - sn * y, vec(i, q) = sn * x + c * y;
-          }
+          rotate_columns<T>(vec, n, p, q, c, sn);
         }
       if (!rotated) {
         info = 0;
@@ -356,10 +366,7 @@ struct JacobiEigh {
       if (lo == i) continue;
       const T x = w[i];
       w[i] = w[lo], w[lo] = x;
-      for (int64_t r = 0; r < n; ++r) {
-        const T y = vec(r, i);
-        vec(r, i) = vec(r, lo), vec(r, lo) = y;
-      }
+      swap_columns<T>(vec, n, i, lo);
     }
     *reinterpret_cast<int*>(data[1] + off[1]) = info;
   }
@@ -441,17 +448,10 @@ struct JacobiSvd {
           }
           if (!(M::fabs(gamma) > eps<T>() * M::sqrt(alpha) * M::sqrt(beta))) continue;
           rotated = true;
-          const T zeta = (beta - alpha) / (T(2) * gamma);
-          const T t = (zeta >= T(0) ? T(1) : T(-1)) / (M::fabs(zeta) + M::sqrt(T(1) + zeta * zeta));
+          const T t = jacobi_tangent<M, T>((beta - alpha) / (T(2) * gamma));
           const T c = T(1) / M::sqrt(T(1) + t * t), sn = c * t;
-          for (int64_t i = 0; i < big; ++i) {
-            const T x = w(i, p), y = w(i, q);
-            w(i, p) = c * x - sn * y, w(i, q) = sn * x + c * y;
-          }
-          for (int64_t i = 0; i < small; ++i) {
-            const T x = rv(i, p), y = rv(i, q);
-            rv(i, p) = c * x - sn * y, rv(i, q) = sn * x + c * y;
-          }
+          rotate_columns<T>(w, big, p, q, c, sn);
+          rotate_columns<T>(rv, small, p, q, c, sn);
         }
       if (!rotated) {
         info = 0;
@@ -473,14 +473,8 @@ struct JacobiSvd {
       if (hi == i) continue;
       const T x = s[i];
       s[i] = s[hi], s[hi] = x;
-      for (int64_t r = 0; r < big; ++r) {
-        const T y = w(r, i);
-        w(r, i) = w(r, hi), w(r, hi) = y;
-      }
-      for (int64_t r = 0; r < small; ++r) {
-        const T y = rv(r, i);
-        rv(r, i) = rv(r, hi), rv(r, hi) = y;
-      }
+      swap_columns<T>(w, big, i, hi);
+      swap_columns<T>(rv, small, i, hi);
     }
     if (!vectors) return;
     // The left factor of W, in U (tall) or Vh^T (wide), `cols` columns.
