@@ -11,6 +11,7 @@ atomic: the file holds either its old content or the new one.
 Loading never unpickles: a checkpoint is JSON and raw tensor bytes, so no
 file can run code, whatever weights_only says (see load).
 """
+import collections
 import json
 import math
 import os
@@ -55,7 +56,12 @@ def save(obj, f):
     and the first rank writes f with the rest of obj and an index of the
     shards (see docs/distributed.md). load(f) reassembles the whole tensors,
     so the checkpoint loads under any placement, SBP or world size.
+
+    Local tensors on a device are written from a copy on the host; load
+    returns them on the CPU, where map_location (or load_state_dict, which
+    copies into the parameters where they are) places them.
     """
+    obj = _on_host(obj)
     if not _is_path(f):
         _check_stream(f, "save", "write")
         if any(True for _ in _global_tensors(obj)):
@@ -266,6 +272,28 @@ def _map_tensors(obj, place):
 _GLOBAL_KEY = "__meshflow_global_checkpoint__"
 # The checkpoint file inside a meshflow.distributed.checkpoint directory.
 _CHECKPOINT_FILE = "checkpoint.safetensors"
+
+
+def _on_host(obj, depth=0):
+    """obj with each local tensor on a device replaced by its copy on the
+    host (the same object where there is none). Stops at a depth beyond
+    what save accepts, which then reports the nesting itself."""
+    from meshflow import Tensor
+    if depth > 64:
+        return obj
+    if isinstance(obj, Tensor):
+        return obj.cpu() if not obj.is_global and obj.device.type != "cpu" else obj
+    if isinstance(obj, dict):
+        items = {k: _on_host(v, depth + 1) for k, v in obj.items()}
+        if all(items[k] is v for k, v in obj.items()):
+            return obj
+        return collections.OrderedDict(items) if isinstance(obj, collections.OrderedDict) else items
+    if isinstance(obj, (list, tuple)):
+        values = [_on_host(v, depth + 1) for v in obj]
+        if all(a is b for a, b in zip(values, obj)):
+            return obj
+        return values if isinstance(obj, list) else tuple(values)
+    return obj
 
 
 def _global_tensors(obj, key="", depth=0):

@@ -58,7 +58,8 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm, double norm_ty
              "), so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm "
              "anyway, set error_if_nonfinite=false");
   }
-  const Tensor clip_coef = clamp(div(scalar_tensor(max_norm, dtype), add(total_norm, 1e-6)), std::nullopt, 1.0);
+  const Tensor clip_coef = clamp(div(scalar_tensor(max_norm, dtype, total_norm.device()), add(total_norm, 1e-6)),
+                                 std::nullopt, 1.0);
   for (Tensor& g : grads)
     mul_(g, apart ? to_global(clip_coef, placement_of(g), NdSbp(placement_of(g).hierarchy().size(), Sbp::broadcast()))
                   : clip_coef);

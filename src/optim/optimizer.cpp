@@ -258,8 +258,12 @@ namespace {
 StateValue cast_state(const StateValue& value, const Tensor& param, const std::string& key) {
   if (value.is_tensor()) {
     const Tensor& t = value.to_tensor();
-    if (!t.defined() || key == "step") return clone(t.detach());
-    return clone(to(t.detach(), param.dtype()));
+    if (!t.defined()) return clone(t);
+    // The update kernels read the whole state, the step counter too, on the parameter's device.
+    const bool local = !t.is_global() && !param.is_global();
+    const Tensor placed = local && t.device() != param.device() ? to(t.detach(), param.device()) : t.detach();
+    if (key == "step") return clone(placed);
+    return clone(to(placed, param.dtype()));
   }
   return value.deep_copy();
 }

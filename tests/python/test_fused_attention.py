@@ -24,25 +24,25 @@ def torch_reference(q, k, v, mask=None, causal=False, scale=None):
     return torch.softmax(scores, -1) @ v
 
 
-def run_both(qn, kn, vn, gn, mask=None, causal=False, scale=None, transform=lambda t: t):
+def run_both(qn, kn, vn, gn, mask=None, causal=False, scale=None, transform=lambda t: t, device="cpu"):
     tq, tk, tv = [torch.tensor(a, requires_grad=True) for a in (qn, kn, vn)]
     tmask = torch.tensor(mask) if mask is not None else None
     out_t = torch_reference(transform(tq), transform(tk), transform(tv), tmask, causal, scale)
     out_t.backward(torch.tensor(gn))
-    mq, mk, mv = [mf.tensor(a, requires_grad=True) for a in (qn, kn, vn)]
-    mmask = mf.tensor(mask) if mask is not None else None
+    mq, mk, mv = [mf.tensor(a, requires_grad=True, device=device) for a in (qn, kn, vn)]
+    mmask = mf.tensor(mask, device=device) if mask is not None else None
     out_m = F.scaled_dot_product_attention(transform(mq), transform(mk), transform(mv), attn_mask=mmask,
                                            is_causal=causal, scale=scale)
-    out_m.backward(mf.tensor(gn))
+    out_m.backward(mf.tensor(gn, device=device))
     return (out_m, mq, mk, mv), (out_t, tq, tk, tv)
 
 
 def assert_close(ours, ref, rtol=1e-10, atol=1e-12):
     out_m, mq, mk, mv = ours
     out_t, tq, tk, tv = ref
-    np.testing.assert_allclose(out_m.detach().numpy(), out_t.detach().numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(out_m.detach().cpu().numpy(), out_t.detach().numpy(), rtol=rtol, atol=atol)
     for name, a, b in (("q", mq, tq), ("k", mk, tk), ("v", mv, tv)):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
+        np.testing.assert_allclose(a.grad.cpu().numpy(), b.grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
 
 
 SHAPES = [  # batch dims, L, S, E, Ev: blocks of 64 queries and 128 keys, with partial blocks
@@ -55,7 +55,7 @@ SHAPES = [  # batch dims, L, S, E, Ev: blocks of 64 queries and 128 keys, with p
 
 @pytest.mark.parametrize("batch,L,S,E,Ev", SHAPES)
 @pytest.mark.parametrize("kind", ["none", "causal", "bool", "float", "bool_keys", "scale"])
-def test_equals_the_composed_formula(batch, L, S, E, Ev, kind):
+def test_equals_the_composed_formula(batch, L, S, E, Ev, kind, device):
     rng = np.random.default_rng(L + S)
     qn, kn = rng.standard_normal(batch + (L, E)), rng.standard_normal(batch + (S, E))
     vn, gn = rng.standard_normal(batch + (S, Ev)), rng.standard_normal(batch + (L, Ev))
@@ -69,7 +69,7 @@ def test_equals_the_composed_formula(batch, L, S, E, Ev, kind):
         mask = np.arange(S) < max(1, S - 7)
     elif kind == "scale":
         scale = 0.37
-    ours, ref = run_both(qn, kn, vn, gn, mask=mask, causal=kind == "causal", scale=scale)
+    ours, ref = run_both(qn, kn, vn, gn, mask=mask, causal=kind == "causal", scale=scale, device=device)
     assert ours[0].grad_fn.name() == "FusedAttentionBackward0"
     assert_close(ours, ref)
 

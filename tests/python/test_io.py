@@ -104,3 +104,16 @@ def test_io_errors(tmp_path):
     with pytest.raises(ValueError):
         mf.io.save_file({"__metadata__": mf.ones(1)}, tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_save_writes_device_tensors_from_the_host(tmp_path, device):
+    """Tensors on a device are written from a host copy; they load on the CPU, and
+    map_location (or load_state_dict) puts them back."""
+    x = mf.arange(6.0, device=device).reshape(2, 3)
+    mf.save({"x": x, "nested": [x * 2]}, tmp_path / "d.safetensors")
+    got = mf.load(tmp_path / "d.safetensors")
+    assert got["x"].device.type == "cpu"
+    np.testing.assert_array_equal(got["x"].numpy(), np.arange(6.0).reshape(2, 3))
+    placed = mf.load(tmp_path / "d.safetensors", map_location=device)
+    assert placed["nested"][0].device.type == mf.device(device).type
+    np.testing.assert_array_equal(placed["nested"][0].cpu().numpy(), 2 * np.arange(6.0).reshape(2, 3))

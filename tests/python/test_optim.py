@@ -29,7 +29,7 @@ OPTIMIZERS = [
 
 
 def to_numpy(t):
-    return t.detach().double().numpy()
+    return t.detach().double().cpu().numpy()
 
 
 def assert_close(m, t, dtype):
@@ -56,30 +56,32 @@ def assert_state_dicts_match(m_sd, t_sd, dtype):
                 assert m_state[key] == value
 
 
-def run_both(name, options, dtype, steps, rng, make_groups=None):
+def run_both(name, options, dtype, steps, rng, make_groups=None, device="cpu"):
     """Runs `steps` steps of the optimizer in both libraries on the same
-    parameters and random gradients; yields (step, mf params, torch params, opts)."""
+    parameters and random gradients (meshflow's on `device`); yields (step,
+    mf params, torch params, opts)."""
     initial = [rng.standard_normal(s) for s in SHAPES]
     grads = [[rng.standard_normal(s) for s in SHAPES] for _ in range(steps)]
     libs = {}
     for lib in (torch, mf):
-        params = [lib.tensor(v, dtype=getattr(lib, dtype), requires_grad=True) for v in initial]
+        where = {"device": device} if lib is mf else {}
+        params = [lib.tensor(v, dtype=getattr(lib, dtype), requires_grad=True, **where) for v in initial]
         groups = make_groups(params) if make_groups else params
         libs[lib] = (params, getattr(lib.optim, name)(groups, **options))
     for step in range(steps):
         for lib, (params, opt) in libs.items():
             for i, (p, g) in enumerate(zip(params, grads[step])):
                 # parameter 1 gets no gradient on step 2: optimizers skip it
-                p.grad = None if (step == 2 and i == 1) else lib.tensor(g, dtype=getattr(lib, dtype))
+                p.grad = None if (step == 2 and i == 1) else lib.tensor(g, dtype=getattr(lib, dtype)).to(p.device)
             opt.step()
         yield step, libs[mf], libs[torch]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name,options", OPTIMIZERS, ids=[f"{n}-{o}" for n, o in OPTIMIZERS])
-def test_optimizer_steps_like_torch(name, options, dtype):
+def test_optimizer_steps_like_torch(name, options, dtype, device):
     rng = np.random.default_rng(len(name) * 31 + len(options))
-    for step, (m_params, m_opt), (t_params, t_opt) in run_both(name, options, dtype, 5, rng):
+    for step, (m_params, m_opt), (t_params, t_opt) in run_both(name, options, dtype, 5, rng, device=device):
         for m, t in zip(m_params, t_params):
             assert_close(m, t, dtype)
     assert_state_dicts_match(m_opt.state_dict(), t_opt.state_dict(), dtype)
@@ -139,19 +141,19 @@ def test_step_with_closure():
 
 @pytest.mark.parametrize("name,options", [OPTIMIZERS[1], OPTIMIZERS[5], OPTIMIZERS[10], OPTIMIZERS[13]],
                          ids=["SGD", "Adam", "RMSprop", "Adagrad"])
-def test_state_dict_resumes_through_a_checkpoint(tmp_path, name, options):
+def test_state_dict_resumes_through_a_checkpoint(tmp_path, name, options, device):
     rng = np.random.default_rng(5)
     initial = [rng.standard_normal(s) for s in SHAPES]
     grads = [[rng.standard_normal(s) for s in SHAPES] for _ in range(6)]
 
     def make(values):
-        params = [mf.tensor(v, dtype=mf.float64, requires_grad=True) for v in values]
+        params = [mf.tensor(v, dtype=mf.float64, requires_grad=True, device=device) for v in values]
         return params, getattr(mf.optim, name)(params, **options)
 
     def run(params, opt, steps):
         for g_step in steps:
             for p, g in zip(params, g_step):
-                p.grad = mf.tensor(g, dtype=mf.float64)
+                p.grad = mf.tensor(g, dtype=mf.float64, device=device)
             opt.step()
 
     straight, straight_opt = make(initial)
@@ -160,7 +162,7 @@ def test_state_dict_resumes_through_a_checkpoint(tmp_path, name, options):
     run(first, first_opt, grads[:3])
     mf.save({"params": first, "optimizer": first_opt.state_dict()}, tmp_path / "ck.safetensors")
     checkpoint = mf.load(tmp_path / "ck.safetensors")
-    resumed, resumed_opt = make([p.numpy() for p in checkpoint["params"]])
+    resumed, resumed_opt = make([p.cpu().numpy() for p in checkpoint["params"]])
     resumed_opt.load_state_dict(checkpoint["optimizer"])
     run(resumed, resumed_opt, grads[3:])
     for a, b in zip(resumed, straight):
@@ -351,15 +353,16 @@ def test_scheduler_state_dict_resumes():
 
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf, "inf", 3.0])
-def test_clip_grad_norm_like_torch(norm_type):
+def test_clip_grad_norm_like_torch(norm_type, device):
     rng = np.random.default_rng(0)
     values = [rng.standard_normal(s) * 3 for s in SHAPES]
     results = []
     for lib in (torch, mf):
-        params = [lib.tensor(v, requires_grad=True) for v in values]
+        where = {"device": device} if lib is mf else {}
+        params = [lib.tensor(v, requires_grad=True, **where) for v in values]
         for p, v in zip(params, values):
-            p.grad = lib.tensor(v * 2)
-        extra = lib.ones(2, requires_grad=True)  # no gradient: skipped
+            p.grad = lib.tensor(v * 2, **where)
+        extra = lib.ones(2, requires_grad=True, **where)  # no gradient: skipped
         total = lib.nn.utils.clip_grad_norm_(params + [extra], max_norm=1.5, norm_type=norm_type)
         results.append((total, [p.grad for p in params]))
     (m_total, m_grads), (t_total, t_grads) = results

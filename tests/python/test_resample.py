@@ -42,10 +42,10 @@ LAYERS = [
 
 @pytest.mark.parametrize("name,make,shape", LAYERS, ids=[case[0] for case in LAYERS])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_layer_matches_torch(name, make, shape, dtype):
+def test_layer_matches_torch(name, make, shape, dtype, device):
     t_module, m_module = make(torch), make(mf)
     assert repr(m_module) == repr(t_module)
-    compare(t_module, m_module, [randn(*shape)], dtype)
+    compare(t_module, m_module, [randn(*shape)], dtype, device=device)
 
 
 def test_layer_attributes_match_torch():
