@@ -143,7 +143,8 @@ void init_nn_transformer(py::module_& m) {
            py::arg("tgt_key_padding_mask") = py::none(), py::arg("memory_key_padding_mask") = py::none())
       .def_static("generate_square_subsequent_mask",
                   [](int64_t sz, std::optional<Device> device, std::optional<DType> dtype) {
-                    const Tensor mask = Transformer::generate_square_subsequent_mask(sz, dtype.value_or(default_dtype()));
+                    const Tensor mask =
+                        Transformer::generate_square_subsequent_mask(sz, dtype.value_or(default_dtype()));
                     return device ? to(mask, *device) : mask;
                   }, py::arg("sz"), py::arg("device") = py::none(), py::arg("dtype") = py::none())
       .def_readonly("d_model", &Transformer::d_model)

@@ -295,10 +295,11 @@ UniqueResult unique(const Tensor& t, bool return_inverse, bool return_counts) {
   const Tensor flat = reshape(t.detach(), {-1});
   const int64_t n = flat.numel();
   UniqueResult r;
+  const TensorOptions int64{.dtype = DType::Int64, .device = t.device()};
   if (n == 0) {
     r.values = clone(flat);
-    if (return_inverse) r.inverse = zeros(t.sizes(), {.dtype = DType::Int64, .device = t.device()});
-    if (return_counts) r.counts = zeros({0}, {.dtype = DType::Int64, .device = t.device()});
+    if (return_inverse) r.inverse = zeros(t.sizes(), int64);
+    if (return_counts) r.counts = zeros({0}, int64);
     return r;
   }
   const ValuesIndices sorted = sort(flat);
@@ -308,11 +309,11 @@ UniqueResult unique(const Tensor& t, bool return_inverse, bool return_counts) {
   r.values = masked_select(sorted.values, first);
   if (return_inverse) {
     const Tensor group = sub(cumsum(first, 0), Scalar(1));
-    r.inverse = reshape(scatter(zeros({n}, {.dtype = DType::Int64, .device = t.device()}), 0, sorted.indices, group), t.sizes());
+    r.inverse = reshape(scatter(zeros({n}, int64), 0, sorted.indices, group), t.sizes());
   }
   if (return_counts) {
     const Tensor starts = reshape(nonzero(first), {-1});
-    const Tensor ends = cat({narrow(starts, 0, 1, starts.numel() - 1), full({1}, n, {.dtype = DType::Int64, .device = t.device()})});
+    const Tensor ends = cat({narrow(starts, 0, 1, starts.numel() - 1), full({1}, n, int64)});
     r.counts = sub(ends, starts);
   }
   return r;

@@ -176,8 +176,10 @@ MF_REGISTER_OP(OpDef{
       TensorList grads = matmul_grads(ctx, ctx.inputs[1], ctx.inputs[2], 1, 2, ctx.attrs.get_scalar("alpha"));
       const Scalar beta = ctx.attrs.get_scalar("beta");
       if (ctx.needs_input_grad[0])
-        grads[0] = beta.to_double() == 0.0 ? zeros(ctx.input_metas[0].sizes, {.dtype = ctx.input_metas[0].dtype, .device = ctx.input_metas[0].device})
-                                           : sum_to(scaled(ctx.grad_outputs[0], beta), ctx.input_metas[0].sizes);
+        grads[0] = beta.to_double() == 0.0
+                       ? zeros(ctx.input_metas[0].sizes,
+                               {.dtype = ctx.input_metas[0].dtype, .device = ctx.input_metas[0].device})
+                       : sum_to(scaled(ctx.grad_outputs[0], beta), ctx.input_metas[0].sizes);
       return grads;
     },
     .save_inputs = 0b110,

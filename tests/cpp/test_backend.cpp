@@ -79,6 +79,9 @@ class EmulatedDevice : public ::testing::Test {
   }
   EmulatedBackend backend_;
   const Device dev0{DeviceType::CUDA, 0}, dev1{DeviceType::CUDA, 1};
+  // t on the first emulated device, and back on the host.
+  Tensor on(const Tensor& t) const { return to(t, dev0); }
+  static Tensor back(const Tensor& t) { return to(t, Device()); }
 
  private:
   Backend* previous_ = nullptr;
@@ -93,9 +96,9 @@ TEST_F(EmulatedDevice, CopiesRoundTripAndUseTheDevicesAllocator) {
   EXPECT_EQ(memory_stats(dev1).allocated_bytes, 0);
   Tensor z = to(y, dev1);  // device to device
   EXPECT_EQ(z.device(), dev1);
-  Tensor back = to(z, Device());
-  EXPECT_TRUE(back.device().is_cpu());
-  expect_values(back, {0, 1, 2, 3, 4, 5});
+  Tensor host = to(z, Device());
+  EXPECT_TRUE(host.device().is_cpu());
+  expect_values(host, {0, 1, 2, 3, 4, 5});
   EXPECT_EQ(backend_.copies, 3);
   EXPECT_TRUE(to(y, dev0).is_same(y));  // already there: no copy
   EXPECT_EQ(backend_.copies, 3);
@@ -280,8 +283,6 @@ TEST(OpRegistryKernels, AKernelMayComeBeforeItsOp) {
 
 TEST_F(EmulatedDevice, SharedElementwiseTableRunsOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   const Tensor a = random_tensor({3, 1, 5}, 1, -2, 2), b = random_tensor({4, 5}, 2, -2, 2);
   const Tensor m = random_tensor({6, 7}, 3, -2, 2), c = random_tensor({2, 3, 4}, 4, -2, 2);
   // Broadcast, transposed, permuted (three dims that do not merge) and
@@ -339,8 +340,6 @@ TEST_F(EmulatedDevice, SharedReductionTableRunsOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   GeometryReducer::plans.clear();
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   auto as_f64 = [](const Tensor& t) { return to(t, DType::Float64); };
   // One long line: a block per output, the range cut into chunks.
   const Tensor big = random_tensor({200000}, 11, -1, 1);
@@ -410,8 +409,6 @@ TEST_F(EmulatedDevice, ComposedSoftmaxAndNormsRunOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   composed_kernels::register_all<GeometryLoops, GeometryReducer>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   auto run_op = [](const char* name, const TensorList& in, const Attrs& attrs) {
     return dispatch::apply(dispatch::op(name), in, attrs);
   };
@@ -487,8 +484,6 @@ TEST_F(EmulatedDevice, BlasPlansMultiplyEveryLayout) {
   OpRegistry::instance().set_kernel("matmul", DeviceType::CUDA, [](const TensorList& in, TensorList& out, const Attrs&) {
     emulated_blas_matmul(in[0], in[1], out[0]);
   });
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   auto f64 = [](const Shape& s, uint32_t seed) { return random_tensor(s, seed, -1, 1, DType::Float64); };
   // The views are taken on the device (a copy to it would make them dense).
   using View = std::function<Tensor(const Tensor&)>;
@@ -515,8 +510,6 @@ TEST_F(EmulatedDevice, LayoutKernelsRunOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);  // the backward's sum
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   const Tensor x = random_tensor({3, 4, 5}, 51, -1, 1);
   const Tensor xt = transpose(on(x), 0, 2);  // a strided input, made on the device
   expect_close(back(flip(xt, {0, 2})), flip(transpose(x, 0, 2), {0, 2}), 0, 0);
@@ -542,8 +535,6 @@ TEST_F(EmulatedDevice, IndexKernelsRunOverAnotherBackendsLoops) {
   scan_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   auto ints = [](std::vector<double> v, const Shape& shape) {
     return to(from_vector(v, shape), DType::Int64);
   };
@@ -675,8 +666,6 @@ TEST_F(EmulatedDevice, ClassLossesRunOverAnotherBackendsLoops) {
   index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   loss_kernels::register_all<GeometryLoops, GeometryReducer>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // (N, C, d) logits: the functional layer hands the ops a strided (M, C).
   const Tensor logits = random_tensor({4, 5, 3}, 71, -3, 3);
   const Tensor target = to(from_vector({0, 4, 2, -100, 1, 3, 3, 0, 4, 2, -100, 1}, {4, 3}), DType::Int64);
@@ -739,8 +728,6 @@ TEST_F(EmulatedDevice, ClassLossesRunOverAnotherBackendsLoops) {
 TEST_F(EmulatedDevice, GradScalingRunsOnTheDevice) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   amp_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   const Tensor g = to(random_tensor({4, 6}, 81, -100, 100), DType::Float32);
   for (const bool poisoned : {false, true}) {
     Tensor host = contiguous(poisoned ? where(eq(reshape(arange(24.0), {4, 6}), Scalar(13)), to(full({}, INFINITY), DType::Float32), g) : g);
@@ -776,7 +763,6 @@ TEST_F(EmulatedDevice, RandomOpsDrawTheCpusValues) {
   index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   random_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // Each draw twice from one seed: on the device, then on the CPU.
   auto both = [&](const std::function<Tensor(Device)>& draw) {
     manual_seed(1234);
@@ -845,8 +831,6 @@ TEST_F(EmulatedDevice, ResamplingRunsOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   resample_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // Forward and gradient of f on the device against the CPU; the device's
   // input is strided (made on the device).
   auto check = [&](const Tensor& x, const std::function<Tensor(const Tensor&)>& f, double tol) {
@@ -894,8 +878,6 @@ TEST_F(EmulatedDevice, PoolingRunsOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   pool_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // Forward, gradient and the gradient's gradient (max pools gather) of f.
   auto check = [&](const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
     auto run = [&](const Tensor& input) {
@@ -937,8 +919,6 @@ TEST_F(EmulatedDevice, BatchNormRunsOverAnotherBackendsLoops) {
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   composed_kernels::register_all<GeometryLoops, GeometryReducer>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   const Tensor x = random_tensor({4, 3, 5, 2}, 121, -2, 3);
   const Tensor w = random_tensor({3}, 122, 0.5, 1.5), b = random_tensor({3}, 123, -1, 1);
   for (const bool training : {true, false}) {
@@ -968,8 +948,6 @@ TEST_F(EmulatedDevice, FusedAttentionRunsOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   attention_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // (B, H, L, E) queries against S keys; k is strided on the device.
   const Tensor q = random_tensor({2, 3, 5, 4}, 131, -1, 1), k = random_tensor({2, 3, 6, 4}, 132, -1, 1);
   const Tensor v = random_tensor({2, 3, 6, 3}, 133, -1, 1);
@@ -1007,8 +985,6 @@ TEST_F(EmulatedDevice, SortingAndReducingScattersRunOverAnotherBackendsLoops) {
   index_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   sort_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // Ties (rounded values) and NaNs, along a strided dim.
   Tensor x = div(round(mul(random_tensor({4, 9, 3}, 141, -2, 2), Scalar(2))), Scalar(2));
   x = where(eq(reshape(arange(108.0), {4, 9, 3}), Scalar(17)), Scalar(NAN), x);
@@ -1060,8 +1036,6 @@ TEST_F(EmulatedDevice, MaskSizedOpsRunOverAnotherBackendsLoops) {
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   mask_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // About a third true, 10500 elements (41 chunks), read transposed.
   const Tensor x = random_tensor({3, 700, 5}, 151, -1, 1);
   const Tensor mask = gt(x, Scalar(0.3));
@@ -1107,8 +1081,6 @@ TEST_F(EmulatedDevice, RecurrentLayersRunOverAnotherBackendsLoops) {
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   rnn_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   const int64_t hidden = 6, in_size = 5, batch = 3;
   uint64_t seed = 160;
   for (const std::string mode : {"rnn_tanh", "rnn_relu", "lstm", "gru"}) {
@@ -1184,8 +1156,6 @@ TEST_F(EmulatedDevice, LinearAlgebraRunsOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   linalg_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   auto f64 = [](const Shape& s, uint32_t seed) { return random_tensor(s, seed, -1, 1, DType::Float64); };
   auto mT = [](const Tensor& t) { return transpose(t, -1, -2); };
   const double tol = 1e-11;
@@ -1261,6 +1231,18 @@ TEST_F(EmulatedDevice, LinearAlgebraRunsOverAnotherBackendsLoops) {
     expect_close(signed_columns(back(d.eigenvectors)), signed_columns(h.eigenvectors), 1e-10, 1e-10);
     expect_close(back(linalg::eigvalsh(on(g), uplo)), h.eigenvalues, tol, tol);
   }
+  // Entries whose squares over- or underflow, as the CPU; a NaN gives NaN
+  // values and vectors (the CPU's syevd gives NaNs or fails to converge).
+  for (const double scale : {1e200, 1e-200}) {
+    const Tensor gs = mul(g, Scalar(scale)), ms = mul(f64({5, 3}, 179), Scalar(scale));
+    expect_close(back(linalg::eigvalsh(on(gs))), linalg::eigvalsh(gs), 0, 1e-11);
+    expect_close(back(linalg::svdvals(on(ms))), linalg::svdvals(ms), 0, 1e-11);
+  }
+  Tensor with_nan = clone(select(g, 0, 0));
+  Tensor corner = select(select(with_nan, 0, 3), 0, 1);
+  copy_(corner, scalar_tensor(Scalar(NAN), DType::Float64));
+  for (const double v : values(back(linalg::eigvalsh(on(with_nan))))) EXPECT_TRUE(std::isnan(v));
+  for (const double v : values(back(linalg::eigh(on(with_nan)).eigenvectors))) EXPECT_TRUE(std::isnan(v));
   // float32 runs in float32.
   const Tensor a32 = to(spd, DType::Float32);
   expect_close(back(linalg::inv(on(a32))), linalg::inv(a32), 1e-5, 1e-5);
@@ -1279,8 +1261,6 @@ TEST_F(EmulatedDevice, HostStagedOpsRunTheirCpuKernels) {
   layout_kernels::register_all<GeometryLoops>(DeviceType::CUDA, true);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   host_staged::register_all(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   namespace d = distributed;
   const Tensor x = random_tensor({4, 3}, 181, -1, 1);
   const Tensor dx = transpose(on(transpose(x, 0, 1)), 0, 1);  // read through strides
@@ -1335,8 +1315,6 @@ TEST_F(EmulatedDevice, ConvolutionsRunOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
   conv_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  auto on = [&](const Tensor& t) { return to(t, dev0); };
-  auto back = [](const Tensor& t) { return to(t, Device()); };
   // Output, and the gradients of x, weight and bias, of f(x, w, b).
   auto check = [&](const Tensor& x, const Tensor& w, const Tensor& b,
                    const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f) {

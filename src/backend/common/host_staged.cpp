@@ -23,8 +23,7 @@ void copy_back(const Tensor& t, const Tensor& host, const char* op) {
       .copy(t.data_ptr(), t.device(), host.data_ptr(), Device(), size_t(t.numel()) * t.element_size(), false);
 }
 
-}  // namespace
-
+// The kernel of op `name` on a device: its CPU kernel over host copies.
 KernelFn kernel(const std::string& name) {
   return [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
     const OpDef& op = OpRegistry::instance().get(name);
@@ -48,18 +47,14 @@ KernelFn kernel(const std::string& name) {
   };
 }
 
-const std::vector<std::string>& ops() {
-  static const std::vector<std::string> names{
-      "all_reduce_sum",          "comm_all_gather",        "comm_all_reduce",
-      "comm_all_to_all",         "comm_recv",              "comm_reduce_scatter",
-      "comm_send",               "one_embedding_accumulate", "one_embedding_apply",
-      "one_embedding_lookup",    "one_embedding_sharded_accumulate", "one_embedding_sharded_lookup",
-      "one_embedding_unscale"};
-  return names;
-}
+}  // namespace
 
 void register_all(DeviceType device) {
-  for (const std::string& name : ops()) OpRegistry::instance().set_kernel(name, device, kernel(name));
+  for (const char* name : {"all_reduce_sum", "comm_all_gather", "comm_all_reduce", "comm_all_to_all", "comm_recv",
+                           "comm_reduce_scatter", "comm_send", "one_embedding_accumulate", "one_embedding_apply",
+                           "one_embedding_lookup", "one_embedding_sharded_accumulate",
+                           "one_embedding_sharded_lookup", "one_embedding_unscale"})
+    OpRegistry::instance().set_kernel(name, device, kernel(name));
 }
 
 }  // namespace mf::host_staged

@@ -16,19 +16,12 @@
 // caller's, as for every kernel.
 #pragma once
 
-#include <string>
-
 #include "meshflow/op_def.h"
 
 namespace mf::host_staged {
 
-// The kernel of `op` on a device: its CPU kernel over host copies.
-KernelFn kernel(const std::string& op);
-
-// The ops served so on every device.
-const std::vector<std::string>& ops();
-
-// Sets kernel(op) for each of ops() on `device`.
+// Sets the host-staged kernel of each such op (the collectives, the
+// sharded embeddings' ops) on `device`.
 void register_all(DeviceType device);
 
 }  // namespace mf::host_staged

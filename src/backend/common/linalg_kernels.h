@@ -17,11 +17,15 @@
 //     backwards from the identity as orgqr does, so Q and R match LAPACK's
 //     up to rounding, signs included;
 //   - eigh by cyclic two-sided Jacobi rotations on the symmetric matrix
-//     read from the chosen triangle, the eigenvalues sorted ascending;
+//     read from the chosen triangle, the eigenvalues sorted ascending (a
+//     NaN or inf in it gives NaN values and vectors, never a number);
 //   - svd by one-sided (Hestenes) Jacobi on the taller orientation, the
 //     singular values sorted descending; columns of U (rows of Vh) that no
 //     singular value determines (rank deficiency, full_matrices) are
 //     completed to an orthonormal basis by Gram-Schmidt on unit vectors.
+// The Jacobi iterations run on the matrix divided by its largest
+// magnitude, so that no sum of squares over- or underflows (entries of
+// 1e200 or 1e-200 in float64).
 // Eigen- and singular vectors are unique only up to sign, and the device's
 // signs may differ from LAPACK's (PyTorch's CUDA and CPU differ too).
 // Each matrix keeps an info like LAPACK's (a zero pivot, a non-positive
@@ -301,6 +305,31 @@ struct Householder {
 
 // --- eigh --------------------------------------------------------------------------------
 
+// Divides m (rows x cols) by its largest magnitude and returns that
+// magnitude: 1 for a zero matrix, and NaN or inf (m unchanged) when m
+// holds one.
+template <typename M, typename T>
+MF_HOST_DEVICE T scale_down(Mat<T> m, int64_t rows, int64_t cols) {
+  T big = T(0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const T v = M::fabs(m(r, c));
+      if (M::isnan(v)) return v;
+      big = v > big ? v : big;
+    }
+  if (!finite<M, T>(big)) return big;
+  if (big == T(0)) return T(1);
+  const T inv = T(1) / big;
+  if (finite<M, T>(inv)) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) m(r, c) *= inv;
+  } else {  // big is subnormal: its reciprocal overflows
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) m(r, c) /= big;
+  }
+  return big;
+}
+
 // Columns p and q of m (rows x ...) turned by the plane rotation (c, s):
 // (x, y) -> (c x - s y, s x + c y). Rows are the columns of m.t().
 template <typename T>
@@ -329,14 +358,25 @@ struct JacobiEigh {
     const Mat<T> s = at<T>(data, off, 0, {n, 1}), in = at<T>(data, off, 2, a);
     const Mat<T> vec = vectors ? at<T>(data, off, 4, v) : Mat<T>{s.p + n * n, n, 1};
     T* w = reinterpret_cast<T*>(data[3] + off[3]);
-    T norm2 = T(0);
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < n; ++c) {
         const bool stored = upper ? c >= r : c <= r;  // the triangle read, as syevd
         s(r, c) = stored ? in(r, c) : in(c, r);
         vec(r, c) = r == c ? T(1) : T(0);
-        norm2 += s(r, c) * s(r, c);
       }
+    // Iterate on A / max|A|, so that no square over- or underflows.
+    const T big = scale_down<M, T>(s, n, n);
+    if (!finite<M, T>(big)) {  // a NaN or an inf: NaN values and vectors (the CPU's syevd gives NaNs or fails)
+      for (int64_t i = 0; i < n; ++i) {
+        w[i] = big - big;
+        for (int64_t r = 0; r < n; ++r) vec(r, i) = big - big;
+      }
+      *reinterpret_cast<int*>(data[1] + off[1]) = 0;
+      return;
+    }
+    T norm2 = T(0);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < n; ++c) norm2 += s(r, c) * s(r, c);
     const T tol = eps<T>() * M::sqrt(norm2);
     int info = kMaxSweeps;
     for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
@@ -358,7 +398,7 @@ struct JacobiEigh {
         break;
       }
     }
-    for (int64_t i = 0; i < n; ++i) w[i] = s(i, i);
+    for (int64_t i = 0; i < n; ++i) w[i] = s(i, i) * big;
     for (int64_t i = 0; i < n; ++i) {  // ascending, vectors along
       int64_t lo = i;
       for (int64_t j = i + 1; j < n; ++j)
@@ -435,6 +475,7 @@ struct JacobiSvd {
       *reinterpret_cast<int*>(data[1] + off[1]) = info;
       return;
     }
+    const T magnitude = scale_down<M, T>(w, big, small);  // W / max|W|: no square over- or underflows
     for (int64_t i = 0; i < small; ++i)
       for (int64_t j = 0; j < small; ++j) rv(i, j) = i == j ? T(1) : T(0);
     info = kMaxSweeps;
@@ -476,19 +517,21 @@ struct JacobiSvd {
       swap_columns<T>(w, big, i, hi);
       swap_columns<T>(rv, small, i, hi);
     }
-    if (!vectors) return;
-    // The left factor of W, in U (tall) or Vh^T (wide), `cols` columns.
-    const Mat<T> left = tall ? at<T>(data, off, 4, u) : at<T>(data, off, 5, vh).t();
-    const Mat<T> right = tall ? at<T>(data, off, 5, vh).t() : at<T>(data, off, 4, u);
-    const int64_t cols = tall ? u_cols : vh_rows;
-    const T tiny = T(big) * eps<T>() * largest;
-    for (int64_t j = 0; j < cols; ++j) {
-      good[j] = j < small && s[j] > tiny;
-      for (int64_t i = 0; i < big; ++i) left(i, j) = good[j] ? w(i, j) / s[j] : T(0);
+    if (vectors) {
+      // The left factor of W, in U (tall) or Vh^T (wide), `cols` columns.
+      const Mat<T> left = tall ? at<T>(data, off, 4, u) : at<T>(data, off, 5, vh).t();
+      const Mat<T> right = tall ? at<T>(data, off, 5, vh).t() : at<T>(data, off, 4, u);
+      const int64_t cols = tall ? u_cols : vh_rows;
+      const T tiny = T(big) * eps<T>() * largest;
+      for (int64_t j = 0; j < cols; ++j) {
+        good[j] = j < small && s[j] > tiny;
+        for (int64_t i = 0; i < big; ++i) left(i, j) = good[j] ? w(i, j) / s[j] : T(0);
+      }
+      complete_basis<M, T>(left, big, cols, good);
+      for (int64_t i = 0; i < small; ++i)
+        for (int64_t j = 0; j < small; ++j) right(i, j) = rv(i, j);
     }
-    complete_basis<M, T>(left, big, cols, good);
-    for (int64_t i = 0; i < small; ++i)
-      for (int64_t j = 0; j < small; ++j) right(i, j) = rv(i, j);
+    for (int64_t j = 0; j < small; ++j) s[j] *= magnitude;  // the scale W was divided by
   }
 };
 

@@ -56,7 +56,8 @@ void product(T* out, const Device& device, int64_t rows, int64_t cols, int64_t d
              int64_t a_col, const T* b, int64_t b_row, int64_t b_col, const T* bias, T beta, const char* op) {
   if (rows == 0 || cols == 0) return;
   const LoopGeometry<1> g = walk_geometry<1>({rows * cols}, {index_kernels::Operand{out, {1}, int64_t(sizeof(T))}}, op);
-  L::template for_each<1>(device, g, rows * cols, RowProduct<T>{a, b, bias, cols, depth, a_row, a_col, b_row, b_col, beta});
+  L::template for_each<1>(device, g, rows * cols,
+                          RowProduct<T>{a, b, bias, cols, depth, a_row, a_col, b_row, b_col, beta});
 }
 
 // The gates of one forward step: rows [0, n) of h (and c), the step's rows
@@ -208,7 +209,8 @@ template <typename L>
 void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const RnnMode mode = rnn_math::rnn_mode(attrs.get_string("mode"));
   const RnnSteps steps = rnn_math::rnn_steps(in[0].sizes(), attrs.get_shape("batch_sizes"));
-  rnn_math::dispatch_rnn_dtype(in[0].dtype(), [&]<typename T>() { forward<L, T>(mode, attrs.get_bool("reverse"), steps, in, out); });
+  rnn_math::dispatch_rnn_dtype(in[0].dtype(),
+                               [&]<typename T>() { forward<L, T>(mode, attrs.get_bool("reverse"), steps, in, out); });
 }
 
 template <typename L>

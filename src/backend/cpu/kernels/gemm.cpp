@@ -295,7 +295,7 @@ void mkl_sgemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_in, 
   auto* cp = static_cast<float*>(out.data_ptr());
   const int64_t count = int64_t(p.a_off.size());
   const auto sa = uniform_stride(p.a_off), sb = uniform_stride(p.b_off);
-  if (count > 1 && sa && sb && p.n * p.m <= INT_MAX) {
+  if (count > 1 && count <= INT_MAX && sa && sb && p.n * p.m <= INT_MAX) {  // one call: int sizes
     mkl.sgemm_batch_strided(kRowMajor, p.ta, p.tb, int(p.n), int(p.m), int(p.k), alpha, ap + p.a_off[0],
                             int(p.la.ld), *sa, bp + p.b_off[0], int(p.lb.ld), *sb, beta, cp, int(p.m), int(p.n * p.m),
                             int(count));
@@ -369,7 +369,8 @@ bool run_on(BlasLibrary library, const Tensor& a, const Tensor& b, Tensor& out, 
       const mkl::Library* mkl = mkl::library();
       if (!mkl) return false;
       if (dtype == DType::Float32) mkl_sgemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
-      else if (dtype == DType::BFloat16) mkl_bf16_gemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
+      else if (dtype == DType::BFloat16)
+        mkl_bf16_gemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
       else return false;
       return true;
     }
