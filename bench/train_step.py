@@ -23,6 +23,14 @@ Also printed: model-FLOP utilisation, the training FLOPs of a step (3x the
 forward's matmul/conv/attention FLOPs) per second over the sgemm rate
 measured in the same run.
 
+--device cuda: the same steps on a GPU (tools/gpu_check.sh runs it there).
+Libraries: meshflow eager and in graph mode, and the PyTorch of the
+interpreter running this script (the newest one that machine has); each
+process is timed once per round and the best round counts. With --amp the
+forward and the loss run under bfloat16 autocast on "cuda". Utilisation is
+against the matmul rate of the step's dtype (bfloat16 under --amp) measured
+in the same process.
+
 --amp: mixed precision instead. The forward and the loss run under bfloat16
 autocast (mf.autocast / torch.autocast on "cpu"); parameters, gradients and
 the optimizer stay float32. Measured in the same run: meshflow float32,
@@ -100,13 +108,32 @@ def forward_flops(name, batch, kwargs):
     return total[0]
 
 
-def autocast(lib, precision):
+def autocast(lib, precision, device="cpu"):
     if precision == "fp32":
         return contextlib.nullcontext()
-    return lib.autocast("cpu", dtype=lib.bfloat16)
+    return lib.autocast(device, dtype=lib.bfloat16)
 
 
-def worker(lib_name, workload, steps, precision="fp32"):
+def matmul_gflops(lib, device, precision):
+    """The library's matmul rate: 2048^3 at 2 threads on the CPU, 8192^3 in
+    the step's dtype on a device."""
+    n = 2048 if device == "cpu" else 8192
+    dtype = lib.bfloat16 if precision == "bf16" and device != "cpu" else lib.float32
+    a, b = lib.randn(n, n, device=device).to(dtype), lib.randn(n, n, device=device).to(dtype)
+    lib.matmul(a, b)
+    best = float("inf")
+    for _ in range(5):
+        if device != "cpu":
+            lib.cuda.synchronize()
+        begin = time.perf_counter()
+        lib.matmul(a, b)
+        if device != "cpu":
+            lib.cuda.synchronize()
+        best = min(best, time.perf_counter() - begin)
+    return 2 * n ** 3 / best / 1e9
+
+
+def worker(lib_name, workload, steps, precision="fp32", device="cpu"):
     """Runs in the child process: prints one JSON line."""
     import numpy as np
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -119,18 +146,18 @@ def worker(lib_name, workload, steps, precision="fp32"):
     lib.set_num_threads(2)
     lib.manual_seed(0)
     name, batch, opt_kind, kwargs = WORKLOADS[workload]
-    model = models.build(name, lib, **kwargs)
+    model = models.build(name, lib, **kwargs).to(device)
     model.train()
     optimizer = make_optimizer(lib, opt_kind, model.parameters())
     if lib_name == "torch-compile":
         model = lib.compile(model)
     rng = np.random.default_rng(0)
     x, y = models.random_batch(name, batch, rng)
-    x, y = lib.tensor(x), lib.tensor(y)
+    x, y = lib.tensor(x).to(device), lib.tensor(y).to(device)
 
     def step():
         optimizer.zero_grad()
-        with autocast(lib, precision):
+        with autocast(lib, precision, device):
             loss = models.loss_fn(name, lib, model(x), y)
         loss.backward()
         optimizer.step()
@@ -161,7 +188,7 @@ def worker(lib_name, workload, steps, precision="fp32"):
     extra["first_step_s"] = time.perf_counter() - begin
     for _ in range(2):
         step()
-    if lib_name.startswith("meshflow"):
+    if lib_name.startswith("meshflow") and device == "cpu":
         # Memory a step needs beyond parameters and optimizer state: eager's
         # measured peak (gradients included: they are dropped first), and the
         # graph's planned arena (allocated once).
@@ -177,24 +204,17 @@ def worker(lib_name, workload, steps, precision="fp32"):
         begin = time.perf_counter()
         step()
         times.append(time.perf_counter() - begin)
-    # sgemm rate of this library at 2 threads (2048^3), for the utilisation.
-    a, b = lib.randn(2048, 2048), lib.randn(2048, 2048)
-    lib.matmul(a, b)
-    best = float("inf")
-    for _ in range(5):
-        begin = time.perf_counter()
-        lib.matmul(a, b)
-        best = min(best, time.perf_counter() - begin)
-    gflops = 2 * 2048 ** 3 / best / 1e9
+    # The matmul rate of this library, for the utilisation.
+    gflops = matmul_gflops(lib, device, precision)
     version = getattr(lib, "__version__", "?")
     print(json.dumps({"ms": 1000 * statistics.median(times), "min_ms": 1000 * min(times), "sgemm_gflops": gflops,
                       "version": str(version), **extra}))
 
 
-def run_child(python, lib_name, workload, steps, policy="PASSIVE", precision="fp32"):
+def run_child(python, lib_name, workload, steps, policy="PASSIVE", precision="fp32", device="cpu"):
     env = dict(os.environ, OMP_WAIT_POLICY=policy, OMP_NUM_THREADS="2")
     cmd = [python, os.path.abspath(__file__), "--worker", lib_name, "--workloads", workload, "--steps", str(steps),
-           "--precision", precision]
+           "--precision", precision, "--device", device]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{lib_name} {workload} failed:\n{out.stderr[-2000:]}")
@@ -243,9 +263,13 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="processes per library and policy (the best counts)")
     p.add_argument("--amp", action="store_true", help="bfloat16 autocast columns (see the module docstring)")
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (see the module docstring)")
     args = p.parse_args()
     if args.worker:
-        worker(args.worker, args.workloads, args.steps, args.precision)
+        worker(args.worker, args.workloads, args.steps, args.precision, args.device)
+        return
+    if args.device != "cpu":
+        device_main(args)
         return
 
     peers = ["/usr/bin/python3"]
@@ -321,6 +345,47 @@ def main():
         eager_mb, planned_mb = mine["PASSIVE"]["step_peak_mb"], graph["PASSIVE"]["planned_mb"]
         print(f"| {workload} | {eager_mb:.1f} | {planned_mb:.1f} | {planned_mb / eager_mb:.2f} | "
               f"{graph['PASSIVE']['step_peak_mb']:.1f} |")
+
+
+def device_main(args):
+    """--device cuda: meshflow eager and graph against this interpreter's PyTorch."""
+    precision = "bf16" if args.amp else "fp32"
+    workloads = args.workloads if args.workloads != ",".join(WORKLOADS) else "gpt"
+    python = sys.executable
+    configs = [(python, "meshflow"), (python, "meshflow-graph"), (python, "torch")]
+    rows = []
+    for workload in workloads.split(","):
+        steps = args.steps or STEPS[workload]
+        name, batch, _, kwargs = WORKLOADS[workload]
+        flops = 3 * forward_flops(name, batch, kwargs)
+        best = {}
+        for _ in range(args.rounds):
+            for key in configs:
+                try:
+                    r = run_child(*key, workload, steps, precision=precision, device=args.device)
+                except RuntimeError as e:
+                    if key[1].startswith("meshflow"):
+                        raise
+                    print(f"{key[1]} {workload}: failed: {str(e).strip().splitlines()[-1]}", file=sys.stderr)
+                    r = {"ms": float("nan"), "failed": True, "sgemm_gflops": float("nan"), "version": "?"}
+                if key not in best or r["ms"] < best[key]["ms"] or best[key].get("failed"):
+                    best[key] = r
+        mine, graph, torch_run = (best[key] for key in configs)
+        rows.append((workload, flops, mine, graph, torch_run))
+        print(workload, json.dumps({"meshflow": mine, "graph": graph, "torch": torch_run}), flush=True)
+    print(f"\nOn {args.device} ({precision}); utilisation: the step's model FLOPs per second over the "
+          "library's own matmul rate in that dtype:\n")
+    print("| workload | meshflow ms | graph ms | torch ms | meshflow / torch | graph / torch | graph first step s "
+          "| meshflow MFU | torch MFU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for workload, flops, mine, graph, torch_run in rows:
+        def mfu(r):
+            return "-" if r.get("failed") else f"{100 * flops / (r['ms'] / 1000) / (r['sgemm_gflops'] * 1e9):.1f}%"
+
+        def ratio(a):
+            return "-" if torch_run.get("failed") else f"{a['ms'] / torch_run['ms']:.2f}"
+        print(f"| {workload} | {mine['ms']:.1f} | {graph['ms']:.1f} | {torch_run['ms']:.1f} | {ratio(mine)} | "
+              f"{ratio(graph)} | {graph['first_step_s']:.2f} | {mfu(mine)} | {mfu(torch_run)} |")
 
 
 def amp_main(args, peers):

@@ -91,6 +91,21 @@ using InferFn = std::function<std::vector<TensorMeta>(const TensorList& inputs, 
 // Writes outputs (allocated by the dispatcher from infer, contiguous unless
 // the op runs in place) from inputs. Inputs may be non-contiguous.
 using KernelFn = std::function<void(const TensorList& inputs, TensorList& outputs, const Attrs& attrs)>;
+// Note [Kernel scratch]
+// Kernels are leaves: they never allocate through the dispatcher. A kernel
+// that needs working memory beyond its outputs (partial sums, a copy of a
+// matrix to factor, per-chunk offsets) registers a ScratchFn with it: the
+// bytes one call needs, computed from the call's inputs (which may carry no
+// data: graph mode asks while planning), the outputs' metadata and the
+// attrs. The caller then appends one more output, a UInt8 tensor of that
+// many bytes on the kernel's device, and the kernel carves it
+// (backend/common/scratch.h). Eager calls take it from the device's caching
+// allocator and drop it after the call; a graph places it in its arena for
+// the one step (plan_memory), so the memory plan covers all of a step's
+// memory. A ScratchFn belongs to one device's kernel: the CPU and CUDA
+// kernels of an op may need different scratch.
+using ScratchFn =
+    std::function<int64_t(const TensorList& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs)>;
 // For view ops: outputs that alias inputs[0]'s storage.
 using ViewFn = std::function<TensorList(const TensorList& inputs, const Attrs& attrs)>;
 // Returns one gradient per forward input (undefined: none).
@@ -180,8 +195,10 @@ struct OpDef {
   FlopsFn flops;
   FlopsKind flops_kind = FlopsKind::Gemm;
 
-  // Filled by the registry: kernels[device type], cpu_kernel included.
+  // Filled by the registry: kernels[device type], cpu_kernel included, and
+  // the scratch of those that need some (Note [Kernel scratch]).
   std::array<KernelFn, kNumDeviceTypes> kernels;
+  std::array<ScratchFn, kNumDeviceTypes> scratch;
 
   // Whether a call writes input i: input 0 of an in-place call, and the
   // inputs of mutates.
@@ -198,8 +215,9 @@ class OpRegistry {
   // Registers the kernel of a device type for an op (a backend folder calls
   // this for the ops it implements, MF_REGISTER_KERNEL). An op not yet
   // registered gets it when it is; validate() refuses a kernel whose op
-  // never came.
-  void set_kernel(std::string_view op, DeviceType device, KernelFn kernel);
+  // never came. scratch: the kernel's working memory (Note [Kernel
+  // scratch]), unset for a kernel that needs none.
+  void set_kernel(std::string_view op, DeviceType device, KernelFn kernel, ScratchFn scratch = {});
   // The op called name; throws mf::Error listing close names if absent.
   const OpDef& get(std::string_view name);
   const OpDef* find(std::string_view name);
@@ -218,6 +236,7 @@ class OpRegistry {
     std::string op;
     DeviceType device;
     KernelFn kernel;
+    ScratchFn scratch;
   };
   std::vector<PendingKernel> pending_;
 };
@@ -227,8 +246,8 @@ struct OpRegistrar {
 };
 
 struct KernelRegistrar {
-  KernelRegistrar(std::string_view op, DeviceType device, KernelFn kernel) {
-    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  KernelRegistrar(std::string_view op, DeviceType device, KernelFn kernel, ScratchFn scratch = {}) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel), std::move(scratch));
   }
 };
 
@@ -239,7 +258,7 @@ struct KernelRegistrar {
 // MF_REGISTER_OP(OpDef{.name = "add", ...});
 #define MF_REGISTER_OP(...) \
   static ::mf::OpRegistrar MF_OP_CONCAT(mf_op_registrar_, __COUNTER__)(__VA_ARGS__)
-// MF_REGISTER_KERNEL("sgd_update", DeviceType::CPU, kernel): a backend
-// folder's kernel of an op defined elsewhere (in any order).
+// MF_REGISTER_KERNEL("sgd_update", DeviceType::CPU, kernel[, scratch]): a
+// backend folder's kernel of an op defined elsewhere (in any order).
 #define MF_REGISTER_KERNEL(op, device, ...) \
   static ::mf::KernelRegistrar MF_OP_CONCAT(mf_kernel_registrar_, __COUNTER__)(op, device, __VA_ARGS__)

@@ -64,6 +64,21 @@ Device pick_device(const TensorList& inputs, const std::vector<TensorMeta>& meta
                              "each device lacks)"));
 }
 
+// Runs the kernel with the scratch it asks for, from the device's caching
+// allocator for this call alone (Note [Kernel scratch]).
+void run_kernel(const OpDef& op, const KernelFn& kernel, Device device, const TensorList& inputs,
+                TensorList& outputs, const std::vector<TensorMeta>& metas, const Attrs& attrs) {
+  const ScratchFn& scratch = op.scratch[size_t(device.type())];
+  if (!scratch) return kernel(inputs, outputs, attrs);
+  const int64_t bytes = scratch(inputs, metas, attrs);
+  // On the CPU an empty buffer (most calls of the reductions, which take
+  // scratch only for pathological layouts) is the same tensor every time.
+  static const Tensor no_cpu_scratch = make_empty({0}, DType::UInt8);
+  outputs.push_back(bytes == 0 && device.is_cpu() ? no_cpu_scratch : make_empty({bytes}, DType::UInt8, device));
+  kernel(inputs, outputs, attrs);
+  outputs.pop_back();
+}
+
 // The local eager interpreter: runs the kernel of the inputs' device (or
 // the view function), or only infers metadata for traced tensors.
 TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
@@ -84,7 +99,7 @@ TensorList interpret(const OpDef& op, const TensorList& inputs, const Attrs& att
   if (!kernel) [[unlikely]]
     throw_no_kernel(op, device);
   for (const auto& m : metas) outputs.push_back(make_empty(m.sizes, m.dtype, m.device));
-  kernel(inputs, outputs, attrs);
+  run_kernel(op, kernel, device, inputs, outputs, metas, attrs);
   return outputs;
 }
 
@@ -236,7 +251,8 @@ Tensor apply_inplace(const OpDef& op, const TensorList& inputs, const Attrs& att
     if (!kernel) [[unlikely]]
       throw_no_kernel(op, self.device());
     TensorList outputs{self};
-    kernel(inputs, outputs, attrs);
+    run_kernel(op, kernel, self.device(), inputs, outputs, {TensorMeta{self.sizes(), self.dtype(), self.device()}},
+               attrs);
   }
   self.bump_version();
   bump_written(op, inputs);

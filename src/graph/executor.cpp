@@ -46,7 +46,42 @@ bool is_planned(const Graph& graph, ValueId id) {
   return v.kind == ValueKind::Input || v.kind == ValueKind::Intermediate;
 }
 
+// The device a node's kernel runs on: that of its first output (or input).
+Device node_device(const Graph& graph, const Node& node) {
+  return graph.value(node.outputs.empty() ? node.inputs[0] : node.outputs[0]).device;
+}
+
+// A tensor of value id's layout for a ScratchFn: a variable's or constant's
+// own tensor, else one without data over a storage as large as its buffer's.
+Tensor layout_of(const Graph& graph, ValueId id) {
+  if (id == kNoValue) return Tensor();
+  const Value& v = graph.value(id);
+  if (v.tensor.defined()) return v.tensor;
+  const Value& owner = graph.value(v.root == kNoValue ? id : v.root);
+  auto storage = std::make_shared<StorageImpl>(size_t(owner.nbytes()), v.device);
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), v.sizes, v.strides, v.offset, v.dtype));
+}
+
 }  // namespace
+
+std::vector<int64_t> scratch_bytes(const Graph& graph) {
+  std::vector<int64_t> bytes(graph.nodes().size(), -1);
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& node = graph.nodes()[i];
+    if (node.is_view() || node.fused) continue;
+    const ScratchFn& scratch = node.op->scratch[size_t(node_device(graph, node).type())];
+    if (!scratch) continue;
+    TensorList inputs;
+    for (ValueId id : node.inputs) inputs.push_back(layout_of(graph, id));
+    std::vector<TensorMeta> outputs;
+    for (ValueId id : node.outputs) {
+      const Value& v = graph.value(id);
+      outputs.push_back({v.sizes, v.dtype, v.device});
+    }
+    bytes[i] = scratch(inputs, outputs, node.attrs);
+  }
+  return bytes;
+}
 
 std::vector<int32_t> communication_waits(const Graph& graph) {
   const auto& nodes = graph.nodes();
@@ -126,10 +161,14 @@ MemoryPlan plan_memory(const Graph& graph) {
   });
   std::vector<Placed> placed;
   std::vector<const Placed*> conflicts;
-  for (ValueId id : order) {
-    const auto [first, last] = plan.lifetimes[size_t(id)];
-    const int64_t size = align_up(values[size_t(id)].nbytes());
+  // Live bytes over time (lifetimes are inclusive: a buffer counts from its
+  // first node to its last).
+  std::vector<int64_t> delta(nodes.size() + 3, 0);
+  auto place = [&](int64_t size, int32_t first, int32_t last) {
+    size = align_up(size);
     plan.total_bytes += size;
+    delta[size_t(first + 1)] += size;
+    delta[size_t(last + 2)] -= size;
     conflicts.clear();
     for (const Placed& p : placed)
       if (p.first <= last && first <= p.last) conflicts.push_back(&p);
@@ -141,18 +180,21 @@ MemoryPlan plan_memory(const Graph& graph) {
       offset = std::max(offset, c->offset + c->size);
     }
     placed.push_back({offset, size, first, last});
-    plan.offsets[size_t(id)] = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
-  }
-  // Live bytes over time (lifetimes are inclusive: a buffer counts from its
-  // first node to its last).
-  std::vector<int64_t> delta(nodes.size() + 3, 0);
+    return offset;
+  };
   for (ValueId id : order) {
     const auto [first, last] = plan.lifetimes[size_t(id)];
-    const int64_t size = align_up(values[size_t(id)].nbytes());
-    delta[size_t(first + 1)] += size;
-    delta[size_t(last + 2)] -= size;
+    plan.offsets[size_t(id)] = place(values[size_t(id)].nbytes(), first, last);
   }
+  // Each kernel's scratch lives for its own step alone (Note [Kernel
+  // scratch]), so it fills the gaps the buffers leave.
+  plan.scratch_offsets.assign(nodes.size(), -1);
+  plan.scratch_bytes = scratch_bytes(graph);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (plan.scratch_bytes[i] >= 0)
+      plan.scratch_offsets[i] =
+          plan.scratch_bytes[i] ? place(plan.scratch_bytes[i], int32_t(i), std::max(int32_t(i), waits[i])) : 0;
   int64_t live = 0;
   for (int64_t d : delta) plan.live_peak_bytes = std::max(plan.live_peak_bytes, live += d);
   return plan;
@@ -249,11 +291,18 @@ void Executable::lower() {
         step.outputs.push_back(tensors_[size_t(id)]);
       }
     }
+    if (const int64_t offset = plan_.scratch_offsets[size_t(&node - graph_.nodes().data())]; offset >= 0) {
+      const int64_t bytes = plan_.scratch_bytes[size_t(&node - graph_.nodes().data())];
+      auto storage = std::make_shared<StorageImpl>(static_cast<char*>(arena_.data_ptr()) + offset, size_t(bytes),
+                                                   arena_.device(), [](void*) {}, nullptr);
+      step.outputs.push_back(
+          Tensor(std::make_shared<TensorImpl>(std::move(storage), Shape{bytes}, Shape{1}, 0, DType::UInt8)));
+    }
     step.tag = node.pipeline;
     if (step.tag.phase == Phase::None && !steps_.empty()) step.tag = steps_.back().tag;
     step.send = node.op == &send_op();
     step.recv = node.op == &recv_op();
-    const Device device = values[size_t(node.outputs.empty() ? node.inputs[0] : node.outputs[0])].device;
+    const Device device = node_device(graph_, node);
     MF_CHECK(!node.fused || device.is_cpu(), Error, "graph: the fused node ", node.op->name,
              " runs on the CPU only, but its values are on ", device);
     step.kernel = node.fused ? fused_kernel(node.fused) : node.op->kernels[size_t(device.type())];

@@ -47,6 +47,23 @@ const OpDef& fused_linear_op() {
 
 namespace {
 
+// Runs op's CPU kernel inside a fused program, with the scratch it asks
+// for (Note [Kernel scratch]). A fused program is not a leaf yet: like its
+// block buffers, the scratch of the kernels it calls (a row sum's cast of a
+// low-precision block) comes from the CPU's caching allocator.
+void run_cpu_kernel(const OpDef& op, const TensorList& inputs, TensorList& outputs, const Attrs& attrs) {
+  const KernelFn& kernel = op.kernels[size_t(DeviceType::CPU)];
+  const ScratchFn& scratch = op.scratch[size_t(DeviceType::CPU)];
+  if (!scratch) return kernel(inputs, outputs, attrs);
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : outputs) metas.push_back({t.sizes(), t.dtype(), t.device()});
+  const int64_t bytes = scratch(inputs, metas, attrs);
+  static const Tensor no_scratch = make_empty({0}, DType::UInt8);
+  outputs.push_back(bytes ? make_empty({bytes}, DType::UInt8) : no_scratch);
+  kernel(inputs, outputs, attrs);
+  outputs.pop_back();
+}
+
 // Elements [begin, begin + length) of a contiguous tensor as a block of
 // shape (length / unit, trailing...), unit = numel(trailing).
 Tensor block_of(const Tensor& t, int64_t begin, int64_t length, const Shape& trailing) {
@@ -92,7 +109,6 @@ void run_program(const FusedProgram& program, const TensorList& inputs, TensorLi
   const DType partial_dtype = sum_dtype == DType::Float64 ? DType::Float64 : DType::Float32;
   Tensor partials;
   if (column_sum) partials = make_empty({blocks, columns}, partial_dtype);
-  const KernelFn& sum_kernel = sum_op.kernels[size_t(DeviceType::CPU)];
   parallel_for(0, blocks, 1, [&](int64_t first_block, int64_t end_block) {
     // This thread's buffers for the intermediate results of one block.
     TensorList scratch(count);
@@ -114,7 +130,7 @@ void run_program(const FusedProgram& program, const TensorList& inputs, TensorLi
         for (int32_t o : step.outputs)
           outs.push_back(o < 0 ? block_of(scratch[k], 0, length, program.trailing)
                                : output_block(outputs[size_t(o)], n, begin, length, program.trailing));
-        step.op->kernels[size_t(DeviceType::CPU)](args, outs, step.attrs);
+        run_cpu_kernel(*step.op, args, outs, step.attrs);
         results[k] = outs[0];
       }
       if (column_sum) {
@@ -122,14 +138,14 @@ void run_program(const FusedProgram& program, const TensorList& inputs, TensorLi
         TensorList rows{make_view(last, {length / columns, columns}, {columns, 1}, last.storage_offset())};
         TensorList partial{keepdim ? make_view(partials, {1, columns}, {columns, 1}, block * columns)
                                    : make_view(partials, {columns}, {1}, block * columns)};
-        sum_kernel(rows, partial, program.column_sum_attrs);
+        run_cpu_kernel(sum_op, rows, partial, program.column_sum_attrs);
       }
     }
   });
   if (column_sum) {
     Tensor& result = outputs[size_t(program.column_sum_output)];
     TensorList total{sum_dtype == partial_dtype ? result : make_empty(result.sizes(), partial_dtype)};
-    sum_kernel({partials}, total, program.column_sum_attrs);
+    run_cpu_kernel(sum_op, {partials}, total, program.column_sum_attrs);
     if (sum_dtype != partial_dtype) cpu::copy_cast(result, total[0]);
   }
 }
@@ -169,7 +185,7 @@ KernelFn fused_kernel(std::shared_ptr<const FusedProgram> program) {
     static const Attrs unit_scales{{"beta", Scalar(1)}, {"alpha", Scalar(1)}};
     const Shape shape{inputs[1].size(0), inputs[2].size(1)};
     TensorList product{make_view(outputs[0], shape, contiguous_strides(shape), outputs[0].storage_offset())};
-    addmm.kernels[size_t(DeviceType::CPU)]({inputs[0], inputs[1], inputs[2]}, product, unit_scales);
+    run_cpu_kernel(addmm, {inputs[0], inputs[1], inputs[2]}, product, unit_scales);
     TensorList program_inputs{outputs[0]};
     program_inputs.insert(program_inputs.end(), inputs.begin() + 3, inputs.end());
     run_program(*program, program_inputs, outputs);

@@ -114,6 +114,7 @@ void OpRegistry::add(OpDef op) {
   for (auto it = pending_.begin(); it != pending_.end();)
     if (it->op == op.name) {
       op.kernels[size_t(it->device)] = std::move(it->kernel);
+      op.scratch[size_t(it->device)] = std::move(it->scratch);
       it = pending_.erase(it);
     } else {
       ++it;
@@ -121,14 +122,15 @@ void OpRegistry::add(OpDef op) {
   ops_.push_back(std::make_unique<OpDef>(std::move(op)));
 }
 
-void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn kernel) {
+void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn kernel, ScratchFn scratch) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   for (auto& op : ops_)
     if (op->name == name) {
       op->kernels[size_t(device)] = std::move(kernel);
+      op->scratch[size_t(device)] = std::move(scratch);
       return;
     }
-  pending_.push_back({std::string(name), device, std::move(kernel)});
+  pending_.push_back({std::string(name), device, std::move(kernel), std::move(scratch)});
 }
 
 const OpDef* OpRegistry::find(std::string_view name) {

@@ -62,20 +62,22 @@ class EmulatedDevice : public ::testing::Test {
     for (const OpDef* op : OpRegistry::instance().all()) {
       const KernelFn& kernel = op->kernels[size_t(DeviceType::CUDA)];
       if (!kernel || op->name == "to_device") continue;  // the copy: the backend's verb
-      set_aside_.emplace_back(op->name, kernel);
+      set_aside_.push_back({op->name, kernel, op->scratch[size_t(DeviceType::CUDA)]});
       OpRegistry::instance().set_kernel(op->name, DeviceType::CUDA, KernelFn());
     }
   }
   void TearDown() override {
     for (const OpDef* op : OpRegistry::instance().all())
       if (op->name != "to_device") OpRegistry::instance().set_kernel(op->name, DeviceType::CUDA, KernelFn());
-    for (auto& [op, kernel] : set_aside_) OpRegistry::instance().set_kernel(op, DeviceType::CUDA, kernel);
+    for (auto& [op, kernel, scratch] : set_aside_)
+      OpRegistry::instance().set_kernel(op, DeviceType::CUDA, kernel, scratch);
     replace_backend(DeviceType::CUDA, previous_);
   }
   // Runs the CPU kernel of `op` on the emulated device (its memory is host memory).
   void add_kernel(const char* op) {
-    OpRegistry::instance().set_kernel(op, DeviceType::CUDA,
-                                      OpRegistry::instance().get(op).kernels[size_t(DeviceType::CPU)]);
+    const OpDef& def = OpRegistry::instance().get(op);
+    OpRegistry::instance().set_kernel(op, DeviceType::CUDA, def.kernels[size_t(DeviceType::CPU)],
+                                      def.scratch[size_t(DeviceType::CPU)]);
   }
   EmulatedBackend backend_;
   const Device dev0{DeviceType::CUDA, 0}, dev1{DeviceType::CUDA, 1};
@@ -85,7 +87,12 @@ class EmulatedDevice : public ::testing::Test {
 
  private:
   Backend* previous_ = nullptr;
-  std::vector<std::pair<std::string, KernelFn>> set_aside_;
+  struct SetAside {
+    std::string op;
+    KernelFn kernel;
+    ScratchFn scratch;
+  };
+  std::vector<SetAside> set_aside_;
 };
 
 TEST_F(EmulatedDevice, CopiesRoundTripAndUseTheDevicesAllocator) {
@@ -454,7 +461,9 @@ TEST_F(EmulatedDevice, ComposedSoftmaxAndNormsRunOverAnotherBackendsLoops) {
 // backend calls cuBLAS (backend/cuda/kernels/gemm.cpp): one strided batch,
 // or a call per matrix. op(X)(i, j) of a column-major X with leading dim ld.
 void emulated_blas_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
-  const GemmPlan plan = plan_gemm(a, b, out, elementwise_kernels::copy_cast<GeometryLoops>);
+  const Tensor buffer = make_empty({gemm_scratch_bytes(a, b)}, DType::UInt8, a.device());
+  Scratch taken({buffer});
+  const GemmPlan plan = plan_gemm(a, b, out, elementwise_kernels::copy_cast<GeometryLoops>, taken);
   const double* ap = static_cast<const double*>(plan.a.tensor.data_ptr());
   const double* bp = static_cast<const double*>(plan.b.tensor.data_ptr());
   double* cp = static_cast<double*>(out.data_ptr());
@@ -1348,6 +1357,168 @@ TEST_F(EmulatedDevice, ConvolutionsRunOverAnotherBackendsLoops) {
         [](const Tensor& a, const Tensor& w, const Tensor& b) {
           return conv3d(a, w, b, {.stride = {1, 2, 1}, .padding = {1, 1, 0}});
         });
+}
+
+}  // namespace
+}  // namespace mf
+
+namespace mf {
+namespace {
+
+using emulated::EmulatedBackend;
+using emulated::GeometryLoops;
+using emulated::GeometryReducer;
+using testing::random_tensor;
+
+// Note [Kernel scratch]: a kernel with a ScratchFn is a leaf. Each call the
+// public functions below make of such an op is replayed straight into its
+// emulated-device kernel, with the outputs and the scratch allocated first
+// as a caller does: the kernel must allocate nothing on the device, and
+// must give what the dispatcher's call of the same op gives.
+TEST(KernelScratch, KernelsWithScratchAllocateNothing) {
+  EmulatedBackend backend;
+  Backend* previous = replace_backend(DeviceType::CUDA, &backend);
+  constexpr DeviceType kCuda = DeviceType::CUDA;
+  struct Kept {
+    std::string op;
+    KernelFn kernel;
+    ScratchFn scratch;
+  };
+  std::vector<Kept> kept;
+  for (const OpDef* op : OpRegistry::instance().all())
+    if (op->name != "to_device") kept.push_back({op->name, op->kernels[size_t(kCuda)], op->scratch[size_t(kCuda)]});
+  elementwise_kernels::register_all<GeometryLoops>(kCuda);
+  layout_kernels::register_all<GeometryLoops>(kCuda, true);
+  reduce_kernels::register_all<GeometryReducer>(kCuda);
+  composed_kernels::register_all<GeometryLoops, GeometryReducer>(kCuda);
+  index_kernels::register_all<GeometryLoops>(kCuda);
+  mask_kernels::register_all<GeometryLoops>(kCuda);
+  random_kernels::register_all<GeometryLoops>(kCuda);
+  pool_kernels::register_all<GeometryLoops>(kCuda);
+  sort_kernels::register_all<GeometryLoops>(kCuda);
+  attention_kernels::register_all<GeometryLoops>(kCuda);
+  linalg_kernels::register_all<GeometryLoops>(kCuda);
+  loss_kernels::register_all<GeometryLoops, GeometryReducer>(kCuda);
+  rnn_kernels::register_all<GeometryLoops>(kCuda);
+  resample_kernels::register_all<GeometryLoops>(kCuda);
+  const Device dev{kCuda, 0};
+  auto on = [&](const Tensor& t) { return to(t, dev); };
+  auto f64 = [](const Shape& s, uint32_t seed) { return random_tensor(s, seed, -1, 1, DType::Float64); };
+
+  GeometryReducer::plans.clear();
+  std::vector<dispatch::RecordedCall> calls;
+  {
+    dispatch::CallRecorder recorder;
+    const Tensor a = transpose(on(f64({3, 4, 4}, 1)), -1, -2);
+    linalg::inv(a);
+    linalg::det(a);
+    linalg::solve(a, on(f64({3, 4, 2}, 2)));
+    linalg::qr(on(f64({5, 3}, 3)), "complete");
+    linalg::svd(on(f64({2, 4, 3}, 4)), false);
+    linalg::svdvals(on(f64({3, 5}, 5)));
+    linalg::eigh(on(add(f64({4, 4}, 6), transpose(f64({4, 4}, 6), 0, 1))));
+    const Tensor x = transpose(on(random_tensor({6, 700}, 7, -1, 1)), 0, 1);
+    const Tensor mask = gt(x, Scalar(0.2));
+    nonzero(mask);
+    Tensor leaf = x.detach();
+    leaf.requires_grad_(true);
+    sum(masked_select(leaf, mask)).backward();
+    topk(x, 3, 0, true, false);
+    Tensor strided = transpose(on(zeros({5, 4})), 0, 1);
+    uniform_(strided, -1.0, 1.0);
+    randperm(20, dev);
+    const Tensor rows = on(from_vector({2, 0, 3}, {3}, {.dtype = DType::Int64}));
+    Tensor table = on(random_tensor({5, 4}, 8, -1, 1));
+    index(table, {rows});
+    index_put_(table, {rows}, on(ones({3, 4})), true);
+    scatter_reduce(on(zeros({2, 5})), 1, on(from_vector({0, 4, 4, 1}, {2, 2}, {.dtype = DType::Int64})),
+                   on(ones({2, 2})), "mean", false);
+    Tensor windows_of = on(random_tensor({12}, 9, -1, 1)).detach();
+    windows_of.requires_grad_(true);
+    sum(as_strided(windows_of, {3, 4}, {2, 1}, 1)).backward();
+    Tensor q = on(random_tensor({1, 2, 3, 4}, 10, -1, 1)).detach();
+    q.requires_grad_(true);
+    sum(scaled_dot_product_attention(q, q, q, Tensor(), 0.0, true)).backward();
+    Tensor image = on(random_tensor({1, 2, 6, 6}, 11, -1, 1)).detach();
+    image.requires_grad_(true);
+    sum(max_pool2d(transpose(image, 2, 3), {.kernel_size = {2, 2}})).backward();
+    sum(avg_pool2d(image, {.kernel_size = {3, 3}})).backward();
+    // Reductions: chunked (partials in scratch), strided, cast, two-pass,
+    // over the flattened input; and what is built on them.
+    const Tensor big = on(random_tensor({3, 40000}, 12, -1, 1));
+    sum(big, {1});
+    sum(transpose(big, 0, 1), {0});
+    sum(on(ones({4, 5}, {.dtype = DType::Int32})), {1});
+    var(big, {1});
+    logsumexp(big, {1});
+    argmax(transpose(big, 0, 1));
+    Tensor logits = on(random_tensor({6, 5}, 13, -2, 2)).detach();
+    logits.requires_grad_(true);
+    sum(mul(log_softmax(logits, 1), softmax(logits, 0))).backward();
+    Tensor feature = on(random_tensor({4, 6, 3}, 14, -1, 1)).detach();
+    feature.requires_grad_(true);
+    sum(layer_norm(transpose(feature, 1, 2), {6}, on(random_tensor({6}, 15, 0.5, 1.5)),
+                   on(random_tensor({6}, 16, -1, 1)))).backward();
+    sum(group_norm(feature, 2, on(ones({6})), on(zeros({6})))).backward();
+    sum(batch_norm(feature, on(zeros({6})), on(ones({6})), on(ones({6})), on(zeros({6})), true)).backward();
+    const Tensor target = on(from_vector({0, 4, 2, -100, 1, 3}, {6}, {.dtype = DType::Int64}));
+    sum(cross_entropy(logits, target, on(random_tensor({5}, 17, 0.5, 2)), -100, "mean", 0.1)).backward();
+    sum(nll_loss(log_softmax(logits, 1), target)).backward();
+    mse_loss(logits, on(zeros({6, 5})));
+    binary_cross_entropy_with_logits(logits, on(ones({6, 5})));
+    // A recurrent layer and resampling, forward and backward.
+    Tensor seq = on(random_tensor({4, 2, 3}, 18, -1, 1, DType::Float64)).detach();
+    seq.requires_grad_(true);
+    auto f64_leaf = [&](const Shape& shape, uint32_t seed) {
+      Tensor t = on(random_tensor(shape, seed, -0.5, 0.5, DType::Float64)).detach();
+      t.requires_grad_(true);
+      return t;
+    };
+    const RnnLayerOutput r = rnn_layer(seq, f64_leaf({2, 5}, 19), f64_leaf({2, 5}, 20), f64_leaf({20, 3}, 21),
+                                       f64_leaf({20, 5}, 22), f64_leaf({20}, 23), f64_leaf({20}, 24), "lstm");
+    sum(r.output).backward();
+    Tensor small = on(random_tensor({1, 2, 3, 4}, 25, -1, 1)).detach();
+    small.requires_grad_(true);
+    sum(interpolate(small, {.size = Shape{5, 7}, .mode = "bilinear"})).backward();
+    calls = std::move(recorder.calls);
+  }
+  // The partials of a reduction cut into chunks were among the pieces.
+  EXPECT_TRUE(std::any_of(GeometryReducer::plans.begin(), GeometryReducer::plans.end(),
+                          [](const ReducePlan& p) { return p.chunks > 1; }));
+  std::set<std::string> covered;
+  for (const dispatch::RecordedCall& call : calls) {
+    const OpDef& op = *call.op;
+    const ScratchFn& scratch = op.scratch[size_t(kCuda)];
+    if (!scratch) continue;  // an in-place call is replayed out of place
+    SCOPED_TRACE(op.name);
+    const std::vector<TensorMeta> metas = dispatch::infer(op, call.inputs, call.attrs);
+    TensorList out;
+    for (const TensorMeta& m : metas) out.push_back(make_empty(m.sizes, m.dtype, m.device));
+    out.push_back(make_empty({scratch(call.inputs, metas, call.attrs)}, DType::UInt8, dev));
+    const int64_t before = memory_stats(dev).num_allocations;
+    op.kernels[size_t(kCuda)](call.inputs, out, call.attrs);
+    EXPECT_EQ(memory_stats(dev).num_allocations, before) << op.name << " allocated on the device";
+    out.pop_back();
+    const TensorList want = dispatch::apply(op, call.inputs, call.attrs);
+    ASSERT_EQ(want.size(), out.size());
+    for (size_t i = 0; i < out.size(); ++i) expect_close(to(out[i], Device()), to(want[i], Device()), 0, 0);
+    covered.insert(op.name);
+  }
+  for (const char* name : {"linalg_inv", "linalg_det", "linalg_solve", "linalg_qr", "linalg_svd", "linalg_svdvals",
+                           "linalg_eigh", "nonzero", "masked_select", "masked_select_backward", "topk", "randperm",
+                           "index", "index_put", "scatter_reduce", "as_strided_backward", "fused_attention",
+                           "fused_attention_backward", "max_pool2d_scatter", "avg_pool2d_backward", "uniform", "sum", "var",
+                           "logsumexp", "argmax", "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
+                           "layer_norm", "layer_norm_backward", "group_norm", "group_norm_backward", "batch_norm",
+                           "batch_norm_backward", "cross_entropy", "cross_entropy_backward", "nll_loss",
+                           "nll_loss_backward", "mse_loss", "binary_cross_entropy_with_logits", "rnn_layer",
+                           "rnn_layer_backward", "upsample_linear", "upsample_linear_backward"})
+    EXPECT_TRUE(covered.count(name)) << name << " was not replayed";
+  calls.clear();
+  for (const OpDef* op : OpRegistry::instance().all())
+    if (op->name != "to_device") OpRegistry::instance().set_kernel(op->name, kCuda, KernelFn());
+  for (const Kept& k : kept) OpRegistry::instance().set_kernel(k.op, kCuda, k.kernel, k.scratch);
+  replace_backend(DeviceType::CUDA, previous);
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ namespace mf::graph {
 // it or any view or in-place successor of it (graph outputs live to the
 // end). Buffers are placed largest first at the lowest arena offset free
 // over their whole lifetime, so buffers whose lifetimes do not overlap
-// share memory.
+// share memory. Then each kernel's scratch (Note [Kernel scratch] in
+// meshflow/op_def.h) is placed the same way for the one step that uses it.
 struct MemoryPlan {
   // Byte offset in the arena of each value that owns a planned buffer
   // (graph inputs and kernel outputs), -1 for the others.
@@ -50,6 +51,10 @@ struct MemoryPlan {
   int64_t live_peak_bytes = 0;
   // [first, last] node index of each planned buffer's lifetime.
   std::vector<std::pair<int32_t, int32_t>> lifetimes;
+  // Per node: the bytes of its kernel's scratch and their arena offset (-1
+  // both: the kernel takes none). Note [Kernel scratch] in meshflow/op_def.h.
+  std::vector<int64_t> scratch_bytes;
+  std::vector<int64_t> scratch_offsets;
 };
 
 constexpr int64_t kArenaAlignment = 64;
@@ -80,6 +85,9 @@ constexpr int64_t kArenaAlignment = 64;
 // Per node: for a collective node, the index of its wait node (the node
 // count: the end of the run); -1 for other nodes.
 std::vector<int32_t> communication_waits(const Graph& graph);
+
+// Per node: the bytes of scratch its kernel asks for (-1: it takes none).
+std::vector<int64_t> scratch_bytes(const Graph& graph);
 
 MemoryPlan plan_memory(const Graph& graph);
 

@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/scratch.h"
 #include "meshflow/philox.h"
 
 namespace mf::attention_kernels {
@@ -198,7 +199,7 @@ void forward(const TensorList& in, TensorList& out, const Attrs& attrs) {
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
     using M = typename L::Math;
     const int64_t ev = v.size(-1);
-    Tensor acc = make_empty(y.sizes(), dtype_of<A>(), y.device());
+    Tensor acc = Scratch(out).take(y.sizes(), dtype_of<A>());
     const LoopGeometry<6> g = walk_geometry<6>(
         rows, {operand(acc, buffer_row_strides(rows, ev)), operand(q, row_strides(q)), operand(k, batch_strides(k)),
                operand(v, batch_strides(v)), operand(m, Shape(ms.begin(), ms.end() - 1)),
@@ -222,8 +223,9 @@ void backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
   dispatch_floating(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
     using M = typename L::Math;
-    Tensor dq = make_empty(q.sizes(), dtype_of<A>(), q.device()), dk = make_empty(k.sizes(), dtype_of<A>(), k.device()),
-           dv = make_empty(v.sizes(), dtype_of<A>(), v.device());
+    Scratch taken(out);
+    Tensor dq = taken.take(q.sizes(), dtype_of<A>()), dk = taken.take(k.sizes(), dtype_of<A>()),
+           dv = taken.take(v.sizes(), dtype_of<A>());
     elementwise_kernels::fill<L>(dk, Scalar(0));
     elementwise_kernels::fill<L>(dv, Scalar(0));
     if (shape_numel(rows) > 0) {
@@ -252,10 +254,25 @@ void backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// The scratch (Note [Kernel scratch]): accumulators in float32 (float64
+// for float64), the output's rows forward, the three gradients backward.
+inline DType accumulator_of(DType dtype) { return dtype == DType::Float64 ? DType::Float64 : DType::Float32; }
+inline int64_t forward_scratch(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs&) {
+  return ScratchLayout("scaled_dot_product_attention").add(out[0].sizes, accumulator_of(in[0].dtype())).bytes();
+}
+inline int64_t backward_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  const DType acc = accumulator_of(in[1].dtype());
+  return ScratchLayout("scaled_dot_product_attention")
+      .add(in[1].sizes(), acc)
+      .add(in[2].sizes(), acc)
+      .add(in[3].sizes(), acc)
+      .bytes();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
-  OpRegistry::instance().set_kernel("fused_attention", device, forward<L>);
-  OpRegistry::instance().set_kernel("fused_attention_backward", device, backward<L>);
+  OpRegistry::instance().set_kernel("fused_attention", device, forward<L>, forward_scratch);
+  OpRegistry::instance().set_kernel("fused_attention_backward", device, backward<L>, backward_scratch);
 }
 
 }  // namespace mf::attention_kernels

@@ -14,7 +14,9 @@
 #include "backend/common/elementwise_functors.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/index_kernels.h"
+#include "backend/common/reduce_kernels.h"
 #include "backend/common/reduce_ops.h"
+#include "backend/common/scratch.h"
 #include "meshflow/op_def.h"
 #include "meshflow/tensor.h"
 
@@ -75,11 +77,12 @@ struct StoreRstd {  // 1 / sqrt(sum of squared deviations / n + eps)
 
 // --- helpers --------------------------------------------------------------------------
 
-// x itself when contiguous, else a contiguous copy by the backend's copy.
+// x itself when contiguous, else a contiguous copy (in scratch) by the
+// backend's copy.
 template <typename R>
-Tensor dense(const Tensor& x) {
+Tensor dense(const Tensor& x, Scratch& taken) {
   if (x.is_contiguous()) return x;
-  Tensor c = make_empty(x.sizes(), x.dtype(), x.device());
+  Tensor c = taken.take(x.sizes(), x.dtype());
   R::copy_cast(c, x);
   return c;
 }
@@ -94,12 +97,16 @@ inline Tensor view_as(const Tensor& t, const Shape& sizes, const Shape& strides)
 struct RowStat {
   Tensor buffer, broadcast;
 };
-template <typename A>
-RowStat row_stat(const Tensor& x, int64_t dim) {
+inline Shape kept_shape(const Tensor& x, int64_t dim) {
   Shape kept = x.sizes();
   kept[size_t(dim)] = 1;
+  return kept;
+}
+template <typename A>
+RowStat row_stat(const Tensor& x, int64_t dim, Scratch& taken) {
+  const Shape kept = kept_shape(x, dim);
   RowStat s;
-  s.buffer = make_empty(kept, dtype_of<A>(), x.device());
+  s.buffer = taken.take(kept, dtype_of<A>());
   Shape strides = contiguous_strides(kept);
   strides[size_t(dim)] = 0;
   s.broadcast = view_as(s.buffer, x.sizes(), strides);
@@ -121,12 +128,14 @@ void softmax(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor x = at_least_1d(in[0]);
   Tensor y = at_least_1d(out[0]);
   const int64_t dim = softmax_dim(in[0], attrs);
+  Scratch taken(out);
   dispatch_floating(x.dtype(), kLog ? "log_softmax" : "softmax", [&]<typename T>() {
     using A = acc_type<T>;
-    const RowStat m = row_stat<A>(x, dim), s = row_stat<A>(x, dim);
+    const RowStat m = row_stat<A>(x, dim, taken), s = row_stat<A>(x, dim, taken);
     A* mp = static_cast<A*>(m.buffer.data_ptr());
-    R::template reduce<T>(x, {dim}, reduce_ops::Extremum<M, T, true>{}, reduce_ops::StoreAs<A>{mp});
-    R::template reduce<T>(x, {dim}, reduce_ops::SumExp<M, T>{mp}, reduce_ops::StoreAs<A>{static_cast<A*>(s.buffer.data_ptr())});
+    R::template reduce<T>(x, {dim}, reduce_ops::Extremum<M, T, true>{}, reduce_ops::StoreAs<A>{mp}, taken);
+    R::template reduce<T>(x, {dim}, reduce_ops::SumExp<M, T>{mp},
+                          reduce_ops::StoreAs<A>{static_cast<A*>(s.buffer.data_ptr())}, taken);
     if constexpr (kLog) L::template run<T, T, A, A>(y, {&x, &m.broadcast, &s.broadcast}, InAcc<A, LogSoftmaxFromStats<M>>{});
     else L::template run<T, T, A, A>(y, {&x, &m.broadcast, &s.broadcast}, InAcc<A, SoftmaxFromStats<M>>{});
   });
@@ -140,17 +149,18 @@ void softmax_backward(const TensorList& in, TensorList& out, const Attrs& attrs)
   const Tensor g = at_least_1d(in[0]), y = at_least_1d(in[1]);
   Tensor dx = at_least_1d(out[0]);
   const int64_t dim = softmax_dim(in[0], attrs);
+  Scratch taken(out);
   dispatch_floating(y.dtype(), kLog ? "log_softmax_backward" : "softmax_backward", [&]<typename T>() {
     using A = acc_type<T>;
-    const RowStat s = row_stat<A>(y, dim);
+    const RowStat s = row_stat<A>(y, dim, taken);
     const reduce_ops::StoreAs<A> store{static_cast<A*>(s.buffer.data_ptr())};
     if constexpr (kLog) {
-      R::template reduce<T>(g, {dim}, reduce_ops::Sum<M, T, A>{}, store);
+      R::template reduce<T>(g, {dim}, reduce_ops::Sum<M, T, A>{}, store, taken);
       L::template run<T, T, T, A>(dx, {&g, &y, &s.broadcast}, InAcc<A, LogSoftmaxBackwardFromSum<M>>{});
     } else {
-      Tensor gy = make_empty(y.sizes(), dtype_of<A>(), y.device());
+      Tensor gy = taken.take(y.sizes(), dtype_of<A>());
       L::template run<A, T, T>(gy, {&g, &y}, InAcc<A, functors::Mul>{});
-      R::template reduce<A>(gy, {dim}, reduce_ops::Sum<M, A, A>{}, store);
+      R::template reduce<A>(gy, {dim}, reduce_ops::Sum<M, A, A>{}, store, taken);
       L::template run<T, T, T, A>(dx, {&g, &y, &s.broadcast}, InAcc<A, SoftmaxBackwardFromSum>{});
     }
   });
@@ -189,13 +199,13 @@ inline Tensor stat_view(const Tensor& s, const NormLayout& l) { return view_as(s
 // The affine parameter p (one per weight, contiguous), or `fallback` (one
 // element) everywhere when p is undefined.
 template <typename R>
-Tensor param_view(const Tensor& p, const NormLayout& l, const Tensor& fallback) {
+Tensor param_view(const Tensor& p, const NormLayout& l, const Tensor& fallback, Scratch& taken) {
   if (!p.defined()) return view_as(fallback, l.sizes(), {0, 0, 0, 0});
-  return view_as(dense<R>(p), l.sizes(), {0, l.segments, 1, 0});
+  return view_as(dense<R>(p, taken), l.sizes(), {0, l.segments, 1, 0});
 }
 template <typename L, typename T>
-Tensor constant(T value, const Tensor& like) {
-  Tensor c = make_empty({1}, like.dtype(), like.device());
+Tensor constant(T value, const Tensor& like, Scratch& taken) {
+  Tensor c = taken.take({1}, like.dtype());
   L::template run<T>(c, {}, functors::Constant<T>{value});
   return c;
 }
@@ -205,22 +215,25 @@ template <typename L, typename R>
 void norm(const TensorList& in, TensorList& out, const Attrs& attrs) {
   using M = typename R::Math;
   const NormLayout l = norm_layout(in[0], attrs);
+  Scratch taken(out);
   dispatch_floating(in[0].dtype(), "norm", [&]<typename T>() {
     using A = acc_type<T>;
-    const Tensor x = dense<R>(in[0]);
+    // The pieces first (norm_scratch), then the reductions.
+    const Tensor x = dense<R>(in[0], taken);
+    const Tensor one = constant<L>(T(1.0f), x, taken), zero = constant<L>(T(0.0f), x, taken);
+    const Tensor w4 = param_view<R>(in[1], l, one, taken), b4 = param_view<R>(in[2], l, zero, taken);
     A* mean = static_cast<A*>(out[1].data_ptr());
     // Rows of no elements: mean 0 and rstd 1 / sqrt(eps), as the CPU gives.
     const A n = A(std::max<int64_t>(l.row_size(), 1));
     if (l.n * l.groups > 0) {
       const Tensor rows = rows_view(x, l);
-      R::template reduce<T>(rows, {1}, reduce_ops::Sum<M, T, A>{}, reduce_ops::StoreDivided<M, A, false>{mean, n});
+      R::template reduce<T>(rows, {1}, reduce_ops::Sum<M, T, A>{}, reduce_ops::StoreDivided<M, A, false>{mean, n},
+                            taken);
       R::template reduce<T>(rows, {1}, reduce_ops::SquaredDeviation<M, T>{mean},
-                            StoreRstd<M, A>{static_cast<A*>(out[2].data_ptr()), n, A(attrs.get_float("eps"))});
+                            StoreRstd<M, A>{static_cast<A*>(out[2].data_ptr()), n, A(attrs.get_float("eps"))}, taken);
     }
     if (out[0].numel() == 0) return;
-    const Tensor one = constant<L>(T(1.0f), x), zero = constant<L>(T(0.0f), x);
     const Tensor x4 = norm_view(x, l), m4 = stat_view(out[1], l), r4 = stat_view(out[2], l);
-    const Tensor w4 = param_view<R>(in[1], l, one), b4 = param_view<R>(in[2], l, zero);
     Tensor y4 = norm_view(out[0], l);
     L::template run<T, T, A, A, T, T>(y4, {&x4, &m4, &r4, &w4, &b4}, InAcc<A, NormAffine>{});
   });
@@ -232,6 +245,7 @@ template <typename L, typename R>
 void norm_backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
   using M = typename R::Math;
   const NormLayout l = norm_layout(in[1], attrs);
+  Scratch taken(out);
   dispatch_floating(in[1].dtype(), "norm_backward", [&]<typename T>() {
     using A = acc_type<T>;
     if (in[1].numel() == 0) {
@@ -239,34 +253,42 @@ void norm_backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
         for (int k : {1, 2}) L::template run<T>(out[size_t(k)], {}, functors::Constant<T>{T(0.0f)});
       return;
     }
-    const Tensor g = dense<R>(in[0]), x = dense<R>(in[1]);
-    const Tensor one = constant<L>(T(1.0f), x);
-    const Tensor mean = dense<R>(in[2]), rstd = dense<R>(in[3]);
+    // The pieces first (norm_backward_scratch), then the reductions.
+    const bool need_input = attrs.get_bool("need_input"), need_affine = attrs.get_bool("need_affine");
+    const Tensor g = dense<R>(in[0], taken), x = dense<R>(in[1], taken);
+    const Tensor one = constant<L>(T(1.0f), x, taken);
+    const Tensor mean = dense<R>(in[2], taken), rstd = dense<R>(in[3], taken);
     const Tensor g4 = norm_view(g, l), x4 = norm_view(x, l), m4 = stat_view(mean, l), r4 = stat_view(rstd, l);
-    const Tensor w4 = param_view<R>(in[4], l, one);
-    if (attrs.get_bool("need_input")) {
-      // The two row means of dx, from temporaries of x's shape in A.
-      Tensor terms = make_empty(l.sizes(), dtype_of<A>(), x.device());
-      Tensor a = make_empty({l.n * l.groups}, dtype_of<A>(), x.device());
-      Tensor b = make_empty({l.n * l.groups}, dtype_of<A>(), x.device());
+    const Tensor w4 = param_view<R>(in[4], l, one, taken);
+    // The two row means of dx, from temporaries of x's shape in A; the
+    // affine gradients' terms.
+    Tensor terms, a, b, gx;
+    if (need_input) {
+      terms = taken.take(l.sizes(), dtype_of<A>());
+      a = taken.take({l.n * l.groups}, dtype_of<A>());
+      b = taken.take({l.n * l.groups}, dtype_of<A>());
+    }
+    if (need_affine) gx = taken.take(l.sizes(), dtype_of<A>());
+    if (need_input) {
       const A n = A(l.row_size());
       const Tensor terms_rows = rows_view(terms, l);
       L::template run<A, T, T>(terms, {&g4, &w4}, InAcc<A, functors::Mul>{});
       R::template reduce<A>(terms_rows, {1}, reduce_ops::Sum<M, A, A>{},
-                            reduce_ops::StoreDivided<M, A, false>{static_cast<A*>(a.data_ptr()), n});
+                            reduce_ops::StoreDivided<M, A, false>{static_cast<A*>(a.data_ptr()), n}, taken);
       L::template run<A, T, T, A, A, T>(terms, {&g4, &x4, &m4, &r4, &w4}, InAcc<A, NormGradWXhat>{});
       R::template reduce<A>(terms_rows, {1}, reduce_ops::Sum<M, A, A>{},
-                            reduce_ops::StoreDivided<M, A, false>{static_cast<A*>(b.data_ptr()), n});
+                            reduce_ops::StoreDivided<M, A, false>{static_cast<A*>(b.data_ptr()), n}, taken);
       const Tensor a4 = stat_view(a, l), b4 = stat_view(b, l);
       Tensor dx4 = norm_view(out[0], l);
       L::template run<T, T, T, A, A, T, A, A>(dx4, {&g4, &x4, &m4, &r4, &w4, &a4, &b4}, InAcc<A, NormGradInput>{});
     }
-    if (attrs.get_bool("need_affine")) {
+    if (need_affine) {
       // Summed over N and U: one value per (group, segment), the weights' order.
-      Tensor gx = make_empty(l.sizes(), dtype_of<A>(), x.device());
       L::template run<A, T, T, A, A>(gx, {&g4, &x4, &m4, &r4}, InAcc<A, NormGradXhat>{});
-      R::template reduce<A>(gx, {0, 3}, reduce_ops::Sum<M, A, A>{}, reduce_ops::StoreAs<T>{static_cast<T*>(out[1].data_ptr())});
-      R::template reduce<T>(g4, {0, 3}, reduce_ops::Sum<M, T, A>{}, reduce_ops::StoreAs<T>{static_cast<T*>(out[2].data_ptr())});
+      R::template reduce<A>(gx, {0, 3}, reduce_ops::Sum<M, A, A>{},
+                            reduce_ops::StoreAs<T>{static_cast<T*>(out[1].data_ptr())}, taken);
+      R::template reduce<T>(g4, {0, 3}, reduce_ops::Sum<M, T, A>{},
+                            reduce_ops::StoreAs<T>{static_cast<T*>(out[2].data_ptr())}, taken);
     }
   });
 }
@@ -377,7 +399,7 @@ inline Tensor over_channels(const Tensor& v, const Tensor& x) {
   strides[1] = v.strides()[0];
   return view_as(v, x.sizes(), strides);
 }
-inline Tensor channel_buffer(int64_t c, const Device& device) { return make_empty({c}, DType::Float64, device); }
+inline Tensor channel_buffer(int64_t c, Scratch& taken) { return taken.take({c}, DType::Float64); }
 
 // Inputs (x, weight, bias, running_mean, running_var); outputs (y, mean, invstd).
 template <typename L, typename R>
@@ -389,16 +411,18 @@ void batch_norm(const TensorList& in, TensorList& out, const Attrs& attrs) {
   if (channels == 0) return;
   const double count = double(x.numel() / channels);
   const Device device = x.device();
-  Tensor mean = channel_buffer(channels, device), var = channel_buffer(channels, device);
-  Tensor scale = channel_buffer(channels, device), shift = channel_buffer(channels, device);
+  Scratch taken(out);
+  Tensor mean = channel_buffer(channels, taken), var = channel_buffer(channels, taken);
+  Tensor scale = channel_buffer(channels, taken), shift = channel_buffer(channels, taken);
   dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
     using S = acc_type<T>;
     if (training) {
       const Shape dims = all_but_channels(x);
       double* mp = static_cast<double*>(mean.data_ptr());
       const double inverse = count > 0 ? 1.0 / count : 0.0;
-      R::template reduce<T>(x, dims, reduce_ops::Sum<M, T, double>{}, StoreScaled{mp, inverse});
-      R::template reduce<T>(x, dims, SquaredFromMean<M, T>{mp}, StoreScaled{static_cast<double*>(var.data_ptr()), inverse});
+      R::template reduce<T>(x, dims, reduce_ops::Sum<M, T, double>{}, StoreScaled{mp, inverse}, taken);
+      R::template reduce<T>(x, dims, SquaredFromMean<M, T>{mp}, StoreScaled{static_cast<double*>(var.data_ptr()), inverse},
+                            taken);
     }
     auto run = [&]<typename Rs>() {
       const ChannelStats<M, T, S, Rs> stats{channel_vector<M, T>(in[1], 1.0),  channel_vector<M, T>(in[2], 0.0),
@@ -461,23 +485,26 @@ void batch_norm_backward(const TensorList& in, TensorList& out, const Attrs& att
   if (channels == 0) return;
   const double count = double(x.numel() / channels);
   const Device device = x.device();
-  Tensor sg = channel_buffer(channels, device), sgx = channel_buffer(channels, device);
-  Tensor alpha = channel_buffer(channels, device), beta = channel_buffer(channels, device),
-         gamma = channel_buffer(channels, device);
+  const bool reduced = training || need_affine;
+  Scratch taken(out);
+  Tensor sg = channel_buffer(channels, taken), sgx = channel_buffer(channels, taken);
+  Tensor alpha = channel_buffer(channels, taken), beta = channel_buffer(channels, taken),
+         gamma = channel_buffer(channels, taken);
+  // The mean as float64, broadcast over x, for the centred products.
+  Tensor mean64, products;
+  if (reduced) mean64 = channel_buffer(channels, taken), products = taken.take(x.sizes(), DType::Float64);
   dispatch_floating(x.dtype(), "batch_norm_backward", [&]<typename T>() {
     using S = acc_type<T>;
     const ChannelVector<M, S> mean_v = channel_vector<M, S>(in[2], 0.0), invstd_v = channel_vector<M, S>(in[3], 1.0);
-    if (training || need_affine) {
+    if (reduced) {
       const Shape dims = all_but_channels(x);
-      R::template reduce<T>(g, dims, reduce_ops::Sum<M, T, double>{}, StoreScaled{static_cast<double*>(sg.data_ptr()), 1.0});
-      // the mean as float64, broadcast over x, for the centred products
-      Tensor mean64 = channel_buffer(channels, device);
+      R::template reduce<T>(g, dims, reduce_ops::Sum<M, T, double>{}, StoreScaled{static_cast<double*>(sg.data_ptr()), 1.0},
+                            taken);
       elementwise_kernels::copy_cast<L>(mean64, in[2]);
       const Tensor mean_b = over_channels(mean64, x);
-      Tensor products = make_empty(x.sizes(), DType::Float64, device);
       L::template run<double, T, T, double>(products, {&g, &x, &mean_b}, GradCentered<M, T>{});
       R::template reduce<double>(products, dims, reduce_ops::Sum<M, double, double>{},
-                                 StoreScaled{static_cast<double*>(sgx.data_ptr()), 1.0});
+                                 StoreScaled{static_cast<double*>(sgx.data_ptr()), 1.0}, taken);
     } else {
       elementwise_kernels::fill<L>(sg, Scalar(0));
       elementwise_kernels::fill<L>(sgx, Scalar(0));
@@ -501,19 +528,98 @@ void batch_norm_backward(const TensorList& in, TensorList& out, const Attrs& att
   });
 }
 
+// --- scratch ----------------------------------------------------------------------------
+// The kernels' ScratchFns (Note [Reduction scratch]): their pieces in the
+// order they take them, then the largest share of their reductions.
+
+using reduce_kernels::acc_dtype;
+using reduce_kernels::with_reductions;
+
+template <typename R>
+int64_t softmax_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const Tensor x = at_least_1d(in[0]);
+  const int64_t dim = softmax_dim(in[0], attrs);
+  const Shape kept = kept_shape(x, dim);
+  const DType acc = acc_dtype(x.dtype());
+  return with_reductions<R>(ScratchLayout("softmax").add(kept, acc).add(kept, acc), {{x, {dim}}});
+}
+template <typename R, bool kLog>
+int64_t softmax_backward_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const Tensor g = at_least_1d(in[0]), y = at_least_1d(in[1]);
+  const int64_t dim = softmax_dim(in[0], attrs);
+  const DType acc = acc_dtype(y.dtype());
+  ScratchLayout own("softmax_backward");
+  own.add(kept_shape(y, dim), acc);
+  if (kLog) return with_reductions<R>(own, {{g, {dim}}});
+  own.add(y.sizes(), acc);
+  return with_reductions<R>(own, {{make_meta(y.sizes(), acc, y.device()), {dim}}});
+}
+template <typename R>
+int64_t norm_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const NormLayout l = norm_layout(in[0], attrs);
+  const DType dtype = in[0].dtype();
+  ScratchLayout own("norm");
+  add_dense(own, in[0]).add({1}, dtype).add({1}, dtype);
+  add_dense(add_dense(own, in[1]), in[2]);
+  if (l.n * l.groups == 0) return own.bytes();
+  return with_reductions<R>(own, {{make_meta({l.n * l.groups, l.row_size()}, dtype, in[0].device()), {1}}});
+}
+template <typename R>
+int64_t norm_backward_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  if (in[1].numel() == 0) return 0;
+  const NormLayout l = norm_layout(in[1], attrs);
+  const DType dtype = in[1].dtype(), acc = acc_dtype(dtype);
+  const Device device = in[1].device();
+  ScratchLayout own("norm_backward");
+  add_dense(add_dense(own, in[0]), in[1]).add({1}, dtype);
+  add_dense(add_dense(add_dense(own, in[2]), in[3]), in[4]);
+  const bool need_input = attrs.get_bool("need_input"), need_affine = attrs.get_bool("need_affine");
+  if (need_input) own.add(l.sizes(), acc).add({l.n * l.groups}, acc).add({l.n * l.groups}, acc);
+  if (need_affine) own.add(l.sizes(), acc);
+  const Tensor rows = make_meta({l.n * l.groups, l.row_size()}, acc, device);
+  const Tensor terms = make_meta(l.sizes(), acc, device), grads = make_meta(l.sizes(), dtype, device);
+  if (need_input && need_affine) return with_reductions<R>(own, {{rows, {1}}, {terms, {0, 3}}, {grads, {0, 3}}});
+  if (need_input) return with_reductions<R>(own, {{rows, {1}}});
+  if (need_affine) return with_reductions<R>(own, {{terms, {0, 3}}, {grads, {0, 3}}});
+  return own.bytes();
+}
+template <typename R>
+int64_t batch_norm_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const int64_t channels = x.sizes()[1];
+  if (channels == 0) return 0;
+  ScratchLayout own("batch_norm");
+  for (int k = 0; k < 4; ++k) own.add({channels}, DType::Float64);
+  if (!attrs.get_bool("training")) return own.bytes();
+  return with_reductions<R>(own, {{x, all_but_channels(x)}});
+}
+template <typename R>
+int64_t batch_norm_backward_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const Tensor& x = in[1];
+  const int64_t channels = x.sizes()[1];
+  if (channels == 0) return 0;
+  ScratchLayout own("batch_norm_backward");
+  for (int k = 0; k < 5; ++k) own.add({channels}, DType::Float64);
+  if (!attrs.get_bool("training") && !attrs.get_bool("need_affine")) return own.bytes();
+  own.add({channels}, DType::Float64).add(x.sizes(), DType::Float64);
+  const Shape dims = all_but_channels(x);
+  return with_reductions<R>(own, {{in[0], dims}, {make_meta(x.sizes(), DType::Float64, x.device()), dims}});
+}
+
 template <typename L, typename R>
 void register_all(DeviceType device) {
-  auto set = [device](const char* op, KernelFn kernel) {
-    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  auto set = [device](const char* op, KernelFn kernel, ScratchFn scratch) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel), std::move(scratch));
   };
-  set("softmax", softmax<L, R, false>);
-  set("log_softmax", softmax<L, R, true>);
-  set("softmax_backward", softmax_backward<L, R, false>);
-  set("log_softmax_backward", softmax_backward<L, R, true>);
-  for (const char* op : {"layer_norm", "group_norm"}) set(op, norm<L, R>);
-  for (const char* op : {"layer_norm_backward", "group_norm_backward"}) set(op, norm_backward<L, R>);
-  set("batch_norm", batch_norm<L, R>);
-  set("batch_norm_backward", batch_norm_backward<L, R>);
+  set("softmax", softmax<L, R, false>, softmax_scratch<R>);
+  set("log_softmax", softmax<L, R, true>, softmax_scratch<R>);
+  set("softmax_backward", softmax_backward<L, R, false>, softmax_backward_scratch<R, false>);
+  set("log_softmax_backward", softmax_backward<L, R, true>, softmax_backward_scratch<R, true>);
+  for (const char* op : {"layer_norm", "group_norm"}) set(op, norm<L, R>, norm_scratch<R>);
+  for (const char* op : {"layer_norm_backward", "group_norm_backward"})
+    set(op, norm_backward<L, R>, norm_backward_scratch<R>);
+  set("batch_norm", batch_norm<L, R>, batch_norm_scratch<R>);
+  set("batch_norm_backward", batch_norm_backward<L, R>, batch_norm_backward_scratch<R>);
 }
 
 }  // namespace mf::composed_kernels

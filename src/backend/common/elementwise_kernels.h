@@ -15,6 +15,7 @@
 #pragma once
 
 #include "backend/common/elementwise_functors.h"
+#include "backend/common/scratch.h"
 #include "backend/common/strided_operands.h"
 #include "meshflow/op_def.h"
 
@@ -180,6 +181,16 @@ void copy_cast(Tensor& dst, const Tensor& src) {
       });
     });
   }
+}
+
+// t itself when contiguous, else a contiguous copy in the kernel's scratch
+// (add_dense in scratch.h sizes it).
+template <typename L>
+Tensor dense(const Tensor& t, Scratch& taken) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = taken.take(t.sizes(), t.dtype());
+  copy_cast<L>(c, t);
+  return c;
 }
 
 template <typename L>

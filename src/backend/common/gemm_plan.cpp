@@ -27,21 +27,27 @@ Offsets batch_offsets(const Tensor& t, const Shape& batch) {
 
 namespace {
 
-// t's matrices (rows, cols) as a column-major operand (Note [BLAS plans]).
-// A size-1 dim's stride is free, so it never rules a layout out.
-BlasOperand operand(const Tensor& t, const Shape& batch, void (*copy_cast)(Tensor&, const Tensor&)) {
+// t's matrices (rows, cols) as a column-major operand (Note [BLAS plans]):
+// 0 row-major, 1 column-major (transposed), -1 neither (copied dense). A
+// size-1 dim's stride is free, so it never rules a layout out.
+int blas_layout(const Tensor& t, int64_t& ld) {
   const int64_t rows = t.size(-2), cols = t.size(-1);
   const int64_t rs = rows == 1 ? std::max<int64_t>(cols, 1) : t.stride(-2);
   const int64_t cs = cols == 1 ? std::max<int64_t>(rows, 1) : t.stride(-1);
+  if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) return ld = rs, 0;
+  if (rs == 1 && cs >= std::max<int64_t>(rows, 1)) return ld = cs, 1;
+  return -1;
+}
+
+BlasOperand operand(const Tensor& t, const Shape& batch, void (*copy_cast)(Tensor&, const Tensor&), Scratch& taken) {
   BlasOperand op;
-  if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) {
-    op.tensor = t, op.transposed = false, op.ld = rs;
-  } else if (rs == 1 && cs >= std::max<int64_t>(rows, 1)) {
-    op.tensor = t, op.transposed = true, op.ld = cs;
+  const int layout = blas_layout(t, op.ld);
+  if (layout >= 0) {
+    op.tensor = t, op.transposed = layout == 1;
   } else {
-    op.tensor = make_empty(t.sizes(), t.dtype(), t.device());
+    op.tensor = taken.take(t.sizes(), t.dtype());
     copy_cast(op.tensor, t);
-    op.transposed = false, op.ld = std::max<int64_t>(cols, 1);
+    op.transposed = false, op.ld = std::max<int64_t>(t.size(-1), 1);
   }
   op.offsets = batch_offsets(op.tensor, batch);
   return op;
@@ -57,13 +63,21 @@ bool even_step(const Offsets& offsets, int64_t& step) {
 
 }  // namespace
 
+int64_t gemm_scratch_bytes(const Tensor& a, const Tensor& b) {
+  ScratchLayout layout("matmul");
+  int64_t ld = 0;
+  for (const Tensor* t : {&a, &b})
+    if (blas_layout(*t, ld) < 0) layout.add(t->sizes(), t->dtype());
+  return layout.bytes();
+}
+
 GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const Tensor& out,
-                   void (*copy_cast)(Tensor& dst, const Tensor& src)) {
+                   void (*copy_cast)(Tensor& dst, const Tensor& src), Scratch& taken) {
   const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
   GemmPlan plan;
   plan.n = out.size(-2), plan.m = out.size(-1), plan.k = a.size(-1);
-  plan.a = operand(a, batch, copy_cast);
-  plan.b = operand(b, batch, copy_cast);
+  plan.a = operand(a, batch, copy_cast, taken);
+  plan.b = operand(b, batch, copy_cast, taken);
   plan.count = shape_numel(batch);
   plan.strided = even_step(plan.a.offsets, plan.stride_a) && even_step(plan.b.offsets, plan.stride_b);
   return plan;

@@ -10,6 +10,8 @@
 // offsets step evenly (broadcast batch dims step by 0), else one call each.
 #pragma once
 
+#include "backend/common/scratch.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -42,8 +44,11 @@ struct GemmPlan {
 };
 
 // The plan of out (contiguous (batch..., n, m)) = a (..., n, k) @ b
-// (..., k, m); copy_cast makes an operand dense where its layout needs it.
+// (..., k, m); copy_cast makes an operand dense, in a piece of `taken`,
+// where its layout needs it.
 GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const Tensor& out,
-                   void (*copy_cast)(Tensor& dst, const Tensor& src));
+                   void (*copy_cast)(Tensor& dst, const Tensor& src), Scratch& taken);
+// The scratch plan_gemm takes for a and b (Note [Kernel scratch]).
+int64_t gemm_scratch_bytes(const Tensor& a, const Tensor& b);
 
 }  // namespace mf

@@ -28,7 +28,8 @@ KernelFn kernel(const std::string& name) {
   return [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
     const OpDef& op = OpRegistry::instance().get(name);
     const KernelFn& host_kernel = op.kernels[size_t(DeviceType::CPU)];
-    MF_CHECK(bool(host_kernel), Error, name, ": no CPU kernel to stage on the host");
+    MF_CHECK(bool(host_kernel) && !op.scratch[size_t(DeviceType::CPU)], Error, name,
+             ": no CPU kernel without scratch to stage on the host");
     NoGradGuard no_grad;
     TensorList host_in, host_out;
     host_in.reserve(in.size());

@@ -44,6 +44,7 @@
 #include "backend/common/index_fault.h"
 #include "backend/common/index_plan.h"
 #include "backend/common/reduce_ops.h"
+#include "backend/common/scratch.h"
 #include "meshflow/checked_size.h"
 
 namespace mf {
@@ -499,9 +500,10 @@ void scatter_reduce(const TensorList& in, TensorList& out, const Attrs& attrs) {
   Tensor counts;
   const bool counted = r == Reduce::Mean || !include_self;
   if (counted) {
-    counts = make_empty(y.sizes(), DType::Int64, device);
+    Scratch taken(out);
+    counts = taken.take(y.sizes(), DType::Int64);
     elementwise_kernels::fill<L>(counts, Scalar(0));
-    Tensor ones = make_empty({}, DType::Int64, device);
+    Tensor ones = taken.take({}, DType::Int64);
     elementwise_kernels::fill<L>(ones, Scalar(1));
     push<L, PutMode::Add>(counts, index, &ones,
                           {index.sizes(), strides_with(counts, dim, 0), index.strides(), Shape(size_t(index.dim()), 0),
@@ -584,7 +586,8 @@ void as_strided_backward(const TensorList& in, TensorList& out, const Attrs& a) 
   const Device device = o.device();
   dispatch_floating(o.dtype(), "as_strided_backward", [&]<typename T>() {
     using A = acc_type<T>;
-    Tensor buffer = make_empty({hi - lo + 1}, dtype_of<A>(), device), count = make_empty({hi - lo + 1}, DType::Int64, device);
+    Scratch taken(out);
+    Tensor buffer = taken.take({hi - lo + 1}, dtype_of<A>()), count = taken.take({hi - lo + 1}, DType::Int64);
     elementwise_kernels::fill<L>(buffer, Scalar(0));
     elementwise_kernels::fill<L>(count, Scalar(0));
     const Tensor at_src = make_view(buffer, src.size, src.stride, src.offset - lo);
@@ -630,9 +633,10 @@ struct AddRowOffset {
 
 // The element offsets (within the view) of the rows the index tensors pick.
 template <typename L>
-Tensor row_offsets(const Tensor& view, const index_plan::IndexPlan& p, const TensorList& idx, const char* op) {
+Tensor row_offsets(const Tensor& view, const index_plan::IndexPlan& p, const TensorList& idx, Scratch taken,
+                   const char* op) {
   const Shape rows = index_plan::rows_shape_of(idx, op);
-  Tensor offsets = make_empty(rows, DType::Int64, view.device());
+  Tensor offsets = taken.take(rows, DType::Int64);
   const int64_t n = offsets.numel();
   if (idx.empty()) elementwise_kernels::fill<L>(offsets, Scalar(0));  // one row, at the view's start
   for (size_t j = 0; j < idx.size(); ++j) {
@@ -702,7 +706,7 @@ void index(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor view = index_plan::plan_view(in[0], p);
   const TensorList idx(in.begin() + 1, in.end());
   Tensor& y = out[0];
-  const Tensor offsets = row_offsets<L>(view, p, idx, "index");
+  const Tensor offsets = row_offsets<L>(view, p, idx, Scratch(out), "index");
   if (y.numel() == 0) return;
   const RowsWalk w = rows_walk(view, p, idx.size(), offsets);
   const LoopGeometry<3> g = walk_geometry<3>(
@@ -719,7 +723,7 @@ void index_put(const TensorList& in, TensorList& out, const Attrs& attrs) {
   if (!y.is_same(in[0])) elementwise_kernels::copy_cast<L>(y, in[0]);
   const Tensor view = index_plan::plan_view(y, p);
   const TensorList idx(in.begin() + 2, in.end());
-  const Tensor offsets = row_offsets<L>(view, p, idx, "index_put_");
+  const Tensor offsets = row_offsets<L>(view, p, idx, Scratch(out), "index_put_");
   const RowsWalk w = rows_walk(view, p, idx.size(), offsets);
   const int64_t n = shape_numel(w.sizes);
   if (n == 0) return;
@@ -735,14 +739,39 @@ void index_put(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// The kernels' scratch (Note [Kernel scratch]).
+// index, index_put: the row offsets, over the index tensors from input k.
+template <size_t kFirstIndex>
+int64_t row_offsets_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  const TensorList idx(in.begin() + kFirstIndex, in.end());
+  return ScratchLayout("index").add(index_plan::rows_shape_of(idx, "index"), DType::Int64).bytes();
+}
+// scatter_reduce: the counts of the sources each place receives, and a one.
+inline int64_t scatter_reduce_scratch(const TensorList&, const std::vector<TensorMeta>& out, const Attrs& attrs) {
+  if (reduce_of(attrs.get_string("reduce")) != Reduce::Mean && attrs.get_bool("include_self")) return 0;
+  return ScratchLayout("scatter_reduce").add(out[0].sizes, DType::Int64).add({}, DType::Int64).bytes();
+}
+// as_strided_backward: sums and counts over the storage span both
+// geometries cover.
+inline int64_t as_strided_backward_scratch(const TensorList& in, const std::vector<TensorMeta>& out,
+                                           const Attrs& a) {
+  if (shape_numel(out[0].sizes) == 0 || in[0].numel() == 0) return 0;
+  const StorageGeometry src = StorageGeometry::of(a, "src"), dst = StorageGeometry::of(a, "dst");
+  const auto [dst_lo, dst_hi] = dst.range();
+  const auto [src_lo, src_hi] = src.range();
+  const int64_t span = std::max(dst_hi, src_hi) - std::min(dst_lo, src_lo) + 1;
+  const DType acc = out[0].dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  return ScratchLayout("as_strided_backward").add({span}, acc).add({span}, DType::Int64).bytes();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
-  auto set = [device](const char* op, KernelFn kernel) {
-    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  auto set = [device](const char* op, KernelFn kernel, ScratchFn scratch = {}) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel), std::move(scratch));
   };
   set("gather", gather<L>);
-  set("index", index<L>);
-  set("index_put", index_put<L>);
+  set("index", index<L>, row_offsets_scratch<1>);
+  set("index_put", index_put<L>, row_offsets_scratch<2>);
   set("index_select", index_select<L>);
   set("embedding", embedding<L>);
   set("one_hot", one_hot<L>);
@@ -752,8 +781,8 @@ void register_all(DeviceType device) {
   set("gather_backward", gather_backward<L>);
   set("index_add", index_add<L>);
   set("embedding_backward", embedding_backward<L>);
-  set("scatter_reduce", scatter_reduce<L>);
-  set("as_strided_backward", as_strided_backward<L>);
+  set("scatter_reduce", scatter_reduce<L>, scatter_reduce_scratch);
+  set("as_strided_backward", as_strided_backward<L>, as_strided_backward_scratch);
 }
 
 }  // namespace index_kernels

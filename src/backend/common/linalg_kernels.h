@@ -45,6 +45,7 @@
 
 #include "backend/common/index_kernels.h"
 #include "backend/common/linalg_errors.h"
+#include "backend/common/scratch.h"
 #include "meshflow/backend.h"
 
 namespace mf::linalg_kernels {
@@ -547,21 +548,31 @@ inline index_kernels::Operand batch_operand(const Tensor& t, int64_t core, const
   return operand(t, std::move(s));
 }
 
+// A walk's scratch (Note [Kernel scratch]): per_matrix elements of dtype
+// for each matrix of `batch` (at least one, so every matrix has a row),
+// then an int info each.
+inline ScratchLayout walk_scratch(const Shape& batch, DType dtype, int64_t per_matrix, const char* op) {
+  Shape rows = batch;
+  rows.push_back(std::max<int64_t>(per_matrix, 1));
+  ScratchLayout layout(op);
+  layout.add(rows, dtype).add(batch, DType::Int32);
+  return layout;
+}
+
 // Runs f, a functor over (scratch, info, ops...), once per matrix of
-// `batch` with a scratch of `per_matrix` elements of a's dtype and an int
-// info each. With describe, reads the infos back (which waits for the
-// walk) and throws for the first failing matrix (linalg_errors.h).
+// `batch` with its row of the scratch (walk_scratch) and its info. With
+// describe, reads the infos back (which waits for the walk) and throws for
+// the first failing matrix (linalg_errors.h).
 template <typename L, size_t N, typename F>
-void walk_matrices(const Shape& batch, const Tensor& a, int64_t per_matrix,
+void walk_matrices(const Shape& batch, const Tensor& a, int64_t per_matrix, Scratch& taken,
                    const std::array<index_kernels::Operand, N - 2>& ops, const F& f, const char* op,
                    std::string (*describe)(int) = nullptr, bool batched = false) {
   const int64_t count = shape_numel(batch);
   if (count == 0) return;
-  Shape scratch_shape = batch;
-  scratch_shape.push_back(std::max<int64_t>(per_matrix, 1));
-  checked_mul(count, scratch_shape.back(), op, "the scratch elements");
-  const Tensor scratch = make_empty(scratch_shape, a.dtype(), a.device());
-  const Tensor infos = make_empty(batch, DType::Int32, a.device());
+  Shape rows = batch;
+  rows.push_back(std::max<int64_t>(per_matrix, 1));
+  const Tensor scratch = taken.take(rows, a.dtype());
+  const Tensor infos = taken.take(batch, DType::Int32);
   std::array<index_kernels::Operand, N> all{batch_operand(scratch, 1, batch), batch_operand(infos, 0, batch)};
   for (size_t k = 0; k + 2 < N; ++k) all[k + 2] = ops[k];
   L::template for_each<N>(a.device(), walk_geometry<N>(batch, all, op), count, f);
@@ -572,7 +583,25 @@ void walk_matrices(const Shape& batch, const Tensor& a, int64_t per_matrix,
   linalg_errors::check_infos(host.data(), host.size(), batched, op, describe);
 }
 
-inline Shape batch_of(const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); }
+inline Shape batch_of(const Shape& sizes) { return Shape(sizes.begin(), sizes.end() - 2); }
+inline Shape batch_of(const Tensor& t) { return batch_of(t.sizes()); }
+
+// Each walk's scratch elements per matrix (of the input's dtype), for an
+// (m, n) input; the kernels and their ScratchFns share them.
+inline int64_t lu_scratch(int64_t n, const char* op) { return checked_mul(n, n, op, "the matrix elements"); }
+inline int64_t qr_scratch(int64_t m, int64_t n, const char* op) {
+  return checked_add(checked_mul(m, n, op, "the matrix elements"), std::min(m, n), op, "the scratch");
+}
+// W, V, then the flags as bytes (rounded up to elements).
+inline int64_t svd_scratch(int64_t m, int64_t n, DType dtype, const char* op) {
+  const int64_t big = std::max(m, n), small = std::min(m, n), size = int64_t(itemsize(dtype));
+  const int64_t flags = (big + size - 1) / size;
+  return checked_add(checked_mul(checked_add(big, small, op, "the scratch"), small, op, "the scratch"), flags, op,
+                     "the scratch");
+}
+inline int64_t eigh_scratch(int64_t n, bool vectors, const char* op) {
+  return checked_mul(vectors ? 1 : 2, checked_mul(n, n, op, "the matrix elements"), op, "the scratch");
+}
 
 template <typename F>
 void by_dtype(DType dtype, const char* op, F&& fn) {
@@ -588,8 +617,9 @@ void determinant(const TensorList& in, TensorList& out, const Attrs&) {
   const int64_t n = a.size(-1);
   const Tensor& logabs = kLog ? out[1] : out[0];
   const Shape batch = batch_of(a);
+  Scratch taken(out);
   by_dtype(a.dtype(), op, [&]<typename T>() {
-    walk_matrices<L, 5>(batch, a, n * n,
+    walk_matrices<L, 5>(batch, a, lu_scratch(n, op), taken,
                         {batch_operand(a, 2, batch), batch_operand(out[0], 0, batch), batch_operand(logabs, 0, batch)},
                         Determinant<typename L::Math, T, kLog>{n, layout_of(a)}, op);
   });
@@ -600,8 +630,9 @@ void inverse(const TensorList& in, TensorList& out, const Attrs&) {
   const Tensor &a = in[0], &x = out[0];
   const int64_t n = a.size(-1);
   const Shape batch = batch_of(a);
+  Scratch taken(out);
   by_dtype(a.dtype(), "linalg.inv", [&]<typename T>() {
-    walk_matrices<L, 4>(batch, a, n * n, {batch_operand(a, 2, batch), batch_operand(x, 2, batch)},
+    walk_matrices<L, 4>(batch, a, lu_scratch(n, "linalg.inv"), taken, {batch_operand(a, 2, batch), batch_operand(x, 2, batch)},
                         Solve<typename L::Math, T, false>{n, n, layout_of(a), layout_of(x), {}}, "linalg.inv",
                         linalg_errors::singular_inverse, a.dim() > 2);
   });
@@ -612,8 +643,9 @@ void solve(const TensorList& in, TensorList& out, const Attrs&) {
   const Tensor &a = in[0], &b = in[1], &x = out[0];
   const int64_t n = a.size(-1), k = b.size(-1);
   const Shape batch = batch_of(x);
+  Scratch taken(out);
   by_dtype(a.dtype(), "linalg.solve", [&]<typename T>() {
-    walk_matrices<L, 5>(batch, a, n * n,
+    walk_matrices<L, 5>(batch, a, lu_scratch(n, "linalg.solve"), taken,
                         {batch_operand(a, 2, batch), batch_operand(x, 2, batch), batch_operand(b, 2, batch)},
                         Solve<typename L::Math, T, true>{n, k, layout_of(a), layout_of(x), layout_of(b)},
                         "linalg.solve", linalg_errors::singular_solve, x.dim() > 2);
@@ -624,8 +656,9 @@ template <typename L>
 void cholesky(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor &a = in[0], &f = out[0];
   const Shape batch = batch_of(a);
+  Scratch taken(out);
   by_dtype(a.dtype(), "linalg.cholesky", [&]<typename T>() {
-    walk_matrices<L, 4>(batch, a, 0, {batch_operand(a, 2, batch), batch_operand(f, 2, batch)},
+    walk_matrices<L, 4>(batch, a, 0, taken, {batch_operand(a, 2, batch), batch_operand(f, 2, batch)},
                         Cholesky<typename L::Math, T>{a.size(-1), layout_of(a), layout_of(f), attrs.get_bool("upper")},
                         "linalg.cholesky", linalg_errors::not_positive_definite, a.dim() > 2);
   });
@@ -637,9 +670,9 @@ void qr(const TensorList& in, TensorList& out, const Attrs&) {
   const char* op = "linalg.qr";
   const int64_t m = a.size(-2), n = a.size(-1);
   const Shape batch = batch_of(a);
+  Scratch taken(out);
   by_dtype(a.dtype(), op, [&]<typename T>() {
-    const int64_t per = checked_add(checked_mul(m, n, op, "the matrix elements"), std::min(m, n), op, "the scratch");
-    walk_matrices<L, 5>(batch, a, per,
+    walk_matrices<L, 5>(batch, a, qr_scratch(m, n, op), taken,
                         {batch_operand(a, 2, batch), batch_operand(q, 2, batch), batch_operand(r, 2, batch)},
                         Householder<typename L::Math, T>{m, n, q.size(-1), r.size(-2), layout_of(a), layout_of(q),
                                                          layout_of(r)},
@@ -652,18 +685,15 @@ template <typename L, bool kVectors>
 void svd(const TensorList& in, TensorList& out, const Attrs&) {
   const Tensor& a = in[0];
   const char* op = kVectors ? "linalg.svd" : "linalg.svdvals";
-  const int64_t m = a.size(-2), n = a.size(-1), big = std::max(m, n), small = std::min(m, n);
+  const int64_t m = a.size(-2), n = a.size(-1);
   const Tensor& s = kVectors ? out[1] : out[0];
   const Tensor& u = kVectors ? out[0] : s;  // svdvals: unused operands
   const Tensor& vh = kVectors ? out[2] : s;
   const Shape batch = batch_of(a);
   const int core = kVectors ? 2 : 1;
+  Scratch taken(out);
   by_dtype(a.dtype(), op, [&]<typename T>() {
-    // W, V, then the flags as bytes (rounded up to elements).
-    const int64_t flags = (big + int64_t(sizeof(T)) - 1) / int64_t(sizeof(T));
-    const int64_t per = checked_add(checked_mul(checked_add(big, small, op, "the scratch"), small, op, "the scratch"),
-                                    flags, op, "the scratch");
-    walk_matrices<L, 6>(batch, a, per,
+    walk_matrices<L, 6>(batch, a, svd_scratch(m, n, a.dtype(), op), taken,
                         {batch_operand(a, 2, batch), batch_operand(s, 1, batch), batch_operand(u, core, batch),
                          batch_operand(vh, core, batch)},
                         JacobiSvd<typename L::Math, T>{m, n, kVectors ? u.size(-1) : 0, kVectors ? vh.size(-2) : 0,
@@ -682,9 +712,9 @@ void eigh(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor& w = out[0];
   const Tensor& v = kVectors ? out[1] : w;  // eigvalsh: an unused operand
   const Shape batch = batch_of(a);
+  Scratch taken(out);
   by_dtype(a.dtype(), op, [&]<typename T>() {
-    const int64_t per = checked_mul(kVectors ? 1 : 2, checked_mul(n, n, op, "the matrix elements"), op, "the scratch");
-    walk_matrices<L, 5>(batch, a, per,
+    walk_matrices<L, 5>(batch, a, eigh_scratch(n, kVectors, op), taken,
                         {batch_operand(a, 2, batch), batch_operand(w, 1, batch),
                          batch_operand(v, kVectors ? 2 : 1, batch)},
                         JacobiEigh<typename L::Math, T>{n, layout_of(a), kVectors ? layout_of(v) : Layout{},
@@ -693,19 +723,37 @@ void eigh(const TensorList& in, TensorList& out, const Attrs& attrs) {
   });
 }
 
+// The walks' ScratchFns: the batch is the input's (the output's for solve,
+// whose batch dims broadcast).
+template <int64_t (*kPerMatrix)(const Tensor& a, const Attrs& attrs), bool kOutputBatch = false>
+int64_t scratch_bytes(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
+  const Shape batch = kOutputBatch ? batch_of(out[0].sizes) : batch_of(in[0]);
+  return walk_scratch(batch, in[0].dtype(), kPerMatrix(in[0], attrs), "linalg").bytes();
+}
+inline int64_t lu_per_matrix(const Tensor& a, const Attrs&) { return lu_scratch(a.size(-1), "linalg"); }
+inline int64_t no_per_matrix(const Tensor&, const Attrs&) { return 0; }
+inline int64_t qr_per_matrix(const Tensor& a, const Attrs&) { return qr_scratch(a.size(-2), a.size(-1), "linalg.qr"); }
+inline int64_t svd_per_matrix(const Tensor& a, const Attrs&) {
+  return svd_scratch(a.size(-2), a.size(-1), a.dtype(), "linalg.svd");
+}
+template <bool kVectors>
+int64_t eigh_per_matrix(const Tensor& a, const Attrs&) {
+  return eigh_scratch(a.size(-1), kVectors, "linalg.eigh");
+}
+
 template <typename L>
 void register_all(DeviceType device) {
   OpRegistry& r = OpRegistry::instance();
-  r.set_kernel("linalg_det", device, determinant<L, false>);
-  r.set_kernel("linalg_slogdet", device, determinant<L, true>);
-  r.set_kernel("linalg_inv", device, inverse<L>);
-  r.set_kernel("linalg_solve", device, solve<L>);
-  r.set_kernel("linalg_cholesky", device, cholesky<L>);
-  r.set_kernel("linalg_qr", device, qr<L>);
-  r.set_kernel("linalg_svd", device, svd<L, true>);
-  r.set_kernel("linalg_svdvals", device, svd<L, false>);
-  r.set_kernel("linalg_eigh", device, eigh<L, true>);
-  r.set_kernel("linalg_eigvalsh", device, eigh<L, false>);
+  r.set_kernel("linalg_det", device, determinant<L, false>, scratch_bytes<lu_per_matrix>);
+  r.set_kernel("linalg_slogdet", device, determinant<L, true>, scratch_bytes<lu_per_matrix>);
+  r.set_kernel("linalg_inv", device, inverse<L>, scratch_bytes<lu_per_matrix>);
+  r.set_kernel("linalg_solve", device, solve<L>, scratch_bytes<lu_per_matrix, true>);
+  r.set_kernel("linalg_cholesky", device, cholesky<L>, scratch_bytes<no_per_matrix>);
+  r.set_kernel("linalg_qr", device, qr<L>, scratch_bytes<qr_per_matrix>);
+  r.set_kernel("linalg_svd", device, svd<L, true>, scratch_bytes<svd_per_matrix>);
+  r.set_kernel("linalg_svdvals", device, svd<L, false>, scratch_bytes<svd_per_matrix>);
+  r.set_kernel("linalg_eigh", device, eigh<L, true>, scratch_bytes<eigh_per_matrix<true>>);
+  r.set_kernel("linalg_eigvalsh", device, eigh<L, false>, scratch_bytes<eigh_per_matrix<false>>);
 }
 
 }  // namespace mf::linalg_kernels

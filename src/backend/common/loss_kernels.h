@@ -24,6 +24,8 @@
 #include <string>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/reduce_kernels.h"
+#include "backend/common/scratch.h"
 #include "meshflow/ops/elementwise.h"  // broadcast_shapes
 
 namespace mf::loss_kernels {
@@ -121,13 +123,14 @@ ClassWeights<T> class_weights(const Tensor& weight, int64_t classes, const Tenso
   return w;
 }
 
-// The sum of the class weights into a float64 scalar (undefined without weights).
+// The sum of the class weights into a float64 scalar in scratch
+// (undefined without weights).
 template <typename R, typename T>
-Tensor weight_total(const Tensor& weight) {
+Tensor weight_total(const Tensor& weight, Scratch& taken) {
   if (!weight.defined()) return Tensor();
-  Tensor total = make_empty({}, DType::Float64, weight.device());
+  Tensor total = taken.take({}, DType::Float64);
   R::template reduce<T>(weight, {0}, reduce_ops::Sum<typename R::Math, T, double>{},
-                        reduce_ops::StoreAs<double>{static_cast<double*>(total.data_ptr())});
+                        reduce_ops::StoreAs<double>{static_cast<double*>(total.data_ptr())}, taken);
   return total;
 }
 
@@ -140,28 +143,32 @@ void class_loss(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor &x = in[0], &target = in[1], &weight = in[2];
   const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
   const Device device = x.device();
-  Tensor& total_out = out.back();
-  Tensor row_loss = make_empty({rows}, DType::Float64, device), row_weight = make_empty({rows}, DType::Float64, device);
+  Tensor& total_out = out[kCrossEntropy ? 2 : 1];
+  // The pieces first (class_loss_scratch), then the reductions.
+  Scratch taken(out);
+  Tensor row_loss = taken.take({rows}, DType::Float64), row_weight = taken.take({rows}, DType::Float64);
   dispatch_floating(x.dtype(), name, [&]<typename T>() {
     using A = acc_type<T>;
-    const Tensor total = weight_total<R, T>(weight);
+    const bool shifted = kCrossEntropy && rows > 0 && classes > 0, smoothed = kCrossEntropy && a.smoothing > 0;
+    Tensor total = weight.defined() ? taken.take({}, DType::Float64) : Tensor();
+    const Tensor shift = shifted ? taken.take({rows}, dtype_of<A>()) : Tensor();
+    const Tensor smooth = smoothed ? taken.take({rows}, DType::Float64) : row_loss;
+    Tensor weight_sum = taken.take({}, DType::Float64);
+    Tensor loss_sum = a.reduction == "none" ? Tensor() : taken.take({}, DType::Float64);
+    if (weight.defined())
+      R::template reduce<T>(weight, {0}, reduce_ops::Sum<M, T, double>{},
+                            reduce_ops::StoreAs<double>{static_cast<double*>(total.data_ptr())}, taken);
     const ClassWeights<T> w = class_weights<T>(weight, classes, total);
     Tensor lse = kCrossEntropy ? out[1] : row_loss;
-    Tensor smooth = row_loss;
-    if constexpr (kCrossEntropy) {
-      if (rows > 0 && classes > 0) {
-        Tensor shift = make_empty({rows}, dtype_of<A>(), device);
-        A* sp = static_cast<A*>(shift.data_ptr());
-        R::template reduce<T>(x, {1}, reduce_ops::Extremum<M, T, true>{}, reduce_ops::StoreShift<M, A>{sp});
-        R::template reduce<T>(x, {1}, reduce_ops::SumExp<M, T>{sp},
-                              reduce_ops::StoreLogShifted<M, A>{static_cast<A*>(lse.data_ptr()), sp});
-      }
-      if (a.smoothing > 0) {
-        smooth = make_empty({rows}, DType::Float64, device);
-        R::template reduce<T>(x, {1}, WeightedRowSum<M, T>{w},
-                              reduce_ops::StoreAs<double>{static_cast<double*>(smooth.data_ptr())});
-      }
+    if (shifted) {
+      A* sp = static_cast<A*>(shift.data_ptr());
+      R::template reduce<T>(x, {1}, reduce_ops::Extremum<M, T, true>{}, reduce_ops::StoreShift<M, A>{sp}, taken);
+      R::template reduce<T>(x, {1}, reduce_ops::SumExp<M, T>{sp},
+                            reduce_ops::StoreLogShifted<M, A>{static_cast<A*>(lse.data_ptr()), sp}, taken);
     }
+    if (smoothed)
+      R::template reduce<T>(x, {1}, WeightedRowSum<M, T>{w},
+                            reduce_ops::StoreAs<double>{static_cast<double*>(smooth.data_ptr())}, taken);
     if (rows > 0) {
       const LoopGeometry<6> g = walk_geometry<6>(
           {rows}, {operand(row_loss, {1}), operand(row_weight, {1}), operand(target, target.strides()),
@@ -174,17 +181,15 @@ void class_loss(const TensorList& in, TensorList& out, const Attrs& attrs) {
       });
     }
     // The reduction, and the total weight (float64 until stored).
-    Tensor weight_sum = make_empty({}, DType::Float64, device);
     R::template reduce<double>(row_weight, {0}, reduce_ops::Sum<M, double, double>{},
-                               reduce_ops::StoreAs<double>{static_cast<double*>(weight_sum.data_ptr())});
+                               reduce_ops::StoreAs<double>{static_cast<double*>(weight_sum.data_ptr())}, taken);
     elementwise_kernels::copy_cast<L>(total_out, weight_sum);
     if (a.reduction == "none") {
       elementwise_kernels::copy_cast<L>(out[0], row_loss);
       return;
     }
-    Tensor loss_sum = make_empty({}, DType::Float64, device);
     R::template reduce<double>(row_loss, {0}, reduce_ops::Sum<M, double, double>{},
-                               reduce_ops::StoreAs<double>{static_cast<double*>(loss_sum.data_ptr())});
+                               reduce_ops::StoreAs<double>{static_cast<double*>(loss_sum.data_ptr())}, taken);
     if (a.reduction == "sum") elementwise_kernels::copy_cast<L>(out[0], loss_sum);
     else L::template run<T, double, double>(out[0], {&loss_sum, &weight_sum}, Quotient{});
   });
@@ -255,7 +260,8 @@ void cross_entropy_backward(const TensorList& in, TensorList& out, const Attrs& 
       "cross_entropy_backward");
   dispatch_floating(x.dtype(), "cross_entropy_backward", [&]<typename T>() {
     using M = typename R::Math;
-    const Tensor wsum = weight_total<R, T>(weight);
+    Scratch taken(out);
+    const Tensor wsum = weight_total<R, T>(weight, taken);
     with_index_check<L>(x.device(), "cross_entropy_backward", 1, classes, [&](IndexFault* fault) {
       L::template for_each<5>(x.device(), g, rows * classes,
                               CrossEntropyGrad<M, T>{classes, a.ignore_index, a.smoothing,
@@ -300,7 +306,8 @@ void nll_loss_backward(const TensorList& in, TensorList& out, const Attrs& attrs
       "nll_loss_backward");
   dispatch_floating(dx.dtype(), "nll_loss_backward", [&]<typename T>() {
     using M = typename R::Math;
-    const Tensor wsum = weight_total<R, T>(weight);
+    Scratch taken(out);
+    const Tensor wsum = weight_total<R, T>(weight, taken);
     with_index_check<L>(dx.device(), "nll_loss_backward", 1, classes, [&](IndexFault* fault) {
       L::template for_each<3>(dx.device(), g, rows,
                               NllGrad<M, T>{classes, a.ignore_index, dx.strides()[1],
@@ -349,7 +356,8 @@ void target_terms(const TensorList& in, TensorList& out, const Attrs& attrs) {
       {operand(q, q.strides()), operand(target, {target.strides()[0], 0}), operand(k, {k.strides()[0], 0})},
       "cross_entropy_target_terms");
   dispatch_floating(q.dtype(), "cross_entropy", [&]<typename T>() {
-    const Tensor wsum = weight_total<R, T>(weight);
+    Scratch taken(out);
+    const Tensor wsum = weight_total<R, T>(weight, taken);
     with_index_check<L>(q.device(), "cross_entropy", 1, classes, [&](IndexFault* fault) {
       L::template for_each<3>(q.device(), g, rows * classes,
                               TargetTerms<typename R::Math, T>{classes, a.ignore_index, a.smoothing,
@@ -384,12 +392,14 @@ struct StoreMean {  // out = sum / n
 
 // The sum (or mean) of a float64 buffer into the 0-d out.
 template <typename R, typename T>
-void sum_into(Tensor& out, const Tensor& values, bool mean) {
+void sum_into(Tensor& out, const Tensor& values, bool mean, Scratch& taken) {
   using M = typename R::Math;
   const Tensor flat = make_view(values, {values.numel()}, {1}, values.storage_offset());
   T* o = static_cast<T*>(out.data_ptr());
-  if (mean) R::template reduce<double>(flat, {0}, reduce_ops::Sum<M, double, double>{}, StoreMean<M, T>{o, double(values.numel())});
-  else R::template reduce<double>(flat, {0}, reduce_ops::Sum<M, double, double>{}, reduce_ops::StoreAs<T>{o});
+  if (mean)
+    R::template reduce<double>(flat, {0}, reduce_ops::Sum<M, double, double>{}, StoreMean<M, T>{o, double(values.numel())},
+                               taken);
+  else R::template reduce<double>(flat, {0}, reduce_ops::Sum<M, double, double>{}, reduce_ops::StoreAs<T>{o}, taken);
 }
 
 template <typename L, typename R>
@@ -401,9 +411,10 @@ void mse_loss(const TensorList& in, TensorList& out, const Attrs& attrs) {
       L::template run<T, T, T>(out[0], {&in[0], &in[1]}, functors::InAcc<A, SquaredDifference>{});
       return;
     }
-    Tensor squares = make_empty(broadcast_shapes(in[0].sizes(), in[1].sizes(), "mse_loss"), DType::Float64, in[0].device());
+    Scratch taken(out);
+    Tensor squares = taken.take(broadcast_shapes(in[0].sizes(), in[1].sizes(), "mse_loss"), DType::Float64);
     L::template run<double, T, T>(squares, {&in[0], &in[1]}, SquaredError<typename L::Math, T>{});
-    sum_into<R, T>(out[0], squares, reduction == "mean");
+    sum_into<R, T>(out[0], squares, reduction == "mean", taken);
   });
 }
 
@@ -425,7 +436,7 @@ void bce_with_logits(const TensorList& in, TensorList& out, const Attrs&) {
     using A = acc_type<T>;
     Tensor one;
     if (!in[2].defined() || !in[3].defined()) {
-      one = make_empty({}, in[0].dtype(), in[0].device());
+      one = Scratch(out).take({}, in[0].dtype());
       elementwise_kernels::fill<L>(one, Scalar(1));
     }
     const Tensor& w = in[2].defined() ? in[2] : one;
@@ -434,18 +445,58 @@ void bce_with_logits(const TensorList& in, TensorList& out, const Attrs&) {
   });
 }
 
+// --- scratch ----------------------------------------------------------------------------
+// The kernels' ScratchFns (Note [Reduction scratch]): their pieces in the
+// order they take them, then the largest share of their reductions.
+
+template <typename R, bool kCrossEntropy>
+int64_t class_loss_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const ClassLoss a = ClassLoss::from(attrs);
+  const Tensor &x = in[0], &weight = in[2];
+  const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
+  const bool shifted = kCrossEntropy && rows > 0 && classes > 0, smoothed = kCrossEntropy && a.smoothing > 0;
+  ScratchLayout own(kCrossEntropy ? "cross_entropy" : "nll_loss");
+  own.add({rows}, DType::Float64).add({rows}, DType::Float64);
+  if (weight.defined()) own.add({}, DType::Float64);
+  if (shifted) own.add({rows}, reduce_kernels::acc_dtype(x.dtype()));
+  if (smoothed) own.add({rows}, DType::Float64);
+  own.add({}, DType::Float64);
+  if (a.reduction != "none") own.add({}, DType::Float64);
+  const Tensor row_sums = make_meta({rows}, DType::Float64, x.device());
+  const Tensor& weights = weight.defined() ? weight : row_sums;  // a stand-in when absent
+  return reduce_kernels::with_reductions<R>(own, {{weights, {0}}, {row_sums, {0}}, {x, {1}}});
+}
+// The backward kernels: the class weights' sum.
+template <typename R, size_t kWeight>
+int64_t weight_total_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  const Tensor& weight = in[kWeight];
+  if (!weight.defined()) return 0;
+  return reduce_kernels::with_reductions<R>(ScratchLayout("class weights").add({}, DType::Float64), {{weight, {0}}});
+}
+template <typename R>
+int64_t mse_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  if (attrs.get_string("reduction") == "none") return 0;
+  const Shape squares = broadcast_shapes(in[0].sizes(), in[1].sizes(), "mse_loss");
+  return reduce_kernels::with_reductions<R>(ScratchLayout("mse_loss").add(squares, DType::Float64),
+                                            {{make_meta({shape_numel(squares)}, DType::Float64, in[0].device()), {0}}});
+}
+inline int64_t bce_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  if (in[2].defined() && in[3].defined()) return 0;
+  return ScratchLayout("binary_cross_entropy_with_logits").add({}, in[0].dtype()).bytes();
+}
+
 template <typename L, typename R>
 void register_all(DeviceType device) {
-  auto set = [device](const char* op, KernelFn kernel) {
-    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  auto set = [device](const char* op, KernelFn kernel, ScratchFn scratch) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel), std::move(scratch));
   };
-  set("cross_entropy", class_loss<L, R, true>);
-  set("nll_loss", class_loss<L, R, false>);
-  set("cross_entropy_backward", cross_entropy_backward<L, R>);
-  set("nll_loss_backward", nll_loss_backward<L, R>);
-  set("cross_entropy_target_terms", target_terms<L, R>);
-  set("mse_loss", mse_loss<L, R>);
-  set("binary_cross_entropy_with_logits", bce_with_logits<L>);
+  set("cross_entropy", class_loss<L, R, true>, class_loss_scratch<R, true>);
+  set("nll_loss", class_loss<L, R, false>, class_loss_scratch<R, false>);
+  set("cross_entropy_backward", cross_entropy_backward<L, R>, weight_total_scratch<R, 3>);
+  set("nll_loss_backward", nll_loss_backward<L, R>, weight_total_scratch<R, 2>);
+  set("cross_entropy_target_terms", target_terms<L, R>, weight_total_scratch<R, 1>);
+  set("mse_loss", mse_loss<L, R>, mse_scratch<R>);
+  set("binary_cross_entropy_with_logits", bce_with_logits<L>, bce_scratch);
 }
 
 }  // namespace mf::loss_kernels

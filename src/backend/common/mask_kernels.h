@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/scratch.h"
 
 namespace mf::mask_kernels {
 
@@ -152,8 +153,8 @@ struct UnselectChunk {
 // Walks 1 and 2: the first output position of each chunk of t's elements
 // (a device tensor of plan.count int64), and the walk over the chunks.
 template <typename L>
-Tensor chunk_starts(const Tensor& t, const ChunkPlan& plan, const char* op) {
-  Tensor starts = make_empty({plan.count}, DType::Int64, t.device());
+Tensor chunk_starts(const Tensor& t, const ChunkPlan& plan, Scratch& taken, const char* op) {
+  Tensor starts = taken.take({plan.count}, DType::Int64);
   const LoopGeometry<1> chunks = walk_geometry<1>({plan.count}, {operand(starts, {1})}, op);
   const LoopGeometry<1> xs = walk_geometry<1>(t.sizes(), {operand(t, t.strides())}, op);
   dispatch_dtype(t.dtype(), [&]<typename T>() {
@@ -172,7 +173,8 @@ void nonzero(const TensorList& in, TensorList& out, const Attrs&) {
   MF_CHECK(t.dim() <= kMaxLoopDims, ValueError, "nonzero: at most ", kMaxLoopDims, " dims on ",
            device_type_name(t.device().type()), ", got ", t.dim());
   const ChunkPlan plan = chunk_plan(t.numel());
-  Tensor starts = chunk_starts<L>(t, plan, "nonzero");
+  Scratch taken(out);
+  Tensor starts = chunk_starts<L>(t, plan, taken, "nonzero");
   const LoopGeometry<1> chunks = walk_geometry<1>({plan.count}, {operand(starts, {1})}, "nonzero");
   const LoopGeometry<1> xs = walk_geometry<1>(t.sizes(), {operand(t, t.strides())}, "nonzero");
   dispatch_dtype(t.dtype(), [&]<typename T>() {
@@ -188,7 +190,8 @@ void masked_select(const TensorList& in, TensorList& out, const Attrs&) {
   const int64_t limit = out[0].numel();
   if (x.numel() == 0 || limit == 0) return;
   const ChunkPlan plan = chunk_plan(x.numel());
-  Tensor starts = chunk_starts<L>(mask, plan, "masked_select");
+  Scratch taken(out);
+  Tensor starts = chunk_starts<L>(mask, plan, taken, "masked_select");
   const LoopGeometry<1> chunks = walk_geometry<1>({plan.count}, {operand(starts, {1})}, "masked_select");
   const LoopGeometry<2> xm =
       walk_geometry<2>(x.sizes(), {operand(x, x.strides()), operand(mask, mask.strides())}, "masked_select");
@@ -204,7 +207,8 @@ void masked_select_backward(const TensorList& in, TensorList& out, const Attrs&)
   Tensor& y = out[0];
   if (y.numel() == 0) return;
   const ChunkPlan plan = chunk_plan(y.numel());
-  Tensor starts = chunk_starts<L>(mask, plan, "masked_select_backward");
+  Scratch taken(out);
+  Tensor starts = chunk_starts<L>(mask, plan, taken, "masked_select_backward");
   const LoopGeometry<1> chunks = walk_geometry<1>({plan.count}, {operand(starts, {1})}, "masked_select_backward");
   const LoopGeometry<2> ym =
       walk_geometry<2>(y.sizes(), {operand(y, y.strides()), operand(mask, mask.strides())}, "masked_select_backward");
@@ -216,11 +220,21 @@ void masked_select_backward(const TensorList& in, TensorList& out, const Attrs&)
   });
 }
 
+// The chunk starts' scratch for a walk over n elements (Note [Kernel
+// scratch]); input 0 (nonzero, masked_select) or output 0
+// (masked_select_backward) gives n.
+template <bool kOfOutput>
+int64_t chunk_starts_bytes(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs&) {
+  const int64_t n = kOfOutput ? shape_numel(out[0].sizes) : in[0].numel();
+  return ScratchLayout("chunk starts").add({n ? chunk_plan(n).count : 0}, DType::Int64).bytes();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
-  OpRegistry::instance().set_kernel("nonzero", device, nonzero<L>);
-  OpRegistry::instance().set_kernel("masked_select", device, masked_select<L>);
-  OpRegistry::instance().set_kernel("masked_select_backward", device, masked_select_backward<L>);
+  OpRegistry::instance().set_kernel("nonzero", device, nonzero<L>, chunk_starts_bytes<false>);
+  OpRegistry::instance().set_kernel("masked_select", device, masked_select<L>, chunk_starts_bytes<false>);
+  OpRegistry::instance().set_kernel("masked_select_backward", device, masked_select_backward<L>,
+                                    chunk_starts_bytes<true>);
 }
 
 }  // namespace mf::mask_kernels

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/scratch.h"
 
 namespace mf::pool_kernels {
 
@@ -171,14 +172,7 @@ void forward(const Tensor& x, TensorList& out, const Attrs* attrs, const char* n
   });
 }
 
-// t itself when contiguous, else a dense copy.
-template <typename L>
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
-  elementwise_kernels::copy_cast<L>(c, t);
-  return c;
-}
+using elementwise_kernels::dense;
 
 // Operands: 0 the output gradient (dense), 1 the input gradient's plane
 // (zeroed). Each window position += grad / divisor.
@@ -201,10 +195,12 @@ struct AvgBackward {
 };
 
 template <typename L>
-void avg_backward(const Tensor& grad_y, Tensor& grad_x, const Attrs* attrs, const char* name) {
+void avg_backward(const Tensor& grad_y, TensorList& out, const Attrs* attrs, const char* name) {
+  Tensor& grad_x = out[0];
   elementwise_kernels::fill<L>(grad_x, Scalar(0));
   if (grad_y.numel() == 0) return;
-  const Tensor gy = dense<L>(grad_y);
+  Scratch taken(out);
+  const Tensor gy = dense<L>(grad_y, taken);
   const PoolGeometry g = geometry(grad_x, gy, attrs);
   const LoopGeometry<2> walk =
       walk_geometry<2>(gy.sizes(), {operand(gy, gy.strides()), operand(grad_x, plane_strides(grad_x, gy.dim()))}, name);
@@ -235,10 +231,10 @@ struct MaxMove {
 // scatter: grad_x (input-sized, zeroed) += grad at the indices; gather:
 // out = t at the indices.
 template <typename L, bool kScatter>
-void max_move(const Tensor& values_in, const Tensor& indices_in, Tensor& big_in, Tensor* small_out) {
-  const Tensor indices = dense<L>(indices_in);
-  Tensor small = kScatter ? dense<L>(values_in) : *small_out;
-  Tensor big = kScatter ? big_in : dense<L>(values_in);
+void max_move(const Tensor& values_in, const Tensor& indices_in, Tensor& big_in, Tensor* small_out, Scratch taken) {
+  const Tensor indices = dense<L>(indices_in, taken);
+  Tensor small = kScatter ? dense<L>(values_in, taken) : *small_out;
+  Tensor big = kScatter ? big_in : dense<L>(values_in, taken);
   if (kScatter) elementwise_kernels::fill<L>(big, Scalar(0));
   if (small.numel() == 0) return;
   int64_t plane = 1;
@@ -252,10 +248,19 @@ void max_move(const Tensor& values_in, const Tensor& indices_in, Tensor& big_in,
   });
 }
 
+// The dense copies of inputs kInputs (in the order the kernel makes them)
+// that are strided (Note [Kernel scratch]).
+template <size_t... kInputs>
+int64_t dense_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  ScratchLayout layout("pool");
+  for (const size_t i : {kInputs...}) add_dense(layout, in[i]);
+  return layout.bytes();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
-  auto set = [device](const std::string& op, KernelFn kernel) {
-    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  auto set = [device](const std::string& op, KernelFn kernel, ScratchFn scratch = {}) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel), std::move(scratch));
   };
   for (const std::string spatial : {"2d", "3d"}) {
     set("max_pool" + spatial, [](const TensorList& in, TensorList& out, const Attrs& a) {
@@ -265,25 +270,25 @@ void register_all(DeviceType device) {
       forward<L, false>(in[0], out, &a, "avg_pool");
     });
     set("avg_pool" + spatial + "_backward", [](const TensorList& in, TensorList& out, const Attrs& a) {
-      avg_backward<L>(in[0], out[0], &a, "avg_pool_backward");
-    });
+      avg_backward<L>(in[0], out, &a, "avg_pool_backward");
+    }, dense_scratch<0>);
     set("adaptive_avg_pool" + spatial, [](const TensorList& in, TensorList& out, const Attrs&) {
       forward<L, false>(in[0], out, nullptr, "adaptive_avg_pool");
     });
     set("adaptive_avg_pool" + spatial + "_backward", [](const TensorList& in, TensorList& out, const Attrs&) {
-      avg_backward<L>(in[0], out[0], nullptr, "adaptive_avg_pool_backward");
-    });
+      avg_backward<L>(in[0], out, nullptr, "adaptive_avg_pool_backward");
+    }, dense_scratch<0>);
   }
   set("adaptive_max_pool2d", [](const TensorList& in, TensorList& out, const Attrs&) {
     forward<L, true>(in[0], out, nullptr, "adaptive_max_pool2d");
   });
   set("max_pool2d_scatter", [](const TensorList& in, TensorList& out, const Attrs&) {
-    max_move<L, true>(in[0], in[1], out[0], nullptr);
-  });
+    max_move<L, true>(in[0], in[1], out[0], nullptr, Scratch(out));
+  }, dense_scratch<1, 0>);
   set("max_pool2d_gather", [](const TensorList& in, TensorList& out, const Attrs&) {
     Tensor unused;
-    max_move<L, false>(in[0], in[1], unused, &out[0]);
-  });
+    max_move<L, false>(in[0], in[1], unused, &out[0], Scratch(out));
+  }, dense_scratch<1, 0>);
 }
 
 }  // namespace mf::pool_kernels

@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/scratch.h"
 #include "backend/common/sort_kernels.h"
 #include "meshflow/philox.h"
 
@@ -117,14 +118,16 @@ inline Counter counter_of(const Attrs& attrs, int64_t k) {
   return {uint64_t(attrs.get_int("seed")), uint64_t(attrs.get_int("offset")), k};
 }
 
-// out[i] = f(i) in row-major order, through a dense buffer when out is strided.
+// out[i] = f(i) in row-major order, through a dense buffer in scratch when
+// out is strided (generate_scratch).
 template <typename L, typename K, typename F>
-void generate(Tensor& out, const F& f) {
+void generate(TensorList& outs, const F& f) {
+  Tensor& out = outs[0];
   if (out.is_contiguous()) {
     L::template run_indexed<K>(out, f);
     return;
   }
-  Tensor dense = make_empty(out.sizes(), out.dtype(), out.device());
+  Tensor dense = Scratch(outs).take(out.sizes(), out.dtype());
   L::template run_indexed<K>(dense, f);
   copy_cast<L>(out, dense);
 }
@@ -134,7 +137,7 @@ void uniform(const TensorList&, TensorList& out, const Attrs& attrs) {
   dispatch_floating(out[0].dtype(), "uniform_", [&]<typename T>() {
     using A = acc_type<T>;
     const double from = attrs.get_float("from"), to = attrs.get_float("to");
-    generate<L, T>(out[0], Uniform<T>{counter_of(attrs, uniform_per_counter<T>()), A(from), A(to - from)});
+    generate<L, T>(out, Uniform<T>{counter_of(attrs, uniform_per_counter<T>()), A(from), A(to - from)});
   });
 }
 
@@ -142,7 +145,7 @@ template <typename L>
 void normal(const TensorList&, TensorList& out, const Attrs& attrs) {
   dispatch_floating(out[0].dtype(), "normal_", [&]<typename T>() {
     using A = acc_type<T>;
-    generate<L, T>(out[0], Normal<typename L::Math, T>{counter_of(attrs, normal_per_counter<T>()),
+    generate<L, T>(out, Normal<typename L::Math, T>{counter_of(attrs, normal_per_counter<T>()),
                                                        A(attrs.get_float("mean")), A(attrs.get_float("std"))});
   });
 }
@@ -153,7 +156,7 @@ void random_int(const TensorList&, TensorList& out, const Attrs& attrs) {
   const uint64_t range = uint64_t(attrs.get_int("high")) - uint64_t(low);
   const int64_t k = range <= (uint64_t(1) << 32) ? 4 : 2;
   dispatch_dtype(out[0].dtype(), [&]<typename T>() {
-    generate<L, kernel_type<T>>(out[0], RandomInt<kernel_type<T>>{counter_of(attrs, k), low, range});
+    generate<L, kernel_type<T>>(out, RandomInt<kernel_type<T>>{counter_of(attrs, k), low, range});
   });
 }
 
@@ -161,7 +164,7 @@ template <typename L>
 void bernoulli_scalar(const TensorList&, TensorList& out, const Attrs& attrs) {
   const int64_t k = out[0].dtype() == DType::Float64 ? 2 : 4;
   dispatch_dtype(out[0].dtype(), [&]<typename T>() {
-    generate<L, kernel_type<T>>(out[0], BernoulliScalar<kernel_type<T>>{counter_of(attrs, k), attrs.get_float("p")});
+    generate<L, kernel_type<T>>(out, BernoulliScalar<kernel_type<T>>{counter_of(attrs, k), attrs.get_float("p")});
   });
 }
 
@@ -288,7 +291,7 @@ void randperm(const TensorList&, TensorList& out, const Attrs& attrs) {
   Tensor& y = out[0];
   const int64_t n = attrs.get_int("n");
   if (n == 0) return;
-  Tensor keys = make_empty({n}, DType::Int64, y.device());
+  Tensor keys = Scratch(out).take({n}, DType::Int64);
   L::template run_indexed<int64_t>(keys, KeyOf{counter_of(attrs, 2)});
   L::template for_each<1>(y.device(), walk_geometry<1>({1}, {operand(y, {0})}, "randperm"), 1,
                           PermuteLine{static_cast<const int64_t*>(keys.data_ptr()), n});
@@ -538,19 +541,30 @@ void standard_gamma(const TensorList& in, TensorList& out, const Attrs& attrs) {
   else run.template operator()<float>();
 }
 
+// The in-place fills' scratch (Note [Kernel scratch]): a dense buffer when
+// self (input 0, the output) is strided.
+inline int64_t generate_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  const Tensor& self = in[0];
+  return self.is_contiguous() ? 0 : ScratchLayout("random fill").add(self.sizes(), self.dtype()).bytes();
+}
+// randperm's sort keys.
+inline int64_t randperm_scratch(const TensorList&, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  return ScratchLayout("randperm").add({attrs.get_int("n")}, DType::Int64).bytes();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
-  auto set = [device](const char* op, KernelFn kernel) {
-    OpRegistry::instance().set_kernel(op, device, std::move(kernel));
+  auto set = [device](const char* op, KernelFn kernel, ScratchFn scratch = {}) {
+    OpRegistry::instance().set_kernel(op, device, std::move(kernel), std::move(scratch));
   };
-  set("uniform", uniform<L>);
-  set("normal", normal<L>);
-  set("random_int", random_int<L>);
-  set("bernoulli_scalar", bernoulli_scalar<L>);
+  set("uniform", uniform<L>, generate_scratch);
+  set("normal", normal<L>, generate_scratch);
+  set("random_int", random_int<L>, generate_scratch);
+  set("bernoulli_scalar", bernoulli_scalar<L>, generate_scratch);
   set("bernoulli", bernoulli<L>);
   set("dropout", dropout<L>);
   set("dropout_backward", dropout_backward<L>);
-  set("randperm", randperm<L>);
+  set("randperm", randperm<L>, randperm_scratch);
   set("multinomial", multinomial<L>);
   set("standard_gamma", standard_gamma<L>);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace mf {
@@ -68,36 +69,76 @@ ReduceGeometry geometry_of(const Shape& sizes, const Shape& strides, const Shape
 
 }  // namespace
 
-ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Tensor& copy,
-                               void (*copy_cast)(Tensor& dst, const Tensor& src)) {
-  if (x.numel() == 0) {
-    // No element to read, however many dims (size-0 dims do not merge, so
-    // they could exceed kMaxReduceDims): one kept dim of the outputs, which
-    // each reduce an empty range (or nothing is written at all).
-    ReduceGeometry g;
-    for (int64_t d = 0; d < x.dim(); ++d)
-      (std::find(dims.begin(), dims.end(), d) != dims.end() ? g.num_reduced : g.num_outputs) *= x.size(d);
-    if (g.num_outputs > 1) g.kept_sizes = {g.num_outputs}, g.kept_strides = {0}, g.kept_out_strides = {1};
-    if (g.num_reduced != 1) g.red_sizes = {g.num_reduced}, g.red_strides = {1};
-    return g;
-  }
-  ReduceGeometry g = geometry_of(x.sizes(), x.strides(), dims);
-  if (int64_t(g.kept_sizes.size()) <= kMaxReduceDims && int64_t(g.red_sizes.size()) <= kMaxReduceDims) return g;
-  // Kept dims first, then reduced: both groups become one dim each.
-  Shape perm, sizes, strides, new_dims;
+namespace {
+
+// A layout whose coalesced dims exceed kMaxReduceDims is reduced from a
+// copy: its sizes (kept dims first, then the reduced ones), x viewed in that
+// order, and the reduced dims' positions in it.
+struct PermutedCopy {
+  Shape sizes, strides, dims;
+};
+
+std::optional<PermutedCopy> permuted_copy(const Tensor& x, const Shape& dims, const ReduceGeometry& g) {
+  if (x.numel() == 0 ||
+      (int64_t(g.kept_sizes.size()) <= kMaxReduceDims && int64_t(g.red_sizes.size()) <= kMaxReduceDims))
+    return std::nullopt;
+  PermutedCopy c;
+  Shape perm;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
   for (int64_t d : dims) {
-    new_dims.push_back(int64_t(perm.size()));
+    c.dims.push_back(int64_t(perm.size()));
     perm.push_back(d);
   }
   for (int64_t d : perm) {
-    sizes.push_back(x.sizes()[size_t(d)]);
-    strides.push_back(x.strides()[size_t(d)]);
+    c.sizes.push_back(x.sizes()[size_t(d)]);
+    c.strides.push_back(x.strides()[size_t(d)]);
   }
-  copy = make_empty(sizes, x.dtype(), x.device());
-  copy_cast(copy, make_view(x, sizes, strides, x.storage_offset()));
-  return geometry_of(copy.sizes(), copy.strides(), new_dims);
+  return c;
+}
+
+// The geometry of x over dims when x has elements (no copy made).
+ReduceGeometry direct_geometry(const Tensor& x, const Shape& dims) {
+  if (x.numel() > 0) return geometry_of(x.sizes(), x.strides(), dims);
+  // No element to read, however many dims (size-0 dims do not merge, so
+  // they could exceed kMaxReduceDims): one kept dim of the outputs, which
+  // each reduce an empty range (or nothing is written at all).
+  ReduceGeometry g;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    (std::find(dims.begin(), dims.end(), d) != dims.end() ? g.num_reduced : g.num_outputs) *= x.size(d);
+  if (g.num_outputs > 1) g.kept_sizes = {g.num_outputs}, g.kept_strides = {0}, g.kept_out_strides = {1};
+  if (g.num_reduced != 1) g.red_sizes = {g.num_reduced}, g.red_strides = {1};
+  return g;
+}
+
+}  // namespace
+
+ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Scratch& taken, Tensor& copy,
+                               void (*copy_cast)(Tensor& dst, const Tensor& src)) {
+  const ReduceGeometry g = direct_geometry(x, dims);
+  const std::optional<PermutedCopy> c = permuted_copy(x, dims, g);
+  if (!c) return g;
+  copy = taken.take(c->sizes, x.dtype());
+  copy_cast(copy, make_view(x, c->sizes, c->strides, x.storage_offset()));
+  return geometry_of(copy.sizes(), copy.strides(), c->dims);
+}
+
+int64_t reduce_scratch_bytes(const Tensor& x, const Shape& dims, bool partials) {
+  if (!partials && x.dim() <= kMaxReduceDims) return 0;  // no copy: at most that many dims coalesce
+  ScratchLayout layout("reduction");
+  ReduceGeometry g = direct_geometry(x, dims);
+  if (const std::optional<PermutedCopy> c = permuted_copy(x, dims, g)) {
+    layout.add(c->sizes, x.dtype());
+    g = geometry_of(c->sizes, contiguous_strides(c->sizes), c->dims);
+  }
+  if (partials && g.num_outputs > 0) {
+    const ReducePlan plan = plan_reduce(g);
+    if (plan.chunks > 1)
+      layout.add({checked_mul(checked_mul(plan.chunks, g.num_outputs, "reduction", "partials"), kMaxReduceAccBytes,
+                              "reduction", "partial bytes")},
+                 DType::UInt8);
+  }
+  return layout.bytes();
 }
 
 int64_t reduce_lane(const ReduceGeometry& g) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/common/scratch.h"
 #include "meshflow/host_device.h"
 #include "meshflow/tensor.h"
 
@@ -45,9 +46,27 @@ MF_HOST_DEVICE typename Op::Acc combine_copies(const Op& op, typename Op::Acc a,
 // The geometry of reducing x over dims (sorted, wrapped); reduced dims are
 // sorted by stride. A layout that needs more than kMaxReduceDims coalesced
 // dims (pathological ones only) is first copied, kept dims first, into
-// `copy` by the backend's `copy_cast`, and the geometry then describes `copy`.
-ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Tensor& copy,
+// `copy` (taken from `taken`) by the backend's `copy_cast`, and the
+// geometry then describes `copy`.
+ReduceGeometry reduce_geometry(const Tensor& x, const Shape& dims, Scratch& taken, Tensor& copy,
                                void (*copy_cast)(Tensor& dst, const Tensor& src));
+
+// Note [Reduction scratch]
+// A reduction's working memory comes from its kernel's scratch (Note
+// [Kernel scratch] in meshflow/op_def.h): the copy reduce_geometry makes of
+// a pathological layout and, on a device, the partial results of a
+// reduction cut into chunks (Note [Device reductions]), kMaxReduceAccBytes
+// per partial whatever the op's accumulator. Every reducer R gives
+// R::scratch_bytes(x, dims), the bytes one reduction of x (its layout: no
+// data is read) over dims takes, and its reduce and reduce_arg take them
+// from the Scratch they are handed and rewind it when they return: a
+// kernel's reductions run one after another (on a device, in one stream)
+// and reuse the same bytes, so the kernel's ScratchFn asks for its own
+// pieces first and then for the largest of its reductions' shares.
+inline constexpr int64_t kMaxReduceAccBytes = 16;
+// The bytes one reduction of x over dims takes: the copy, and the chunks'
+// partials where `partials` (a device's reducers).
+int64_t reduce_scratch_bytes(const Tensor& x, const Shape& dims, bool partials);
 
 // The kept dim to vectorise or spread threads along (reduce-over-outer): the one with the
 // smallest stride when it is smaller than every reduced stride; -1 when

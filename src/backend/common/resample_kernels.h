@@ -19,6 +19,7 @@
 
 #include "backend/common/index_kernels.h"
 #include "backend/common/resample_plan.h"
+#include "backend/common/scratch.h"
 #include "meshflow/backend.h"
 
 namespace mf::resample_kernels {
@@ -61,10 +62,10 @@ inline RowMap adjoint_map(const ResampleAxis& a) {
   return m;
 }
 
-// A host vector in a new tensor on `device`.
+// A host vector copied into a piece of the kernel's scratch on `device`.
 template <typename V>
-Tensor upload(const std::vector<V>& v, DType dtype, const Device& device) {
-  Tensor t = make_empty({int64_t(v.size())}, dtype, device);
+Tensor upload(const std::vector<V>& v, DType dtype, const Device& device, Scratch& taken) {
+  Tensor t = taken.take({int64_t(v.size())}, dtype);
   if (!v.empty())
     get_backend(device.type()).copy(t.data_ptr(), device, v.data(), Device(), v.size() * sizeof(V), false);
   return t;
@@ -73,9 +74,9 @@ Tensor upload(const std::vector<V>& v, DType dtype, const Device& device) {
 struct DeviceMap {
   Tensor start, index, weight;  // weight undefined: all 1
 };
-inline DeviceMap upload(const RowMap& m, const Device& device) {
-  DeviceMap d{upload(m.start, DType::Int64, device), upload(m.index, DType::Int64, device), Tensor()};
-  if (!m.weight.empty()) d.weight = upload(m.weight, DType::Float64, device);
+inline DeviceMap upload(const RowMap& m, const Device& device, Scratch& taken) {
+  DeviceMap d{upload(m.start, DType::Int64, device, taken), upload(m.index, DType::Int64, device, taken), Tensor()};
+  if (!m.weight.empty()) d.weight = upload(m.weight, DType::Float64, device, taken);
   return d;
 }
 
@@ -123,7 +124,7 @@ void pass(Tensor& dst, const Tensor& src, int64_t d, const Make& make) {
 // Runs the passes over dims `order` (resampled dims, as indices into
 // axes), each reading the previous result; intermediate results in Mid.
 template <typename L, typename T>
-void weighted_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes, bool adjoint) {
+void weighted_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes, bool adjoint, Scratch& taken) {
   using A = acc_type<T>;
   using M = typename L::Math;
   const int64_t n = int64_t(axes.size()), first = y.dim() - n;
@@ -132,10 +133,10 @@ void weighted_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>
     const int64_t i = adjoint ? step : n - 1 - step, d = first + i;
     const bool last = step == n - 1, from_input = step == 0;
     const RowMap map = adjoint ? adjoint_map(axes[size_t(i)]) : forward_map(axes[size_t(i)]);
-    const DeviceMap dm = upload(map, y.device());
+    const DeviceMap dm = upload(map, y.device(), taken);
     Shape sizes = cur.sizes();
     sizes[size_t(d)] = adjoint ? axes[size_t(i)].in_size : axes[size_t(i)].out_size;
-    Tensor next = last ? y : make_empty(sizes, dtype_of<A>(), y.device());
+    Tensor next = last ? y : taken.take(sizes, dtype_of<A>());
     const int64_t* start = static_cast<const int64_t*>(dm.start.data_ptr());
     const int64_t* index = static_cast<const int64_t*>(dm.index.data_ptr());
     const double* weight = dm.weight.defined() ? static_cast<const double*>(dm.weight.data_ptr()) : nullptr;
@@ -154,15 +155,15 @@ void weighted_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>
 
 // Unweighted forward maps: element copies, last dim first, in any dtype.
 template <typename L>
-void copy_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes) {
+void copy_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes, Scratch& taken) {
   const int64_t n = int64_t(axes.size()), first = y.dim() - n;
   Tensor cur = x;
   for (int64_t step = 0; step < n; ++step) {
     const int64_t i = n - 1 - step, d = first + i;
-    const Tensor index = upload(axes[size_t(i)].index, DType::Int64, y.device());
+    const Tensor index = upload(axes[size_t(i)].index, DType::Int64, y.device(), taken);
     Shape sizes = cur.sizes();
     sizes[size_t(d)] = axes[size_t(i)].out_size;
-    Tensor next = step == n - 1 ? y : make_empty(sizes, y.dtype(), y.device());
+    Tensor next = step == n - 1 ? y : taken.take(sizes, y.dtype());
     index_kernels::by_itemsize(y.element_size(), [&]<typename E>() {
       pass<L>(next, cur, d, [&](int64_t inner, int64_t size, int64_t stride) {
         return CopyRows<E>{static_cast<const int64_t*>(index.data_ptr()), inner, size, stride * int64_t(sizeof(E))};
@@ -172,22 +173,58 @@ void copy_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& ax
   }
 }
 
-template <typename L>
-void forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes) {
-  if (y.numel() == 0) return;
-  const bool weighted = std::any_of(axes.begin(), axes.end(), [](const ResampleAxis& a) { return !a.weight.empty(); });
-  if (!weighted) {
-    copy_passes<L>(x, y, axes);
-    return;
-  }
-  dispatch_floating(y.dtype(), "interpolate", [&]<typename T>() { weighted_passes<L, T>(x, y, axes, false); });
+inline bool is_weighted(const std::vector<ResampleAxis>& axes) {
+  return std::any_of(axes.begin(), axes.end(), [](const ResampleAxis& a) { return !a.weight.empty(); });
 }
 
 template <typename L>
-void backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes) {
+void forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes, Scratch& taken) {
+  if (y.numel() == 0) return;
+  if (!is_weighted(axes)) {
+    copy_passes<L>(x, y, axes, taken);
+    return;
+  }
+  dispatch_floating(y.dtype(), "interpolate", [&]<typename T>() { weighted_passes<L, T>(x, y, axes, false, taken); });
+}
+
+template <typename L>
+void backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes, Scratch& taken) {
   if (grad_x.numel() == 0) return;
   dispatch_floating(grad_x.dtype(), "resample backward",
-                    [&]<typename T>() { weighted_passes<L, T>(grad_y, grad_x, axes, true); });
+                    [&]<typename T>() { weighted_passes<L, T>(grad_y, grad_x, axes, true, taken); });
+}
+
+// The passes' scratch (Note [Kernel scratch]), in the order they take it:
+// each pass's map on the device and, but for the last pass, its result
+// (in the accumulator dtype when weighted). x: the passes' input.
+inline int64_t passes_scratch(const std::vector<ResampleAxis>& axes, const Shape& x_sizes, DType dtype,
+                              bool adjoint) {
+  const bool weighted = adjoint || is_weighted(axes);
+  const DType mid = !weighted ? dtype : dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  const int64_t n = int64_t(axes.size()), first = int64_t(x_sizes.size()) - n;
+  ScratchLayout layout("resample");
+  Shape sizes = x_sizes;
+  for (int64_t step = 0; step < n; ++step) {
+    const int64_t i = adjoint ? step : n - 1 - step;
+    const ResampleAxis& a = axes[size_t(i)];
+    const int64_t entries = int64_t(a.index.size());
+    if (weighted) {
+      layout.add({(adjoint ? a.in_size : a.out_size) + 1}, DType::Int64).add({entries}, DType::Int64);
+      if (adjoint || !a.weight.empty()) layout.add({entries}, DType::Float64);
+    } else {
+      layout.add({entries}, DType::Int64);
+    }
+    sizes[size_t(first + i)] = adjoint ? a.in_size : a.out_size;
+    if (step < n - 1) layout.add(sizes, mid);
+  }
+  return layout.bytes();
+}
+
+template <bool kAdjoint>
+int64_t op_scratch(const std::string& name, const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& a) {
+  if (shape_numel(out[0].sizes) == 0) return 0;
+  const TensorList outputs{make_meta(out[0].sizes, out[0].dtype, out[0].device)};
+  return passes_scratch(resample_plan::op_axes(name, in, outputs, a), in[0].sizes(), in[0].dtype(), kAdjoint);
 }
 
 template <typename L>
@@ -195,15 +232,26 @@ void register_all(DeviceType device) {
   for (const char* base : {"upsample_nearest", "upsample_nearest_exact", "upsample_linear", "upsample_bicubic2d",
                            "reflection_pad", "replication_pad", "circular_pad"}) {
     const std::string name = base, backward_name = name + "_backward";
-    OpRegistry::instance().set_kernel(name, device, [name](const TensorList& in, TensorList& out, const Attrs& a) {
-      if (out[0].numel() == 0) return;  // an empty batch: no maps (their sizes may be huge)
-      forward<L>(in[0], out[0], resample_plan::op_axes(name, in, out, a));
-    });
-    OpRegistry::instance().set_kernel(backward_name, device,
-                                      [backward_name](const TensorList& in, TensorList& out, const Attrs& a) {
-                                        if (out[0].numel() == 0) return;
-                                        backward<L>(in[0], out[0], resample_plan::op_axes(backward_name, in, out, a));
-                                      });
+    OpRegistry::instance().set_kernel(
+        name, device,
+        [name](const TensorList& in, TensorList& out, const Attrs& a) {
+          if (out[0].numel() == 0) return;  // an empty batch: no maps (their sizes may be huge)
+          Scratch taken(out);
+          forward<L>(in[0], out[0], resample_plan::op_axes(name, in, out, a), taken);
+        },
+        [name](const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& a) {
+          return op_scratch<false>(name, in, out, a);
+        });
+    OpRegistry::instance().set_kernel(
+        backward_name, device,
+        [backward_name](const TensorList& in, TensorList& out, const Attrs& a) {
+          if (out[0].numel() == 0) return;
+          Scratch taken(out);
+          backward<L>(in[0], out[0], resample_plan::op_axes(backward_name, in, out, a), taken);
+        },
+        [backward_name](const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& a) {
+          return op_scratch<true>(backward_name, in, out, a);
+        });
   }
 }
 

@@ -20,8 +20,6 @@
 
 #include "backend/common/index_kernels.h"
 #include "backend/common/rnn_math.h"
-#include "meshflow/ops/creation.h"
-#include "meshflow/ops/shape.h"
 
 namespace mf::rnn_kernels {
 
@@ -131,18 +129,20 @@ void for_index(const Device& device, int64_t count, const F& f, const char* op) 
 template <typename L, typename T>
 void forward(RnnMode mode, bool reverse, const RnnSteps& s, const TensorList& in, TensorList& out) {
   const Device device = in[0].device();
-  const Tensor x = contiguous(in[0].detach()), w_ih = contiguous(in[3].detach()), w_hh = contiguous(in[4].detach());
-  const Tensor b_ih = in[5].defined() ? contiguous(in[5].detach()) : Tensor();
-  const Tensor b_hh = in[6].defined() ? contiguous(in[6].detach()) : Tensor();
+  // The pieces in forward_scratch's order.
+  Scratch taken(out);
+  using elementwise_kernels::dense;
+  const Tensor x = dense<L>(in[0], taken), w_ih = dense<L>(in[3], taken), w_hh = dense<L>(in[4], taken);
+  const Tensor b_ih = dense<L>(in[5], taken), b_hh = dense<L>(in[6], taken);
   const int64_t in_size = w_ih.size(1), hidden = w_hh.size(1), g = rnn_math::rnn_gates(mode) * hidden;
   const int64_t width = rnn_math::rnn_workspace_width(mode, hidden);
-  Tensor xw = make_empty({s.rows, g}, dtype_of<T>(), device);
+  Tensor xw = taken.take({s.rows, g}, dtype_of<T>());
+  Tensor hw = taken.take({s.batch, g}, dtype_of<T>());
   product<L, T>(xw.data<T>(), device, s.rows, g, in_size, x.data<T>(), in_size, 1, w_ih.data<T>(), 1, in_size,
                 ptr_or_null<T>(b_ih), T(0), "rnn_layer");
-  copy_(out[1], in[1].detach());
-  if (mode == RnnMode::Lstm) copy_(out[2], in[2].detach());
+  elementwise_kernels::copy_cast<L>(out[1], in[1]);
+  if (mode == RnnMode::Lstm) elementwise_kernels::copy_cast<L>(out[2], in[2]);
   T* h = out[1].data<T>();
-  Tensor hw = make_empty({s.batch, g}, dtype_of<T>(), device);
   for (int64_t k = 0; k < s.count(); ++k) {
     const int64_t t = reverse ? s.count() - 1 - k : k, n = s.sizes[size_t(t)], off = s.offsets[size_t(t)];
     if (n == 0) continue;
@@ -160,20 +160,23 @@ void forward(RnnMode mode, bool reverse, const RnnSteps& s, const TensorList& in
 template <typename L, typename T>
 void backward(RnnMode mode, bool reverse, bool need_input, const RnnSteps& s, const TensorList& in, TensorList& out) {
   const Device device = in[0].device();
-  const Tensor x = contiguous(in[0].detach()), h0 = contiguous(in[1].detach());
-  const Tensor c0 = mode == RnnMode::Lstm ? contiguous(in[2].detach()) : Tensor();
-  const Tensor w_ih = contiguous(in[3].detach()), w_hh = contiguous(in[4].detach());
-  const Tensor y = contiguous(in[5].detach()), ws = contiguous(in[6].detach()), gy = contiguous(in[7].detach());
+  // The pieces in backward_scratch's order.
+  Scratch taken(out);
+  using elementwise_kernels::dense;
+  const Tensor x = dense<L>(in[0], taken), h0 = dense<L>(in[1], taken);
+  const Tensor c0 = mode == RnnMode::Lstm ? dense<L>(in[2], taken) : Tensor();
+  const Tensor w_ih = dense<L>(in[3], taken), w_hh = dense<L>(in[4], taken);
+  const Tensor y = dense<L>(in[5], taken), ws = dense<L>(in[6], taken), gy = dense<L>(in[7], taken);
   const int64_t in_size = w_ih.size(1), hidden = w_hh.size(1), g = rnn_math::rnn_gates(mode) * hidden;
   const int64_t width = rnn_math::rnn_workspace_width(mode, hidden), steps = s.count();
-  copy_(out[1], in[8].detach());
-  if (mode == RnnMode::Lstm) copy_(out[2], in[9].detach());
+  elementwise_kernels::copy_cast<L>(out[1], in[8]);
+  if (mode == RnnMode::Lstm) elementwise_kernels::copy_cast<L>(out[2], in[9]);
   T* dh = out[1].data<T>();
   T* dc = mode == RnnMode::Lstm ? out[2].data<T>() : nullptr;
-  Tensor dgx = make_empty({s.rows, g}, dtype_of<T>(), device);
-  Tensor dgh_own = mode == RnnMode::Gru ? make_empty({s.rows, g}, dtype_of<T>(), device) : Tensor();
+  Tensor dgx = taken.take({s.rows, g}, dtype_of<T>());
+  Tensor dgh_own = mode == RnnMode::Gru ? taken.take({s.rows, g}, dtype_of<T>()) : Tensor();
   T* dgh = mode == RnnMode::Gru ? dgh_own.data<T>() : dgx.data<T>();
-  Tensor hprev = make_empty({s.rows, hidden}, dtype_of<T>(), device);
+  Tensor hprev = taken.take({s.rows, hidden}, dtype_of<T>());
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t t = reverse ? k : steps - 1 - k, n = s.sizes[size_t(t)], off = s.offsets[size_t(t)];
     if (n == 0) continue;
@@ -222,10 +225,32 @@ void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
   });
 }
 
+// The kernels' scratch (Note [Kernel scratch]): dense copies of strided
+// operands, then the gate products and the step buffers.
+inline int64_t forward_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const RnnMode mode = rnn_math::rnn_mode(attrs.get_string("mode"));
+  const RnnSteps s = rnn_math::rnn_steps(in[0].sizes(), attrs.get_shape("batch_sizes"));
+  const int64_t g = rnn_math::rnn_gates(mode) * in[4].size(1);
+  ScratchLayout layout("rnn_layer");
+  for (const size_t k : {0, 3, 4, 5, 6}) add_dense(layout, in[k]);
+  return layout.add({s.rows, g}, in[0].dtype()).add({s.batch, g}, in[0].dtype()).bytes();
+}
+inline int64_t backward_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const RnnMode mode = rnn_math::rnn_mode(attrs.get_string("mode"));
+  const RnnSteps s = rnn_math::rnn_steps(in[0].sizes(), attrs.get_shape("batch_sizes"));
+  const int64_t hidden = in[4].size(1), g = rnn_math::rnn_gates(mode) * hidden;
+  ScratchLayout layout("rnn_layer_backward");
+  for (const size_t k : {0, 1, 2, 3, 4, 5, 6, 7})
+    if (k != 2 || mode == RnnMode::Lstm) add_dense(layout, in[k]);
+  layout.add({s.rows, g}, in[0].dtype());
+  if (mode == RnnMode::Gru) layout.add({s.rows, g}, in[0].dtype());
+  return layout.add({s.rows, hidden}, in[0].dtype()).bytes();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
-  OpRegistry::instance().set_kernel("rnn_layer", device, forward_kernel<L>);
-  OpRegistry::instance().set_kernel("rnn_layer_backward", device, backward_kernel<L>);
+  OpRegistry::instance().set_kernel("rnn_layer", device, forward_kernel<L>, forward_scratch);
+  OpRegistry::instance().set_kernel("rnn_layer_backward", device, backward_kernel<L>, backward_scratch);
 }
 
 }  // namespace mf::rnn_kernels

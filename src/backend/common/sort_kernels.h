@@ -9,6 +9,7 @@
 #pragma once
 
 #include "backend/common/index_kernels.h"
+#include "backend/common/scratch.h"
 
 namespace mf::sort_kernels {
 
@@ -91,7 +92,7 @@ void sort_lines(const Tensor& x, TensorList& out, int64_t dim, int64_t keep, boo
   const int64_t n = x.sizes()[size_t(dim)];
   if (values.numel() == 0 || n == 0) return;
   Tensor positions = indices;
-  if (scratch) positions = make_empty(x.sizes(), DType::Int64, x.device());
+  if (scratch) positions = Scratch(out).take(x.sizes(), DType::Int64);
   Shape lines = x.sizes();
   lines[size_t(dim)] = 1;
   const LoopGeometry<4> g = walk_geometry<4>(
@@ -120,10 +121,16 @@ void topk(const TensorList& in, TensorList& out, const Attrs& attrs) {
                 "topk");
 }
 
+// topk sorts the positions of whole lines in scratch (Note [Kernel
+// scratch]): its indices output keeps only k of them.
+inline int64_t topk_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  return ScratchLayout("topk").add(in[0].sizes(), DType::Int64).bytes();
+}
+
 template <typename L>
 void register_all(DeviceType device) {
   OpRegistry::instance().set_kernel("sort", device, sort<L>);
-  OpRegistry::instance().set_kernel("topk", device, topk<L>);
+  OpRegistry::instance().set_kernel("topk", device, topk<L>, topk_scratch);
 }
 
 }  // namespace mf::sort_kernels

@@ -65,7 +65,7 @@ void emulate_cuda(int devices) {
   // updates' launches): the CPU's, on the host memory.
   for (const OpDef* op : registry.all())
     if (!op->view && !op->kernels[size_t(kCuda)] && op->kernels[size_t(DeviceType::CPU)])
-      registry.set_kernel(op->name, kCuda, op->kernels[size_t(DeviceType::CPU)]);
+      registry.set_kernel(op->name, kCuda, op->kernels[size_t(DeviceType::CPU)], op->scratch[size_t(DeviceType::CPU)]);
 }
 
 }  // namespace mf

@@ -147,15 +147,25 @@ struct GeometryReducer {
     else return op.map(x, o);
   }
 
+  static int64_t scratch_bytes(const Tensor& x, const Shape& dims) { return reduce_scratch_bytes(x, dims, true); }
+
   template <typename T, typename Op, typename Store>
-  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store) {
+  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store, Scratch& taken) {
     using Acc = typename Op::Acc;
+    static_assert(sizeof(Acc) <= size_t(kMaxReduceAccBytes));
+    const Scratch::Turn turn(taken);
     Tensor copy;
-    const ReduceGeometry g = reduce_geometry(x, dims, copy, copy_cast);
+    const ReduceGeometry g = reduce_geometry(x, dims, taken, copy, copy_cast);
     if (g.num_outputs == 0) return;
     const T* data = static_cast<const T*>((copy.defined() ? copy : x).data_ptr());
     const ReducePlan plan = plan_reduce(g);
     plans.push_back(plan);
+    // The device's buffer of the chunks' partials, in its place in scratch:
+    // each chunk's result is kept there before the chunks are folded.
+    Acc* partials = nullptr;
+    if (plan.chunks > 1)
+      partials = static_cast<Acc*>(
+          taken.take({plan.chunks * g.num_outputs * kMaxReduceAccBytes}, DType::UInt8).data_ptr());
     const ReduceIndexer ix(g);
     std::unique_ptr<Acc[]> lanes(new Acc[size_t(plan.group)]);
     for (int64_t o = 0; o < g.num_outputs; ++o) {
@@ -169,14 +179,16 @@ struct GeometryReducer {
         }
         for (int s = plan.group / 2; s > 0; s /= 2)
           for (int lane = 0; lane < s; ++lane) lanes[size_t(lane)] = op.combine(lanes[size_t(lane)], lanes[size_t(lane + s)]);
-        total = plan.chunks == 1 ? lanes[0] : op.combine(total, lanes[0]);
+        if (plan.chunks == 1) total = lanes[0];
+        else partials[c * g.num_outputs + o] = lanes[0];
       }
+      for (int64_t c = 0; c < plan.chunks && plan.chunks > 1; ++c) total = op.combine(total, partials[c * g.num_outputs + o]);
       store(o, g.copies == 1 ? total : combine_copies(op, total, g.copies));
     }
   }
   template <typename T, bool kMax>
-  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
-    reduce<T>(x, {dim}, reduce_ops::ArgExtremum<Math, T, kMax>{}, reduce_ops::StoreArg<T>{values, indices});
+  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices, Scratch& taken) {
+    reduce<T>(x, {dim}, reduce_ops::ArgExtremum<Math, T, kMax>{}, reduce_ops::StoreArg<T>{values, indices}, taken);
   }
   static void copy_cast(Tensor& dst, const Tensor& src) { elementwise_kernels::copy_cast<GeometryLoops>(dst, src); }
 

@@ -3,6 +3,8 @@
 
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/passes.h"
+#include "backend/common/scratch.h"
+#include "meshflow/distributed/sbp_rules.h"
 #include "graph/graph_test_util.h"
 #include "test_util.h"
 
@@ -448,6 +450,89 @@ TEST(GraphMemoryPlan, ViewsAndInPlaceWritesKeepTheirBufferAlive) {
   TensorList out = exe.run({xs});
   expect_values(out[0], values(neg(add(xs, mf::t(exp(xs))))), 1e-6);
   expect_values(out[1], values(mf::t(exp(xs))), 1e-6);
+}
+
+// Note [Kernel scratch]: an op whose kernel keeps a float32 copy of its
+// input in scratch (as much as its ScratchFn says) and doubles it into the
+// output; scratch_seen records the bytes each call got.
+std::vector<int64_t>& scratch_seen() {
+  static std::vector<int64_t> seen;
+  return seen;
+}
+
+const OpDef& scratch_op() {
+  static const OpDef& def = [] {
+    OpRegistry& registry = OpRegistry::instance();
+    registry.add(OpDef{
+        .name = "test_doubled_through_scratch",
+        .inputs = {"input"},
+        .infer = [](const TensorList& in, const Attrs&) {
+          return std::vector<TensorMeta>{{in[0].sizes(), DType::Float32, in[0].device()}};
+        },
+        .differentiable = false,
+        .sbp = sbp::broadcast_only(),
+    });
+    registry.set_kernel(
+        "test_doubled_through_scratch", DeviceType::CPU,
+        [](const TensorList& in, TensorList& out, const Attrs&) {
+          scratch_seen().push_back(out.back().numel());
+          Scratch taken(out);
+          Tensor copy = taken.take(in[0].sizes(), DType::Float32);
+          copy_(copy, in[0]);
+          copy_(out[0], mul(copy, Scalar(2)));
+        },
+        [](const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+          return ScratchLayout("test").add(in[0].sizes(), DType::Float32).bytes();
+        });
+    return std::cref(registry.get("test_doubled_through_scratch"));
+  }();
+  return def;
+}
+
+TEST(GraphMemoryPlan, KernelScratchComesFromTheCallerForOneStep) {
+  const OpDef& doubled = scratch_op();
+  // Eager: the dispatcher appends the scratch the ScratchFn asks for.
+  scratch_seen().clear();
+  const Tensor xs = random_tensor({3, 5}, 9, -1, 1, DType::Float32);
+  expect_close(dispatch::apply_one(doubled, {t(xs)}), mul(t(xs), Scalar(2)), 0, 0);
+  EXPECT_EQ(scratch_seen(), (std::vector<int64_t>{60}));
+  // A graph places it in the arena for its own step, beside the buffers
+  // live then (a, c and d; b's and x's bytes hold d by then).
+  Graph g;
+  ValueId x = g.add_input(f32({16}));
+  ValueId a = g.add_node(op("exp"), {x})[0];
+  ValueId b = g.add_node(op("neg"), {a})[0];
+  ValueId c = g.add_node(op("exp"), {b})[0];
+  ValueId d = g.add_node(doubled, {a})[0];
+  g.set_outputs({c, d});
+  graph::MemoryPlan plan = graph::plan_memory(g);
+  EXPECT_EQ(plan.scratch_bytes, (std::vector<int64_t>{-1, -1, -1, 64}));
+  EXPECT_EQ(plan.scratch_offsets[0], -1);
+  const int64_t at = plan.scratch_offsets[3];
+  for (ValueId live : {a, c, d}) EXPECT_NE(plan.offsets[size_t(live)], at);
+  EXPECT_EQ(plan.offsets[size_t(d)], plan.offsets[size_t(b)]);
+  EXPECT_EQ(plan.arena_bytes, 4 * 64);
+  EXPECT_EQ(plan.total_bytes, 6 * 64);
+  scratch_seen().clear();
+  graph::Executable exe(std::move(g));
+  const Tensor input = random_tensor({16}, 10, -1, 1, DType::Float32);
+  TensorList out = exe.run({input});
+  expect_close(out[1], mul(exp(input), Scalar(2)), 0, 0);
+  EXPECT_EQ(scratch_seen(), (std::vector<int64_t>{64}));
+}
+
+TEST(GraphMemoryPlan, AKernelTakingMoreScratchThanItAskedForFails) {
+  Tensor buffer = empty({100}, {.dtype = DType::UInt8});
+  Scratch taken({buffer});
+  taken.take({10}, DType::Float32);  // bytes 0-39
+  try {
+    taken.take({10}, DType::Float32);  // bytes 64-103
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a piece of 40 bytes at 64 does not fit the 100 bytes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(ScratchLayout("test").add({10}, DType::Float32).add({3}, DType::Int64).bytes(), 64 + 24);
 }
 
 TEST(GraphPasses, PrinterShowsNodesAndTypes) {

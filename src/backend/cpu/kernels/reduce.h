@@ -408,9 +408,10 @@ class StridedReducer {
 // Reduces x (dtype T) over dims (sorted, wrapped) with op, calling
 // store(o, acc) for each flat index o of the contiguous reduced output.
 template <typename T, typename Op, typename Store>
-void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store) {
+void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store, Scratch& taken) {
+  const Scratch::Turn turn(taken);
   Tensor copy;
-  ReduceGeometry g = reduce_geometry(x, dims, copy, copy_cast);
+  ReduceGeometry g = reduce_geometry(x, dims, taken, copy, copy_cast);
   const T* data = static_cast<const T*>((copy.defined() ? copy : x).data_ptr());
   if (g.copies == 1) {
     StridedReducer<T, Op>(g, data, op).run(store);
@@ -426,11 +427,12 @@ void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store
 // element. The dim must not be empty. Lines along the dim are scanned twice,
 // both passes vectorised: the extremum, then its first position.
 template <typename T, bool kMax>
-void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
+void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices, Scratch& taken) {
   using namespace reduce_impl;
   using A = acc_type<T>;
+  const Scratch::Turn turn(taken);
   Tensor copy;
-  const ReduceGeometry g = reduce_geometry(x, {dim}, copy, copy_cast);
+  const ReduceGeometry g = reduce_geometry(x, {dim}, taken, copy, copy_cast);
   const T* data = static_cast<const T*>((copy.defined() ? copy : x).data_ptr());
   const int64_t n = g.num_reduced, s = g.red_strides.empty() ? 0 : g.red_strides[0];
   if (g.num_outputs == 0) return;
@@ -542,13 +544,14 @@ void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
 // (backend/common/reduce_kernels.h).
 struct Reducer {
   using Math = HostMath;
+  static int64_t scratch_bytes(const Tensor& x, const Shape& dims) { return reduce_scratch_bytes(x, dims, false); }
   template <typename T, typename Op, typename Store>
-  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store) {
-    cpu::reduce<T>(x, dims, op, store);
+  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store, Scratch& taken) {
+    cpu::reduce<T>(x, dims, op, store, taken);
   }
   template <typename T, bool kMax>
-  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
-    cpu::reduce_arg<T, kMax>(x, dim, values, indices);
+  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices, Scratch& taken) {
+    cpu::reduce_arg<T, kMax>(x, dim, values, indices, taken);
   }
   static void copy_cast(Tensor& dst, const Tensor& src) { cpu::copy_cast(dst, src); }
 };

@@ -30,10 +30,10 @@ BlasType blas_type(DType dtype) {
 }
 
 // out = beta * out + alpha * (a @ b); out is read only when beta != 0.
-void gemm(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha_s, Scalar beta_s) {
+void gemm(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha_s, Scalar beta_s, Scratch taken) {
   if (out.numel() == 0) return;
   const BlasType type = blas_type(out.dtype());
-  const GemmPlan plan = plan_gemm(a, b, out, copy_cast);
+  const GemmPlan plan = plan_gemm(a, b, out, copy_cast, taken);
   // Scalars in the compute type, read from the host.
   const double alpha64 = alpha_s.to_double(), beta64 = beta_s.to_double();
   const float alpha32 = float(alpha64), beta32 = float(beta64);
@@ -66,15 +66,23 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha_s, Scalar 
 
 [[maybe_unused]] const bool kRegistered = [] {
   auto& registry = OpRegistry::instance();
-  registry.set_kernel("matmul", DeviceType::CUDA, [](const TensorList& in, TensorList& out, const Attrs&) {
-    gemm(in[0], in[1], out[0], 1, 0);
-  });
+  registry.set_kernel(
+      "matmul", DeviceType::CUDA,
+      [](const TensorList& in, TensorList& out, const Attrs&) { gemm(in[0], in[1], out[0], 1, 0, Scratch(out)); },
+      [](const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+        return gemm_scratch_bytes(in[0], in[1]);
+      });
   // beta * t + alpha * (a @ b): t broadcast into out first.
-  registry.set_kernel("addmm", DeviceType::CUDA, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-    const Scalar beta = attrs.get_scalar("beta");
-    if (beta.to_double() != 0.0) copy_cast(out[0], in[0]);
-    gemm(in[1], in[2], out[0], attrs.get_scalar("alpha"), beta);
-  });
+  registry.set_kernel(
+      "addmm", DeviceType::CUDA,
+      [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+        const Scalar beta = attrs.get_scalar("beta");
+        if (beta.to_double() != 0.0) copy_cast(out[0], in[0]);
+        gemm(in[1], in[2], out[0], attrs.get_scalar("alpha"), beta, Scratch(out));
+      },
+      [](const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+        return gemm_scratch_bytes(in[1], in[2]);
+      });
   return true;
 }();
 

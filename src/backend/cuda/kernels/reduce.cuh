@@ -82,11 +82,17 @@ struct PartialSink {
 struct Reducer {
   using Math = DeviceMath;
 
+  static int64_t scratch_bytes(const Tensor& x, const Shape& dims) { return reduce_scratch_bytes(x, dims, true); }
+
   template <typename T, typename Op, typename Store>
-  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store) {
+  static void reduce(const Tensor& x, const Shape& dims, const Op& op, const Store& store, Scratch& taken) {
     using Acc = typename Op::Acc;
+    static_assert(sizeof(Acc) <= size_t(kMaxReduceAccBytes));
+    // Note [Reduction scratch]: the stream runs the kernel's next reduction
+    // after these, so it may reuse the bytes.
+    const Scratch::Turn turn(taken);
     Tensor copy;
-    const ReduceGeometry g = reduce_geometry(x, dims, copy, copy_cast);
+    const ReduceGeometry g = reduce_geometry(x, dims, taken, copy, copy_cast);
     if (g.num_outputs == 0) return;
     const Tensor& input = copy.defined() ? copy : x;
     const ReducePlan plan = plan_reduce(g);
@@ -104,9 +110,7 @@ struct Reducer {
       check_cuda(cudaGetLastError(), "reduction kernel launch");
       return;
     }
-    // The partials' buffer is freed to the stream it was used on (the
-    // caching allocator reuses it only after these kernels, in stream order).
-    Tensor partials = make_empty({plan.chunks * g.num_outputs * int64_t(sizeof(Acc))}, DType::UInt8, x.device());
+    Tensor partials = taken.take({plan.chunks * g.num_outputs * kMaxReduceAccBytes}, DType::UInt8);
     Acc* partial = static_cast<Acc*>(partials.data_ptr());
     reduce_kernel<<<grid, kReduceBlockThreads, shared, stream>>>(data, ReduceIndexer(g), g.num_outputs, g.num_reduced,
                                                                  plan.chunk_len, plan.group, op,
@@ -120,8 +124,9 @@ struct Reducer {
   // The position along one dim: r of ArgExtremum's map (a size-1 or
   // broadcast dim gives r = 0, the first position).
   template <typename T, bool kMax>
-  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices) {
-    reduce<T>(x, {dim}, reduce_ops::ArgExtremum<DeviceMath, T, kMax>{}, reduce_ops::StoreArg<T>{values, indices});
+  static void reduce_arg(const Tensor& x, int64_t dim, T* values, int64_t* indices, Scratch& taken) {
+    reduce<T>(x, {dim}, reduce_ops::ArgExtremum<DeviceMath, T, kMax>{}, reduce_ops::StoreArg<T>{values, indices},
+              taken);
   }
 
   static void copy_cast(Tensor& dst, const Tensor& src) { cuda::copy_cast(dst, src); }
