@@ -424,7 +424,6 @@ AttentionArgs attention_args(const Attrs& attrs) {
   return a;
 }
 
-
 }  // namespace
 
 // inputs (query, key, value, attn_mask); outputs (out, lse).

@@ -105,7 +105,6 @@ std::vector<double> as_doubles(const Tensor& t) {
   return std::vector<double>(p, p + c.numel());
 }
 
-
 // Inputs (log_probs (M, C), target (M), weight (C)); outputs (loss, total_weight).
 void nll_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const ClassLossAttrs a = ClassLossAttrs::from(attrs, "nll_loss");
