@@ -1,7 +1,9 @@
 // OpDef: the one definition of an op family member: schema, shape/dtype
 // inference, backward written with ops, and kernels per device type. Every
-// op file under src/ops/ registers its OpDefs with MF_REGISTER_OP; the
-// dispatcher (dispatch.h) is the one door they all go through.
+// op file under src/ops/ registers its OpDefs with MF_REGISTER_OP; each
+// backend folder registers its kernels for them with MF_REGISTER_KERNEL (the
+// CPU's in src/backend/cpu/kernels/). The dispatcher (dispatch.h) is the one
+// door they all go through.
 #pragma once
 
 #include <array>
@@ -146,9 +148,9 @@ struct OpDef {
   std::vector<std::string> inputs;
   bool variadic = false;
   InferFn infer;
-  // Exactly one of view and cpu_kernel (plus other devices' kernels) is set.
+  // Exactly one of view and a CPU kernel registered by the backend
+  // (kernels[CPU], MF_REGISTER_KERNEL in src/backend/cpu/kernels/) is set.
   ViewFn view;
-  KernelFn cpu_kernel;
   BackwardFn backward;
   // false: outputs never require grad (comparisons, argmax, integer results).
   bool differentiable = true;
@@ -195,8 +197,9 @@ struct OpDef {
   FlopsFn flops;
   FlopsKind flops_kind = FlopsKind::Gemm;
 
-  // Filled by the registry: kernels[device type], cpu_kernel included, and
-  // the scratch of those that need some (Note [Kernel scratch]).
+  // Filled by the registry from the backend folders' set_kernel calls:
+  // kernels[device type], and the scratch of those that need some (Note
+  // [Kernel scratch]).
   std::array<KernelFn, kNumDeviceTypes> kernels;
   std::array<ScratchFn, kNumDeviceTypes> scratch;
 

@@ -1,24 +1,16 @@
 // The communication ops of boxing; Note [Communication ops] in comm_ops.h.
+// Their CPU kernels: backend/cpu/kernels/comm.cpp.
 #include "distributed/comm_ops.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <numeric>
-#include <thread>
 
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
-#include "backend/cpu/kernels/loops.h"
 
 namespace mf::distributed {
 namespace {
-
-std::vector<int> group_of(const Attrs& attrs) {
-  const Shape& g = attrs.get_shape("group");
-  return std::vector<int>(g.begin(), g.end());
-}
 
 Shape as_shape(const std::vector<int>& v) { return Shape(v.begin(), v.end()); }
 
@@ -30,16 +22,6 @@ size_t group_index(const char* op, const Attrs& attrs) {
   return size_t(it - g.begin());
 }
 
-Communicator& group_comm(const Attrs& attrs) { return *world().subgroup(group_of(attrs)); }
-
-// The communicator reads contiguous memory.
-Tensor contiguous_input(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
-  cpu::copy_cast(c, t);
-  return c;
-}
-
 // The shape of `in` with `rows` rows.
 std::vector<TensorMeta> with_rows(const char* op, const Tensor& in, int64_t rows) {
   MF_CHECK(in.dim() >= 1, ShapeError, op, ": the input needs a dim 0 (rows), got a 0-d tensor");
@@ -48,19 +30,7 @@ std::vector<TensorMeta> with_rows(const char* op, const Tensor& in, int64_t rows
   return {{shape, in.dtype(), in.device()}};
 }
 
-std::atomic<double> g_gather_delay{0}, g_reduce_scatter_delay{0};
-
-void test_delay(const std::atomic<double>& seconds) {
-  const double s = seconds.load(std::memory_order_relaxed);
-  if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
-}
-
 int64_t sum(const Shape& counts) { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
-
-void all_reduce_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  cpu::copy_cast(out[0], in[0]);
-  group_comm(attrs).all_reduce(out[0]);
-}
 
 MF_REGISTER_OP(OpDef{
     .name = "comm_all_reduce",
@@ -68,7 +38,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = all_reduce_kernel,
     .differentiable = false,
     .collective = true,
 });
@@ -79,7 +48,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = all_reduce_kernel,
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("all_reduce_sum");
       return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0]}, ctx.attrs)};
@@ -93,10 +61,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return with_rows("comm_all_gather", in[0], sum(attrs.get_shape("counts")));
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      test_delay(g_gather_delay);
-      group_comm(attrs).all_gather(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
-    },
     .differentiable = false,
     .collective = true,
 });
@@ -108,10 +72,6 @@ MF_REGISTER_OP(OpDef{
       const Shape& counts = attrs.get_shape("counts");
       return with_rows("comm_reduce_scatter", in[0], counts.at(group_index("comm_reduce_scatter", attrs)));
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      test_delay(g_reduce_scatter_delay);
-      group_comm(attrs).reduce_scatter(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
-    },
     .differentiable = false,
     .collective = true,
 });
@@ -122,10 +82,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return with_rows("comm_all_to_all", in[0], sum(attrs.get_shape("recv_counts")));
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      group_comm(attrs).all_to_all(contiguous_input(in[0]), attrs.get_shape("send_counts"), out[0],
-                                   attrs.get_shape("recv_counts"));
-    },
     .differentiable = false,
     .collective = true,
 });
@@ -134,9 +90,6 @@ MF_REGISTER_OP(OpDef{
     .name = "comm_send",
     .inputs = {"input"},
     .infer = [](const TensorList&, const Attrs&) { return std::vector<TensorMeta>{}; },
-    .cpu_kernel = [](const TensorList& in, TensorList&, const Attrs& attrs) {
-      world().send(contiguous_input(in[0]), int(attrs.get_int("dst")), int(attrs.get_int("tag")));
-    },
     .differentiable = false,
     .collective = true,
 });
@@ -148,9 +101,6 @@ MF_REGISTER_OP(OpDef{
       // "device" (optional): where the received tensor lives, the host by default.
       return std::vector<TensorMeta>{{attrs.get_shape("shape"), attrs.get_dtype("dtype"),
                                       attrs.has("device") ? attrs.get_device("device") : Device()}};
-    },
-    .cpu_kernel = [](const TensorList&, TensorList& out, const Attrs& attrs) {
-      world().recv(out[0], int(attrs.get_int("src")), int(attrs.get_int("tag")));
     },
     .differentiable = false,
     .collective = true,
@@ -176,13 +126,6 @@ Tensor comm_all_gather(const Tensor& in, const std::vector<int>& group, const st
 Tensor comm_reduce_scatter(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& counts) {
   static const OpDef& reduce_scatter = dispatch::op("comm_reduce_scatter");
   return dispatch::apply_one(reduce_scatter, {in}, {{"group", as_shape(group)}, {"counts", Shape(counts)}});
-}
-
-void set_test_comm_delay(const std::string& kind, double seconds) {
-  MF_CHECK(seconds >= 0 && seconds <= 60, ValueError, "set_test_comm_delay: seconds must be in [0, 60], got ", seconds);
-  if (kind == "all_gather") g_gather_delay = seconds;
-  else if (kind == "reduce_scatter") g_reduce_scatter_delay = seconds;
-  else throw ValueError("set_test_comm_delay: kind must be 'all_gather' or 'reduce_scatter', got '" + kind + "'");
 }
 
 Tensor comm_all_to_all(const Tensor& in, const std::vector<int>& group, const std::vector<int64_t>& send_counts,

@@ -11,6 +11,7 @@
 // pre + B + post (Note [Rows layout]), which folds in PyTorch's rule that
 // non-adjacent advanced indices move their dims to the front. The plan is in
 // logical coordinates, so the same attrs apply to t and to its gradient.
+// The CPU kernels: backend/cpu/kernels/index_kernels.cpp.
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
@@ -18,7 +19,6 @@
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
 #include "backend/common/index_plan.h"
-#include "backend/cpu/kernels/index_kernels.h"
 
 namespace mf {
 namespace {
@@ -27,17 +27,6 @@ using index_plan::IndexPlan;
 using index_plan::plan_view;
 using index_plan::result_shape;
 using index_plan::rows_shape_of;
-
-std::vector<int64_t> plan_offsets(const Tensor& view, const IndexPlan& p, const TensorList& idx, const char* op) {
-  const size_t k = idx.size(), np = size_t(p.num_pre);
-  Shape sizes(k), strides(k), dims(k);
-  for (size_t j = 0; j < k; ++j) {
-    sizes[j] = view.sizes()[np + j];
-    strides[j] = view.strides()[np + j];
-    dims[j] = p.src_dims[np + j];
-  }
-  return cpu::row_offsets(idx, sizes, strides, dims, /*wrap=*/true, op);
-}
 
 TensorList tail(const TensorList& in, size_t from) { return TensorList(in.begin() + int64_t(from), in.end()); }
 
@@ -75,12 +64,6 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{
           {result_shape(p, rows_shape_of(idx, "index"), int64_t(idx.size())), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      IndexPlan p = IndexPlan::from(attrs);
-      Tensor view = plan_view(in[0], p);
-      TensorList idx = tail(in, 1);
-      cpu::gather_rows(view, p.num_pre, int64_t(idx.size()), plan_offsets(view, p, idx, "index"), out[0]);
-    },
     .backward = [](const BackwardContext& ctx) {
       const auto& m = ctx.input_metas[0];
       TensorList grads(ctx.input_metas.size());
@@ -110,16 +93,6 @@ MF_REGISTER_OP(OpDef{
                "index_put_: shape mismatch: value tensor of shape ", shape_str(in[1].sizes()),
                " cannot be broadcast to indexing result of shape ", shape_str(result));
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      IndexPlan p = IndexPlan::from(attrs);
-      TensorList idx = tail(in, 2);
-      if (!out[0].is_same(in[0])) cpu::copy_cast(out[0], in[0]);
-      Tensor view = plan_view(out[0], p);
-      // Every index is checked (plan_offsets throws) before the first write.
-      std::vector<int64_t> offsets = plan_offsets(view, p, idx, "index_put_");
-      cpu::put_rows(view, p.num_pre, int64_t(idx.size()), offsets, rows_shape_of(idx, "index_put_"), in[1],
-                    attrs.get_bool("accumulate"));
     },
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];

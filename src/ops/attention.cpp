@@ -19,23 +19,10 @@
 #include "meshflow/ops/linalg.h"
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/shape.h"
-#include "backend/cpu/kernels/attention.h"
 #include "ops/random_common.h"
 
 namespace mf {
 namespace {
-
-cpu::AttentionArgs attention_args(const Attrs& attrs) {
-  cpu::AttentionArgs a;
-  a.scale = attrs.get_float("scale");
-  a.causal = attrs.get_bool("is_causal");
-  a.dropout_p = attrs.get_float("dropout_p");
-  if (a.dropout_p > 0.0) {
-    const random_detail::Stream stream = random_detail::stream_of(attrs);
-    a.seed = stream.seed, a.offset = stream.offset;
-  }
-  return a;
-}
 
 // inputs (query, key, value, attn_mask); outputs (out, lse).
 std::vector<TensorMeta> fused_infer(const TensorList& in, const Attrs&) {
@@ -61,9 +48,6 @@ MF_REGISTER_OP(OpDef{
     .name = "fused_attention",
     .inputs = {"query", "key", "value", "attn_mask"},
     .infer = fused_infer,
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      cpu::attention_forward(in[0], in[1], in[2], in[3], attention_args(attrs), out[0], out[1]);
-    },
     .backward = [](const BackwardContext& ctx) {
       MF_CHECK(!GradMode::is_enabled(), Error,
                "scaled_dot_product_attention: the fused attention's backward is not differentiable "
@@ -91,10 +75,6 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()},
                                      {in[2].sizes(), in[2].dtype(), in[2].device()},
                                      {in[3].sizes(), in[3].dtype(), in[3].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      cpu::attention_backward(in[0], in[1], in[2], in[3], in[4], in[5], in[6], attention_args(attrs), out[0],
-                              out[1], out[2]);
     },
     .differentiable = false,
     .sbp = sbp::batched({2, 2, 2, 2, 2, 2, 1}, {2, 2, 2}),

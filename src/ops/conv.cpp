@@ -3,7 +3,7 @@
 // for x, weight and bias in one call (one reorder of grad_y serves both
 // oneDNN directions). The backward ops are themselves differentiable
 // (double backward), see Note [Convolution adjoints].
-// Kernels: backend/cpu/kernels/conv_onednn.cpp and conv_im2col.cpp.
+// CPU kernels: backend/cpu/kernels/conv.cpp (on conv_onednn.cpp and conv_im2col.cpp).
 #include "meshflow/ops/conv.h"
 
 #include <algorithm>
@@ -202,9 +202,6 @@ OpDef conv_def(int64_t spatial) {
         return std::vector<TensorMeta>{
             {conv_output_shape(in[0], in[1], in[2], params_of(attrs)), in[0].dtype(), in[0].device()}};
       },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        cpu::conv_forward(in[0], in[1], in[2], out[0], params_of(attrs));
-      },
       .backward = [](const BackwardContext& ctx) {
         const auto& need = ctx.needs_input_grad;
         return conv_backward_op(ctx.grad_outputs[0], ctx.inputs[0], ctx.inputs[1], {need[0], need[1], need[2]},
@@ -241,11 +238,6 @@ OpDef conv_backward_def(int64_t spatial) {
           return TensorMeta{mask[i] ? shape : Shape{0}, in[0].dtype(), in[0].device()};
         };
         return std::vector<TensorMeta>{meta(0, in[1].sizes()), meta(1, in[2].sizes()), meta(2, {in[2].size(0)})};
-      },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        const Shape& mask = attrs.get_shape("output_mask");
-        cpu::conv_backward(in[0], in[1], in[2], mask[0] ? &out[0] : nullptr, mask[1] ? &out[1] : nullptr,
-                           mask[2] ? &out[2] : nullptr, params_of(attrs));
       },
       .backward = [](const BackwardContext& ctx) {
         const Shape& mask = ctx.attrs.get_shape("output_mask");

@@ -1,7 +1,8 @@
 // Transposed convolution: the "conv_transpose2d" and "conv_transpose3d" ops
 // (conv_transpose1d runs as conv_transpose2d over a height of 1). Forward
 // and backward are convolution kernels and ops, see Note [Transposed
-// convolution]. Kernel: cpu::conv_transpose_forward (backend/cpu/kernels/conv_onednn.cpp).
+// convolution]. CPU kernel: backend/cpu/kernels/conv.cpp
+// (cpu::conv_transpose_forward).
 #include <algorithm>
 #include <numeric>
 
@@ -106,9 +107,6 @@ OpDef conv_transpose_def(int64_t spatial) {
       .inputs = {"x", "weight", "bias"},
       .infer = [](const TensorList& in, const Attrs& attrs) {
         return std::vector<TensorMeta>{{output_shape(in[0], in[1], in[2], attrs), in[0].dtype(), in[0].device()}};
-      },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        cpu::conv_transpose_forward(in[0], in[1], in[2], out[0], params_of(adjoint_conv_attrs(attrs, "")));
       },
       .backward = [](const BackwardContext& ctx) {
         const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1], &gy = ctx.grad_outputs[0];

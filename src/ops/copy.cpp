@@ -57,8 +57,9 @@ MF_REGISTER_OP(OpDef{
 
 // Note [Copies between devices]: to_device copies a contiguous tensor to
 // another device through the backend's copy verb (Note [Device backends]).
-// It is the one op whose kernel is the same for every device type: it names
-// no device's memory itself. Its gradient is the copy back.
+// It is the one op whose kernel is the same for every device type, so it is
+// registered here for each, the CPU included: it names no device's memory
+// itself. Its gradient is the copy back.
 void device_copy_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor& src = in[0];
   Tensor& dst = out[0];
@@ -78,7 +79,6 @@ MF_REGISTER_OP(OpDef{
       MF_CHECK(in[0].is_contiguous(), Error, "to_device: the input must be contiguous");
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), attrs.get_device("device")}};
     },
-    .cpu_kernel = device_copy_kernel,
     .backward = [](const BackwardContext& ctx) {
       return TensorList{to(ctx.grad_outputs[0], ctx.input_metas[0].device, false)};
     },

@@ -1,138 +1,14 @@
 // cumsum and cumprod: inclusive prefix sums or products along a dim (or
 // suffix sums, the "reverse" form cumsum's backward uses). Floats
 // accumulate in double, 16-bit floats in float and integers in wrapping
-// 64-bit, like PyTorch's CPU kernels.
+// 64-bit, like PyTorch's CPU kernels. CPU kernels: backend/cpu/kernels/scan.cpp.
+#include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
-#include "backend/cpu/kernels/loops.h"
-#include "backend/cpu/kernels/reduce.h"
-#include "ops/reduce_common.h"
 
 namespace mf {
-
-using namespace reduce_detail;
-using reduce_ops::from_acc;
-using reduce_ops::sum_acc_t;
-
 namespace {
-
-template <typename T>
-using cumsum_acc_t = std::conditional_t<std::is_same_v<T, float>, double, sum_acc_t<T>>;
-
-struct LineGeometry {
-  Shape sizes, in_strides, out_strides;  // the dims other than `dim`, merged
-};
-
-LineGeometry line_geometry(const Tensor& x, const Tensor& out, int64_t dim) {
-  LineGeometry g;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (d == dim || x.sizes()[size_t(d)] == 1) continue;
-    const int64_t size = x.sizes()[size_t(d)], is = x.strides()[size_t(d)], os = out.strides()[size_t(d)];
-    if (!g.sizes.empty() && g.in_strides.back() == is * size && g.out_strides.back() == os * size) {
-      g.sizes.back() *= size;
-      g.in_strides.back() = is;
-      g.out_strides.back() = os;
-      continue;
-    }
-    g.sizes.push_back(size);
-    g.in_strides.push_back(is);
-    g.out_strides.push_back(os);
-  }
-  return g;
-}
-
-template <typename T, bool kProduct>
-void scan_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
-  using Acc = cumsum_acc_t<T>;
-  const Acc identity = kProduct ? Acc(1) : Acc(0);
-  auto combine = [](Acc a, Acc v) { return kProduct ? Acc(a * v) : Acc(a + v); };
-  const LineGeometry g = line_geometry(x, out, dim);
-  const int64_t n = x.sizes()[size_t(dim)], s = x.strides()[size_t(dim)], so = out.strides()[size_t(dim)];
-  const T* xp = static_cast<const T*>(x.data_ptr());
-  T* op = static_cast<T*>(out.data_ptr());
-  const int64_t lines = x.numel() / n;
-  // Position k of a line in walking order.
-  auto at = [&](int64_t k) { return reverse ? n - 1 - k : k; };
-
-  int64_t lane = -1;
-  for (int64_t d = 0; d < int64_t(g.sizes.size()); ++d)
-    if (std::abs(g.in_strides[size_t(d)]) < std::abs(s) &&
-        (lane < 0 || std::abs(g.in_strides[size_t(d)]) < std::abs(g.in_strides[size_t(lane)])))
-      lane = d;
-
-  if (lane < 0) {
-    cpu::IndexWalker in_walk(g.sizes, g.in_strides), out_walk(g.sizes, g.out_strides);
-    parallel_for(0, lines, std::max<int64_t>(1, kGrainSize / n), [&](int64_t b, int64_t e) {
-      cpu::IndexWalker in = in_walk, ow = out_walk;
-      in.seek(b);
-      ow.seek(b);
-      for (int64_t l = b; l < e; ++l, in.next(), ow.next()) {
-        const T* p = xp + in.offset;
-        T* q = op + ow.offset;
-        Acc acc = identity;
-        for (int64_t k = 0; k < n; ++k) {
-          const int64_t i = at(k);
-          acc = combine(acc, cpu::to_acc<Acc>(p[i * s]));
-          q[i * so] = from_acc<T>(acc);
-        }
-      }
-    });
-    return;
-  }
-
-  // A block of W neighbouring lines (along dim `lane`; whole rows up to 1024
-  // lines, read sequentially) advances together.
-  const int64_t lane_size = g.sizes[size_t(lane)], ls = g.in_strides[size_t(lane)], los = g.out_strides[size_t(lane)];
-  const int64_t W = std::min<int64_t>(lane_size, 1024);
-  Shape sz, ist, ost;
-  for (int64_t d = 0; d < int64_t(g.sizes.size()); ++d) {
-    if (d == lane) continue;
-    sz.push_back(g.sizes[size_t(d)]);
-    ist.push_back(g.in_strides[size_t(d)]);
-    ost.push_back(g.out_strides[size_t(d)]);
-  }
-  const cpu::IndexWalker in_walk(sz, ist), out_walk(sz, ost);
-  const int64_t blocks = (lane_size + W - 1) / W;
-  const int64_t units = lines / lane_size * blocks;
-  parallel_for(0, units, std::max<int64_t>(1, kGrainSize / (n * std::min(W, lane_size))), [&](int64_t b, int64_t e) {
-    cpu::IndexWalker in = in_walk, ow = out_walk;
-    in.seek(b / blocks);
-    ow.seek(b / blocks);
-    std::vector<Acc> acc(static_cast<size_t>(W));
-    for (int64_t u = b; u < e; ++u) {
-      if (u != b && u % blocks == 0) in.next(), ow.next();
-      const int64_t first = (u % blocks) * W, w = std::min(W, lane_size - first);
-      const T* p = xp + in.offset + first * ls;
-      T* q = op + ow.offset + first * los;
-      std::fill(acc.begin(), acc.end(), identity);
-      for (int64_t k = 0; k < n; ++k) {
-        const int64_t i = at(k);
-        const T* row = p + i * s;
-        T* orow = q + i * so;
-        for (int64_t j = 0; j < w; ++j) {
-          acc[size_t(j)] = combine(acc[size_t(j)], cpu::to_acc<Acc>(row[j * ls]));
-          orow[j * los] = from_acc<T>(acc[size_t(j)]);
-        }
-      }
-    }
-  });
-}
-
-template <bool kProduct>
-void scan_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  if (in[0].numel() == 0) return;
-  Tensor x = in[0].dim() == 0 ? make_view(in[0], {1}, {1}, in[0].storage_offset()) : in[0];
-  Tensor o = out[0].dim() == 0 ? make_view(out[0], {1}, {1}, 0) : out[0];
-  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), kProduct ? "cumprod" : "cumsum");
-  if (int64_t(line_geometry(x, o, dim).sizes.size()) > kMaxReduceDims) {
-    Tensor copy = make_empty(x.sizes(), x.dtype(), x.device());
-    cpu::copy_cast(copy, x);
-    x = copy;
-  }
-  const bool reverse = !kProduct && attrs.get_bool("reverse");
-  dispatch_dtype(x.dtype(), [&]<typename T>() { scan_typed<T, kProduct>(x, o, dim, reverse); });
-}
 
 MF_REGISTER_OP(OpDef{
     .name = "cumsum",
@@ -141,7 +17,6 @@ MF_REGISTER_OP(OpDef{
       wrap_dim(attrs.get_int("dim"), in[0].dim(), "cumsum");
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = scan_kernel<false>,
     .backward = [](const BackwardContext& ctx) {
       // d/dx_j of sum_i g_i * prefix_i(x) is the suffix sum of g from j.
       static const OpDef& op = dispatch::op("cumsum");
@@ -154,47 +29,12 @@ MF_REGISTER_OP(OpDef{
 
 // d/dx_i of sum_j g_j y_j with y_j = x_0 ... x_j is
 //   (x_0 ... x_{i-1}) * S_i,  S_i = g_i + x_{i+1} S_{i+1},  S_{n-1} = g_{n-1},
-// computed per row of contiguous (rows, n) grad and input, without dividing
-// by x (so zeros in the input are exact). In double for floats.
+// computed per row of contiguous (rows, n) grad and input.
 MF_REGISTER_OP(OpDef{
     .name = "cumprod_backward",
     .inputs = {"grad", "input"},
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      const int64_t n = in[1].size(-1), rows = n ? in[1].numel() / n : 0;
-      auto dense = [](const Tensor& t) {  // rows of n, whatever layout the caller passed
-        if (t.is_contiguous()) return t;
-        Tensor copy = make_empty(t.sizes(), t.dtype(), t.device());
-        cpu::copy_cast(copy, t);
-        return copy;
-      };
-      const Tensor gin = dense(in[0]), xin = dense(in[1]);
-      MF_CHECK(out[0].is_contiguous(), Error, "cumprod_backward: expected a contiguous output");
-      dispatch_floating(in[1].dtype(), "cumprod_backward", [&]<typename T>() {
-        using Acc = cumsum_acc_t<T>;
-        const T* g = static_cast<const T*>(gin.data_ptr());
-        const T* x = static_cast<const T*>(xin.data_ptr());
-        T* o = static_cast<T*>(out[0].data_ptr());
-        parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
-          std::vector<Acc> suffix(static_cast<size_t>(n));
-          for (int64_t r = b; r < e; ++r) {
-            const T* gr = g + r * n;
-            const T* xr = x + r * n;
-            Acc s = Acc(0);
-            for (int64_t i = n - 1; i >= 0; --i) {
-              s = (i == n - 1 ? Acc(0) : Acc(xr[i + 1]) * s) + Acc(gr[i]);
-              suffix[size_t(i)] = s;
-            }
-            Acc prefix = Acc(1);
-            for (int64_t i = 0; i < n; ++i) {
-              o[r * n + i] = T(prefix * suffix[size_t(i)]);
-              prefix *= Acc(xr[i]);
-            }
-          }
-        });
-      });
     },
     .differentiable = false,
     .sbp = sbp::broadcast_only(),
@@ -207,7 +47,6 @@ MF_REGISTER_OP(OpDef{
       wrap_dim(attrs.get_int("dim"), in[0].dim(), "cumprod");
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = scan_kernel<true>,
     // Rows along dim, contiguous, through cumprod_backward (first-order only).
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("cumprod_backward");

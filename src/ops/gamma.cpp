@@ -6,18 +6,14 @@
 // distributions sample through them.
 //
 // Sampling follows Note [Gamma sampling] in backend/common/random_kernels.h,
-// whose sampler the CPU kernel here and the device kernels share.
-#include <cmath>
-#include <limits>
-
+// whose sampler the CPU kernel (backend/cpu/kernels/random.cpp) and the
+// device kernels share.
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
-#include "meshflow/parallel.h"
 #include "ops/elementwise_common.h"
-#include "backend/common/random_kernels.h"
 #include "ops/random_common.h"
 
 namespace mf {
@@ -31,10 +27,6 @@ void check_gamma_dtype(const char* op, DType dtype) {
            ": expected a float32 or float64 tensor, got ", dtype_name(dtype));
 }
 
-// A sample costs about 0.1 microseconds: chunks of this many elements are
-// worth a thread.
-constexpr int64_t kSampleGrain = 2048;
-
 Tensor standard_gamma_grad_of(const Tensor& concentration, const Tensor& sample);
 
 MF_REGISTER_OP(OpDef{
@@ -43,24 +35,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       check_gamma_dtype("_standard_gamma", in[0].dtype());
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const Tensor a = contiguous(in[0]);
-      const Stream s = stream_of(attrs);
-      dispatch_floating(a.dtype(), "_standard_gamma", [&]<typename T>() {
-        const T* alpha = static_cast<const T*>(a.data_ptr());
-        T* o = static_cast<T*>(out[0].data_ptr());
-        parallel_for(0, a.numel(), kSampleGrain, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            const double ai = double(alpha[i]);
-            MF_CHECK(!(ai < 0), ValueError, "_standard_gamma: concentration must be >= 0, got ", ai, " at element ",
-                     i);
-            random_kernels::ElementStream stream(s.seed, s.offset + uint64_t(i));
-            const T sample = T(random_kernels::sample_standard_gamma(ai, stream));
-            o[i] = std::isnan(sample) ? sample : std::max(sample, std::numeric_limits<T>::min());
-          }
-        });
-      });
     },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{mul(ctx.grad_outputs[0], standard_gamma_grad_of(ctx.inputs[0], ctx.outputs[0]))};

@@ -12,7 +12,8 @@
 // sum_i w_{t_i} over non-ignored rows (for both terms, as PyTorch does);
 // with every row ignored that is 0 / 0 = nan, as in PyTorch.
 // The forward ops also return the total weight (and cross_entropy the
-// per-row lse) for their fused backward ops.
+// per-row lse) for their fused backward ops. CPU kernels:
+// backend/cpu/kernels/loss.cpp.
 #include <cmath>
 
 #include "meshflow/autocast.h"
@@ -23,8 +24,6 @@
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "meshflow/parallel.h"
-#include "backend/cpu/kernels/vec_math.h"
 #include "ops/loss_common.h"
 
 namespace mf {
@@ -34,92 +33,7 @@ using loss_detail::Reduction;
 
 namespace {
 
-using cpu::AccRun;
-
-struct ClassLossAttrs {
-  int64_t ignore_index;
-  Reduction reduction;
-  double smoothing;
-  static ClassLossAttrs from(const Attrs& attrs, const char* op) {
-    return {attrs.get_int("ignore_index"), parse_reduction(op, attrs.get_string("reduction")),
-            attrs.has("label_smoothing") ? attrs.get_float("label_smoothing") : 0.0};
-  }
-};
-
 DType stats_dtype(DType d) { return is_reduced_floating(d) ? kFloat32 : d; }
-
-std::vector<double> class_weights(const Tensor& weight, int64_t classes) {
-  std::vector<double> w(size_t(classes), 1.0);
-  if (!weight.defined()) return w;
-  Tensor c = contiguous(to(weight.detach(), kFloat64));
-  const double* p = static_cast<const double*>(c.data_ptr());
-  std::copy(p, p + classes, w.begin());
-  return w;
-}
-
-// The target of row i, checked against the class count (ignore_index passes).
-inline int64_t checked_target(const int64_t* target, int64_t i, int64_t classes, int64_t ignore_index,
-                              const char* op) {
-  const int64_t t = target[i];
-  MF_CHECK(t == ignore_index || (t >= 0 && t < classes), IndexError, op, ": target ", t, " is out of bounds for ",
-           classes, " classes");
-  return t;
-}
-
-// Rows are processed in fixed chunks (independent of the thread count) whose
-// partial sums are added in order: the reduced loss is deterministic.
-int64_t rows_per_chunk(int64_t classes) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(classes, 1)); }
-
-// Calls row_loss(i, scratch) -> {loss, weight} for every row (scratch: an
-// AccRun<T> owned by the calling task); writes the "none" losses, or the
-// reduced loss, into out[0] and the total weight into out[total_index].
-template <typename T, typename RowLoss>
-void reduce_rows(int64_t rows, int64_t classes, Reduction reduction, TensorList& out, size_t total_index,
-                 const RowLoss& row_loss) {
-  const int64_t per_chunk = rows_per_chunk(classes);
-  const int64_t chunks = (rows + per_chunk - 1) / per_chunk;
-  std::vector<double> loss_sum(size_t(chunks), 0.0), weight_sum(size_t(chunks), 0.0);
-  T* loss_out = static_cast<T*>(out[0].data_ptr());
-  parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
-    AccRun<T> scratch;
-    for (int64_t chunk = cb; chunk < ce; ++chunk) {
-      double ls = 0, ws = 0;
-      for (int64_t i = chunk * per_chunk; i < std::min(rows, (chunk + 1) * per_chunk); ++i) {
-        auto [loss, weight] = row_loss(i, scratch);
-        if (reduction == Reduction::None) loss_out[i] = T(loss);
-        ls += loss, ws += weight;
-      }
-      loss_sum[size_t(chunk)] = ls, weight_sum[size_t(chunk)] = ws;
-    }
-  });
-  double total_loss = 0, total_weight = 0;
-  for (int64_t c = 0; c < chunks; ++c) total_loss += loss_sum[size_t(c)], total_weight += weight_sum[size_t(c)];
-  if (reduction == Reduction::Sum) loss_out[0] = T(total_loss);
-  if (reduction == Reduction::Mean) loss_out[0] = T(total_loss / total_weight);
-  dispatch_floating(out[total_index].dtype(), "loss", [&]<typename S>() {
-    *static_cast<S*>(out[total_index].data_ptr()) = S(total_weight);
-  });
-}
-
-// Scale of row i's gradient: the upstream gradient, divided by the total
-// weight for "mean".
-struct RowScale {
-  const double* grad;  // one value per row ("none") or one in all
-  bool per_row;
-  double divisor;
-  double at(int64_t i) const { return (per_row ? grad[i] : grad[0]) / divisor; }
-};
-
-RowScale row_scale(const std::vector<double>& grad, Reduction reduction, const Tensor& total_weight) {
-  return {grad.data(), reduction == Reduction::None,
-          reduction == Reduction::Mean ? to(total_weight.detach(), kFloat64).item<double>() : 1.0};
-}
-
-std::vector<double> as_doubles(const Tensor& t) {
-  Tensor c = contiguous(to(t.detach(), kFloat64));
-  const double* p = static_cast<const double*>(c.data_ptr());
-  return std::vector<double>(p, p + c.numel());
-}
 
 std::vector<TensorMeta> infer_class_loss(const TensorList& in, const Attrs& attrs, const char* op,
                                          bool with_lse) {
@@ -136,42 +50,6 @@ std::vector<TensorMeta> infer_class_loss(const TensorList& in, const Attrs& attr
 
 // --- nll_loss ------------------------------------------------------------------------
 // Inputs (log_probs (M, C), target (M), weight (C)); outputs (loss, total_weight).
-
-void nll_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "nll_loss");
-  Tensor x = contiguous(in[0].detach()), target = contiguous(in[1].detach());
-  const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
-  const std::vector<double> w = class_weights(in[2], classes);
-  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-  dispatch_floating(x.dtype(), "nll_loss", [&]<typename T>() {
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    reduce_rows<T>(rows, classes, a.reduction, out, 1, [&](int64_t i, AccRun<T>&) -> std::pair<double, double> {
-      const int64_t t = checked_target(tp, i, classes, a.ignore_index, "nll_loss");
-      if (t == a.ignore_index) return {0.0, 0.0};
-      return {-w[size_t(t)] * double(xp[i * classes + t]), w[size_t(t)]};
-    });
-  });
-}
-
-// Inputs (grad, target, weight, total_weight); output d log_probs (M, C).
-void nll_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "nll_loss_backward");
-  Tensor target = contiguous(in[1].detach());
-  const int64_t rows = out[0].sizes()[0], classes = out[0].sizes()[1];
-  const std::vector<double> w = class_weights(in[2], classes), grad = as_doubles(in[0]);
-  const RowScale scale = row_scale(grad, a.reduction, in[3]);
-  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-  dispatch_floating(out[0].dtype(), "nll_loss_backward", [&]<typename T>() {
-    T* dp = static_cast<T*>(out[0].data_ptr());
-    parallel_for(0, rows, rows_per_chunk(classes), [&](int64_t b, int64_t e) {
-      std::fill(dp + b * classes, dp + e * classes, T(0.0f));
-      for (int64_t i = b; i < e; ++i) {
-        const int64_t t = tp[i];
-        if (t != a.ignore_index) dp[i * classes + t] = T(-w[size_t(t)] * scale.at(i));
-      }
-    });
-  });
-}
 
 Tensor nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& weight, const Tensor& total_weight,
                          int64_t classes, const Attrs& attrs) {
@@ -220,7 +98,6 @@ MF_REGISTER_OP(OpDef{
     .name = "nll_loss",
     .inputs = {"log_probs", "target", "weight"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return infer_class_loss(in, attrs, "nll_loss", false); },
-    .cpu_kernel = nll_forward_kernel,
     .backward = [](const BackwardContext& ctx) {
       check_no_weight_grad(ctx, "nll_loss");
       return TensorList{nll_loss_backward(ctx.grad_outputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1],
@@ -242,7 +119,6 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{
           {{in[1].sizes()[0], attrs.get_int("num_classes")}, in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = nll_backward_kernel,
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("nll_loss");
       TensorList grads(4);
@@ -262,118 +138,11 @@ MF_REGISTER_OP(OpDef{
 // --- cross_entropy -------------------------------------------------------------------
 // Inputs (logits (M, C), target (M), weight (C)); outputs (loss, lse (M), total_weight).
 
-void ce_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy");
-  Tensor x = contiguous(in[0].detach()), target = contiguous(in[1].detach());
-  const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
-  const std::vector<double> w = class_weights(in[2], classes);
-  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-  const double e = a.smoothing;
-  dispatch_floating(x.dtype(), "cross_entropy", [&]<typename T>() {
-    using A = acc_type<T>;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    A* lse_out = static_cast<A*>(out[1].data_ptr());
-    reduce_rows<T>(rows, classes, a.reduction, out, 2, [&](int64_t i, AccRun<T>& run) -> std::pair<double, double> {
-      const int64_t t = checked_target(tp, i, classes, a.ignore_index, "cross_entropy");
-      if (t == a.ignore_index) {
-        lse_out[i] = A(0);
-        return {0.0, 0.0};
-      }
-      const A* xa = run.load(xp + i * classes, classes);
-      const A m = cpu::max_run(xa, classes);
-      A s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < classes; ++c) s += cpu::exp_acc(xa[c] - m);
-      const A lse = m + std::log(s);
-      lse_out[i] = lse;
-      double loss = w[size_t(t)] * double(lse - xa[t]);
-      if (e > 0) {
-        double smooth = 0;
-        const double* wp = w.data();
-#pragma omp simd reduction(+ : smooth)
-        for (int64_t c = 0; c < classes; ++c) smooth += wp[c] * double(lse - xa[c]);
-        loss = (1 - e) * loss + e / double(classes) * smooth;
-      }
-      return {loss, w[size_t(t)]};
-    });
-  });
-}
-
-// Inputs (grad, logits, target, weight, lse, total_weight); output d logits:
-//   coef * ((1 - e) * w_t * (p_c - [c == t]) + (e / C) * (W * p_c - w_c)),
-// p = softmax of the row, coef the row's gradient scale.
-void ce_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy_backward");
-  Tensor x = contiguous(in[1].detach()), target = contiguous(in[2].detach()), lse = contiguous(in[4].detach());
-  const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
-  const std::vector<double> w = class_weights(in[3], classes), grad = as_doubles(in[0]);
-  double weight_total = 0;
-  for (double v : w) weight_total += v;
-  const RowScale scale = row_scale(grad, a.reduction, in[5]);
-  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-  const double e = a.smoothing;
-  dispatch_floating(x.dtype(), "cross_entropy_backward", [&]<typename T>() {
-    using A = acc_type<T>;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    const A* lp = static_cast<const A*>(lse.data_ptr());
-    T* dp = static_cast<T*>(out[0].data_ptr());
-    std::vector<A> wa(w.begin(), w.end());
-    parallel_for(0, rows, rows_per_chunk(classes), [&](int64_t b, int64_t end) {
-      AccRun<T> in_run, out_run;
-      for (int64_t i = b; i < end; ++i) {
-        const int64_t t = tp[i];
-        A* da = out_run.scratch(dp + i * classes, classes);
-        if (t == a.ignore_index) {
-          std::fill(da, da + classes, A(0));
-        } else {
-          const A* xa = in_run.load(xp + i * classes, classes);
-          const double coef = scale.at(i);
-          const A k_p = A(coef * ((1 - e) * w[size_t(t)] + e / double(classes) * weight_total));
-          const A k_w = A(coef * e / double(classes));
-          const A l = lp[i];
-          const A* wp = wa.data();
-#pragma omp simd
-          for (int64_t c = 0; c < classes; ++c) da[c] = k_p * cpu::exp_acc(xa[c] - l) - k_w * wp[c];
-          da[t] -= A(coef * (1 - e) * w[size_t(t)]);
-        }
-        out_run.store(da, dp + i * classes, classes);
-      }
-    });
-  });
-}
-
 // The constants of cross_entropy's gradient written with ops,
 //   d logits = coef * (K * softmax(logits) - Q),
 // K_i = (1 - e) * w_t + (e / C) * W and Q_ic = (1 - e) * w_t * [c == t] + (e / C) * w_c
 // (both zero for ignored rows). Inputs (target (M), weight (C)); outputs
 // K (M, 1) and Q (M, C) of dtype.
-void ce_terms_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy");
-  Tensor target = contiguous(in[0].detach());
-  const int64_t rows = out[1].sizes()[0], classes = out[1].sizes()[1];
-  const std::vector<double> w = class_weights(in[1], classes);
-  double weight_total = 0;
-  for (double v : w) weight_total += v;
-  const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
-  const double e = a.smoothing;
-  dispatch_floating(out[0].dtype(), "cross_entropy", [&]<typename T>() {
-    T* kp = static_cast<T*>(out[0].data_ptr());
-    T* qp = static_cast<T*>(out[1].data_ptr());
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t t = tp[i];
-      T* qr = qp + i * classes;
-      if (t == a.ignore_index) {
-        kp[i] = T(0.0f);
-        std::fill(qr, qr + classes, T(0.0f));
-        continue;
-      }
-      kp[i] = T((1 - e) * w[size_t(t)] + e / double(classes) * weight_total);
-      for (int64_t c = 0; c < classes; ++c) qr[c] = T(e / double(classes) * w[size_t(c)]);
-      qr[t] = T(double(qr[t]) + (1 - e) * w[size_t(t)]);
-    }
-  });
-}
-
 MF_REGISTER_OP(OpDef{
     .name = "cross_entropy_target_terms",
     .inputs = {"target", "weight"},
@@ -383,7 +152,6 @@ MF_REGISTER_OP(OpDef{
       return std::vector<TensorMeta>{{{rows, 1}, dt, in[0].device()},
                                      {{rows, attrs.get_int("num_classes")}, dt, in[0].device()}};
     },
-    .cpu_kernel = ce_terms_kernel,
     .differentiable = false,
     .sbp = [](const TensorList& in, const std::vector<Shape>&, const Attrs&, int64_t) {
       if (in[0].dim() < 1) return std::vector<SbpSignature>{};
@@ -415,7 +183,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs& attrs) {
       return infer_class_loss(in, attrs, "cross_entropy", true);
     },
-    .cpu_kernel = ce_forward_kernel,
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("cross_entropy_backward");
       check_no_weight_grad(ctx, "cross_entropy");
@@ -438,7 +205,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[1].sizes(), in[1].dtype(), in[1].device()}};
     },
-    .cpu_kernel = ce_backward_kernel,
     .differentiable = false,
     .sbp = class_loss_backward_sbp,
 });

@@ -1,4 +1,5 @@
 // Pointwise losses: mse_loss and binary_cross_entropy_with_logits.
+// CPU kernels: backend/cpu/kernels/loss.cpp.
 #include <cmath>
 
 #include "meshflow/dispatch.h"
@@ -8,9 +9,6 @@
 #include "meshflow/ops/nn.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "meshflow/parallel.h"
-#include "backend/cpu/kernels/loops.h"
-#include "backend/cpu/kernels/vec_math.h"
 #include "ops/loss_common.h"
 
 namespace mf {
@@ -22,43 +20,7 @@ namespace {
 
 // --- mse_loss ------------------------------------------------------------------------
 // Inputs (input, target) of one dtype, broadcast together; output the
-// squared errors ("none") or their sum or mean (0-d). The reduced forms sum
-// fixed chunks in double and add the partial sums in order.
-
-void mse_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const Reduction r = parse_reduction("mse_loss", attrs.get_string("reduction"));
-  dispatch_floating(in[0].dtype(), "mse_loss", [&]<typename T>() {
-    using A = acc_type<T>;
-    if (r == Reduction::None) {
-      cpu::elementwise<T, T, T>(out[0], {&in[0], &in[1]}, [](T a, T b) {
-        const A d = A(a) - A(b);
-        return d * d;
-      });
-      return;
-    }
-    const Shape shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), "mse_loss");
-    Tensor a = contiguous(expand(in[0].detach(), shape)), b = contiguous(expand(in[1].detach(), shape));
-    const T* ap = static_cast<const T*>(a.data_ptr());
-    const T* bp = static_cast<const T*>(b.data_ptr());
-    const int64_t n = a.numel(), chunks = (n + kGrainSize - 1) / kGrainSize;
-    std::vector<double> partial(size_t(chunks), 0.0);
-    parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
-      for (int64_t c = cb; c < ce; ++c) {
-        double s = 0;
-        const int64_t end = std::min(n, (c + 1) * kGrainSize);
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = c * kGrainSize; i < end; ++i) {
-          const double d = double(ap[i]) - double(bp[i]);
-          s += d * d;
-        }
-        partial[size_t(c)] = s;
-      }
-    });
-    double total = 0;
-    for (double p : partial) total += p;
-    *static_cast<T*>(out[0].data_ptr()) = T(r == Reduction::Mean ? total / double(n) : total);
-  });
-}
+// squared errors ("none") or their sum or mean (0-d).
 
 // SBP rules: elementwise with reduction "none"; with "sum" each rank sums
 // its part (split along any dim of the broadcast shape) into a partial sum;
@@ -85,7 +47,6 @@ MF_REGISTER_OP(OpDef{
       const bool none = parse_reduction("mse_loss", attrs.get_string("reduction")) == Reduction::None;
       return std::vector<TensorMeta>{{none ? shape : Shape{}, in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = mse_kernel,
     // d/dinput = 2 * (input - target) * g (/ n for "mean"), summed back to
     // each input's shape; written with ops, so it is twice differentiable.
     .backward = [](const BackwardContext& ctx) {
@@ -117,61 +78,6 @@ MF_REGISTER_OP(OpDef{
 // The forward op takes (x, t, w, pos_weight); w and pos_weight broadcast to
 // x's shape and may be undefined (1). Reductions use sum and mean.
 
-// out[i] = sp(-x[i]) over a block. The exp and the log1p run as separate
-// loops: fused into one, GCC threads their range checks into branches and
-// gives up vectorising.
-constexpr int64_t kSoftplusBlock = 256;
-
-template <typename T, typename A = acc_type<T>>
-void softplus_neg_block(const T* x, A* out, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = cpu::exp_acc(-std::abs(A(x[i])));
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = std::max(-A(x[i]), A(0)) + cpu::log1p_acc(out[i]);
-}
-
-// Contiguous x and t; w and pos_weight are expanded to x's shape (ones when
-// only the other is given), so the loops below run over plain arrays and
-// vectorise.
-void bce_kernel(const TensorList& in, TensorList& out, const Attrs&) {
-  const Tensor x = contiguous(in[0].detach()), t = contiguous(in[1].detach());
-  const bool weighted = in[2].defined() || in[3].defined();
-  auto expanded = [&](const Tensor& p) {
-    return contiguous(p.defined() ? expand(p.detach(), x.sizes()) : full(x.sizes(), 1, {.dtype = x.dtype()}));
-  };
-  const Tensor w = weighted ? expanded(in[2]) : Tensor(), pw = weighted ? expanded(in[3]) : Tensor();
-  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<typename T>() {
-    using A = acc_type<T>;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    const T* tp = static_cast<const T*>(t.data_ptr());
-    const T* wp = weighted ? static_cast<const T*>(w.data_ptr()) : nullptr;
-    const T* pp = weighted ? static_cast<const T*>(pw.data_ptr()) : nullptr;
-    T* yp = static_cast<T*>(out[0].data_ptr());
-    parallel_for(0, x.numel(), kGrainSize, [&](int64_t b, int64_t e) {
-      A sp[kSoftplusBlock];
-      for (int64_t i0 = b; i0 < e; i0 += kSoftplusBlock) {
-        const int64_t n = std::min(kSoftplusBlock, e - i0);
-        const T* xb = xp + i0;
-        const T* tb = tp + i0;
-        T* yb = yp + i0;
-        softplus_neg_block(xb, sp, n);
-        if (!weighted) {
-#pragma omp simd
-          for (int64_t i = 0; i < n; ++i) yb[i] = T((1 - A(tb[i])) * A(xb[i]) + sp[i]);
-          continue;
-        }
-        const T* wb = wp + i0;
-        const T* pb = pp + i0;
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) {
-          const A tv = A(tb[i]);
-          yb[i] = T(A(wb[i]) * ((1 - tv) * A(xb[i]) + (1 + (A(pb[i]) - 1) * tv) * sp[i]));
-        }
-      }
-    });
-  });
-}
-
 Tensor bce_elementwise(const Tensor& x, const Tensor& t, const Tensor& w, const Tensor& pw) {
   static const OpDef& op = dispatch::op("binary_cross_entropy_with_logits");
   return dispatch::apply_one(op, {x, t, w, pw});
@@ -183,7 +89,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = bce_kernel,
     // Written with ops, so it is twice differentiable.
     .backward = [](const BackwardContext& ctx) {
       const Tensor& g = ctx.grad_outputs[0];

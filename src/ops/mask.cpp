@@ -3,38 +3,27 @@
 //
 // Note [Data-dependent shapes]: infer counts the non-zeros to size the
 // output, so these ops need data (they refuse traced tensors); on a device
-// it counts with a reduction there and reads the count back. The CPU kernel
-// counts again per chunk; the prefix sums of the chunk counts give each
-// chunk its place in the output, so chunks are written in parallel and the
-// result keeps row-major order.
-#include <cstring>
-
+// it counts with a reduction there and reads the count back. The CPU kernels
+// (backend/cpu/kernels/mask.cpp) count again per chunk (count_chunks); the
+// prefix sums of the chunk counts give each chunk its place in the output,
+// so chunks are written in parallel and the result keeps row-major order.
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
 #include "backend/cpu/kernels/index_kernels.h"
+#include "ops/mask_common.h"
 
 namespace mf {
+
+using mask_detail::Chunks;
+using mask_detail::count_chunks;
+using mask_detail::is_nonzero;
+
 namespace {
 
 using cpu::StridedWalk;
-
-template <typename T>
-bool is_nonzero(T v) {
-  if constexpr (std::is_same_v<T, bool>) return v;
-  else return acc_type<T>(v) != acc_type<T>(0);
-}
-
-struct Chunks {
-  int64_t size = 1;             // elements per chunk (the last may be shorter)
-  std::vector<int64_t> starts;  // output position of each chunk's first non-zero
-  int64_t total = 0;
-  int64_t count() const { return int64_t(starts.size()); }
-};
-
-Chunks count_chunks(const Tensor& t, const char* op, bool total_only = false);
 
 // Note [Expanded counts]: the non-zeros of a tensor with expanded (stride 0)
 // dims are those of one copy times the number of copies, counted without
@@ -74,7 +63,9 @@ int64_t count_on_device(const Tensor& t, const char* op) {
   return checked_mul(sum(flags).item<int64_t>(), one.copies, op, "the number of non-zeros");
 }
 
-Chunks count_chunks(const Tensor& t, const char* op, bool total_only) {
+}  // namespace
+
+Chunks mask_detail::count_chunks(const Tensor& t, const char* op, bool total_only) {
   MF_CHECK(t.storage()->has_data(), Error, op,
            " is not traceable in graph mode: its output shape depends on the input's values");
   if (!t.device().is_cpu()) {
@@ -116,17 +107,7 @@ Chunks count_chunks(const Tensor& t, const char* op, bool total_only) {
   return c;
 }
 
-// Calls fn(chunk range, output position) for each chunk, in parallel.
-template <typename F>
-void for_each_chunk(const Chunks& c, int64_t n, const F& fn) {
-  parallel_for(0, c.count(), 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) fn(k * c.size, std::min(n, (k + 1) * c.size), c.starts[size_t(k)]);
-  });
-}
-
-void check_total(const Chunks& c, int64_t expected, const char* op) {
-  MF_CHECK(c.total == expected, Error, op, ": the input changed between shape inference and the kernel");
-}
+namespace {
 
 MF_REGISTER_OP(OpDef{
     .name = "nonzero",
@@ -134,31 +115,6 @@ MF_REGISTER_OP(OpDef{
     .infer = [](const TensorList& in, const Attrs&) {
       return std::vector<TensorMeta>{
           {{count_chunks(in[0], "nonzero", true).total, in[0].dim()}, DType::Int64, in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      const Tensor& t = in[0];
-      const Chunks c = count_chunks(t, "nonzero");
-      check_total(c, out[0].sizes()[0], "nonzero");
-      const int64_t nd = t.dim();
-      int64_t* op = out[0].numel() ? out[0].data<int64_t>() : nullptr;
-      StridedWalk<1> walk(t.sizes(), {t.strides()});
-      dispatch_dtype(t.dtype(), [&]<typename T>() {
-        const T* p = static_cast<const T*>(t.data_ptr());
-        for_each_chunk(c, t.numel(), [&](int64_t begin, int64_t end, int64_t row) {
-          int64_t flat = begin;
-          walk.runs(begin, end, {0}, [&](const auto& o, const auto& s, int64_t m) {
-            for (int64_t i = 0; i < m; ++i, ++flat) {
-              if (!is_nonzero(p[o[0] + i * s[0]])) continue;
-              int64_t rem = flat;
-              for (int64_t d = nd - 1; d >= 0; --d) {
-                op[row * nd + d] = rem % t.sizes()[size_t(d)];
-                rem /= t.sizes()[size_t(d)];
-              }
-              ++row;
-            }
-          });
-        });
-      });
     },
     .differentiable = false,
     .sbp = sbp::broadcast_only(),
@@ -181,23 +137,6 @@ MF_REGISTER_OP(OpDef{
       check_mask("masked_select", in[0], in[1]);
       return std::vector<TensorMeta>{{{count_chunks(in[1], "masked_select", true).total}, in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      const Tensor &x = in[0], &mask = in[1];
-      const Chunks c = count_chunks(mask, "masked_select");
-      check_total(c, out[0].numel(), "masked_select");
-      StridedWalk<2> walk(x.sizes(), {x.strides(), mask.strides()});
-      const bool* mp = static_cast<const bool*>(mask.data_ptr());
-      cpu::dispatch_itemsize(x.element_size(), [&]<typename E>() {
-        const E* xp = static_cast<const E*>(x.data_ptr());
-        E* op = static_cast<E*>(out[0].data_ptr());
-        for_each_chunk(c, x.numel(), [&](int64_t begin, int64_t end, int64_t pos) {
-          walk.runs(begin, end, {0, 0}, [&](const auto& o, const auto& s, int64_t m) {
-            for (int64_t i = 0; i < m; ++i)
-              if (mp[o[1] + i * s[1]]) op[pos++] = xp[o[0] + i * s[0]];
-          });
-        });
-      });
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{masked_select_backward(ctx.grad_outputs[0], ctx.inputs[1]), Tensor()};
     },
@@ -216,27 +155,6 @@ MF_REGISTER_OP(OpDef{
                "masked_select_backward: grad of shape ", shape_str(in[0].sizes()),
                " does not match the number of true elements of the mask");
       return std::vector<TensorMeta>{{in[1].sizes(), in[0].dtype(), in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      const Tensor &grad = in[0], &mask = in[1];
-      Tensor& y = out[0];
-      if (y.numel() == 0) return;
-      std::memset(y.data_ptr(), 0, size_t(y.numel()) * y.element_size());  // zero bits are 0 in every dtype
-      const Chunks c = count_chunks(mask, "masked_select_backward");
-      check_total(c, grad.numel(), "masked_select_backward");
-      StridedWalk<2> walk(mask.sizes(), {contiguous_strides(mask.sizes()), mask.strides()});
-      const bool* mp = static_cast<const bool*>(mask.data_ptr());
-      const int64_t gs = grad.dim() ? grad.strides()[0] : 1;
-      cpu::dispatch_itemsize(y.element_size(), [&]<typename E>() {
-        const E* gp = static_cast<const E*>(grad.data_ptr());
-        E* yp = static_cast<E*>(y.data_ptr());
-        for_each_chunk(c, y.numel(), [&](int64_t begin, int64_t end, int64_t pos) {
-          walk.runs(begin, end, {0, 0}, [&](const auto& o, const auto& s, int64_t m) {
-            for (int64_t i = 0; i < m; ++i)
-              if (mp[o[1] + i * s[1]]) yp[o[0] + i * s[0]] = gp[gs * pos++];
-          });
-        });
-      });
     },
     .backward = [](const BackwardContext& ctx) {
       static const OpDef& op = dispatch::op("masked_select");

@@ -2,7 +2,8 @@
 // addmm, baddbmm and linear. Two ops carry them all: "matmul" (a @ b over
 // broadcast batch dims, both operands at least 2-d) and "addmm"
 // (beta * t + alpha * a @ b); 1-d operands become matrices through views, so
-// their gradients come from the views' backward. Kernels: backend/cpu/kernels/gemm.cpp.
+// their gradients come from the views' backward. CPU kernels:
+// backend/cpu/kernels/gemm.cpp.
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/linalg.h"
 
@@ -13,8 +14,6 @@
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/reduce.h"
 #include "meshflow/ops/shape.h"
-#include "backend/cpu/kernels/gemm.h"
-#include "backend/cpu/kernels/loops.h"
 
 namespace mf {
 namespace {
@@ -144,7 +143,6 @@ MF_REGISTER_OP(OpDef{
       check_dtypes("matmul", in[0], in[1]);
       return std::vector<TensorMeta>{{batched_shape("matmul", in[0], in[1]), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) { cpu::matmul(in[0], in[1], out[0]); },
     .backward = [](const BackwardContext& ctx) { return matmul_grads(ctx, ctx.inputs[0], ctx.inputs[1], 0, 1, 1); },
     .save_inputs = 0b11,
     .autocast = AutocastPolicy::LowPrecision,
@@ -166,11 +164,6 @@ MF_REGISTER_OP(OpDef{
       MF_CHECK(broadcasts_to(in[0].sizes(), shape), ShapeError, "addmm: t of shape ", shape_str(in[0].sizes()), " cannot be broadcast to the product's shape ",
                shape_str(shape));
       return std::vector<TensorMeta>{{shape, in[1].dtype(), in[1].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const Scalar beta = attrs.get_scalar("beta");
-      if (beta.to_double() != 0.0) cpu::copy_cast(out[0], in[0]);
-      cpu::matmul(in[1], in[2], out[0], attrs.get_scalar("alpha"), beta);
     },
     .backward = [](const BackwardContext& ctx) {
       TensorList grads = matmul_grads(ctx, ctx.inputs[1], ctx.inputs[2], 1, 2, ctx.attrs.get_scalar("alpha"));

@@ -13,7 +13,6 @@
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/shape.h"
 #include "ops/conv_common.h"
-#include "backend/cpu/kernels/pool.h"
 
 namespace mf {
 namespace {
@@ -32,18 +31,6 @@ Attrs pool_attrs(const Args& args, int64_t spatial, const char* op) {
                {"dilation", expand_param(args.dilation, spatial, op, "dilation")},
                {"ceil_mode", args.ceil_mode},
                {"count_include_pad", args.count_include_pad}};
-}
-
-cpu::PoolParams params_of(const Attrs& a) {
-  const Shape &k = a.get_shape("kernel_size"), &s = a.get_shape("stride"), &p = a.get_shape("padding"),
-              &d = a.get_shape("dilation");
-  cpu::PoolParams out;
-  conv_detail::set_spatial(out.kernel, k);
-  conv_detail::set_spatial(out.stride, s);
-  conv_detail::set_spatial(out.padding, p);
-  conv_detail::set_spatial(out.dilation, d);
-  out.count_include_pad = a.get_bool("count_include_pad");
-  return out;
 }
 
 // Checks a batched input (N, C, spatial...) with non-empty C and spatial dims.
@@ -146,9 +133,6 @@ OpDef max_pool_def(int64_t spatial) {
         check_plane_size(in[0], op);
         return max_metas(shape, in[0]);
       },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        cpu::max_pool_forward(in[0], out[0], out[1], params_of(attrs));
-      },
       .backward = max_backward,
       .save_outputs = 0b10,
       .sbp = sbp::leading_dims(2),
@@ -163,9 +147,6 @@ MF_REGISTER_OP(OpDef{
     .name = "max_pool2d_scatter",
     .inputs = {"grad", "indices"},
     .infer = [](const TensorList& in, const Attrs& attrs) { return meta(attrs.get_shape("input_sizes"), in[0]); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      cpu::max_pool_scatter(in[0], in[1], out[0]);
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{max_gather(ctx.grad_outputs[0], ctx.inputs[1]), Tensor()};
     },
@@ -178,9 +159,6 @@ MF_REGISTER_OP(OpDef{
     .name = "max_pool2d_gather",
     .inputs = {"t", "indices"},
     .infer = [](const TensorList& in, const Attrs&) { return meta(in[1].sizes(), in[0]); },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      cpu::max_pool_gather(in[0], in[1], out[0]);
-    },
     .backward = [](const BackwardContext& ctx) {
       return TensorList{max_scatter(ctx.grad_outputs[0], ctx.inputs[1], ctx.input_metas[0].sizes), Tensor()};
     },
@@ -198,9 +176,6 @@ MF_REGISTER_OP(OpDef{
                "adaptive_max_pool2d: output_size must be 1 or 2 non-negative sizes, got ", shape_str(size));
       check_plane_size(in[0], "adaptive_max_pool2d");
       return max_metas({in[0].size(0), in[0].size(1), size[0], size[1]}, in[0]);
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-      cpu::adaptive_max_pool_forward(in[0], out[0], out[1]);
     },
     .backward = max_backward,
     .save_outputs = 0b10,
@@ -227,9 +202,6 @@ OpDef avg_pool_def(int64_t spatial) {
                  ": dilation is not supported, got ", shape_str(d));
         return meta(pooled_shape(in[0], attrs, spatial, op), in[0]);
       },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        cpu::avg_pool_forward(in[0], out[0], params_of(attrs));
-      },
       .backward = [](const BackwardContext& ctx) {
         const OpDef& op = dispatch::op(op_name("avg_pool", spatial_of(ctx.attrs, "kernel_size")) + "_backward");
         return TensorList{
@@ -245,9 +217,6 @@ OpDef avg_pool_backward_def(int64_t spatial) {
       .name = op_name("avg_pool", spatial) + "_backward",
       .inputs = {"grad"},
       .infer = [](const TensorList& in, const Attrs& attrs) { return meta(attrs.get_shape("input_sizes"), in[0]); },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-        cpu::avg_pool_backward(in[0], out[0], params_of(attrs));
-      },
       .backward = [](const BackwardContext& ctx) { return TensorList{avg_pool_op(ctx.grad_outputs[0], ctx.attrs)}; },
       .sbp = sbp::leading_dims(2),
       .output_shape_attr = "input_sizes",
@@ -282,9 +251,6 @@ OpDef adaptive_avg_def(int64_t spatial) {
         shape.insert(shape.end(), size.begin(), size.end());
         return meta(shape, in[0]);
       },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-        cpu::adaptive_avg_pool_forward(in[0], out[0]);
-      },
       .backward = [](const BackwardContext& ctx) {
         const OpDef& op = dispatch::op(op_name("adaptive_avg_pool", spatial_of(ctx.attrs, "output_size")) + "_backward");
         return TensorList{dispatch::apply_one(op, {ctx.grad_outputs[0]}, {{"input_sizes", ctx.input_metas[0].sizes}})};
@@ -298,9 +264,6 @@ OpDef adaptive_avg_backward_def(int64_t spatial) {
       .name = op_name("adaptive_avg_pool", spatial) + "_backward",
       .inputs = {"grad"},
       .infer = [](const TensorList& in, const Attrs& attrs) { return meta(attrs.get_shape("input_sizes"), in[0]); },
-      .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs&) {
-        cpu::adaptive_avg_pool_backward(in[0], out[0]);
-      },
       .backward = [](const BackwardContext& ctx) {
         const Shape& sizes = ctx.input_metas[0].sizes;
         return TensorList{adaptive_op(ctx.grad_outputs[0], Shape(sizes.begin() + 2, sizes.end()))};

@@ -1,6 +1,6 @@
 // Rearranging copies: tril, triu, flip, roll, pad, repeat,
-// repeat_interleave, one_hot.
-#include <cstring>
+// repeat_interleave, one_hot. one_hot's CPU kernel:
+// backend/cpu/kernels/index_kernels.cpp.
 #include <numeric>
 
 #include "meshflow/dispatch.h"
@@ -8,7 +8,6 @@
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
-#include "backend/cpu/kernels/index_kernels.h"
 
 namespace mf {
 namespace {
@@ -123,32 +122,6 @@ MF_REGISTER_OP(OpDef{
       Shape size = in[0].sizes();
       size.push_back(attrs.get_int("num_classes"));
       return std::vector<TensorMeta>{{size, DType::Int64, in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      const Tensor& x = in[0];
-      const int64_t classes = attrs.get_int("num_classes");
-      int64_t* y = out[0].numel() ? out[0].data<int64_t>() : nullptr;
-      const int64_t* xp = x.numel() ? x.data<int64_t>() : nullptr;
-      cpu::StridedWalk<1> walk(x.sizes(), {x.strides()});
-      // Every class is checked before the first write.
-      parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
-        walk.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
-          for (int64_t i = 0; i < n; ++i) {
-            const int64_t c = xp[o[0] + i * s[0]];
-            MF_CHECK(c >= 0, IndexError, "one_hot: class values must be non-negative, got ", c);
-            MF_CHECK(c < classes, IndexError, "one_hot: class value ", c, " must be smaller than num_classes (",
-                     classes, ")");
-          }
-        });
-      });
-      if (out[0].numel() == 0) return;
-      std::memset(y, 0, size_t(out[0].numel()) * sizeof(int64_t));
-      parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
-        int64_t flat = b;
-        walk.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
-          for (int64_t i = 0; i < n; ++i, ++flat) y[flat * classes + xp[o[0] + i * s[0]]] = 1;
-        });
-      });
     },
     .differentiable = false,
     // Each index's row is its own: a split index dim splits the output.

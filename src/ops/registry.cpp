@@ -107,7 +107,6 @@ void OpRegistry::add(OpDef op) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   for (const auto& existing : ops_)
     MF_CHECK(existing->name != op.name, Error, "OpRegistry: op '", op.name, "' is registered twice");
-  if (op.cpu_kernel) op.kernels[size_t(DeviceType::CPU)] = op.cpu_kernel;
   if (op.elementwise && !op.sbp) op.sbp = sbp::elementwise();
   // Kernels a backend folder registered before the op (static initialisers
   // of different files run in any order).

@@ -5,7 +5,9 @@
 // op. A backward op is linear in the gradient and the adjoint of its
 // forward op, so its own gradient is the forward op (double backward).
 // Batch and channel dims (for the pads, every dim that is not padded) may be
-// split; the resampled dims are coupled.
+// split; the resampled dims are coupled. The CPU kernels
+// (backend/cpu/kernels/resample.cpp) and the device kernels take their maps
+// from resample_plan::op_axes, defined at the end of this file.
 #include "meshflow/ops/resample.h"
 
 #include <algorithm>
@@ -19,7 +21,6 @@
 #include "meshflow/ops/functional.h"
 #include "meshflow/ops/shape.h"
 #include "backend/common/resample_plan.h"
-#include "backend/cpu/kernels/resample.h"
 
 namespace mf {
 namespace {
@@ -153,10 +154,6 @@ OpDef upsample_op(const UpsampleKind& kind) {
         shape.insert(shape.end(), out.begin(), out.end());
         return meta(shape, x);
       },
-      .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
-        if (out[0].numel() == 0) return;  // an empty batch: no maps (their sizes may be huge)
-        cpu::resample_forward(in[0], out[0], upsample_forward_axes(kind, in[0], a));
-      },
       .backward = [kind](const BackwardContext& ctx) {
         Attrs a = ctx.attrs;
         a.set("input_size", spatial_sizes(ctx.input_metas[0].sizes));
@@ -179,11 +176,6 @@ OpDef upsample_backward_op(const UpsampleKind& kind) {
         Shape shape{g.size(0), g.size(1)};
         shape.insert(shape.end(), input.begin(), input.end());
         return meta(shape, g);
-      },
-      .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
-        if (out[0].numel() == 0) return;
-        const Shape& input = a.get_shape("input_size");
-        cpu::resample_backward(in[0], out[0], upsample_axes(kind, input, a, in[0].dtype(), TorchKernel::Backward));
       },
       .backward = [kind](const BackwardContext& ctx) {
         const Attrs a = forward_attrs(ctx.attrs);
@@ -303,11 +295,6 @@ OpDef pad_op(const PadKind& kind) {
       .infer = [kind](const TensorList& in, const Attrs& a) {
         return meta(padded_shape(kind, in[0], a.get_shape("pad")), in[0]);
       },
-      .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
-        if (out[0].numel() == 0) return;
-        const Shape& pads = a.get_shape("pad");
-        cpu::resample_forward(in[0], out[0], pad_axes(kind, last_sizes(in[0].sizes(), pads.size() / 2), pads));
-      },
       .backward = [kind](const BackwardContext& ctx) {
         const Shape& pads = ctx.attrs.get_shape("pad");
         const Attrs a{{"pad", pads}, {"input_size", last_sizes(ctx.input_metas[0].sizes, pads.size() / 2)}};
@@ -337,10 +324,6 @@ OpDef pad_backward_op(const PadKind& kind) {
           shape[d] = size;
         }
         return meta(shape, g);
-      },
-      .cpu_kernel = [kind](const TensorList& in, TensorList& out, const Attrs& a) {
-        if (out[0].numel() == 0) return;
-        cpu::resample_backward(in[0], out[0], pad_axes(kind, a.get_shape("input_size"), a.get_shape("pad")));
       },
       .backward = [kind](const BackwardContext& ctx) {
         return TensorList{dispatch::apply_one(dispatch::op(kind.name), {ctx.grad_outputs[0]},

@@ -33,22 +33,17 @@
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
-#include "backend/cpu/kernels/rnn.h"
+#include "backend/common/rnn_math.h"
 
 namespace mf {
 namespace {
 
-using Mode = cpu::RnnMode;
-
-void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  cpu::rnn_forward(cpu::rnn_mode(attrs.get_string("mode")), attrs.get_bool("reverse"),
-                   cpu::rnn_steps(in[0].sizes(), attrs.get_shape("batch_sizes")), in, out);
-}
+using Mode = rnn_math::RnnMode;
 
 std::vector<TensorMeta> forward_infer(const TensorList& in, const Attrs& attrs) {
-  const Mode mode = cpu::rnn_mode(attrs.get_string("mode"));
+  const Mode mode = rnn_math::rnn_mode(attrs.get_string("mode"));
   const Tensor& x = in[0];
-  const int64_t hidden = in[4].size(1), batch = in[1].size(0), width = cpu::rnn_workspace_width(mode, hidden);
+  const int64_t hidden = in[4].size(1), batch = in[1].size(0), width = rnn_math::rnn_workspace_width(mode, hidden);
   const bool packed = !attrs.get_shape("batch_sizes").empty();
   const Shape y = packed ? Shape{x.size(0), hidden} : Shape{x.size(0), x.size(1), hidden};
   const Shape ws = packed ? Shape{x.size(0), width} : Shape{x.size(0), x.size(1), width};
@@ -61,18 +56,13 @@ std::vector<TensorMeta> forward_infer(const TensorList& in, const Attrs& attrs) 
 // --- backward: inputs (x, h0, c0, w_ih, w_hh, y, workspace, grad_y, grad_h_n, grad_c_n);
 // outputs (dx, dh0, dc0, dw_ih, dw_hh, db_ih, db_hh), dx empty unless need_input.
 
-void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  cpu::rnn_backward(cpu::rnn_mode(attrs.get_string("mode")), attrs.get_bool("reverse"), attrs.get_bool("need_input"),
-                    cpu::rnn_steps(in[0].sizes(), attrs.get_shape("batch_sizes")), in, out);
-}
-
 std::vector<TensorMeta> backward_infer(const TensorList& in, const Attrs& attrs) {
   const Tensor& x = in[0];
   auto meta = [&](const Shape& shape) { return TensorMeta{shape, x.dtype(), x.device()}; };
   const int64_t g = in[3].size(0);
   return {meta(attrs.get_bool("need_input") ? x.sizes() : Shape{0}),
           meta(in[1].sizes()),
-          meta({in[1].size(0), cpu::rnn_mode(attrs.get_string("mode")) == Mode::Lstm ? in[1].size(1) : 0}),
+          meta({in[1].size(0), rnn_math::rnn_mode(attrs.get_string("mode")) == Mode::Lstm ? in[1].size(1) : 0}),
           meta(in[3].sizes()),
           meta(in[4].sizes()),
           meta({g}),
@@ -96,7 +86,6 @@ MF_REGISTER_OP(OpDef{
     .name = "rnn_layer",
     .inputs = {"input", "h0", "c0", "weight_ih", "weight_hh", "bias_ih", "bias_hh"},
     .infer = forward_infer,
-    .cpu_kernel = forward_kernel,
     .backward = [](const BackwardContext& ctx) {
       MF_CHECK(!GradMode::is_enabled(), Error,
                "rnn: the recurrent layers' backward is not differentiable (create_graph=True is not supported "
@@ -109,7 +98,7 @@ MF_REGISTER_OP(OpDef{
                                       ctx.outputs[0], ctx.outputs[3], ctx.grad_outputs[0], ctx.grad_outputs[1],
                                       ctx.grad_outputs[2]},
                                      attrs);
-      const bool lstm = cpu::rnn_mode(ctx.attrs.get_string("mode")) == Mode::Lstm;
+      const bool lstm = rnn_math::rnn_mode(ctx.attrs.get_string("mode")) == Mode::Lstm;
       return TensorList{ctx.needs_input_grad[0] ? g[0] : Tensor(), g[1], lstm ? g[2] : Tensor(), g[3], g[4],
                         ctx.input_metas[5].sizes.empty() ? Tensor() : g[5], ctx.input_metas[6].sizes.empty() ? Tensor() : g[6]};
     },
@@ -124,7 +113,6 @@ MF_REGISTER_OP(OpDef{
     .inputs = {"input", "h0", "c0", "weight_ih", "weight_hh", "output", "workspace", "grad_output", "grad_h_n",
                "grad_c_n"},
     .infer = backward_infer,
-    .cpu_kernel = backward_kernel,
     .differentiable = false,
     .sbp = rnn_sbp(true),
 });
@@ -135,13 +123,13 @@ void check_fits_blas(int64_t v, const char* what) {
 
 }  // namespace
 
-int64_t rnn_gate_count(const std::string& mode) { return cpu::rnn_gates(cpu::rnn_mode(mode)); }
+int64_t rnn_gate_count(const std::string& mode) { return rnn_math::rnn_gates(rnn_math::rnn_mode(mode)); }
 
 RnnLayerOutput rnn_layer(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                          const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, const std::string& mode_name,
                          bool reverse, const Shape& batch_sizes) {
   static const OpDef& op = dispatch::op("rnn_layer");
-  const Mode mode = cpu::rnn_mode(mode_name);
+  const Mode mode = rnn_math::rnn_mode(mode_name);
   const char* name = mode_name.c_str();
   MF_CHECK(input.defined() && w_ih.defined() && w_hh.defined() && h0.defined(), ValueError, name,
            ": input, h0 and the weights must be given");
@@ -151,7 +139,7 @@ RnnLayerOutput rnn_layer(const Tensor& input, const Tensor& h0, const Tensor& c0
            shape_str(input.sizes()));
   MF_CHECK(w_hh.dim() == 2 && w_ih.dim() == 2, ShapeError, name, ": expected 2-d weights, got weight_ih ",
            shape_str(w_ih.sizes()), " and weight_hh ", shape_str(w_hh.sizes()));
-  const int64_t hidden = w_hh.size(1), g = checked_mul(cpu::rnn_gates(mode), hidden, name, "the gates' size");
+  const int64_t hidden = w_hh.size(1), g = checked_mul(rnn_math::rnn_gates(mode), hidden, name, "the gates' size");
   const int64_t in_size = input.size(-1);
   MF_CHECK(w_hh.size(0) == g && w_ih.size(0) == g && w_ih.size(1) == in_size, ShapeError, name,
            ": expected weight_ih of shape ", shape_str({g, in_size}), " and weight_hh of shape ",
@@ -186,7 +174,7 @@ RnnLayerOutput rnn_layer(const Tensor& input, const Tensor& h0, const Tensor& c0
            dtype_name(dt));
   const int64_t rows = packed ? input.size(0) : checked_mul(input.size(0), batch, name, "the number of rows");
   for (int64_t v : {rows, g, in_size, hidden}) check_fits_blas(v, "a dimension");
-  checked_mul(rows, std::max(g, cpu::rnn_workspace_width(mode, hidden)), name, "the workspace size");
+  checked_mul(rows, std::max(g, rnn_math::rnn_workspace_width(mode, hidden)), name, "the workspace size");
   TensorList out = dispatch::apply(op, {input, h0, mode == Mode::Lstm ? c0 : Tensor(), w_ih, w_hh, b_ih, b_hh},
                                    {{"mode", mode_name}, {"reverse", reverse}, {"batch_sizes", batch_sizes}});
   return {out[0], out[1], mode == Mode::Lstm ? out[2] : Tensor()};

@@ -1,11 +1,11 @@
-// Views with computed strides: as_strided and diagonal.
+// Views with computed strides: as_strided and diagonal. The CPU kernel of
+// as_strided_backward: backend/cpu/kernels/index_kernels.cpp.
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "backend/common/index_kernels.h"
 #include "backend/common/layout_kernels.h"
-#include "backend/cpu/kernels/index_kernels.h"
 
 namespace mf {
 namespace {
@@ -75,15 +75,6 @@ Tensor as_strided_scatter_gather(const Tensor& grad, const Geometry& src, const 
   return dispatch::apply_one(op, {grad}, attrs);
 }
 
-// Calls fn(flat index, storage position) for every element of g (serially).
-template <typename F>
-void for_each_position(const Geometry& g, const F& fn) {
-  cpu::StridedWalk<2> walk(g.size, {contiguous_strides(g.size), g.stride});
-  walk.runs(0, walk.numel(), {0, g.offset}, [&](const auto& o, const auto& s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) fn(o[0] + i * s[0], o[1] + i * s[1]);
-  });
-}
-
 MF_REGISTER_OP(OpDef{
     .name = "as_strided_backward",
     .inputs = {"grad"},
@@ -91,32 +82,6 @@ MF_REGISTER_OP(OpDef{
       MF_CHECK(in[0].sizes() == a.get_shape("src_size"), ShapeError, "as_strided_backward: grad of shape ",
                shape_str(in[0].sizes()), " does not match ", shape_str(a.get_shape("src_size")));
       return std::vector<TensorMeta>{{a.get_shape("dst_size"), in[0].dtype(), in[0].device()}};
-    },
-    .cpu_kernel = [](const TensorList& in, TensorList& out, const Attrs& a) {
-      const Geometry src = geometry(a, "src"), dst = geometry(a, "dst");
-      Tensor& o = out[0];
-      if (o.numel() == 0) return;
-      Tensor g = contiguous(in[0].detach());
-      dispatch_floating(o.dtype(), "as_strided_backward", [&]<typename T>() {
-        using A = acc_type<T>;
-        T* op = static_cast<T*>(o.data_ptr());
-        if (g.numel() == 0) {
-          std::fill(op, op + o.numel(), T(0));
-          return;
-        }
-        auto [lo, hi] = dst.range();
-        auto [src_lo, src_hi] = src.range();
-        lo = std::min(lo, src_lo);
-        hi = std::max(hi, src_hi);
-        std::vector<A> buffer(size_t(hi - lo + 1), A(0));
-        std::vector<int32_t> count(buffer.size(), 0);
-        const T* gp = static_cast<const T*>(g.data_ptr());
-        for_each_position(src, [&](int64_t i, int64_t p) { buffer[size_t(p - lo)] += A(gp[i]); });
-        for_each_position(a.get_bool("divide_by_dst") ? dst : src, [&](int64_t, int64_t p) { count[size_t(p - lo)]++; });
-        for (size_t p = 0; p < buffer.size(); ++p)
-          if (count[p] > 1) buffer[p] /= A(count[p]);
-        for_each_position(dst, [&](int64_t i, int64_t p) { op[i] = T(buffer[size_t(p - lo)]); });
-      });
     },
     .backward = [](const BackwardContext& ctx) {
       const Attrs& a = ctx.attrs;

@@ -1,8 +1,6 @@
 // Gradient scaling for mixed precision: the fused unscale-and-check op, the
 // scale update op and GradScaler (PyTorch 1.13's torch.cuda.amp.GradScaler).
-#include <atomic>
-#include <cmath>
-
+// The ops' CPU kernels: backend/cpu/kernels/amp.cpp.
 #include "meshflow/amp.h"
 #include "meshflow/distributed/sbp_rules.h"
 #include "meshflow/ops/creation.h"
@@ -18,29 +16,7 @@ void check_one_element(const char* op, const char* name, const Tensor& t, DType 
            dtype_name(dtype), " tensor, got shape ", shape_str(t.sizes()), " and dtype ", dtype_name(t.dtype()));
 }
 
-// grad *= inv_scale; found_inf = 1 when grad held an inf or NaN. One pass.
-void unscale_kernel(const TensorList& in, TensorList& out, const Attrs&) {
-  const float inv_scale = *static_cast<const float*>(in[2].data_ptr());
-  std::atomic<bool> found{false};
-  optim::detail::FlatOperands flat;
-  dispatch_floating(out[0].dtype(), "amp_unscale", [&]<typename T>() {
-    using A = acc_type<T>;
-    T* __restrict g = flat.written<T>(out[0]);
-    const A s = A(inv_scale);
-    parallel_for(0, out[0].numel(), kGrainSize, [&](int64_t begin, int64_t end) {
-      int bad = 0;
-      for (int64_t i = begin; i < end; ++i) {
-        const A v = A(g[i]);
-        bad |= !(v - v == A(0));  // inf - inf and NaN - NaN are NaN
-        g[i] = T(v * s);
-      }
-      if (bad) found.store(true, std::memory_order_relaxed);
-    });
-  });
-  flat.write_back();
-  if (found.load()) *static_cast<float*>(in[1].data_ptr()) = 1.0f;
-}
-
+// grad *= inv_scale; found_inf = 1 when grad held an inf or NaN.
 MF_REGISTER_OP(OpDef{
     .name = "amp_unscale",
     .inputs = {"grad", "found_inf", "inv_scale"},
@@ -52,7 +28,6 @@ MF_REGISTER_OP(OpDef{
       check_one_element("amp_unscale", "inv_scale", in[2], kFloat32);
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = unscale_kernel,
     .differentiable = false,
     .inplace = true,
     .mutates = 0b10,  // found_inf
@@ -60,25 +35,8 @@ MF_REGISTER_OP(OpDef{
     .sbp = sbp::broadcast_only(),
 });
 
-void update_scale_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  float& scale = *static_cast<float*>(out[0].data_ptr());
-  int32_t& tracker = *static_cast<int32_t*>(in[1].data_ptr());
-  const float found_inf = *static_cast<const float*>(in[2].data_ptr());
-  if (found_inf != 0.0f) {
-    scale *= float(attrs.get_float("backoff_factor"));
-    tracker = 0;
-    return;
-  }
-  const int32_t successful = tracker + 1;
-  if (successful == attrs.get_int("growth_interval")) {
-    const float grown = scale * float(attrs.get_float("growth_factor"));
-    if (std::isfinite(grown)) scale = grown;
-    tracker = 0;
-  } else {
-    tracker = successful;
-  }
-}
-
+// The scale backs off after a step with found_inf, grows after
+// growth_interval steps without; growth_tracker counts them.
 MF_REGISTER_OP(OpDef{
     .name = "amp_update_scale",
     .inputs = {"scale", "growth_tracker", "found_inf"},
@@ -88,7 +46,6 @@ MF_REGISTER_OP(OpDef{
       check_one_element("amp_update_scale", "found_inf", in[2], kFloat32);
       return std::vector<TensorMeta>{{in[0].sizes(), in[0].dtype(), in[0].device()}};
     },
-    .cpu_kernel = update_scale_kernel,
     .differentiable = false,
     .inplace = true,
     .mutates = 0b10,  // growth_tracker

@@ -4,7 +4,7 @@
 // or NaN; amp_update_scale grows or backs off the scale in a one-element
 // walk. Both read their scalars (inv_scale, found_inf, the scale and the
 // growth tracker) on the device, so a scaled step reads nothing back. The
-// CPU keeps its own kernels.
+// CPU keeps its own kernels (backend/cpu/kernels/amp.cpp).
 #pragma once
 
 #include "backend/common/index_kernels.h"

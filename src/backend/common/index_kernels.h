@@ -28,9 +28,10 @@
 // indexing op on a device synchronises its stream once.
 //
 // The scans (cumsum, cumprod) are walks too, in scan_kernels.h. The CPU
-// keeps its own kernels for these ops, still set with the ops in src/ops/
-// (index.cpp, embedding.cpp, rearrange.cpp, advanced_index.cpp,
-// strided_view.cpp), which hold their schemas, inference and backward.
+// keeps its own kernels for these ops (backend/cpu/kernels/index_kernels.cpp,
+// embedding.cpp, scan.cpp); src/ops/ (index.cpp, embedding.cpp,
+// rearrange.cpp, advanced_index.cpp, strided_view.cpp, cumsum.cpp) holds
+// their schemas, inference and backward.
 #pragma once
 
 #include <algorithm>

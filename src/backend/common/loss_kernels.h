@@ -17,8 +17,7 @@
 //     weight and the class weights through pointers.
 // The pointwise losses (mse_loss, binary_cross_entropy_with_logits) are an
 // elementwise pass, and for "sum" and "mean" a float64 buffer of it summed.
-// The CPU keeps its fused one-pass kernels (src/ops/loss.cpp,
-// loss_pointwise.cpp).
+// The CPU keeps its fused one-pass kernels (backend/cpu/kernels/loss.cpp).
 #pragma once
 
 #include <string>

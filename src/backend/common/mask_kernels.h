@@ -1,7 +1,7 @@
 // nonzero, masked_select and masked_select_backward over a backend's walks
 // L (Note [Device index kernels] in index_kernels.h). The CPU keeps its own
-// kernels (src/ops/mask.cpp, which has the schemas, the backward and the
-// counting that sizes the output).
+// kernels (backend/cpu/kernels/mask.cpp; src/ops/mask.cpp has the schemas,
+// the backward and the counting that sizes the output).
 //
 // Note [Device mask kernels]: shape inference has counted the true
 // (non-zero) elements already (on a device with a reduction, Note

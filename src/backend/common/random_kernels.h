@@ -12,7 +12,7 @@
 // device's log, cos and sqrt). Each element computes its counter's words
 // itself.
 // The CPU keeps its own kernels, which compute the words of a batch of
-// counters side by side (src/ops/random.cpp, dropout.cpp).
+// counters side by side (backend/cpu/kernels/random.cpp, dropout.cpp).
 #pragma once
 
 #include <cmath>

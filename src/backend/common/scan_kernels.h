@@ -1,8 +1,8 @@
 // cumsum, cumprod and cumprod's backward over a backend's walks L (Note
 // [Device index kernels] in index_kernels.h): one thread per line along the
 // scanned dim, accumulating as the CPU's kernels do. The CPU keeps its own
-// blocked scans (src/ops/cumsum.cpp, which has the ops' schemas and
-// backward).
+// blocked scans (backend/cpu/kernels/scan.cpp; src/ops/cumsum.cpp has the
+// ops' schemas and backward).
 #pragma once
 
 #include "backend/common/index_kernels.h"

@@ -155,9 +155,9 @@ TEST(Random, CounterScheme) {
   }
 }
 
-// Note [Gamma sampling] (src/ops/gamma.cpp): element i reads only the
-// substreams of counter offset + i, so it is the one-element draw made from
-// that offset, whatever the other elements are.
+// Note [Gamma sampling] (src/backend/common/random_kernels.h): element i
+// reads only the substreams of counter offset + i, so it is the one-element
+// draw made from that offset, whatever the other elements are.
 TEST(Random, StandardGammaCounterScheme) {
   EXPECT_EQ(philox(5, 7), philox(5, 7, 0));
   EXPECT_NE(philox(5, 7), philox(5, 7, 1));

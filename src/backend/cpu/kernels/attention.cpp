@@ -15,9 +15,11 @@
 #include "meshflow/dtype.h"
 #include "meshflow/error.h"
 #include "meshflow/generator.h"
+#include "meshflow/op_def.h"
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/gemm.h"
 #include "backend/cpu/kernels/math.h"
+#include "ops/random_common.h"
 
 namespace mf::cpu {
 
@@ -406,5 +408,34 @@ void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k
                    static_cast<T*>(grad_v.data_ptr()));
   });
 }
+
+namespace {
+
+// The attrs of fused_attention and fused_attention_backward (src/ops/attention.cpp).
+AttentionArgs attention_args(const Attrs& attrs) {
+  AttentionArgs a;
+  a.scale = attrs.get_float("scale");
+  a.causal = attrs.get_bool("is_causal");
+  a.dropout_p = attrs.get_float("dropout_p");
+  if (a.dropout_p > 0.0) {
+    const random_detail::Stream stream = random_detail::stream_of(attrs);
+    a.seed = stream.seed, a.offset = stream.offset;
+  }
+  return a;
+}
+
+}  // namespace
+
+// inputs (query, key, value, attn_mask); outputs (out, lse).
+MF_REGISTER_KERNEL("fused_attention", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  attention_forward(in[0], in[1], in[2], in[3], attention_args(attrs), out[0], out[1]);
+});
+// inputs (grad_out, query, key, value, attn_mask, out, lse); outputs the
+// gradients of query, key and value.
+MF_REGISTER_KERNEL("fused_attention_backward", DeviceType::CPU,
+                   [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+                     attention_backward(in[0], in[1], in[2], in[3], in[4], in[5], in[6], attention_args(attrs),
+                                        out[0], out[1], out[2]);
+                   });
 
 }  // namespace mf::cpu

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "meshflow/cpu_blas.h"
+#include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/loops.h"
@@ -567,5 +568,15 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar 
       });
   }
 }
+
+// The matrix product ops (src/ops/matmul.cpp).
+MF_REGISTER_KERNEL("matmul", DeviceType::CPU,
+                   [](const TensorList& in, TensorList& out, const Attrs&) { matmul(in[0], in[1], out[0]); });
+// beta * t + alpha * (a @ b): out starts as t broadcast, unless beta is 0.
+MF_REGISTER_KERNEL("addmm", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Scalar beta = attrs.get_scalar("beta");
+  if (beta.to_double() != 0.0) copy_cast(out[0], in[0]);
+  matmul(in[1], in[2], out[0], attrs.get_scalar("alpha"), beta);
+});
 
 }  // namespace mf::cpu

@@ -1,5 +1,16 @@
-// Row gather/put loops of the indexing ops; see Note [Rows layout].
+// Row gather/put loops of the indexing ops (Note [Rows layout]), and the
+// indexing ops' CPU kernels.
 #include "backend/cpu/kernels/index_kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "backend/common/index_kernels.h"
+#include "backend/common/index_plan.h"
+#include "meshflow/op_def.h"
+#include "meshflow/ops/shape.h"
+#include "ops/index_common.h"
 
 namespace mf::cpu {
 namespace {
@@ -168,5 +179,349 @@ void put_rows(Tensor& x, int64_t num_pre, int64_t num_indexed, const std::vector
                                   offsets, value_offsets);
   });
 }
+
+// --- the indexing ops' kernels ------------------------------------------------------------
+// index_select, index_add, gather, scatter, scatter_add, scatter_reduce
+// (src/ops/index.cpp), index and index_put (src/ops/advanced_index.cpp),
+// as_strided_backward (src/ops/strided_view.cpp) and one_hot
+// (src/ops/rearrange.cpp).
+
+namespace {
+
+using index_detail::Reduce;
+using index_detail::reduce_of;
+using Geometry = index_kernels::StorageGeometry;
+using index_plan::IndexPlan;
+using index_plan::plan_view;
+using index_plan::rows_shape_of;
+
+Shape strides_without(const Tensor& t, int64_t dim) { return with_size(t.strides(), dim, 0); }
+
+enum class ScatterMode { Copy, Add, Fill };
+
+// Throws IndexError naming the first index outside [0, size).
+void check_indices(const Tensor& index, int64_t dim, int64_t size, const char* name) {
+  const int64_t* ip = index.numel() ? index.data<int64_t>() : nullptr;
+  StridedWalk<1> all(index.sizes(), {index.strides()});
+  parallel_for(0, all.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+    all.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t v = ip[o[0] + i * s[0]];
+        if (v < 0 || v >= size) [[unlikely]]
+          throw_index_out_of_range(name, v, dim, size);
+      }
+    });
+  });
+}
+
+// y = base (zeros when base is null), then y[... index[i] ...] = src[i] (+=
+// for Add; fill for Fill). Every index is checked before the first write.
+// Lines along dim run on one thread, in order, so repeated indices never
+// race and the last write wins.
+void scatter_into(Tensor& y, const Tensor* base, const Tensor& full_index, const Tensor* src, int64_t dim,
+                  ScatterMode mode, Scalar fill, const char* name) {
+  const int64_t size = y.sizes()[size_t(dim)];
+  // An index (and src) expanded along dim (stride 0) writes one element
+  // `repeats` times: once for a copy or fill, its value times repeats for an
+  // add (only for huge repeats, where iterating could never finish; smaller
+  // ones add one by one, in PyTorch's order).
+  Tensor index = full_index;
+  int64_t repeats = 1;
+  if (index.dim() > 0 && index.strides()[size_t(dim)] == 0 && index.sizes()[size_t(dim)] > 1 &&
+      (!src || src->strides()[size_t(dim)] == 0) &&
+      (mode != ScatterMode::Add || index.sizes()[size_t(dim)] > (int64_t(1) << 20))) {
+    repeats = index.sizes()[size_t(dim)];
+    index = make_view(index, with_size(index.sizes(), dim, 1), index.strides(), index.storage_offset());
+  }
+  const int64_t* ip = index.numel() ? index.data<int64_t>() : nullptr;
+  check_indices(index, dim, size, name);
+  if (base) {
+    copy_cast(y, *base);
+  } else if (y.numel() > 0) {
+    char* p = static_cast<char*>(y.data_ptr());  // zero bits are 0 in every dtype
+    const int64_t bytes = y.numel() * int64_t(y.element_size());
+    parallel_for(0, bytes, 1 << 20, [&](int64_t b, int64_t e) { std::memset(p + b, 0, size_t(e - b)); });
+  }
+  if (index.numel() == 0) return;
+  const int64_t line = index.sizes()[size_t(dim)];
+  const int64_t index_step = index.strides()[size_t(dim)], out_step = y.strides()[size_t(dim)];
+  const int64_t src_step = src ? src->strides()[size_t(dim)] : 0;
+  StridedWalk<3> lines(with_size(index.sizes(), dim, 1),
+                       {index.strides(), strides_without(y, dim), src ? src->strides() : Shape(size_t(y.dim()), 0)});
+  dispatch_dtype(y.dtype(), [&]<typename T>() {
+    T* yp = static_cast<T*>(y.data_ptr());
+    const T* sp = src ? static_cast<const T*>(src->data_ptr()) : nullptr;
+    const T fill_value = fill.to<T>();
+    parallel_for(0, lines.numel(), std::max<int64_t>(1, kGrainSize / line), [&](int64_t b, int64_t e) {
+      lines.runs(b, e, {0, 0, 0}, [&](const auto& o, const auto& s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t* il = ip + o[0] + i * s[0];
+          T* yl = yp + o[1] + i * s[1];
+          for (int64_t k = 0; k < line; ++k) {
+            T& dst = yl[il[k * index_step] * out_step];
+            if (mode == ScatterMode::Fill) {
+              dst = fill_value;
+            } else {
+              const T v = sp[o[2] + i * s[2] + k * src_step];
+              if (mode == ScatterMode::Copy) dst = v;
+              else if constexpr (std::is_same_v<T, bool>) dst = dst || v;
+              else if constexpr (std::is_integral_v<T>)  // wraps, as repeated adds would
+                dst = T(uint64_t(int64_t(dst)) + uint64_t(int64_t(v)) * uint64_t(repeats));
+              else dst = T(acc_type<T>(dst) + acc_type<T>(v) * acc_type<T>(repeats));
+            }
+          }
+        }
+      });
+    });
+  });
+}
+
+KernelFn scatter_kernel(ScatterMode mode, const char* name) {
+  return [mode, name](const TensorList& in, TensorList& out, const Attrs& attrs) {
+    const int64_t dim = wrap_dim(attrs.get_int("dim"), out[0].dim(), name);
+    const Scalar fill = mode == ScatterMode::Fill ? attrs.get_scalar("value") : Scalar(0);
+    scatter_into(out[0], &in[0], in[1], mode == ScatterMode::Fill ? nullptr : &in[2], dim, mode, fill, name);
+  };
+}
+
+template <typename T>
+T combine(Reduce r, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return r == Reduce::Prod || r == Reduce::Amin ? (a && b) : (a || b);
+  } else {
+    using A = acc_type<T>;
+    const A x = A(a), y = A(b);
+    switch (r) {
+      case Reduce::Prod: return T(x * y);
+      case Reduce::Amax: return (y != y || y > x) ? b : a;  // NaN in b wins; NaN in a stays
+      case Reduce::Amin: return (y != y || y < x) ? b : a;
+      default:
+        if constexpr (std::is_integral_v<T>) return T(uint64_t(int64_t(a)) + uint64_t(int64_t(b)));  // wraps
+        else return T(x + y);
+    }
+  }
+}
+
+template <typename T>
+T identity_of(Reduce r) {
+  if (r == Reduce::Prod) return T(1);
+  if (r != Reduce::Amax && r != Reduce::Amin) return T(0);
+  const bool low = r == Reduce::Amax;
+  if constexpr (std::is_integral_v<T>) {
+    return low ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  } else {  // float, double, Half, BFloat16
+    const double inf = std::numeric_limits<double>::infinity();
+    return T(low ? -inf : inf);
+  }
+}
+
+// Note [scatter_reduce] in src/ops/index.cpp. Lines along dim run on one
+// thread, in order, so the result does not depend on the thread count.
+void scatter_reduce_into(Tensor& y, const Tensor& self, const Tensor& index, const Tensor& src, int64_t dim,
+                         Reduce reduce, bool include_self) {
+  check_indices(index, dim, y.sizes()[size_t(dim)], "scatter_reduce");
+  copy_cast(y, self);
+  if (index.numel() == 0) return;
+  const int64_t* ip = index.data<int64_t>();
+  const int64_t line = index.sizes()[size_t(dim)];
+  const int64_t index_step = index.strides()[size_t(dim)], out_step = y.strides()[size_t(dim)];
+  const int64_t src_step = src.strides()[size_t(dim)];
+  StridedWalk<3> lines(with_size(index.sizes(), dim, 1), {index.strides(), strides_without(y, dim), src.strides()});
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / line);
+  // Visits every (output element, src element) pair, line by line.
+  auto each = [&](auto&& visit) {
+    parallel_for(0, lines.numel(), grain, [&](int64_t b, int64_t e) {
+      lines.runs(b, e, {0, 0, 0}, [&](const auto& o, const auto& s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t k = 0; k < line; ++k)
+            visit(o[1] + i * s[1] + ip[o[0] + i * s[0] + k * index_step] * out_step, o[2] + i * s[2] + k * src_step);
+      });
+    });
+  };
+  // How many src values each output element receives (y is the op's own
+  // contiguous output, so its offsets index this vector).
+  std::vector<int64_t> counts;
+  if (reduce == Reduce::Mean || !include_self) {
+    counts.assign(size_t(y.numel()), 0);
+    each([&](int64_t at, int64_t) { ++counts[size_t(at)]; });
+  }
+  dispatch_dtype(y.dtype(), [&]<typename T>() {
+    T* yp = static_cast<T*>(y.data_ptr());
+    const T* sp = static_cast<const T*>(src.data_ptr());
+    if (!include_self) {
+      const T start = identity_of<T>(reduce);
+      for (size_t at = 0; at < counts.size(); ++at)
+        if (counts[at] > 0) yp[at] = start;
+    }
+    each([&](int64_t at, int64_t from) { yp[at] = combine(reduce, yp[at], sp[from]); });
+    if (reduce != Reduce::Mean) return;
+    if constexpr (!std::is_same_v<T, bool>) {
+      for (size_t at = 0; at < counts.size(); ++at) {
+        const int64_t n = counts[at] + (include_self ? 1 : 0);
+        if (counts[at] == 0 || n == 1) continue;
+        if constexpr (std::is_integral_v<T>) {
+          const int64_t v = int64_t(yp[at]);
+          yp[at] = T(v / n - ((v % n != 0) && ((v < 0) != (n < 0)) ? 1 : 0));  // floor division
+        } else {
+          yp[at] = T(acc_type<T>(yp[at]) / acc_type<T>(n));
+        }
+      }
+    }
+  });
+}
+
+// Note [Index plan] in src/ops/advanced_index.cpp: the offsets of the rows
+// the index tensors pick in the plan's view.
+std::vector<int64_t> plan_offsets(const Tensor& view, const IndexPlan& p, const TensorList& idx, const char* op) {
+  const size_t k = idx.size(), np = size_t(p.num_pre);
+  Shape sizes(k), strides(k), dims(k);
+  for (size_t j = 0; j < k; ++j) {
+    sizes[j] = view.sizes()[np + j];
+    strides[j] = view.strides()[np + j];
+    dims[j] = p.src_dims[np + j];
+  }
+  return row_offsets(idx, sizes, strides, dims, /*wrap=*/true, op);
+}
+
+// Calls fn(flat index, storage position) for every element of g (serially).
+template <typename F>
+void for_each_position(const Geometry& g, const F& fn) {
+  StridedWalk<2> walk(g.size, {contiguous_strides(g.size), g.stride});
+  walk.runs(0, walk.numel(), {0, g.offset}, [&](const auto& o, const auto& s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) fn(o[0] + i * s[0], o[1] + i * s[1]);
+  });
+}
+
+}  // namespace
+
+MF_REGISTER_KERNEL("index_select", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), "index_select");
+  auto offsets =
+      row_offsets({in[1]}, {x.sizes()[size_t(dim)]}, {x.strides()[size_t(dim)]}, {dim}, false, "index_select");
+  gather_rows(x, dim, 1, offsets, out[0]);
+});
+MF_REGISTER_KERNEL("index_add", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  int64_t dim = wrap_dim(attrs.get_int("dim"), y.dim(), "index_add");
+  auto offsets = row_offsets({in[1]}, {y.sizes()[size_t(dim)]}, {y.strides()[size_t(dim)]}, {dim}, false, "index_add");
+  copy_cast(y, in[0]);
+  put_rows(y, dim, 1, offsets, {in[1].numel()}, in[2], true);
+});
+MF_REGISTER_KERNEL("gather", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor &x = in[0], &index = in[1];
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), "gather");
+  const int64_t size = x.sizes()[size_t(dim)], stride = x.strides()[size_t(dim)];
+  StridedWalk<3> walk(index.sizes(), {out[0].strides(), index.strides(), strides_without(x, dim)});
+  const int64_t* ip = index.data_ptr() ? index.data<int64_t>() : nullptr;
+  dispatch_itemsize(x.element_size(), [&]<typename E>() {
+    const E* xp = static_cast<const E*>(x.data_ptr());
+    E* op = static_cast<E*>(out[0].data_ptr());
+    parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+      walk.runs(b, e, {0, 0, 0}, [&](const auto& o, const auto& s, int64_t n) {
+        const int64_t* il = ip + o[1];
+        const E* xl = xp + o[2];
+        E* ol = op + o[0];
+        auto check = [&](int64_t v) {
+          if (uint64_t(v) >= uint64_t(size)) [[unlikely]]
+            throw_index_out_of_range("gather", v, dim, size);
+        };
+        if (s[0] == 1 && s[1] == 1) {  // contiguous output and index (cross entropy's case)
+          for (int64_t i = 0; i < n; ++i) check(il[i]);
+          for (int64_t i = 0; i < n; ++i) ol[i] = xl[i * s[2] + il[i] * stride];
+          return;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t v = il[i * s[1]];
+          check(v);
+          ol[i * s[0]] = xl[i * s[2] + v * stride];
+        }
+      });
+    });
+  });
+});
+// zeros of the input's shape, grad added at index (scatter_add into zeros,
+// without reading a tensor of zeros).
+MF_REGISTER_KERNEL("gather_backward", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), out[0].dim(), "gather_backward");
+  scatter_into(out[0], nullptr, in[1], &in[0], dim, ScatterMode::Add, Scalar(0), "gather_backward");
+});
+MF_REGISTER_KERNEL("scatter", DeviceType::CPU, scatter_kernel(ScatterMode::Copy, "scatter"));
+MF_REGISTER_KERNEL("scatter_value", DeviceType::CPU, scatter_kernel(ScatterMode::Fill, "scatter"));
+MF_REGISTER_KERNEL("scatter_add", DeviceType::CPU, scatter_kernel(ScatterMode::Add, "scatter_add"));
+MF_REGISTER_KERNEL("scatter_reduce", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), out[0].dim(), "scatter_reduce");
+  scatter_reduce_into(out[0], in[0], in[1], in[2], dim, reduce_of(attrs.get_string("reduce")),
+                      attrs.get_bool("include_self"));
+});
+MF_REGISTER_KERNEL("index", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  IndexPlan p = IndexPlan::from(attrs);
+  Tensor view = plan_view(in[0], p);
+  const TensorList idx(in.begin() + 1, in.end());
+  gather_rows(view, p.num_pre, int64_t(idx.size()), plan_offsets(view, p, idx, "index"), out[0]);
+});
+MF_REGISTER_KERNEL("index_put", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  IndexPlan p = IndexPlan::from(attrs);
+  const TensorList idx(in.begin() + 2, in.end());
+  if (!out[0].is_same(in[0])) copy_cast(out[0], in[0]);
+  Tensor view = plan_view(out[0], p);
+  // Every index is checked (plan_offsets throws) before the first write.
+  std::vector<int64_t> offsets = plan_offsets(view, p, idx, "index_put_");
+  put_rows(view, p.num_pre, int64_t(idx.size()), offsets, rows_shape_of(idx, "index_put_"), in[1],
+           attrs.get_bool("accumulate"));
+});
+// Note [as_strided gradient] in src/ops/strided_view.cpp.
+MF_REGISTER_KERNEL("as_strided_backward", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& a) {
+  const Geometry src = Geometry::of(a, "src"), dst = Geometry::of(a, "dst");
+  Tensor& o = out[0];
+  if (o.numel() == 0) return;
+  Tensor g = contiguous(in[0].detach());
+  dispatch_floating(o.dtype(), "as_strided_backward", [&]<typename T>() {
+    using A = acc_type<T>;
+    T* op = static_cast<T*>(o.data_ptr());
+    if (g.numel() == 0) {
+      std::fill(op, op + o.numel(), T(0));
+      return;
+    }
+    auto [lo, hi] = dst.range();
+    auto [src_lo, src_hi] = src.range();
+    lo = std::min(lo, src_lo);
+    hi = std::max(hi, src_hi);
+    std::vector<A> buffer(size_t(hi - lo + 1), A(0));
+    std::vector<int32_t> count(buffer.size(), 0);
+    const T* gp = static_cast<const T*>(g.data_ptr());
+    for_each_position(src, [&](int64_t i, int64_t p) { buffer[size_t(p - lo)] += A(gp[i]); });
+    for_each_position(a.get_bool("divide_by_dst") ? dst : src, [&](int64_t, int64_t p) { count[size_t(p - lo)]++; });
+    for (size_t p = 0; p < buffer.size(); ++p)
+      if (count[p] > 1) buffer[p] /= A(count[p]);
+    for_each_position(dst, [&](int64_t i, int64_t p) { op[i] = T(buffer[size_t(p - lo)]); });
+  });
+});
+MF_REGISTER_KERNEL("one_hot", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const int64_t classes = attrs.get_int("num_classes");
+  int64_t* y = out[0].numel() ? out[0].data<int64_t>() : nullptr;
+  const int64_t* xp = x.numel() ? x.data<int64_t>() : nullptr;
+  StridedWalk<1> walk(x.sizes(), {x.strides()});
+  // Every class is checked before the first write.
+  parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+    walk.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t c = xp[o[0] + i * s[0]];
+        MF_CHECK(c >= 0, IndexError, "one_hot: class values must be non-negative, got ", c);
+        MF_CHECK(c < classes, IndexError, "one_hot: class value ", c, " must be smaller than num_classes (",
+                 classes, ")");
+      }
+    });
+  });
+  if (out[0].numel() == 0) return;
+  std::memset(y, 0, size_t(out[0].numel()) * sizeof(int64_t));
+  parallel_for(0, walk.numel(), kGrainSize, [&](int64_t b, int64_t e) {
+    int64_t flat = b;
+    walk.runs(b, e, {0}, [&](const auto& o, const auto& s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i, ++flat) y[flat * classes + xp[o[0] + i * s[0]]] = 1;
+    });
+  });
+});
 
 }  // namespace mf::cpu

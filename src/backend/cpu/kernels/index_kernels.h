@@ -95,6 +95,12 @@ inline Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   return s;
 }
 
+// s with entry dim set to size.
+inline Shape with_size(Shape s, int64_t dim, int64_t size) {
+  s[size_t(dim)] = size;
+  return s;
+}
+
 [[noreturn]] void throw_index_out_of_range(const char* op, int64_t index, int64_t dim, int64_t size);
 
 // Element offsets of the rows picked by int64 index tensors of one shape:

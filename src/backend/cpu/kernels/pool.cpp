@@ -18,9 +18,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/onednn.h"
+#include "ops/conv_common.h"
 
 namespace mf::cpu {
 namespace {
@@ -512,4 +514,53 @@ void adaptive_max_pool_forward(const Tensor& x, Tensor& y, Tensor& indices) {
                     [&]<typename T>() { max_forward<T>(x, y, indices, kDense, adaptive_window); });
 }
 
+namespace {
+
+// The pooling ops' attrs (src/ops/pool.cpp) as kernel parameters.
+PoolParams params_of(const Attrs& a) {
+  PoolParams out;
+  conv_detail::set_spatial(out.kernel, a.get_shape("kernel_size"));
+  conv_detail::set_spatial(out.stride, a.get_shape("stride"));
+  conv_detail::set_spatial(out.padding, a.get_shape("padding"));
+  conv_detail::set_spatial(out.dilation, a.get_shape("dilation"));
+  out.count_include_pad = a.get_bool("count_include_pad");
+  return out;
+}
+
+// The ops of both ranks (max_pool2d and max_pool3d, ...) share their kernels.
+[[maybe_unused]] const bool kRegistered = [] {
+  OpRegistry& r = OpRegistry::instance();
+  constexpr DeviceType kCpu = DeviceType::CPU;
+  for (const std::string spatial : {"2d", "3d"}) {
+    r.set_kernel("max_pool" + spatial, kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      max_pool_forward(in[0], out[0], out[1], params_of(attrs));
+    });
+    r.set_kernel("avg_pool" + spatial, kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+      avg_pool_forward(in[0], out[0], params_of(attrs));
+    });
+    r.set_kernel("avg_pool" + spatial + "_backward", kCpu,
+                 [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+                   avg_pool_backward(in[0], out[0], params_of(attrs));
+                 });
+    r.set_kernel("adaptive_avg_pool" + spatial, kCpu,
+                 [](const TensorList& in, TensorList& out, const Attrs&) { adaptive_avg_pool_forward(in[0], out[0]); });
+    r.set_kernel("adaptive_avg_pool" + spatial + "_backward", kCpu,
+                 [](const TensorList& in, TensorList& out, const Attrs&) {
+                   adaptive_avg_pool_backward(in[0], out[0]);
+                 });
+  }
+  r.set_kernel("adaptive_max_pool2d", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    adaptive_max_pool_forward(in[0], out[0], out[1]);
+  });
+  // The max pools' gradient scatter and its adjoint, for any rank.
+  r.set_kernel("max_pool2d_scatter", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    max_pool_scatter(in[0], in[1], out[0]);
+  });
+  r.set_kernel("max_pool2d_gather", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
+    max_pool_gather(in[0], in[1], out[0]);
+  });
+  return true;
+}();
+
+}  // namespace
 }  // namespace mf::cpu

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 
@@ -211,4 +212,33 @@ void resample_backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<R
                     [&]<typename T>() { resample_passes<T>(grad_y, grad_x, axes, true); });
 }
 
+namespace {
+
+// The kernels of resampling op `op` (upsample_*, *_pad) and of its
+// _backward, with the maps of their attrs (resample_plan::op_axes, defined
+// with the ops in src/ops/resample.cpp).
+KernelFn forward_kernel(const std::string& op) {
+  return [op](const TensorList& in, TensorList& out, const Attrs& a) {
+    if (out[0].numel() == 0) return;  // an empty batch: no maps (their sizes may be huge)
+    resample_forward(in[0], out[0], resample_plan::op_axes(op, in, out, a));
+  };
+}
+
+KernelFn backward_kernel(const std::string& op) {
+  return [op](const TensorList& in, TensorList& out, const Attrs& a) {
+    if (out[0].numel() == 0) return;
+    resample_backward(in[0], out[0], resample_plan::op_axes(op, in, out, a));
+  };
+}
+
+[[maybe_unused]] const bool kRegistered = [] {
+  for (const std::string op : {"upsample_nearest", "upsample_nearest_exact", "upsample_linear", "upsample_bicubic2d",
+                               "reflection_pad", "replication_pad", "circular_pad"}) {
+    OpRegistry::instance().set_kernel(op, DeviceType::CPU, forward_kernel(op));
+    OpRegistry::instance().set_kernel(op + "_backward", DeviceType::CPU, backward_kernel(op + "_backward"));
+  }
+  return true;
+}();
+
+}  // namespace
 }  // namespace mf::cpu

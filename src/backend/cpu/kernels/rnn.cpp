@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "meshflow/error.h"
+#include "meshflow/op_def.h"
 #include "meshflow/ops/creation.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
@@ -157,5 +158,24 @@ void rnn_backward(RnnMode mode, bool reverse, bool need_input, const RnnSteps& s
                   TensorList& out) {
   dispatch_rnn_dtype(in[0].dtype(), [&]<typename T>() { backward_impl<T>(mode, reverse, need_input, steps, in, out); });
 }
+
+namespace {
+
+// The ops of src/ops/rnn.cpp: rnn_layer (inputs (x, h0, c0, w_ih, w_hh,
+// b_ih, b_hh); outputs (y, h_n, c_n, workspace)) and rnn_layer_backward.
+void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  rnn_forward(rnn_mode(attrs.get_string("mode")), attrs.get_bool("reverse"),
+              rnn_steps(in[0].sizes(), attrs.get_shape("batch_sizes")), in, out);
+}
+
+void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  rnn_backward(rnn_mode(attrs.get_string("mode")), attrs.get_bool("reverse"), attrs.get_bool("need_input"),
+               rnn_steps(in[0].sizes(), attrs.get_shape("batch_sizes")), in, out);
+}
+
+}  // namespace
+
+MF_REGISTER_KERNEL("rnn_layer", DeviceType::CPU, forward_kernel);
+MF_REGISTER_KERNEL("rnn_layer_backward", DeviceType::CPU, backward_kernel);
 
 }  // namespace mf::cpu
