@@ -291,8 +291,9 @@ void Executable::lower() {
         step.outputs.push_back(tensors_[size_t(id)]);
       }
     }
-    if (const int64_t offset = plan_.scratch_offsets[size_t(&node - graph_.nodes().data())]; offset >= 0) {
-      const int64_t bytes = plan_.scratch_bytes[size_t(&node - graph_.nodes().data())];
+    const size_t index = size_t(&node - graph_.nodes().data());
+    if (const int64_t offset = plan_.scratch_offsets[index]; offset >= 0) {
+      const int64_t bytes = plan_.scratch_bytes[index];
       auto storage = std::make_shared<StorageImpl>(static_cast<char*>(arena_.data_ptr()) + offset, size_t(bytes),
                                                    arena_.device(), [](void*) {}, nullptr);
       step.outputs.push_back(
@@ -307,7 +308,7 @@ void Executable::lower() {
              " runs on the CPU only, but its values are on ", device);
     step.kernel = node.fused ? fused_kernel(node.fused) : node.op->kernels[size_t(device.type())];
     MF_CHECK(bool(step.kernel), Error, node.op->name, ": no kernel for device ", device);
-    step_of[size_t(&node - graph_.nodes().data())] = int32_t(steps_.size());
+    step_of[index] = int32_t(steps_.size());
     steps_.push_back(std::move(step));
   }
   // Note [Overlapping communication]: each collective gets a slot that its

@@ -47,6 +47,7 @@
 #include "backend/common/reduce_ops.h"
 #include "backend/common/scratch.h"
 #include "meshflow/checked_size.h"
+#include "ops/index_common.h"
 
 namespace mf {
 
@@ -391,15 +392,9 @@ void embedding_backward(const TensorList& in, TensorList& out, const Attrs& attr
 // amin. Sums and products may round differently from run to run, as
 // PyTorch's CUDA scatter_reduce.
 
-enum class Reduce { Sum, Prod, Mean, Amax, Amin };
-
-inline Reduce reduce_of(const std::string& r) {
-  if (r == "prod") return Reduce::Prod;
-  if (r == "mean") return Reduce::Mean;
-  if (r == "amax") return Reduce::Amax;
-  if (r == "amin") return Reduce::Amin;
-  return Reduce::Sum;
-}
+// The reduce argument, as the op checked it (ops/index_common.h).
+using index_detail::Reduce;
+using index_detail::reduce_of;
 
 template <typename M, typename T>
 struct CombineWith {
