@@ -8,6 +8,7 @@
 #                                  2. builds meshflow._C for that machine's python3 (its pybind11)
 #                                     against the packed libmeshflow, then runs every device-generic
 #                                     Python test on "cuda" (pytest -k cuda), against the CPU;
+#                                     and dist_scripts/cuda_placements.py (NCCL, a world of 1);
 #                                  3. bench/train_step.py --device cuda --amp: a GPT training step
 #                                     under bfloat16 autocast against that machine's PyTorch;
 #                                  and prints a summary.
@@ -77,6 +78,15 @@ case "${1:-}" in
         tee "$logs/pytest.log" || true
       summary+=("pytest -k cuda: $(grep -E '(passed|failed|error)' "$logs/pytest.log" | tail -1)")
       if ! grep -qE '[0-9]+ passed' "$logs/pytest.log" || grep -qE '[0-9]+ (failed|error)' "$logs/pytest.log"; then
+        failed=1
+      fi
+      # The global view on a CUDA placement of one rank: NCCL's group of one, DDP and graph mode.
+      if (cd "$root/tests/python/dist_scripts" && PYTHONPATH="$root/python" timeout 120 \
+            python3 cuda_placements.py 2>&1) | tee "$logs/placements.log" && grep -q 'cuda placements OK' \
+            "$logs/placements.log"; then
+        summary+=("cuda placements (NCCL, world of 1): OK")
+      else
+        summary+=("cuda placements (NCCL, world of 1): FAILED (see placements.log)")
         failed=1
       fi
       # 3. A GPT step under bfloat16 autocast against this machine's PyTorch.

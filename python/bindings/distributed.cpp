@@ -144,6 +144,7 @@ void init_distributed(py::module_& parent) {
   init_pipelining(m);
 
   m.def("world", &distributed::world, py::return_value_policy::reference, release_gil());
+  m.def("device_group", &distributed::device_group, py::arg("ranks"), py::arg("device"), release_gil());
   m.def("_set_test_comm_delay", &distributed::set_test_comm_delay, py::arg("kind"), py::arg("seconds"));
   m.def("get_rank", &distributed::get_rank, release_gil());
   m.def("get_world_size", &distributed::get_world_size, release_gil());

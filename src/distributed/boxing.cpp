@@ -6,6 +6,7 @@
 
 #include "distributed/comm_ops.h"
 #include "meshflow/autograd.h"
+#include "meshflow/backend.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/error.h"
 #include "meshflow/ops/creation.h"
@@ -190,7 +191,7 @@ Tensor all_to_all_dims(const AxisGroup& g, const Tensor& local, int64_t i, int64
     recv_shape[size_t(j)] = mje - mjb;
     recv_counts.push_back(shape_numel(recv_shape));
   }
-  Tensor in = send.empty() ? empty({0}, {.dtype = local.dtype()}) : cat(send, 0);
+  Tensor in = send.empty() ? empty({0}, {.dtype = local.dtype(), .device = local.device()}) : cat(send, 0);
   Tensor out = reshape(comm_all_to_all(reshape(in, {-1, 1}), g.ranks, send_counts, recv_counts), {-1});
   // Blocks arrive in comm order, each laid out dim i first; put them in
   // coordinate order along dim i.
@@ -240,7 +241,7 @@ Tensor transition(const Tensor& local, const Shape& global, const Placement& p, 
       auto [b, e] = split_range(n, g.size, g.index);
       Shape full = local.shape();
       full[size_t(from.axis())] = n;
-      out = zeros(full, {.dtype = local.dtype()});
+      out = zeros(full, {.dtype = local.dtype(), .device = local.device()});
       Tensor window = narrow(out, from.axis(), b, e - b);
       copy_(window, local);
     }
@@ -257,6 +258,16 @@ Tensor transition(const Tensor& local, const Shape& global, const Placement& p, 
   return out;
 }
 
+}  // namespace
+
+Device local_device(const Placement& placement) {
+  if (placement.type() == DeviceType::CPU) return Device();
+  const int count = has_backend(placement.type()) ? get_backend(placement.type()).device_count() : 0;
+  return Device(placement.type(), count > 0 ? get_local_rank() % count : 0);
+}
+
+namespace {
+
 // The full value moves from the source placement's first rank to the
 // target's ranks that are not in the source.
 Tensor change_placement(const Tensor& full, const Shape& global, DType dtype, const Placement& from_p,
@@ -266,7 +277,7 @@ Tensor change_placement(const Tensor& full, const Shape& global, DType dtype, co
   for (int r : to_p.ranks()) {
     if (from_p.contains(r)) continue;
     if (me == root) comm_send(full, r, 17);
-    if (me == r) return comm_recv(global, dtype, root, 17);
+    if (me == r) return comm_recv(global, dtype, root, 17, local_device(to_p));
   }
   return to_p.contains(me) ? full : Tensor();
 }

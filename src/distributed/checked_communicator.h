@@ -70,6 +70,8 @@ class CheckedCommunicator : public Communicator {
   virtual std::shared_ptr<Communicator> create_subgroup(const std::vector<int>& ranks) = 0;
   // The largest tag send/recv accept.
   virtual int max_tag() const = 0;
+  // Where the tensors of this group's calls live (NCCL groups: CUDA).
+  virtual DeviceType tensor_device_type() const { return DeviceType::CPU; }
 
  private:
   void check_point_to_point(const char* name, const Tensor& t, int peer, int tag);

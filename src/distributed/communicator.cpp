@@ -1,6 +1,7 @@
 // The argument checks shared by every backend, the single-process
 // communicator, and the choice of the world group.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -54,9 +55,10 @@ namespace {
 
 std::string format_counts(const std::vector<int64_t>& counts) { return format_list(counts); }
 
-void check_tensor(const char* op, const char* arg, const Tensor& t) {
+void check_tensor(const char* op, const char* arg, const Tensor& t, DeviceType type) {
   MF_CHECK(t.defined(), ValueError, op, ": ", arg, " is an undefined tensor");
-  MF_CHECK(t.device().is_cpu(), ValueError, op, ": ", arg, " must be a CPU tensor, got device ", t.device().str());
+  MF_CHECK(t.device().type() == type, ValueError, op, ": ", arg, " must be a ", device_type_name(type),
+           " tensor for this group, got device ", t.device().str());
   MF_CHECK(t.is_contiguous(), ValueError, op, ": ", arg,
            " must be contiguous (call .contiguous() first), got a tensor of shape ", shape_str(t.sizes()));
 }
@@ -95,16 +97,18 @@ void check_peer(const char* op, const char* arg, int peer, const Communicator& c
 
 }  // namespace
 
-void CheckedCommunicator::check_all_reduce(const Tensor& t) { check_tensor("all_reduce", "tensor", t); }
+void CheckedCommunicator::check_all_reduce(const Tensor& t) {
+  check_tensor("all_reduce", "tensor", t, tensor_device_type());
+}
 
 void CheckedCommunicator::check_broadcast(const Tensor& t, int root) {
-  check_tensor("broadcast", "tensor", t);
+  check_tensor("broadcast", "tensor", t, tensor_device_type());
   check_peer("broadcast", "root", root, *this);
 }
 
 void CheckedCommunicator::check_all_gather(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts) {
-  check_tensor("all_gather", "input", in);
-  check_tensor("all_gather", "output", out);
+  check_tensor("all_gather", "input", in, tensor_device_type());
+  check_tensor("all_gather", "output", out, tensor_device_type());
   check_same_dtype("all_gather", in, out);
   int64_t total = check_counts("all_gather", "counts", counts, size());
   check_rows("all_gather", "input", in, counts[size_t(rank())], "counts[rank]");
@@ -114,8 +118,8 @@ void CheckedCommunicator::check_all_gather(const Tensor& in, const Tensor& out, 
 
 void CheckedCommunicator::check_reduce_scatter(const Tensor& in, const Tensor& out,
                                                const std::vector<int64_t>& counts) {
-  check_tensor("reduce_scatter", "input", in);
-  check_tensor("reduce_scatter", "output", out);
+  check_tensor("reduce_scatter", "input", in, tensor_device_type());
+  check_tensor("reduce_scatter", "output", out, tensor_device_type());
   check_same_dtype("reduce_scatter", in, out);
   int64_t total = check_counts("reduce_scatter", "counts", counts, size());
   check_rows("reduce_scatter", "input", in, total, "sum(counts)");
@@ -125,8 +129,8 @@ void CheckedCommunicator::check_reduce_scatter(const Tensor& in, const Tensor& o
 
 void CheckedCommunicator::check_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts,
                                            const Tensor& out, const std::vector<int64_t>& recv_counts) {
-  check_tensor("all_to_all", "input", in);
-  check_tensor("all_to_all", "output", out);
+  check_tensor("all_to_all", "input", in, tensor_device_type());
+  check_tensor("all_to_all", "output", out, tensor_device_type());
   check_same_dtype("all_to_all", in, out);
   int64_t sent = check_counts("all_to_all", "send_counts", send_counts, size());
   int64_t received = check_counts("all_to_all", "recv_counts", recv_counts, size());
@@ -251,7 +255,7 @@ std::shared_ptr<Work> CheckedCommunicator::barrier_async() {
 void CheckedCommunicator::check_point_to_point(const char* name, const Tensor& t, int peer, int tag) {
   const bool sends = name[0] == 'i' ? name[1] == 's' : name[0] == 's';
   const char* arg = sends ? "dst" : "src";
-  check_tensor(name, "tensor", t);
+  check_tensor(name, "tensor", t, tensor_device_type());
   check_peer(name, arg, peer, *this);
   MF_CHECK(peer != rank(), ValueError, name, ": ", arg, " must be another rank, got this rank (", peer, ")");
   MF_CHECK(tag >= 0 && tag <= max_tag(), ValueError, name, ": tag must be in [0, ", max_tag(), "], got ", tag);
@@ -355,6 +359,32 @@ std::unique_ptr<Communicator> make_single_communicator() { return std::make_uniq
 Communicator& world() {
   static std::unique_ptr<Communicator> comm = started_by_mpi() ? make_mpi_world() : make_single_communicator();
   return *comm;
+}
+
+namespace {
+std::mutex& device_groups_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::array<DeviceGroupFactory, kNumDeviceTypes>& device_group_factories() {
+  static std::array<DeviceGroupFactory, kNumDeviceTypes> factories;
+  return factories;
+}
+}  // namespace
+
+void register_device_groups(DeviceType type, DeviceGroupFactory factory) {
+  std::lock_guard<std::mutex> lock(device_groups_mutex());
+  device_group_factories()[size_t(type)] = std::move(factory);
+}
+
+std::shared_ptr<Communicator> device_group(const std::vector<int>& world_ranks, const Device& device) {
+  if (device.is_cpu()) return world().subgroup(world_ranks);
+  DeviceGroupFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(device_groups_mutex());
+    factory = device_group_factories()[size_t(device.type())];
+  }
+  return factory ? factory(world_ranks, device.index()) : nullptr;
 }
 
 int get_rank() { return world().rank(); }

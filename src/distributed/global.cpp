@@ -3,11 +3,13 @@
 #include "distributed/checked_communicator.h"
 
 #include "meshflow/autograd.h"
+#include "meshflow/backend.h"
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
 #include "meshflow/error.h"
 #include "meshflow/graph/trace.h"
 #include "meshflow/ops/creation.h"
+#include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape.h"
 
 namespace mf {
@@ -104,7 +106,9 @@ std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member
 
 Tensor make_global(Tensor local, const Shape& global_shape, DType dtype, const Placement& placement,
                    const NdSbp& sbp) {
-  Tensor g = make_meta(global_shape, dtype);
+  // Its device is a member's local device (Note [Local devices]), so that
+  // what is made like it (gradient seeds and zero fills) lands there.
+  Tensor g = make_meta(global_shape, dtype, distributed::local_device(placement));
   g.impl()->set_global(std::make_shared<const GlobalMeta>(GlobalMeta{placement, sbp, std::move(local)}));
   return g;
 }
@@ -123,8 +127,8 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
   if (member) {
     MF_CHECK(local.defined(), ValueError, op, ": rank ", me, " is in the placement but its tensor is None");
     MF_CHECK(!local.is_global(), ValueError, op, ": the tensor is already global; use global_to_global");
-    MF_CHECK(local.device().type() == placement.type(), ValueError, op, ": a ", local.device().str(),
-             " tensor can't be placed on ", placement.str());
+    MF_CHECK(local.device().type() == placement.type() || local.device().is_cpu(), ValueError, op, ": a ",
+             local.device().str(), " tensor can't be placed on ", placement.str());
     MF_CHECK(local.dim() <= kMaxDims, ValueError, op, ": tensors of more than ", kMaxDims, " dims are not supported");
   }
   auto shapes = gather_shapes(local, member, layout_hash(placement, sbp));
@@ -171,7 +175,9 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
              "most one, larger parts first)");
   }
   const DType dtype = DType(first[1]);
-  return make_global(member ? contiguous(local.detach()) : Tensor(), global, dtype, placement, sbp);
+  Tensor part = member ? contiguous(local.detach()) : Tensor();
+  if (member && part.device().type() != placement.type()) part = to(part, distributed::local_device(placement));
+  return make_global(std::move(part), global, dtype, placement, sbp);
 }
 
 Tensor global_to_global(const Tensor& global, const Placement& placement, const NdSbp& sbp) {
@@ -196,9 +202,11 @@ Tensor to_global(const Tensor& t, const Placement& placement, const NdSbp& sbp) 
     return out;
   }
   Tensor out = local_to_global(t, placement, sbp);
-  record_conversion("ToGlobalBackward", t, out, [placement, s = gradient_sbp(sbp)](const Tensor& g) {
-    return to_local(to_global(as_global(g, placement), placement, s));
-  });
+  record_conversion("ToGlobalBackward", t, out,
+                    [placement, s = gradient_sbp(sbp), device = t.defined() ? t.device() : Device()](const Tensor& g) {
+                      // A host tensor placed on a device gets its gradient on the host.
+                      return to(to_local(to_global(as_global(g, placement), placement, s)), device);
+                    });
   return out;
 }
 
@@ -252,6 +260,7 @@ Tensor global_from_full(const Tensor& full, const Placement& placement, const Nd
   if (!placement.contains(me)) return make_global(Tensor(), full.shape(), full.dtype(), placement, sbp);
   const std::vector<int64_t> coords = placement.coords(me);
   Tensor local = full.detach();
+  if (full.device().type() != placement.type()) local = to(local, distributed::local_device(placement));
   bool zero = false;
   for (size_t a = 0; a < sbp.size(); ++a) {
     if (sbp[a].is_split()) {
@@ -261,7 +270,7 @@ Tensor global_from_full(const Tensor& full, const Placement& placement, const Nd
       zero = true;
     }
   }
-  local = zero ? zeros(local.shape(), {.dtype = local.dtype()}) : contiguous(local);
+  local = zero ? zeros(local.shape(), {.dtype = local.dtype(), .device = local.device()}) : contiguous(local);
   return make_global(std::move(local), full.shape(), full.dtype(), placement, sbp);
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <future>
+#include <optional>
 
 #include "distributed/job_thread.h"
 #include "meshflow/autograd.h"
@@ -33,11 +34,41 @@ struct Bucket {
   std::future<void> reduced;
 };
 
+// Note [Reducing device tensors]: tensors on a device reduce over the
+// device's group of the same ranks (Note [Device groups]: NCCL for CUDA),
+// or, where its backend has none, through host copies over the host group.
+// Either way the result is the host group's reduction.
+struct DeviceReduction {
+  Communicator* host = nullptr;
+  std::shared_ptr<Communicator> device;  // null: stage through the host
+
+  DeviceReduction(Communicator& group, const Device& where) : host(&group) {
+    if (!where.is_cpu()) device = device_group(group.world_ranks(), where);
+  }
+  void all_reduce(Tensor& t) const {
+    if (t.device().is_cpu()) return host->all_reduce(t);
+    if (device) return device->all_reduce(t);
+    NoGradGuard no_grad;
+    Tensor staged = to(t, Device());
+    host->all_reduce(staged);
+    copy_(t, staged);
+  }
+  void broadcast(Tensor& t, int root) const {
+    if (t.device().is_cpu()) return host->broadcast(t, root);
+    if (device) return device->broadcast(t, root);
+    NoGradGuard no_grad;
+    Tensor staged = to(t, Device());
+    host->broadcast(staged, root);
+    copy_(t, staged);
+  }
+};
+
 }  // namespace
 
 struct GradientReducer::State {
   TensorList params;
   Communicator* comm = nullptr;
+  std::optional<DeviceReduction> reduction;  // over comm, on the parameters' device
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;  // per parameter
   std::vector<bool> ready;        // per parameter, this pass
@@ -73,7 +104,7 @@ struct GradientReducer::State {
   void launch_ready() {
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch++];
-      b.reduced = worker->submit([this, buffer = b.buffer]() mutable { comm->all_reduce(buffer); });
+      b.reduced = worker->submit([this, buffer = b.buffer]() mutable { reduction->all_reduce(buffer); });
     }
   }
 
@@ -148,9 +179,10 @@ GradientReducer::GradientReducer(TensorList params, int64_t bucket_cap_bytes, Co
              "DistributedDataParallel: parameter ", i, " is not a leaf tensor that requires grad");
     MF_CHECK(!p.is_global(), ValueError, "DistributedDataParallel: parameter ", i,
              " is global; a global model is data-parallel through its SBP (Module.to_global)");
-    MF_CHECK(p.device().type() == DeviceType::CPU, ValueError, "DistributedDataParallel: parameter ", i, " is on ",
-             p.device(), "; the reducer runs on CPU tensors");
+    MF_CHECK(p.device() == s.params[0].device(), ValueError, "DistributedDataParallel: parameter ", i, " is on ",
+             p.device(), " but parameter 0 on ", s.params[0].device(), "; the module's parameters must share a device");
   }
+  s.reduction.emplace(*s.comm, s.params.empty() ? Device() : s.params[0].device());
   // Reverse order, grouped per dtype, capped per bucket.
   s.bucket_of.assign(s.params.size(), 0);
   std::vector<int64_t> open(kNumDTypes, -1);
@@ -172,7 +204,7 @@ GradientReducer::GradientReducer(TensorList params, int64_t bucket_cap_bytes, Co
   }
   for (Bucket& b : s.buckets) {
     const Tensor& last = s.params[b.params.back()];
-    b.buffer = zeros({b.offsets.back() + last.numel()}, {.dtype = last.dtype()});
+    b.buffer = zeros({b.offsets.back() + last.numel()}, {.dtype = last.dtype(), .device = last.device()});
   }
   s.ready.assign(s.params.size(), false);
   s.worker = &reduction_thread();
@@ -204,7 +236,7 @@ void broadcast_tensors(const TensorList& tensors, int root, Communicator* comm) 
     MF_CHECK(t.defined() && t.is_contiguous() && !t.is_global(), ValueError,
              "broadcast_tensors: expected contiguous local tensors");
     Tensor target = t.detach();
-    c.broadcast(target, root);
+    DeviceReduction(c, t.device()).broadcast(target, root);
   }
 }
 

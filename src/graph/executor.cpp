@@ -237,8 +237,11 @@ Device Executable::arena_device() const {
     const Value& v = values[i];
     if (!is_planned(graph_, ValueId(i))) continue;
     if (!device) device = v.device;
-    MF_CHECK(*device == v.device, Error, "graph: its values lie on ", *device, " and ", v.device,
-             "; a graph runs on one device (move the inputs and the model there first)");
+    MF_CHECK(*device == v.device, Error, "graph: its values lie on ", *device, " and ", v.device, " (",
+             v.producer >= 0 ? "the output of " + graph_.nodes()[size_t(v.producer)].op->name
+                             : v.input_index >= 0 ? "input " + std::to_string(v.input_index) : std::string("a value"),
+             v.name.empty() ? "" : " '" + v.name + "'",
+             "); a graph runs on one device (move the inputs and the model there first)");
   }
   return device.value_or(Device());
 }

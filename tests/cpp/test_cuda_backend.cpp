@@ -12,6 +12,7 @@
 #include "meshflow/ops/resample.h"
 #include "meshflow/optim/update.h"
 #include "distributed/comm_ops.h"
+#include "meshflow/distributed/communicator.h"
 #include "test_util.h"
 
 namespace mf {
@@ -210,6 +211,91 @@ TEST_F(CudaBackendTest, WalkFamiliesMatchTheCpu) {
   testing::expect_close(back(standard_gamma_grad(on(concentration), on(gamma))),
                         standard_gamma_grad(concentration, gamma), 1e-9, 1e-9);
   EXPECT_THROW(gather(on(m), 1, ints({7}, {1, 1}, dev0)), IndexError);
+}
+
+// Note [cuDNN convolutions]: convolutions cuDNN runs (groups, strides,
+// dilation, 3-d, a transposed one with output_padding, a non-contiguous
+// input) and ones it cannot (padding='same' with an even kernel) against the
+// CPU: the output and the gradients of x, w and bias, in float64 and
+// float32, plus a bfloat16 forward.
+TEST_F(CudaBackendTest, CudnnConvolutionsMatchTheCpu) {
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  using ConvFn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
+  auto check = [&](const Shape& xs, const Shape& ws, int64_t out_channels, DType dtype, double tol, const ConvFn& f) {
+    const Tensor x = to(testing::random_tensor(xs, 31, -1, 1), dtype);
+    const Tensor w = to(testing::random_tensor(ws, 32, -1, 1), dtype);
+    const Tensor b = to(testing::random_tensor({out_channels}, 33, -1, 1), dtype);
+    auto run = [&](bool device) {
+      TensorList leaves;
+      for (const Tensor& t : {x, w, b}) {
+        Tensor leaf = (device ? on(t) : t).detach();
+        leaf.requires_grad_(true);
+        leaves.push_back(leaf);
+      }
+      Tensor y = f(leaves[0], leaves[1], leaves[2]);
+      sum(mul(y, y)).backward();
+      return TensorList{y.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+    };
+    const TensorList host = run(false), dev = run(true);
+    for (size_t i = 0; i < host.size(); ++i)
+      testing::expect_close(to(back(dev[i]), DType::Float64), to(host[i], DType::Float64), tol, tol);
+  };
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    const double tol = dtype == DType::Float64 ? 1e-9 : 2e-4;
+    check({2, 4, 9, 7}, {6, 2, 3, 3}, 6, dtype, tol, [](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return conv2d(x, w, b, {.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}, .groups = 2});
+    });
+    check({2, 3, 5, 6, 4}, {4, 3, 3, 2, 3}, 4, dtype, tol, [](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return conv3d(x, w, b, {.stride = {1, 2, 1}, .padding = {1, 0, 1}});
+    });
+    check({2, 4, 5, 6}, {4, 3, 3, 3}, 3, dtype, tol, [](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return conv_transpose2d(x, w, b, {.stride = {2}, .padding = {1}, .output_padding = {1}});
+    });
+    check({2, 3, 6, 8}, {5, 3, 3, 3}, 5, dtype, tol, [](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return conv2d(transpose(x, 2, 3), w, b, {.padding = {1, 1}});
+    });
+    check({2, 3, 7, 7}, {5, 3, 4, 2}, 5, dtype, tol, [](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return conv2d(x, w, b, {.padding_same = true});
+    });
+  }
+  const Tensor x = testing::random_tensor({4, 8, 12, 12}, 34, -1, 1, DType::Float32);
+  const Tensor w = testing::random_tensor({16, 8, 3, 3}, 35, -1, 1, DType::Float32);
+  const Tensor xb = to(x, DType::BFloat16), wb = to(w, DType::BFloat16);
+  testing::expect_close(to(back(conv2d(on(xb), on(wb), Tensor(), {.padding = {1, 1}})), DType::Float32),
+                        conv2d(to(xb, DType::Float32), to(wb, DType::Float32), Tensor(), {.padding = {1, 1}}), 0.1,
+                        2e-2);
+}
+
+// Note [NCCL collectives] on a group of one (multi-rank groups need a GPU
+// per rank): the collective ops against their input, with a non-contiguous
+// input, a dtype NCCL has no type for (host-staged), and the group's own
+// calls through Note [Device groups].
+TEST_F(CudaBackendTest, NcclCollectivesOnAGroupOfOne) {
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  const Tensor a = testing::random_tensor({6, 5}, 41, -1, 1, DType::Float32);
+  const Tensor at = transpose(a, 0, 1);
+  testing::expect_close(back(distributed::comm_all_reduce(on(a), {0})), a, 0, 0);
+  testing::expect_close(back(distributed::all_reduce_sum(on(a), {0})), a, 0, 0);
+  testing::expect_close(back(distributed::comm_all_gather(transpose(on(a), 0, 1), {0}, {5})), at, 0, 0);
+  testing::expect_close(back(distributed::comm_reduce_scatter(on(a), {0}, {6})), a, 0, 0);
+  testing::expect_close(back(distributed::comm_all_to_all(transpose(on(a), 0, 1), {0}, {5}, {5})), at, 0, 0);
+  const Tensor mask = gt(a, Scalar(0));
+  testing::expect_close(to(back(distributed::comm_all_reduce(on(mask), {0})), DType::Float64),
+                        to(mask, DType::Float64), 0, 0);
+  std::shared_ptr<distributed::Communicator> group = distributed::device_group({0}, dev0);
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(group->backend(), "nccl");
+  Tensor t = on(a);
+  group->all_reduce(t, distributed::ReduceOp::Max);
+  group->broadcast(t, 0);
+  group->all_reduce_async(t)->wait();
+  group->barrier();
+  testing::expect_close(back(t), a, 0, 0);
+  Tensor host = clone(a);
+  EXPECT_THROW(group->all_reduce(host), ValueError);  // a host tensor in a CUDA group
+  EXPECT_THROW(group->send(t, 0, 0), ValueError);     // no peer in a group of one
 }
 
 }  // namespace

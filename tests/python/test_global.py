@@ -79,6 +79,18 @@ def test_global_tensor_data_needs_to_local():
 
 
 @needs_mpi
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_cuda_placements_equal_one_process(ranks):
+    """Global tensors and their gradients, boxing, the collectives on CUDA
+    tensors, DDP and graph mode on a CUDA placement (dist_scripts/
+    cuda_placements.py), on the emulated device, whose collectives stage
+    through host memory over MPI. tools/gpu_check.sh runs the same script
+    on a GPU, on NCCL."""
+    out = mpirun(ranks, "cuda_placements.py", env={"MESHFLOW_EMULATE_CUDA": "1"})
+    assert out.count("cuda placements OK") == ranks
+
+
+@needs_mpi
 def test_graph_zero3_checkpoint_saved_on_4_ranks_loads_on_1_and_2(tmp_path):
     assert mpirun(4, "graph_zero.py", "save", str(tmp_path)).count("graph zero save OK") == 4
     for n in (1, 2):

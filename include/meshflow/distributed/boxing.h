@@ -55,6 +55,13 @@ Tensor box(const Tensor& local, const Shape& global_shape, DType dtype, const Pl
 // Test-only: every all-gather ("all_gather") or reduce-scatter
 // ("reduce_scatter") of boxing, eager or compiled, sleeps `seconds` on this
 // rank before it communicates (0: off). Results must not depend on it.
+// Note [Local devices]: a member's part of a global tensor on a device
+// placement lives on the device of its local rank (cuda:<local rank modulo
+// the devices visible>), as OneFlow places one process per GPU; a CPU
+// placement's on the host. Local tensors placed on a device placement
+// from the host move there (to_global, the global factories).
+Device local_device(const Placement& placement);
+
 void set_test_comm_delay(const std::string& kind, double seconds);
 
 }  // namespace mf::distributed

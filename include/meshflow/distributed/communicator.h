@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,19 @@ class Communicator {
 // The group of every process, created on first use: MPI when the process
 // was started by mpirun (or the launcher), otherwise a group of one.
 Communicator& world();
+
+// Note [Device groups]: the communicator of the group world_ranks
+// (ascending, this rank among them) for tensors on `device`. Host tensors
+// use world().subgroup(world_ranks); a device backend may register its own
+// groups for its tensors (CUDA: NCCL, Note [NCCL collectives]), one per
+// group and device index, made on first use by all members. nullptr where
+// the device type has none (its collective ops then run host-staged).
+std::shared_ptr<Communicator> device_group(const std::vector<int>& world_ranks, const Device& device);
+// f(world_ranks, device index): the group, or nullptr where the backend
+// cannot make one (its library is missing).
+using DeviceGroupFactory = std::function<std::shared_ptr<Communicator>(const std::vector<int>&, int)>;
+void register_device_groups(DeviceType type, DeviceGroupFactory factory);
+
 int get_rank();
 int get_world_size();
 // The rank among the processes of this machine.

@@ -175,10 +175,42 @@ class _FinishingWork:
         return self._work.is_completed()
 
 
+def _on_device(tensor):
+    return isinstance(tensor, _mf.Tensor) and tensor.device.type != "cpu"
+
+
+def _device_comm(comm, tensor):
+    """The group of comm's ranks for tensor's device (Note [Device groups]:
+    NCCL for CUDA tensors), or None where tensor is on the host or its
+    device has no group of its own."""
+    if not _on_device(tensor):
+        return None
+    return _dist.device_group(comm.world_ranks(), tensor.device)
+
+
 def _issue(comm, op, args, async_op, finish=None):
     """Runs the collective `op` of comm; with async_op it is queued (Note
     [Asynchronous collectives]) and its Work returned, as torch.distributed's
-    async_op=True does; otherwise None."""
+    async_op=True does; otherwise None. Device tensors use their device's
+    group, or are staged through host copies (as gloo serves CUDA tensors),
+    the results copied back."""
+    device_args = [a for a in args if _on_device(a)]
+    if device_args:
+        group = _device_comm(comm, device_args[0])
+        if group is not None:
+            comm = group
+        else:
+            originals, staged = args, tuple(a.cpu() if _on_device(a) else a for a in args)
+            after = finish
+
+            def copy_back():
+                for device_arg, host in zip(originals, staged):
+                    if host is not device_arg:
+                        device_arg.copy_(host)
+                if after is not None:
+                    after()
+
+            args, finish = staged, copy_back
     if async_op:
         work = getattr(comm, op + "_async")(*args)
         return _FinishingWork(work, finish) if finish is not None else work
@@ -269,7 +301,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
                          f"got {len(tensor_list)}")
     counts = [t.numel() for t in tensor_list]
     flat_in = _flat(tensor, "all_gather", "tensor")
-    gathered = _mf.empty(sum(counts), dtype=tensor.dtype)
+    gathered = _mf.empty(sum(counts), dtype=tensor.dtype, device=tensor.device)
 
     def finish():
         offset = 0
@@ -301,7 +333,8 @@ def reduce_scatter(output, input_list, op="sum", group=None, async_op=False):
     if counts[comm.rank()] != output.numel():
         raise ValueError(f"reduce_scatter: output must have input_list[{comm.rank()}]'s {counts[comm.rank()]} "
                          f"elements, got shape {tuple(output.shape)}")
-    flat_in = _mf.cat([t.reshape(-1) for t in input_list]) if input_list else _mf.empty(0, dtype=output.dtype)
+    flat_in = (_mf.cat([t.reshape(-1) for t in input_list]) if input_list
+               else _mf.empty(0, dtype=output.dtype, device=output.device))
     return _issue(comm, "reduce_scatter",
                   (flat_in, _flat(output, "reduce_scatter", "output"), counts, _reduce_op(op, "reduce_scatter")),
                   async_op)
@@ -337,7 +370,8 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
                          f"{len(output_tensor_list)} outputs and {len(input_tensor_list)} inputs")
     dtype = input_tensor_list[0].dtype
     sent = _mf.cat([t.reshape(-1) for t in input_tensor_list])
-    received = _mf.empty(sum(t.numel() for t in output_tensor_list), dtype=dtype)
+    received = _mf.empty(sum(t.numel() for t in output_tensor_list), dtype=dtype,
+                         device=input_tensor_list[0].device)
 
     def finish():
         offset = 0
@@ -351,13 +385,14 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
 
 def send(tensor, dst, group=None, tag=0):
     comm = _group(group, "send")
-    comm.send(tensor, _group_rank(comm, dst, "send", "dst"), tag)
+    peer = _group_rank(comm, dst, "send", "dst")
+    _issue(comm, "send", (tensor, peer, tag), False)
 
 
 def recv(tensor, src, group=None, tag=0):
     """Receives into tensor from world rank src; returns src."""
     comm = _group(group, "recv")
-    comm.recv(tensor, _group_rank(comm, src, "recv", "src"), tag)
+    _issue(comm, "recv", (tensor, _group_rank(comm, src, "recv", "src"), tag), False)
     return src
 
 
@@ -369,6 +404,7 @@ def isend(tensor, dst, group=None, tag=0):
     wait() returns once the send completed (bounded by the timeout). The
     tensor must not change before then."""
     comm = _group(group, "isend")
+    comm = _device_comm(comm, tensor) or comm
     return comm.isend(_flat(tensor, "isend", "tensor"), _group_rank(comm, dst, "isend", "dst"), tag)
 
 
@@ -376,6 +412,7 @@ def irecv(tensor, src, group=None, tag=0):
     """Starts receiving into tensor from world rank src; wait() on the
     returned Work before reading it."""
     comm = _group(group, "irecv")
+    comm = _device_comm(comm, tensor) or comm
     return comm.irecv(_flat(tensor, "irecv", "tensor"), _group_rank(comm, src, "irecv", "src"), tag)
 
 

@@ -23,7 +23,8 @@ void copy_back(const Tensor& t, const Tensor& host, const char* op) {
       .copy(t.data_ptr(), t.device(), host.data_ptr(), Device(), size_t(t.numel()) * t.element_size(), false);
 }
 
-// The kernel of op `name` on a device: its CPU kernel over host copies.
+}  // namespace
+
 KernelFn kernel(const std::string& name) {
   return [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
     const OpDef& op = OpRegistry::instance().get(name);
@@ -47,8 +48,6 @@ KernelFn kernel(const std::string& name) {
       if (op.writes_input(i, false)) copy_back(in[i], host_in[i], name.c_str());
   };
 }
-
-}  // namespace
 
 void register_all(DeviceType device) {
   for (const char* name : {"all_reduce_sum", "comm_all_gather", "comm_all_reduce", "comm_all_to_all", "comm_recv",

@@ -20,6 +20,10 @@
 
 namespace mf::host_staged {
 
+// The host-staged kernel of op `name` on a device: its CPU kernel over host
+// copies (the op is looked up when the kernel runs).
+KernelFn kernel(const std::string& name);
+
 // Sets the host-staged kernel of each such op (the collectives, the
 // sharded embeddings' ops) on `device`.
 void register_all(DeviceType device);

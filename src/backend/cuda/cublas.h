@@ -1,4 +1,5 @@
-// cuBLAS, opened on first use (Note [Lazily loaded CUDA libraries]).
+// cuBLAS, opened on first use (Note [Lazily loaded CUDA libraries] in
+// libraries.h).
 #pragma once
 
 #include <cublas_api.h>

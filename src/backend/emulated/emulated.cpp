@@ -20,6 +20,7 @@
 #include "backend/common/rnn_kernels.h"
 #include "backend/common/scan_kernels.h"
 #include "backend/common/sort_kernels.h"
+#include "meshflow/distributed/communicator.h"
 
 namespace mf {
 
@@ -61,6 +62,7 @@ void emulate_cuda(int devices) {
   attention_kernels::register_all<GeometryLoops>(kCuda);
   linalg_kernels::register_all<GeometryLoops>(kCuda);
   host_staged::register_all(kCuda);
+  distributed::register_device_groups(kCuda, nullptr);  // its collectives are host-staged
   // The CUDA backend's own kernels (cuBLAS's products, the optimizer
   // updates' launches): the CPU's, on the host memory.
   for (const OpDef* op : registry.all())
