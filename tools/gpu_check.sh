@@ -9,8 +9,9 @@
 #                                     against the packed libmeshflow, then runs every device-generic
 #                                     Python test on "cuda" (pytest -k cuda), against the CPU;
 #                                     and dist_scripts/cuda_placements.py (NCCL, a world of 1);
-#                                  3. bench/train_step.py --device cuda --amp: a GPT training step
-#                                     under bfloat16 autocast against that machine's PyTorch;
+#                                  3. bench/train_step.py --device cuda --amp: GPT and ResNet-18
+#                                     training steps under bfloat16 autocast against that
+#                                     machine's PyTorch;
 #                                  and prints a summary.
 # The GPU machine has CUDA, PyTorch and pybind11 but none of meshflow's CPU libraries (oneDNN,
 # OpenBLAS, Open MPI), so they travel with the binary. Exit status: 0 when every step passed.
@@ -43,7 +44,18 @@ case "${1:-}" in
     [ -x "$out/meshflow_tests" ] || { echo "gpu_check run: no $out/meshflow_tests (run 'pack' first)" >&2; exit 1; }
     libs="$(mktemp -d)"
     tar -C "$libs" -xJf "$out/lib.tar.xz"
-    export LD_LIBRARY_PATH="$libs/lib:${LD_LIBRARY_PATH:-}" OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
+    # cuBLAS(Lt), cuDNN and NCCL are opened at run time (Note [Lazily loaded CUDA libraries]):
+    # there they may live only in the NVIDIA wheels beside PyTorch (site-packages/nvidia/*/lib).
+    nvidia_libs="$(python3 -c 'import glob, os, sys
+print(":".join(sorted({d for p in sys.path for d in glob.glob(os.path.join(p, "nvidia", "*", "lib"))})))' \
+      2>/dev/null || true)"
+    export LD_LIBRARY_PATH="$libs/lib:${nvidia_libs:+$nvidia_libs:}${LD_LIBRARY_PATH:-}" OMP_WAIT_POLICY=PASSIVE \
+      PYTHONUNBUFFERED=1
+    echo "libraries opened at run time:"
+    for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+      python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('  ' + sys.argv[1] + ': found')" "$lib" \
+        2>/dev/null || echo "  $lib: NOT FOUND (its paths fall back or fail)"
+    done
     nvidia-smi -L || true
     logs="${OUT:-$(mktemp -d)}"
     summary=()
@@ -89,10 +101,12 @@ case "${1:-}" in
         summary+=("cuda placements (NCCL, world of 1): FAILED (see placements.log)")
         failed=1
       fi
-      # 3. A GPT step under bfloat16 autocast against this machine's PyTorch.
+      # 3. GPT and ResNet-18 steps (cuBLAS(Lt), cuDNN) under bfloat16 autocast against this
+      # machine's PyTorch.
       if (cd "$root" && PYTHONPATH=python timeout 240 python3 bench/train_step.py --device cuda --amp \
-            --workloads gpt --rounds 2 2>&1) | tee "$logs/bench.log" && grep -q '^| gpt' "$logs/bench.log"; then
-        summary+=("bench: $(grep '^| gpt' "$logs/bench.log")")
+            --workloads gpt,resnet18 --rounds 2 2>&1) | tee "$logs/bench.log" && grep -q '^| gpt' "$logs/bench.log"
+      then
+        summary+=("bench: $(grep -E '^\| (gpt|resnet18)' "$logs/bench.log" | tr '\n' ' ')")
       else
         summary+=("bench: FAILED (see bench.log)")
         failed=1

@@ -215,9 +215,9 @@ TEST_F(CudaBackendTest, WalkFamiliesMatchTheCpu) {
 
 // Note [cuDNN convolutions]: convolutions cuDNN runs (groups, strides,
 // dilation, 3-d, a transposed one with output_padding, a non-contiguous
-// input) and ones it cannot (padding='same' with an even kernel) against the
-// CPU: the output and the gradients of x, w and bias, in float64 and
-// float32, plus a bfloat16 forward.
+// input, a misaligned one) and ones it cannot (padding='same' with an even
+// kernel) against the CPU: the output and the gradients of x, w and bias,
+// in float64 and float32, plus a bfloat16 forward.
 TEST_F(CudaBackendTest, CudnnConvolutionsMatchTheCpu) {
   auto on = [&](const Tensor& t) { return to(t, dev0); };
   auto back = [](const Tensor& t) { return to(t, Device()); };
@@ -258,6 +258,10 @@ TEST_F(CudaBackendTest, CudnnConvolutionsMatchTheCpu) {
     check({2, 3, 7, 7}, {5, 3, 4, 2}, 5, dtype, tol, [](const Tensor& x, const Tensor& w, const Tensor& b) {
       return conv2d(x, w, b, {.padding_same = true});
     });
+    // A contiguous view 75 elements into its storage: not 16-byte aligned, so copied.
+    check({3, 3, 5, 5}, {4, 3, 3, 3}, 4, dtype, tol, [](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return conv2d(narrow(x, 0, 1, 2), w, b, {.padding = {1, 1}});
+    });
   }
   const Tensor x = testing::random_tensor({4, 8, 12, 12}, 34, -1, 1, DType::Float32);
   const Tensor w = testing::random_tensor({16, 8, 3, 3}, 35, -1, 1, DType::Float32);
@@ -296,6 +300,50 @@ TEST_F(CudaBackendTest, NcclCollectivesOnAGroupOfOne) {
   Tensor host = clone(a);
   EXPECT_THROW(group->all_reduce(host), ValueError);  // a host tensor in a CUDA group
   EXPECT_THROW(group->send(t, 0, 0), ValueError);     // no peer in a group of one
+}
+
+// Note [cuBLASLt epilogues]: linear's addmm with the bias epilogue (float32
+// and bfloat16, a transposed input) and the addmms it leaves to cuBLAS (a
+// bias that is not 16-byte aligned, beta != 1, a broadcast 2-d t) against
+// the CPU, with their gradients.
+TEST_F(CudaBackendTest, CublasLtBiasEpilogueMatchesTheCpu) {
+  auto on = [&](const Tensor& t) { return to(t, dev0); };
+  auto back = [](const Tensor& t) { return to(t, Device()); };
+  auto f64 = [](const Tensor& t) { return to(t, DType::Float64); };
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    const double tol = dtype == DType::Float32 ? 1e-4 : 3e-2;
+    const Tensor x = to(testing::random_tensor({64, 33}, 51, -1, 1, DType::Float32), dtype);
+    const Tensor w = to(testing::random_tensor({17, 33}, 52, -1, 1, DType::Float32), dtype);
+    const Tensor b = to(testing::random_tensor({18}, 53, -1, 1, DType::Float32), dtype);
+    const Tensor bias = slice(b, 0, 0, 17), shifted = slice(b, 0, 1, 18);  // shifted: 2 or 4 bytes in
+    testing::expect_close(f64(back(linear(on(x), on(w), on(bias)))), f64(linear(x, w, bias)), tol, tol);
+    testing::expect_close(f64(back(linear(on(x), on(w), slice(on(b), 0, 1, 18)))), f64(linear(x, w, shifted)), tol,
+                          tol);
+    const Tensor xt = transpose(to(testing::random_tensor({33, 64}, 54, -1, 1, DType::Float32), dtype), 0, 1);
+    testing::expect_close(f64(back(linear(on(xt), on(w), on(bias)))), f64(linear(xt, w, bias)), tol, tol);
+    testing::expect_close(f64(back(addmm(on(bias), on(x), transpose(on(w), 0, 1), 0.5))),
+                          f64(addmm(bias, x, transpose(w, 0, 1), 0.5)), tol, tol);
+    const Tensor t2 = to(testing::random_tensor({1, 17}, 55, -1, 1, DType::Float32), dtype);
+    testing::expect_close(f64(back(addmm(on(t2), on(x), transpose(on(w), 0, 1)))),
+                          f64(addmm(t2, x, transpose(w, 0, 1))), tol, tol);
+  }
+  // Gradients through the epilogue's forward, in float32.
+  const Tensor x = testing::random_tensor({8, 5}, 56, -1, 1, DType::Float32);
+  const Tensor w = testing::random_tensor({3, 5}, 57, -1, 1, DType::Float32);
+  const Tensor b = testing::random_tensor({3}, 58, -1, 1, DType::Float32);
+  auto grads = [&](bool device) {
+    TensorList leaves;
+    for (const Tensor& t : {x, w, b}) {
+      Tensor leaf = (device ? on(t) : t).detach();
+      leaf.requires_grad_(true);
+      leaves.push_back(leaf);
+    }
+    Tensor y = linear(leaves[0], leaves[1], leaves[2]);
+    sum(mul(y, y)).backward();
+    return TensorList{leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+  };
+  const TensorList host = grads(false), dev = grads(true);
+  for (size_t i = 0; i < host.size(); ++i) testing::expect_close(back(dev[i]), host[i], 1e-5, 1e-5);
 }
 
 }  // namespace

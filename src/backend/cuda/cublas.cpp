@@ -1,6 +1,7 @@
-// cuBLAS, opened on first use (Note [Lazily loaded CUDA libraries] in
+// cuBLAS and cuBLASLt, opened on first use (Note [Lazily loaded CUDA libraries] in
 // libraries.h).
 #include "backend/cuda/cublas.h"
+#include "backend/cuda/cublaslt_api.h"
 
 #include <array>
 #include <mutex>
@@ -36,6 +37,50 @@ cublasHandle_t cublas_handle(int device) {
   DeviceGuard guard(device);
   if (!handles[size_t(device)]) check_cublas(api.create(&handles[size_t(device)]), "cublasCreate");
   check_cublas(api.set_stream(handles[size_t(device)], current_stream(device)), "cublasSetStream");
+  return handles[size_t(device)];
+}
+
+const CublasLtApi& cublaslt() {
+  static const CublasLtApi api = [] {
+    void* lib = library::open({"libcublasLt.so.13", "libcublasLt.so"}, "cuBLASLt");
+    CublasLtApi a{};
+    auto bind = [lib](const char* name, auto& fn) { library::bind(lib, "cuBLASLt", name, fn); };
+    bind("cublasLtCreate", a.create);
+    bind("cublasLtMatmulDescCreate", a.desc_create);
+    bind("cublasLtMatmulDescDestroy", a.desc_destroy);
+    bind("cublasLtMatmulDescSetAttribute", a.desc_set);
+    bind("cublasLtMatrixLayoutCreate", a.layout_create);
+    bind("cublasLtMatrixLayoutDestroy", a.layout_destroy);
+    bind("cublasLtMatmulPreferenceCreate", a.preference_create);
+    bind("cublasLtMatmulPreferenceDestroy", a.preference_destroy);
+    bind("cublasLtMatmulPreferenceSetAttribute", a.preference_set);
+    bind("cublasLtMatmulAlgoGetHeuristic", a.heuristic);
+    bind("cublasLtMatmul", a.matmul);
+    return a;
+  }();
+  return api;
+}
+
+bool cublaslt_available() {
+  static const bool available = [] {
+    try {
+      cublaslt();
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+cublasLtHandle_t cublaslt_handle(int device) {
+  static std::mutex mutex;
+  static std::array<cublasLtHandle_t, 64> handles{};
+  MF_CHECK(device >= 0 && device < int(handles.size()), Error, "cuda: device index ", device, " out of range");
+  const CublasLtApi& api = cublaslt();
+  std::lock_guard<std::mutex> lock(mutex);
+  DeviceGuard guard(device);
+  if (!handles[size_t(device)]) check_cublas(api.create(&handles[size_t(device)]), "cublasLtCreate");
   return handles[size_t(device)];
 }
 

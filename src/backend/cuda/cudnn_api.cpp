@@ -45,6 +45,18 @@ const CudnnApi& cudnn() {
   return api;
 }
 
+bool cudnn_available() {
+  static const bool available = [] {
+    try {
+      cudnn();
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 void check_cudnn(cudnnStatus_t status, const char* what) {
   if (status == CUDNN_STATUS_SUCCESS) [[likely]]
     return;

@@ -37,6 +37,8 @@ struct CudnnApi {
 // The library's entry points; throws Error naming the library when it
 // cannot be opened.
 const CudnnApi& cudnn();
+// Whether it opens (the convolutions run their direct kernels where not).
+bool cudnn_available();
 // The handle of `device` (one per device, created on first use), bound to
 // the device's current stream.
 cudnnHandle_t cudnn_handle(int device);

@@ -70,7 +70,8 @@ class Grouped {
 // A send or receive queued on a stream: done when its event is.
 class StreamWork final : public Work {
  public:
-  StreamWork(cudaStream_t stream, Tensor keep) : keep_(std::move(keep)) {
+  StreamWork(int device, cudaStream_t stream, Tensor keep) : keep_(std::move(keep)) {
+    DeviceGuard guard(device);
     check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord");
   }
@@ -195,11 +196,11 @@ class NcclCommunicator final : public distributed::CheckedCommunicator {
   }
   std::shared_ptr<Work> run_isend(const Tensor& t, int dst, int tag) override {
     run_send(t, dst, tag);
-    return std::make_shared<StreamWork>(current_stream(device_), t);
+    return std::make_shared<StreamWork>(device_, current_stream(device_), t);
   }
   std::shared_ptr<Work> run_irecv(Tensor& t, int src, int tag) override {
     run_recv(t, src, tag);
-    return std::make_shared<StreamWork>(current_stream(device_), t);
+    return std::make_shared<StreamWork>(device_, current_stream(device_), t);
   }
   // Every member has reached it when a one-element all_reduce completes.
   void run_barrier() override {

@@ -1,8 +1,8 @@
 // Note [cuDNN convolutions]
 // The CUDA kernels of the convolution ops (conv2d/3d, conv2d/3d_backward,
-// conv_transpose2d/3d) run cuDNN's convolutions where cuDNN can express the
-// convolution, and the direct kernels of Note [Device convolutions]
-// (conv.cu) elsewhere:
+// conv_transpose2d/3d) run cuDNN's convolutions where cuDNN opens and can
+// express the convolution, and the direct kernels of Note [Device
+// convolutions] (conv.cu) elsewhere:
 // - the dtype is float16, bfloat16, float32 or float64;
 // - every size fits cuDNN's int dims and every tensor has at most 2^31 - 1
 //   elements;
@@ -23,8 +23,8 @@
 // keeps to that math, needs at most 1 GiB of workspace, and is deterministic
 // where such an algorithm exists, so that training runs repeat bit for bit.
 //
-// The workspace, and dense copies of operands that are not contiguous, are
-// the kernel's scratch (Note [Kernel scratch]): the ScratchFn and the kernel
+// The workspace, and packed copies of operands that are not contiguous or
+// not 16-byte aligned, are the kernel's scratch (Note [Kernel scratch]): the ScratchFn and the kernel
 // find the same plan (descriptors, algorithm, workspace size), cached per
 // device, dtype, pass, sizes and parameters for the life of the process.
 #include <algorithm>
@@ -200,7 +200,9 @@ std::unique_ptr<Plan> make_plan(Pass pass, int device, DType dtype, const Shape&
 // or nullptr where cuDNN does not run it (Note [cuDNN convolutions]).
 const Plan* plan_of(Pass pass, const Device& device, DType dtype, const Shape& x, const Shape& w, const Shape& y,
                     const cpu::ConvParams& p) {
-  if (!is_floating(dtype) || !fits_int(x) || !fits_int(w) || !fits_int(y) || p.groups > kIntMax) return nullptr;
+  if (!is_floating(dtype) || !fits_int(x) || !fits_int(w) || !fits_int(y) || p.groups > kIntMax ||
+      !cudnn_available())
+    return nullptr;
   const size_t spatial = x.size() - 2;
   for (size_t d = 0; d < spatial; ++d) {
     const size_t at = 3 - spatial + d;
@@ -226,9 +228,21 @@ const Plan* plan_of(Pass pass, const Device& device, DType dtype, const Shape& x
   return it->second.get();
 }
 
-// t, or a contiguous copy of it in the scratch (sized by add_dense).
+// cuDNN reads operands packed, from 16-byte aligned addresses (its
+// vectorised and tensor-core kernels need them; the caching allocator's
+// blocks are aligned, a view starting inside one may not be).
+bool needs_copy(const Tensor& t) {
+  return !t.is_contiguous() || (t.storage_offset() * int64_t(t.element_size())) % 16 != 0;
+}
+
+ScratchLayout& add_operand(ScratchLayout& layout, const Tensor& t) {
+  if (needs_copy(t)) layout.add(t.sizes(), t.dtype());
+  return layout;
+}
+
+// t, or a packed copy of it in the scratch (sized by add_operand).
 Tensor dense(const Tensor& t, Scratch& taken) {
-  if (t.is_contiguous()) return t;
+  if (!needs_copy(t)) return t;
   Tensor c = taken.take(t.sizes(), t.dtype());
   copy_cast(c, t);
   return c;
@@ -249,7 +263,7 @@ struct Scale {
 void* data(const Tensor& t) { return t.data_ptr(); }
 
 void check_output(const Tensor& t) {
-  MF_CHECK(t.is_contiguous(), Error, "conv: expected a contiguous output (internal error)");
+  MF_CHECK(!needs_copy(t), Error, "conv: expected a contiguous, 16-byte aligned output (internal error)");
 }
 
 // y = conv(x, w): the forward pass.
@@ -303,8 +317,8 @@ int64_t forward_scratch(const TensorList& in, const std::vector<TensorMeta>& out
   const Plan* plan = forward_plan(in, out[0].sizes, attrs);
   if (!plan) return 0;
   ScratchLayout layout("conv");
-  add_dense(layout, in[0]);
-  add_dense(layout, in[1]);
+  add_operand(layout, in[0]);
+  add_operand(layout, in[1]);
   return layout.add_bytes(int64_t(plan->workspace)).bytes();
 }
 
@@ -355,9 +369,9 @@ int64_t backward_scratch(const TensorList& in, const std::vector<TensorMeta>&, c
   if (!plans.usable) return 0;
   const Shape& mask = attrs.get_shape("output_mask");
   ScratchLayout layout("conv_backward");
-  add_dense(layout, in[0]);
-  if (mask[1]) add_dense(layout, in[1]);
-  if (mask[0]) add_dense(layout, in[2]);
+  add_operand(layout, in[0]);
+  if (mask[1]) add_operand(layout, in[1]);
+  if (mask[0]) add_operand(layout, in[2]);
   return layout.add_bytes(int64_t(plans.workspace())).bytes();
 }
 
@@ -384,8 +398,8 @@ int64_t transpose_scratch(const TensorList& in, const std::vector<TensorMeta>& o
   const Plan* plan = transpose_plan(in, out[0].sizes, attrs);
   if (!plan) return 0;
   ScratchLayout layout("conv_transpose");
-  add_dense(layout, in[0]);
-  add_dense(layout, in[1]);
+  add_operand(layout, in[0]);
+  add_operand(layout, in[1]);
   return layout.add_bytes(int64_t(plan->workspace)).bytes();
 }
 
