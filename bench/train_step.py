@@ -24,7 +24,8 @@ forward's matmul/conv/attention FLOPs) per second over the sgemm rate
 measured in the same run.
 
 --device cuda: the same steps on a GPU (tools/gpu_check.sh runs it there).
-Libraries: meshflow eager and in graph mode, and the PyTorch of the
+Libraries: meshflow eager and in graph mode (with config.enable_cuda_graph:
+steps without random draws replay as CUDA graphs), and the PyTorch of the
 interpreter running this script (the newest one that machine has); each
 process is timed once per round and the best round counts. With --amp the
 forward and the loss run under bfloat16 autocast on "cuda". Utilisation is
@@ -172,6 +173,8 @@ def worker(lib_name, workload, steps, precision="fp32", device="cpu"):
                 self.add_optimizer(optimizer)
                 if precision == "bf16":
                     self.config.enable_amp(True, dtype=lib.bfloat16)
+                if device != "cpu":  # steps replayed as CUDA graphs where they can be (Note [Captured steps])
+                    self.config.enable_cuda_graph()
 
             def build(self, x, y):
                 loss = models.loss_fn(name, lib, self.model(x), y)

@@ -79,6 +79,8 @@ void init_graph(py::module_& parent) {
       .def("run", &Executable::run, py::arg("inputs"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("graph", &Executable::graph, py::return_value_policy::reference_internal)
       .def_property_readonly("num_steps", &Executable::num_steps)
+      .def_property("capture", &Executable::capture, &Executable::set_capture)
+      .def_property_readonly("num_captures", &Executable::num_captures)
       .def_property_readonly("planned_bytes", [](const Executable& e) { return e.memory_plan().arena_bytes; })
       .def_property_readonly("forward_peak_bytes", &Executable::forward_peak_bytes)
       .def_property_readonly("live_peak_bytes", [](const Executable& e) { return e.memory_plan().live_peak_bytes; })

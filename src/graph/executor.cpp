@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "backend/capture.h"
 #include "distributed/job_thread.h"
 #include "meshflow/dispatch.h"
 #include "meshflow/distributed/communicator.h"
@@ -314,6 +315,14 @@ void Executable::lower() {
     step_of[index] = int32_t(steps_.size());
     steps_.push_back(std::move(step));
   }
+  // Note [Captured steps]: a plan on a device, without random draws (their
+  // counters move every run) or communication (another rank's calls must
+  // match every run), may be recorded; a new lowering drops a recording.
+  captured_.reset();
+  plain_runs_ = 0;
+  capturable_ = !arena_.device().is_cpu();
+  for (const Step& step : steps_)
+    capturable_ = capturable_ && !step.random_counters && !step.op->collective && !step.send && !step.recv;
   // Note [Overlapping communication]: each collective gets a slot that its
   // wait node's step (or the end of the run) waits for.
   final_waits_.clear();
@@ -537,10 +546,47 @@ void Executable::run_steps() {
   }
 }
 
+void Executable::set_capture(bool on) {
+  if (on != capture_) captured_.reset();
+  capture_ = on;
+}
+
+std::vector<double> Executable::learning_rates() const {
+  std::vector<double> lrs;
+  for (const LrSource& source : graph_.lr_sources)
+    lrs.push_back(source.optimizer->param_groups()[source.group].lr());
+  return lrs;
+}
+
+// Note [Captured steps]: the first run goes step by step (libraries open,
+// plans and handles are made outside a recording), the second is recorded
+// and replayed, later ones replay.
+void Executable::run_captured() {
+  std::vector<double> lrs = learning_rates();
+  if (captured_ && lrs == captured_lrs_) return captured_->replay();
+  captured_.reset();
+  if (plain_runs_++ == 0) return run_steps();
+  try {
+    captured_ = mf::capture(arena_.device(), [this] { run_steps(); });
+  } catch (const Error&) {
+    // A kernel waited for the host or allocated: nothing ran, and this plan
+    // runs step by step from now on.
+    captured_.reset();
+  }
+  if (!captured_) {
+    capturable_ = false;
+    return run_steps();
+  }
+  ++num_captures_;
+  captured_lrs_ = std::move(lrs);
+  captured_->replay();
+}
+
 TensorList Executable::run(const TensorList& inputs) {
   profiler::Span span("graph", "graph step");
   bind_inputs(inputs);
-  run_steps();
+  if (capture_ && capturable_ && !timing_) run_captured();
+  else run_steps();
   TensorList outputs;
   size_t next_absent = 0;
   const auto& absent = graph_.absent_outputs;

@@ -599,3 +599,53 @@ def test_an_input_no_node_reads_gets_its_own_buffer():
         out = g(x, mf.randn(64, 64))
         np.testing.assert_array_equal(out.numpy(), (x * 0.5 + r).numpy())
     assert g.planned_peak_bytes >= 64 * 64 * 4
+
+
+@pytest.mark.skipif(not mf.cuda.is_available(), reason="no CUDA device (or emulated device) is visible")
+@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet18"])
+def test_cuda_graph_replays_equal_eager_steps(name):
+    """config.enable_cuda_graph() (Note [Captured steps]): the first run goes
+    step by step, the second is recorded, later runs replay it; a changed
+    learning rate records again. Steps equal eager ones bit for bit."""
+    eager, traced = twin_models(name, "cuda")
+    opt_e = mf.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    opt_g = mf.optim.SGD(traced.parameters(), lr=0.05, momentum=0.9)
+    sch_e = mf.optim.lr_scheduler.StepLR(opt_e, step_size=3, gamma=0.5)
+    sch_g = mf.optim.lr_scheduler.StepLR(opt_g, step_size=3, gamma=0.5)
+    graph = TrainGraph(name, traced, opt_g, sch_g)
+    graph.config.enable_cuda_graph()
+    rng = np.random.default_rng(0)
+    for step in range(5):
+        x, y = batch(name, rng, "cuda")
+        loss_e = eager_step(name, eager, opt_e, x, y)
+        sch_e.step()
+        assert graph(x, y).item() == loss_e.item(), f"step {step}"
+    # Recorded at the second run and again after the learning rate fell at the third step.
+    assert graph._last.executable.num_captures == 2
+    assert_same_state(eager, traced)
+
+
+@pytest.mark.skipif(not mf.cuda.is_available(), reason="no CUDA device (or emulated device) is visible")
+def test_cuda_graph_skips_plans_that_draw_random_numbers_and_the_cpu():
+    mf.manual_seed(0)
+    model = mf.nn.Sequential(mf.nn.Linear(8, 8), mf.nn.Dropout(0.5), mf.nn.Linear(8, 2)).to("cuda")
+
+    class Forward(mf.nn.Graph):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def build(self, x):
+            return self.net(x)
+
+    graph = Forward(model)
+    graph.config.enable_cuda_graph()
+    x = mf.randn(4, 8, device="cuda")
+    first, second, third = (graph(x).cpu().numpy() for _ in range(3))
+    assert not np.array_equal(first, third)  # each run draws new masks
+    assert graph._last.executable.num_captures == 0
+    cpu = Forward(mf.nn.Linear(8, 2))
+    cpu.config.enable_cuda_graph()
+    for _ in range(3):
+        cpu(mf.randn(4, 8))
+    assert cpu._last.executable.num_captures == 0

@@ -25,6 +25,9 @@
 
 #include "meshflow/graph/ir.h"
 
+namespace mf {
+class CapturedWork;
+}
 namespace mf::distributed {
 class JobThread;
 class Work;
@@ -124,6 +127,17 @@ class Executable {
     double start = 0, end = 0;
   };
   void set_timing(bool on) { timing_ = on; }
+  // Note [Captured steps] (src/backend/capture.h): with capture on, a plan
+  // whose device can record its work, whose steps draw no random numbers
+  // and hold no communication, runs its second run's steps as a recording
+  // and replays it on later runs (recording again when a learning rate
+  // changed or the plan was lowered again). A plan whose kernels cannot be
+  // recorded runs step by step. Off by default (nn.Graph's
+  // config.enable_cuda_graph()).
+  void set_capture(bool on);
+  bool capture() const { return capture_; }
+  // How many recordings were made (tests, docs/graph.md).
+  int64_t num_captures() const { return num_captures_; }
   const std::vector<TimedSpan>& timeline() const { return timeline_; }
   // Runs the plan `runs` times and returns a table of kernel time per op
   // type (by_shape: per op and input shapes), slowest first (what to fuse
@@ -188,6 +202,15 @@ class Executable {
   bool timing_ = false;
   std::vector<TimedSpan> timeline_;
   std::unique_ptr<distributed::JobThread> comm_thread_;
+  // Note [Captured steps].
+  void run_captured();
+  std::vector<double> learning_rates() const;
+  bool capture_ = false;
+  bool capturable_ = false;  // the plan's steps allow it (lower())
+  int64_t plain_runs_ = 0;
+  int64_t num_captures_ = 0;
+  std::unique_ptr<CapturedWork> captured_;
+  std::vector<double> captured_lrs_;
 };
 
 }  // namespace mf::graph

@@ -312,6 +312,17 @@ class GraphConfig:
         self.auto_parallel_ignore_user_sbp = False
         self.auto_parallel_pipeline = False
         self.auto_parallel_pipeline_stages = None
+        self.cuda_graph = False
+
+    def enable_cuda_graph(self, mode=True):
+        """Replays each step as one CUDA graph, as OneFlow's
+        graph.config.enable_cuda_graph: the second run of a compiled plan
+        is recorded and later runs replay it, one launch per step instead of
+        one per kernel (Note [Captured steps]). A plan is recorded again
+        when a learning rate changed; plans that draw random numbers
+        (dropout), communicate, or run a kernel that waits for the host run
+        step by step, as without it. On the CPU it changes nothing."""
+        self.cuda_graph = bool(mode)
 
     def enable_amp(self, mode=True, *, dtype=bfloat16):
         """Mixed precision: build() is traced inside autocast(device, dtype)
@@ -689,6 +700,7 @@ class Graph:
             # Under the signature after the compile (a searched pipeline sets stages).
             self._plans[self._signature(args)] = plan
         object.__setattr__(self, "_last", plan)
+        plan.executable.capture = self.config.cuda_graph
         outputs = plan.executable.run(list(args))
         for _, scheduler in self._optimizers:
             if scheduler is not None:

@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "backend/capture.h"
 #include "backend/common/amp_kernels.h"
 #include "backend/common/attention_kernels.h"
 #include "backend/common/composed_kernels.h"
@@ -63,6 +64,18 @@ void emulate_cuda(int devices) {
   linalg_kernels::register_all<GeometryLoops>(kCuda);
   host_staged::register_all(kCuda);
   distributed::register_device_groups(kCuda, nullptr);  // its collectives are host-staged
+  // Note [Captured steps]: host kernels cannot be recorded; the emulated
+  // recording keeps the work and runs it again at each replay, so graph
+  // mode's recording and replay decisions run on this device too.
+  register_capture(kCuda, [](int, const std::function<void()>& work) -> std::unique_ptr<CapturedWork> {
+    struct Rerun final : CapturedWork {
+      std::function<void()> work;
+      void replay() override { work(); }
+    };
+    auto rerun = std::make_unique<Rerun>();
+    rerun->work = work;
+    return rerun;
+  });
   // The CUDA backend's own kernels (cuBLAS's products, the optimizer
   // updates' launches): the CPU's, on the host memory.
   for (const OpDef* op : registry.all())

@@ -17,19 +17,33 @@ namespace cuda {
 
 // One record per device and stream (walks on one stream run in order),
 // allocated on first use and kept for the process.
-IndexFault* Loops::clear_fault(const Device& device) {
+IndexFault* fault_record(int index, cudaStream_t stream) {
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, IndexFault*> records;
+  DeviceGuard guard(index);
+  std::lock_guard<std::mutex> lock(mutex);
+  IndexFault*& slot = records[{index, stream}];
+  if (!slot) check_cuda(cudaMalloc(reinterpret_cast<void**>(&slot), sizeof(IndexFault)), "cudaMalloc (index fault)");
+  return slot;
+}
+
+namespace {
+// Whether the stream's work is being recorded (Note [Captured steps]): the
+// record is then cleared before each replay and read after it, not per walk.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status == cudaStreamCaptureStatusActive;
+}
+}  // namespace
+
+IndexFault* Loops::clear_fault(const Device& device) {
   const int index = device.index();
   DeviceGuard guard(index);
-  IndexFault* record = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    IndexFault*& slot = records[{index, current_stream(index)}];
-    if (!slot) check_cuda(cudaMalloc(reinterpret_cast<void**>(&slot), sizeof(IndexFault)), "cudaMalloc (index fault)");
-    record = slot;
-  }
-  check_cuda(cudaMemsetAsync(record, 0, sizeof(IndexFault), current_stream(index)), "cudaMemsetAsync (index fault)");
+  cudaStream_t stream = current_stream(index);
+  IndexFault* record = fault_record(index, stream);
+  if (!capturing(stream))
+    check_cuda(cudaMemsetAsync(record, 0, sizeof(IndexFault), stream), "cudaMemsetAsync (index fault)");
   return record;
 }
 
@@ -37,6 +51,7 @@ std::optional<int64_t> Loops::read_fault(const Device& device, IndexFault* fault
   const int index = device.index();
   DeviceGuard guard(index);
   cudaStream_t stream = current_stream(index);
+  if (capturing(stream)) return std::nullopt;
   IndexFault host;
   check_cuda(cudaMemcpyAsync(&host, fault, sizeof(IndexFault), cudaMemcpyDeviceToHost, stream),
              "cudaMemcpyAsync (index fault)");
