@@ -1,9 +1,13 @@
 // The NCCL communicator (Note [NCCL collectives]).
 #include "backend/cuda/nccl_communicator.h"
 
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <string>
+#include <thread>
 
 #include "backend/cuda/cuda_runtime.h"
 #include "backend/cuda/nccl_api.h"
@@ -113,19 +117,19 @@ class NcclCommunicator final : public distributed::CheckedCommunicator {
   int max_tag() const override { return 0; }
 
   void run_all_reduce(Tensor& t, ReduceOp op) override {
-    Call call(*this, t);
+    Call call(*this, t, "all_reduce");
     check_nccl(api().all_reduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), type_of(t, "all_reduce"), nccl_op(op),
                                 comm_, call.stream),
                "ncclAllReduce");
   }
   void run_broadcast(Tensor& t, int root) override {
-    Call call(*this, t);
+    Call call(*this, t, "broadcast");
     check_nccl(api().broadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), type_of(t, "broadcast"), root, comm_,
                                call.stream),
                "ncclBroadcast");
   }
   void run_all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
-    Call call(*this, out);
+    Call call(*this, out, "all_gather");
     const ncclDataType_t type = type_of(in, "all_gather");
     if (even(counts)) {
       check_nccl(api().all_gather(in.data_ptr(), out.data_ptr(), row_count(in, counts[0]), type, comm_, call.stream),
@@ -143,7 +147,7 @@ class NcclCommunicator final : public distributed::CheckedCommunicator {
     }
   }
   void run_reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts, ReduceOp op) override {
-    Call call(*this, out);
+    Call call(*this, out, "reduce_scatter");
     const ncclDataType_t type = type_of(in, "reduce_scatter");
     if (even(counts)) {
       check_nccl(api().reduce_scatter(in.data_ptr(), out.data_ptr(), row_count(out, counts[0]), type, nccl_op(op),
@@ -163,7 +167,7 @@ class NcclCommunicator final : public distributed::CheckedCommunicator {
   }
   void run_all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
                       const std::vector<int64_t>& recv_counts) override {
-    Call call(*this, out);
+    Call call(*this, out, "all_to_all");
     const ncclDataType_t type = type_of(in, "all_to_all");
     const std::vector<int64_t> send_at = distributed::row_offsets(send_counts);
     const std::vector<int64_t> recv_at = distributed::row_offsets(recv_counts);
@@ -187,11 +191,11 @@ class NcclCommunicator final : public distributed::CheckedCommunicator {
     }
   }
   void run_send(const Tensor& t, int dst, int) override {
-    Call call(*this, t);
+    Call call(*this, t, "send");
     check_nccl(api().send(t.data_ptr(), size_t(t.numel()), type_of(t, "send"), dst, comm_, call.stream), "ncclSend");
   }
   void run_recv(Tensor& t, int src, int) override {
-    Call call(*this, t);
+    Call call(*this, t, "recv");
     check_nccl(api().recv(t.data_ptr(), size_t(t.numel()), type_of(t, "recv"), src, comm_, call.stream), "ncclRecv");
   }
   std::shared_ptr<Work> run_isend(const Tensor& t, int dst, int tag) override {
@@ -205,11 +209,19 @@ class NcclCommunicator final : public distributed::CheckedCommunicator {
   // Every member has reached it when a one-element all_reduce completes.
   void run_barrier() override {
     Tensor token = make_empty({1}, DType::Float32, Device(DeviceType::CUDA, device_));
-    Call call(*this, token);
-    check_cuda(cudaMemsetAsync(token.data_ptr(), 0, sizeof(float), call.stream), "cudaMemsetAsync");
-    check_nccl(api().all_reduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, comm_, call.stream),
-               "ncclAllReduce");
-    check_cuda(cudaStreamSynchronize(call.stream), "cudaStreamSynchronize");
+    cudaStream_t stream = nullptr;
+    {
+      Call call(*this, token, "barrier");
+      check_cuda(cudaMemsetAsync(token.data_ptr(), 0, sizeof(float), call.stream), "cudaMemsetAsync");
+      check_nccl(api().all_reduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, comm_, call.stream),
+                 "ncclAllReduce");
+      stream = call.stream;
+    }  // watched from here: a barrier a rank never reaches is aborted, which ends this wait
+    DeviceGuard guard(device_);
+    const cudaError_t status = cudaStreamSynchronize(stream);
+    if (status != cudaSuccess) check_alive("barrier");
+    check_cuda(status, "cudaStreamSynchronize");
+    check_alive("barrier");
   }
   std::shared_ptr<distributed::Communicator> create_subgroup(const std::vector<int>& ranks) override {
     std::vector<int> members;
@@ -220,14 +232,98 @@ class NcclCommunicator final : public distributed::CheckedCommunicator {
  private:
   // One call's device and stream: the communicator's GPU, current for the
   // call, and the calling thread's current stream there.
+  // A call is watched once queued (Note [NCCL timeouts]).
   struct Call {
+    NcclCommunicator& comm;
+    const char* name;
     DeviceGuard guard;
     cudaStream_t stream;
-    Call(const NcclCommunicator& c, const Tensor& t) : guard(c.device_), stream(current_stream(c.device_)) {
+    Call(NcclCommunicator& c, const Tensor& t, const char* what)
+        : comm(c), name(what), guard(c.device_), stream(current_stream(c.device_)) {
+      c.check_alive(what);
       MF_CHECK(t.device().index() == c.device_, ValueError, "nccl: the group's GPU is cuda:", c.device_,
                ", the tensor is on ", t.device().str());
     }
+    ~Call() {
+      if (std::uncaught_exceptions() == 0) comm.watch(stream, name);
+    }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
   };
+
+  // Note [NCCL timeouts]: a collective that a peer never joins would wait
+  // on the GPU for ever, and with it every later kernel and any host wait
+  // for the stream. Each call records an event after its work; a watchdog
+  // thread (one per communicator, started by its first call) checks them in
+  // order, and when one has not completed comm_timeout() seconds after it
+  // was queued it aborts the NCCL communicator (ncclCommAbort ends its
+  // kernels) and every later call on it raises DistributedError naming the
+  // collective that timed out, the ranks and the timeout. As with PyTorch's
+  // NCCL watchdog, the time counts from when the call was queued, so work
+  // queued before it on the stream counts too. Communicators live for the
+  // process (nccl_group caches them), so the thread never outlives its own.
+  void check_alive(const char* what) {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    MF_CHECK(aborted_.empty(), DistributedError, aborted_, "; ", what, " is refused");
+  }
+
+  void watch(cudaStream_t stream, const char* what) noexcept {
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventRecord(event, stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (event) (void)cudaEventDestroy(event);
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(distributed::comm_timeout()));
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    watched_.push_back({event, what, deadline});
+    if (!watchdog_started_) {
+      watchdog_started_ = true;
+      std::thread([this] { watchdog(); }).detach();
+    }
+  }
+
+  void watchdog() {
+    (void)cudaSetDevice(device_);
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      while (!watched_.empty()) {
+        Watched& w = watched_.front();
+        const cudaError_t status = cudaEventQuery(w.event);
+        if (status == cudaSuccess) {
+          (void)cudaEventDestroy(w.event);
+          watched_.pop_front();
+          continue;
+        }
+        (void)cudaGetLastError();
+        if (status == cudaErrorNotReady && std::chrono::steady_clock::now() < w.deadline) break;
+        aborted_ = detail::concat("nccl: ", w.name, " on world ranks ", distributed::format_ranks(world_ranks_),
+                                  status == cudaErrorNotReady
+                                      ? detail::concat(" did not complete within ", distributed::comm_timeout(),
+                                                       " s (a rank did not join it, or joined another call)")
+                                      : std::string(" failed on the device"),
+                                  "; the communicator was aborted");
+        (void)api().comm_abort(comm_);
+        for (Watched& left : watched_) (void)cudaEventDestroy(left.event);
+        watched_.clear();
+        return;
+      }
+    }
+  }
+
+  struct Watched {
+    cudaEvent_t event;
+    const char* name;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::mutex watch_mutex_;
+  std::deque<Watched> watched_;
+  std::string aborted_;
+  bool watchdog_started_ = false;
   static bool even(const std::vector<int64_t>& counts) {
     for (int64_t c : counts)
       if (c != counts[0]) return false;

@@ -21,8 +21,9 @@
 // - Tensors NCCL has no type for (bool, int16) and machines whose
 //   CUDA build finds no libnccl run the collectives host-staged (Note
 //   [Host-staged kernels]).
-// A collective that a peer never joins waits on the GPU; unlike MPI's
-// (Note [Bounded waits]) that wait is not bounded by comm_timeout.
+// - A call that a peer never joins is ended after comm_timeout() seconds
+//   by a watchdog that aborts the communicator; later calls on it raise
+//   DistributedError (Note [NCCL timeouts] in nccl_communicator.cpp).
 #pragma once
 
 #include <memory>
