@@ -8,6 +8,7 @@
 #include <set>
 
 #include "backend/common/amp_kernels.h"
+#include "backend/common/attention_gemm.h"
 #include "backend/common/attention_kernels.h"
 #include "backend/common/composed_kernels.h"
 #include "backend/common/conv_kernels.h"
@@ -953,10 +954,15 @@ TEST_F(EmulatedDevice, BatchNormRunsOverAnotherBackendsLoops) {
   }
 }
 
-TEST_F(EmulatedDevice, FusedAttentionRunsOverAnotherBackendsLoops) {
+// Both device paths of fused attention: the row walks (Note [Device
+// attention]) and the batched GEMMs (Note [Attention by batched GEMMs]).
+class FusedAttention : public EmulatedDevice, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(FusedAttention, RunsOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
-  attention_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  if (GetParam()) attention_gemm::register_all<GeometryLoops, emulated::HostBatchedGemm>(DeviceType::CUDA);
+  else attention_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
   // (B, H, L, E) queries against S keys; k is strided on the device.
   const Tensor q = random_tensor({2, 3, 5, 4}, 131, -1, 1), k = random_tensor({2, 3, 6, 4}, 132, -1, 1);
   const Tensor v = random_tensor({2, 3, 6, 3}, 133, -1, 1);
@@ -987,6 +993,11 @@ TEST_F(EmulatedDevice, FusedAttentionRunsOverAnotherBackendsLoops) {
     for (size_t i = 0; i < host.size(); ++i) expect_close(back(dev[i]), host[i], 1e-12, 1e-12);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EmulatedDevice, FusedAttention, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "BatchedGemms" : "RowWalks";
+                         });
 
 TEST_F(EmulatedDevice, SortingAndReducingScattersRunOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);

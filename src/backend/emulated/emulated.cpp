@@ -5,7 +5,7 @@
 
 #include "backend/capture.h"
 #include "backend/common/amp_kernels.h"
-#include "backend/common/attention_kernels.h"
+#include "backend/common/attention_gemm.h"
 #include "backend/common/composed_kernels.h"
 #include "backend/common/conv_kernels.h"
 #include "backend/common/host_staged.h"
@@ -60,7 +60,7 @@ void emulate_cuda(int devices) {
   sort_kernels::register_all<GeometryLoops>(kCuda);
   conv_kernels::register_all<GeometryLoops>(kCuda);
   rnn_kernels::register_all<GeometryLoops>(kCuda);
-  attention_kernels::register_all<GeometryLoops>(kCuda);
+  attention_gemm::register_all<GeometryLoops, emulated::HostBatchedGemm>(kCuda);
   linalg_kernels::register_all<GeometryLoops>(kCuda);
   host_staged::register_all(kCuda);
   distributed::register_device_groups(kCuda, nullptr);  // its collectives are host-staged

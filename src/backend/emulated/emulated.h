@@ -24,6 +24,7 @@
 #include "backend/common/reduce_ops.h"
 #include "backend/cpu/kernels/math.h"
 #include "meshflow/backend.h"
+#include "meshflow/op_def.h"
 
 namespace mf::emulated {
 
@@ -193,6 +194,32 @@ struct GeometryReducer {
   static void copy_cast(Tensor& dst, const Tensor& src) { elementwise_kernels::copy_cast<GeometryLoops>(dst, src); }
 
   static inline std::vector<ReducePlan> plans;
+};
+
+// Note [Attention by batched GEMMs] on this device: the CPU's matmul
+// kernel on the host memory, the operands cast to the output's dtype first
+// where it is wider.
+struct HostBatchedGemm {
+  static Tensor operand(const Tensor& t, bool transposed, DType dtype, Scratch& taken) {
+    Tensor x = t;
+    if (t.dtype() != dtype) {
+      x = taken.take(t.sizes(), dtype);
+      elementwise_kernels::copy_cast<GeometryLoops>(x, t);
+    }
+    if (!transposed) return x;
+    Shape sizes = x.sizes(), strides = x.strides();
+    std::swap(sizes[1], sizes[2]);
+    std::swap(strides[1], strides[2]);
+    return Tensor(std::make_shared<TensorImpl>(x.storage(), sizes, strides, x.storage_offset(), x.dtype()));
+  }
+  static void bmm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, Scratch& taken) {
+    const Tensor a2 = operand(a, ta, out.dtype(), taken), b2 = operand(b, tb, out.dtype(), taken);
+    TensorList outputs{out};
+    OpRegistry::instance().get("matmul").kernels[size_t(DeviceType::CPU)]({a2, b2}, outputs, Attrs());
+  }
+  static int64_t bmm_scratch(const Shape& a, const Shape& b, DType in, DType out) {
+    return in == out ? 0 : ScratchLayout("attention").add(a, out).add(b, out).bytes();
+  }
 };
 
 }  // namespace mf::emulated

@@ -1,13 +1,16 @@
-// The CUDA kernels of fused attention: the shared row walks of
-// backend/common/attention_kernels.h over cuda::Loops (Note [Device attention]).
-#include "backend/common/attention_kernels.h"
+// The CUDA kernels of fused attention: batched cuBLAS products with the
+// softmax as one walk over the rows where the weights fit (Note [Attention
+// by batched GEMMs]), the shared row walks of attention_kernels.h (Note
+// [Device attention]) elsewhere, over cuda::Loops.
+#include "backend/common/attention_gemm.h"
+#include "backend/cuda/kernels/batched_gemm.h"
 #include "backend/cuda/kernels/loops.cuh"
 
 namespace mf {
 namespace {
 
 [[maybe_unused]] const bool kRegistered = [] {
-  attention_kernels::register_all<cuda::Loops>(DeviceType::CUDA);
+  attention_gemm::register_all<cuda::Loops, cuda::CublasBatchedGemm>(DeviceType::CUDA);
   return true;
 }();
 

@@ -3,6 +3,7 @@
 // accumulate in float; float32 ones compute in full float32 (no TF32, as
 // PyTorch's default); float64 in float64.
 #include "backend/common/gemm_plan.h"
+#include "backend/cuda/kernels/batched_gemm.h"
 #include "backend/cuda/cublas.h"
 #include "backend/cuda/cublaslt_api.h"
 #include "backend/cuda/cuda_runtime.h"
@@ -165,6 +166,31 @@ bool gemm_bias_epilogue(const Tensor& a, const Tensor& b, const Tensor& bias, Te
                "cublasLtMatmul");
   return true;
 }
+
+}  // namespace
+
+void CublasBatchedGemm::bmm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, Scratch&) {
+  MF_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3 && a.is_contiguous() && b.is_contiguous() &&
+               out.is_contiguous() && a.dtype() == b.dtype(),
+           Error, "attention: expected contiguous 3-d operands of one dtype (internal error)");
+  const int64_t n = out.size(0), m = out.size(1), cols = out.size(2), k = ta ? a.size(1) : a.size(2);
+  if (out.numel() == 0) return;
+  const BlasType in = blas_type(a.dtype()), to = blas_type(out.dtype());
+  const bool wide = to.compute == CUBLAS_COMPUTE_64F;
+  const double one64 = 1, zero64 = 0;
+  const float one32 = 1, zero32 = 0;
+  const void* alpha = wide ? static_cast<const void*>(&one64) : &one32;
+  const void* beta = wide ? static_cast<const void*>(&zero64) : &zero32;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T (Note [BLAS plans]).
+  check_cublas(cublas().gemm_strided_batched(cublas_handle(out.device().index()), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, cols, m, k, alpha, b.data_ptr(), in.data,
+                                             tb ? k : cols, k * cols, a.data_ptr(), in.data, ta ? m : k, m * k, beta,
+                                             out.data_ptr(), to.data, cols, m * cols, n, to.compute,
+                                             CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx");
+}
+
+namespace {
 
 [[maybe_unused]] const bool kRegistered = [] {
   auto& registry = OpRegistry::instance();
