@@ -19,6 +19,23 @@ namespace mf {
 namespace {
 using testing::expect_values;
 
+// f's output and the gradients of sum(f(inputs)^2) with respect to the
+// inputs, with the inputs copied to `device` first.
+TensorList output_and_grads(const TensorList& inputs, const Device& device,
+                            const std::function<Tensor(const TensorList&)>& f) {
+  TensorList leaves;
+  for (const Tensor& t : inputs) {
+    Tensor leaf = to(t, device).detach();
+    leaf.requires_grad_(true);
+    leaves.push_back(leaf);
+  }
+  const Tensor y = f(leaves);
+  sum(mul(y, y)).backward();
+  TensorList out{y.detach()};
+  for (const Tensor& leaf : leaves) out.push_back(leaf.grad());
+  return out;
+}
+
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -226,18 +243,10 @@ TEST_F(CudaBackendTest, CudnnConvolutionsMatchTheCpu) {
     const Tensor x = to(testing::random_tensor(xs, 31, -1, 1), dtype);
     const Tensor w = to(testing::random_tensor(ws, 32, -1, 1), dtype);
     const Tensor b = to(testing::random_tensor({out_channels}, 33, -1, 1), dtype);
-    auto run = [&](bool device) {
-      TensorList leaves;
-      for (const Tensor& t : {x, w, b}) {
-        Tensor leaf = (device ? on(t) : t).detach();
-        leaf.requires_grad_(true);
-        leaves.push_back(leaf);
-      }
-      Tensor y = f(leaves[0], leaves[1], leaves[2]);
-      sum(mul(y, y)).backward();
-      return TensorList{y.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+    auto run = [&](const Device& device) {
+      return output_and_grads({x, w, b}, device, [&](const TensorList& t) { return f(t[0], t[1], t[2]); });
     };
-    const TensorList host = run(false), dev = run(true);
+    const TensorList host = run(Device()), dev = run(dev0);
     for (size_t i = 0; i < host.size(); ++i)
       testing::expect_close(to(back(dev[i]), DType::Float64), to(host[i], DType::Float64), tol, tol);
   };
@@ -331,18 +340,10 @@ TEST_F(CudaBackendTest, CublasLtBiasEpilogueMatchesTheCpu) {
   const Tensor x = testing::random_tensor({8, 5}, 56, -1, 1, DType::Float32);
   const Tensor w = testing::random_tensor({3, 5}, 57, -1, 1, DType::Float32);
   const Tensor b = testing::random_tensor({3}, 58, -1, 1, DType::Float32);
-  auto grads = [&](bool device) {
-    TensorList leaves;
-    for (const Tensor& t : {x, w, b}) {
-      Tensor leaf = (device ? on(t) : t).detach();
-      leaf.requires_grad_(true);
-      leaves.push_back(leaf);
-    }
-    Tensor y = linear(leaves[0], leaves[1], leaves[2]);
-    sum(mul(y, y)).backward();
-    return TensorList{leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+  auto run = [&](const Device& device) {
+    return output_and_grads({x, w, b}, device, [](const TensorList& t) { return linear(t[0], t[1], t[2]); });
   };
-  const TensorList host = grads(false), dev = grads(true);
+  const TensorList host = run(Device()), dev = run(dev0);
   for (size_t i = 0; i < host.size(); ++i) testing::expect_close(back(dev[i]), host[i], 1e-5, 1e-5);
 }
 

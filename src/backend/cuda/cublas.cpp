@@ -31,13 +31,11 @@ void check_cublas(cublasStatus_t status, const char* what) {
 cublasHandle_t cublas_handle(int device) {
   static std::mutex mutex;
   static std::array<cublasHandle_t, 64> handles{};
-  MF_CHECK(device >= 0 && device < int(handles.size()), Error, "cuda: device index ", device, " out of range");
   const CublasApi& api = cublas();
-  std::lock_guard<std::mutex> lock(mutex);
-  DeviceGuard guard(device);
-  if (!handles[size_t(device)]) check_cublas(api.create(&handles[size_t(device)]), "cublasCreate");
-  check_cublas(api.set_stream(handles[size_t(device)], current_stream(device)), "cublasSetStream");
-  return handles[size_t(device)];
+  cublasHandle_t handle = library::device_handle(
+      handles, mutex, device, [&](cublasHandle_t* h) { check_cublas(api.create(h), "cublasCreate"); });
+  check_cublas(api.set_stream(handle, current_stream(device)), "cublasSetStream");
+  return handle;
 }
 
 const CublasLtApi& cublaslt() {
@@ -62,26 +60,16 @@ const CublasLtApi& cublaslt() {
 }
 
 bool cublaslt_available() {
-  static const bool available = [] {
-    try {
-      cublaslt();
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  }();
+  static const bool available = library::opens(cublaslt);
   return available;
 }
 
 cublasLtHandle_t cublaslt_handle(int device) {
   static std::mutex mutex;
   static std::array<cublasLtHandle_t, 64> handles{};
-  MF_CHECK(device >= 0 && device < int(handles.size()), Error, "cuda: device index ", device, " out of range");
   const CublasLtApi& api = cublaslt();
-  std::lock_guard<std::mutex> lock(mutex);
-  DeviceGuard guard(device);
-  if (!handles[size_t(device)]) check_cublas(api.create(&handles[size_t(device)]), "cublasLtCreate");
-  return handles[size_t(device)];
+  return library::device_handle(handles, mutex, device,
+                                [&](cublasLtHandle_t* h) { check_cublas(api.create(h), "cublasLtCreate"); });
 }
 
 }  // namespace mf::cuda

@@ -46,14 +46,7 @@ const CudnnApi& cudnn() {
 }
 
 bool cudnn_available() {
-  static const bool available = [] {
-    try {
-      cudnn();
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  }();
+  static const bool available = library::opens(cudnn);
   return available;
 }
 
@@ -66,13 +59,11 @@ void check_cudnn(cudnnStatus_t status, const char* what) {
 cudnnHandle_t cudnn_handle(int device) {
   static std::mutex mutex;
   static std::array<cudnnHandle_t, 64> handles{};
-  MF_CHECK(device >= 0 && device < int(handles.size()), Error, "cuda: device index ", device, " out of range");
   const CudnnApi& api = cudnn();
-  std::lock_guard<std::mutex> lock(mutex);
-  DeviceGuard guard(device);
-  if (!handles[size_t(device)]) check_cudnn(api.create(&handles[size_t(device)]), "cudnnCreate");
-  check_cudnn(api.set_stream(handles[size_t(device)], current_stream(device)), "cudnnSetStream");
-  return handles[size_t(device)];
+  cudnnHandle_t handle = library::device_handle(
+      handles, mutex, device, [&](cudnnHandle_t* h) { check_cudnn(api.create(h), "cudnnCreate"); });
+  check_cudnn(api.set_stream(handle, current_stream(device)), "cudnnSetStream");
+  return handle;
 }
 
 }  // namespace mf::cuda

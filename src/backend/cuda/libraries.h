@@ -9,7 +9,12 @@
 // the headers check every call and nothing links against the library.
 #pragma once
 
+#include <array>
 #include <initializer_list>
+#include <mutex>
+
+#include "backend/cuda/cuda_runtime.h"
+#include "meshflow/error.h"
 
 namespace mf::cuda::library {
 
@@ -21,6 +26,31 @@ void* symbol(void* library, const char* what, const char* name);
 template <typename F>
 void bind(void* library, const char* what, const char* name, F& fn) {
   fn = reinterpret_cast<F>(symbol(library, what, name));
+}
+
+// Whether load() (a library's entry points) succeeds: false where it
+// throws Error because the library cannot be opened.
+template <typename Load>
+bool opens(Load load) {
+  try {
+    load();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// A library's handle for a device: one per device in `handles`, made by
+// create(&handle) on first use with the device current.
+template <typename H, typename Create>
+H device_handle(std::array<H, 64>& handles, std::mutex& mutex, int device, const Create& create) {
+  MF_CHECK(device >= 0 && device < int(handles.size()), Error, "cuda: device index ", device, " out of range");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!handles[size_t(device)]) {
+    DeviceGuard guard(device);
+    create(&handles[size_t(device)]);
+  }
+  return handles[size_t(device)];
 }
 
 }  // namespace mf::cuda::library
