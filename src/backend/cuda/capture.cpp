@@ -10,6 +10,7 @@
 
 #include "backend/capture.h"
 #include "backend/common/index_fault.h"
+#include "backend/cuda/cublas.h"
 #include "backend/cuda/cuda_runtime.h"
 #include "meshflow/backend.h"
 #include "meshflow/error.h"
@@ -68,7 +69,10 @@ std::unique_ptr<CapturedWork> capture_graph(int device, const std::function<void
   } restore{backend, backend.current_stream(device)};
   backend.set_current_stream(side);
   cudaStream_t stream = current_stream(device);
-  IndexFault* fault = fault_record(device, stream);  // before recording: a recording may not allocate
+  // What the recorded kernels use is allocated before the recording, which may not allocate: the
+  // side stream's index-fault record and cuBLAS workspace (Note [cuBLAS workspace]).
+  IndexFault* fault = fault_record(device, stream);
+  if (cublas_available()) cublas_handle(device);
   check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   cudaGraph_t graph = nullptr;
   try {

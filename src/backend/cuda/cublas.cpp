@@ -4,7 +4,9 @@
 #include "backend/cuda/cublaslt_api.h"
 
 #include <array>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "backend/cuda/cuda_runtime.h"
 #include "backend/cuda/libraries.h"
@@ -18,23 +20,53 @@ const CublasApi& cublas() {
     CublasApi a{};
     library::bind(lib, "cuBLAS", "cublasCreate_v2", a.create);
     library::bind(lib, "cuBLAS", "cublasSetStream_v2", a.set_stream);
+    library::bind(lib, "cuBLAS", "cublasSetWorkspace_v2", a.set_workspace);
     library::bind(lib, "cuBLAS", "cublasGemmStridedBatchedEx_64", a.gemm_strided_batched);
     return a;
   }();
   return api;
 }
 
+bool cublas_available() {
+  static const bool available = library::opens(cublas);
+  return available;
+}
+
 void check_cublas(cublasStatus_t status, const char* what) {
   MF_CHECK(status == CUBLAS_STATUS_SUCCESS, Error, "cuda: ", what, " failed (cuBLAS status ", int(status), ")");
 }
 
+// Note [cuBLAS workspace]: setting a handle's stream gives it back cuBLAS's
+// default workspace pool, which cuBLAS may fill with a device allocation on
+// a stream's first product; inside a CUDA graph recording (Note [Captured
+// steps]) that allocation is refused. So each (device, stream) gets a
+// workspace of its own (kWorkspace: cuBLAS's recommendation for Hopper),
+// allocated on the stream's first product and set after each stream
+// change; the recording's side stream gets its one before the recording
+// starts (capture.cpp calls cublas_handle there first). Products on one
+// stream run one after another, so they can share it.
+constexpr size_t kWorkspace = size_t(32) << 20;
+
 cublasHandle_t cublas_handle(int device) {
   static std::mutex mutex;
   static std::array<cublasHandle_t, 64> handles{};
+  static std::map<std::pair<int, cudaStream_t>, void*> workspaces;
   const CublasApi& api = cublas();
   cublasHandle_t handle = library::device_handle(
       handles, mutex, device, [&](cublasHandle_t* h) { check_cublas(api.create(h), "cublasCreate"); });
-  check_cublas(api.set_stream(handle, current_stream(device)), "cublasSetStream");
+  cudaStream_t stream = current_stream(device);
+  void* workspace = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    void*& slot = workspaces[{device, stream}];
+    if (!slot) {
+      DeviceGuard guard(device);
+      check_cuda(cudaMalloc(&slot, kWorkspace), "cudaMalloc (cuBLAS workspace)");
+    }
+    workspace = slot;
+  }
+  check_cublas(api.set_stream(handle, stream), "cublasSetStream");
+  check_cublas(api.set_workspace(handle, workspace, kWorkspace), "cublasSetWorkspace");
   return handle;
 }
 
