@@ -18,7 +18,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$root/.gpu"
-filter='CudaBackendTest.*:EmulatedDevice.*:HostEvents.*'
+filter='CudaBackendTest.*:EmulatedDevice.*:EmulatedDevice/*:HostEvents.*:KernelScratch.*'
 
 case "${1:-}" in
   pack)
