@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backend/cpu/kernels/convert.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
@@ -164,7 +165,8 @@ void write_channel_values(const Tensor& t, const std::vector<double>& v) {
 void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const bool training = attrs.get_bool("training");
   const double eps = attrs.get_float("eps"), momentum = attrs.get_float("momentum");
-  Tensor x = contiguous(in[0].detach());
+  Scratch taken(out);
+  const Tensor x = dense(in[0], taken);
   const ChannelLayout l = layout_of(x);
   std::vector<double> mean(size_t(l.c), 0.0), invstd(size_t(l.c), 0.0);
   dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
@@ -216,7 +218,8 @@ void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
 void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const bool training = attrs.get_bool("training");
   const bool need_input = attrs.get_bool("need_input"), need_affine = attrs.get_bool("need_affine");
-  Tensor g = contiguous(in[0].detach()), x = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor g = dense(in[0], taken), x = dense(in[1], taken);
   const ChannelLayout l = layout_of(x);
   const std::vector<double> mean = channel_values(in[2], l.c, 0.0), invstd = channel_values(in[3], l.c, 1.0);
   const std::vector<double> w = channel_values(in[4], l.c, 1.0);
@@ -250,7 +253,8 @@ void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
 
 }  // namespace
 
-MF_REGISTER_KERNEL("batch_norm", DeviceType::CPU, forward_kernel);
-MF_REGISTER_KERNEL("batch_norm_backward", DeviceType::CPU, backward_kernel);
+MF_REGISTER_KERNEL("batch_norm", DeviceType::CPU, forward_kernel, dense_inputs_scratch("batch_norm", {0}));
+MF_REGISTER_KERNEL("batch_norm_backward", DeviceType::CPU, backward_kernel,
+                   dense_inputs_scratch("batch_norm_backward", {0, 1}));
 
 }  // namespace mf::cpu

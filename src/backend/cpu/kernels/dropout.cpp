@@ -3,6 +3,7 @@
 // (1 - p) * 2^32 (24 random bits), whatever the thread count.
 #include <cmath>
 
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
@@ -45,7 +46,8 @@ void philox_batch(uint64_t seed, uint64_t first, uint32_t (&words)[kWordsPerCoun
 
 // Outputs (y, mask): mask is bool, y = x * (mask ? scale : 0).
 void dropout_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  Tensor x = contiguous(in[0].detach());
+  Scratch taken(out);
+  const Tensor x = dense(in[0], taken);
   const double p = attrs.get_float("p");
   const uint64_t seed = uint64_t(attrs.get_int("seed")), offset = uint64_t(attrs.get_int("offset"));
   // keep when the top 24 bits of the word are below (1 - p) * 2^24, i.e.
@@ -85,7 +87,8 @@ void dropout_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
 
 // dropout_backward(grad, mask): grad * (mask ? scale : 0).
 void dropout_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  Tensor g = contiguous(in[0].detach()), m = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor g = dense(in[0], taken), m = dense(in[1], taken);
   const double scale = attrs.get_float("scale");
   const bool* mask = static_cast<const bool*>(m.data_ptr());
   dispatch_floating(g.dtype(), "dropout_backward", [&]<typename T>() {
@@ -106,7 +109,8 @@ void dropout_backward_kernel(const TensorList& in, TensorList& out, const Attrs&
 
 }  // namespace
 
-MF_REGISTER_KERNEL("dropout", DeviceType::CPU, dropout_kernel);
-MF_REGISTER_KERNEL("dropout_backward", DeviceType::CPU, dropout_backward_kernel);
+MF_REGISTER_KERNEL("dropout", DeviceType::CPU, dropout_kernel, dense_inputs_scratch("dropout", {0}));
+MF_REGISTER_KERNEL("dropout_backward", DeviceType::CPU, dropout_backward_kernel,
+                   dense_inputs_scratch("dropout_backward", {0, 1}));
 
 }  // namespace mf::cpu

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
@@ -24,8 +25,8 @@ void for_each_index(const Tensor& indices, int64_t begin, int64_t end, const F& 
 }
 
 void embedding_kernel(const TensorList& in, TensorList& out, const Attrs&) {
-  Tensor weight = contiguous(in[0].detach());
-  Tensor indices = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor weight = dense(in[0], taken), indices = dense(in[1], taken);
   const int64_t rows = weight.sizes()[0];
   const size_t row_bytes = size_t(weight.sizes()[1]) * weight.element_size();
   const char* src = static_cast<const char*>(weight.data_ptr());
@@ -44,8 +45,8 @@ void embedding_kernel(const TensorList& in, TensorList& out, const Attrs&) {
 // Each task owns a range of table rows and walks all indices in order, so
 // every row is accumulated in the same order whatever the thread count.
 void embedding_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  Tensor grad = contiguous(in[0].detach());
-  Tensor indices = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor grad = dense(in[0], taken), indices = dense(in[1], taken);
   const int64_t padding = attrs.get_int("padding_idx");  // -1: none
   const int64_t rows = out[0].sizes()[0], dim = out[0].sizes()[1], n = indices.numel();
   dispatch_floating(grad.dtype(), "embedding_backward", [&]<typename T>() {
@@ -70,7 +71,8 @@ void embedding_backward_kernel(const TensorList& in, TensorList& out, const Attr
 
 }  // namespace
 
-MF_REGISTER_KERNEL("embedding", DeviceType::CPU, embedding_kernel);
-MF_REGISTER_KERNEL("embedding_backward", DeviceType::CPU, embedding_backward_kernel);
+MF_REGISTER_KERNEL("embedding", DeviceType::CPU, embedding_kernel, dense_inputs_scratch("embedding", {0, 1}));
+MF_REGISTER_KERNEL("embedding_backward", DeviceType::CPU, embedding_backward_kernel,
+                   dense_inputs_scratch("embedding_backward", {0, 1}));
 
 }  // namespace mf::cpu

@@ -8,6 +8,7 @@
 
 #include "backend/common/index_kernels.h"
 #include "backend/common/index_plan.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "ops/index_common.h"
@@ -475,7 +476,8 @@ MF_REGISTER_KERNEL("as_strided_backward", DeviceType::CPU, [](const TensorList& 
   const Geometry src = Geometry::of(a, "src"), dst = Geometry::of(a, "dst");
   Tensor& o = out[0];
   if (o.numel() == 0) return;
-  Tensor g = contiguous(in[0].detach());
+  Scratch taken(out);
+  const Tensor g = dense(in[0], taken);
   dispatch_floating(o.dtype(), "as_strided_backward", [&]<typename T>() {
     using A = acc_type<T>;
     T* op = static_cast<T*>(o.data_ptr());
@@ -496,7 +498,7 @@ MF_REGISTER_KERNEL("as_strided_backward", DeviceType::CPU, [](const TensorList& 
       if (count[p] > 1) buffer[p] /= A(count[p]);
     for_each_position(dst, [&](int64_t i, int64_t p) { op[i] = T(buffer[size_t(p - lo)]); });
   });
-});
+}, dense_inputs_scratch("as_strided_backward", {0}));
 MF_REGISTER_KERNEL("one_hot", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor& x = in[0];
   const int64_t classes = attrs.get_int("num_classes");

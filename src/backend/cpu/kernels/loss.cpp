@@ -5,12 +5,11 @@
 // binary_cross_entropy_with_logits.
 #include <cmath>
 
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/loops.h"
 #include "backend/cpu/kernels/vec_math.h"
 #include "meshflow/op_def.h"
-#include "meshflow/ops/creation.h"
 #include "meshflow/ops/elementwise.h"
-#include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "ops/loss_common.h"
 
@@ -32,13 +31,23 @@ struct ClassLossAttrs {
   }
 };
 
+// The values of a floating tensor of any strides, in row-major order, as
+// doubles.
+std::vector<double> as_doubles(const Tensor& t) {
+  std::vector<double> v(size_t(t.numel()));
+  dispatch_floating(t.dtype(), "loss", [&]<typename S>() {
+    const S* p = static_cast<const S*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int64_t offset = 0;
+      for (int64_t d = t.dim(), rest = i; d-- > 0; rest /= t.size(d)) offset += rest % t.size(d) * t.stride(d);
+      v[size_t(i)] = double(p[offset]);
+    }
+  });
+  return v;
+}
+
 std::vector<double> class_weights(const Tensor& weight, int64_t classes) {
-  std::vector<double> w(size_t(classes), 1.0);
-  if (!weight.defined()) return w;
-  Tensor c = contiguous(to(weight.detach(), kFloat64));
-  const double* p = static_cast<const double*>(c.data_ptr());
-  std::copy(p, p + classes, w.begin());
-  return w;
+  return weight.defined() ? as_doubles(weight) : std::vector<double>(size_t(classes), 1.0);
 }
 
 // The target of row i, checked against the class count (ignore_index passes).
@@ -96,19 +105,14 @@ struct RowScale {
 
 RowScale row_scale(const std::vector<double>& grad, Reduction reduction, const Tensor& total_weight) {
   return {grad.data(), reduction == Reduction::None,
-          reduction == Reduction::Mean ? to(total_weight.detach(), kFloat64).item<double>() : 1.0};
-}
-
-std::vector<double> as_doubles(const Tensor& t) {
-  Tensor c = contiguous(to(t.detach(), kFloat64));
-  const double* p = static_cast<const double*>(c.data_ptr());
-  return std::vector<double>(p, p + c.numel());
+          reduction == Reduction::Mean ? as_doubles(total_weight)[0] : 1.0};
 }
 
 // Inputs (log_probs (M, C), target (M), weight (C)); outputs (loss, total_weight).
 void nll_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const ClassLossAttrs a = ClassLossAttrs::from(attrs, "nll_loss");
-  Tensor x = contiguous(in[0].detach()), target = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor x = dense(in[0], taken), target = dense(in[1], taken);
   const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
   const std::vector<double> w = class_weights(in[2], classes);
   const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
@@ -125,7 +129,8 @@ void nll_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attr
 // Inputs (grad, target, weight, total_weight); output d log_probs (M, C).
 void nll_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const ClassLossAttrs a = ClassLossAttrs::from(attrs, "nll_loss_backward");
-  Tensor target = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor target = dense(in[1], taken);
   const int64_t rows = out[0].sizes()[0], classes = out[0].sizes()[1];
   const std::vector<double> w = class_weights(in[2], classes), grad = as_doubles(in[0]);
   const RowScale scale = row_scale(grad, a.reduction, in[3]);
@@ -145,7 +150,8 @@ void nll_backward_kernel(const TensorList& in, TensorList& out, const Attrs& att
 // Inputs (logits (M, C), target (M), weight (C)); outputs (loss, lse (M), total_weight).
 void ce_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy");
-  Tensor x = contiguous(in[0].detach()), target = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor x = dense(in[0], taken), target = dense(in[1], taken);
   const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
   const std::vector<double> w = class_weights(in[2], classes);
   const int64_t* tp = static_cast<const int64_t*>(target.data_ptr());
@@ -185,7 +191,8 @@ void ce_forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs
 // p = softmax of the row, coef the row's gradient scale.
 void ce_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy_backward");
-  Tensor x = contiguous(in[1].detach()), target = contiguous(in[2].detach()), lse = contiguous(in[4].detach());
+  Scratch taken(out);
+  const Tensor x = dense(in[1], taken), target = dense(in[2], taken), lse = dense(in[4], taken);
   const int64_t rows = x.sizes()[0], classes = x.sizes()[1];
   const std::vector<double> w = class_weights(in[3], classes), grad = as_doubles(in[0]);
   double weight_total = 0;
@@ -227,7 +234,8 @@ void ce_backward_kernel(const TensorList& in, TensorList& out, const Attrs& attr
 // gradient written with ops (src/ops/loss.cpp).
 void ce_terms_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const ClassLossAttrs a = ClassLossAttrs::from(attrs, "cross_entropy");
-  Tensor target = contiguous(in[0].detach());
+  Scratch taken(out);
+  const Tensor target = dense(in[0], taken);
   const int64_t rows = out[1].sizes()[0], classes = out[1].sizes()[1];
   const std::vector<double> w = class_weights(in[1], classes);
   double weight_total = 0;
@@ -254,7 +262,29 @@ void ce_terms_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
 
 // --- mse_loss ------------------------------------------------------------------------
 // The reduced forms sum fixed chunks in double and add the partial sums in
-// order.
+// order, over both operands broadcast to the common shape as flat arrays.
+
+// Whether t broadcast to a shape of n elements has t's own flat layout (it
+// then needs no copy).
+bool flat_as_broadcast(const Tensor& t, int64_t n) { return t.numel() == n && t.is_contiguous(); }
+
+// t broadcast to shape, as a flat array: t itself, or a copy in the next
+// piece of taken.
+Tensor flat_broadcast(const Tensor& t, const Shape& shape, Scratch& taken) {
+  if (flat_as_broadcast(t, shape_numel(shape))) return t;
+  Tensor c = taken.take(shape, t.dtype());
+  copy_cast(c, t);
+  return c;
+}
+
+int64_t mse_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  if (parse_reduction("mse_loss", attrs.get_string("reduction")) == Reduction::None) return 0;
+  const Shape shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), "mse_loss");
+  ScratchLayout layout("mse_loss");
+  for (const Tensor& t : {in[0], in[1]})
+    if (!flat_as_broadcast(t, shape_numel(shape))) layout.add(shape, t.dtype());
+  return layout.bytes();
+}
 
 void mse_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Reduction r = parse_reduction("mse_loss", attrs.get_string("reduction"));
@@ -268,7 +298,8 @@ void mse_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
       return;
     }
     const Shape shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), "mse_loss");
-    Tensor a = contiguous(expand(in[0].detach(), shape)), b = contiguous(expand(in[1].detach(), shape));
+    Scratch taken(out);
+    const Tensor a = flat_broadcast(in[0], shape, taken), b = flat_broadcast(in[1], shape, taken);
     const T* ap = static_cast<const T*>(a.data_ptr());
     const T* bp = static_cast<const T*>(b.data_ptr());
     const int64_t n = a.numel(), chunks = (n + kGrainSize - 1) / kGrainSize;
@@ -310,12 +341,30 @@ void softplus_neg_block(const T* x, A* out, int64_t n) {
 
 // Contiguous x and t; w and pos_weight are expanded to x's shape (ones when
 // only the other is given), so the loops below run over plain arrays and
-// vectorise.
+// vectorise. The copies and the ones are pieces of the scratch, in the
+// order x, t, w, pos_weight.
+int64_t bce_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  ScratchLayout layout("binary_cross_entropy_with_logits");
+  add_dense(layout, in[0]);
+  add_dense(layout, in[1]);
+  if (in[2].defined() || in[3].defined())
+    for (const Tensor& p : {in[2], in[3]})
+      if (!p.defined() || !flat_as_broadcast(p, in[0].numel()))
+        layout.add(in[0].sizes(), p.defined() ? p.dtype() : in[0].dtype());
+  return layout.bytes();
+}
+
 void bce_kernel(const TensorList& in, TensorList& out, const Attrs&) {
-  const Tensor x = contiguous(in[0].detach()), t = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor x = dense(in[0], taken), t = dense(in[1], taken);
   const bool weighted = in[2].defined() || in[3].defined();
   auto expanded = [&](const Tensor& p) {
-    return contiguous(p.defined() ? expand(p.detach(), x.sizes()) : full(x.sizes(), 1, {.dtype = x.dtype()}));
+    if (p.defined()) return flat_broadcast(p, x.sizes(), taken);
+    Tensor ones = taken.take(x.sizes(), x.dtype());
+    dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<typename T>() {
+      std::fill_n(static_cast<T*>(ones.data_ptr()), ones.numel(), T(1.0f));
+    });
+    return ones;
   };
   const Tensor w = weighted ? expanded(in[2]) : Tensor(), pw = weighted ? expanded(in[3]) : Tensor();
   dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<typename T>() {
@@ -352,12 +401,15 @@ void bce_kernel(const TensorList& in, TensorList& out, const Attrs&) {
 
 }  // namespace
 
-MF_REGISTER_KERNEL("nll_loss", DeviceType::CPU, nll_forward_kernel);
-MF_REGISTER_KERNEL("nll_loss_backward", DeviceType::CPU, nll_backward_kernel);
-MF_REGISTER_KERNEL("cross_entropy", DeviceType::CPU, ce_forward_kernel);
-MF_REGISTER_KERNEL("cross_entropy_backward", DeviceType::CPU, ce_backward_kernel);
-MF_REGISTER_KERNEL("cross_entropy_target_terms", DeviceType::CPU, ce_terms_kernel);
-MF_REGISTER_KERNEL("mse_loss", DeviceType::CPU, mse_kernel);
-MF_REGISTER_KERNEL("binary_cross_entropy_with_logits", DeviceType::CPU, bce_kernel);
+MF_REGISTER_KERNEL("nll_loss", DeviceType::CPU, nll_forward_kernel, dense_inputs_scratch("nll_loss", {0, 1}));
+MF_REGISTER_KERNEL("nll_loss_backward", DeviceType::CPU, nll_backward_kernel,
+                   dense_inputs_scratch("nll_loss_backward", {1}));
+MF_REGISTER_KERNEL("cross_entropy", DeviceType::CPU, ce_forward_kernel, dense_inputs_scratch("cross_entropy", {0, 1}));
+MF_REGISTER_KERNEL("cross_entropy_backward", DeviceType::CPU, ce_backward_kernel,
+                   dense_inputs_scratch("cross_entropy_backward", {1, 2, 4}));
+MF_REGISTER_KERNEL("cross_entropy_target_terms", DeviceType::CPU, ce_terms_kernel,
+                   dense_inputs_scratch("cross_entropy_target_terms", {0}));
+MF_REGISTER_KERNEL("mse_loss", DeviceType::CPU, mse_kernel, mse_scratch);
+MF_REGISTER_KERNEL("binary_cross_entropy_with_logits", DeviceType::CPU, bce_kernel, bce_scratch);
 
 }  // namespace mf::cpu

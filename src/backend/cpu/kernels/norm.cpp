@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/common/composed_kernels.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/vec_math.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
@@ -26,7 +27,8 @@ RowLayout layout_from_attrs(const Tensor& x, const Attrs& attrs) {
   return RowLayout{.rows = n.n * n.groups, .segments = n.segments, .run = n.run, .groups = n.groups};
 }
 
-// The affine parameters as acc_type<T> arrays (ones and zeros when absent).
+// The affine parameters (contiguous) as acc_type<T> arrays (ones and zeros
+// when absent).
 template <typename T>
 std::pair<std::vector<acc_type<T>>, std::vector<acc_type<T>>> affine_params(const Tensor& weight, const Tensor& bias,
                                                                             int64_t n) {
@@ -34,8 +36,7 @@ std::pair<std::vector<acc_type<T>>, std::vector<acc_type<T>>> affine_params(cons
   std::vector<A> w(size_t(n), A(1)), b(size_t(n), A(0));
   for (auto [t, dst] : {std::pair{&weight, &w}, std::pair{&bias, &b}}) {
     if (!t->defined()) continue;
-    Tensor c = contiguous(t->detach());
-    const T* p = static_cast<const T*>(c.data_ptr());
+    const T* p = static_cast<const T*>(t->data_ptr());
     for (int64_t i = 0; i < n; ++i) (*dst)[size_t(i)] = A(p[i]);
   }
   return {std::move(w), std::move(b)};
@@ -44,12 +45,13 @@ std::pair<std::vector<acc_type<T>>, std::vector<acc_type<T>>> affine_params(cons
 int64_t row_grain(const RowLayout& l) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(l.row_size(), 1)); }
 
 // --- forward -------------------------------------------------------------------------
+// The kernels read their inputs contiguous: a copy of each other one is a
+// piece of the scratch, in the order of the inputs.
 
 template <typename T>
-void forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps, const RowLayout& l,
+void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const RowLayout& l,
              TensorList& out) {
   using A = acc_type<T>;
-  Tensor x = contiguous(x_in.detach());
   const T* xp = static_cast<const T*>(x.data_ptr());
   T* yp = static_cast<T*>(out[0].data_ptr());
   A* mean_p = static_cast<A*>(out[1].data_ptr());
@@ -102,11 +104,11 @@ int64_t chunk_count(const RowLayout& l) {
   return std::max<int64_t>(1, std::min({l.rows * l.row_size() / (4 * kGrainSize), l.rows, int64_t(64)}));
 }
 
+// in: the inputs, contiguous.
 template <typename T>
 void backward(const TensorList& in, TensorList& out, const RowLayout& l, bool need_input, bool need_affine) {
   using A = acc_type<T>;
-  Tensor g = contiguous(in[0].detach()), x = contiguous(in[1].detach());
-  Tensor mean = contiguous(in[2].detach()), rstd = contiguous(in[3].detach());
+  const Tensor &g = in[0], &x = in[1], &mean = in[2], &rstd = in[3];
   const T* gp = static_cast<const T*>(g.data_ptr());
   const T* xp = static_cast<const T*>(x.data_ptr());
   const A* mean_p = static_cast<const A*>(mean.data_ptr());
@@ -197,23 +199,30 @@ void backward(const TensorList& in, TensorList& out, const RowLayout& l, bool ne
 
 void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const RowLayout l = layout_from_attrs(in[0], attrs);
+  Scratch taken(out);
+  const Tensor x = dense(in[0], taken), weight = dense(in[1], taken), bias = dense(in[2], taken);
   dispatch_floating(in[0].dtype(), "norm", [&]<typename T>() {
-    forward<T>(in[0], in[1], in[2], attrs.get_float("eps"), l, out);
+    forward<T>(x, weight, bias, attrs.get_float("eps"), l, out);
   });
 }
 
 void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const RowLayout l = layout_from_attrs(in[1], attrs);
+  Scratch taken(out);
+  TensorList dense_in;
+  for (size_t i = 0; i < 5; ++i) dense_in.push_back(dense(in[i], taken));
   dispatch_floating(in[1].dtype(), "norm_backward", [&]<typename T>() {
-    backward<T>(in, out, l, attrs.get_bool("need_input"), attrs.get_bool("need_affine"));
+    backward<T>(dense_in, out, l, attrs.get_bool("need_input"), attrs.get_bool("need_affine"));
   });
 }
 
 }  // namespace
 
-MF_REGISTER_KERNEL("layer_norm", DeviceType::CPU, forward_kernel);
-MF_REGISTER_KERNEL("group_norm", DeviceType::CPU, forward_kernel);
-MF_REGISTER_KERNEL("layer_norm_backward", DeviceType::CPU, backward_kernel);
-MF_REGISTER_KERNEL("group_norm_backward", DeviceType::CPU, backward_kernel);
+MF_REGISTER_KERNEL("layer_norm", DeviceType::CPU, forward_kernel, dense_inputs_scratch("layer_norm", {0, 1, 2}));
+MF_REGISTER_KERNEL("group_norm", DeviceType::CPU, forward_kernel, dense_inputs_scratch("group_norm", {0, 1, 2}));
+MF_REGISTER_KERNEL("layer_norm_backward", DeviceType::CPU, backward_kernel,
+                   dense_inputs_scratch("layer_norm_backward", {0, 1, 2, 3, 4}));
+MF_REGISTER_KERNEL("group_norm_backward", DeviceType::CPU, backward_kernel,
+                   dense_inputs_scratch("group_norm_backward", {0, 1, 2, 3, 4}));
 
 }  // namespace mf::cpu

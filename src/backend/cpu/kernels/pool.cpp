@@ -21,6 +21,7 @@
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/onednn.h"
 #include "ops/conv_common.h"
 
@@ -38,15 +39,16 @@ struct Planes {
 };
 
 // in is (N, C, [D,] H, W), out (N, C, [OD,] OH, OW).
-Planes planes_of(const Tensor& in, const Tensor& out) {
-  Planes g{in.size(0) * in.size(1), {1, 1, 1}, {1, 1, 1}};
-  const int64_t first = 5 - in.dim();
+Planes planes_of(const Shape& in, const Shape& out) {
+  Planes g{in[0] * in[1], {1, 1, 1}, {1, 1, 1}};
+  const int64_t first = 5 - int64_t(in.size());
   for (int64_t d = first; d < 3; ++d) {
-    g.in[d] = in.size(2 + d - first);
-    g.out[d] = out.size(2 + d - first);
+    g.in[d] = in[size_t(2 + d - first)];
+    g.out[d] = out[size_t(2 + d - first)];
   }
   return g;
 }
+Planes planes_of(const Tensor& in, const Tensor& out) { return planes_of(in.sizes(), out.sizes()); }
 
 // Calls fn(o, index) for each output position o = (z, y, x) in order;
 // index is its offset in the output plane.
@@ -195,10 +197,9 @@ void window_max(const A* in, int64_t first, const ForPositions& for_positions, A
 // The max pools: window_for(o) gives output o's window, whose dilation is
 // p's.
 template <typename T, typename WindowFor>
-void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParams& p, const WindowFor& window_for) {
+void max_forward(const Tensor& x, Tensor& y, Tensor& indices, const PoolParams& p, const WindowFor& window_for) {
   using A = acc_type<T>;
   using Index = PositionOf<A>;
-  Tensor x = contiguous(x_in.detach());
   const Planes g = planes_of(x, y);
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
@@ -229,9 +230,8 @@ void max_forward(const Tensor& x_in, Tensor& y, Tensor& indices, const PoolParam
 }
 
 template <typename T>
-void max_scatter(const Tensor& gy_in, const Tensor& indices_in, Tensor& gx) {
+void max_scatter(const Tensor& gy, const Tensor& indices, Tensor& gx) {
   using A = acc_type<T>;
-  Tensor gy = contiguous(gy_in.detach()), indices = contiguous(indices_in.detach());
   const Planes g = planes_of(gx, gy);
   const T* gyp = gy.data<T>();
   const int64_t* ip = indices.data<int64_t>();
@@ -254,8 +254,7 @@ void max_scatter(const Tensor& gy_in, const Tensor& indices_in, Tensor& gx) {
 }
 
 template <typename T>
-void max_gather(const Tensor& t_in, const Tensor& indices_in, Tensor& out) {
-  Tensor t = contiguous(t_in.detach()), indices = contiguous(indices_in.detach());
+void max_gather(const Tensor& t, const Tensor& indices, Tensor& out) {
   const Planes g = planes_of(t, out);
   const T* tp = t.data<T>();
   const int64_t* ip = indices.data<int64_t>();
@@ -284,9 +283,8 @@ int64_t avg_divisor(const Window& w, const Planes& g, const PoolParams& p) {
 }
 
 template <typename T>
-void avg_forward(const Tensor& x_in, Tensor& y, const PoolParams& p) {
+void avg_forward(const Tensor& x, Tensor& y, const PoolParams& p) {
   using A = acc_type<T>;
-  Tensor x = contiguous(x_in.detach());
   const Planes g = planes_of(x, y);
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
@@ -308,9 +306,8 @@ void avg_forward(const Tensor& x_in, Tensor& y, const PoolParams& p) {
 }
 
 template <typename T>
-void avg_backward(const Tensor& gy_in, Tensor& gx, const PoolParams& p) {
+void avg_backward(const Tensor& gy, Tensor& gx, const PoolParams& p) {
   using A = acc_type<T>;
-  Tensor gy = contiguous(gy_in.detach());
   const Planes g = planes_of(gx, gy);
   const T* gyp = gy.data<T>();
   T* gxp = gx.data<T>();
@@ -390,25 +387,46 @@ AvgPrimitives avg_primitives(const Shape& x, const Shape& y, DType dtype, const 
   });
 }
 
-bool onednn_avg_forward(const Tensor& x_in, Tensor& y, const PoolParams& p) {
-  if (!onednn_fits(planes_of(x_in, y), p, y.dtype())) return false;
-  const AvgPrimitives prims = avg_primitives(x_in.sizes(), y.sizes(), y.dtype(), p);
+// The bytes of the oneDNN scratchpad an average pool between the
+// (N, C, [D,] H, W) shapes x and y takes from the kernel's scratch (0 when
+// the loops run instead).
+int64_t onednn_avg_scratch(const Shape& x, const Shape& y, DType dtype, const PoolParams& p, bool backward) {
+  if (!onednn_fits(planes_of(x, y), p, dtype)) return 0;
+  const AvgPrimitives prims = avg_primitives(x, y, dtype, p);
+  if (backward) return prims.backward_ok ? int64_t(prims.backward_pd.scratchpad_desc().get_size()) : 0;
+  return prims.forward_ok ? int64_t(prims.forward_pd.scratchpad_desc().get_size()) : 0;
+}
+
+// Runs prim with args and its scratchpad taken from the kernel's scratch.
+void onednn_run(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+                std::unordered_map<int, dnnl::memory> args, Scratch& taken) {
+  const dnnl::memory::desc scratchpad = pd.scratchpad_desc();
+  if (scratchpad.get_size() > 0) {
+    Tensor buffer = taken.take({int64_t(scratchpad.get_size())}, DType::UInt8);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, onednn::engine(), buffer.data_ptr()));
+  }
+  onednn::execute(prim, dnnl::memory::desc(), std::move(args));
+}
+
+bool onednn_avg_forward(const Tensor& x, Tensor& y, const PoolParams& p, Scratch& taken) {
+  if (!onednn_fits(planes_of(x, y), p, y.dtype())) return false;
+  const AvgPrimitives prims = avg_primitives(x.sizes(), y.sizes(), y.dtype(), p);
   if (!prims.forward_ok) return false;
-  Tensor x = contiguous(x_in.detach());
-  onednn::execute(prims.forward, prims.forward_pd.scratchpad_desc(),
-                  {{DNNL_ARG_SRC, onednn::memory_of(prims.forward_pd.src_desc(), x)},
-                   {DNNL_ARG_DST, onednn::memory_of(prims.forward_pd.dst_desc(), y)}});
+  onednn_run(prims.forward, prims.forward_pd,
+             {{DNNL_ARG_SRC, onednn::memory_of(prims.forward_pd.src_desc(), x)},
+              {DNNL_ARG_DST, onednn::memory_of(prims.forward_pd.dst_desc(), y)}},
+             taken);
   return true;
 }
 
-bool onednn_avg_backward(const Tensor& gy_in, Tensor& gx, const PoolParams& p) {
-  if (!onednn_fits(planes_of(gx, gy_in), p, gx.dtype())) return false;
-  const AvgPrimitives prims = avg_primitives(gx.sizes(), gy_in.sizes(), gx.dtype(), p);
+bool onednn_avg_backward(const Tensor& gy, Tensor& gx, const PoolParams& p, Scratch& taken) {
+  if (!onednn_fits(planes_of(gx, gy), p, gx.dtype())) return false;
+  const AvgPrimitives prims = avg_primitives(gx.sizes(), gy.sizes(), gx.dtype(), p);
   if (!prims.backward_ok) return false;
-  Tensor gy = contiguous(gy_in.detach());
-  onednn::execute(prims.backward, prims.backward_pd.scratchpad_desc(),
-                  {{DNNL_ARG_DIFF_DST, onednn::memory_of(prims.backward_pd.diff_dst_desc(), gy)},
-                   {DNNL_ARG_DIFF_SRC, onednn::memory_of(prims.backward_pd.diff_src_desc(), gx)}});
+  onednn_run(prims.backward, prims.backward_pd,
+             {{DNNL_ARG_DIFF_DST, onednn::memory_of(prims.backward_pd.diff_dst_desc(), gy)},
+              {DNNL_ARG_DIFF_SRC, onednn::memory_of(prims.backward_pd.diff_src_desc(), gx)}},
+             taken);
   return true;
 }
 
@@ -435,9 +453,8 @@ constexpr PoolParams kDense{};
 int64_t window_size(const Window& w) { return (w.hi[0] - w.lo[0]) * (w.hi[1] - w.lo[1]) * (w.hi[2] - w.lo[2]); }
 
 template <typename T>
-void adaptive_forward(const Tensor& x_in, Tensor& y) {
+void adaptive_forward(const Tensor& x, Tensor& y) {
   using A = acc_type<T>;
-  Tensor x = contiguous(x_in.detach());
   const Planes g = planes_of(x, y);
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
@@ -459,9 +476,8 @@ void adaptive_forward(const Tensor& x_in, Tensor& y) {
 }
 
 template <typename T>
-void adaptive_backward(const Tensor& gy_in, Tensor& gx) {
+void adaptive_backward(const Tensor& gy, Tensor& gx) {
   using A = acc_type<T>;
-  Tensor gy = contiguous(gy_in.detach());
   const Planes g = planes_of(gx, gy);
   const T* gyp = gy.data<T>();
   T* gxp = gx.data<T>();
@@ -495,12 +511,12 @@ void max_pool_scatter(const Tensor& grad_y, const Tensor& indices, Tensor& grad_
 void max_pool_gather(const Tensor& t, const Tensor& indices, Tensor& out) {
   dispatch_floating(t.dtype(), "max_pool", [&]<typename T>() { max_gather<T>(t, indices, out); });
 }
-void avg_pool_forward(const Tensor& x, Tensor& y, const PoolParams& p) {
-  if (y.numel() == 0 || onednn_avg_forward(x, y, p)) return;
+void avg_pool_forward(const Tensor& x, Tensor& y, const PoolParams& p, Scratch& taken) {
+  if (y.numel() == 0 || onednn_avg_forward(x, y, p, taken)) return;
   dispatch_floating(x.dtype(), "avg_pool", [&]<typename T>() { avg_forward<T>(x, y, p); });
 }
-void avg_pool_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams& p) {
-  if (grad_x.numel() == 0 || onednn_avg_backward(grad_y, grad_x, p)) return;
+void avg_pool_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams& p, Scratch& taken) {
+  if (grad_x.numel() == 0 || onednn_avg_backward(grad_y, grad_x, p, taken)) return;
   dispatch_floating(grad_y.dtype(), "avg_pool", [&]<typename T>() { avg_backward<T>(grad_y, grad_x, p); });
 }
 void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
@@ -527,38 +543,90 @@ PoolParams params_of(const Attrs& a) {
   return out;
 }
 
-// The ops of both ranks (max_pool2d and max_pool3d, ...) share their kernels.
+// The ops of both ranks (max_pool2d and max_pool3d, ...) share their
+// kernels. Each reads its inputs contiguous: a copy of each other one is a
+// piece of the scratch, in the order of the inputs; the average pools then
+// take oneDNN's scratchpad (Note [Kernel scratch]).
 [[maybe_unused]] const bool kRegistered = [] {
   OpRegistry& r = OpRegistry::instance();
   constexpr DeviceType kCpu = DeviceType::CPU;
   for (const std::string spatial : {"2d", "3d"}) {
-    r.set_kernel("max_pool" + spatial, kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      max_pool_forward(in[0], out[0], out[1], params_of(attrs));
-    });
-    r.set_kernel("avg_pool" + spatial, kCpu, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-      avg_pool_forward(in[0], out[0], params_of(attrs));
-    });
-    r.set_kernel("avg_pool" + spatial + "_backward", kCpu,
-                 [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-                   avg_pool_backward(in[0], out[0], params_of(attrs));
-                 });
-    r.set_kernel("adaptive_avg_pool" + spatial, kCpu,
-                 [](const TensorList& in, TensorList& out, const Attrs&) { adaptive_avg_pool_forward(in[0], out[0]); });
-    r.set_kernel("adaptive_avg_pool" + spatial + "_backward", kCpu,
-                 [](const TensorList& in, TensorList& out, const Attrs&) {
-                   adaptive_avg_pool_backward(in[0], out[0]);
-                 });
+    const std::string max = "max_pool" + spatial, avg = "avg_pool" + spatial, avg_backward = avg + "_backward";
+    const std::string adaptive = "adaptive_avg_pool" + spatial, adaptive_backward = adaptive + "_backward";
+    r.set_kernel(
+        max, kCpu,
+        [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+          Scratch taken(out);
+          max_pool_forward(dense(in[0], taken), out[0], out[1], params_of(attrs));
+        },
+        dense_inputs_scratch("max_pool", {0}));
+    r.set_kernel(
+        avg, kCpu,
+        [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+          if (out[0].numel() == 0) return;
+          Scratch taken(out);
+          avg_pool_forward(dense(in[0], taken), out[0], params_of(attrs), taken);
+        },
+        [](const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) -> int64_t {
+          if (shape_numel(out[0].sizes) == 0) return 0;
+          ScratchLayout layout("avg_pool");
+          add_dense(layout, in[0]);
+          layout.add_bytes(onednn_avg_scratch(in[0].sizes(), out[0].sizes, out[0].dtype, params_of(attrs), false));
+          return layout.bytes();
+        });
+    r.set_kernel(
+        avg_backward, kCpu,
+        [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+          if (out[0].numel() == 0) return;
+          Scratch taken(out);
+          avg_pool_backward(dense(in[0], taken), out[0], params_of(attrs), taken);
+        },
+        [](const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) -> int64_t {
+          if (shape_numel(out[0].sizes) == 0) return 0;
+          ScratchLayout layout("avg_pool_backward");
+          add_dense(layout, in[0]);
+          layout.add_bytes(onednn_avg_scratch(out[0].sizes, in[0].sizes(), out[0].dtype, params_of(attrs), true));
+          return layout.bytes();
+        });
+    r.set_kernel(
+        adaptive, kCpu,
+        [](const TensorList& in, TensorList& out, const Attrs&) {
+          Scratch taken(out);
+          adaptive_avg_pool_forward(dense(in[0], taken), out[0]);
+        },
+        dense_inputs_scratch("adaptive_avg_pool", {0}));
+    r.set_kernel(
+        adaptive_backward, kCpu,
+        [](const TensorList& in, TensorList& out, const Attrs&) {
+          Scratch taken(out);
+          adaptive_avg_pool_backward(dense(in[0], taken), out[0]);
+        },
+        dense_inputs_scratch("adaptive_avg_pool_backward", {0}));
   }
-  r.set_kernel("adaptive_max_pool2d", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
-    adaptive_max_pool_forward(in[0], out[0], out[1]);
-  });
+  r.set_kernel(
+      "adaptive_max_pool2d", kCpu,
+      [](const TensorList& in, TensorList& out, const Attrs&) {
+        Scratch taken(out);
+        adaptive_max_pool_forward(dense(in[0], taken), out[0], out[1]);
+      },
+      dense_inputs_scratch("adaptive_max_pool2d", {0}));
   // The max pools' gradient scatter and its adjoint, for any rank.
-  r.set_kernel("max_pool2d_scatter", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
-    max_pool_scatter(in[0], in[1], out[0]);
-  });
-  r.set_kernel("max_pool2d_gather", kCpu, [](const TensorList& in, TensorList& out, const Attrs&) {
-    max_pool_gather(in[0], in[1], out[0]);
-  });
+  r.set_kernel(
+      "max_pool2d_scatter", kCpu,
+      [](const TensorList& in, TensorList& out, const Attrs&) {
+        Scratch taken(out);
+        const Tensor grad_y = dense(in[0], taken), indices = dense(in[1], taken);
+        max_pool_scatter(grad_y, indices, out[0]);
+      },
+      dense_inputs_scratch("max_pool2d_scatter", {0, 1}));
+  r.set_kernel(
+      "max_pool2d_gather", kCpu,
+      [](const TensorList& in, TensorList& out, const Attrs&) {
+        Scratch taken(out);
+        const Tensor t = dense(in[0], taken), indices = dense(in[1], taken);
+        max_pool_gather(t, indices, out[0]);
+      },
+      dense_inputs_scratch("max_pool2d_gather", {0, 1}));
   return true;
 }();
 

@@ -1,8 +1,10 @@
 // Pooling kernels over (N, C, H, W) and (N, C, D, H, W) tensors: outputs
-// contiguous, inputs any strides. Each (n, c) plane (or volume) is
+// and inputs contiguous (the registered kernels copy other inputs into
+// their scratch first, Note [Kernel scratch]). Each (n, c) plane (or volume) is
 // independent; planes run in parallel.
 #pragma once
 
+#include "backend/common/scratch.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
@@ -26,8 +28,10 @@ void max_pool_scatter(const Tensor& grad_y, const Tensor& indices, Tensor& grad_
 // out = t gathered at indices, plane by plane (the adjoint of the scatter).
 void max_pool_gather(const Tensor& t, const Tensor& indices, Tensor& out);
 
-void avg_pool_forward(const Tensor& x, Tensor& y, const PoolParams& p);
-void avg_pool_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams& p);
+// taken: the kernel's scratch, whose next piece is oneDNN's scratchpad when
+// oneDNN runs the pool.
+void avg_pool_forward(const Tensor& x, Tensor& y, const PoolParams& p, Scratch& taken);
+void avg_pool_backward(const Tensor& grad_y, Tensor& grad_x, const PoolParams& p, Scratch& taken);
 
 // PyTorch's adaptive windows: output i of n over m inputs covers
 // [floor(i m / n), ceil((i + 1) m / n)) along each dim.

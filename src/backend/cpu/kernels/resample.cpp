@@ -3,13 +3,13 @@
 #include "backend/cpu/kernels/resample.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <memory>
 #include <type_traits>
 #include <utility>
 
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "meshflow/op_def.h"
-#include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 
 namespace mf::cpu {
@@ -124,8 +124,7 @@ void weighted_rows(const S* src, D* dst, Span span, int64_t m, const RowSums<A>&
 }
 
 template <typename T>
-void gather(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes) {
-  const Tensor x = contiguous(x_in.detach());
+void gather(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes) {
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
   const size_t lead = size_t(x.dim()) - axes.size();
@@ -153,19 +152,40 @@ void gather(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes
   });
 }
 
+// The elements of the two buffers resample_passes ping-pongs between: pass
+// s writes buffer s % 2 but for the last pass when it writes y directly
+// (last_into_y). x: the passes' input shape.
+std::array<int64_t, 2> pass_buffers(const std::vector<ResampleAxis>& axes, Shape sizes, bool adjoint,
+                                    bool last_into_y) {
+  std::array<int64_t, 2> n{0, 0};
+  const size_t lead = sizes.size() - axes.size();
+  for (size_t step = 0; step < axes.size(); ++step) {
+    const ResampleAxis& axis = axes[adjoint ? step : axes.size() - 1 - step];
+    const size_t d = lead + size_t(&axis - axes.data());
+    sizes[d] = adjoint ? axis.in_size : axis.out_size;
+    if (step + 1 == axes.size() && last_into_y) continue;
+    n[step % 2] = std::max(n[step % 2], shape_numel(sizes));
+  }
+  return n;
+}
+
 // The weighted forward (adjoint false) or the backward (adjoint true),
-// one pass per resampled dim, ping-ponging between two A buffers; the last
-// pass writes y (through a final conversion unless T is A). The forward
-// takes the last dim first, as PyTorch nests its sums (y = sum_d w_d sum_h
-// w_h sum_w w_w x, so each output gets PyTorch's operations in its order);
-// the adjoint takes each dim's transpose in the other order.
+// one pass per resampled dim, ping-ponging between two A buffers (pieces of
+// the kernel's scratch); the last pass writes y (through a final conversion
+// unless T is A). The forward takes the last dim first, as PyTorch nests
+// its sums (y = sum_d w_d sum_h w_h sum_w w_w x, so each output gets
+// PyTorch's operations in its order); the adjoint takes each dim's
+// transpose in the other order. x: contiguous.
 template <typename T>
-void resample_passes(const Tensor& x_in, Tensor& y, const std::vector<ResampleAxis>& axes, bool adjoint) {
+void resample_passes(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes, bool adjoint,
+                     Scratch& taken) {
   using A = acc_type<T>;
-  const Tensor x = contiguous(x_in.detach());
+  constexpr DType kAcc = std::is_same_v<A, double> ? DType::Float64 : DType::Float32;
   const size_t lead = size_t(x.dim()) - axes.size();
   Shape sizes = x.sizes();
-  std::unique_ptr<A[]> buffers[2];  // uninitialised: every pass writes its whole output
+  const std::array<int64_t, 2> buffer_sizes = pass_buffers(axes, sizes, adjoint, std::is_same_v<T, A>);
+  // Uninitialised: every pass writes its whole output.
+  const Tensor buffers[2] = {taken.take({buffer_sizes[0]}, kAcc), taken.take({buffer_sizes[1]}, kAcc)};
   const A* current = nullptr;
   for (size_t step = 0; step < axes.size(); ++step) {
     const ResampleAxis& axis = axes[adjoint ? step : axes.size() - 1 - step];
@@ -178,10 +198,7 @@ void resample_passes(const Tensor& x_in, Tensor& y, const std::vector<ResampleAx
     if constexpr (std::is_same_v<T, A>) {
       if (step + 1 == axes.size()) dst = y.data<T>();
     }
-    if (dst == nullptr) {
-      buffers[step % 2] = std::make_unique_for_overwrite<A[]>(size_t(span.outer * sizes[d] * span.inner));
-      dst = buffers[step % 2].get();
-    }
+    if (dst == nullptr) dst = static_cast<A*>(buffers[step % 2].data_ptr());
     if (step == 0) weighted_rows<A>(x.data<T>(), dst, span, m, sums);
     else weighted_rows<A>(current, dst, span, m, sums);
     current = dst;
@@ -196,20 +213,35 @@ void resample_passes(const Tensor& x_in, Tensor& y, const std::vector<ResampleAx
 
 }  // namespace
 
-void resample_forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes) {
+bool is_weighted(const std::vector<ResampleAxis>& axes) {
+  return std::any_of(axes.begin(), axes.end(), [](const auto& a) { return !a.weight.empty(); });
+}
+
+void resample_forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes, Scratch& taken) {
   if (y.numel() == 0) return;
-  const bool weighted = std::any_of(axes.begin(), axes.end(), [](const auto& a) { return !a.weight.empty(); });
-  if (!weighted) {
+  if (!is_weighted(axes)) {
     dispatch_dtype(y.dtype(), [&]<typename T>() { gather<T>(x, y, axes); });
     return;
   }
-  dispatch_floating(y.dtype(), "interpolate", [&]<typename T>() { resample_passes<T>(x, y, axes, false); });
+  dispatch_floating(y.dtype(), "interpolate", [&]<typename T>() { resample_passes<T>(x, y, axes, false, taken); });
 }
 
-void resample_backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes) {
+void resample_backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes,
+                       Scratch& taken) {
   if (grad_x.numel() == 0) return;
   dispatch_floating(grad_x.dtype(), "resample backward",
-                    [&]<typename T>() { resample_passes<T>(grad_y, grad_x, axes, true); });
+                    [&]<typename T>() { resample_passes<T>(grad_y, grad_x, axes, true, taken); });
+}
+
+int64_t resample_scratch(const std::vector<ResampleAxis>& axes, const Tensor& x, DType dtype, bool adjoint) {
+  ScratchLayout layout("resample");
+  add_dense(layout, x);
+  if (adjoint || is_weighted(axes)) {
+    const DType acc = dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+    const bool last_into_y = dtype == DType::Float64 || dtype == DType::Float32;
+    for (int64_t n : pass_buffers(axes, x.sizes(), adjoint, last_into_y)) layout.add({n}, acc);
+  }
+  return layout.bytes();
 }
 
 namespace {
@@ -217,25 +249,40 @@ namespace {
 // The kernels of resampling op `op` (upsample_*, *_pad) and of its
 // _backward, with the maps of their attrs (resample_plan::op_axes, defined
 // with the ops in src/ops/resample.cpp).
+// Their scratch (Note [Kernel scratch]): a copy of a non-contiguous input,
+// then the passes' two buffers.
 KernelFn forward_kernel(const std::string& op) {
   return [op](const TensorList& in, TensorList& out, const Attrs& a) {
     if (out[0].numel() == 0) return;  // an empty batch: no maps (their sizes may be huge)
-    resample_forward(in[0], out[0], resample_plan::op_axes(op, in, out, a));
+    Scratch taken(out);
+    const Tensor x = dense(in[0], taken);
+    resample_forward(x, out[0], resample_plan::op_axes(op, in, out, a), taken);
   };
 }
 
 KernelFn backward_kernel(const std::string& op) {
   return [op](const TensorList& in, TensorList& out, const Attrs& a) {
     if (out[0].numel() == 0) return;
-    resample_backward(in[0], out[0], resample_plan::op_axes(op, in, out, a));
+    Scratch taken(out);
+    const Tensor grad_y = dense(in[0], taken);
+    resample_backward(grad_y, out[0], resample_plan::op_axes(op, in, out, a), taken);
+  };
+}
+
+ScratchFn scratch_of(const std::string& op, bool adjoint) {
+  return [op, adjoint](const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& a) -> int64_t {
+    if (shape_numel(out[0].sizes) == 0) return 0;
+    const TensorList outputs{make_meta(out[0].sizes, out[0].dtype, out[0].device)};
+    return resample_scratch(resample_plan::op_axes(op, in, outputs, a), in[0], out[0].dtype, adjoint);
   };
 }
 
 [[maybe_unused]] const bool kRegistered = [] {
   for (const std::string op : {"upsample_nearest", "upsample_nearest_exact", "upsample_linear", "upsample_bicubic2d",
                                "reflection_pad", "replication_pad", "circular_pad"}) {
-    OpRegistry::instance().set_kernel(op, DeviceType::CPU, forward_kernel(op));
-    OpRegistry::instance().set_kernel(op + "_backward", DeviceType::CPU, backward_kernel(op + "_backward"));
+    OpRegistry::instance().set_kernel(op, DeviceType::CPU, forward_kernel(op), scratch_of(op, false));
+    OpRegistry::instance().set_kernel(op + "_backward", DeviceType::CPU, backward_kernel(op + "_backward"),
+                                      scratch_of(op + "_backward", true));
   }
   return true;
 }();

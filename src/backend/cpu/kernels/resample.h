@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/common/resample_plan.h"
+#include "backend/common/scratch.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
@@ -35,9 +36,12 @@ using resample_plan::ResampleAxis;
 using resample_plan::UpsampleMode;
 
 // y (..., out sizes) from x (..., in sizes): the last axes.size() dims are
-// resampled. y is contiguous; x may have any strides.
-void resample_forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes);
+// resampled. y and x are contiguous. taken: the kernel's scratch, whose next
+// two pieces are the passes' buffers (see the kernels' ScratchFn in
+// resample.cpp).
+void resample_forward(const Tensor& x, Tensor& y, const std::vector<ResampleAxis>& axes, Scratch& taken);
 // grad_x (written whole) = the adjoint of resample_forward applied to grad_y.
-void resample_backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes);
+void resample_backward(const Tensor& grad_y, Tensor& grad_x, const std::vector<ResampleAxis>& axes,
+                       Scratch& taken);
 
 }  // namespace mf::cpu

@@ -3,6 +3,7 @@
 // and integers in wrapping 64-bit, like PyTorch's CPU kernels.
 #include <vector>
 
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/loops.h"
 #include "backend/cpu/kernels/reduce.h"
 #include "meshflow/op_def.h"
@@ -116,14 +117,31 @@ void scan_typed(const Tensor& x, Tensor& out, int64_t dim, bool reverse) {
   });
 }
 
+// Whether the lines of x (not 0-d) into out have more merged dims than the
+// walk takes: x is then copied contiguous first, into the scratch.
+bool needs_dense_copy(const Tensor& x, const Tensor& out, const Attrs& attrs, const char* op) {
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), op);
+  return int64_t(line_geometry(x, out, dim).sizes.size()) > kMaxReduceDims;
+}
+
+template <bool kProduct>
+int64_t scan_scratch(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
+  const char* op = kProduct ? "cumprod" : "cumsum";
+  if (in[0].numel() == 0 || in[0].dim() == 0) return 0;
+  if (!needs_dense_copy(in[0], make_meta(out[0].sizes, out[0].dtype, out[0].device), attrs, op)) return 0;
+  return ScratchLayout(op).add(in[0].sizes(), in[0].dtype()).bytes();
+}
+
 template <bool kProduct>
 void scan_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+  const char* op = kProduct ? "cumprod" : "cumsum";
   if (in[0].numel() == 0) return;
   Tensor x = in[0].dim() == 0 ? make_view(in[0], {1}, {1}, in[0].storage_offset()) : in[0];
   Tensor o = out[0].dim() == 0 ? make_view(out[0], {1}, {1}, 0) : out[0];
-  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), kProduct ? "cumprod" : "cumsum");
-  if (int64_t(line_geometry(x, o, dim).sizes.size()) > kMaxReduceDims) {
-    Tensor copy = make_empty(x.sizes(), x.dtype(), x.device());
+  const int64_t dim = wrap_dim(attrs.get_int("dim"), x.dim(), op);
+  if (needs_dense_copy(x, o, attrs, op)) {
+    Scratch taken(out);
+    Tensor copy = taken.take(x.sizes(), x.dtype());
     copy_cast(copy, x);
     x = copy;
   }
@@ -133,19 +151,14 @@ void scan_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
 
 }  // namespace
 
-MF_REGISTER_KERNEL("cumsum", DeviceType::CPU, scan_kernel<false>);
-MF_REGISTER_KERNEL("cumprod", DeviceType::CPU, scan_kernel<true>);
+MF_REGISTER_KERNEL("cumsum", DeviceType::CPU, scan_kernel<false>, scan_scratch<false>);
+MF_REGISTER_KERNEL("cumprod", DeviceType::CPU, scan_kernel<true>, scan_scratch<true>);
 // (x_0 ... x_{i-1}) * S_i per row (src/ops/cumsum.cpp), without dividing by
 // x (so zeros in the input are exact). In double for floats.
 MF_REGISTER_KERNEL("cumprod_backward", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs&) {
   const int64_t n = in[1].size(-1), rows = n ? in[1].numel() / n : 0;
-  auto dense = [](const Tensor& t) {  // rows of n, whatever layout the caller passed
-    if (t.is_contiguous()) return t;
-    Tensor copy = make_empty(t.sizes(), t.dtype(), t.device());
-    copy_cast(copy, t);
-    return copy;
-  };
-  const Tensor gin = dense(in[0]), xin = dense(in[1]);
+  Scratch taken(out);  // rows of n, whatever layout the caller passed
+  const Tensor gin = dense(in[0], taken), xin = dense(in[1], taken);
   MF_CHECK(out[0].is_contiguous(), Error, "cumprod_backward: expected a contiguous output");
   dispatch_floating(in[1].dtype(), "cumprod_backward", [&]<typename T>() {
     using Acc = cumsum_acc_t<T>;
@@ -170,6 +183,6 @@ MF_REGISTER_KERNEL("cumprod_backward", DeviceType::CPU, [](const TensorList& in,
       }
     });
   });
-});
+}, dense_inputs_scratch("cumprod_backward", {0, 1}));
 
 }  // namespace mf::cpu

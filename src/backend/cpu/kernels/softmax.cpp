@@ -11,6 +11,7 @@
 // the exp-sum) and one to write; 16-bit floats compute in float.
 #include <cmath>
 
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/vec_math.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
@@ -146,7 +147,8 @@ void forward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const char* name = Log ? "log_softmax" : "softmax";
   if (out[0].numel() == 0) return;
   const DimLayout l = layout_of(in[0].sizes(), softmax_dim(in, attrs, name));
-  Tensor x = contiguous(in[0].detach());
+  Scratch taken(out);
+  const Tensor x = dense(in[0], taken);
   dispatch_floating(x.dtype(), name, [&]<typename T>() {
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* yp = static_cast<T*>(out[0].data_ptr());
@@ -218,8 +220,8 @@ void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
   const char* name = Log ? "log_softmax_backward" : "softmax_backward";
   if (out[0].numel() == 0) return;
   const DimLayout l = layout_of(in[0].sizes(), softmax_dim(in, attrs, name));
-  Tensor g = contiguous(in[0].detach());
-  Tensor y = contiguous(in[1].detach());
+  Scratch taken(out);
+  const Tensor g = dense(in[0], taken), y = dense(in[1], taken);
   dispatch_floating(y.dtype(), name, [&]<typename T>() {
     const T* gp = static_cast<const T*>(g.data_ptr());
     const T* yp = static_cast<const T*>(y.data_ptr());
@@ -231,9 +233,11 @@ void backward_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) 
 
 }  // namespace
 
-MF_REGISTER_KERNEL("softmax", DeviceType::CPU, forward_kernel<false>);
-MF_REGISTER_KERNEL("log_softmax", DeviceType::CPU, forward_kernel<true>);
-MF_REGISTER_KERNEL("softmax_backward", DeviceType::CPU, backward_kernel<false>);
-MF_REGISTER_KERNEL("log_softmax_backward", DeviceType::CPU, backward_kernel<true>);
+MF_REGISTER_KERNEL("softmax", DeviceType::CPU, forward_kernel<false>, dense_inputs_scratch("softmax", {0}));
+MF_REGISTER_KERNEL("log_softmax", DeviceType::CPU, forward_kernel<true>, dense_inputs_scratch("log_softmax", {0}));
+MF_REGISTER_KERNEL("softmax_backward", DeviceType::CPU, backward_kernel<false>,
+                   dense_inputs_scratch("softmax_backward", {0, 1}));
+MF_REGISTER_KERNEL("log_softmax_backward", DeviceType::CPU, backward_kernel<true>,
+                   dense_inputs_scratch("log_softmax_backward", {0, 1}));
 
 }  // namespace mf::cpu

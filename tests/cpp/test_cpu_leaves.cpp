@@ -1,0 +1,205 @@
+// Note [Kernel scratch] on the CPU: the kernels of the losses, pools,
+// softmax, the normalisations, the scans, resampling, embedding,
+// as_strided's gradient and dropout are leaves. Each call the public
+// functions below make of such an op is replayed straight into its CPU
+// kernel, once with the recorded (contiguous) inputs and once with the same
+// values laid out non-contiguously, with the outputs and the scratch its
+// ScratchFn asks for allocated first as a caller does: the kernel must not
+// call the CPU allocator, must give what the dispatcher's call of the same
+// op gives, and must give the same bits for both layouts.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "meshflow/backend.h"
+#include "meshflow/dispatch.h"
+#include "meshflow/meshflow.h"
+#include "meshflow/ops/conv.h"
+#include "meshflow/ops/resample.h"
+#include "test_util.h"
+
+namespace mf {
+namespace {
+
+using testing::random_tensor;
+
+// The ops whose CPU kernels take their working memory from their scratch.
+const std::set<std::string>& leaf_ops() {
+  static const std::set<std::string> ops = {
+      "nll_loss", "nll_loss_backward", "cross_entropy", "cross_entropy_backward", "cross_entropy_target_terms",
+      "mse_loss", "binary_cross_entropy_with_logits",
+      "max_pool2d", "max_pool3d", "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward",
+      "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_avg_pool2d_backward", "adaptive_avg_pool3d_backward",
+      "adaptive_max_pool2d", "max_pool2d_scatter", "max_pool2d_gather",
+      "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
+      "layer_norm", "group_norm", "layer_norm_backward", "group_norm_backward",
+      "cumsum", "cumprod", "cumprod_backward",
+      "upsample_nearest", "upsample_nearest_exact", "upsample_linear", "upsample_linear_backward",
+      "upsample_bicubic2d", "upsample_bicubic2d_backward", "reflection_pad", "reflection_pad_backward",
+      "replication_pad", "circular_pad",
+      "embedding", "embedding_backward", "as_strided_backward", "dropout", "dropout_backward",
+      "batch_norm", "batch_norm_backward"};
+  return ops;
+}
+
+// The same values as t in a layout that is not contiguous where t has two
+// elements along some dim: the dims reversed in memory, or every other
+// element of a 1-d tensor.
+Tensor strided_copy(const Tensor& t) {
+  if (!t.defined() || t.dim() == 0) return t.defined() ? clone(t) : t;
+  if (t.dim() == 1) {
+    Tensor base = zeros({t.numel(), 2}, {.dtype = t.dtype()});
+    Tensor v = select(base, 1, 0);
+    copy_(v, t);
+    return v;
+  }
+  Shape reversed;
+  for (int64_t d = t.dim(); d-- > 0;) reversed.push_back(d);
+  return permute(clone(permute(t, reversed)), reversed);
+}
+
+TensorList copies(const TensorList& inputs, bool strided) {
+  TensorList out;
+  for (const Tensor& t : inputs) out.push_back(!t.defined() ? t : strided ? strided_copy(t) : clone(t));
+  return out;
+}
+
+::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype())
+    return ::testing::AssertionFailure() << "shapes or dtypes differ";
+  const Tensor ca = contiguous(a), cb = contiguous(b);
+  if (std::memcmp(ca.data_ptr(), cb.data_ptr(), size_t(ca.numel()) * ca.element_size()) != 0)
+    return ::testing::AssertionFailure() << "values differ";
+  return ::testing::AssertionSuccess();
+}
+
+Tensor leaf(const Shape& shape, uint32_t seed, DType dtype = DType::Float32) {
+  Tensor t = random_tensor(shape, seed, -1, 1, dtype);
+  t.requires_grad_(true);
+  return t;
+}
+
+// The calls the public functions make, each op with a non-contiguous input
+// somewhere among them.
+std::vector<dispatch::RecordedCall> record_calls() {
+  dispatch::CallRecorder recorder;
+  // Losses, forward and backward; cross_entropy's gradient written with ops
+  // (create_graph) calls cross_entropy_target_terms.
+  Tensor logits = leaf({6, 5}, 1);
+  const Tensor target = from_vector({0, 4, 2, -100, 1, 3}, {6}, {.dtype = DType::Int64});
+  const Tensor class_weight = random_tensor({5}, 2, 0.5, 2, DType::Float32);
+  sum(cross_entropy(logits, target, class_weight, -100, "mean", 0.1)).backward();
+  sum(cross_entropy(logits, target, Tensor(), -100, "none")).backward(Tensor(), false, true);
+  sum(nll_loss(log_softmax(logits, 1), target, class_weight)).backward();
+  sum(nll_loss(logits, target, Tensor(), -100, "none")).backward();
+  mse_loss(logits, random_tensor({6, 5}, 3, -1, 1, DType::Float32));
+  mse_loss(logits, random_tensor({5}, 4, -1, 1, DType::Float32), "sum");
+  binary_cross_entropy_with_logits(logits, random_tensor({6, 5}, 5, 0, 1, DType::Float32));
+  binary_cross_entropy_with_logits(logits, random_tensor({6, 5}, 6, 0, 1, DType::Float32),
+                                   random_tensor({6, 5}, 7, 0.5, 2, DType::Float32),
+                                   random_tensor({5}, 8, 0.5, 2, DType::Float32));
+  binary_cross_entropy_with_logits(logits, random_tensor({6, 5}, 9, 0, 1, DType::Float32), Tensor(),
+                                   random_tensor({6, 5}, 10, 0.5, 2, DType::Float32));
+  // Pools; the max pools' double backward gathers.
+  Tensor image = leaf({2, 3, 6, 6}, 11);
+  const Tensor pooled = max_pool2d(image, {.kernel_size = {2, 2}});
+  const TensorList g = autograd::grad({sum(mul(pooled, pooled))}, {image}, {}, {}, true);
+  sum(mul(g[0], g[0])).backward();
+  sum(avg_pool2d(image, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})).backward();
+  sum(avg_pool2d(image, {.kernel_size = {2, 2}, .count_include_pad = false})).backward();
+  sum(adaptive_avg_pool2d(image, {4, 5})).backward();
+  sum(adaptive_max_pool2d(image, OptionalSizes{4, 4})).backward();
+  Tensor volume = leaf({1, 2, 4, 4, 4}, 12);
+  sum(max_pool3d(volume, {.kernel_size = {2, 2, 2}})).backward();
+  sum(avg_pool3d(volume, {.kernel_size = {2, 2, 2}})).backward();
+  sum(adaptive_avg_pool3d(volume, OptionalSizes{3, 3, 2})).backward();
+  // Softmax along the last dim and along an inner one.
+  Tensor scores = leaf({4, 6, 3}, 13);
+  sum(mul(softmax(scores, 2), log_softmax(scores, 1))).backward();
+  sum(mul(softmax(scores, 1), log_softmax(scores, 2))).backward();
+  // Normalisations.
+  Tensor feature = leaf({4, 6, 3}, 14);
+  sum(layer_norm(feature, {6, 3}, random_tensor({6, 3}, 15, 0.5, 1.5, DType::Float32),
+                 random_tensor({6, 3}, 16, -1, 1, DType::Float32))).backward();
+  sum(layer_norm(feature, {3})).backward();
+  sum(group_norm(feature, 2, random_tensor({6}, 17, 0.5, 1.5, DType::Float32),
+                 random_tensor({6}, 18, -1, 1, DType::Float32))).backward();
+  sum(batch_norm(feature, zeros({6}), ones({6}), random_tensor({6}, 19, 0.5, 1.5, DType::Float32),
+                 random_tensor({6}, 20, -1, 1, DType::Float32), true)).backward();
+  sum(batch_norm(feature, random_tensor({6}, 21, -1, 1, DType::Float32),
+                 random_tensor({6}, 22, 0.5, 1.5, DType::Float32), Tensor(), Tensor(), false)).backward();
+  // Scans; a scan over many dims that do not merge copies its input.
+  Tensor series = leaf({5, 4}, 23, DType::Float64);
+  sum(mul(cumsum(series, 0), cumprod(series, 1))).backward();
+  cumsum(random_tensor(Shape(14, 2), 24, -1, 1, DType::Float32), 3);
+  // Resampling, weighted and not, in float32 and bfloat16.
+  Tensor small = leaf({1, 2, 3, 4}, 25);
+  sum(interpolate(small, {.size = Shape{5, 7}, .mode = "bilinear"})).backward();
+  sum(interpolate(small, {.size = Shape{6, 7}, .mode = "bicubic", .align_corners = true})).backward();
+  interpolate(small, {.size = Shape{5, 9}, .mode = "nearest"});
+  interpolate(small, {.size = Shape{5, 9}, .mode = "nearest-exact"});
+  interpolate(to(small.detach(), DType::BFloat16), {.size = Shape{5, 7}, .mode = "bilinear"});
+  sum(pad(small, {1, 2, 2, 1}, "reflect", std::nullopt)).backward();
+  pad(small, {1, 2, 2, 1}, "replicate", std::nullopt);
+  pad(small, {1, 2, 2, 1}, "circular", std::nullopt);
+  // Embedding, as_strided's gradient and dropout.
+  Tensor table = leaf({7, 4}, 26);
+  const Tensor rows = from_vector({2, 0, 6, 2, 5, 1}, {2, 3}, {.dtype = DType::Int64});
+  sum(embedding(rows, table)).backward();
+  Tensor flat = leaf({12}, 27);
+  sum(as_strided(flat, {3, 4}, {2, 1}, 1)).backward();
+  sum(dropout(leaf({6, 5}, 28), 0.3, true)).backward();
+  return std::move(recorder.calls);
+}
+
+TEST(KernelScratch, CpuKernelsAllocateNothing) {
+  const std::vector<dispatch::RecordedCall> calls = record_calls();
+  const Device cpu;
+  std::set<std::string> covered, covered_strided;
+  for (const dispatch::RecordedCall& call : calls) {
+    const OpDef& op = *call.op;
+    if (!leaf_ops().count(op.name)) continue;
+    SCOPED_TRACE(op.name);
+    const KernelFn& kernel = op.kernels[size_t(DeviceType::CPU)];
+    const ScratchFn& scratch = op.scratch[size_t(DeviceType::CPU)];
+    ASSERT_TRUE(kernel);
+    ASSERT_TRUE(scratch) << op.name << " has no CPU ScratchFn";
+    TensorList results[2];
+    for (bool strided : {false, true}) {
+      SCOPED_TRACE(strided ? "non-contiguous inputs" : "recorded inputs");
+      const TensorList inputs = copies(call.inputs, strided);
+      const std::vector<TensorMeta> metas = dispatch::infer(op, inputs, call.attrs);
+      TensorList out;
+      for (const TensorMeta& m : metas) out.push_back(make_empty(m.sizes, m.dtype, m.device));
+      const int64_t bytes = scratch(inputs, metas, call.attrs);
+      out.push_back(make_empty({bytes}, DType::UInt8, cpu));
+      const int64_t before = memory_stats(cpu).num_allocations;
+      kernel(inputs, out, call.attrs);
+      EXPECT_EQ(memory_stats(cpu).num_allocations, before) << op.name << " allocated on the CPU";
+      out.pop_back();
+      // The dispatcher's call, on inputs of the same values (the kernel may
+      // have written some, as batch_norm's running statistics).
+      const TensorList want = dispatch::apply(op, copies(call.inputs, strided), call.attrs);
+      ASSERT_EQ(want.size(), out.size());
+      for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(same_bits(out[i], want[i])) << "output " << i;
+      results[strided] = out;
+      bool any_strided = false;
+      for (const Tensor& t : inputs) any_strided = any_strided || (t.defined() && !t.is_contiguous());
+      if (strided && any_strided && bytes > 0) covered_strided.insert(op.name);
+    }
+    for (size_t i = 0; i < results[0].size(); ++i)
+      EXPECT_TRUE(same_bits(results[0][i], results[1][i])) << "output " << i << " depends on the inputs' layout";
+    covered.insert(op.name);
+  }
+  for (const std::string& name : leaf_ops()) EXPECT_TRUE(covered.count(name)) << name << " was not replayed";
+  // Most replays copied some input into the scratch (the rest read their
+  // strided inputs in place, or take scratch only for other layouts).
+  EXPECT_GE(covered.size(), leaf_ops().size());
+  EXPECT_GE(covered_strided.size(), size_t(45));
+}
+
+}  // namespace
+}  // namespace mf
