@@ -46,19 +46,20 @@ struct DeviceReduction {
     if (!where.is_cpu()) device = device_group(group.world_ranks(), where);
   }
   void all_reduce(Tensor& t) const {
-    if (t.device().is_cpu()) return host->all_reduce(t);
-    if (device) return device->all_reduce(t);
-    NoGradGuard no_grad;
-    Tensor staged = to(t, Device());
-    host->all_reduce(staged);
-    copy_(t, staged);
+    run(t, [](Communicator& c, Tensor& x) { c.all_reduce(x); });
   }
   void broadcast(Tensor& t, int root) const {
-    if (t.device().is_cpu()) return host->broadcast(t, root);
-    if (device) return device->broadcast(t, root);
+    run(t, [root](Communicator& c, Tensor& x) { c.broadcast(x, root); });
+  }
+
+ private:
+  template <typename Call>
+  void run(Tensor& t, const Call& call) const {
+    if (t.device().is_cpu()) return call(*host, t);
+    if (device) return call(*device, t);
     NoGradGuard no_grad;
     Tensor staged = to(t, Device());
-    host->broadcast(staged, root);
+    call(*host, staged);
     copy_(t, staged);
   }
 };

@@ -295,26 +295,36 @@ void run_backward_filter(const Plan& plan, const Tensor& gy, const Tensor& x, Te
               "cudnnConvolutionBackwardFilter");
 }
 
-// --- conv2d / conv3d: inputs (x, w, bias), output y ---
+// --- conv2d/3d and conv_transpose2d/3d: inputs (x, w, bias), output y ---
+// One cuDNN pass, then the bias: the forward pass, or for a transposed
+// convolution the backward-data pass of the convolution y-shape -> x-shape.
 
-const Plan* forward_plan(const TensorList& in, const Shape& y, const Attrs& attrs) {
-  return plan_of(Pass::Forward, in[0].device(), in[0].dtype(), in[0].sizes(), in[1].sizes(), y,
-                 conv_detail::params_of(attrs));
+template <bool kTransposed>
+const Plan* single_plan(const TensorList& in, const Shape& y, const Attrs& attrs) {
+  if constexpr (kTransposed)
+    return plan_of(Pass::BackwardData, in[0].device(), in[0].dtype(), y, in[1].sizes(), in[0].sizes(),
+                   conv_detail::params_of(conv_detail::adjoint_conv_attrs(attrs, "conv_transpose")));
+  else
+    return plan_of(Pass::Forward, in[0].device(), in[0].dtype(), in[0].sizes(), in[1].sizes(), y,
+                   conv_detail::params_of(attrs));
 }
 
-void forward(const TensorList& in, TensorList& out, const Attrs& attrs) {
+template <bool kTransposed>
+void single_pass(const TensorList& in, TensorList& out, const Attrs& attrs) {
   Tensor& y = out[0];
-  const Plan* plan = y.numel() == 0 ? nullptr : forward_plan(in, y.sizes(), attrs);
-  if (!plan) return direct_conv_forward(in, out, attrs);
+  const Plan* plan = y.numel() == 0 ? nullptr : single_plan<kTransposed>(in, y.sizes(), attrs);
+  if (!plan) return kTransposed ? direct_conv_transpose(in, out, attrs) : direct_conv_forward(in, out, attrs);
   Scratch taken(out);
   const Tensor x = dense(in[0], taken), w = dense(in[1], taken);
   Tensor space = workspace(*plan, taken);
-  run_forward(*plan, x, w, y, space);
+  if constexpr (kTransposed) run_backward_data(*plan, x, w, y, space);
+  else run_forward(*plan, x, w, y, space);
   if (in[2].defined()) add_channel_bias(y, in[2]);
 }
 
-int64_t forward_scratch(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
-  const Plan* plan = forward_plan(in, out[0].sizes, attrs);
+template <bool kTransposed>
+int64_t single_pass_scratch(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
+  const Plan* plan = single_plan<kTransposed>(in, out[0].sizes, attrs);
   if (!plan) return 0;
   ScratchLayout layout("conv");
   add_operand(layout, in[0]);
@@ -375,41 +385,14 @@ int64_t backward_scratch(const TensorList& in, const std::vector<TensorMeta>&, c
   return layout.add_bytes(int64_t(plans.workspace())).bytes();
 }
 
-// --- conv_transpose2d / conv_transpose3d: inputs (x, w, bias), output y ---
-// y is the backward-data pass of the convolution y-shape -> x-shape.
-
-const Plan* transpose_plan(const TensorList& in, const Shape& y, const Attrs& attrs) {
-  return plan_of(Pass::BackwardData, in[0].device(), in[0].dtype(), y, in[1].sizes(), in[0].sizes(),
-                 conv_detail::params_of(conv_detail::adjoint_conv_attrs(attrs, "conv_transpose")));
-}
-
-void transpose_forward(const TensorList& in, TensorList& out, const Attrs& attrs) {
-  Tensor& y = out[0];
-  const Plan* plan = y.numel() == 0 ? nullptr : transpose_plan(in, y.sizes(), attrs);
-  if (!plan) return direct_conv_transpose(in, out, attrs);
-  Scratch taken(out);
-  const Tensor x = dense(in[0], taken), w = dense(in[1], taken);
-  Tensor space = workspace(*plan, taken);
-  run_backward_data(*plan, x, w, y, space);
-  if (in[2].defined()) add_channel_bias(y, in[2]);
-}
-
-int64_t transpose_scratch(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
-  const Plan* plan = transpose_plan(in, out[0].sizes, attrs);
-  if (!plan) return 0;
-  ScratchLayout layout("conv_transpose");
-  add_operand(layout, in[0]);
-  add_operand(layout, in[1]);
-  return layout.add_bytes(int64_t(plan->workspace)).bytes();
-}
-
 [[maybe_unused]] const bool kRegistered = [] {
   auto& registry = OpRegistry::instance();
-  for (const char* op : {"conv2d", "conv3d"}) registry.set_kernel(op, DeviceType::CUDA, forward, forward_scratch);
+  for (const char* op : {"conv2d", "conv3d"})
+    registry.set_kernel(op, DeviceType::CUDA, single_pass<false>, single_pass_scratch<false>);
   for (const char* op : {"conv2d_backward", "conv3d_backward"})
     registry.set_kernel(op, DeviceType::CUDA, backward, backward_scratch);
   for (const char* op : {"conv_transpose2d", "conv_transpose3d"})
-    registry.set_kernel(op, DeviceType::CUDA, transpose_forward, transpose_scratch);
+    registry.set_kernel(op, DeviceType::CUDA, single_pass<true>, single_pass_scratch<true>);
   return true;
 }();
 
