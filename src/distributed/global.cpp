@@ -104,6 +104,16 @@ std::vector<std::vector<int64_t>> gather_shapes(const Tensor& local, bool member
 
 }  // namespace
 
+namespace {
+// Every rank the placement names is a rank of the world.
+void check_ranks_exist(const Placement& placement, const char* op) {
+  for (int r : placement.ranks()) {
+    MF_CHECK(r < distributed::get_world_size(), ValueError, op, ": ", placement.str(), " names rank ", r,
+             " but the world has ", distributed::get_world_size(), " ranks");
+  }
+}
+}  // namespace
+
 Tensor make_global(Tensor local, const Shape& global_shape, DType dtype, const Placement& placement,
                    const NdSbp& sbp) {
   // Its device is a member's local device (Note [Local devices]), so that
@@ -120,10 +130,7 @@ Tensor local_to_global(const Tensor& local, const Placement& placement, const Nd
   const char* op = "to_global";
   const int me = distributed::get_rank();
   const bool member = placement.contains(me);
-  for (int r : placement.ranks()) {
-    MF_CHECK(r < distributed::get_world_size(), ValueError, op, ": ", placement.str(), " names rank ", r,
-             " but the world has ", distributed::get_world_size(), " ranks");
-  }
+  check_ranks_exist(placement, op);
   if (member) {
     MF_CHECK(local.defined(), ValueError, op, ": rank ", me, " is in the placement but its tensor is None");
     MF_CHECK(!local.is_global(), ValueError, op, ": the tensor is already global; use global_to_global");
@@ -256,6 +263,7 @@ void set_storage_layout(const Tensor& t, const NdSbp& stored, std::optional<NdSb
 
 Tensor global_from_full(const Tensor& full, const Placement& placement, const NdSbp& sbp) {
   check_nd_sbp(sbp, placement, full.dim(), "global factory");
+  check_ranks_exist(placement, "global factory");
   const int me = distributed::get_rank();
   if (!placement.contains(me)) return make_global(Tensor(), full.shape(), full.dtype(), placement, sbp);
   const std::vector<int64_t> coords = placement.coords(me);

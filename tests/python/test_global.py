@@ -151,3 +151,10 @@ def test_device_mesh_and_fully_shard_in_one_process():
         np.testing.assert_allclose(p.grad.to_local().numpy(), q.grad.numpy(), rtol=1e-12)
     with pytest.raises(NotImplementedError, match="hybrid"):
         fully_shard(mf.nn.Linear(2, 2), mesh=mf.placement("cpu", [[0]]))
+
+
+def test_global_factory_refuses_ranks_outside_the_world():
+    world = mf.env.get_world_size()
+    for kind in ("cpu",) + (("cuda",) if mf.cuda.is_available() else ()):
+        with pytest.raises(ValueError, match=f"names rank {world} but the world has {world} ranks"):
+            mf.tensor([1.0, 2.0], placement=mf.placement(kind, list(range(world + 1))), sbp=mf.sbp.split(0))
