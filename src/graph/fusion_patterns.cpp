@@ -7,6 +7,7 @@
 #include "meshflow/dispatch.h"
 #include "meshflow/graph/fusion.h"
 #include "meshflow/graph/passes.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/gemm.h"
 
 namespace mf::graph {
@@ -51,12 +52,12 @@ std::string program_text(const FusedProgram& program) {
 // sgd_update without momentum, its gradient the product a @ b:
 //   p = p - lr * (g + weight_decay * p) = (1 - lr * weight_decay) p - lr g
 // (+ lr g when maximizing), one GEMM with beta = 1 - lr * weight_decay.
-void matmul_sgd_update_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
+void matmul_sgd_update_kernel(const TensorList& in, TensorList& out, const Attrs& attrs, Workspace& ws) {
   const double lr = attrs.get_float("lr");
   const Shape shape{in[1].size(0), in[2].size(1)};
   Tensor param = make_view(out[0], shape, contiguous_strides(shape), out[0].storage_offset());
   cpu::matmul(in[1], in[2], param, Scalar(attrs.get_bool("maximize") ? lr : -lr),
-              Scalar(1.0 - lr * attrs.get_float("weight_decay")));
+              Scalar(1.0 - lr * attrs.get_float("weight_decay")), ws);
 }
 
 // Removes the nodes a pattern pass replaced, then the views that only they
@@ -74,7 +75,8 @@ int remove_rewritten(Graph& graph, const std::vector<bool>& removed, int count) 
 const OpDef& matmul_sgd_update_op() {
   static const OpDef op = [] {
     OpDef def = graph_only_op("matmul_sgd_update", {"param", "a", "b"});
-    def.kernels[size_t(DeviceType::CPU)] = matmul_sgd_update_kernel;
+    def.kernels[size_t(DeviceType::CPU)] = cpu::run_measured<matmul_sgd_update_kernel>;
+    def.scratch[size_t(DeviceType::CPU)] = cpu::measure<matmul_sgd_update_kernel>;
     return def;
   }();
   return op;

@@ -1,6 +1,7 @@
 // Note [Kernel scratch] on the CPU: the kernels of the losses, pools,
 // softmax, the normalisations, the scans, resampling, embedding,
-// as_strided's gradient and dropout are leaves. Each call the public
+// as_strided's gradient, dropout, the matrix products, the convolutions,
+// the recurrent layers, the random ops and cat are leaves. Each call the public
 // functions below make of such an op is replayed straight into its CPU
 // kernel, once with the recorded (contiguous) inputs and once with the same
 // values laid out non-contiguously, with the outputs and the scratch its
@@ -19,6 +20,7 @@
 #include "meshflow/meshflow.h"
 #include "meshflow/ops/conv.h"
 #include "meshflow/ops/resample.h"
+#include "meshflow/ops/rnn.h"
 #include "test_util.h"
 
 namespace mf {
@@ -41,7 +43,11 @@ const std::set<std::string>& leaf_ops() {
       "upsample_bicubic2d", "upsample_bicubic2d_backward", "reflection_pad", "reflection_pad_backward",
       "replication_pad", "circular_pad",
       "embedding", "embedding_backward", "as_strided_backward", "dropout", "dropout_backward",
-      "batch_norm", "batch_norm_backward"};
+      "batch_norm", "batch_norm_backward",
+      "matmul", "addmm", "conv2d", "conv2d_backward", "conv3d", "conv3d_backward", "conv_transpose2d",
+      "rnn_layer", "rnn_layer_backward", "cat",
+      "uniform", "normal", "random_int", "bernoulli_scalar", "bernoulli", "randperm", "multinomial",
+      "standard_gamma"};
   return ops;
 }
 
@@ -152,6 +158,53 @@ std::vector<dispatch::RecordedCall> record_calls() {
   Tensor flat = leaf({12}, 27);
   sum(as_strided(flat, {3, 4}, {2, 1}, 1)).backward();
   sum(dropout(leaf({6, 5}, 28), 0.3, true)).backward();
+  // Matrix products: each library's dtypes, batched and broadcast, integers.
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
+    Tensor a = leaf({3, 5, 4}, 30, dtype), b = leaf({4, 6}, 31, dtype);
+    sum(matmul(a, b)).backward();
+    sum(linear(leaf({5, 4}, 32, dtype), leaf({3, 4}, 33, dtype), leaf({3}, 34, dtype))).backward();
+  }
+  matmul(randint(-5, 5, {2, 3, 4}), randint(-5, 5, {4, 2}));
+  sum(matmul(leaf({64, 256}, 35), leaf({256, 96}, 36))).backward();  // large enough to pick a library
+  // Convolutions: oneDNN (float32), im2col (float64), the depthwise loops
+  // (float64, and a 5x5 kernel's backward), bfloat16's weight gradient by
+  // GEMM, 3-d and transposed.
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    Tensor x = leaf({2, 4, 7, 6}, 37, dtype);
+    sum(conv2d(x, leaf({4, 2, 3, 3}, 38, dtype), leaf({4}, 39, dtype), {.stride = {2, 1}, .padding = {1, 2},
+                                                                          .groups = 2})).backward();
+    sum(conv2d(x, leaf({4, 1, 5, 5}, 40, dtype), Tensor(), {.padding = {2, 2}, .groups = 4})).backward();
+    sum(conv_transpose2d(x, leaf({4, 3, 3, 3}, 41, dtype), leaf({3}, 42, dtype), {.stride = {2}})).backward();
+  }
+  sum(conv3d(leaf({1, 2, 4, 5, 4}, 43), leaf({3, 2, 2, 3, 2}, 44), leaf({3}, 45))).backward();
+  // Recurrent layers, padded and packed.
+  for (const char* mode : {"lstm", "gru"}) {
+    const int64_t gates = rnn_gate_count(mode);
+    Tensor input = leaf({4, 3, 5}, 46, DType::Float64), h0 = leaf({3, 2}, 47, DType::Float64);
+    Tensor c0 = std::string(mode) == "lstm" ? leaf({3, 2}, 48, DType::Float64) : Tensor();
+    Tensor w_ih = leaf({gates * 2, 5}, 49, DType::Float64), w_hh = leaf({gates * 2, 2}, 50, DType::Float64);
+    Tensor b_ih = leaf({gates * 2}, 51, DType::Float64), b_hh = leaf({gates * 2}, 52, DType::Float64);
+    RnnLayerOutput y = rnn_layer(input, h0, c0, w_ih, w_hh, b_ih, b_hh, mode);
+    sum(mul(y.output, y.output)).backward();
+    y = rnn_layer(leaf({6, 5}, 53, DType::Float64), h0, c0, w_ih, w_hh, b_ih, b_hh, mode, true, {3, 2, 1});
+    sum(add(sum(y.output), sum(y.h_n))).backward();
+  }
+  // cat, along an outer and an inner dim.
+  cat({leaf({2, 3}, 54), leaf({1, 3}, 55)}, 0);
+  cat({leaf({2, 3}, 56), leaf({2, 1}, 57)}, 1);
+  // Random ops, out of place and in place.
+  rand({5, 4});
+  randn({3, 3}, {.dtype = DType::Float64});
+  randint(0, 7, {4, 5});
+  bernoulli(zeros({4, 3}), 0.4);
+  bernoulli(random_tensor({4, 3}, 58, 0, 1, DType::Float32));
+  randperm(9);
+  multinomial(random_tensor({3, 6}, 59, 0.1, 1, DType::Float32), 4, false);
+  multinomial(random_tensor({3, 6}, 60, 0.1, 1, DType::Float32), 5, true);
+  standard_gamma(random_tensor({3, 4}, 61, 0.5, 3, DType::Float32));
+  Tensor written = zeros({4, 6});
+  uniform_(written, -1, 1);
+  normal_(written);
   return std::move(recorder.calls);
 }
 
@@ -162,27 +215,41 @@ TEST(KernelScratch, CpuKernelsAllocateNothing) {
   for (const dispatch::RecordedCall& call : calls) {
     const OpDef& op = *call.op;
     if (!leaf_ops().count(op.name)) continue;
-    SCOPED_TRACE(op.name);
+    SCOPED_TRACE(op.name + " on " + (call.inputs.empty() || !call.inputs[0].defined()
+                                         ? std::string("no input")
+                                         : std::string(dtype_name(call.inputs[0].dtype())) + " " +
+                                               shape_str(call.inputs[0].sizes())));
     const KernelFn& kernel = op.kernels[size_t(DeviceType::CPU)];
     const ScratchFn& scratch = op.scratch[size_t(DeviceType::CPU)];
     ASSERT_TRUE(kernel);
-    ASSERT_TRUE(scratch) << op.name << " has no CPU ScratchFn";
+    // cat needs no working memory, so it has no ScratchFn.
+    ASSERT_TRUE(scratch || op.name == "cat") << op.name << " has no CPU ScratchFn";
     TensorList results[2];
     for (bool strided : {false, true}) {
       SCOPED_TRACE(strided ? "non-contiguous inputs" : "recorded inputs");
       const TensorList inputs = copies(call.inputs, strided);
       const std::vector<TensorMeta> metas = dispatch::infer(op, inputs, call.attrs);
+      // An in-place call writes its first input, which may be strided.
       TensorList out;
-      for (const TensorMeta& m : metas) out.push_back(make_empty(m.sizes, m.dtype, m.device));
-      const int64_t bytes = scratch(inputs, metas, call.attrs);
-      out.push_back(make_empty({bytes}, DType::UInt8, cpu));
+      if (call.inplace) out.push_back(inputs[0]);
+      else
+        for (const TensorMeta& m : metas) out.push_back(make_empty(m.sizes, m.dtype, m.device));
+      const int64_t bytes = scratch ? scratch(inputs, metas, call.attrs) : 0;
+      if (scratch) out.push_back(make_empty({bytes}, DType::UInt8, cpu));
       const int64_t before = memory_stats(cpu).num_allocations;
       kernel(inputs, out, call.attrs);
       EXPECT_EQ(memory_stats(cpu).num_allocations, before) << op.name << " allocated on the CPU";
-      out.pop_back();
+      if (scratch) out.pop_back();
       // The dispatcher's call, on inputs of the same values (the kernel may
       // have written some, as batch_norm's running statistics).
-      const TensorList want = dispatch::apply(op, copies(call.inputs, strided), call.attrs);
+      TensorList want;
+      if (call.inplace) {
+        const TensorList written = copies(call.inputs, strided);
+        dispatch::apply_inplace(op, written, call.attrs);
+        want = {written[0]};
+      } else {
+        want = dispatch::apply(op, copies(call.inputs, strided), call.attrs);
+      }
       ASSERT_EQ(want.size(), out.size());
       for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(same_bits(out[i], want[i])) << "output " << i;
       results[strided] = out;
@@ -198,7 +265,7 @@ TEST(KernelScratch, CpuKernelsAllocateNothing) {
   // Most replays copied some input into the scratch (the rest read their
   // strided inputs in place, or take scratch only for other layouts).
   EXPECT_GE(covered.size(), leaf_ops().size());
-  EXPECT_GE(covered_strided.size(), size_t(45));
+  EXPECT_GE(covered_strided.size(), size_t(55));
 }
 
 }  // namespace

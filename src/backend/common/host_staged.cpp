@@ -29,8 +29,7 @@ KernelFn kernel(const std::string& name) {
   return [name](const TensorList& in, TensorList& out, const Attrs& attrs) {
     const OpDef& op = OpRegistry::instance().get(name);
     const KernelFn& host_kernel = op.kernels[size_t(DeviceType::CPU)];
-    MF_CHECK(bool(host_kernel) && !op.scratch[size_t(DeviceType::CPU)], Error, name,
-             ": no CPU kernel without scratch to stage on the host");
+    MF_CHECK(bool(host_kernel), Error, name, ": no CPU kernel to stage on the host");
     NoGradGuard no_grad;
     TensorList host_in, host_out;
     host_in.reserve(in.size());
@@ -42,7 +41,14 @@ KernelFn kernel(const std::string& name) {
         if (in[i].defined() && t.defined() && in[i].data_ptr() == t.data_ptr() && t.numel() > 0) h = host_in[i];
       host_out.push_back(h.defined() ? h : make_empty(t.sizes(), t.dtype(), Device()));
     }
+    // The CPU kernel's scratch (Note [Kernel scratch]), on the host.
+    if (const ScratchFn& host_scratch = op.scratch[size_t(DeviceType::CPU)]) {
+      std::vector<TensorMeta> metas;
+      for (const Tensor& t : host_out) metas.push_back({t.sizes(), t.dtype(), Device()});
+      host_out.push_back(make_empty({host_scratch(host_in, metas, attrs)}, DType::UInt8, Device()));
+    }
     host_kernel(host_in, host_out, attrs);
+    host_out.resize(out.size());
     for (size_t k = 0; k < out.size(); ++k) copy_back(out[k], host_out[k], name.c_str());
     for (size_t i = 0; i < in.size(); ++i)
       if (op.writes_input(i, false)) copy_back(in[i], host_in[i], name.c_str());

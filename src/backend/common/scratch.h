@@ -9,7 +9,10 @@
 // kernel's own inside a Scratch::Turn, so the next one reuses them.
 #pragma once
 
+#include <algorithm>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "meshflow/checked_size.h"
 #include "meshflow/tensor.h"
@@ -64,6 +67,9 @@ class Scratch {
     Scratch& scratch_;
     int64_t mark_;
   };
+  // The bytes not yet taken (a piece may need up to kScratchAlignment - 1
+  // more for its alignment).
+  int64_t left() const { return buffer_.numel() - used_; }
   // The next piece: a contiguous tensor of sizes and dtype on the buffer's
   // device. Throws if the buffer is too small (a ScratchFn that disagrees
   // with its kernel).
@@ -86,6 +92,54 @@ class Scratch {
  private:
   Tensor buffer_;
   int64_t used_ = 0;
+};
+
+// Note [Measured kernels]: a kernel whose working memory depends on a
+// chain of choices (which library runs, whether a layout needs a copy) is
+// written once over a Workspace and run twice: its ScratchFn runs it
+// measuring, where take() adds each piece to a layout and returns a tensor
+// without data and the kernel skips every read and write of data
+// (measuring() is true), and the kernel runs it carving the scratch the
+// caller sized from that measurement. Both runs make the same choices from
+// the same layouts, so they take the same pieces.
+class Workspace {
+ public:
+  explicit Workspace(ScratchLayout& layout) : layout_(&layout) {}
+  explicit Workspace(Scratch& scratch) : scratch_(&scratch) {}
+  bool measuring() const { return layout_ != nullptr; }
+  // While carving, what is taken while a Turn lives is given back when it
+  // ends (Scratch::Turn); measuring, a turn changes nothing, so a kernel
+  // measures its turns in layouts of their own and takes the most.
+  class Turn {
+   public:
+    explicit Turn(Workspace& ws) {
+      if (ws.scratch_) turn_.emplace(*ws.scratch_);
+    }
+
+   private:
+    std::optional<Scratch::Turn> turn_;
+  };
+  Tensor take(const Shape& sizes, DType dtype) {
+    if (!layout_) return scratch_->take(sizes, dtype);
+    layout_->add(sizes, dtype);
+    return make_meta(sizes, dtype);
+  }
+  // Up to `want` pieces of sizes each, as many as the scratch holds (the
+  // number measured, unless the thread count changed since): per-thread
+  // buffers. At least one.
+  std::vector<Tensor> take_slots(int64_t want, const Shape& sizes, DType dtype) {
+    std::vector<Tensor> slots;
+    const int64_t each = checked_nbytes(sizes, dtype, "kernel scratch") + kScratchAlignment;
+    for (int64_t i = 0; i < std::max<int64_t>(want, 1); ++i) {
+      if (i > 0 && scratch_ && scratch_->left() < each) break;
+      slots.push_back(take(sizes, dtype));
+    }
+    return slots;
+  }
+
+ private:
+  ScratchLayout* layout_ = nullptr;
+  Scratch* scratch_ = nullptr;
 };
 
 }  // namespace mf

@@ -22,6 +22,7 @@
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_ops.h"
+#include "backend/cpu/kernels/gemm.h"
 #include "backend/cpu/kernels/math.h"
 #include "meshflow/backend.h"
 #include "meshflow/op_def.h"
@@ -206,19 +207,39 @@ struct HostBatchedGemm {
       x = taken.take(t.sizes(), dtype);
       elementwise_kernels::copy_cast<GeometryLoops>(x, t);
     }
+    return transposed_if(x, transposed);
+  }
+  // The CPU's product, its own scratch (Note [GEMM scratch]) after the
+  // operands' casts.
+  static void bmm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, Scratch& taken) {
+    const Tensor a2 = operand(a, ta, out.dtype(), taken), b2 = operand(b, tb, out.dtype(), taken);
+    Workspace ws(taken);
+    cpu::matmul(a2, b2, out, 1, 0, ws);
+  }
+  // The most the product of operands of shapes a and b takes, over the
+  // transpositions that fit (bmm_scratch is not told which one runs).
+  static int64_t bmm_scratch(const Shape& a, const Shape& b, DType in, DType out) {
+    int64_t most = 0;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        if ((ta ? a[1] : a[2]) != (tb ? b[2] : b[1])) continue;
+        const Tensor a2 = transposed_if(make_meta(a, out), ta), b2 = transposed_if(make_meta(b, out), tb);
+        Tensor product = make_meta({a[0], a2.size(1), b2.size(2)}, out);
+        ScratchLayout pieces("attention");
+        Workspace ws(pieces);
+        cpu::matmul(a2, b2, product, 1, 0, ws);
+        most = std::max(most, pieces.bytes());
+      }
+    ScratchLayout layout("attention");
+    if (in != out) layout.add(a, out).add(b, out);
+    return layout.add_bytes(most).bytes();
+  }
+  static Tensor transposed_if(const Tensor& x, bool transposed) {
     if (!transposed) return x;
     Shape sizes = x.sizes(), strides = x.strides();
     std::swap(sizes[1], sizes[2]);
     std::swap(strides[1], strides[2]);
     return Tensor(std::make_shared<TensorImpl>(x.storage(), sizes, strides, x.storage_offset(), x.dtype()));
-  }
-  static void bmm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, Scratch& taken) {
-    const Tensor a2 = operand(a, ta, out.dtype(), taken), b2 = operand(b, tb, out.dtype(), taken);
-    TensorList outputs{out};
-    OpRegistry::instance().get("matmul").kernels[size_t(DeviceType::CPU)]({a2, b2}, outputs, Attrs());
-  }
-  static int64_t bmm_scratch(const Shape& a, const Shape& b, DType in, DType out) {
-    return in == out ? 0 : ScratchLayout("attention").add(a, out).add(b, out).bytes();
   }
 };
 

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/loops.h"
 #include "meshflow/distributed/boxing.h"
 #include "meshflow/distributed/communicator.h"
@@ -22,12 +23,11 @@ std::vector<int> group_of(const Attrs& attrs) {
 
 Communicator& group_comm(const Attrs& attrs) { return *world().subgroup(group_of(attrs)); }
 
-// The communicator reads contiguous memory.
-Tensor contiguous_input(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
-  cpu::copy_cast(c, t);
-  return c;
+// The communicator reads contiguous memory: a strided input is copied
+// into the kernel's scratch (cpu::dense_inputs_scratch of input 0).
+Tensor contiguous_input(const Tensor& t, TensorList& out) {
+  Scratch taken(out);
+  return cpu::dense(t, taken);
 }
 
 // Test hooks (set_test_comm_delay): a sleep before the collective.
@@ -56,20 +56,22 @@ MF_REGISTER_KERNEL("comm_all_reduce", DeviceType::CPU, all_reduce_kernel);
 MF_REGISTER_KERNEL("all_reduce_sum", DeviceType::CPU, all_reduce_kernel);
 MF_REGISTER_KERNEL("comm_all_gather", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
   test_delay(g_gather_delay);
-  group_comm(attrs).all_gather(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
-});
+  group_comm(attrs).all_gather(contiguous_input(in[0], out), out[0], attrs.get_shape("counts"));
+}, cpu::dense_inputs_scratch("comm_all_gather", {0}));
 MF_REGISTER_KERNEL("comm_reduce_scatter", DeviceType::CPU,
                    [](const TensorList& in, TensorList& out, const Attrs& attrs) {
                      test_delay(g_reduce_scatter_delay);
-                     group_comm(attrs).reduce_scatter(contiguous_input(in[0]), out[0], attrs.get_shape("counts"));
-                   });
+                     group_comm(attrs).reduce_scatter(contiguous_input(in[0], out), out[0],
+                                                      attrs.get_shape("counts"));
+                   },
+                   cpu::dense_inputs_scratch("comm_reduce_scatter", {0}));
 MF_REGISTER_KERNEL("comm_all_to_all", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-  group_comm(attrs).all_to_all(contiguous_input(in[0]), attrs.get_shape("send_counts"), out[0],
+  group_comm(attrs).all_to_all(contiguous_input(in[0], out), attrs.get_shape("send_counts"), out[0],
                                attrs.get_shape("recv_counts"));
-});
-MF_REGISTER_KERNEL("comm_send", DeviceType::CPU, [](const TensorList& in, TensorList&, const Attrs& attrs) {
-  world().send(contiguous_input(in[0]), int(attrs.get_int("dst")), int(attrs.get_int("tag")));
-});
+}, cpu::dense_inputs_scratch("comm_all_to_all", {0}));
+MF_REGISTER_KERNEL("comm_send", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+  world().send(contiguous_input(in[0], out), int(attrs.get_int("dst")), int(attrs.get_int("tag")));
+}, cpu::dense_inputs_scratch("comm_send", {0}));
 MF_REGISTER_KERNEL("comm_recv", DeviceType::CPU, [](const TensorList&, TensorList& out, const Attrs& attrs) {
   world().recv(out[0], int(attrs.get_int("src")), int(attrs.get_int("tag")));
 });

@@ -4,6 +4,7 @@
 // float32).
 #pragma once
 
+#include "backend/common/scratch.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
@@ -26,17 +27,17 @@ struct ConvParams {
 // y (N, O, [OD,] OH, OW) = conv(x (N, C, [D,] H, W), w (O, C/groups, [KD,]
 // KH, KW)) + bias (O), bias optional (undefined); y contiguous, x and w any
 // strides.
-void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p);
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p, Workspace& ws);
 
 // The gradients of conv_forward for grad_y; a null output is not wanted.
 // x is read only for grad_w (its shape is grad_x's when grad_x is given, so
 // x may then be undefined). Outputs are contiguous and fully written.
 void conv_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tensor* grad_x, Tensor* grad_w,
-                   Tensor* grad_bias, const ConvParams& p);
+                   Tensor* grad_bias, const ConvParams& p, Workspace& ws);
 
 // y = the adjoint of conv(., w) applied to x, plus bias (O = w.size(1) *
 // groups channels): the transposed convolution, computed as conv_backward's
 // input gradient for grad_y = x. y's shape is the convolution's input shape.
-void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p);
+void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p, Workspace& ws);
 
 }  // namespace mf::cpu

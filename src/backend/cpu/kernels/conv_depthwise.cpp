@@ -5,6 +5,8 @@
 
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/conv_internal.h"
+#include "backend/cpu/kernels/dense_scratch.h"
+#include "meshflow/checked_size.h"
 
 namespace mf::cpu {
 
@@ -78,37 +80,65 @@ struct OutPlanes {  // contiguous NCHW outputs
 
 bool applies(const Shape& x, const Tensor& w, const ConvParams& p) {
   return p.spatial == 2 && p.groups > 1 && x.size() == 4 && w.dim() == 4 && x[1] == p.groups &&
-         w.size(0) == p.groups && w.size(1) == 1 && is_floating(w.dtype()) && w.is_contiguous() &&
+         w.size(0) == p.groups && w.size(1) == 1 && is_floating(w.dtype()) &&
          p.padding_end[1] == p.padding[1] && p.padding_end[2] == p.padding[2] && p.padding[1] >= 0 &&
          p.padding[2] >= 0;
 }
 
-// One channel block's buffers and loops; CB channels innermost.
+// The largest channel block, and the elements of a thread's buffers for
+// blocks of that size: X, Y (or GY), W and the weight gradient's sums.
+constexpr int64_t kMaxBlock = 16;
+int64_t slot_elements(const Geometry& g) {
+  const auto mul = [](int64_t a, int64_t b) { return checked_mul(a, b, "conv2d", "depthwise buffer"); };
+  const int64_t planes = checked_add(mul(g.hp, g.wp), mul(g.oh, g.ow), "conv2d", "depthwise buffer");
+  return mul(checked_add(planes, mul(2 * g.kh, g.kw), "conv2d", "depthwise buffer"), kMaxBlock);
+}
+
+// Per-thread buffers in the kernel's scratch, in acc_type of dtype: one per
+// thread, at most one per channel block of 8.
+std::vector<Tensor> block_buffers(const Geometry& g, DType dtype, Workspace& ws) {
+  const DType acc = dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  return ws.take_slots(std::min<int64_t>(get_num_threads(), (g.c + 7) / 8), {slot_elements(g)}, acc);
+}
+
+// fn(block, buffer) for every channel block, in parallel over the buffers.
+template <typename A, typename F>
+void for_blocks(int64_t blocks, const std::vector<Tensor>& buffers, const F& fn) {
+  for_each_slot(blocks, int64_t(buffers.size()),
+                [&](int64_t slot, int64_t block) { fn(block, static_cast<A*>(buffers[size_t(slot)].data_ptr())); });
+}
+
+// One channel block's buffers (in a thread's slot) and loops; CB channels
+// innermost.
 template <int CB, typename T, typename A>
 struct Block {
   const Geometry& g;
-  int64_t c0, cn;             // first channel, channels in use (<= CB)
-  std::vector<A> x, y, wts;   // X[hp][wp][CB], Y or GY [oh][ow][CB], W[kh][kw][CB]
+  int64_t c0, cn;     // first channel, channels in use (<= CB)
+  A *x, *y, *wts;     // X[hp][wp][CB], Y or GY [oh][ow][CB], W[kh][kw][CB]
+  int64_t nx, ny;     // X's and Y's elements
 
-  Block(const Geometry& geo, int64_t block, const T* wp)
-      : g(geo), c0(block * CB), cn(std::min<int64_t>(CB, geo.c - block * CB)),
-        x(size_t(geo.hp * geo.wp * CB)), y(size_t(geo.oh * geo.ow * CB)), wts(size_t(geo.kh * geo.kw * CB)) {
+  Block(const Geometry& geo, int64_t block, const T* wp, A* slot)
+      : g(geo), c0(block * CB), cn(std::min<int64_t>(CB, geo.c - block * CB)), x(slot),
+        y(slot + geo.hp * geo.wp * CB), wts(y + geo.oh * geo.ow * CB), nx(geo.hp * geo.wp * CB),
+        ny(geo.oh * geo.ow * CB) {
     for (int64_t k = 0; k < g.kh * g.kw; ++k)
-      for (int64_t cc = 0; cc < cn; ++cc) wts[size_t(k * CB + cc)] = A(wp[(c0 + cc) * g.kh * g.kw + k]);
+      for (int64_t cc = 0; cc < CB; ++cc) wts[k * CB + cc] = cc < cn ? A(wp[(c0 + cc) * g.kh * g.kw + k]) : A(0);
   }
+  // The weight gradient's sums[kh][kw][CB], after W.
+  A* sums() const { return wts + g.kh * g.kw * CB; }
 
   void load_x(const Planes<T>& src, int64_t img) {
-    std::fill(x.begin(), x.end(), A(0));
+    std::fill(x, x + nx, A(0));
     for (int64_t cc = 0; cc < cn; ++cc)
       for (int64_t iy = 0; iy < g.h; ++iy)
         for (int64_t ix = 0; ix < g.w; ++ix)
-          x[size_t(((iy + g.ph) * g.wp + ix + g.pw) * CB + cc)] = A(*src.at(img, c0 + cc, iy, ix));
+          x[((iy + g.ph) * g.wp + ix + g.pw) * CB + cc] = A(*src.at(img, c0 + cc, iy, ix));
   }
   void load_y(const Planes<T>& src, int64_t img) {
-    std::fill(y.begin(), y.end(), A(0));
+    std::fill(y, y + ny, A(0));
     for (int64_t cc = 0; cc < cn; ++cc)
       for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox) y[size_t((oy * g.ow + ox) * CB + cc)] = A(*src.at(img, c0 + cc, oy, ox));
+        for (int64_t ox = 0; ox < g.ow; ++ox) y[(oy * g.ow + ox) * CB + cc] = A(*src.at(img, c0 + cc, oy, ox));
   }
 
   // fn(y, x, w): the CB-channel offsets of an output in Y (or GY), of the
@@ -128,8 +158,8 @@ struct Block {
 
   // Y += conv(X)
   void forward() {
-    A* out = y.data();
-    const A *in = x.data(), *f = wts.data();
+    A* out = y;
+    const A *in = x, *f = wts;
     each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
 #pragma omp simd
       for (int cc = 0; cc < CB; ++cc) out[yo + cc] += f[wo + cc] * in[xo + cc];
@@ -138,8 +168,8 @@ struct Block {
 
   // X (as the padded input gradient) += the adjoint of conv applied to Y
   void input_gradient() {
-    A* gx = x.data();
-    const A *gy = y.data(), *f = wts.data();
+    A* gx = x;
+    const A *gy = y, *f = wts;
     each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
 #pragma omp simd
       for (int cc = 0; cc < CB; ++cc) gx[xo + cc] += f[wo + cc] * gy[yo + cc];
@@ -148,7 +178,7 @@ struct Block {
 
   // sums[tap][:] += sum over outputs of GY * X
   void weight_gradient(A* sums) const {
-    const A *gy = y.data(), *in = x.data();
+    const A *gy = y, *in = x;
     each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
 #pragma omp simd
       for (int cc = 0; cc < CB; ++cc) sums[wo + cc] += gy[yo + cc] * in[xo + cc];
@@ -166,29 +196,30 @@ void dispatch_block(int64_t channels, F&& fn) {
 
 }  // namespace
 
-bool depthwise_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
-  if (!applies(x.sizes(), w, p) || (bias.defined() && !bias.is_contiguous())) return false;
-  const Geometry g(x.sizes(), y.sizes(), w, p);
+bool depthwise_conv_forward(const Tensor& x, const Tensor& w_in, const Tensor& bias_in, Tensor& y,
+                            const ConvParams& p, Workspace& ws) {
+  if (!applies(x.sizes(), w_in, p)) return false;
+  const Geometry g(x.sizes(), y.sizes(), w_in, p);
+  const Tensor w = dense(w_in, ws), bias = dense(bias_in, ws);
+  const std::vector<Tensor> buffers = block_buffers(g, x.dtype(), ws);
+  if (ws.measuring()) return true;
   dispatch_floating(x.dtype(), "conv2d", [&]<typename T>() {
     using A = acc_type<T>;
     const Planes<T> xs(x);
     const T* bp = bias.defined() ? bias.data<T>() : nullptr;
     const OutPlanes<T> out{y.data<T>(), g.c, g.oh, g.ow};
     dispatch_block(g.c, [&]<int CB>(int64_t blocks) {
-      parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t block = lo; block < hi; ++block) {
-          Block<CB, T, A> b(g, block, w.data<T>());
-          for (int64_t img = 0; img < g.n; ++img) {
-            b.load_x(xs, img);
-            for (int64_t i = 0; i < g.oh * g.ow; ++i)
-              for (int64_t cc = 0; cc < CB; ++cc)
-                b.y[size_t(i * CB + cc)] = bp && cc < b.cn ? A(bp[b.c0 + cc]) : A(0);
-            b.forward();
-            for (int64_t cc = 0; cc < b.cn; ++cc)
-              for (int64_t oy = 0; oy < g.oh; ++oy)
-                for (int64_t ox = 0; ox < g.ow; ++ox)
-                  out.at(img, b.c0 + cc, oy, ox) = T(b.y[size_t((oy * g.ow + ox) * CB + cc)]);
-          }
+      for_blocks<A>(blocks, buffers, [&](int64_t block, A* slot) {
+        Block<CB, T, A> b(g, block, w.data<T>(), slot);
+        for (int64_t img = 0; img < g.n; ++img) {
+          b.load_x(xs, img);
+          for (int64_t i = 0; i < g.oh * g.ow; ++i)
+            for (int64_t cc = 0; cc < CB; ++cc) b.y[i * CB + cc] = bp && cc < b.cn ? A(bp[b.c0 + cc]) : A(0);
+          b.forward();
+          for (int64_t cc = 0; cc < b.cn; ++cc)
+            for (int64_t oy = 0; oy < g.oh; ++oy)
+              for (int64_t ox = 0; ox < g.ow; ++ox)
+                out.at(img, b.c0 + cc, oy, ox) = T(b.y[(oy * g.ow + ox) * CB + cc]);
         }
       });
     });
@@ -196,10 +227,13 @@ bool depthwise_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias
   return true;
 }
 
-bool depthwise_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape& x_shape, const Tensor& w,
-                             Tensor* grad_x, Tensor* grad_w, const ConvParams& p) {
-  if (!applies(x_shape, w, p)) return false;
-  const Geometry g(x_shape, grad_y.sizes(), w, p);
+bool depthwise_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape& x_shape, const Tensor& w_in,
+                             Tensor* grad_x, Tensor* grad_w, const ConvParams& p, Workspace& ws) {
+  if (!applies(x_shape, w_in, p)) return false;
+  const Geometry g(x_shape, grad_y.sizes(), w_in, p);
+  const Tensor w = dense(w_in, ws);
+  const std::vector<Tensor> buffers = block_buffers(g, w.dtype(), ws);
+  if (ws.measuring()) return true;
   dispatch_floating(w.dtype(), "conv2d", [&]<typename T>() {
     using A = acc_type<T>;
     const Planes<T> gys(grad_y);
@@ -208,31 +242,28 @@ bool depthwise_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape&
         grad_x ? std::optional<OutPlanes<T>>(OutPlanes<T>{grad_x->data<T>(), g.c, g.h, g.w}) : std::nullopt;
     T* gwp = grad_w ? grad_w->data<T>() : nullptr;
     dispatch_block(g.c, [&]<int CB>(int64_t blocks) {
-      parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
-        std::vector<A> sums(size_t(g.kh * g.kw * CB));
-        for (int64_t block = lo; block < hi; ++block) {
-          Block<CB, T, A> b(g, block, w.data<T>());
-          std::fill(sums.begin(), sums.end(), A(0));
-          for (int64_t img = 0; img < g.n; ++img) {
-            b.load_y(gys, img);
-            if (gwp) {
-              b.load_x(*xs, img);
-              b.weight_gradient(sums.data());
-            }
-            if (gx) {
-              std::fill(b.x.begin(), b.x.end(), A(0));
-              b.input_gradient();
-              for (int64_t cc = 0; cc < b.cn; ++cc)
-                for (int64_t iy = 0; iy < g.h; ++iy)
-                  for (int64_t ix = 0; ix < g.w; ++ix)
-                    gx->at(img, b.c0 + cc, iy, ix) = T(b.x[size_t(((iy + g.ph) * g.wp + ix + g.pw) * CB + cc)]);
-            }
+      for_blocks<A>(blocks, buffers, [&](int64_t block, A* slot) {
+        Block<CB, T, A> b(g, block, w.data<T>(), slot);
+        A* sums = b.sums();
+        std::fill(sums, sums + g.kh * g.kw * CB, A(0));
+        for (int64_t img = 0; img < g.n; ++img) {
+          b.load_y(gys, img);
+          if (gwp) {
+            b.load_x(*xs, img);
+            b.weight_gradient(sums);
           }
-          if (gwp)
+          if (gx) {
+            std::fill(b.x, b.x + b.nx, A(0));
+            b.input_gradient();
             for (int64_t cc = 0; cc < b.cn; ++cc)
-              for (int64_t k = 0; k < g.kh * g.kw; ++k)
-                gwp[(b.c0 + cc) * g.kh * g.kw + k] = T(sums[size_t(k * CB + cc)]);
+              for (int64_t iy = 0; iy < g.h; ++iy)
+                for (int64_t ix = 0; ix < g.w; ++ix)
+                  gx->at(img, b.c0 + cc, iy, ix) = T(b.x[((iy + g.ph) * g.wp + ix + g.pw) * CB + cc]);
+          }
         }
+        if (gwp)
+          for (int64_t cc = 0; cc < b.cn; ++cc)
+            for (int64_t k = 0; k < g.kh * g.kw; ++k) gwp[(b.c0 + cc) * g.kh * g.kw + k] = T(sums[k * CB + cc]);
       });
     });
   });

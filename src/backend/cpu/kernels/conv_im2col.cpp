@@ -11,6 +11,7 @@
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/conv.h"
 #include "backend/cpu/kernels/conv_internal.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/gemm.h"
 #include "backend/cpu/kernels/loops.h"
 
@@ -138,102 +139,115 @@ void col2im(const T* col, T* image, const Geometry& g, const ConvParams& p) {
   });
 }
 
+// Column buffers for the images' threads: one per thread (at most one per
+// image), image n using buffer n % count.
+std::vector<Tensor> column_buffers(const Geometry& g, int64_t images, DType dtype, Workspace& ws) {
+  return ws.take_slots(std::min<int64_t>(get_num_threads(), images), {g.col_rows() * g.pixels()}, dtype);
+}
+
+// fn(n, col) for every image n, in parallel over the column buffers.
+template <typename T, typename F>
+void for_images(int64_t images, const std::vector<Tensor>& cols, const F& fn) {
+  for_each_slot(images, int64_t(cols.size()),
+                [&](int64_t slot, int64_t n) { fn(n, static_cast<T*>(cols[size_t(slot)].data_ptr())); });
+}
+
 template <typename T>
-void forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tensor& y, const ConvParams& p) {
+void forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tensor& y, const ConvParams& p,
+             Workspace& ws) {
   const Geometry g = geometry_of(x_in.sizes(), w_in.sizes(), p);
-  Tensor x = contiguous(x_in.detach()), w = contiguous(w_in.detach());
-  Tensor bias = bias_in.defined() ? contiguous(bias_in.detach()) : Tensor();
+  const Tensor x = dense(x_in, ws), w = dense(w_in, ws), bias = dense(bias_in, ws);
+  const std::vector<Tensor> cols = column_buffers(g, g.n, y.dtype(), ws);
+  if (ws.measuring()) return;
   const T* xp = x.data<T>();
   const T* wp = w.data<T>();
   const T* bp = bias.defined() ? bias.data<T>() : nullptr;
   T* yp = y.data<T>();
-  // One image per thread, each with its own column buffer.
-  parallel_for(0, g.n, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> col(static_cast<size_t>(g.col_rows() * g.pixels()));
-    for (int64_t n = lo; n < hi; ++n)
-      for (int64_t grp = 0; grp < g.groups; ++grp) {
-        const T* image = xp + (n * g.c + grp * g.c_group()) * g.image();
-        T* out = yp + (n * g.o + grp * g.o_group()) * g.pixels();
-        im2col(image, col.data(), g, p, g.pixels());
-        gemm<T>(false, false, g.o_group(), g.pixels(), g.col_rows(), T(1), wp + grp * g.o_group() * g.col_rows(),
-                g.col_rows(), col.data(), g.pixels(), T(0), out, g.pixels());
-        if (bp)
-          for (int64_t o = 0; o < g.o_group(); ++o) {
-            const T b = bp[grp * g.o_group() + o];
-            for (int64_t i = 0; i < g.pixels(); ++i) out[o * g.pixels() + i] += b;
-          }
-      }
+  // Images in parallel, each thread with its own column buffer.
+  for_images<T>(g.n, cols, [&](int64_t n, T* col) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const T* image = xp + (n * g.c + grp * g.c_group()) * g.image();
+      T* out = yp + (n * g.o + grp * g.o_group()) * g.pixels();
+      im2col(image, col, g, p, g.pixels());
+      gemm<T>(false, false, g.o_group(), g.pixels(), g.col_rows(), T(1), wp + grp * g.o_group() * g.col_rows(),
+              g.col_rows(), col, g.pixels(), T(0), out, g.pixels());
+      if (bp)
+        for (int64_t o = 0; o < g.o_group(); ++o) {
+          const T b = bp[grp * g.o_group() + o];
+          for (int64_t i = 0; i < g.pixels(); ++i) out[o * g.pixels() + i] += b;
+        }
+    }
   });
 }
 
 template <typename T>
 void backward(const Tensor& gy_in, const Tensor& x_in, const Shape& x_shape, const Tensor& w_in, Tensor* gx,
-              Tensor* gw, const ConvParams& p) {
+              Tensor* gw, const ConvParams& p, Workspace& ws) {
   const Geometry g = geometry_of(x_shape, w_in.sizes(), p);
-  Tensor gy = contiguous(gy_in.detach());
+  const Tensor gy = dense(gy_in, ws);
+  const Tensor w = gx ? dense(w_in, ws) : Tensor(), x = gw ? dense(x_in, ws) : Tensor();
+  const std::vector<Tensor> cols = column_buffers(g, gx ? g.n : 1, gy_in.dtype(), ws);
+  if (ws.measuring()) return;
   const T* gyp = gy.data<T>();
   if (gx) {
-    Tensor w = contiguous(w_in.detach());
     const T* wp = w.data<T>();
     T* gxp = gx->data<T>();
-    parallel_for(0, g.n, 1, [&](int64_t lo, int64_t hi) {
-      std::vector<T> col(static_cast<size_t>(g.col_rows() * g.pixels()));
-      for (int64_t n = lo; n < hi; ++n) {
-        std::fill(gxp + n * g.c * g.image(), gxp + (n + 1) * g.c * g.image(), T(0));
-        for (int64_t grp = 0; grp < g.groups; ++grp) {
-          // col = W_g^T (C_g*K, O_g) @ gy_g (O_g, pixels)
-          gemm<T>(true, false, g.col_rows(), g.pixels(), g.o_group(), T(1), wp + grp * g.o_group() * g.col_rows(),
-                  g.col_rows(), gyp + (n * g.o + grp * g.o_group()) * g.pixels(), g.pixels(), T(0), col.data(),
-                  g.pixels());
-          col2im(col.data(), gxp + (n * g.c + grp * g.c_group()) * g.image(), g, p);
-        }
+    for_images<T>(g.n, cols, [&](int64_t n, T* col) {
+      std::fill(gxp + n * g.c * g.image(), gxp + (n + 1) * g.c * g.image(), T(0));
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        // col = W_g^T (C_g*K, O_g) @ gy_g (O_g, pixels)
+        gemm<T>(true, false, g.col_rows(), g.pixels(), g.o_group(), T(1), wp + grp * g.o_group() * g.col_rows(),
+                g.col_rows(), gyp + (n * g.o + grp * g.o_group()) * g.pixels(), g.pixels(), T(0), col,
+                g.pixels());
+        col2im(col, gxp + (n * g.c + grp * g.c_group()) * g.image(), g, p);
       }
     });
   }
   if (gw) {
-    Tensor x = contiguous(x_in.detach());
     const T* xp = x.data<T>();
     T* gwp = gw->data<T>();
+    T* col = static_cast<T*>(cols[0].data_ptr());
     std::fill(gwp, gwp + gw->numel(), T(0));
-    std::vector<T> col(static_cast<size_t>(g.col_rows() * g.pixels()));
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        im2col(xp + (n * g.c + grp * g.c_group()) * g.image(), col.data(), g, p, g.pixels());
+        im2col(xp + (n * g.c + grp * g.c_group()) * g.image(), col, g, p, g.pixels());
         // gW_g (O_g, C_g*K) += gy_g (O_g, pixels) @ col^T
         gemm<T>(false, true, g.o_group(), g.col_rows(), g.pixels(), T(1),
-                gyp + (n * g.o + grp * g.o_group()) * g.pixels(), g.pixels(), col.data(), g.pixels(), T(1),
+                gyp + (n * g.o + grp * g.o_group()) * g.pixels(), g.pixels(), col, g.pixels(), T(1),
                 gwp + grp * g.o_group() * g.col_rows(), g.col_rows());
       }
   }
 }
 
-// t as a contiguous float32 copy (the 16-bit types' fallback).
-Tensor as_float32(const Tensor& t) {
+// t as a contiguous float32 copy in ws (the 16-bit types' fallback).
+Tensor as_float32(const Tensor& t, Workspace& ws) {
   if (!t.defined()) return t;
-  Tensor out = make_empty(t.sizes(), DType::Float32);
-  copy_cast(out, t);
+  Tensor out = ws.take(t.sizes(), DType::Float32);
+  if (!ws.measuring()) copy_cast(out, t);
   return out;
 }
 
 }  // namespace
 
-void im2col_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
-  if (y.dtype() == DType::Float64) return forward<double>(x, w, bias, y, p);
-  if (y.dtype() == DType::Float32) return forward<float>(x, w, bias, y, p);
-  Tensor y32 = make_empty(y.sizes(), DType::Float32);
-  forward<float>(as_float32(x), as_float32(w), as_float32(bias), y32, p);
-  copy_cast(y, y32);
+void im2col_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p,
+                         Workspace& ws) {
+  if (y.dtype() == DType::Float64) return forward<double>(x, w, bias, y, p, ws);
+  if (y.dtype() == DType::Float32) return forward<float>(x, w, bias, y, p, ws);
+  Tensor y32 = ws.take(y.sizes(), DType::Float32);
+  forward<float>(as_float32(x, ws), as_float32(w, ws), as_float32(bias, ws), y32, p, ws);
+  if (!ws.measuring()) copy_cast(y, y32);
 }
 
 void im2col_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape& x_shape, const Tensor& w,
-                          Tensor* grad_x, Tensor* grad_w, const ConvParams& p) {
+                          Tensor* grad_x, Tensor* grad_w, const ConvParams& p, Workspace& ws) {
   const DType dtype = grad_y.dtype();
-  if (dtype == DType::Float64) return backward<double>(grad_y, x, x_shape, w, grad_x, grad_w, p);
-  if (dtype == DType::Float32) return backward<float>(grad_y, x, x_shape, w, grad_x, grad_w, p);
-  Tensor gx32 = grad_x ? make_empty(grad_x->sizes(), DType::Float32) : Tensor();
-  Tensor gw32 = grad_w ? make_empty(grad_w->sizes(), DType::Float32) : Tensor();
-  backward<float>(as_float32(grad_y), grad_w ? as_float32(x) : Tensor(), x_shape, as_float32(w),
-                  grad_x ? &gx32 : nullptr, grad_w ? &gw32 : nullptr, p);
+  if (dtype == DType::Float64) return backward<double>(grad_y, x, x_shape, w, grad_x, grad_w, p, ws);
+  if (dtype == DType::Float32) return backward<float>(grad_y, x, x_shape, w, grad_x, grad_w, p, ws);
+  Tensor gx32 = grad_x ? ws.take(grad_x->sizes(), DType::Float32) : Tensor();
+  Tensor gw32 = grad_w ? ws.take(grad_w->sizes(), DType::Float32) : Tensor();
+  backward<float>(as_float32(grad_y, ws), grad_w ? as_float32(x, ws) : Tensor(), x_shape, as_float32(w, ws),
+                  grad_x ? &gx32 : nullptr, grad_w ? &gw32 : nullptr, p, ws);
+  if (ws.measuring()) return;
   if (grad_x) copy_cast(*grad_x, gx32);
   if (grad_w) copy_cast(*grad_w, gw32);
 }
@@ -245,14 +259,26 @@ void im2col_conv_backward(const Tensor& grad_y, const Tensor& x, const Shape& x_
 // one GEMM, gW (O, C*K) = gy (O, N*pixels) @ cols (C*K, N*pixels)^T (K the
 // kernel size, pixels the output size)
 // runs on the bfloat16 matmul (float32 accumulation) at its usual rate.
-bool gemm_conv_weight_grad(const Tensor& grad_y, const Tensor& x_in, Tensor& grad_w, const ConvParams& p) {
+bool gemm_conv_weight_grad(const Tensor& grad_y, const Tensor& x_in, Tensor& grad_w, const ConvParams& p,
+                           Workspace& ws) {
   const Geometry g = geometry_of(x_in.sizes(), grad_w.sizes(), p);
   const DType dtype = grad_w.dtype();
   if (g.groups != 1 || (dtype != DType::BFloat16 && dtype != DType::Float16)) return false;
-  NoGradGuard no_grad;
   const int64_t np = g.n * g.pixels();
-  const Tensor x = contiguous(x_in.detach());
-  Tensor cols = make_empty({g.col_rows(), np}, dtype);
+  const Tensor x = dense(x_in, ws), gy_dense = dense(grad_y, ws);
+  Tensor cols = ws.take({g.col_rows(), np}, dtype);
+  // grad_y (N, O, pixels) as (O, N * pixels).
+  Tensor gy = ws.take({g.o, g.n, g.pixels()}, dtype);
+  // gW (O, C*K) = gy @ cols^T
+  Tensor gw = make_view(grad_w, {g.o, g.col_rows()}, {g.col_rows(), 1}, grad_w.storage_offset());
+  const Tensor gy_rows = make_view(gy, {g.o, np}, {np, 1}, gy.storage_offset());
+  const Tensor cols_t = make_view(cols, {np, g.col_rows()}, {1, np}, cols.storage_offset());
+  if (ws.measuring()) {
+    matmul(gy_rows, cols_t, gw, 1, 0, ws);
+    return true;
+  }
+  copy_cast(gy, make_view(gy_dense, {g.o, g.n, g.pixels()}, {g.pixels(), g.o * g.pixels(), 1},
+                          gy_dense.storage_offset()));
   dispatch_floating(dtype, "conv", [&]<typename T>() {
     if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
       const T* xp = x.data<T>();
@@ -262,10 +288,7 @@ bool gemm_conv_weight_grad(const Tensor& grad_y, const Tensor& x_in, Tensor& gra
       });
     }
   });
-  const Tensor gy = reshape(contiguous(permute(reshape(grad_y.detach(), {g.n, g.o, g.pixels()}), {1, 0, 2})),
-                            {g.o, np});
-  Tensor gw = make_view(grad_w, {g.o, g.col_rows()}, {g.col_rows(), 1}, grad_w.storage_offset());
-  matmul(gy, transpose(cols, 0, 1), gw);
+  matmul(gy_rows, cols_t, gw, 1, 0, ws);
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/conv.h"
 #include "backend/cpu/kernels/conv_internal.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/loops.h"
 #include "backend/cpu/kernels/onednn.h"
 
@@ -133,76 +134,78 @@ BackwardWeights backward_weights_entry(const Shape& x, const Shape& w, const Sha
 }
 
 // Runs prim writing `user` (a contiguous output): directly when oneDNN's
-// layout `desc` is the user's, else into a temporary reordered afterwards.
+// layout `desc` is the user's, else into a piece of ws reordered afterwards.
 template <typename Run>
-void write_output(const memory& user, const memory::desc& desc, const Run& run) {
+void write_output(const memory& user, const memory::desc& desc, Workspace& ws, const Run& run) {
   if (user.get_desc() == desc) {
     run(user);
     return;
   }
-  Tensor buffer;
-  memory out = onednn::scratch_memory(desc, buffer);
+  memory out = onednn::scratch_memory(desc, ws);
   run(out);
-  onednn::reorder(out, user);
+  onednn::reorder(out, user, ws);
 }
 
-// t, or a contiguous copy when a dim is broadcast (oneDNN rejects stride 0).
-Tensor without_zero_strides(const Tensor& t) {
+// t, or a contiguous copy in ws when a dim is broadcast (oneDNN rejects
+// stride 0).
+Tensor without_zero_strides(const Tensor& t, Workspace& ws) {
   if (!t.defined()) return t;
   for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.stride(d) == 0 && t.size(d) > 1) return contiguous(t.detach());
+    if (t.stride(d) == 0 && t.size(d) > 1) return dense(t, ws);
   return t;
 }
 
-bool onednn_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tensor& y, const ConvParams& p) {
-  const Tensor x = without_zero_strides(x_in), w = without_zero_strides(w_in), bias = without_zero_strides(bias_in);
-  const Forward e = forward_entry(x.sizes(), w.sizes(), y.sizes(), y.dtype(), p, bias.defined());
+bool onednn_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Tensor& y, const ConvParams& p,
+                    Workspace& ws) {
+  const Forward e = forward_entry(x_in.sizes(), w_in.sizes(), y.sizes(), y.dtype(), p, bias_in.defined());
   if (!e.ok) return false;
-  Tensor x_buffer, w_buffer, b_buffer;
+  const Tensor x = without_zero_strides(x_in, ws), w = without_zero_strides(w_in, ws);
+  const Tensor bias = without_zero_strides(bias_in, ws);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, onednn::in_layout(onednn::memory_of(x), e.pd.src_desc(), x_buffer)},
-      {DNNL_ARG_WEIGHTS, onednn::in_layout(weights_memory(w, p.groups), e.pd.weights_desc(), w_buffer)}};
-  if (bias.defined()) args[DNNL_ARG_BIAS] = onednn::in_layout(onednn::memory_of(bias), e.pd.bias_desc(), b_buffer);
-  write_output(onednn::memory_of(y), e.pd.dst_desc(), [&](const memory& dst) {
+      {DNNL_ARG_SRC, onednn::in_layout(onednn::memory_of(x), e.pd.src_desc(), ws)},
+      {DNNL_ARG_WEIGHTS, onednn::in_layout(weights_memory(w, p.groups), e.pd.weights_desc(), ws)}};
+  if (bias.defined()) args[DNNL_ARG_BIAS] = onednn::in_layout(onednn::memory_of(bias), e.pd.bias_desc(), ws);
+  write_output(onednn::memory_of(y), e.pd.dst_desc(), ws, [&](const memory& dst) {
     args[DNNL_ARG_DST] = dst;
-    onednn::execute(e.primitive, e.pd.scratchpad_desc(), args);
+    onednn::execute(e.primitive, e.pd.scratchpad_desc(), args, ws);
   });
   return true;
 }
 
 bool onednn_backward(const Tensor& gy_in, const Tensor& x_in, const Shape& x_shape, const Tensor& w_in, Tensor* gx,
-                     Tensor* gw, const ConvParams& p) {
-  const Tensor gy = without_zero_strides(gy_in), x = without_zero_strides(x_in), w = without_zero_strides(w_in);
-  const DType dtype = gy.dtype();
-  const Forward hint = forward_entry(x_shape, w.sizes(), gy.sizes(), dtype, p, false);
+                     Tensor* gw, const ConvParams& p, Workspace& ws) {
+  const DType dtype = gy_in.dtype();
+  const Forward hint = forward_entry(x_shape, w_in.sizes(), gy_in.sizes(), dtype, p, false);
   if (!hint.ok) return false;
   BackwardData data;
   BackwardWeights weights;
-  if (gx && !(data = backward_data_entry(x_shape, w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
-  if (gw && !(weights = backward_weights_entry(x_shape, w.sizes(), gy.sizes(), dtype, p, hint)).ok) return false;
+  if (gx && !(data = backward_data_entry(x_shape, w_in.sizes(), gy_in.sizes(), dtype, p, hint)).ok) return false;
+  if (gw && !(weights = backward_weights_entry(x_shape, w_in.sizes(), gy_in.sizes(), dtype, p, hint)).ok)
+    return false;
+  const Tensor gy = without_zero_strides(gy_in, ws), x = without_zero_strides(x_in, ws);
+  const Tensor w = without_zero_strides(w_in, ws);
   const memory user_gy = onednn::memory_of(gy);
-  Tensor gy_buffer, gy_weights_buffer, w_buffer, x_buffer;
   memory diff_dst;
   if (gx) {
-    diff_dst = onednn::in_layout(user_gy, data.pd.diff_dst_desc(), gy_buffer);
+    diff_dst = onednn::in_layout(user_gy, data.pd.diff_dst_desc(), ws);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_DIFF_DST, diff_dst},
-        {DNNL_ARG_WEIGHTS, onednn::in_layout(weights_memory(w, p.groups), data.pd.weights_desc(), w_buffer)}};
-    write_output(onednn::memory_of(*gx), data.pd.diff_src_desc(), [&](const memory& out) {
+        {DNNL_ARG_WEIGHTS, onednn::in_layout(weights_memory(w, p.groups), data.pd.weights_desc(), ws)}};
+    write_output(onednn::memory_of(*gx), data.pd.diff_src_desc(), ws, [&](const memory& out) {
       args[DNNL_ARG_DIFF_SRC] = out;
-      onednn::execute(data.primitive, data.pd.scratchpad_desc(), args);
+      onednn::execute(data.primitive, data.pd.scratchpad_desc(), args, ws);
     });
   }
   if (gw) {
     // Both directions usually want diff_dst in the same layout: reorder once.
     if (!gx || diff_dst.get_desc() != weights.pd.diff_dst_desc())
-      diff_dst = onednn::in_layout(user_gy, weights.pd.diff_dst_desc(), gy_weights_buffer);
+      diff_dst = onednn::in_layout(user_gy, weights.pd.diff_dst_desc(), ws);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_DIFF_DST, diff_dst},
-        {DNNL_ARG_SRC, onednn::in_layout(onednn::memory_of(x), weights.pd.src_desc(), x_buffer)}};
-    write_output(weights_memory(*gw, p.groups), weights.pd.diff_weights_desc(), [&](const memory& out) {
+        {DNNL_ARG_SRC, onednn::in_layout(onednn::memory_of(x), weights.pd.src_desc(), ws)}};
+    write_output(weights_memory(*gw, p.groups), weights.pd.diff_weights_desc(), ws, [&](const memory& out) {
       args[DNNL_ARG_DIFF_WEIGHTS] = out;
-      onednn::execute(weights.primitive, weights.pd.scratchpad_desc(), args);
+      onednn::execute(weights.primitive, weights.pd.scratchpad_desc(), args, ws);
     });
   }
   return true;
@@ -231,8 +234,9 @@ Tensor bias_view(const Tensor& bias, const Tensor& y) {
 }
 
 // grad_bias[o] = sum of grad_y over (n, spatial...).
-void bias_grad(const Tensor& gy_in, Tensor& gb) {
-  Tensor gy = contiguous(gy_in.detach());
+void bias_grad(const Tensor& gy_in, Tensor& gb, Workspace& ws) {
+  const Tensor gy = dense(gy_in, ws);
+  if (ws.measuring()) return;
   const int64_t n = gy.size(0), o = gy.size(1), pixels = pixels_of(gy);
   dispatch_floating(gy.dtype(), "conv", [&]<typename T>() {
     const T* src = gy.data<T>();
@@ -253,8 +257,9 @@ void bias_grad(const Tensor& gy_in, Tensor& gb) {
 }
 
 // y (N, O, spatial...) += bias (O), y contiguous.
-void add_bias(Tensor& y, const Tensor& bias_in) {
-  const Tensor bias = contiguous(bias_in.detach());
+void add_bias(Tensor& y, const Tensor& bias_in, Workspace& ws) {
+  const Tensor bias = dense(bias_in, ws);
+  if (ws.measuring()) return;
   const int64_t channels = y.size(1), pixels = pixels_of(y);
   dispatch_floating(y.dtype(), "conv", [&]<typename T>() {
     const T* b = bias.data<T>();
@@ -273,9 +278,10 @@ void add_bias(Tensor& y, const Tensor& bias_in) {
 // Input and weight gradients (grad_bias is separate): the bfloat16 weight
 // gradient of small images as a GEMM, then oneDNN, then im2col.
 void data_and_weight_grads(const Tensor& grad_y, const Tensor& x, const Shape& x_shape, const Tensor& w,
-                           Tensor* grad_x, Tensor* grad_w, const ConvParams& p) {
+                           Tensor* grad_x, Tensor* grad_w, const ConvParams& p, Workspace& ws) {
   if (!grad_x && !grad_w) return;
   if (grad_y.numel() == 0 || shape_numel(x_shape) == 0 || w.numel() == 0) {
+    if (ws.measuring()) return;
     if (grad_x) fill_zero(*grad_x);
     if (grad_w) fill_zero(*grad_w);
     return;
@@ -283,12 +289,12 @@ void data_and_weight_grads(const Tensor& grad_y, const Tensor& x, const Shape& x
   // Small images: the bfloat16 weight gradient as one GEMM (Note [bfloat16
   // weight gradient by GEMM] in conv_im2col.cpp).
   if (grad_w && grad_y.dtype() == DType::BFloat16 && pixels_of(grad_y) <= kGemmWeightGradPixels &&
-      gemm_conv_weight_grad(grad_y, x, *grad_w, p)) {
+      gemm_conv_weight_grad(grad_y, x, *grad_w, p, ws)) {
     grad_w = nullptr;
     if (!grad_x) return;
   }
-  if (grad_y.dtype() != DType::Float64 && onednn_backward(grad_y, x, x_shape, w, grad_x, grad_w, p)) return;
-  im2col_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p);
+  if (grad_y.dtype() != DType::Float64 && onednn_backward(grad_y, x, x_shape, w, grad_x, grad_w, p, ws)) return;
+  im2col_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p, ws);
 }
 
 }  // namespace
@@ -302,9 +308,11 @@ bool plane_smaller_than_kernel(const Shape& x, const Tensor& w, const ConvParams
 
 }  // namespace
 
-void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p,
+                  Workspace& ws) {
   if (y.numel() == 0) return;
   if (x.numel() == 0 || w.numel() == 0) {
+    if (ws.measuring()) return;
     // No input channels: the output is the bias alone.
     if (bias.defined()) copy_cast(y, bias_view(bias, y));
     else fill_zero(y);
@@ -314,27 +322,28 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& 
   // no oneDNN path or the padding reaches across the whole input.
   const bool pad_spans_input =
       p.spatial == 2 && x.dim() == 4 && (p.padding[1] >= x.size(2) || p.padding[2] >= x.size(3));
-  if ((y.dtype() == DType::Float64 || pad_spans_input) && depthwise_conv_forward(x, w, bias, y, p)) return;
-  if (y.dtype() != DType::Float64 && onednn_forward(x, w, bias, y, p)) return;
-  im2col_conv_forward(x, w, bias, y, p);
+  if ((y.dtype() == DType::Float64 || pad_spans_input) && depthwise_conv_forward(x, w, bias, y, p, ws)) return;
+  if (y.dtype() != DType::Float64 && onednn_forward(x, w, bias, y, p, ws)) return;
+  im2col_conv_forward(x, w, bias, y, p, ws);
 }
 
 void conv_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tensor* grad_x, Tensor* grad_w,
-                   Tensor* grad_bias, const ConvParams& p) {
-  if (grad_bias) bias_grad(grad_y, *grad_bias);
+                   Tensor* grad_bias, const ConvParams& p, Workspace& ws) {
+  if (grad_bias) bias_grad(grad_y, *grad_bias, ws);
   const Shape x_shape = grad_x ? grad_x->sizes() : x.sizes();
   // Note [Depthwise convolution]: oneDNN's backward only for 3x3 kernels
   // on planes at least as large.
   const bool onednn_kernel = w.dim() == 4 && w.size(2) == 3 && w.size(3) == 3 &&
                              !plane_smaller_than_kernel(x_shape, w, p) && grad_y.dtype() != DType::Float64;
-  if (!onednn_kernel && depthwise_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p)) return;
-  data_and_weight_grads(grad_y, x, x_shape, w, grad_x, grad_w, p);
+  if (!onednn_kernel && depthwise_conv_backward(grad_y, x, x_shape, w, grad_x, grad_w, p, ws)) return;
+  data_and_weight_grads(grad_y, x, x_shape, w, grad_x, grad_w, p, ws);
 }
 
-void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p) {
+void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p,
+                            Workspace& ws) {
   if (y.numel() == 0) return;
-  data_and_weight_grads(x, Tensor(), y.sizes(), w, &y, nullptr, p);
-  if (bias.defined()) add_bias(y, bias);
+  data_and_weight_grads(x, Tensor(), y.sizes(), w, &y, nullptr, p, ws);
+  if (bias.defined()) add_bias(y, bias, ws);
 }
 
 }  // namespace mf::cpu

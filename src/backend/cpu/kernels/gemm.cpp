@@ -22,6 +22,7 @@
 #include "meshflow/op_def.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/loops.h"
 #include "backend/cpu/kernels/mkl.h"
 #include "backend/cpu/kernels/onednn.h"
@@ -53,8 +54,13 @@ std::optional<Layout> layout_of(const Tensor& t) {
   return blas_layout(t.sizes()[d - 2], t.sizes()[d - 1], t.strides()[d - 2], t.strides()[d - 1]);
 }
 
-// t itself when BLAS can read its matrices, else a contiguous copy.
-Tensor blas_operand(const Tensor& t) { return layout_of(t) ? t : contiguous(t.detach()); }
+// t itself when BLAS can read its matrices, else a contiguous copy in ws.
+Tensor blas_operand(const Tensor& t, Workspace& ws) {
+  if (layout_of(t)) return t;
+  Tensor c = ws.take(t.sizes(), t.dtype());
+  if (!ws.measuring()) copy_cast(c, t);
+  return c;
+}
 
 Shape batch_shape_of(const Tensor& out) { return Shape(out.sizes().begin(), out.sizes().end() - 2); }
 
@@ -115,9 +121,9 @@ void blas_matmul_one(const Layout& la, const Layout& lb, int64_t n, int64_t m, i
 // batch can keep every thread busy; larger ones use OpenBLAS's threads.
 constexpr int64_t kSmallGemm = int64_t(1) << 24;
 
+// a and b: operands BLAS can read (blas_operand).
 template <typename T>
-void blas_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, T alpha, T beta) {
-  Tensor a = blas_operand(a_in), b = blas_operand(b_in);
+void blas_matmul(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T beta) {
   const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
   MF_CHECK(n <= INT_MAX && m <= INT_MAX && k <= INT_MAX, ValueError, "matmul: matrix sizes (", n, ", ", k, ") @ (",
            k, ", ", m, ") exceed the BLAS int range");
@@ -139,11 +145,12 @@ void blas_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, T alpha, T
 
 // --- integers: a plain loop -------------------------------------------------------------------
 
+// a and b contiguous; acc: per-thread rows of m int64 accumulators.
 template <typename T>
-void integer_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, Scalar alpha_s, Scalar beta_s) {
+void integer_matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha_s, Scalar beta_s,
+                    const std::vector<Tensor>& acc_rows) {
   // Products accumulate in int64: wrapping to T at the end gives the same
   // bits as PyTorch's accumulation in T, without signed-overflow UB.
-  Tensor a = contiguous(a_in.detach()), b = contiguous(b_in.detach());
   const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
   const Shape batch = batch_shape_of(out);
   const Offsets a_off = batch_offsets(a, batch), b_off = batch_offsets(b, batch);
@@ -152,24 +159,22 @@ void integer_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, Scalar 
   T* cp = static_cast<T*>(out.data_ptr());
   const int64_t alpha = alpha_s.to_int(), beta = beta_s.to_int();
   const int64_t rows = int64_t(a_off.size()) * n;
-  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(k * m, 1)), [&](int64_t lo, int64_t hi) {
-    std::vector<int64_t> acc(static_cast<size_t>(m));
-    for (int64_t r = lo; r < hi; ++r) {
-      const int64_t bi = r / n, i = r % n;
-      const T* arow = ap + a_off[size_t(bi)] + i * k;
-      const T* bmat = bp + b_off[size_t(bi)];
-      std::fill(acc.begin(), acc.end(), 0);
-      for (int64_t p = 0; p < k; ++p) {
-        const int64_t av = int64_t(arow[p]);
-        const T* brow = bmat + p * m;
-        for (int64_t j = 0; j < m; ++j) acc[size_t(j)] += av * int64_t(brow[j]);
-      }
-      T* crow = cp + r * m;
-      for (int64_t j = 0; j < m; ++j) {
-        const uint64_t scaled = uint64_t(alpha) * uint64_t(acc[size_t(j)]);
-        const uint64_t old = beta == 0 ? 0 : uint64_t(beta) * uint64_t(int64_t(crow[j]));
-        crow[j] = T(int64_t(scaled + old));
-      }
+  for_each_slot(rows, int64_t(acc_rows.size()), [&](int64_t slot, int64_t r) {
+    int64_t* acc = static_cast<int64_t*>(acc_rows[size_t(slot)].data_ptr());
+    const int64_t bi = r / n, i = r % n;
+    const T* arow = ap + a_off[size_t(bi)] + i * k;
+    const T* bmat = bp + b_off[size_t(bi)];
+    std::fill(acc, acc + m, 0);
+    for (int64_t p = 0; p < k; ++p) {
+      const int64_t av = int64_t(arow[p]);
+      const T* brow = bmat + p * m;
+      for (int64_t j = 0; j < m; ++j) acc[j] += av * int64_t(brow[j]);
+    }
+    T* crow = cp + r * m;
+    for (int64_t j = 0; j < m; ++j) {
+      const uint64_t scaled = uint64_t(alpha) * uint64_t(acc[j]);
+      const uint64_t old = beta == 0 ? 0 : uint64_t(beta) * uint64_t(int64_t(crow[j]));
+      crow[j] = T(int64_t(scaled + old));
     }
   });
 }
@@ -200,11 +205,16 @@ void append_desc_key(std::vector<int64_t>& key, const dnnl::memory::desc& desc) 
   for (int i = 0; i < desc.data.ndims; ++i) key.push_back(strides[i]);
 }
 
-// Runs out = beta * out + alpha * a @ b on oneDNN; false when oneDNN has no
+struct OnednnProduct {
+  dnnl::memory::desc a, b, c;
+  MatmulPrimitive p;
+};
+
+// oneDNN's primitive for out = beta * out + alpha * a @ b (a and b
+// BLAS-readable), from the cache; its primitive is null when oneDNN has no
 // implementation for these types on this CPU.
-bool onednn_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, double alpha, double beta) {
+OnednnProduct onednn_product(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   static onednn::PrimitiveCache<MatmulPrimitive> cache;
-  Tensor a = blas_operand(a_in), b = blas_operand(b_in);
   const int64_t ndims = out.dim();
   dnnl::memory::desc a_desc = matmul_desc(a, ndims), b_desc = matmul_desc(b, ndims);
   dnnl::memory::desc c_desc = onednn::dense_desc(out.sizes(), out.dtype());
@@ -232,18 +242,28 @@ bool onednn_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, double a
       return MatmulPrimitive{};
     }
   });
-  if (!p.primitive) return false;
-  onednn::execute(*p.primitive, p.scratchpad,
-                  {{DNNL_ARG_SRC, onednn::memory_of(a_desc, a)},
-                   {DNNL_ARG_WEIGHTS, onednn::memory_of(b_desc, b)},
-                   {DNNL_ARG_DST, onednn::memory_of(c_desc, out)}});
+  return {a_desc, b_desc, c_desc, p};
+}
+
+// Runs the product on oneDNN, its scratchpad from ws; false where oneDNN
+// has no implementation.
+bool onednn_matmul(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta, Workspace& ws) {
+  const OnednnProduct d = onednn_product(a, b, out, alpha, beta);
+  if (!d.p.primitive) return false;
+  onednn::execute(*d.p.primitive, d.p.scratchpad,
+                  {{DNNL_ARG_SRC, onednn::memory_of(d.a, a)},
+                   {DNNL_ARG_WEIGHTS, onednn::memory_of(d.b, b)},
+                   {DNNL_ARG_DST, onednn::memory_of(d.c, out)}},
+                  ws);
   return true;
 }
 
-// The 16-bit types where oneDNN cannot: compute in float32, round once.
-void float32_matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
-  Tensor a32 = make_empty(a.sizes(), DType::Float32), b32 = make_empty(b.sizes(), DType::Float32);
-  Tensor out32 = make_empty(out.sizes(), DType::Float32);
+// The 16-bit types where oneDNN cannot: compute in float32 copies in ws,
+// round once.
+void float32_matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta, Workspace& ws) {
+  Tensor a32 = ws.take(a.sizes(), DType::Float32), b32 = ws.take(b.sizes(), DType::Float32);
+  Tensor out32 = ws.take(out.sizes(), DType::Float32);
+  if (ws.measuring()) return;
   copy_cast(a32, a);
   copy_cast(b32, b);
   if (beta.to_double() != 0.0) copy_cast(out32, out);
@@ -275,8 +295,9 @@ struct MklProduct {
   Offsets a_off, b_off;
 };
 
-MklProduct mkl_product(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
-  MklProduct p{blas_operand(a_in), blas_operand(b_in), out.size(-2), out.size(-1), a_in.size(-1), {}, {}, 0, 0, {}, {}};
+// a and b BLAS-readable.
+MklProduct mkl_product(const Tensor& a, const Tensor& b, const Tensor& out) {
+  MklProduct p{a, b, out.size(-2), out.size(-1), a.size(-1), {}, {}, 0, 0, {}, {}};
   MF_CHECK(p.n <= INT_MAX && p.m <= INT_MAX && p.k <= INT_MAX, ValueError, "matmul: matrix sizes (", p.n, ", ", p.k,
            ") @ (", p.k, ", ", p.m, ") exceed the BLAS int range");
   p.la = *layout_of(p.a);
@@ -307,12 +328,13 @@ void mkl_sgemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_in, 
               bp + p.b_off[size_t(i)], int(p.lb.ld), beta, cp + i * p.n * p.m, int(p.m));
 }
 
-// bfloat16 products accumulate into a float32 copy of the output, which is
-// rounded to bfloat16 once (MKL has no bfloat16 output).
+// bfloat16 products accumulate into a float32 copy of the output in ws,
+// which is rounded to bfloat16 once (MKL has no bfloat16 output).
 void mkl_bf16_gemm(const mkl::Library& mkl, const Tensor& a_in, const Tensor& b_in, Tensor& out, float alpha,
-                   float beta) {
+                   float beta, Workspace& ws) {
+  Tensor acc = ws.take(out.sizes(), DType::Float32);
+  if (ws.measuring()) return;
   const MklProduct p = mkl_product(a_in, b_in, out);
-  Tensor acc = make_empty(out.sizes(), DType::Float32);
   if (beta != 0.0f) copy_cast(acc, out);
   const auto* ap = static_cast<const uint16_t*>(p.a.data_ptr());
   const auto* bp = static_cast<const uint16_t*>(p.b.data_ptr());
@@ -356,23 +378,30 @@ BlasLibrary default_library(const Tensor& a, const Tensor& out) {
   return n > 1 && m > 1 && out.numel() * a.size(-1) >= kOnednnMinWork ? BlasLibrary::OneDNN : BlasLibrary::OpenBLAS;
 }
 
-// Runs the product on `library`; false where it does not handle the dtype.
-bool run_on(BlasLibrary library, const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
+// Runs the product on `library` (a and b BLAS-readable), what it needs
+// beyond the operands taken from ws and given back after; false where it
+// does not handle the dtype. Measuring, it only takes.
+bool run_on(BlasLibrary library, const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta,
+            Workspace& ws) {
+  const Workspace::Turn turn(ws);
   const DType dtype = out.dtype();
   switch (library) {
     case BlasLibrary::OpenBLAS:
       if (dtype != DType::Float32) return false;
-      blas_matmul<float>(a, b, out, float(alpha.to_double()), float(beta.to_double()));
+      if (!ws.measuring()) blas_matmul<float>(a, b, out, float(alpha.to_double()), float(beta.to_double()));
       return true;
     case BlasLibrary::OneDNN:
-      return onednn_matmul(a, b, out, alpha.to_double(), beta.to_double());
+      return onednn_matmul(a, b, out, alpha.to_double(), beta.to_double(), ws);
     case BlasLibrary::MKL: {
       const mkl::Library* mkl = mkl::library();
       if (!mkl) return false;
-      if (dtype == DType::Float32) mkl_sgemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
-      else if (dtype == DType::BFloat16)
-        mkl_bf16_gemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
-      else return false;
+      if (dtype == DType::Float32) {
+        if (!ws.measuring()) mkl_sgemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()));
+      } else if (dtype == DType::BFloat16) {
+        mkl_bf16_gemm(*mkl, a, b, out, float(alpha.to_double()), float(beta.to_double()), ws);
+      } else {
+        return false;
+      }
       return true;
     }
     case BlasLibrary::Auto: break;
@@ -427,7 +456,7 @@ std::vector<BlasLibrary> candidates(DType dtype) {
 // The library for this product under Auto, measuring the candidates when
 // the key is new (see the Note). Returns Auto when the product was already
 // computed into out by the measuring runs' last, fastest candidate.
-BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
+BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta, Workspace& ws) {
   const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
   const BlasLibrary fallback = default_library(a, out);
   if (n <= 1 || m <= 1 || out.numel() * k < kTuneMinWork) return fallback;
@@ -445,9 +474,9 @@ BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, 
   double best = 0;
   BlasLibrary last = BlasLibrary::Auto;
   for (BlasLibrary library : list) {
-    if (!run_on(library, a, b, out, alpha, beta)) continue;  // the first run warms the library up
+    if (!run_on(library, a, b, out, alpha, beta, ws)) continue;  // the first run warms the library up
     const auto start = std::chrono::steady_clock::now();
-    run_on(library, a, b, out, alpha, beta);
+    run_on(library, a, b, out, alpha, beta, ws);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     choice.seconds.emplace_back(library, seconds);
     if (choice.seconds.size() == 1 || seconds < best) {
@@ -539,44 +568,78 @@ template void gemm_rows<float>(bool, bool, int64_t, int64_t, int64_t, float, con
 template void gemm_rows<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                 const double*, int64_t, double, double*, int64_t);
 
-void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
+// Note [GEMM scratch]: what a product needs beyond its output, taken from
+// the kernel's scratch: copies of operands BLAS cannot read as they are
+// laid out, then the chosen library's own pieces (oneDNN's scratchpad,
+// MKL's float32 accumulator for bfloat16, the float32 copies of the 16-bit
+// fallback), given back after each run. Which library runs is measured on
+// the first product of a shape (Note [Choosing a GEMM library]), so the
+// ScratchFn reserves the most any candidate takes.
+void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, Scalar alpha, Scalar beta, Workspace& ws) {
   if (out.numel() == 0) return;
-  if (a.size(-1) == 0) {
-    scale_output(out, beta);
+  if (a_in.size(-1) == 0) {
+    if (!ws.measuring()) scale_output(out, beta);
     return;
   }
-  switch (out.dtype()) {
-    case DType::Float32:
-    case DType::BFloat16:
-    case DType::Float16: {
-      BlasLibrary library = choices().preferred.load();
-      if (library == BlasLibrary::Auto) library = choose(a, b, out, alpha, beta);
-      if (library == BlasLibrary::Auto) return;  // choose() left the product in out
-      if (run_on(library, a, b, out, alpha, beta)) return;
-      if (run_on(default_library(a, out), a, b, out, alpha, beta)) return;
-      float32_matmul(a, b, out, alpha, beta);  // 16-bit types oneDNN cannot run on this CPU
-      return;
-    }
-    case DType::Float64:
-      blas_matmul<double>(a, b, out, alpha.to_double(), beta.to_double());
-      return;
-    case DType::Bool:
-      throw TypeError("matmul: not supported for bool tensors");
-    default:
-      dispatch_dtype(out.dtype(), [&]<typename T>() {
-        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) integer_matmul<T>(a, b, out, alpha, beta);
-      });
+  if (is_integral(out.dtype())) {
+    const Tensor a = dense(a_in, ws), b = dense(b_in, ws);
+    const std::vector<Tensor> acc_rows = ws.take_slots(get_num_threads(), {out.size(-1)}, DType::Int64);
+    if (ws.measuring()) return;
+    dispatch_dtype(out.dtype(), [&]<typename T>() {
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+        integer_matmul<T>(a, b, out, alpha, beta, acc_rows);
+    });
+    return;
   }
+  MF_CHECK(out.dtype() != DType::Bool, TypeError, "matmul: not supported for bool tensors");
+  const Tensor a = blas_operand(a_in, ws), b = blas_operand(b_in, ws);
+  if (out.dtype() == DType::Float64) {
+    if (!ws.measuring()) blas_matmul<double>(a, b, out, alpha.to_double(), beta.to_double());
+    return;
+  }
+  if (ws.measuring()) {  // the most any library takes
+    int64_t most = 0;
+    for (BlasLibrary library : {BlasLibrary::OpenBLAS, BlasLibrary::OneDNN, BlasLibrary::MKL}) {
+      ScratchLayout pieces("matmul");
+      Workspace own(pieces);
+      run_on(library, a, b, out, alpha, beta, own);
+      most = std::max(most, pieces.bytes());
+    }
+    if (out.dtype() != DType::Float32) {
+      ScratchLayout pieces("matmul");
+      Workspace own(pieces);
+      float32_matmul(a, b, out, alpha, beta, own);
+      most = std::max(most, pieces.bytes());
+    }
+    ws.take({most}, DType::UInt8);
+    return;
+  }
+  BlasLibrary library = choices().preferred.load();
+  if (library == BlasLibrary::Auto) library = choose(a, b, out, alpha, beta, ws);
+  if (library == BlasLibrary::Auto) return;  // choose() left the product in out
+  if (run_on(library, a, b, out, alpha, beta, ws)) return;
+  if (run_on(default_library(a, out), a, b, out, alpha, beta, ws)) return;
+  const Workspace::Turn turn(ws);
+  float32_matmul(a, b, out, alpha, beta, ws);  // 16-bit types oneDNN cannot run on this CPU
 }
 
+namespace {
+
 // The matrix product ops (src/ops/matmul.cpp).
-MF_REGISTER_KERNEL("matmul", DeviceType::CPU,
-                   [](const TensorList& in, TensorList& out, const Attrs&) { matmul(in[0], in[1], out[0]); });
+void matmul_kernel(const TensorList& in, TensorList& out, const Attrs&, Workspace& ws) {
+  matmul(in[0], in[1], out[0], 1, 0, ws);
+}
+
 // beta * t + alpha * (a @ b): out starts as t broadcast, unless beta is 0.
-MF_REGISTER_KERNEL("addmm", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+void addmm_kernel(const TensorList& in, TensorList& out, const Attrs& attrs, Workspace& ws) {
   const Scalar beta = attrs.get_scalar("beta");
-  if (beta.to_double() != 0.0) copy_cast(out[0], in[0]);
-  matmul(in[1], in[2], out[0], attrs.get_scalar("alpha"), beta);
-});
+  if (beta.to_double() != 0.0 && !ws.measuring()) copy_cast(out[0], in[0]);
+  matmul(in[1], in[2], out[0], attrs.get_scalar("alpha"), beta, ws);
+}
+
+}  // namespace
+
+MF_REGISTER_KERNEL("matmul", DeviceType::CPU, run_measured<matmul_kernel>, measure<matmul_kernel>);
+MF_REGISTER_KERNEL("addmm", DeviceType::CPU, run_measured<addmm_kernel>, measure<addmm_kernel>);
 
 }  // namespace mf::cpu

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backend/common/gemm_plan.h"
+#include "backend/common/scratch.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu {
@@ -12,8 +13,9 @@ namespace mf::cpu {
 // out = beta * out + alpha * (a @ b), with a (..., n, k) and b (..., k, m)
 // of out's dtype and any strides, and out contiguous (batch..., n, m) where
 // batch is the broadcast of a's and b's batch dims. out is read only when
-// beta != 0.
-void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha = 1, Scalar beta = 0);
+// beta != 0. Copies and library buffers come from ws (Note [GEMM scratch]
+// in gemm.cpp); measuring, it only takes them.
+void matmul(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta, Workspace& ws);
 
 // Row-major C (m, n) = alpha * op(A) op(B) + beta * C on raw float or
 // double pointers (OpenBLAS), op(X) = X^T where the flag is set; k == 0

@@ -55,15 +55,15 @@ dnnl::primitive_attr default_attr() {
   return attr;
 }
 
-void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
-             std::unordered_map<int, dnnl::memory> args) {
-  Tensor buffer;
-  if (scratchpad.get_size() > 0) {
-    buffer = make_empty({int64_t(scratchpad.get_size())}, DType::UInt8);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, engine(), buffer.data_ptr()));
-  }
+void execute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::memory>& args) {
   prim.execute(stream(), args);
   stream().wait();
+}
+
+void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
+             std::unordered_map<int, dnnl::memory> args, Workspace& ws) {
+  if (scratchpad.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, scratch_memory(scratchpad, ws));
+  if (!ws.measuring()) execute(prim, args);
 }
 
 void append_key(std::vector<int64_t>& key, const dnnl::memory::desc& desc) {
@@ -73,9 +73,8 @@ void append_key(std::vector<int64_t>& key, const dnnl::memory::desc& desc) {
   std::memcpy(key.data() + at, &desc.data, sizeof(desc.data));
 }
 
-dnnl::memory scratch_memory(const dnnl::memory::desc& desc, Tensor& buffer) {
-  buffer = make_empty({int64_t(desc.get_size())}, DType::UInt8);
-  return dnnl::memory(desc, engine(), buffer.data_ptr());
+dnnl::memory scratch_memory(const dnnl::memory::desc& desc, Workspace& ws) {
+  return dnnl::memory(desc, engine(), ws.take({int64_t(desc.get_size())}, DType::UInt8).data_ptr());
 }
 
 void ensure_headroom() {
@@ -93,7 +92,7 @@ struct Reorder {
 };
 }  // namespace
 
-void reorder(const dnnl::memory& src, const dnnl::memory& dst) {
+void reorder(const dnnl::memory& src, const dnnl::memory& dst, Workspace& ws) {
   static PrimitiveCache<Reorder> cache;
   std::vector<int64_t> key;
   append_key(key, src.get_desc());
@@ -102,13 +101,13 @@ void reorder(const dnnl::memory& src, const dnnl::memory& dst) {
     dnnl::reorder::primitive_desc pd(engine(), src.get_desc(), engine(), dst.get_desc(), default_attr());
     return Reorder{std::make_shared<dnnl::reorder>(pd), pd.scratchpad_desc()};
   });
-  execute(*r.primitive, r.scratchpad, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+  execute(*r.primitive, r.scratchpad, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, ws);
 }
 
-dnnl::memory in_layout(const dnnl::memory& src, const dnnl::memory::desc& desc, Tensor& buffer) {
+dnnl::memory in_layout(const dnnl::memory& src, const dnnl::memory::desc& desc, Workspace& ws) {
   if (src.get_desc() == desc) return src;
-  dnnl::memory out = scratch_memory(desc, buffer);
-  reorder(src, out);
+  dnnl::memory out = scratch_memory(desc, ws);
+  reorder(src, out, ws);
   return out;
 }
 

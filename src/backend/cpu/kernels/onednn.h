@@ -6,8 +6,8 @@
 // small op itself. Kernels therefore keep the primitives they build in a
 // PrimitiveCache keyed by everything that went into the descriptor (shapes,
 // strides, dtypes, op parameters). Primitives run with a user scratchpad
-// taken from meshflow's caching allocator on every call, so one cached
-// primitive may run on several threads at once.
+// taken from the kernel's scratch on every call (Note [Kernel scratch]),
+// so one cached primitive may run on several threads at once.
 #pragma once
 
 #include <dnnl.hpp>
@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/common/scratch.h"
 #include "meshflow/tensor.h"
 
 namespace mf::cpu::onednn {
@@ -37,9 +38,12 @@ dnnl::memory::desc dense_desc(const Shape& sizes, DType dtype);
 dnnl::memory memory_of(const dnnl::memory::desc& desc, const Tensor& t);
 dnnl::memory memory_of(const Tensor& t);
 
-// Runs prim; args gets DNNL_ARG_SCRATCHPAD when scratchpad is non-empty.
+// Runs prim with args as given.
+void execute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::memory>& args);
+// Runs prim; args gets DNNL_ARG_SCRATCHPAD, taken from ws, when scratchpad
+// is non-empty. Measuring (Note [Measured kernels]), it only takes.
 void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
-             std::unordered_map<int, dnnl::memory> args);
+             std::unordered_map<int, dnnl::memory> args, Workspace& ws);
 
 // Attributes every cached primitive is built with (user scratchpad).
 dnnl::primitive_attr default_attr();
@@ -47,15 +51,14 @@ dnnl::primitive_attr default_attr();
 // Appends desc (its bytes: dims, type, layout) to a cache key.
 void append_key(std::vector<int64_t>& key, const dnnl::memory::desc& desc);
 
-// Memory of desc backed by a fresh buffer from meshflow's allocator; buffer
-// keeps it alive.
-dnnl::memory scratch_memory(const dnnl::memory::desc& desc, Tensor& buffer);
+// Memory of desc over a piece of ws (without data while measuring).
+dnnl::memory scratch_memory(const dnnl::memory::desc& desc, Workspace& ws);
 // Copies src into dst (two layouts of one logical tensor) with a cached
 // reorder primitive.
-void reorder(const dnnl::memory& src, const dnnl::memory& dst);
+void reorder(const dnnl::memory& src, const dnnl::memory& dst, Workspace& ws);
 // src itself when it is laid out as desc, else a copy of it in that layout
-// (held by buffer).
-dnnl::memory in_layout(const dnnl::memory& src, const dnnl::memory::desc& desc, Tensor& buffer);
+// in a piece of ws.
+dnnl::memory in_layout(const dnnl::memory& src, const dnnl::memory::desc& desc, Workspace& ws);
 
 struct KeyHash {
   size_t operator()(const std::vector<int64_t>& key) const {

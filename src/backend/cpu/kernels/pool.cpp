@@ -405,7 +405,7 @@ void onednn_run(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd
     Tensor buffer = taken.take({int64_t(scratchpad.get_size())}, DType::UInt8);
     args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, onednn::engine(), buffer.data_ptr()));
   }
-  onednn::execute(prim, dnnl::memory::desc(), std::move(args));
+  onednn::execute(prim, args);
 }
 
 bool onednn_avg_forward(const Tensor& x, Tensor& y, const PoolParams& p, Scratch& taken) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/common/random_kernels.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/loops.h"
 #include "meshflow/op_def.h"
 #include "meshflow/ops/elementwise.h"
@@ -82,16 +83,57 @@ void generate_contiguous(T* p, int64_t n, int64_t k, Stream s, const F& produce)
   generate_indexed(p, n, k, s, [&](const std::array<uint32_t, 4>& w, int64_t j, int64_t) { return produce(w, j); });
 }
 
-// generate_contiguous into t (any strides; element i in row-major order).
+// generate_contiguous into out[0] (any strides; element i in row-major
+// order): a strided one (an in-place call on a view) is written through a
+// dense copy in the scratch (written_scratch).
 template <typename T, typename F>
-void generate(Tensor& t, int64_t k, Stream s, const F& produce) {
+void generate(TensorList& out, int64_t k, Stream s, const F& produce) {
+  Tensor& t = out[0];
   if (t.is_contiguous()) {
     generate_contiguous(static_cast<T*>(t.data_ptr()), t.numel(), k, s, produce);
     return;
   }
-  Tensor dense = make_empty(t.sizes(), t.dtype(), t.device());
+  Scratch taken(out);
+  Tensor dense = taken.take(t.sizes(), t.dtype());
   generate_contiguous(static_cast<T*>(dense.data_ptr()), t.numel(), k, s, produce);
   copy_cast(t, dense);
+}
+
+// The scratch of generate: the in-place forms' only input is the tensor
+// written; the out-of-place forms write a fresh contiguous output.
+int64_t written_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs&) {
+  ScratchLayout layout("random");
+  if (!in.empty()) add_dense(layout, in[0]);
+  return layout.bytes();
+}
+
+// randperm's sort keys: a random 64-bit key and the index it moves.
+struct Keyed {
+  uint64_t key;
+  int64_t index;
+  bool operator<(const Keyed& o) const { return key != o.key ? key < o.key : index < o.index; }
+};
+
+// multinomial's weights as a contiguous float64 copy unless they are one,
+// then the draws' uniforms, then per row its cumulative weights or race
+// keys (a double and a category each).
+struct MultinomialPieces {
+  bool copy_weights;
+  int64_t rows, categories, draws;
+};
+
+MultinomialPieces multinomial_pieces(const Tensor& w, const Attrs& attrs) {
+  const int64_t categories = w.size(-1), rows = categories ? w.numel() / categories : 0;
+  const bool replacement = attrs.get_bool("replacement");
+  return {!(w.dtype() == DType::Float64 && w.is_contiguous()), rows, categories,
+          rows * (replacement ? attrs.get_int("num_samples") : categories)};
+}
+
+int64_t multinomial_scratch(const TensorList& in, const std::vector<TensorMeta>&, const Attrs& attrs) {
+  const MultinomialPieces p = multinomial_pieces(in[0], attrs);
+  ScratchLayout layout("multinomial");
+  if (p.copy_weights) layout.add(in[0].sizes(), DType::Float64);
+  return layout.add({p.draws}, DType::Float64).add({p.rows, p.categories, 2}, DType::Float64).bytes();
 }
 
 template <typename T>
@@ -132,25 +174,25 @@ MF_REGISTER_KERNEL("uniform", DeviceType::CPU, [](const TensorList&, TensorList&
   dispatch_floating(out[0].dtype(), "uniform_", [&]<typename T>() {
     using A = acc_type<T>;
     const A lo = A(from), width = A(to - from);
-    generate<T>(out[0], uniform_per_counter<T>(), stream_of(attrs),
+    generate<T>(out, uniform_per_counter<T>(), stream_of(attrs),
                 [=](const std::array<uint32_t, 4>& w, int64_t j) { return T(lo + width * uniform_at<T>(w, j)); });
   });
-});
+}, written_scratch);
 MF_REGISTER_KERNEL("normal", DeviceType::CPU, [](const TensorList&, TensorList& out, const Attrs& attrs) {
   const double mean = attrs.get_float("mean"), std = attrs.get_float("std");
   dispatch_floating(out[0].dtype(), "normal_", [&]<typename T>() {
     using A = acc_type<T>;
     const A mu = A(mean), sigma = A(std);
-    generate<T>(out[0], normal_per_counter<T>(), stream_of(attrs),
+    generate<T>(out, normal_per_counter<T>(), stream_of(attrs),
                 [=](const std::array<uint32_t, 4>& w, int64_t j) { return T(mu + sigma * normal_at<T>(w, j)); });
   });
-});
+}, written_scratch);
 MF_REGISTER_KERNEL("random_int", DeviceType::CPU, [](const TensorList&, TensorList& out, const Attrs& attrs) {
   const int64_t low = attrs.get_int("low");
   const uint64_t range = uint64_t(attrs.get_int("high")) - uint64_t(low);
   const int64_t k = randint_per_counter(range);
   dispatch_dtype(out[0].dtype(), [&]<typename T>() {
-    generate<T>(out[0], k, stream_of(attrs), [=](const std::array<uint32_t, 4>& w, int64_t j) {
+    generate<T>(out, k, stream_of(attrs), [=](const std::array<uint32_t, 4>& w, int64_t j) {
       const uint64_t bits = k == 4 ? uint64_t(w[size_t(j)])
                                    : (uint64_t(w[size_t(2 * j)]) << 32) | w[size_t(2 * j + 1)];
       const int64_t v = int64_t(uint64_t(low) + bits % range);
@@ -158,24 +200,21 @@ MF_REGISTER_KERNEL("random_int", DeviceType::CPU, [](const TensorList&, TensorLi
       else return T(v);
     });
   });
-});
+}, written_scratch);
 MF_REGISTER_KERNEL("bernoulli_scalar", DeviceType::CPU, [](const TensorList&, TensorList& out, const Attrs& attrs) {
   const double p = attrs.get_float("p");
   const bool wide = out[0].dtype() == DType::Float64;
   dispatch_dtype(out[0].dtype(), [&]<typename T>() {
-    generate<T>(out[0], bernoulli_per_counter(out[0].dtype()), stream_of(attrs),
+    generate<T>(out, bernoulli_per_counter(out[0].dtype()), stream_of(attrs),
                 [=](const std::array<uint32_t, 4>& w, int64_t j) {
                   const bool one = wide ? uniform_at<double>(w, j) < p : double(uniform_at<float>(w, j)) < p;
                   return bernoulli_value<T>(one);
                 });
   });
-});
+}, written_scratch);
 MF_REGISTER_KERNEL("bernoulli", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-  Tensor p = in[0];
-  if (!p.is_contiguous()) {
-    p = make_empty(in[0].sizes(), in[0].dtype(), in[0].device());
-    copy_cast(p, in[0]);
-  }
+  Scratch taken(out);
+  const Tensor p = dense(in[0], taken);
   dispatch_floating(p.dtype(), "bernoulli", [&]<typename T>() {
     using A = acc_type<T>;
     const T* prob = static_cast<const T*>(p.data_ptr());
@@ -188,28 +227,41 @@ MF_REGISTER_KERNEL("bernoulli", DeviceType::CPU, [](const TensorList& in, Tensor
       return T(uniform_at<T>(w, j) < pi ? A(1) : A(0));
     });
   });
-});
+}, dense_inputs_scratch("bernoulli", {0}));
 // Sorts 0..n-1 by a random 64-bit key per element (two words, k = 2);
 // equal keys fall back to the index, so the result is a permutation.
-MF_REGISTER_KERNEL("randperm", DeviceType::CPU, [](const TensorList&, TensorList& out, const Attrs& attrs) {
-  const int64_t n = attrs.get_int("n");
-  std::vector<std::pair<uint64_t, int64_t>> keyed(static_cast<size_t>(n));
-  generate_contiguous(keyed.data(), n, 2, stream_of(attrs), [&](const std::array<uint32_t, 4>& w, int64_t j) {
-    return std::pair<uint64_t, int64_t>((uint64_t(w[size_t(2 * j)]) << 32) | w[size_t(2 * j + 1)], 0);
-  });
-  for (int64_t i = 0; i < n; ++i) keyed[size_t(i)].second = i;
-  std::sort(keyed.begin(), keyed.end());
-  int64_t* p = static_cast<int64_t*>(out[0].data_ptr());
-  for (int64_t i = 0; i < n; ++i) p[i] = keyed[size_t(i)].second;
-});
+MF_REGISTER_KERNEL(
+    "randperm", DeviceType::CPU,
+    [](const TensorList&, TensorList& out, const Attrs& attrs) {
+      const int64_t n = attrs.get_int("n");
+      Scratch taken(out);
+      auto* keyed = static_cast<Keyed*>(taken.take({n, 2}, DType::Int64).data_ptr());
+      generate_indexed(keyed, n, 2, stream_of(attrs), [&](const std::array<uint32_t, 4>& w, int64_t j, int64_t i) {
+        return Keyed{(uint64_t(w[size_t(2 * j)]) << 32) | w[size_t(2 * j + 1)], i};
+      });
+      std::sort(keyed, keyed + n);
+      int64_t* p = static_cast<int64_t*>(out[0].data_ptr());
+      for (int64_t i = 0; i < n; ++i) p[i] = keyed[i].index;
+    },
+    [](const TensorList&, const std::vector<TensorMeta>&, const Attrs& attrs) {
+      return ScratchLayout("randperm").add({attrs.get_int("n"), 2}, DType::Int64).bytes();
+    });
+namespace {
+
 // The draws of multinomial's comment in src/ops/random.cpp: a search of the
 // cumulative weights with replacement, exponential races without.
-MF_REGISTER_KERNEL("multinomial", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
+void multinomial_kernel(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const int64_t samples = attrs.get_int("num_samples");
   const bool replacement = attrs.get_bool("replacement");
-  const Tensor w = contiguous(to(in[0].detach(), DType::Float64));
-  const int64_t categories = w.size(-1), rows = categories ? w.numel() / categories : 0;
-  const double* wp = w.data<double>();
+  const MultinomialPieces pieces = multinomial_pieces(in[0], attrs);
+  Scratch taken(out);
+  Tensor w = in[0];
+  if (pieces.copy_weights) {
+    w = taken.take(in[0].sizes(), DType::Float64);
+    copy_cast(w, in[0]);
+  }
+  const int64_t categories = pieces.categories, rows = pieces.rows;
+  const double* wp = static_cast<const double*>(w.data_ptr());
   for (int64_t b = 0; b < rows; ++b) {
     double total = 0;
     int64_t positive = 0;
@@ -224,22 +276,24 @@ MF_REGISTER_KERNEL("multinomial", DeviceType::CPU, [](const TensorList& in, Tens
     MF_CHECK(replacement || positive >= samples, ValueError, "multinomial: cannot draw ", samples,
              " samples without replacement from row ", b, ", which has ", positive, " categories of weight > 0");
   }
-  const int64_t draws = rows * (replacement ? samples : categories);
-  std::vector<double> u(static_cast<size_t>(std::max<int64_t>(draws, 0)));
-  generate_contiguous(u.data(), draws, 2, stream_of(attrs),
+  const int64_t draws = pieces.draws;
+  double* u = static_cast<double*>(taken.take({draws}, DType::Float64).data_ptr());
+  generate_contiguous(u, draws, 2, stream_of(attrs),
                       [](const std::array<uint32_t, 4>& words, int64_t j) { return uniform_at<double>(words, j); });
+  // Per row: its cumulative weights, or its (key, -category) race keys.
+  char* per_row = static_cast<char*>(taken.take({rows, categories, 2}, DType::Float64).data_ptr());
   int64_t* o = static_cast<int64_t*>(out[0].data_ptr());
   parallel_for(0, rows, 1, [&](int64_t rb, int64_t re) {
-    std::vector<double> cdf(static_cast<size_t>(categories));
-    std::vector<std::pair<double, int64_t>> keys(static_cast<size_t>(categories));
     for (int64_t b = rb; b < re; ++b) {
+      double* cdf = reinterpret_cast<double*>(per_row) + b * categories * 2;
+      auto* keys = reinterpret_cast<std::pair<double, int64_t>*>(per_row) + b * categories;
       const double* row = wp + b * categories;
       if (replacement) {
         double acc = 0;
-        for (int64_t c = 0; c < categories; ++c) cdf[size_t(c)] = acc += row[c];
+        for (int64_t c = 0; c < categories; ++c) cdf[c] = acc += row[c];
         for (int64_t r = 0; r < samples; ++r) {
-          const double target = u[size_t(b * samples + r)] * acc;
-          int64_t c = int64_t(std::upper_bound(cdf.begin(), cdf.end(), target) - cdf.begin());
+          const double target = u[b * samples + r] * acc;
+          int64_t c = int64_t(std::upper_bound(cdf, cdf + categories, target) - cdf);
           c = std::min(c, categories - 1);
           while (row[c] == 0) --c;  // u * acc rounded onto a flat step: its category has weight > 0
           o[b * samples + r] = c;
@@ -247,17 +301,22 @@ MF_REGISTER_KERNEL("multinomial", DeviceType::CPU, [](const TensorList& in, Tens
         continue;
       }
       for (int64_t c = 0; c < categories; ++c) {
-        const double key = row[c] > 0 ? std::log1p(-u[size_t(b * categories + c)]) / row[c]
+        const double key = row[c] > 0 ? std::log1p(-u[b * categories + c]) / row[c]
                                        : -std::numeric_limits<double>::infinity();
-        keys[size_t(c)] = {key, -c};  // ties: the lower category first
+        keys[c] = {key, -c};  // ties: the lower category first
       }
-      std::partial_sort(keys.begin(), keys.begin() + samples, keys.end(), std::greater<>());
-      for (int64_t r = 0; r < samples; ++r) o[b * samples + r] = -keys[size_t(r)].second;
+      std::partial_sort(keys, keys + samples, keys + categories, std::greater<>());
+      for (int64_t r = 0; r < samples; ++r) o[b * samples + r] = -keys[r].second;
     }
   });
-});
+}
+
+}  // namespace
+
+MF_REGISTER_KERNEL("multinomial", DeviceType::CPU, multinomial_kernel, multinomial_scratch);
 MF_REGISTER_KERNEL("standard_gamma", DeviceType::CPU, [](const TensorList& in, TensorList& out, const Attrs& attrs) {
-  const Tensor a = contiguous(in[0]);
+  Scratch taken(out);
+  const Tensor a = dense(in[0], taken);
   const Stream s = stream_of(attrs);
   dispatch_floating(a.dtype(), "_standard_gamma", [&]<typename T>() {
     const T* alpha = static_cast<const T*>(a.data_ptr());
@@ -273,6 +332,6 @@ MF_REGISTER_KERNEL("standard_gamma", DeviceType::CPU, [](const TensorList& in, T
       }
     });
   });
-});
+}, dense_inputs_scratch("standard_gamma", {0}));
 
 }  // namespace mf::cpu
