@@ -39,8 +39,10 @@ void conv_transpose_kernel(const TensorList& in, TensorList& out, const Attrs& a
   constexpr DeviceType kCpu = DeviceType::CPU;
   for (const std::string spatial : {"2d", "3d"}) {
     r.set_kernel("conv" + spatial, kCpu, run_measured<conv_kernel>, measure<conv_kernel>);
-    r.set_kernel("conv" + spatial + "_backward", kCpu, run_measured<conv_backward_kernel>, measure<conv_backward_kernel>);
-    r.set_kernel("conv_transpose" + spatial, kCpu, run_measured<conv_transpose_kernel>, measure<conv_transpose_kernel>);
+    r.set_kernel("conv" + spatial + "_backward", kCpu, run_measured<conv_backward_kernel>,
+                 measure<conv_backward_kernel>);
+    r.set_kernel("conv_transpose" + spatial, kCpu, run_measured<conv_transpose_kernel>,
+                 measure<conv_transpose_kernel>);
   }
   return true;
 }();

@@ -27,7 +27,8 @@ struct ConvParams {
 // y (N, O, [OD,] OH, OW) = conv(x (N, C, [D,] H, W), w (O, C/groups, [KD,]
 // KH, KW)) + bias (O), bias optional (undefined); y contiguous, x and w any
 // strides.
-void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p, Workspace& ws);
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p,
+                  Workspace& ws);
 
 // The gradients of conv_forward for grad_y; a null output is not wanted.
 // x is read only for grad_w (its shape is grad_x's when grad_x is given, so
@@ -38,6 +39,7 @@ void conv_backward(const Tensor& grad_y, const Tensor& x, const Tensor& w, Tenso
 // y = the adjoint of conv(., w) applied to x, plus bias (O = w.size(1) *
 // groups channels): the transposed convolution, computed as conv_backward's
 // input gradient for grad_y = x. y's shape is the convolution's input shape.
-void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p, Workspace& ws);
+void conv_transpose_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const ConvParams& p,
+                            Workspace& ws);
 
 }  // namespace mf::cpu
