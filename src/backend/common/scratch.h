@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -107,6 +108,8 @@ class Workspace {
   explicit Workspace(ScratchLayout& layout) : layout_(&layout) {}
   explicit Workspace(Scratch& scratch) : scratch_(&scratch) {}
   bool measuring() const { return layout_ != nullptr; }
+  // The bytes the scratch has left (measuring: no limit).
+  int64_t left() const { return scratch_ ? scratch_->left() : std::numeric_limits<int64_t>::max(); }
   // While carving, what is taken while a Turn lives is given back when it
   // ends (Scratch::Turn); measuring, a turn changes nothing, so a kernel
   // measures its turns in layouts of their own and takes the most.

@@ -456,7 +456,10 @@ std::vector<BlasLibrary> candidates(DType dtype) {
 // The library for this product under Auto, measuring the candidates when
 // the key is new (see the Note). Returns Auto when the product was already
 // computed into out by the measuring runs' last, fastest candidate.
-BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta, Workspace& ws) {
+// The library a product runs on under Auto without measuring: the key's
+// choice or the rule's; nullopt when the product's key is new and would be
+// measured.
+std::optional<BlasLibrary> known_choice(const Tensor& a, const Tensor& b, const Tensor& out, Scalar beta) {
   const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
   const BlasLibrary fallback = default_library(a, out);
   if (n <= 1 || m <= 1 || out.numel() * k < kTuneMinWork) return fallback;
@@ -468,12 +471,28 @@ BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, 
     if (auto it = state.map.find(key); it != state.map.end()) return it->second.library;
     if (state.map.size() >= kMaxChoices) return fallback;
   }
+  if (candidates(out.dtype()).size() < 2 || beta.to_double() != 0.0 || omp_in_parallel()) return fallback;
+  return std::nullopt;
+}
+
+BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta, Workspace& ws) {
+  if (const std::optional<BlasLibrary> known = known_choice(a, b, out, beta)) return *known;
+  const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
+  const BlasLibrary fallback = default_library(a, out);
+  const ChoiceKey key{out.dtype(), out.numel() / (n * m), n, m, k, reads_transposed(a), reads_transposed(b),
+                      get_num_threads()};
+  Choices& state = choices();
   const std::vector<BlasLibrary> list = candidates(out.dtype());
-  if (list.size() < 2 || beta.to_double() != 0.0 || omp_in_parallel()) return fallback;
   BlasChoice choice{key.dtype, key.batch, n, m, k, key.a_transposed, key.b_transposed, key.threads, fallback, {}};
   double best = 0;
   BlasLibrary last = BlasLibrary::Auto;
   for (BlasLibrary library : list) {
+    // A plan made when this key's choice was known may not hold every
+    // candidate's pieces: those candidates are not measured.
+    ScratchLayout pieces("matmul");
+    Workspace own(pieces);
+    run_on(library, a, b, out, alpha, beta, own);
+    if (pieces.bytes() + kScratchAlignment > ws.left()) continue;
     if (!run_on(library, a, b, out, alpha, beta, ws)) continue;  // the first run warms the library up
     const auto start = std::chrono::steady_clock::now();
     run_on(library, a, b, out, alpha, beta, ws);
@@ -597,19 +616,24 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, Scalar alpha, S
     if (!ws.measuring()) blas_matmul<double>(a, b, out, alpha.to_double(), beta.to_double());
     return;
   }
-  if (ws.measuring()) {  // the most any library takes
+  if (ws.measuring()) {  // what the library that will run takes, or the most any candidate takes
+    BlasLibrary library = choices().preferred.load();
+    const std::optional<BlasLibrary> known =
+        library == BlasLibrary::Auto ? known_choice(a, b, out, beta) : std::optional<BlasLibrary>(library);
     int64_t most = 0;
-    for (BlasLibrary library : {BlasLibrary::OpenBLAS, BlasLibrary::OneDNN, BlasLibrary::MKL}) {
+    auto measure = [&](BlasLibrary l) {
       ScratchLayout pieces("matmul");
       Workspace own(pieces);
-      run_on(library, a, b, out, alpha, beta, own);
+      const bool runs = l == BlasLibrary::Auto ? (float32_matmul(a, b, out, alpha, beta, own), true)
+                                               : run_on(l, a, b, out, alpha, beta, own);
       most = std::max(most, pieces.bytes());
-    }
-    if (out.dtype() != DType::Float32) {
-      ScratchLayout pieces("matmul");
-      Workspace own(pieces);
-      float32_matmul(a, b, out, alpha, beta, own);
-      most = std::max(most, pieces.bytes());
+      return runs;
+    };
+    if (known) {  // as below: the library, else the rule's, else float32
+      if (!measure(*known) && !measure(default_library(a, out))) measure(BlasLibrary::Auto);
+    } else {
+      for (BlasLibrary l : candidates(out.dtype())) measure(l);
+      if (out.dtype() != DType::Float32) measure(BlasLibrary::Auto);
     }
     ws.take({most}, DType::UInt8);
     return;
