@@ -1119,6 +1119,36 @@ INSTANTIATE_TEST_SUITE_P(EmulatedDevice, FusedAttention,
                            return "BatchedGemms";
                          });
 
+// Note [Block programs]: in phase 1 a thread reads what its neighbour wrote
+// to shared memory in phase 0 and its own State from phase 0; blocks may
+// run different numbers of phases, and shared memory lasts across them.
+struct NeighbourSums {
+  struct State {
+    double own;
+  };
+  double* out;
+  int threads;
+  int64_t phases(int64_t block) const { return 2 + block % 2; }
+  void run(int64_t phase, int64_t block, int thread, State& state, char* shared) const {
+    double* s = reinterpret_cast<double*>(shared);
+    double& o = out[block * threads + thread];
+    if (phase == 0) state.own = double(block * 100 + thread), s[thread] = state.own;
+    else if (phase == 1) o = state.own + s[(thread + 1) % threads];
+    else o += s[thread];
+  }
+};
+
+TEST_F(EmulatedDevice, BlockProgramsSeeTheWritesOfEarlierPhases) {
+  constexpr int kThreads = 5;
+  std::vector<double> out(3 * kThreads, 0.0);
+  GeometryLoops::run_blocks(dev0, 3, kThreads, kThreads * int64_t(sizeof(double)), NeighbourSums{out.data(), kThreads});
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < kThreads; ++t)
+      EXPECT_EQ(out[size_t(b * kThreads + t)],
+                (b * 100 + t) + (b * 100 + (t + 1) % kThreads) + (b % 2 ? b * 100 + t : 0))
+          << "block " << b << ", thread " << t;
+}
+
 // Note [Tiled attention]: the tiles' forward takes each row's keys in the
 // row walk's order with its update, so out and lse equal the row walk's
 // bit for bit (a fully masked row's NaN outputs too).
