@@ -6,7 +6,9 @@
 // output's device. Operands that are all contiguous with the output's shape
 // index one flat range; anything else (broadcast, strided, transposed)
 // walks the coalesced iteration space of make_operands (LoopGeometry, up to
-// kMaxLoopDims dims) from each element's linear index.
+// kMaxLoopDims dims) from each element's linear index. Loops::run_blocks
+// runs a block program (Note [Block programs]) as one kernel whose thread
+// blocks keep their tiles in dynamic shared memory.
 #pragma once
 
 #include <cuda_runtime_api.h>
