@@ -10,6 +10,7 @@
 #include "backend/common/amp_kernels.h"
 #include "backend/common/attention_gemm.h"
 #include "backend/common/attention_kernels.h"
+#include "backend/common/attention_tiles.h"
 #include "backend/common/composed_kernels.h"
 #include "backend/common/conv_kernels.h"
 #include "backend/common/elementwise_kernels.h"
@@ -954,15 +955,28 @@ TEST_F(EmulatedDevice, BatchNormRunsOverAnotherBackendsLoops) {
   }
 }
 
-// Both device paths of fused attention: the row walks (Note [Device
-// attention]) and the batched GEMMs (Note [Attention by batched GEMMs]).
-class FusedAttention : public EmulatedDevice, public ::testing::WithParamInterface<bool> {};
+// The three device paths of fused attention: the row walks (Note [Device
+// attention]), the tiles (Note [Tiled attention]) and the batched GEMMs
+// (Note [Attention by batched GEMMs]), each registered alone.
+enum class AttentionPath { RowWalks, Tiles, BatchedGemms };
+
+class FusedAttention : public EmulatedDevice, public ::testing::WithParamInterface<AttentionPath> {
+ protected:
+  void register_kernels() {
+    elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+    reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
+    switch (GetParam()) {
+      case AttentionPath::RowWalks: attention_kernels::register_all<GeometryLoops>(DeviceType::CUDA); break;
+      case AttentionPath::Tiles: attention_tiles::register_all<GeometryLoops>(DeviceType::CUDA); break;
+      case AttentionPath::BatchedGemms:
+        attention_gemm::register_all<GeometryLoops, emulated::HostBatchedGemm>(DeviceType::CUDA);
+        break;
+    }
+  }
+};
 
 TEST_P(FusedAttention, RunsOverAnotherBackendsLoops) {
-  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
-  reduce_kernels::register_all<GeometryReducer>(DeviceType::CUDA);
-  if (GetParam()) attention_gemm::register_all<GeometryLoops, emulated::HostBatchedGemm>(DeviceType::CUDA);
-  else attention_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  register_kernels();
   // (B, H, L, E) queries against S keys; k is strided on the device.
   const Tensor q = random_tensor({2, 3, 5, 4}, 131, -1, 1), k = random_tensor({2, 3, 6, 4}, 132, -1, 1);
   const Tensor v = random_tensor({2, 3, 6, 3}, 133, -1, 1);
@@ -994,10 +1008,176 @@ TEST_P(FusedAttention, RunsOverAnotherBackendsLoops) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EmulatedDevice, FusedAttention, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "BatchedGemms" : "RowWalks";
+// One call of fused_attention: its inputs and attributes.
+struct AttentionCall {
+  std::string name;
+  Tensor q, k, v, mask;
+  Attrs attrs;
+};
+
+// Calls over several tiles of each path: query and key counts that are no
+// multiples of the tile sizes, L != S, E != Ev, head dims of 128 (the
+// smallest tiles), causal, bool and additive masks and dropout; a bool
+// mask with a fully masked row when `fully_masked_row`.
+std::vector<AttentionCall> tiled_attention_calls(DType dtype, bool fully_masked_row) {
+  std::vector<AttentionCall> calls;
+  struct Sizes {
+    Shape batch;
+    int64_t L, S, E, Ev;
+  };
+  uint32_t seed = 140;
+  for (const Sizes& z : {Sizes{{2, 2}, 70, 150, 5, 3}, Sizes{{}, 37, 80, 128, 100}}) {
+    auto with = [&](int64_t rows, int64_t cols) {
+      Shape s = z.batch;
+      s.push_back(rows), s.push_back(cols);
+      return random_tensor(s, seed++, -1, 1, dtype);
+    };
+    const Tensor q = with(z.L, z.E), k = with(z.S, z.E), v = with(z.S, z.Ev);
+    // A key in every row, but row 3 when asked for none.
+    Tensor bool_mask = logical_or(gt(random_tensor({z.L, z.S}, seed++, 0, 1), Scalar(0.6)),
+                                  eq(reshape(arange(double(z.S)), {1, z.S}), reshape(arange(double(z.L)), {z.L, 1})));
+    if (fully_masked_row) bool_mask = logical_and(bool_mask, ne(reshape(arange(double(z.L)), {z.L, 1}), Scalar(3)));
+    const Tensor add_mask = random_tensor({z.L, z.S}, seed++, -3, 0, dtype);
+    const std::string sizes = "L " + std::to_string(z.L) + " S " + std::to_string(z.S) + " E " +
+                              std::to_string(z.E) + " Ev " + std::to_string(z.Ev);
+    struct Kind {
+      const char* name;
+      Tensor mask;
+      bool causal;
+      double dropout;
+    };
+    for (const Kind& kind : {Kind{"plain", Tensor(), false, 0.0}, Kind{"causal", Tensor(), true, 0.0},
+                             Kind{"bool mask", bool_mask, false, 0.0}, Kind{"additive mask", add_mask, false, 0.0},
+                             Kind{"dropout", Tensor(), false, 0.3}, Kind{"bool mask, dropout", bool_mask, false, 0.2},
+                             Kind{"causal, dropout", Tensor(), true, 0.25}})
+      calls.push_back({sizes + ", " + kind.name, q, k, v, kind.mask,
+                       Attrs{{"scale", 0.4}, {"is_causal", kind.causal}, {"dropout_p", kind.dropout},
+                             {"seed", int64_t(1234)}, {"offset", int64_t(8)}}});
+  }
+  return calls;
+}
+
+// fused_attention and its backward called on the device against the CPU's
+// kernels, for float32, float64 and bfloat16 (the public function composes
+// small 16-bit calls from other ops, so the ops are called directly here).
+TEST_P(FusedAttention, MatchesTheCpuOverSeveralTiles) {
+  register_kernels();
+  const int64_t block_programs = GeometryLoops::block_programs;
+  static const OpDef& forward = dispatch::op("fused_attention");
+  static const OpDef& backward = dispatch::op("fused_attention_backward");
+  for (const DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    const double tol = dtype == DType::Float64 ? 1e-12 : dtype == DType::Float32 ? 2e-5 : 2e-2;
+    for (const AttentionCall& c : tiled_attention_calls(dtype, false)) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + c.name);
+      auto put = [&](const Tensor& t) { return t.defined() ? on(t) : t; };
+      // k strided on the device
+      const Tensor k_dev = transpose(contiguous(transpose(on(c.k), -1, -2)), -1, -2);
+      const TensorList host = dispatch::apply(forward, {c.q, c.k, c.v, c.mask}, c.attrs);
+      const TensorList dev = dispatch::apply(forward, {on(c.q), k_dev, on(c.v), put(c.mask)}, c.attrs);
+      expect_close(back(dev[0]), host[0], tol, tol);
+      expect_close(back(dev[1]), host[1], tol, tol);
+      const Tensor go = random_tensor(host[0].sizes(), 150, -1, 1, dtype);
+      const TensorList host_grads =
+          dispatch::apply(backward, {go, c.q, c.k, c.v, c.mask, host[0], host[1]}, c.attrs);
+      const TensorList dev_grads = dispatch::apply(
+          backward, {on(go), on(c.q), k_dev, on(c.v), put(c.mask), on(host[0]), on(host[1])}, c.attrs);
+      for (size_t i = 0; i < 3; ++i) expect_close(back(dev_grads[i]), host_grads[i], tol, tol);
+    }
+  }
+  // The tiles ran as block programs; the other paths run none.
+  if (GetParam() == AttentionPath::Tiles) EXPECT_GT(GeometryLoops::block_programs, block_programs);
+  else EXPECT_EQ(GeometryLoops::block_programs, block_programs);
+}
+
+// Heads wider than a tile's State keep the row walks on the tiled path.
+TEST_P(FusedAttention, WideHeadsAgainstTheCpu) {
+  register_kernels();
+  const int64_t block_programs = GeometryLoops::block_programs;
+  const Tensor q = random_tensor({2, 9, 4}, 151, -1, 1), k = random_tensor({2, 11, 4}, 152, -1, 1);
+  const Tensor v = random_tensor({2, 11, 130}, 153, -1, 1);
+  auto run = [&](Device d) {
+    auto put = [&](const Tensor& t) { return d == dev0 ? on(t) : t; };
+    TensorList leaves{put(q).detach(), put(k).detach(), put(v).detach()};
+    for (auto& t : leaves) t.requires_grad_(true);
+    Tensor y = scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], Tensor(), 0.0, true);
+    sum(mul(y, y)).backward();
+    return TensorList{y.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+  };
+  const TensorList host = run(Device()), dev = run(dev0);
+  for (size_t i = 0; i < host.size(); ++i) expect_close(back(dev[i]), host[i], 1e-12, 1e-12);
+  EXPECT_EQ(GeometryLoops::block_programs, block_programs);
+}
+
+INSTANTIATE_TEST_SUITE_P(EmulatedDevice, FusedAttention,
+                         ::testing::Values(AttentionPath::RowWalks, AttentionPath::Tiles, AttentionPath::BatchedGemms),
+                         [](const ::testing::TestParamInfo<AttentionPath>& info) {
+                           switch (info.param) {
+                             case AttentionPath::RowWalks: return "RowWalks";
+                             case AttentionPath::Tiles: return "Tiles";
+                             case AttentionPath::BatchedGemms: break;
+                           }
+                           return "BatchedGemms";
                          });
+
+// Note [Block programs]: in phase 1 a thread reads what its neighbour wrote
+// to shared memory in phase 0 and its own State from phase 0; blocks may
+// run different numbers of phases, and shared memory lasts across them.
+struct NeighbourSums {
+  struct State {
+    double own;
+  };
+  double* out;
+  int threads;
+  int64_t phases(int64_t block) const { return 2 + block % 2; }
+  void run(int64_t phase, int64_t block, int thread, State& state, char* shared) const {
+    double* s = reinterpret_cast<double*>(shared);
+    double& o = out[block * threads + thread];
+    if (phase == 0) state.own = double(block * 100 + thread), s[thread] = state.own;
+    else if (phase == 1) o = state.own + s[(thread + 1) % threads];
+    else o += s[thread];
+  }
+};
+
+TEST_F(EmulatedDevice, BlockProgramsSeeTheWritesOfEarlierPhases) {
+  constexpr int kThreads = 5;
+  std::vector<double> out(3 * kThreads, 0.0);
+  GeometryLoops::run_blocks(dev0, 3, kThreads, kThreads * int64_t(sizeof(double)), NeighbourSums{out.data(), kThreads});
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < kThreads; ++t)
+      EXPECT_EQ(out[size_t(b * kThreads + t)],
+                (b * 100 + t) + (b * 100 + (t + 1) % kThreads) + (b % 2 ? b * 100 + t : 0))
+          << "block " << b << ", thread " << t;
+}
+
+// Note [Tiled attention]: the tiles' forward takes each row's keys in the
+// row walk's order with its update, so out and lse equal the row walk's
+// bit for bit (a fully masked row's NaN outputs too).
+TEST_F(EmulatedDevice, TiledAttentionForwardEqualsTheRowWalksBitForBit) {
+  elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+  static const OpDef& forward = dispatch::op("fused_attention");
+  auto bytes_of = [](const Tensor& t) {
+    const Tensor c = contiguous(back(t));
+    const char* p = static_cast<const char*>(c.data_ptr());
+    return std::string(p, p + c.numel() * int64_t(c.element_size()));
+  };
+  for (const DType dtype : {DType::Float32, DType::Float64}) {
+    for (const AttentionCall& c : tiled_attention_calls(dtype, true)) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + c.name);
+      const TensorList inputs{on(c.q), on(c.k), on(c.v), c.mask.defined() ? on(c.mask) : Tensor()};
+      attention_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
+      const TensorList rows = dispatch::apply(forward, inputs, c.attrs);
+      attention_tiles::register_all<GeometryLoops>(DeviceType::CUDA);
+      const int64_t block_programs = GeometryLoops::block_programs;
+      const TensorList tiles = dispatch::apply(forward, inputs, c.attrs);
+      EXPECT_EQ(GeometryLoops::block_programs, block_programs + 1);
+      EXPECT_TRUE(bytes_of(tiles[0]) == bytes_of(rows[0])) << "out differs";
+      EXPECT_TRUE(bytes_of(tiles[1]) == bytes_of(rows[1])) << "lse differs";
+      if (c.name.find("bool mask") != std::string::npos) {  // the fully masked row: NaN, as in the row walk
+        EXPECT_TRUE(std::isnan(values(back(tiles[0]))[size_t(3 * c.v.size(-1))]));
+      }
+    }
+  }
+}
 
 TEST_F(EmulatedDevice, SortingAndReducingScattersRunOverAnotherBackendsLoops) {
   elementwise_kernels::register_all<GeometryLoops>(DeviceType::CUDA);
@@ -1407,7 +1587,7 @@ TEST(KernelScratch, KernelsWithScratchAllocateNothing) {
   random_kernels::register_all<GeometryLoops>(kCuda);
   pool_kernels::register_all<GeometryLoops>(kCuda);
   sort_kernels::register_all<GeometryLoops>(kCuda);
-  attention_kernels::register_all<GeometryLoops>(kCuda);
+  attention_tiles::register_all<GeometryLoops>(kCuda);  // the row walks for heads wider than a tile
   linalg_kernels::register_all<GeometryLoops>(kCuda);
   loss_kernels::register_all<GeometryLoops, GeometryReducer>(kCuda);
   rnn_kernels::register_all<GeometryLoops>(kCuda);
@@ -1450,6 +1630,9 @@ TEST(KernelScratch, KernelsWithScratchAllocateNothing) {
     Tensor q = on(random_tensor({1, 2, 3, 4}, 10, -1, 1)).detach();
     q.requires_grad_(true);
     sum(scaled_dot_product_attention(q, q, q, Tensor(), 0.0, true)).backward();
+    Tensor wide = on(random_tensor({1, 2, 3, 130}, 26, -1, 1)).detach();
+    wide.requires_grad_(true);
+    sum(scaled_dot_product_attention(q, q, wide, Tensor(), 0.0, false)).backward();
     Tensor image = on(random_tensor({1, 2, 6, 6}, 11, -1, 1)).detach();
     image.requires_grad_(true);
     sum(max_pool2d(transpose(image, 2, 3), {.kernel_size = {2, 2}})).backward();

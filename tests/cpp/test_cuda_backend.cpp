@@ -230,6 +230,26 @@ TEST_F(CudaBackendTest, WalkFamiliesMatchTheCpu) {
   EXPECT_THROW(gather(on(m), 1, ints({7}, {1, 1}, dev0)), IndexError);
 }
 
+// Note [Tiled attention]: (B, H, L, S) weights past the batched GEMMs'
+// 2^28 with heads of 64 run the tiled block programs: a causal call and a
+// key-padding mask with dropout against the CPU, in float32.
+TEST_F(CudaBackendTest, LongSequencesRunTheTiledAttentionAsTheCpu) {
+  const Tensor q = testing::random_tensor({1, 2, 12000, 64}, 31, -1, 1, DType::Float32);
+  const Tensor k = testing::random_tensor({1, 2, 12000, 64}, 32, -1, 1, DType::Float32);
+  const Tensor v = testing::random_tensor({1, 2, 12000, 48}, 33, -1, 1, DType::Float32);
+  const Tensor keys_kept = lt(reshape(arange(12000.0), {1, 1, 1, 12000}), Scalar(11500));
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "key padding, dropout");
+    auto f = [&](const TensorList& t) {
+      manual_seed(9);
+      const Tensor mask = causal ? Tensor() : to(keys_kept, t[0].device());
+      return scaled_dot_product_attention(t[0], t[1], t[2], mask, causal ? 0.0 : 0.1, causal);
+    };
+    const TensorList host = output_and_grads({q, k, v}, Device(), f), dev = output_and_grads({q, k, v}, dev0, f);
+    for (size_t i = 0; i < host.size(); ++i) testing::expect_close(to(dev[i], Device()), host[i], 1e-4, 1e-3);
+  }
+}
+
 // Note [cuDNN convolutions]: convolutions cuDNN runs (groups, strides,
 // dilation, 3-d, a transposed one with output_padding, a non-contiguous
 // input, a misaligned one) and ones it cannot (padding='same' with an even

@@ -2,9 +2,7 @@
 // fused_attention and its backward on a device, for calls whose (B..., L,
 // S) weights fit kMaxGemmScores elements: the products run as the
 // backend's batched GEMM G (cuBLAS on CUDA: tensor cores for float16 and
-// bfloat16), the softmax and its gradient as one walk over the rows,
-// instead of the one-thread-per-row walks of Note [Device attention]
-// (which remain for longer sequences, whose weights would not fit):
+// bfloat16), the softmax and its gradient as one walk over the rows:
 //   forward:  S = q k^T (float32; float64 for float64), then per row the
 //             masked, scaled scores, lse = logsumexp, P = exp(s - lse)
 //             times the dropout keep factor (in q's dtype), out = P v;
@@ -18,7 +16,9 @@
 // dtypes, P and dS rounded to the dtype before their GEMMs, as flash
 // attention does). A fully masked row gives NaN outputs and zero
 // gradients, as there. The weights and their gradients are the kernel's
-// scratch (Note [Kernel scratch]).
+// scratch (Note [Kernel scratch]). Longer sequences, whose weights would
+// not fit, run the tiles of Note [Tiled attention] where the head dims fit
+// them, else the one-thread-per-row walks of Note [Device attention].
 //
 // G provides, for contiguous 3-d operands,
 //   G::bmm(a, ta, b, tb, out, taken)   out (n, M, N) = op(a) @ op(b), op(x) =
@@ -30,6 +30,7 @@
 #include <algorithm>
 
 #include "backend/common/attention_kernels.h"
+#include "backend/common/attention_tiles.h"
 #include "backend/common/elementwise_kernels.h"
 
 namespace mf::attention_gemm {
@@ -142,7 +143,7 @@ inline Shape buffer_rows(const Shape& rows, int64_t n) { return attention_kernel
 template <typename G>
 int64_t forward_scratch(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
-  if (!use_gemm(q, k)) return attention_kernels::forward_scratch(in, out, attrs);
+  if (!use_gemm(q, k)) return attention_tiles::forward_scratch(in, out, attrs);
   const DType t = q.dtype(), a = accumulator_of(t);
   const int64_t n = batches_of(q), L = q.size(-2), S = k.size(-2);
   ScratchLayout layout("scaled_dot_product_attention");
@@ -159,7 +160,7 @@ int64_t forward_scratch(const TensorList& in, const std::vector<TensorMeta>& out
 template <typename L, typename G>
 void forward(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor &q_in = in[0], &k_in = in[1], &v_in = in[2], &mask = in[3];
-  if (!use_gemm(q_in, k_in)) return attention_kernels::forward<L>(in, out, attrs);
+  if (!use_gemm(q_in, k_in)) return attention_tiles::forward<L>(in, out, attrs);
   Tensor &y = out[0], &lse = out[1];
   const Shape rows = rows_of(q_in);
   const int64_t n = batches_of(q_in), Lq = q_in.size(-2), S = k_in.size(-2), E = q_in.size(-1),
@@ -199,7 +200,7 @@ void forward(const TensorList& in, TensorList& out, const Attrs& attrs) {
 template <typename G>
 int64_t backward_scratch(const TensorList& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
   const Tensor &go = in[0], &q = in[1], &k = in[2], &v = in[3];
-  if (!use_gemm(q, k)) return attention_kernels::backward_scratch(in, out, attrs);
+  if (!use_gemm(q, k)) return attention_tiles::backward_scratch(in, out, attrs);
   const DType t = q.dtype(), a = accumulator_of(t);
   const int64_t n = batches_of(q), L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
   ScratchLayout layout("scaled_dot_product_attention");
@@ -216,7 +217,7 @@ template <typename L, typename G>
 void backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
   const Tensor &go_in = in[0], &q_in = in[1], &k_in = in[2], &v_in = in[3], &mask = in[4], &o = in[5],
                &lse = in[6];
-  if (!use_gemm(q_in, k_in)) return attention_kernels::backward<L>(in, out, attrs);
+  if (!use_gemm(q_in, k_in)) return attention_tiles::backward<L>(in, out, attrs);
   const Shape rows = rows_of(q_in);
   const int64_t n = batches_of(q_in), Lq = q_in.size(-2), S = k_in.size(-2), E = q_in.size(-1),
                 Ev = v_in.size(-1);
@@ -270,7 +271,9 @@ void backward(const TensorList& in, TensorList& out, const Attrs& attrs) {
 }
 
 // Registers fused_attention and its backward on `device`: this path where
-// the weights fit, the reference walks elsewhere.
+// the weights fit, else the tiles where the head dims fit them, else the
+// reference walks. (attention_tiles::register_all and
+// attention_kernels::register_all register the latter two alone, for tests.)
 template <typename L, typename G>
 void register_all(DeviceType device) {
   OpRegistry::instance().set_kernel("fused_attention", device, forward<L, G>, forward_scratch<G>);

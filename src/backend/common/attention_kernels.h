@@ -11,7 +11,9 @@
 // adds into its own dq, and into dk and dv atomically (rows share keys).
 // Partial results are float32 (float64 for float64 inputs) buffers, copied
 // into the outputs at the end. This is the reference device path, with no
-// tiling into shared memory or tensor-core products.
+// tiling into shared memory or tensor-core products; it runs where neither
+// the batched GEMMs (Note [Attention by batched GEMMs]) nor the tiles (Note
+// [Tiled attention]) take a call.
 #pragma once
 
 #include <cmath>
@@ -43,12 +45,21 @@ struct Scores {
   uint64_t seed, offset;
 
   MF_FORCE_INLINE MF_HOST_DEVICE A at(const T* q, const T* k, const char* mask_row, int64_t i, int64_t j) const {
+    return score(q, q_e, k + j * k_s, k_e, mask_row, i, j);
+  }
+  // The score of query i (its row q, elements step q_step apart) and key j
+  // (its row k): the row walks read both rows in memory, the tiles
+  // (Note [Tiled attention]) read them as A from registers and shared
+  // memory, in the same order, so the two agree bit for bit.
+  template <typename Q, typename K>
+  MF_FORCE_INLINE MF_HOST_DEVICE A score(const Q* q, int64_t q_step, const K* k, int64_t k_step,
+                                         const char* mask_row, int64_t i, int64_t j) const {
     if (causal && j > i) return -std::numeric_limits<A>::infinity();
     if (mask == MaskKind::Bool && !*reinterpret_cast<const bool*>(mask_row + j * mask_s))
       return -std::numeric_limits<A>::infinity();
     A dot = A(0);
     for (int64_t e = 0; e < E; ++e)
-      dot += M::template to_acc<A>(q[e * q_e]) * M::template to_acc<A>(k[j * k_s + e * k_e]);
+      dot += M::template to_acc<A>(q[e * q_step]) * M::template to_acc<A>(k[e * k_step]);
     A s = dot * scale;
     if (mask == MaskKind::Additive) s += M::template to_acc<A>(reinterpret_cast<const T*>(mask_row)[j * mask_s]);
     return s;

@@ -13,12 +13,15 @@
 // its aim: every walk runs on one host thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
+#include "backend/common/block_program.h"
 #include "backend/common/elementwise_kernels.h"
 #include "backend/common/reduce_geometry.h"
 #include "backend/common/reduce_ops.h"
@@ -125,6 +128,30 @@ struct GeometryLoops {
       f(g.data, offset);
     }
   }
+  // Note [Block programs]: the blocks one after another; in each phase
+  // every thread in turn (in reverse order), so the barrier between phases
+  // holds exactly. States and shared memory start as NaN bytes.
+  template <typename P>
+  static void run_blocks(const Device&, int64_t n_blocks, int threads, int64_t shared_bytes, const P& program) {
+    using State = typename P::State;
+    static_assert(std::is_trivially_copyable_v<State>, "a block program's State is a plain struct");
+    MF_CHECK(threads >= 1 && threads <= kMaxBlockThreads, Error, "block program: ", threads,
+             " threads per block; expected 1 to ", kMaxBlockThreads);
+    block_programs++;
+    std::vector<State> states(static_cast<size_t>(threads));
+    std::vector<std::max_align_t> shared(size_t((shared_bytes + int64_t(sizeof(std::max_align_t)) - 1) /
+                                                int64_t(sizeof(std::max_align_t))));
+    char* shared_data = reinterpret_cast<char*>(shared.data());
+    for (int64_t block = 0; block < n_blocks; ++block) {
+      std::memset(static_cast<void*>(states.data()), 0xff, states.size() * sizeof(State));
+      std::memset(shared_data, 0xff, shared.size() * sizeof(std::max_align_t));
+      const int64_t phases = program.phases(block);
+      for (int64_t phase = 0; phase < phases; ++phase)
+        for (int thread = threads - 1; thread >= 0; --thread)
+          program.run(phase, block, thread, states[size_t(thread)], shared_data);
+    }
+  }
+  static inline int64_t block_programs = 0;  // how many run_blocks has run (the tests read it)
   static IndexFault* clear_fault(const Device&) {
     static IndexFault record;
     record = IndexFault();

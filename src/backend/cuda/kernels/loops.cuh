@@ -6,7 +6,9 @@
 // output's device. Operands that are all contiguous with the output's shape
 // index one flat range; anything else (broadcast, strided, transposed)
 // walks the coalesced iteration space of make_operands (LoopGeometry, up to
-// kMaxLoopDims dims) from each element's linear index.
+// kMaxLoopDims dims) from each element's linear index. Loops::run_blocks
+// runs a block program (Note [Block programs]) as one kernel whose thread
+// blocks keep their tiles in dynamic shared memory.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +18,7 @@
 #include <optional>
 #include <utility>
 
+#include "backend/common/block_program.h"
 #include "backend/common/index_fault.h"
 #include "backend/common/strided_operands.h"
 #include "backend/cuda/cuda_runtime.h"
@@ -177,6 +180,21 @@ __global__ void offsets_kernel(int64_t n, LoopGeometry<N> g, F f) {
   }
 }
 
+// Note [Block programs]: each block's phases with a barrier after each;
+// the grid strides over the blocks beyond its size.
+template <typename P>
+__global__ void block_program_kernel(int64_t n_blocks, P program) {
+  extern __shared__ __align__(16) char block_shared[];
+  for (int64_t block = blockIdx.x; block < n_blocks; block += gridDim.x) {
+    typename P::State state;
+    const int64_t phases = program.phases(block);
+    for (int64_t phase = 0; phase < phases; ++phase) {
+      program.run(phase, block, int(threadIdx.x), state, block_shared);
+      __syncthreads();
+    }
+  }
+}
+
 inline unsigned grid_for(int64_t n) {
   constexpr int64_t kMaxGrid = int64_t(1) << 20;  // the rest by grid stride
   return unsigned(std::min((n + kBlock - 1) / kBlock, kMaxGrid));
@@ -222,6 +240,23 @@ struct Loops {
     DeviceGuard guard(device.index());
     offsets_kernel<N, F><<<grid_for(n), kBlock, 0, current_stream(device.index())>>>(n, g, f);
     check_cuda(cudaGetLastError(), "index kernel launch");
+  }
+  // Note [Block programs].
+  template <typename P>
+  static void run_blocks(const Device& device, int64_t n_blocks, int threads, int64_t shared_bytes, const P& program) {
+    if (n_blocks == 0) return;
+    MF_CHECK(threads >= 1 && threads <= kMaxBlockThreads, Error, "block program: ", threads,
+             " threads per block; expected 1 to ", kMaxBlockThreads);
+    constexpr int64_t kMaxGrid = int64_t(1) << 20;  // the rest by grid stride
+    constexpr int64_t kDefaultShared = 48 * 1024;   // more must be asked for per kernel
+    DeviceGuard guard(device.index());
+    if (shared_bytes > kDefaultShared)
+      check_cuda(cudaFuncSetAttribute(reinterpret_cast<const void*>(&block_program_kernel<P>),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
+                 "block program shared memory");
+    block_program_kernel<P><<<unsigned(std::min(n_blocks, kMaxGrid)), unsigned(threads), size_t(shared_bytes),
+                              current_stream(device.index())>>>(n_blocks, program);
+    check_cuda(cudaGetLastError(), "block program launch");
   }
   static IndexFault* clear_fault(const Device& device);
   static std::optional<int64_t> read_fault(const Device& device, IndexFault* fault);
