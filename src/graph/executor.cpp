@@ -69,8 +69,9 @@ std::vector<int64_t> scratch_bytes(const Graph& graph) {
   std::vector<int64_t> bytes(graph.nodes().size(), -1);
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     const Node& node = graph.nodes()[i];
-    if (node.is_view() || node.fused) continue;
-    const ScratchFn& scratch = node.op->scratch[size_t(node_device(graph, node).type())];
+    if (node.is_view()) continue;
+    const ScratchFn scratch =
+        node.fused ? fused_scratch(node.fused) : node.op->scratch[size_t(node_device(graph, node).type())];
     if (!scratch) continue;
     TensorList inputs;
     for (ValueId id : node.inputs) inputs.push_back(layout_of(graph, id));

@@ -8,6 +8,8 @@
 
 #include "meshflow/dispatch.h"
 #include "meshflow/parallel.h"
+#include "backend/common/scratch.h"
+#include "backend/cpu/kernels/dense_scratch.h"
 #include "backend/cpu/kernels/loops.h"
 
 namespace mf::graph {
@@ -47,19 +49,26 @@ const OpDef& fused_linear_op() {
 
 namespace {
 
-// Runs op's CPU kernel inside a fused program, with the scratch it asks
-// for (Note [Kernel scratch]). A fused program is not a leaf yet: like its
-// block buffers, the scratch of the kernels it calls (a row sum's cast of a
-// low-precision block) comes from the CPU's caching allocator.
-void run_cpu_kernel(const OpDef& op, const TensorList& inputs, TensorList& outputs, const Attrs& attrs) {
-  const KernelFn& kernel = op.kernels[size_t(DeviceType::CPU)];
+// The bytes op's CPU kernel asks for (Note [Kernel scratch]) on these
+// operands (0 without a ScratchFn).
+int64_t kernel_scratch(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) {
   const ScratchFn& scratch = op.scratch[size_t(DeviceType::CPU)];
-  if (!scratch) return kernel(inputs, outputs, attrs);
+  if (!scratch) return 0;
   std::vector<TensorMeta> metas;
   for (const Tensor& t : outputs) metas.push_back({t.sizes(), t.dtype(), t.device()});
-  const int64_t bytes = scratch(inputs, metas, attrs);
-  static const Tensor no_scratch = make_empty({0}, DType::UInt8);
-  outputs.push_back(bytes ? make_empty({bytes}, DType::UInt8) : no_scratch);
+  return scratch(inputs, metas, attrs);
+}
+
+// Runs op's CPU kernel inside a fused program, its scratch the start of
+// `room` (a UInt8 buffer at least kernel_scratch bytes long).
+void run_cpu_kernel(const OpDef& op, const TensorList& inputs, TensorList& outputs, const Attrs& attrs,
+                    const Tensor& room) {
+  const KernelFn& kernel = op.kernels[size_t(DeviceType::CPU)];
+  if (!op.scratch[size_t(DeviceType::CPU)]) return kernel(inputs, outputs, attrs);
+  const int64_t bytes = kernel_scratch(op, inputs, outputs, attrs);
+  MF_CHECK(bytes <= room.numel(), Error, op.name, ": a fused step's scratch of ", bytes,
+           " bytes exceeds the ", room.numel(), " its program planned");
+  outputs.push_back(make_view(room, {bytes}, {1}, room.storage_offset()));
   kernel(inputs, outputs, attrs);
   outputs.pop_back();
 }
@@ -90,12 +99,27 @@ Tensor output_block(const Tensor& t, int64_t n, int64_t begin, int64_t length, c
   return make_view(t, {length / per_row}, {1}, t.storage_offset() + begin / per_row);
 }
 
-void run_program(const FusedProgram& program, const TensorList& inputs, TensorList& outputs) {
-  static const OpDef& sum_op = dispatch::op("sum");
+// Note [Fused program scratch]: a fused node is a leaf too (Note [Kernel
+// scratch]). Its program takes, over a Workspace (Note [Measured kernels]):
+// the column sum's partial rows (and its float32 total for a 16-bit
+// result), then one slot per thread holding the block buffers of the
+// steps whose results stay inside the program, followed by room for the
+// scratch of the kernels the slot's steps call, sized by their ScratchFns
+// on the first and the last block (the only block shapes there are).
+struct ProgramShape {
+  int64_t n, block_size, blocks;
+};
+
+ProgramShape shape_of(const FusedProgram& program, const TensorList& outputs) {
   const int64_t n = outputs[size_t(program.steps.back().outputs[0])].numel();
   const int64_t unit = shape_numel(program.trailing);
   const int64_t block_size = unit * std::max<int64_t>(1, kFusedBlock / unit);
-  const int64_t blocks = (n + block_size - 1) / block_size;
+  return {n, block_size, (n + block_size - 1) / block_size};
+}
+
+void run_program(const FusedProgram& program, const TensorList& inputs, TensorList& outputs, Workspace& ws) {
+  static const OpDef& sum_op = dispatch::op("sum");
+  const auto [n, block_size, blocks] = shape_of(program, outputs);
   const size_t count = program.steps.size();
   TensorList broadcast(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -107,46 +131,87 @@ void run_program(const FusedProgram& program, const TensorList& inputs, TensorLi
   // Partial sums of a low-precision gradient are kept in float32.
   const DType sum_dtype = column_sum ? outputs[size_t(program.column_sum_output)].dtype() : DType::Float32;
   const DType partial_dtype = sum_dtype == DType::Float64 ? DType::Float64 : DType::Float32;
-  Tensor partials;
-  if (column_sum) partials = make_empty({blocks, columns}, partial_dtype);
-  parallel_for(0, blocks, 1, [&](int64_t first_block, int64_t end_block) {
-    // This thread's buffers for the intermediate results of one block.
-    TensorList scratch(count);
-    for (size_t k = 0; k < count; ++k)
-      if (program.steps[k].outputs[0] < 0) scratch[k] = make_empty({block_size}, program.steps[k].dtype);
-    TensorList args, outs, results(count);
-    for (int64_t block = first_block; block < end_block; ++block) {
-      const int64_t begin = block * block_size, length = std::min(block_size, n - begin);
-      for (size_t k = 0; k < count; ++k) {
-        const FusedStep& step = program.steps[k];
-        args.clear();
-        for (int32_t a : step.args) {
-          if (a < 0) args.push_back(results[size_t(~a)]);
-          else if (inputs[size_t(a)].dim() == 0) args.push_back(inputs[size_t(a)]);
-          else if (broadcast[size_t(a)].defined()) args.push_back(broadcast[size_t(a)]);
-          else args.push_back(block_of(inputs[size_t(a)], begin, length, program.trailing));
-        }
-        outs.clear();
-        for (int32_t o : step.outputs)
-          outs.push_back(o < 0 ? block_of(scratch[k], 0, length, program.trailing)
-                               : output_block(outputs[size_t(o)], n, begin, length, program.trailing));
-        run_cpu_kernel(*step.op, args, outs, step.attrs);
-        results[k] = outs[0];
-      }
-      if (column_sum) {
-        const Tensor& last = results.back();
-        TensorList rows{make_view(last, {length / columns, columns}, {columns, 1}, last.storage_offset())};
-        TensorList partial{keepdim ? make_view(partials, {1, columns}, {columns, 1}, block * columns)
-                                   : make_view(partials, {columns}, {1}, block * columns)};
-        run_cpu_kernel(sum_op, rows, partial, program.column_sum_attrs);
-      }
+  Tensor partials, total;
+  if (column_sum) {
+    partials = ws.take({blocks, columns}, partial_dtype);
+    const Tensor& result = outputs[size_t(program.column_sum_output)];
+    total = sum_dtype == partial_dtype ? result : ws.take(result.sizes(), partial_dtype);
+  }
+  // A slot's layout: the internal steps' block buffers, then the room.
+  std::vector<int64_t> buffer_at(count, -1);
+  ScratchLayout slot("fused program");
+  for (size_t k = 0; k < count; ++k)
+    if (program.steps[k].outputs[0] < 0) {
+      buffer_at[k] = (slot.bytes() + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+      slot.add({block_size}, program.steps[k].dtype);
     }
-  });
+  const int64_t room_at = (slot.bytes() + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+  // Runs block `block` with the slot's buffers (their data, or stand-ins
+  // while measuring); returns the most scratch a kernel asked for.
+  auto run_block = [&](int64_t block, const Tensor& slot_buffer, bool measuring) {
+    const int64_t begin = block * block_size, length = std::min(block_size, n - begin);
+    const Tensor room = measuring ? Tensor()
+                                  : make_view(slot_buffer, {slot_buffer.numel() - room_at}, {1},
+                                              slot_buffer.storage_offset() + room_at);
+    int64_t most = 0;
+    TensorList args, outs, results(count);
+    for (size_t k = 0; k < count; ++k) {
+      const FusedStep& step = program.steps[k];
+      args.clear();
+      for (int32_t a : step.args) {
+        if (a < 0) args.push_back(results[size_t(~a)]);
+        else if (inputs[size_t(a)].dim() == 0) args.push_back(inputs[size_t(a)]);
+        else if (broadcast[size_t(a)].defined()) args.push_back(broadcast[size_t(a)]);
+        else args.push_back(block_of(inputs[size_t(a)], begin, length, program.trailing));
+      }
+      outs.clear();
+      for (int32_t o : step.outputs) {
+        if (o >= 0) {
+          outs.push_back(output_block(outputs[size_t(o)], n, begin, length, program.trailing));
+        } else {
+          const Tensor buffer = measuring ? make_meta({block_size}, step.dtype)
+                                          : Tensor(std::make_shared<TensorImpl>(
+                                                slot_buffer.storage(), Shape{block_size}, Shape{1},
+                                                (slot_buffer.storage_offset() + buffer_at[k]) /
+                                                    int64_t(itemsize(step.dtype)),
+                                                step.dtype));
+          outs.push_back(block_of(buffer, 0, length, program.trailing));
+        }
+      }
+      if (measuring) most = std::max(most, kernel_scratch(*step.op, args, outs, step.attrs));
+      else run_cpu_kernel(*step.op, args, outs, step.attrs, room);
+      results[k] = outs[0];
+    }
+    if (column_sum) {
+      const Tensor& last = results.back();
+      TensorList rows{make_view(last, {length / columns, columns}, {columns, 1}, last.storage_offset())};
+      TensorList partial{keepdim ? make_view(partials, {1, columns}, {columns, 1}, partials.storage_offset() +
+                                                                                     block * columns)
+                                 : make_view(partials, {columns}, {1}, partials.storage_offset() + block * columns)};
+      if (measuring) most = std::max(most, kernel_scratch(sum_op, rows, partial, program.column_sum_attrs));
+      else run_cpu_kernel(sum_op, rows, partial, program.column_sum_attrs, room);
+    }
+    return most;
+  };
+  if (ws.measuring()) {
+    int64_t room = run_block(0, Tensor(), true);
+    if (blocks > 1) room = std::max(room, run_block(blocks - 1, Tensor(), true));
+    ws.take_slots(std::min<int64_t>(get_num_threads(), blocks), {room_at + room}, DType::UInt8);
+    if (column_sum) ws.take({kernel_scratch(sum_op, {partials}, {total}, program.column_sum_attrs)}, DType::UInt8);
+    return;
+  }
+  const int64_t room = std::max(run_block(0, Tensor(), true), blocks > 1 ? run_block(blocks - 1, Tensor(), true) : 0);
+  const std::vector<Tensor> slots =
+      ws.take_slots(std::min<int64_t>(get_num_threads(), blocks), {room_at + room}, DType::UInt8);
+  cpu::for_each_slot(blocks, int64_t(slots.size()),
+                     [&](int64_t slot_index, int64_t block) { run_block(block, slots[size_t(slot_index)], false); });
   if (column_sum) {
     Tensor& result = outputs[size_t(program.column_sum_output)];
-    TensorList total{sum_dtype == partial_dtype ? result : make_empty(result.sizes(), partial_dtype)};
-    run_cpu_kernel(sum_op, {partials}, total, program.column_sum_attrs);
-    if (sum_dtype != partial_dtype) cpu::copy_cast(result, total[0]);
+    TensorList sums{total};
+    const Tensor room_for_sum =
+        ws.take({kernel_scratch(sum_op, {partials}, sums, program.column_sum_attrs)}, DType::UInt8);
+    run_cpu_kernel(sum_op, {partials}, sums, program.column_sum_attrs, room_for_sum);
+    if (sum_dtype != partial_dtype) cpu::copy_cast(result, total);
   }
 }
 
@@ -176,19 +241,52 @@ bool is_whole_buffer(const Value& v, ValueId id) {
   return v.root == id && v.offset == 0 && v.strides == contiguous_strides(v.sizes);
 }
 
+namespace {
+
+// A fused node's work over a Workspace: with product_first, the product
+// (its scratch first), then the program.
+void run_fused(const FusedProgram& program, const TensorList& inputs, TensorList& outputs, Workspace& ws) {
+  if (!program.product_first) return run_program(program, inputs, outputs, ws);
+  // Output 0 is the product (n, m) or, when only the epilogue's result is
+  // kept, that result in its own shape: addmm's kernel sees it as (n, m).
+  static const OpDef& addmm = dispatch::op("addmm");
+  static const Attrs unit_scales{{"beta", Scalar(1)}, {"alpha", Scalar(1)}};
+  const Shape shape{inputs[1].size(0), inputs[2].size(1)};
+  TensorList product{make_view(outputs[0], shape, contiguous_strides(shape), outputs[0].storage_offset())};
+  const TensorList operands{inputs[0], inputs[1], inputs[2]};
+  {
+    const Workspace::Turn turn(ws);
+    const Tensor room = ws.take({kernel_scratch(addmm, operands, product, unit_scales)}, DType::UInt8);
+    if (!ws.measuring()) run_cpu_kernel(addmm, operands, product, unit_scales, room);
+  }
+  TensorList program_inputs{outputs[0]};
+  program_inputs.insert(program_inputs.end(), inputs.begin() + 3, inputs.end());
+  if (!ws.measuring()) return run_program(program, program_inputs, outputs, ws);
+  // Measuring: the product's pieces and the program's are not live at once.
+  ScratchLayout pieces("fused program");
+  Workspace own(pieces);
+  run_program(program, program_inputs, outputs, own);
+  ws.take({pieces.bytes()}, DType::UInt8);
+}
+
+}  // namespace
+
 KernelFn fused_kernel(std::shared_ptr<const FusedProgram> program) {
   return [program](const TensorList& inputs, TensorList& outputs, const Attrs&) {
-    if (!program->product_first) return run_program(*program, inputs, outputs);
-    // Output 0 is the product (n, m) or, when only the epilogue's result is
-    // kept, that result in its own shape: addmm's kernel sees it as (n, m).
-    static const OpDef& addmm = dispatch::op("addmm");
-    static const Attrs unit_scales{{"beta", Scalar(1)}, {"alpha", Scalar(1)}};
-    const Shape shape{inputs[1].size(0), inputs[2].size(1)};
-    TensorList product{make_view(outputs[0], shape, contiguous_strides(shape), outputs[0].storage_offset())};
-    run_cpu_kernel(addmm, {inputs[0], inputs[1], inputs[2]}, product, unit_scales);
-    TensorList program_inputs{outputs[0]};
-    program_inputs.insert(program_inputs.end(), inputs.begin() + 3, inputs.end());
-    run_program(*program, program_inputs, outputs);
+    Scratch taken(outputs);
+    Workspace ws(taken);
+    run_fused(*program, inputs, outputs, ws);
+  };
+}
+
+ScratchFn fused_scratch(std::shared_ptr<const FusedProgram> program) {
+  return [program](const TensorList& inputs, const std::vector<TensorMeta>& metas, const Attrs&) {
+    ScratchLayout layout("fused program");
+    Workspace ws(layout);
+    TensorList outputs;
+    for (const TensorMeta& m : metas) outputs.push_back(make_meta(m.sizes, m.dtype, m.device));
+    run_fused(*program, inputs, outputs, ws);
+    return layout.bytes();
   };
 }
 

@@ -75,6 +75,8 @@ const OpDef& fused_linear_op();
 const OpDef& fused_add_layer_norm_op();
 // The kernel of a fused node running program.
 KernelFn fused_kernel(std::shared_ptr<const FusedProgram> program);
+// The scratch of fused_kernel (Note [Fused program scratch] in fusion.cpp).
+ScratchFn fused_scratch(std::shared_ptr<const FusedProgram> program);
 // Whether op is elementwise in the sense above (the trait, and writes no input).
 bool is_elementwise(const OpDef& op);
 // How value v reaches the blocks of a fused node with output shape out: 0

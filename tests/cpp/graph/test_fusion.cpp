@@ -2,8 +2,11 @@
 // fused node gives the separate kernels' bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "meshflow/graph/executor.h"
 #include "meshflow/graph/fusion.h"
+#include "meshflow/parallel.h"
 #include "graph/graph_test_util.h"
 #include "test_util.h"
 
@@ -35,9 +38,15 @@ TEST(GraphFusion, ChainBecomesOneNodeWithTheSameBits) {
   ASSERT_EQ(op_names(fused), (std::vector<std::string>{"fused_elementwise"}));
   EXPECT_EQ(fused.nodes()[0].inputs.size(), 3u);  // x, y and the 0-d zero
   EXPECT_NE(fused.str().find("s3 = where(s2, s1, in1)"), std::string::npos) << fused.str();
-  // Only x, y and the output have buffers: the intermediates live in blocks.
+  // Only x, y and the output have buffers: the intermediates live in
+  // blocks, in the node's scratch (Note [Fused program scratch]): one slot
+  // per thread (at most one per block) holding a block of each of them
+  // (float32 a, b, c and the bool mask).
   const int64_t buffer = (kN * 4 + graph::kArenaAlignment - 1) / graph::kArenaAlignment * graph::kArenaAlignment;
-  EXPECT_EQ(graph::plan_memory(fused).arena_bytes, 3 * buffer);
+  const graph::MemoryPlan fused_plan = graph::plan_memory(fused);
+  const int64_t slots = std::min<int64_t>(get_num_threads(), 3);
+  EXPECT_EQ(fused_plan.scratch_bytes[0], slots * (3 * 4 + 1) * graph::kFusedBlock);
+  EXPECT_EQ(fused_plan.arena_bytes, 3 * buffer + fused_plan.scratch_bytes[0]);
   EXPECT_GT(graph::plan_memory(plain).arena_bytes, 3 * buffer);
 
   Tensor x = random_tensor({kN}, 1, -2, 2, DType::Float32), y = random_tensor({kN}, 2, -2, 2, DType::Float32);
