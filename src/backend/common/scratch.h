@@ -10,7 +10,6 @@
 #pragma once
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -68,9 +67,12 @@ class Scratch {
     Scratch& scratch_;
     int64_t mark_;
   };
-  // The bytes not yet taken (a piece may need up to kScratchAlignment - 1
-  // more for its alignment).
-  int64_t left() const { return buffer_.numel() - used_; }
+  // Whether pieces laid out from an aligned start over `bytes` (a
+  // ScratchLayout's total) fit what is not yet taken.
+  bool fits(int64_t bytes) const {
+    const int64_t start = (used_ + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+    return bytes == 0 || start + bytes <= buffer_.numel();
+  }
   // The next piece: a contiguous tensor of sizes and dtype on the buffer's
   // device. Throws if the buffer is too small (a ScratchFn that disagrees
   // with its kernel).
@@ -108,8 +110,9 @@ class Workspace {
   explicit Workspace(ScratchLayout& layout) : layout_(&layout) {}
   explicit Workspace(Scratch& scratch) : scratch_(&scratch) {}
   bool measuring() const { return layout_ != nullptr; }
-  // The bytes the scratch has left (measuring: no limit).
-  int64_t left() const { return scratch_ ? scratch_->left() : std::numeric_limits<int64_t>::max(); }
+  // Whether pieces over `bytes` (a ScratchLayout's total) fit what is left
+  // (measuring: always).
+  bool fits(int64_t bytes) const { return !scratch_ || scratch_->fits(bytes); }
   // While carving, what is taken while a Turn lives is given back when it
   // ends (Scratch::Turn); measuring, a turn changes nothing, so a kernel
   // measures its turns in layouts of their own and takes the most.
@@ -132,9 +135,9 @@ class Workspace {
   // buffers. At least one.
   std::vector<Tensor> take_slots(int64_t want, const Shape& sizes, DType dtype) {
     std::vector<Tensor> slots;
-    const int64_t each = checked_nbytes(sizes, dtype, "kernel scratch") + kScratchAlignment;
+    const int64_t each = checked_nbytes(sizes, dtype, "kernel scratch");
     for (int64_t i = 0; i < std::max<int64_t>(want, 1); ++i) {
-      if (i > 0 && scratch_ && scratch_->left() < each) break;
+      if (i > 0 && !fits(each)) break;
       slots.push_back(take(sizes, dtype));
     }
     return slots;

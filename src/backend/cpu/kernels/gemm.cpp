@@ -492,7 +492,7 @@ BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, 
     ScratchLayout pieces("matmul");
     Workspace own(pieces);
     run_on(library, a, b, out, alpha, beta, own);
-    if (pieces.bytes() + kScratchAlignment > ws.left()) continue;
+    if (!ws.fits(pieces.bytes())) continue;
     if (!run_on(library, a, b, out, alpha, beta, ws)) continue;  // the first run warms the library up
     const auto start = std::chrono::steady_clock::now();
     run_on(library, a, b, out, alpha, beta, ws);
