@@ -150,16 +150,32 @@ MemoryPlan plan_memory(const Graph& graph) {
     int64_t offset, size;
     int32_t first, last;
   };
-  std::vector<ValueId> order;
+  // What gets an offset: every touched buffer (an input that no node reads
+  // included: its lifetime is the write at -1 alone, the run still copies
+  // it in), and each kernel's scratch, which lives for its own step alone
+  // (Note [Kernel scratch]); placed largest first, so a large scratch is
+  // not left to whatever gaps the buffers leave.
+  struct Item {
+    int64_t bytes;
+    int32_t first, last;
+    ValueId value;  // kNoValue: node `node`'s scratch
+    int32_t node;
+  };
+  std::vector<Item> items;
   for (size_t i = 0; i < values.size(); ++i)
-    // Every touched buffer, an input that no node reads included (its
-    // lifetime is the write at -1 alone: the run still copies it in).
     if (is_planned(graph, ValueId(i)) && plan.lifetimes[i].first <= plan.lifetimes[i].second)
-      order.push_back(ValueId(i));
-  std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {
-    const int64_t sa = values[size_t(a)].nbytes(), sb = values[size_t(b)].nbytes();
-    if (sa != sb) return sa > sb;
-    return plan.lifetimes[size_t(a)].first < plan.lifetimes[size_t(b)].first;
+      items.push_back({values[i].nbytes(), plan.lifetimes[i].first, plan.lifetimes[i].second, ValueId(i), -1});
+  plan.scratch_offsets.assign(nodes.size(), -1);
+  plan.scratch_bytes = scratch_bytes(graph);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (plan.scratch_bytes[i] > 0)
+      items.push_back({plan.scratch_bytes[i], int32_t(i), std::max(int32_t(i), waits[i]), kNoValue, int32_t(i)});
+    else if (plan.scratch_bytes[i] == 0)
+      plan.scratch_offsets[i] = 0;
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    return a.first < b.first;
   });
   std::vector<Placed> placed;
   std::vector<const Placed*> conflicts;
@@ -185,18 +201,11 @@ MemoryPlan plan_memory(const Graph& graph) {
     plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
     return offset;
   };
-  for (ValueId id : order) {
-    const auto [first, last] = plan.lifetimes[size_t(id)];
-    plan.offsets[size_t(id)] = place(values[size_t(id)].nbytes(), first, last);
+  for (const Item& item : items) {
+    const int64_t offset = place(item.bytes, item.first, item.last);
+    if (item.value != kNoValue) plan.offsets[size_t(item.value)] = offset;
+    else plan.scratch_offsets[size_t(item.node)] = offset;
   }
-  // Each kernel's scratch lives for its own step alone (Note [Kernel
-  // scratch]), so it fills the gaps the buffers leave.
-  plan.scratch_offsets.assign(nodes.size(), -1);
-  plan.scratch_bytes = scratch_bytes(graph);
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (plan.scratch_bytes[i] >= 0)
-      plan.scratch_offsets[i] =
-          plan.scratch_bytes[i] ? place(plan.scratch_bytes[i], int32_t(i), std::max(int32_t(i), waits[i])) : 0;
   int64_t live = 0;
   for (int64_t d : delta) plan.live_peak_bytes = std::max(plan.live_peak_bytes, live += d);
   return plan;

@@ -38,10 +38,10 @@ namespace mf::graph {
 // Note [Static memory planning]
 // A buffer lives from the node that writes it to the last node that reads
 // it or any view or in-place successor of it (graph outputs live to the
-// end). Buffers are placed largest first at the lowest arena offset free
-// over their whole lifetime, so buffers whose lifetimes do not overlap
-// share memory. Then each kernel's scratch (Note [Kernel scratch] in
-// meshflow/op_def.h) is placed the same way for the one step that uses it.
+// end); each kernel's scratch (Note [Kernel scratch] in meshflow/op_def.h)
+// lives for the one step that uses it. Buffers and scratch together are
+// placed largest first at the lowest arena offset free over their whole
+// lifetime, so those whose lifetimes do not overlap share memory.
 struct MemoryPlan {
   // Byte offset in the arena of each value that owns a planned buffer
   // (graph inputs and kernel outputs), -1 for the others.

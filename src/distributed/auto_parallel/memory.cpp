@@ -20,7 +20,10 @@ namespace mf::distributed::auto_parallel::detail {
 //  * an input boxed to another layout is a buffer of its own at its call,
 //    with the packed or permuted copy boxing makes around a collective; a
 //    parameter gathered along dim 0 is gathered one gather ahead;
-//  * the step's inputs are held from the start to their last read.
+//  * the step's inputs are held from the start to their last read;
+//  * a call's kernel scratch (Note [Kernel scratch]: operand copies, GEMM
+//    and convolution workspaces) is held at its call only, sized by the
+//    CPU kernel's ScratchFn on the rank's shards (CallChoice::scratch).
 // A buffer counts from its first call to its last, both included; the peak
 // is the largest sum of buffers live at one call (the graph's live peak).
 double peak_live_bytes(const Problem& p, const std::vector<int32_t>& assign, std::vector<int64_t>* at_peak) {
@@ -218,6 +221,8 @@ double peak_live_bytes(const Problem& p, const std::vector<int32_t>& assign, std
       hold(working, when[c], when[c]);
     }
   }
+  for (size_t c = 0; c < nc; ++c)
+    if (const double bytes = choice(c).scratch; bytes > 0) hold(bytes, when[c], when[c]);
   double live = 0, peak = 0;
   int64_t peak_at = 0;
   for (size_t t = 0; t < nc; ++t) {

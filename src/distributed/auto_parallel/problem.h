@@ -121,7 +121,53 @@ struct CallChoice {
   std::vector<size_t> per_axis;
   std::vector<NdSbp> in, out;
   double compute = 0;
+  double scratch = 0;  // bytes of the kernel's scratch on one rank (Note [Predicted memory])
 };
+
+// A rank's shape of a global one under layout (splits rounded up).
+inline Shape shard_shape(Shape shape, const NdSbp& layout, const Shape& mesh) {
+  for (size_t a = 0; a < layout.size() && a < mesh.size(); ++a)
+    if (layout[a].is_split() && size_t(layout[a].axis()) < shape.size()) {
+      int64_t& d = shape[size_t(layout[a].axis())];
+      d = (d + mesh[a] - 1) / mesh[a];
+    }
+  return shape;
+}
+
+// The bytes a rank's kernel of call c asks for as scratch (Note [Kernel
+// scratch]) on its shards under layouts in/out, from the CPU kernel's
+// ScratchFn over contiguous stand-ins; 0 for placements on other devices
+// (their kernels' workspaces are not predicted) or where the ScratchFn
+// cannot size the stand-ins.
+inline double scratch_bytes(const CallLog& log, const CallRecord& c, const std::vector<NdSbp>& in,
+                            const std::vector<NdSbp>& out, const Shape& mesh) {
+  if (!log.placement || log.placement->type() != DeviceType::CPU) return 0;
+  const ScratchFn& fn = c.op->scratch[size_t(DeviceType::CPU)];
+  if (!fn) return 0;
+  TensorList inputs;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (c.inputs[i] < 0) {
+      inputs.emplace_back();
+      continue;
+    }
+    const ValueRecord& v = log.values[size_t(c.inputs[i])];
+    inputs.push_back(make_meta(shard_shape(v.shape, in[i], mesh), v.dtype));
+  }
+  std::vector<TensorMeta> outputs;
+  for (size_t o = 0; o < c.outputs.size(); ++o) {
+    if (c.outputs[o] < 0) {
+      outputs.push_back({o < c.out_shapes.size() ? c.out_shapes[o] : Shape{}, kFloat32, Device()});
+      continue;
+    }
+    const ValueRecord& v = log.values[size_t(c.outputs[o])];
+    outputs.push_back({shard_shape(v.shape, out[o], mesh), v.dtype, Device()});
+  }
+  try {
+    return double(fn(inputs, outputs, c.attrs));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
 
 // A rank's share of a call's work: each mesh axis on which the signature
 // splits some tensor divides it; an all-broadcast or partial signature
@@ -218,6 +264,7 @@ struct Problem {
           std::vector<NdSbp> defined_in;
           for (size_t i = 0; i < nin; ++i) defined_in.push_back(c.inputs[i] >= 0 ? ch.in[i] : NdSbp{});
           ch.compute = compute_time(model, c, defined_in, ch.out, mesh, dtype);
+          ch.scratch = scratch_bytes(log, c, ch.in, ch.out, mesh);
           choices.push_back(std::move(ch));
           return;
         }
