@@ -142,10 +142,10 @@ void run_program(const FusedProgram& program, const TensorList& inputs, TensorLi
   ScratchLayout slot("fused program");
   for (size_t k = 0; k < count; ++k)
     if (program.steps[k].outputs[0] < 0) {
-      buffer_at[k] = (slot.bytes() + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+      buffer_at[k] = slot.next();
       slot.add({block_size}, program.steps[k].dtype);
     }
-  const int64_t room_at = (slot.bytes() + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+  const int64_t room_at = slot.next();
   // Runs block `block` with the slot's buffers (their data, or stand-ins
   // while measuring); returns the most scratch a kernel asked for.
   auto run_block = [&](int64_t block, const Tensor& slot_buffer, bool measuring) {

@@ -35,6 +35,8 @@ class ScratchLayout {
     return *this;
   }
   int64_t bytes() const { return bytes_; }
+  // Where the next piece starts.
+  int64_t next() const { return (bytes_ + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }
 
  private:
   std::string_view op_;

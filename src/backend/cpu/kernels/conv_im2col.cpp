@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "meshflow/autograd.h"
 #include "meshflow/ops/shape.h"
 #include "meshflow/parallel.h"
 #include "backend/cpu/kernels/conv.h"
@@ -142,7 +141,8 @@ void col2im(const T* col, T* image, const Geometry& g, const ConvParams& p) {
 // Column buffers for the images' threads: one per thread (at most one per
 // image), image n using buffer n % count.
 std::vector<Tensor> column_buffers(const Geometry& g, int64_t images, DType dtype, Workspace& ws) {
-  return ws.take_slots(std::min<int64_t>(get_num_threads(), images), {g.col_rows() * g.pixels()}, dtype);
+  return ws.take_slots(std::min<int64_t>(get_num_threads(), images),
+                       {checked_mul(g.col_rows(), g.pixels(), "conv", "column buffer elements")}, dtype);
 }
 
 // fn(n, col) for every image n, in parallel over the column buffers.

@@ -55,12 +55,8 @@ std::optional<Layout> layout_of(const Tensor& t) {
 }
 
 // t itself when BLAS can read its matrices, else a contiguous copy in ws.
-Tensor blas_operand(const Tensor& t, Workspace& ws) {
-  if (layout_of(t)) return t;
-  Tensor c = ws.take(t.sizes(), t.dtype());
-  if (!ws.measuring()) copy_cast(c, t);
-  return c;
-}
+// (A contiguous t is always readable, so dense() copies exactly the others.)
+Tensor blas_operand(const Tensor& t, Workspace& ws) { return layout_of(t) ? t : dense(t, ws); }
 
 Shape batch_shape_of(const Tensor& out) { return Shape(out.sizes().begin(), out.sizes().end() - 2); }
 
@@ -475,6 +471,25 @@ std::optional<BlasLibrary> known_choice(const Tensor& a, const Tensor& b, const 
   return std::nullopt;
 }
 
+// The bytes `library` takes beyond the operands for this product (its own
+// pieces, from an aligned start); nullopt where it does not handle the
+// dtype.
+std::optional<int64_t> pieces_on(BlasLibrary library, const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha,
+                                 Scalar beta) {
+  ScratchLayout pieces("matmul");
+  Workspace own(pieces);
+  if (!run_on(library, a, b, out, alpha, beta, own)) return std::nullopt;
+  return pieces.bytes();
+}
+
+// The bytes of the 16-bit types' float32 fallback.
+int64_t float32_pieces(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta) {
+  ScratchLayout pieces("matmul");
+  Workspace own(pieces);
+  float32_matmul(a, b, out, alpha, beta, own);
+  return pieces.bytes();
+}
+
 BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, Scalar beta, Workspace& ws) {
   if (const std::optional<BlasLibrary> known = known_choice(a, b, out, beta)) return *known;
   const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
@@ -489,10 +504,8 @@ BlasLibrary choose(const Tensor& a, const Tensor& b, Tensor& out, Scalar alpha, 
   for (BlasLibrary library : list) {
     // A plan made when this key's choice was known may not hold every
     // candidate's pieces: those candidates are not measured.
-    ScratchLayout pieces("matmul");
-    Workspace own(pieces);
-    run_on(library, a, b, out, alpha, beta, own);
-    if (!ws.fits(pieces.bytes())) continue;
+    const std::optional<int64_t> needs = pieces_on(library, a, b, out, alpha, beta);
+    if (!needs || !ws.fits(*needs)) continue;
     if (!run_on(library, a, b, out, alpha, beta, ws)) continue;  // the first run warms the library up
     const auto start = std::chrono::steady_clock::now();
     run_on(library, a, b, out, alpha, beta, ws);
@@ -621,20 +634,18 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, Scalar alpha, S
     const std::optional<BlasLibrary> known =
         library == BlasLibrary::Auto ? known_choice(a, b, out, beta) : std::optional<BlasLibrary>(library);
     int64_t most = 0;
-    auto measure = [&](BlasLibrary l) {
-      ScratchLayout pieces("matmul");
-      Workspace own(pieces);
-      const bool runs = l == BlasLibrary::Auto ? (float32_matmul(a, b, out, alpha, beta, own), true)
-                                               : run_on(l, a, b, out, alpha, beta, own);
-      most = std::max(most, pieces.bytes());
-      return runs;
+    auto runs_on = [&](BlasLibrary l) {
+      const std::optional<int64_t> needs = pieces_on(l, a, b, out, alpha, beta);
+      most = std::max(most, needs.value_or(0));
+      return needs.has_value();
     };
+    bool fallback = out.dtype() != DType::Float32;
     if (known) {  // as below: the library, else the rule's, else float32
-      if (!measure(*known) && !measure(default_library(a, out))) measure(BlasLibrary::Auto);
+      if (runs_on(*known) || runs_on(default_library(a, out))) fallback = false;
     } else {
-      for (BlasLibrary l : candidates(out.dtype())) measure(l);
-      if (out.dtype() != DType::Float32) measure(BlasLibrary::Auto);
+      for (BlasLibrary l : candidates(out.dtype())) runs_on(l);
     }
+    if (fallback) most = std::max(most, float32_pieces(a, b, out, alpha, beta));
     ws.take({most}, DType::UInt8);
     return;
   }

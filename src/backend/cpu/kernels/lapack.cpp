@@ -139,7 +139,7 @@ class SlotPieces {
   explicit SlotPieces(const char* op) : layout_(op) {}
   template <typename E>
   int64_t add(int64_t elements) {
-    const int64_t at = (layout_.bytes() + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+    const int64_t at = layout_.next();
     layout_.add_bytes(checked_mul(std::max<int64_t>(elements, 1), int64_t(sizeof(E)), "lapack", "buffer bytes"));
     return at;
   }
